@@ -1,1 +1,4 @@
-fn main() {}
+//! The `outboxd` binary: see `outboxd --help`.
+fn main() -> std::process::ExitCode {
+    outboxd::cli::main()
+}

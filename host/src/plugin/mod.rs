@@ -1,0 +1,1 @@
+//! TODO(owner: plugin helper)

@@ -1,0 +1,490 @@
+//! The database contract: one [`Store`] trait, one module per database.
+//!
+//! Every backend passes the same conformance suite (`tests/conformance.rs`). Methods take one
+//! params struct and an explicit `now_ms`, so behaviour that depends on time (leases, due retries)
+//! is tested without sleeping. SQL is built once per store from a validated [`TableName`]; every
+//! value is a bound parameter.
+//!
+//! # Claim
+//! One transaction reads, in this order and up to `limit` rows, with `FOR UPDATE SKIP LOCKED`
+//! (SQLite: a write transaction):
+//! 1. `pending` rows by `(created_at_ms, event_id)`;
+//! 2. `retryable` rows whose `next_retry_at_ms` is due;
+//! 3. `delivering` rows whose lease expired (a crashed worker's). Reclaiming counts as an attempt:
+//!    `retry_count + 1`, and a row at `max_attempts` goes to `failed` instead of being handed out.
+//!
+//! Rows whose envelope does not decode go to `failed` with the decode error in the same
+//! transaction and are reported in [`ClaimBatch::rejected`]; the rest of the batch flows.
+//!
+//! # Mark
+//! One statement per batch, fenced on the claim's lease: a row changes only while its
+//! `worker_id` and `lock_until_ms` still equal the [`Lease`]; the others are reported as stale.
+
+pub mod mysql;
+pub mod postgres;
+pub mod sql;
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::publish::Event;
+use crate::record::Record;
+
+/// Default name of the outbox table.
+pub const DEFAULT_TABLE: &str = "room_outbox";
+
+/// Which database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// SQLite (embedded), `sqlite://path`.
+    Sqlite,
+    /// MariaDB ≥ 10.6 / MySQL ≥ 8.0, `mysql://…`.
+    MySql,
+    /// PostgreSQL, `postgres://…`.
+    Postgres,
+}
+
+impl Backend {
+    /// The backend a database URL names, by its scheme.
+    pub fn from_url(url: &str) -> Result<Backend, StoreError> {
+        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
+        match scheme {
+            "sqlite" => Ok(Backend::Sqlite),
+            "mysql" | "mariadb" => Ok(Backend::MySql),
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
+        }
+    }
+
+    /// Short lowercase name (`sqlite`, `mysql`, `postgres`), also the migrations folder name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::MySql => "mysql",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// A validated plain SQL identifier naming the outbox table: `[A-Za-z_][A-Za-z0-9_]*`, at most
+/// 48 bytes (index names derive from it), and not a reserved word we would have to quote.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TableName(String);
+
+impl TableName {
+    /// Validates `name` as a plain SQL identifier.
+    pub fn new(name: &str) -> Result<TableName, StoreError> {
+        let mut chars = name.chars();
+        let valid_start = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        let valid_rest = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_start || !valid_rest || name.len() > 48 {
+            return Err(StoreError::InvalidTableName(name.to_string()));
+        }
+        Ok(TableName(name.to_string()))
+    }
+
+    /// The identifier.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for TableName {
+    fn default() -> Self {
+        TableName(DEFAULT_TABLE.to_string())
+    }
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Errors of the storage layer. Database errors keep their source and name the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A statement or connection failed.
+    #[error("{op}: {source}")]
+    Database {
+        /// The store operation that failed (`claim`, `mark`, `enqueue`, …).
+        op: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The URL's scheme is none of sqlite, mysql, postgres.
+    #[error("unsupported database URL {0:?}: use sqlite://…, mysql://… or postgres://…")]
+    UnsupportedUrl(String),
+    /// The table name is not a plain SQL identifier.
+    #[error("invalid table name {0:?}: use letters, digits and '_' (not starting with a digit), at most 48 bytes")]
+    InvalidTableName(String),
+    /// The database server lacks something outboxd needs (e.g. SKIP LOCKED).
+    #[error("unsupported database server: {0}")]
+    UnsupportedServer(String),
+    /// A migration failed.
+    #[error("migration {version} ({name}) failed: {source}")]
+    Migration {
+        /// Migration number.
+        version: i64,
+        /// Migration file name.
+        name: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A caller passed something the store cannot act on.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+impl StoreError {
+    /// Wraps a driver error with the operation it happened in.
+    pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| StoreError::Database { op, source }
+    }
+}
+
+/// Whether a claim keeps per-room order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ordering {
+    /// Any claimable row may be handed out.
+    #[default]
+    None,
+    /// An event is handed out only while no earlier event of the same (app_code, room_id) is
+    /// pending, retryable or delivering (a `failed` one does not block); at most one event per
+    /// room is in flight.
+    PerRoom,
+}
+
+/// Arguments of [`Store::claim`].
+#[derive(Debug, Clone)]
+pub struct ClaimParams {
+    /// Tenant to claim from; a claim never mixes tenants.
+    pub app_code: String,
+    /// Claiming worker, written to `worker_id`.
+    pub worker_id: String,
+    /// Most rows to hand out.
+    pub limit: u32,
+    /// Lease length; `lock_until_ms = now_ms + lease_ms`.
+    pub lease_ms: i64,
+    /// The current time.
+    pub now_ms: i64,
+    /// Attempts allowed; an expired lease at this count goes to `failed`.
+    pub max_attempts: u32,
+    /// Ordering mode.
+    pub ordering: Ordering,
+}
+
+/// The fence of a claimed batch: marks change a row only while these still match it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Tenant of the batch.
+    pub app_code: String,
+    /// Claiming worker.
+    pub worker_id: String,
+    /// `lock_until_ms` written by the claim.
+    pub lock_until_ms: i64,
+}
+
+/// One row handed out by a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedEvent {
+    /// The event, decoded from the envelope; `attempt = retry_count + 1`.
+    pub event: Event,
+    /// Failed attempts before this one (including reclaimed leases).
+    pub retry_count: u32,
+    /// Claim order key.
+    pub created_at_ms: i64,
+}
+
+/// A row the claim put in `failed` instead of handing it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRow {
+    /// The row's event id.
+    pub event_id: String,
+    /// Event type column.
+    pub event_type: String,
+    /// Room column.
+    pub room_id: String,
+    /// Why (also written to `last_error`): a decode error, or too many expired leases.
+    pub reason: String,
+}
+
+/// Result of [`Store::claim`].
+#[derive(Debug, Clone)]
+pub struct ClaimBatch {
+    /// The fence for marking this batch.
+    pub lease: Lease,
+    /// Rows handed out, in claim order.
+    pub events: Vec<ClaimedEvent>,
+    /// Rows moved to `failed` during the claim.
+    pub rejected: Vec<RejectedRow>,
+}
+
+/// The new state of one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// → `delivered`; clears the lease and `last_error`.
+    Delivered,
+    /// → `retryable` at `next_retry_at_ms`; `retry_count + 1`.
+    Retryable {
+        /// When the row becomes claimable again.
+        next_retry_at_ms: i64,
+        /// Stored in `last_error` (cut to 512 bytes).
+        error: String,
+    },
+    /// → `failed`; `retry_count + 1`.
+    Failed {
+        /// Stored in `last_error` (cut to 512 bytes).
+        error: String,
+    },
+}
+
+/// One row's mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    /// The row.
+    pub event_id: String,
+    /// Its new state.
+    pub disposition: Disposition,
+}
+
+/// Arguments of [`Store::mark`].
+#[derive(Debug, Clone)]
+pub struct MarkParams<'a> {
+    /// The claim's fence.
+    pub lease: &'a Lease,
+    /// Rows of that claim and their new states (any mix, one statement).
+    pub marks: &'a [Mark],
+    /// The current time (`updated_at_ms`).
+    pub now_ms: i64,
+}
+
+/// Result of [`Store::mark`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MarkReport {
+    /// Rows changed.
+    pub applied: u64,
+    /// Event ids whose lease no longer matched (reclaimed by another worker, requeued, …); they
+    /// were left untouched.
+    pub stale: Vec<String>,
+}
+
+/// Row counts by status, as `outboxd status --json` prints them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StatusCounts {
+    /// `pending` rows.
+    pub pending: u64,
+    /// `delivering` rows.
+    pub delivering: u64,
+    /// `retryable` rows.
+    pub retryable: u64,
+    /// `failed` rows.
+    pub failed: u64,
+    /// `delivered` rows.
+    pub delivered: u64,
+    /// Age of the oldest `pending` row (now − created_at_ms), if any.
+    pub oldest_pending_age_ms: Option<i64>,
+}
+
+/// Arguments of [`Store::counts`].
+#[derive(Debug, Clone, Default)]
+pub struct CountsParams {
+    /// Only this tenant; all tenants when `None`.
+    pub app_code: Option<String>,
+    /// The current time (for the oldest pending age).
+    pub now_ms: i64,
+}
+
+/// A `failed` row, as `outboxd failed list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedRow {
+    /// Tenant.
+    pub app_code: String,
+    /// Event id.
+    pub event_id: String,
+    /// Event type.
+    pub event_type: String,
+    /// Room.
+    pub room_id: String,
+    /// Failed attempts.
+    pub retry_count: u32,
+    /// Why it failed.
+    pub last_error: Option<String>,
+    /// Creation time, UTC ms.
+    pub created_at_ms: i64,
+    /// Last change, UTC ms.
+    pub updated_at_ms: i64,
+}
+
+/// Which `failed` rows [`Store::list_failed`] and [`Store::requeue`] act on. Every filter given
+/// must match (AND); a filter left empty matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct FailedFilter {
+    /// Only this tenant.
+    pub app_code: Option<String>,
+    /// Only these event ids (empty: any).
+    pub event_ids: Vec<String>,
+    /// Only this event type.
+    pub event_type: Option<String>,
+    /// Only this room.
+    pub room_id: Option<String>,
+    /// Only rows created at or after this time (UTC ms).
+    pub since_ms: Option<i64>,
+    /// Only rows created before this time (UTC ms).
+    pub until_ms: Option<i64>,
+}
+
+impl FailedFilter {
+    /// True when no filter is set (the filter matches every failed row).
+    pub fn is_empty(&self) -> bool {
+        self.app_code.is_none()
+            && self.event_ids.is_empty()
+            && self.event_type.is_none()
+            && self.room_id.is_none()
+            && self.since_ms.is_none()
+            && self.until_ms.is_none()
+    }
+}
+
+/// Arguments of [`Store::list_failed`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFailedParams {
+    /// Which rows.
+    pub filter: FailedFilter,
+    /// Most rows returned (oldest first).
+    pub limit: u32,
+}
+
+/// Arguments of [`Store::requeue`].
+#[derive(Debug, Clone, Default)]
+pub struct RequeueParams {
+    /// Which `failed` rows go back to `pending` (retry_count 0, lease cleared).
+    pub filter: FailedFilter,
+    /// Count the rows without changing them.
+    pub dry_run: bool,
+    /// The current time (`updated_at_ms`).
+    pub now_ms: i64,
+}
+
+/// The outbox table in one database.
+///
+/// Implemented by [`sqlite::SqliteStore`], [`mysql::MySqlStore`] and [`postgres::PostgresStore`].
+/// Producers write with the backend's `save` function inside their own transaction; the trait's
+/// [`Store::enqueue`] is the same insert in a transaction of its own (CLI, benchmarks, tests).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which database this is.
+    fn backend(&self) -> Backend;
+
+    /// The outbox table.
+    fn table(&self) -> &TableName;
+
+    /// Creates or upgrades the outbox table; idempotent. Returns the migrations applied now.
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError>;
+
+    /// Inserts records all-or-nothing, ignoring ids already present. Returns rows inserted.
+    async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError>;
+
+    /// Leases up to `limit` claimable rows to a worker (see the module docs for the order).
+    async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError>;
+
+    /// Applies the marks of one claimed batch in one statement, fenced on its lease.
+    async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError>;
+
+    /// Row counts by status and the oldest pending row's age.
+    async fn counts(&self, params: &CountsParams) -> Result<StatusCounts, StoreError>;
+
+    /// `failed` rows matching the filter, oldest first.
+    async fn list_failed(&self, params: &ListFailedParams) -> Result<Vec<FailedRow>, StoreError>;
+
+    /// Moves matching `failed` rows back to `pending`; returns how many (would) move.
+    async fn requeue(&self, params: &RequeueParams) -> Result<u64, StoreError>;
+
+    /// Closes the connection pool.
+    async fn close(&self);
+}
+
+/// Connection options shared by every backend.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The database URL (`sqlite://…`, `mysql://…`, `postgres://…`).
+    pub url: String,
+    /// The outbox table.
+    pub table: TableName,
+    /// Pool size.
+    pub max_connections: u32,
+}
+
+impl ConnectOptions {
+    /// Options for `url` with the default table and pool size.
+    pub fn new(url: impl Into<String>) -> ConnectOptions {
+        ConnectOptions {
+            url: url.into(),
+            table: TableName::default(),
+            max_connections: 8,
+        }
+    }
+}
+
+/// Connects to the database the URL names.
+pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match Backend::from_url(&options.url)? {
+        Backend::Sqlite => Arc::new(sqlite::SqliteStore::connect(options).await?),
+        Backend::MySql => Arc::new(mysql::MySqlStore::connect(options).await?),
+        Backend::Postgres => Arc::new(postgres::PostgresStore::connect(options).await?),
+    })
+}
+
+/// The URL with any password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        assert!(TableName::new("room_outbox").is_ok());
+        assert!(TableName::new("_x9").is_ok());
+        for bad in ["", "9x", "a-b", "a b", "x;drop table y", "t`", "t\"", &"a".repeat(49)] {
+            assert!(TableName::new(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn backend_from_url() {
+        assert_eq!(Backend::from_url("sqlite://x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(Backend::from_url("mysql://root@h/db").unwrap(), Backend::MySql);
+        assert_eq!(Backend::from_url("postgres://u@h/db").unwrap(), Backend::Postgres);
+        assert!(Backend::from_url("redis://h").is_err());
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(redact_url("mysql://root:secret@h:3306/db"), "mysql://root:***@h:3306/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
+    }
+}

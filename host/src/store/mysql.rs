@@ -1,0 +1,1 @@
+//! TODO(owner: store helper) mysql
