@@ -1,1 +1,305 @@
-//! TODO(owner: lead) bench
+//! `outboxd bench`: enqueue N events, drain them with a no-op publisher, report events/s.
+//!
+//! Each shape runs on its own app code in the benchmark table, so runs never see each other's
+//! rows. The `go` shape replays the Go version's delivery shape on the same store (claim 100, one
+//! mark statement per row, one batch in flight), so the ratio to it is measured in the same run.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::publish::{Event, Outcome, Publisher};
+use crate::record::{Record, now_ms};
+use crate::retry::RetryPolicy;
+use crate::store::{
+    self, ClaimParams, ConnectOptions, CountsParams, Disposition, Mark, MarkParams, Ordering, Store, StoreError,
+    TableName,
+};
+use crate::worker::{RunMode, Worker, WorkerError, WorkerOptions};
+
+/// A delivery shape to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Shape {
+    /// outboxd's worker: batch size and worker count from the options, one mark per batch.
+    Outboxd,
+    /// outboxd's worker with per-room ordering on.
+    PerRoom,
+    /// The Go version's shape: claim 100, one mark statement per row, one batch in flight.
+    Go,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Outboxd => "outboxd",
+            Shape::PerRoom => "per-room",
+            Shape::Go => "go",
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Events per shape.
+    pub events: u32,
+    /// Claim batch size of the outboxd shapes.
+    pub batch_size: u32,
+    /// Worker loops of the outboxd shapes.
+    pub workers: u32,
+    /// Rooms the events are spread over (round robin).
+    pub rooms: u32,
+    /// Shapes to run, in order.
+    pub shapes: Vec<Shape>,
+    /// Benchmark table (created if missing).
+    pub table: TableName,
+}
+
+/// One measured shape.
+#[derive(Debug, Clone)]
+pub struct BenchRow {
+    /// The shape.
+    pub shape: Shape,
+    /// Claim batch size used.
+    pub batch_size: u32,
+    /// Batches in flight.
+    pub workers: u32,
+    /// Events enqueued and delivered.
+    pub events: u32,
+    /// Wall time of the enqueue.
+    pub enqueue: Duration,
+    /// Wall time of the drain.
+    pub drain: Duration,
+}
+
+impl BenchRow {
+    /// Delivered events per second.
+    pub fn drain_rate(&self) -> f64 {
+        f64::from(self.events) / self.drain.as_secs_f64().max(1e-9)
+    }
+
+    /// Enqueued events per second.
+    pub fn enqueue_rate(&self) -> f64 {
+        f64::from(self.events) / self.enqueue.as_secs_f64().max(1e-9)
+    }
+}
+
+/// All shapes of one run.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// The database (password redacted).
+    pub database: String,
+    /// Rooms the events were spread over.
+    pub rooms: u32,
+    /// One row per shape.
+    pub rows: Vec<BenchRow>,
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let go = self.rows.iter().find(|r| r.shape == Shape::Go).map(BenchRow::drain_rate);
+        writeln!(f, "database: {}  rooms: {}", self.database, self.rooms)?;
+        writeln!(
+            f,
+            "{:<9} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7}",
+            "shape", "batch", "workers", "events", "enqueue ev/s", "drain s", "drain ev/s", "vs go"
+        )?;
+        for row in &self.rows {
+            let ratio = go.map(|go| format!("{:.1}x", row.drain_rate() / go)).unwrap_or_else(|| "-".into());
+            writeln!(
+                f,
+                "{:<9} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7}",
+                row.shape.name(),
+                row.batch_size,
+                row.workers,
+                row.events,
+                row.enqueue_rate(),
+                row.drain.as_secs_f64(),
+                row.drain_rate(),
+                ratio
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Errors of a benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The worker failed.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// A shape finished without delivering every event.
+    #[error("{shape} run delivered {delivered} of {expected} events")]
+    Incomplete {
+        /// Shape name.
+        shape: &'static str,
+        /// Delivered rows found.
+        delivered: u64,
+        /// Events enqueued.
+        expected: u32,
+    },
+}
+
+/// A publisher that accepts everything at once: measures the host, not a sink.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopPublisher;
+
+#[async_trait]
+impl Publisher for NoopPublisher {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        vec![Outcome::Delivered; batch.len()]
+    }
+}
+
+/// Runs every requested shape against the configured database.
+pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport, BenchError> {
+    let store = store::connect(&ConnectOptions {
+        url: config.database.url.clone(),
+        table: options.table.clone(),
+        max_connections: config.database.max_connections.max(options.workers + 2),
+    })
+    .await?;
+    store.migrate().await?;
+    let run_id = now_ms();
+    let mut rows = Vec::new();
+    for &shape in &options.shapes {
+        let app_code = format!("bench-{}-{run_id}", shape.name());
+        let enqueue = enqueue(&*store, &app_code, options).await?;
+        let started = Instant::now();
+        let (batch_size, workers) = match shape {
+            Shape::Go => {
+                drain_go_shape(&*store, &app_code).await?;
+                (100, 1)
+            }
+            Shape::Outboxd | Shape::PerRoom => {
+                drain_worker(&store, &app_code, shape, options).await?;
+                (options.batch_size, options.workers)
+            }
+        };
+        let drain = started.elapsed();
+        let counts = store
+            .counts(&CountsParams {
+                app_code: Some(app_code),
+                now_ms: now_ms(),
+            })
+            .await?;
+        if counts.delivered != u64::from(options.events) {
+            return Err(BenchError::Incomplete {
+                shape: shape.name(),
+                delivered: counts.delivered,
+                expected: options.events,
+            });
+        }
+        rows.push(BenchRow {
+            shape,
+            batch_size,
+            workers,
+            events: options.events,
+            enqueue,
+            drain,
+        });
+    }
+    store.close().await;
+    Ok(BenchReport {
+        database: store::redact_url(&config.database.url),
+        rooms: options.rooms,
+        rows,
+    })
+}
+
+/// Enqueues the events of one shape in chunks of 1000; returns the time taken.
+async fn enqueue(store: &dyn Store, app_code: &str, options: &BenchOptions) -> Result<Duration, StoreError> {
+    let started = Instant::now();
+    let body = vec![7u8; 64];
+    let now = SystemTime::now();
+    let mut version = 0;
+    for chunk_start in (0..options.events).step_by(1000) {
+        let records: Vec<Record> = (chunk_start..options.events.min(chunk_start + 1000))
+            .map(|i| {
+                version += 1;
+                let mut record = Record::build(
+                    format!("room-{}", i % options.rooms.max(1)),
+                    "RoomGiftSent",
+                    version,
+                    now,
+                    &(),
+                )
+                .with_app_code(app_code);
+                record.envelope.body = body.clone();
+                record
+            })
+            .collect();
+        store.enqueue(&records).await?;
+    }
+    Ok(started.elapsed())
+}
+
+/// Drains with outboxd's worker.
+async fn drain_worker(
+    store: &Arc<dyn Store>,
+    app_code: &str,
+    shape: Shape,
+    options: &BenchOptions,
+) -> Result<(), WorkerError> {
+    let worker = Worker::new(
+        store.clone(),
+        Arc::new(NoopPublisher),
+        WorkerOptions {
+            app_codes: vec![app_code.to_string()],
+            batch_size: options.batch_size,
+            poll_interval: Duration::from_millis(5),
+            lease: Duration::from_secs(60),
+            publish_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+            ordering: if shape == Shape::PerRoom { Ordering::PerRoom } else { Ordering::None },
+            concurrency: options.workers,
+            node_id: "bench".into(),
+        },
+    );
+    worker.run(RunMode::Drain, CancellationToken::new()).await?;
+    Ok(())
+}
+
+/// Drains like the Go version: claim 100, publish, one mark statement per row.
+async fn drain_go_shape(store: &dyn Store, app_code: &str) -> Result<(), StoreError> {
+    let publisher = NoopPublisher;
+    loop {
+        let batch = store
+            .claim(&ClaimParams {
+                app_code: app_code.to_string(),
+                worker_id: "go-shape".into(),
+                limit: 100,
+                lease_ms: 60_000,
+                now_ms: now_ms(),
+                max_attempts: 20,
+                ordering: Ordering::None,
+            })
+            .await?;
+        if batch.events.is_empty() {
+            return Ok(());
+        }
+        let events: Vec<Event> = batch.events.iter().map(|c| c.event.clone()).collect();
+        publisher.publish(&events).await;
+        for event in &events {
+            let marks = [Mark {
+                event_id: event.event_id.clone(),
+                disposition: Disposition::Delivered,
+            }];
+            store
+                .mark(&MarkParams {
+                    lease: &batch.lease,
+                    marks: &marks,
+                    now_ms: now_ms(),
+                })
+                .await?;
+        }
+    }
+}

@@ -1,11 +1,553 @@
 //! Configuration: built-in defaults → `outboxd.toml` → `OUTBOXD_*` environment, validated once.
-//! TODO(owner: lead): loader.
+//!
+//! Every key has a default except a sink's plugin path. Environment overrides are named
+//! `OUTBOXD_<SECTION>_<KEY>` for the sections `database`, `worker`, `retry`, `plugins` and `log`
+//! (`OUTBOXD_DATABASE_URL`, `OUTBOXD_WORKER_BATCH_SIZE`, `OUTBOXD_RETRY_STRATEGY`, …); list keys
+//! take comma-separated values (`OUTBOXD_WORKER_APP_CODES=live,ktv`). Any mistake is reported as
+//! one [`ConfigError`] naming the key (or variable) at fault.
 
 pub mod sink;
 
-pub use sink::{RouteConfig, SinkConfig, SinkLimits};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+
+pub use sink::{RouteConfig, SinkConfig, SinkLimits};
+
+use crate::retry::{RetryPolicy, Strategy};
+use crate::store::{Ordering, TableName};
+
+/// Environment prefix of overrides.
+pub const ENV_PREFIX: &str = "OUTBOXD_";
+
+/// Sections that take environment overrides.
+const ENV_SECTIONS: [&str; 5] = ["database", "worker", "retry", "plugins", "log"];
+
+/// Keys whose environment override is a comma-separated list.
+const LIST_KEYS: [&str; 2] = ["app_codes", "delays"];
+
+/// The whole configuration, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `[database]`.
+    pub database: DatabaseConfig,
+    /// `[worker]`.
+    pub worker: WorkerConfig,
+    /// `[retry]`, as a policy.
+    pub retry: RetryPolicy,
+    /// `[plugins]`.
+    pub plugins: PluginSettings,
+    /// `[log]`.
+    pub log: LogConfig,
+    /// `[[sink]]`s, plugin paths resolved against the config file's folder.
+    pub sinks: Vec<SinkConfig>,
+    /// `[[route]]`s, in order (first match wins).
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatabaseConfig {
+    /// `sqlite://…`, `mysql://…` or `postgres://…`. Default `sqlite://outboxd.db`.
+    pub url: String,
+    /// Outbox table. Default `room_outbox`.
+    pub table: TableName,
+    /// Connection pool size. Default 8.
+    pub max_connections: u32,
+}
+
+/// `[worker]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// Tenants this host serves. Default `["default"]`.
+    pub app_codes: Vec<String>,
+    /// Most rows per claim. Default 500.
+    pub batch_size: u32,
+    /// Wait between claims when idle. Default 1s.
+    pub poll_interval: Duration,
+    /// Lease length of a claim. Default 30s; must exceed `publish_timeout`.
+    pub lease: Duration,
+    /// Deadline of one publish call (the whole batch). Default 10s.
+    pub publish_timeout: Duration,
+    /// `none` or `per-room`. Default `none`.
+    pub ordering: Ordering,
+    /// Worker loops in this process (batches in flight). Default 1.
+    pub concurrency: u32,
+    /// This host's name in worker ids and logs. Default `<hostname>-<pid>`.
+    pub node_id: String,
+}
+
+/// `[plugins]`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PluginSettings {
+    /// Where precompiled plugin artifacts are cached; default: the user cache folder.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// `text` or `json`. Default `text`.
+    pub format: LogFormat,
+    /// A tracing filter (`info`, `outboxd=debug`, …); `RUST_LOG` wins when set. Default `info`.
+    pub level: String,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A configuration mistake, naming the key, variable or file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML (file or merged overrides) does not fit the schema.
+    #[error("invalid config {origin}: {message}")]
+    Parse {
+        /// The file, or "environment".
+        origin: String,
+        /// The parser's message (names the key).
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid config key `{key}`: {message}")]
+    Invalid {
+        /// Dotted key, e.g. `worker.batch_size`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Loads `path` (if given) over the defaults, then applies `OUTBOXD_*` variables from `env`.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let (mut table, origin) = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                    origin: path.display().to_string(),
+                    message: e.to_string(),
+                })?;
+                (table, path.display().to_string())
+            }
+            None => (toml::Table::new(), "defaults".to_string()),
+        };
+        let applied = apply_env(&mut table, env)?;
+        let origin = if applied.is_empty() {
+            origin
+        } else {
+            format!("{origin} + environment ({})", applied.join(", "))
+        };
+        let raw = RawConfig::deserialize(toml::Value::Table(table)).map_err(|e| ConfigError::Parse {
+            origin,
+            message: e.to_string(),
+        })?;
+        let base_dir = path.and_then(Path::parent).unwrap_or(Path::new(""));
+        raw.validate(base_dir)
+    }
+
+    /// Defaults only (no file, no environment).
+    pub fn defaults() -> Config {
+        Config::load(None, std::iter::empty()).expect("built-in defaults are valid")
+    }
+}
+
+/// Applies `OUTBOXD_<SECTION>_<KEY>` variables to `table`; returns the variable names used.
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut applied = Vec::new();
+    for (name, value) in env {
+        let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        let rest = rest.to_ascii_lowercase();
+        let Some((section, key)) = ENV_SECTIONS
+            .iter()
+            .find_map(|s| rest.strip_prefix(s).and_then(|k| k.strip_prefix('_')).map(|k| (*s, k)))
+        else {
+            continue; // OUTBOXD_TEST_*, OUTBOXD_PLUGIN_DIR, … belong to other tools
+        };
+        let entry = table
+            .entry(section)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let Some(section_table) = entry.as_table_mut() else {
+            return Err(invalid(section, "must be a table"));
+        };
+        section_table.insert(key.to_string(), env_value(key, &value));
+        applied.push(name);
+    }
+    applied.sort();
+    Ok(applied)
+}
+
+/// Interprets an environment value: a list for list keys, else a TOML scalar when it parses as
+/// one (`500`, `true`), else the text itself.
+fn env_value(key: &str, value: &str) -> toml::Value {
+    if LIST_KEYS.contains(&key) && !value.trim_start().starts_with('[') {
+        return toml::Value::Array(
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.to_string()))
+                .collect(),
+        );
+    }
+    match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(mut parsed) => parsed.remove("v").unwrap_or_else(|| toml::Value::String(value.into())),
+        Err(_) => toml::Value::String(value.to_string()),
+    }
+}
+
+/// Deserializes a humantime duration string (`"1s"`, `"250ms"`, `"10m"`).
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    humantime_serde::deserialize(deserializer)
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct RawConfig {
+    database: RawDatabase,
+    worker: RawWorker,
+    retry: RawRetry,
+    plugins: RawPlugins,
+    log: RawLog,
+    #[serde(rename = "sink")]
+    sinks: Vec<SinkConfig>,
+    #[serde(rename = "route")]
+    routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawDatabase {
+    url: String,
+    table: String,
+    max_connections: u32,
+}
+
+impl Default for RawDatabase {
+    fn default() -> Self {
+        RawDatabase {
+            url: "sqlite://outboxd.db".into(),
+            table: crate::store::DEFAULT_TABLE.into(),
+            max_connections: 8,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawWorker {
+    app_codes: Vec<String>,
+    batch_size: u32,
+    #[serde(deserialize_with = "duration")]
+    poll_interval: Duration,
+    #[serde(deserialize_with = "duration")]
+    lease: Duration,
+    #[serde(deserialize_with = "duration")]
+    publish_timeout: Duration,
+    ordering: RawOrdering,
+    concurrency: u32,
+    node_id: Option<String>,
+}
+
+impl Default for RawWorker {
+    fn default() -> Self {
+        RawWorker {
+            app_codes: vec![crate::record::DEFAULT_APP_CODE.into()],
+            batch_size: 500,
+            poll_interval: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            publish_timeout: Duration::from_secs(10),
+            ordering: RawOrdering::None,
+            concurrency: 1,
+            node_id: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+enum RawOrdering {
+    None,
+    PerRoom,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum RawStrategy {
+    FixedInterval,
+    Exponential,
+    Schedule,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawRetry {
+    strategy: RawStrategy,
+    #[serde(deserialize_with = "duration")]
+    interval: Duration,
+    #[serde(deserialize_with = "duration")]
+    base: Duration,
+    #[serde(deserialize_with = "duration")]
+    cap: Duration,
+    #[serde(with = "humantime_serde")]
+    delays: Vec<Duration>,
+    max_attempts: u32,
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        RawRetry {
+            strategy: RawStrategy::Exponential,
+            interval: Duration::from_secs(5),
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(600),
+            delays: Vec::new(),
+            max_attempts: 20,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct RawPlugins {
+    cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawLog {
+    format: LogFormat,
+    level: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+impl RawConfig {
+    fn validate(self, base_dir: &Path) -> Result<Config, ConfigError> {
+        let database = self.database.validate()?;
+        let worker = self.worker.validate()?;
+        let retry = self.retry.validate()?;
+        let sinks = validate_sinks(self.sinks, base_dir)?;
+        validate_routes(&self.routes, &sinks)?;
+        if self.log.level.trim().is_empty() {
+            return Err(invalid("log.level", "must not be empty"));
+        }
+        Ok(Config {
+            database,
+            worker,
+            retry,
+            plugins: PluginSettings {
+                cache_dir: self.plugins.cache_dir.map(|dir| base_dir.join(dir)),
+            },
+            log: LogConfig {
+                format: self.log.format,
+                level: self.log.level,
+            },
+            sinks,
+            routes: self.routes,
+        })
+    }
+}
+
+impl RawDatabase {
+    fn validate(self) -> Result<DatabaseConfig, ConfigError> {
+        crate::store::Backend::from_url(&self.url).map_err(|e| invalid("database.url", e.to_string()))?;
+        let table = TableName::new(&self.table).map_err(|e| invalid("database.table", e.to_string()))?;
+        if !(1..=1000).contains(&self.max_connections) {
+            return Err(invalid("database.max_connections", format!("must be 1..=1000, got {}", self.max_connections)));
+        }
+        Ok(DatabaseConfig {
+            url: self.url,
+            table,
+            max_connections: self.max_connections,
+        })
+    }
+}
+
+impl RawWorker {
+    fn validate(self) -> Result<WorkerConfig, ConfigError> {
+        if self.app_codes.is_empty() {
+            return Err(invalid("worker.app_codes", "must name at least one app code"));
+        }
+        for code in &self.app_codes {
+            if code.is_empty() || code.len() > 64 || code.chars().any(char::is_whitespace) {
+                return Err(invalid("worker.app_codes", format!("{code:?} is not a valid app code (1–64 bytes, no spaces)")));
+            }
+        }
+        if !(1..=5000).contains(&self.batch_size) {
+            return Err(invalid("worker.batch_size", format!("must be 1..=5000, got {}", self.batch_size)));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(invalid("worker.poll_interval", "must be greater than 0"));
+        }
+        if self.publish_timeout.is_zero() {
+            return Err(invalid("worker.publish_timeout", "must be greater than 0"));
+        }
+        if self.lease <= self.publish_timeout {
+            return Err(invalid(
+                "worker.lease",
+                format!(
+                    "must be longer than worker.publish_timeout ({}), got {}",
+                    humantime::format_duration(self.publish_timeout),
+                    humantime::format_duration(self.lease)
+                ),
+            ));
+        }
+        if !(1..=256).contains(&self.concurrency) {
+            return Err(invalid("worker.concurrency", format!("must be 1..=256, got {}", self.concurrency)));
+        }
+        let node_id = match self.node_id {
+            Some(id) if id.trim().is_empty() || id.len() > 100 => {
+                return Err(invalid("worker.node_id", "must be 1–100 bytes"));
+            }
+            Some(id) => id,
+            None => default_node_id(),
+        };
+        Ok(WorkerConfig {
+            app_codes: self.app_codes,
+            batch_size: self.batch_size,
+            poll_interval: self.poll_interval,
+            lease: self.lease,
+            publish_timeout: self.publish_timeout,
+            ordering: match self.ordering {
+                RawOrdering::None => Ordering::None,
+                RawOrdering::PerRoom => Ordering::PerRoom,
+            },
+            concurrency: self.concurrency,
+            node_id,
+        })
+    }
+}
+
+impl RawRetry {
+    fn validate(self) -> Result<RetryPolicy, ConfigError> {
+        if self.max_attempts == 0 {
+            return Err(invalid("retry.max_attempts", "must be at least 1"));
+        }
+        let strategy = match self.strategy {
+            RawStrategy::FixedInterval => Strategy::FixedInterval {
+                interval: self.interval,
+            },
+            RawStrategy::Exponential => {
+                if self.base.is_zero() {
+                    return Err(invalid("retry.base", "must be greater than 0"));
+                }
+                if self.cap < self.base {
+                    return Err(invalid("retry.cap", "must be at least retry.base"));
+                }
+                Strategy::Exponential {
+                    base: self.base,
+                    cap: self.cap,
+                }
+            }
+            RawStrategy::Schedule => {
+                if self.delays.is_empty() {
+                    return Err(invalid("retry.delays", "strategy \"schedule\" needs at least one delay"));
+                }
+                Strategy::Schedule { delays: self.delays }
+            }
+        };
+        Ok(RetryPolicy {
+            strategy,
+            max_attempts: self.max_attempts,
+        })
+    }
+}
+
+fn validate_sinks(mut sinks: Vec<SinkConfig>, base_dir: &Path) -> Result<Vec<SinkConfig>, ConfigError> {
+    let mut names = std::collections::BTreeSet::new();
+    for (index, sink) in sinks.iter_mut().enumerate() {
+        let key = format!("sink[{index}]");
+        if sink.name.trim().is_empty() {
+            return Err(invalid(&format!("{key}.name"), "must not be empty"));
+        }
+        if !names.insert(sink.name.clone()) {
+            return Err(invalid(&format!("{key}.name"), format!("sink `{}` is defined twice", sink.name)));
+        }
+        if sink.plugin.as_os_str().is_empty() {
+            return Err(invalid(&format!("{key}.plugin"), "must name a .wasm file"));
+        }
+        sink.plugin = base_dir.join(&sink.plugin);
+        let limits = &sink.limits;
+        if limits.publish_timeout.is_zero() {
+            return Err(invalid(&format!("{key}.limits.publish_timeout"), "must be greater than 0"));
+        }
+        if limits.max_batch_size == 0 {
+            return Err(invalid(&format!("{key}.limits.max_batch_size"), "must be at least 1"));
+        }
+        if limits.memory.0 < 1 << 20 {
+            return Err(invalid(&format!("{key}.limits.memory"), "must be at least 1MiB"));
+        }
+    }
+    Ok(sinks)
+}
+
+fn validate_routes(routes: &[RouteConfig], sinks: &[SinkConfig]) -> Result<(), ConfigError> {
+    for (index, route) in routes.iter().enumerate() {
+        if route.event_type.is_empty() {
+            return Err(invalid(&format!("route[{index}].event_type"), "must not be empty (use \"*\" for all)"));
+        }
+        if !sinks.iter().any(|s| s.name == route.sink) {
+            return Err(invalid(
+                &format!("route[{index}].sink"),
+                format!("unknown sink `{}` (no [[sink]] with that name)", route.sink),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `<hostname>-<pid>`, the default node id.
+fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "outboxd".into());
+    format!("{host}-{}", std::process::id())
+}
 
 /// A size in bytes, written in config as a number or a string like `"64MiB"`, `"512KiB"`, `"1GB"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -15,9 +557,7 @@ impl ByteSize {
     /// Parses `"64MiB"`, `"10 MB"`, `"4096"`, … (KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000).
     pub fn parse(text: &str) -> Result<ByteSize, String> {
         let text = text.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (digits, unit) = text.split_at(split);
         let number: u64 = digits
             .parse()
@@ -30,7 +570,11 @@ impl ByteSize {
             "MiB" => 1 << 20,
             "GB" => 1_000_000_000,
             "GiB" => 1 << 30,
-            other => return Err(format!("invalid size unit {other:?} in {text:?}: use B, KiB, MiB, GiB, KB, MB or GB")),
+            other => {
+                return Err(format!(
+                    "invalid size unit {other:?} in {text:?}: use B, KiB, MiB, GiB, KB, MB or GB"
+                ));
+            }
         };
         number
             .checked_mul(multiplier)
@@ -51,5 +595,139 @@ impl<'de> Deserialize<'de> for ByteSize {
             Raw::Number(n) => Ok(ByteSize(n)),
             Raw::Text(text) => ByteSize::parse(&text).map_err(serde::de::Error::custom),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outboxd.toml");
+        std::fs::write(&path, text).unwrap();
+        Config::load(
+            Some(&path),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = Config::defaults();
+        assert_eq!(config.database.url, "sqlite://outboxd.db");
+        assert_eq!(config.database.table.as_str(), "room_outbox");
+        assert_eq!(config.worker.batch_size, 500);
+        assert_eq!(config.worker.app_codes, vec!["default"]);
+        assert_eq!(config.retry.max_attempts, 20);
+    }
+
+    #[test]
+    fn design_example_loads() {
+        let config = load_str(
+            r#"
+            [database]
+            url = "mysql://root@127.0.0.1:3306/app"
+            table = "room_outbox"
+            [worker]
+            app_codes = ["default", "ktv"]
+            batch_size = 200
+            poll_interval = "250ms"
+            lease = "30s"
+            ordering = "per-room"
+            [retry]
+            strategy = "schedule"
+            delays = ["1s", "5s", "1m"]
+            max_attempts = 4
+            [[route]]
+            event_type = "RoomGift*"
+            sink = "log"
+            [[sink]]
+            name = "log"
+            plugin = "plugins/log.wasm"
+            config = { format = "json" }
+            limits = { publish_timeout = "3s", memory = "64MiB" }
+            "#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.worker.ordering, Ordering::PerRoom);
+        assert_eq!(config.worker.poll_interval, Duration::from_millis(250));
+        assert_eq!(config.retry.max_attempts, 4);
+        assert_eq!(
+            config.retry.strategy,
+            Strategy::Schedule {
+                delays: vec![Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(60)]
+            }
+        );
+        assert_eq!(config.sinks[0].limits.memory, ByteSize(64 << 20));
+        assert!(config.sinks[0].plugin.ends_with("plugins/log.wasm"));
+        assert!(config.sinks[0].plugin.is_absolute());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = load_str("[worker]\nbatch_sise = 3\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("batch_sise"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let cases = [
+            ("[worker]\nbatch_size = 0\n", "worker.batch_size"),
+            ("[worker]\nlease = \"1s\"\npublish_timeout = \"5s\"\n", "worker.lease"),
+            ("[database]\ntable = \"x; drop\"\n", "database.table"),
+            ("[database]\nurl = \"redis://x\"\n", "database.url"),
+            ("[retry]\nstrategy = \"schedule\"\n", "retry.delays"),
+            ("[retry]\nmax_attempts = 0\n", "retry.max_attempts"),
+            ("[[route]]\nevent_type = \"*\"\nsink = \"nope\"\n", "route[0].sink"),
+        ];
+        for (text, key) in cases {
+            let err = load_str(text, &[]).unwrap_err().to_string();
+            assert!(err.contains(key), "{text:?} → {err}");
+        }
+        let err = load_str("[worker]\npoll_interval = \"soon\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("poll_interval"), "{err}");
+        let err = load_str("[retry]\nstrategy = \"linear\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("linear"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let config = load_str(
+            "[worker]\nbatch_size = 10\n",
+            &[
+                ("OUTBOXD_WORKER_BATCH_SIZE", "42"),
+                ("OUTBOXD_WORKER_APP_CODES", "live, ktv"),
+                ("OUTBOXD_DATABASE_URL", "postgres://u@h/db"),
+                ("OUTBOXD_RETRY_STRATEGY", "fixed_interval"),
+                ("OUTBOXD_RETRY_INTERVAL", "2s"),
+                ("OUTBOXD_TEST_MYSQL_URL", "ignored"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.worker.batch_size, 42);
+        assert_eq!(config.worker.app_codes, vec!["live", "ktv"]);
+        assert_eq!(config.database.url, "postgres://u@h/db");
+        assert_eq!(
+            config.retry.strategy,
+            Strategy::FixedInterval {
+                interval: Duration::from_secs(2)
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_environment_key_is_named() {
+        let err = load_str("", &[("OUTBOXD_WORKER_BATCHSIZE", "1")]).unwrap_err().to_string();
+        assert!(err.contains("OUTBOXD_WORKER_BATCHSIZE") && err.contains("batchsize"), "{err}");
+    }
+
+    #[test]
+    fn byte_sizes_parse() {
+        assert_eq!(ByteSize::parse("64MiB").unwrap(), ByteSize(64 << 20));
+        assert_eq!(ByteSize::parse("10 MB").unwrap(), ByteSize(10_000_000));
+        assert_eq!(ByteSize::parse("4096").unwrap(), ByteSize(4096));
+        assert!(ByteSize::parse("12 parsecs").is_err());
     }
 }

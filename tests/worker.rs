@@ -1,0 +1,440 @@
+//! Worker-level tests on real SQLite, MariaDB and PostgreSQL: several hosts draining one table,
+//! crashed workers, stale marks, retries, corrupt rows, per-room ordering under failures, and
+//! graceful shutdown. Each test gets its own database (see `support`).
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::record::now_ms;
+use outboxd::retry::{RetryPolicy, Strategy};
+use outboxd::store::{
+    ClaimParams, CountsParams, Disposition, Mark, MarkParams, Ordering, Store, StoreError,
+};
+use outboxd::worker::{RunMode, Worker, WorkerOptions};
+use support::{Backend, RawInsert, TestDb, record};
+use tokio_util::sync::CancellationToken;
+
+/// Records every delivery; `fail` decides, per event, whether this attempt fails.
+struct Recorder {
+    delivered: Mutex<Vec<Event>>,
+    attempts: Mutex<HashMap<String, Vec<u32>>>,
+    in_flight_rooms: Mutex<HashSet<String>>,
+    concurrent_room_violation: Mutex<Option<String>>,
+    delay: Duration,
+    fail: Box<dyn Fn(&Event) -> Option<Outcome> + Send + Sync>,
+}
+
+impl Recorder {
+    fn new(fail: impl Fn(&Event) -> Option<Outcome> + Send + Sync + 'static) -> Arc<Recorder> {
+        Self::with_delay(Duration::ZERO, fail)
+    }
+
+    fn with_delay(delay: Duration, fail: impl Fn(&Event) -> Option<Outcome> + Send + Sync + 'static) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            delivered: Mutex::default(),
+            attempts: Mutex::default(),
+            in_flight_rooms: Mutex::default(),
+            concurrent_room_violation: Mutex::default(),
+            delay,
+            fail: Box::new(fail),
+        })
+    }
+
+    fn delivered_ids(&self) -> Vec<String> {
+        self.delivered.lock().unwrap().iter().map(|e| e.event_id.clone()).collect()
+    }
+}
+
+#[async_trait]
+impl Publisher for Recorder {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        {
+            let mut rooms = self.in_flight_rooms.lock().unwrap();
+            for event in batch {
+                if !rooms.insert(event.room_id.clone()) {
+                    *self.concurrent_room_violation.lock().unwrap() = Some(event.room_id.clone());
+                }
+            }
+        }
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        let outcomes: Vec<Outcome> = batch
+            .iter()
+            .map(|event| {
+                self.attempts
+                    .lock()
+                    .unwrap()
+                    .entry(event.event_id.clone())
+                    .or_default()
+                    .push(event.attempt);
+                match (self.fail)(event) {
+                    Some(outcome) => outcome,
+                    None => {
+                        self.delivered.lock().unwrap().push(event.clone());
+                        Outcome::Delivered
+                    }
+                }
+            })
+            .collect();
+        let mut rooms = self.in_flight_rooms.lock().unwrap();
+        for event in batch {
+            rooms.remove(&event.room_id);
+        }
+        outcomes
+    }
+}
+
+fn options(node_id: &str) -> WorkerOptions {
+    WorkerOptions {
+        app_codes: vec!["app".into()],
+        batch_size: 200,
+        poll_interval: Duration::from_millis(10),
+        lease: Duration::from_secs(30),
+        publish_timeout: Duration::from_secs(10),
+        retry: RetryPolicy {
+            strategy: Strategy::FixedInterval {
+                interval: Duration::from_millis(1),
+            },
+            max_attempts: 5,
+        },
+        ordering: Ordering::None,
+        concurrency: 1,
+        node_id: node_id.into(),
+    }
+}
+
+async fn enqueue_many(store: &dyn Store, count: usize, rooms: usize) {
+    let base = now_ms() - 60_000;
+    let records: Vec<_> = (0..count)
+        .map(|i| record("app", &format!("e{i:06}"), &format!("room-{}", i % rooms), base + i as i64))
+        .collect();
+    for chunk in records.chunks(1000) {
+        store.enqueue(chunk).await.unwrap();
+    }
+}
+
+async fn counts(store: &dyn Store) -> outboxd::store::StatusCounts {
+    store
+        .counts(&CountsParams {
+            app_code: Some("app".into()),
+            now_ms: now_ms(),
+        })
+        .await
+        .unwrap()
+}
+
+/// Three hosts (own pools, own worker ids) drain 10k events concurrently: each delivered once.
+async fn three_hosts_drain_10k_exactly_once(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let seed = db.store_default().await;
+    enqueue_many(&*seed, 10_000, 100).await;
+    let recorder = Recorder::new(|_| None);
+    let mut runs = Vec::new();
+    for host in 0..3 {
+        let store = db.store_default().await;
+        let worker = Worker::new(store, recorder.clone(), options(&format!("host-{host}")));
+        runs.push(tokio::spawn(async move { worker.run(RunMode::Drain, CancellationToken::new()).await }));
+    }
+    let mut per_host = Vec::new();
+    for run in runs {
+        per_host.push(run.await.unwrap().unwrap().delivered);
+    }
+    let ids = recorder.delivered_ids();
+    let unique: HashSet<_> = ids.iter().collect();
+    assert_eq!(ids.len(), 10_000, "deliveries (per host {per_host:?})");
+    assert_eq!(unique.len(), 10_000, "an event was delivered twice");
+    assert_eq!(per_host.iter().sum::<u64>(), 10_000);
+    let c = counts(&*seed).await;
+    assert_eq!((c.delivered, c.pending, c.delivering), (10_000, 0, 0));
+}
+
+/// A worker that dies mid-batch (claims, never marks) loses the batch when its lease expires;
+/// another host finishes it, counting the lost attempt; the dead worker's late mark is stale.
+async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 50, 5).await;
+    let crashed = store
+        .claim(&ClaimParams {
+            app_code: "app".into(),
+            worker_id: "crashed/0".into(),
+            limit: 20,
+            lease_ms: 300,
+            now_ms: now_ms(),
+            max_attempts: 5,
+            ordering: Ordering::None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(crashed.events.len(), 20);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let recorder = Recorder::new(|_| None);
+    let survivor = Worker::new(db.store_default().await, recorder.clone(), options("survivor"));
+    let stats = survivor.run(RunMode::Drain, CancellationToken::new()).await.unwrap();
+    assert_eq!(stats.delivered, 50);
+    let reclaimed = &crashed.events[0].event.event_id;
+    let attempts = recorder.attempts.lock().unwrap().get(reclaimed).cloned();
+    assert_eq!(attempts, Some(vec![2]), "reclaimed lease counts as an attempt");
+    let row = db.row("app", reclaimed).await.unwrap();
+    assert_eq!((row.status.as_str(), row.retry_count), ("delivered", 1));
+
+    // The crashed worker wakes up and marks its old batch as failed: nothing changes.
+    let marks: Vec<Mark> = crashed
+        .events
+        .iter()
+        .map(|c| Mark {
+            event_id: c.event.event_id.clone(),
+            disposition: Disposition::Failed { error: "late".into() },
+        })
+        .collect();
+    let report = store
+        .mark(&MarkParams {
+            lease: &crashed.lease,
+            marks: &marks,
+            now_ms: now_ms(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 0);
+    assert_eq!(report.stale.len(), 20);
+    assert_eq!(counts(&*store).await.delivered, 50);
+}
+
+/// Retryable failures are retried with the policy, then the row goes to `failed` at max_attempts.
+async fn retries_then_fails_at_max_attempts(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 10, 10).await;
+    let recorder = Recorder::new(|event| {
+        (event.event_id == "e000003").then(|| Outcome::retryable("sink unavailable"))
+    });
+    let mut opts = options("retrier");
+    opts.retry.max_attempts = 3;
+    let worker = Worker::new(store.clone(), recorder.clone(), opts);
+    for _ in 0..50 {
+        worker.process_batch("retrier/0", "app").await.unwrap();
+        if db.row("app", "e000003").await.unwrap().status == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let row = db.row("app", "e000003").await.unwrap();
+    assert_eq!(row.status, "failed");
+    assert_eq!(row.retry_count, 3);
+    assert_eq!(
+        row.last_error.as_deref(),
+        Some("gave up after 3 attempts: sink unavailable")
+    );
+    assert_eq!(recorder.attempts.lock().unwrap()["e000003"], vec![1, 2, 3]);
+    assert_eq!(counts(&*store).await.delivered, 9);
+}
+
+/// A permanent error fails the row at once; a retry-after from the sink sets next_retry_at_ms.
+async fn permanent_fails_and_retry_after_wins(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 3, 3).await;
+    let recorder = Recorder::new(|event| match event.event_id.as_str() {
+        "e000000" => Some(Outcome::permanent("group gone")),
+        "e000001" => Some(Outcome::Retryable {
+            message: "rate limited".into(),
+            retry_after: Some(Duration::from_secs(120)),
+        }),
+        _ => None,
+    });
+    let worker = Worker::new(store.clone(), recorder, options("w"));
+    let before = now_ms();
+    let stats = worker.process_batch("w/0", "app").await.unwrap();
+    assert_eq!((stats.delivered, stats.retried, stats.failed), (1, 1, 1));
+    let failed = db.row("app", "e000000").await.unwrap();
+    assert_eq!((failed.status.as_str(), failed.last_error.as_deref()), ("failed", Some("group gone")));
+    let retry = db.row("app", "e000001").await.unwrap();
+    assert_eq!(retry.status, "retryable");
+    let next = retry.next_retry_at_ms.unwrap();
+    assert!(next >= before + 120_000 && next <= now_ms() + 120_000, "retry-after ignored: {next}");
+}
+
+/// A corrupt envelope fails alone; the rest of the batch is delivered.
+async fn corrupt_envelope_is_isolated(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 5, 5).await;
+    db.insert_raw(
+        outboxd::store::DEFAULT_TABLE,
+        &[RawInsert::pending("app", "bad", "room-x", now_ms() - 120_000).with_envelope(vec![0xff, 0xff, 0xff, 0x01])],
+    )
+    .await;
+    let recorder = Recorder::new(|_| None);
+    let worker = Worker::new(store.clone(), recorder.clone(), options("w"));
+    let stats = worker.run(RunMode::Drain, CancellationToken::new()).await.unwrap();
+    assert_eq!((stats.delivered, stats.rejected), (5, 1));
+    let bad = db.row("app", "bad").await.unwrap();
+    assert_eq!(bad.status, "failed");
+    assert!(bad.last_error.unwrap_or_default().contains("envelope"), "decode error recorded");
+}
+
+/// A publisher that overruns the publish timeout, or returns the wrong number of results, fails
+/// the batch as retryable with the reason.
+async fn timeout_and_wrong_result_count_are_retryable(backend: Backend) {
+    struct Slow;
+    #[async_trait]
+    impl Publisher for Slow {
+        async fn publish(&self, _: &[Event]) -> Vec<Outcome> {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Vec::new()
+        }
+    }
+    struct Short;
+    #[async_trait]
+    impl Publisher for Short {
+        async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+            vec![Outcome::Delivered; batch.len() - 1]
+        }
+    }
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 4, 4).await;
+    let mut opts = options("w");
+    opts.publish_timeout = Duration::from_millis(100);
+    opts.retry.strategy = Strategy::FixedInterval { interval: Duration::ZERO };
+    let stats = Worker::new(store.clone(), Arc::new(Slow), opts.clone())
+        .process_batch("w/0", "app")
+        .await
+        .unwrap();
+    assert_eq!(stats.retried, 4);
+    let row = db.row("app", "e000000").await.unwrap();
+    assert_eq!(row.last_error.as_deref(), Some("publish timed out after 100ms"));
+    let stats = Worker::new(store.clone(), Arc::new(Short), opts).process_batch("w/0", "app").await.unwrap();
+    assert_eq!(stats.retried, 4);
+    let row = db.row("app", "e000000").await.unwrap();
+    assert_eq!(row.last_error.as_deref(), Some("publisher returned 3 results for 4 events"));
+    assert_eq!(row.retry_count, 2);
+}
+
+/// Per-room ordering holds while failures are injected and four loops run concurrently: every
+/// room's events are delivered in room_version order, never two of a room at once.
+async fn per_room_ordering_survives_failures(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 400, 20).await;
+    let failures = Arc::new(Mutex::new(0u32));
+    let failures_in = failures.clone();
+    let recorder = Recorder::new(move |event| {
+        // Fail roughly a third of first and second attempts, deterministically by id.
+        let hash = event.event_id.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        if event.attempt <= 2 && (hash + event.attempt) % 3 == 0 {
+            *failures_in.lock().unwrap() += 1;
+            Some(Outcome::retryable("injected"))
+        } else {
+            None
+        }
+    });
+    let mut opts = options("ordered");
+    opts.ordering = Ordering::PerRoom;
+    opts.concurrency = 4;
+    opts.batch_size = 50;
+    let worker = Worker::new(store.clone(), recorder.clone(), opts);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { worker.run(RunMode::Forever, shutdown).await }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while counts(&*store).await.delivered < 400 {
+        assert!(tokio::time::Instant::now() < deadline, "not drained: {:?}", counts(&*store).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    assert!(*failures.lock().unwrap() > 50, "failures were injected");
+    assert_eq!(*recorder.concurrent_room_violation.lock().unwrap(), None);
+    let mut last_version: HashMap<String, i64> = HashMap::new();
+    for event in recorder.delivered.lock().unwrap().iter() {
+        let previous = last_version.insert(event.room_id.clone(), event.room_version);
+        assert!(
+            previous.is_none_or(|p| p < event.room_version),
+            "room {} delivered version {} after {:?}",
+            event.room_id,
+            event.room_version,
+            previous
+        );
+    }
+    assert_eq!(last_version.len(), 20);
+}
+
+/// Shutdown while batches are in flight: they are published and marked, nothing stays delivering.
+async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 2_000, 50).await;
+    let recorder = Recorder::with_delay(Duration::from_millis(300), |_| None);
+    let mut opts = options("stopper");
+    opts.concurrency = 2;
+    opts.batch_size = 100;
+    let worker = Worker::new(store.clone(), recorder.clone(), opts);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { worker.run(RunMode::Forever, shutdown).await }
+    });
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(counts(&*store).await.delivering > 0, "batches were in flight at shutdown");
+    shutdown.cancel();
+    let stats = run.await.unwrap().unwrap();
+    let c = counts(&*store).await;
+    assert_eq!(c.delivering, 0, "rows left delivering: {c:?}");
+    assert_eq!(c.delivered, stats.delivered);
+    assert!(c.delivered > 0 && c.delivered < 2_000, "{c:?}");
+    assert_eq!(c.pending, 2_000 - c.delivered);
+}
+
+/// A database that goes away mid-run: a draining run reports the error instead of hanging.
+async fn draining_run_reports_a_dead_database(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 10, 10).await;
+    store.close().await;
+    let worker = Worker::new(store, Recorder::new(|_| None), options("w"));
+    let err = worker.run(RunMode::Drain, CancellationToken::new()).await.unwrap_err();
+    let outboxd::worker::WorkerError::Store(StoreError::Database { op, .. }) = err else {
+        panic!("unexpected error {err}");
+    };
+    assert_eq!(op, "claim");
+}
+
+macro_rules! worker_tests {
+    ($module:ident, $backend:expr) => {
+        mod $module {
+            use super::*;
+            worker_tests!(@tests $backend;
+                three_hosts_drain_10k_exactly_once,
+                crashed_worker_batch_is_finished_by_another,
+                retries_then_fails_at_max_attempts,
+                permanent_fails_and_retry_after_wins,
+                corrupt_envelope_is_isolated,
+                timeout_and_wrong_result_count_are_retryable,
+                per_room_ordering_survives_failures,
+                graceful_shutdown_leaves_nothing_delivering,
+                draining_run_reports_a_dead_database);
+        }
+    };
+    (@tests $backend:expr; $($name:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name($backend).await;
+            }
+        )*
+    };
+}
+
+worker_tests!(sqlite, Backend::Sqlite);
+worker_tests!(mysql, Backend::MySql);
+worker_tests!(postgres, Backend::Postgres);
