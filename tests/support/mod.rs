@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rand::Rng;
-use sqlx::{Connection, Executor, Row};
+use sqlx::{AssertSqlSafe, Connection, Executor, Row};
 
 pub use outboxd::record::Record;
 pub use outboxd::store::{Backend, ConnectOptions, Store, TableName};
@@ -180,8 +180,8 @@ impl RawInsert {
     }
 }
 
-/// A row's columns as stored, for assertions. Empty `worker_id` strings read as `None`, so
-/// "lease cleared" is `worker_id == None && lock_until_ms == None` whichever way a backend stores it.
+/// A row's columns as stored, for assertions. An empty `worker_id` (the column's default before
+/// the first claim and after a requeue) reads as `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawRow {
     /// Tenant.
@@ -213,9 +213,10 @@ pub struct RawRow {
 }
 
 impl RawRow {
-    /// True when the row carries no lease.
+    /// True when the row carries no lease: `lock_until_ms` is NULL, so no claim's fence matches
+    /// it any more (`worker_id` keeps the last claimer, for the record).
     pub fn lease_cleared(&self) -> bool {
-        self.worker_id.is_none() && self.lock_until_ms.is_none()
+        self.lock_until_ms.is_none()
     }
 }
 
@@ -347,13 +348,13 @@ impl TestDb {
             match backend {
                 Backend::MySql => {
                     let mut conn = sqlx::MySqlConnection::connect(&admin_url).await?;
-                    conn.execute(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4").as_str())
+                    conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4")))
                         .await?;
                     conn.close().await
                 }
                 Backend::Postgres => {
                     let mut conn = sqlx::PgConnection::connect(&admin_url).await?;
-                    conn.execute(format!("CREATE DATABASE {name}").as_str()).await?;
+                    conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}"))).await?;
                     conn.close().await
                 }
                 Backend::Sqlite => unreachable!(),
@@ -448,7 +449,7 @@ impl TestDb {
     pub async fn execute(&self, sql: &str, binds: &[Bind]) -> u64 {
         macro_rules! run {
             ($pool:expr) => {{
-                let mut q = sqlx::query(sql);
+                let mut q = sqlx::query(AssertSqlSafe(sql.to_string()));
                 for b in binds {
                     q = match b {
                         Bind::I64(v) => q.bind(*v),
@@ -546,7 +547,7 @@ impl TestDb {
         );
         macro_rules! fetch {
             ($pool:expr, $db:ty) => {{
-                let mut q = sqlx::query::<$db>(&sql);
+                let mut q = sqlx::query::<$db>(AssertSqlSafe(sql.clone()));
                 for b in binds {
                     q = match b {
                         Bind::I64(v) => q.bind(*v),
@@ -587,9 +588,9 @@ impl TestDb {
     pub async fn table_exists(&self, table: &str) -> bool {
         let sql = format!("SELECT COUNT(*) FROM {table} WHERE 1 = 0");
         match &self.pool {
-            RawPool::Sqlite(p) => sqlx::query(&sql).fetch_all(p).await.is_ok(),
-            RawPool::MySql(p) => sqlx::query(&sql).fetch_all(p).await.is_ok(),
-            RawPool::Postgres(p) => sqlx::query(&sql).fetch_all(p).await.is_ok(),
+            RawPool::Sqlite(p) => sqlx::query(AssertSqlSafe(sql.clone())).fetch_all(p).await.is_ok(),
+            RawPool::MySql(p) => sqlx::query(AssertSqlSafe(sql.clone())).fetch_all(p).await.is_ok(),
+            RawPool::Postgres(p) => sqlx::query(AssertSqlSafe(sql.clone())).fetch_all(p).await.is_ok(),
         }
     }
 
@@ -631,7 +632,7 @@ impl TestDb {
         let explain = format!("EXPLAIN {sql}");
         macro_rules! rows {
             ($pool:expr, $db:ty) => {{
-                let mut q = sqlx::query::<$db>(&explain);
+                let mut q = sqlx::query::<$db>(AssertSqlSafe(explain.clone()));
                 for b in binds {
                     q = match b {
                         Bind::I64(v) => q.bind(*v),
@@ -742,13 +743,13 @@ async fn drop_database(backend: Backend, admin_url: &str, name: &str) {
             Backend::MySql => {
                 let mut conn = sqlx::MySqlConnection::connect(admin_url).await?;
                 conn.execute("SET SESSION lock_wait_timeout = 10").await?;
-                conn.execute(format!("DROP DATABASE IF EXISTS {name}").as_str())
+                conn.execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")))
                     .await?;
                 conn.close().await
             }
             Backend::Postgres => {
                 let mut conn = sqlx::PgConnection::connect(admin_url).await?;
-                conn.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                conn.execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
                     .await?;
                 conn.close().await
             }

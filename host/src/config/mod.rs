@@ -235,6 +235,14 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     humantime_serde::deserialize(deserializer)
 }
 
+/// Deserializes a list of humantime durations (`["1s", "10s", "1m"]`).
+fn durations<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Duration>, D::Error> {
+    Vec::<String>::deserialize(deserializer)?
+        .iter()
+        .map(|text| humantime::parse_duration(text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}"))))
+        .collect()
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 struct RawConfig {
@@ -323,7 +331,7 @@ struct RawRetry {
     base: Duration,
     #[serde(deserialize_with = "duration")]
     cap: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "durations")]
     delays: Vec<Duration>,
     max_attempts: u32,
 }

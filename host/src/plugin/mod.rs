@@ -1,1 +1,80 @@
-//! TODO(owner: plugin helper)
+//! The WebAssembly publisher-plugin host: sinks are components implementing
+//! `outbox:publisher/publisher` (`wit/publisher.wit`), run by wasmtime behind the [`Publisher`]
+//! seam, routed by event type.
+//!
+//! - [`engine`]: the one `Engine` (component model, async, epoch interruption), its epoch
+//!   ticker, and compiling through the precompiled-artifact [`cache`];
+//! - [`world`]: the world/version check and linking (WASI p2 granting nothing + `logging`);
+//! - [`state`]: per-instance store state, memory limiter, logging and stdio → `tracing`;
+//! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool;
+//! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
+//! - [`check`]: `outboxd plugin check|test`.
+
+mod bindings;
+pub mod cache;
+pub mod check;
+pub mod engine;
+mod error;
+pub mod router;
+pub mod sink;
+mod state;
+pub mod world;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::try_join_all;
+
+pub use cache::CacheOutcome;
+pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin};
+pub use engine::{CompiledPlugin, PluginEngine};
+pub use error::{BoxError, PluginError};
+pub use router::RoutedPublisher;
+pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
+
+use crate::config::{PluginSettings, RouteConfig, SinkConfig};
+use crate::publish::Publisher;
+
+/// Starts every sink and the router: the production [`Publisher`].
+///
+/// Everything is checked here, before any row is claimed, and the first problem is returned as
+/// one error naming the sink, route or file: duplicate sink names, a route naming an unknown
+/// sink, unusable limits, a missing file, a file that is not a component, a component of the
+/// wrong world or an incompatible version, and any sink whose plugin's `init` fails. Plugin paths
+/// must already be resolved (relative to the config file) by the caller.
+pub async fn load_publisher(
+    sinks: &[SinkConfig],
+    routes: &[RouteConfig],
+    settings: &PluginSettings,
+) -> Result<Arc<dyn Publisher>, PluginError> {
+    let engine = PluginEngine::new(settings)?;
+    let started = start_sinks(&engine, sinks, routes).await?;
+    let publishers = started
+        .into_iter()
+        .map(|sink| (sink.name().to_string(), Arc::new(sink) as Arc<dyn Publisher>))
+        .collect();
+    Ok(Arc::new(RoutedPublisher::new(routes, publishers)?))
+}
+
+/// Validates names and routes, then starts every sink concurrently on `engine`.
+pub async fn start_sinks(
+    engine: &PluginEngine,
+    sinks: &[SinkConfig],
+    routes: &[RouteConfig],
+) -> Result<Vec<PluginSink>, PluginError> {
+    let mut names = BTreeMap::new();
+    for sink in sinks {
+        if names.insert(sink.name.as_str(), ()).is_some() {
+            return Err(PluginError::DuplicateSink {
+                sink: sink.name.clone(),
+            });
+        }
+    }
+    if let Some(route) = routes.iter().find(|route| !names.contains_key(route.sink.as_str())) {
+        return Err(PluginError::UnknownSink {
+            event_type: route.event_type.clone(),
+            sink: route.sink.clone(),
+        });
+    }
+    try_join_all(sinks.iter().map(|sink| PluginSink::start(engine, sink))).await
+}

@@ -1,1 +1,143 @@
-//! TODO(owner: store helper) mysql
+//! The MySQL / MariaDB backend: [`MySqlStore`] and the producer [`save`].
+//!
+//! Claims lock rows with `FOR UPDATE SKIP LOCKED`, which needs MariaDB ≥ 10.6 or MySQL ≥ 8.0;
+//! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
+//! `UPDATE … RETURNING`, so a mark first locks and lists the rows still under its lease
+//! (`SELECT … FOR UPDATE`) and then updates them, in one transaction.
+
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::MySql;
+
+use super::sql::exec::{self, impl_session, impl_store, Driver};
+use super::sql::{Dialect, Statements};
+use super::{Backend, ConnectOptions, StoreError, TableName};
+use crate::record::Record;
+
+/// The outbox in a MySQL or MariaDB database.
+#[derive(Debug, Clone)]
+pub struct MySqlStore {
+    pool: MySqlPool,
+    statements: Statements,
+}
+
+impl MySqlStore {
+    /// Connects to `options.url` (`mysql://user:password@host:3306/db`) and checks that the
+    /// server supports `SKIP LOCKED` ([`StoreError::UnsupportedServer`] otherwise).
+    pub async fn connect(options: &ConnectOptions) -> Result<MySqlStore, StoreError> {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .connect(&options.url)
+            .await
+            .map_err(StoreError::db("connect"))?;
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&pool)
+            .await
+            .map_err(StoreError::db("connect"))?;
+        if let Err(err) = check_server_version(&version) {
+            pool.close().await;
+            return Err(err);
+        }
+        Ok(MySqlStore {
+            pool,
+            statements: Statements::new(Dialect::MySql, &options.table),
+        })
+    }
+
+    /// The connection pool, e.g. to open the transaction [`save`] writes in.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
+
+/// Accepts MariaDB ≥ 10.6 and MySQL ≥ 8.0 (the first with `SKIP LOCKED`), given `VERSION()`
+/// such as `10.11.6-MariaDB-0+deb12u1` or `8.0.36`.
+fn check_server_version(version: &str) -> Result<(), StoreError> {
+    let mariadb = version.to_ascii_lowercase().contains("mariadb");
+    // Old MariaDB handshakes prefix "5.5.5-" for replication compatibility.
+    let number = match version.strip_prefix("5.5.5-") {
+        Some(rest) if mariadb => rest,
+        _ => version,
+    };
+    let mut parts = number
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u32>().ok());
+    let parsed = match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => Some((major, minor)),
+        _ => None,
+    };
+    let (name, minimum) = if mariadb {
+        ("MariaDB", (10, 6))
+    } else {
+        ("MySQL", (8, 0))
+    };
+    match parsed {
+        Some(found) if found >= minimum => Ok(()),
+        _ => Err(StoreError::UnsupportedServer(format!(
+            "{name} {version} lacks FOR UPDATE SKIP LOCKED; outboxd needs {name} >= {}.{}",
+            minimum.0, minimum.1
+        ))),
+    }
+}
+
+impl_session!(sqlx::MySqlConnection, MySql);
+
+impl Driver for MySqlStore {
+    type Db = MySql;
+    const BEGIN_WRITE: Option<&'static str> = None;
+
+    fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    fn statements(&self) -> &Statements {
+        &self.statements
+    }
+}
+
+impl_store!(MySqlStore, Backend::MySql);
+
+/// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
+/// (or roll back) together with the business change. Ids already present are ignored
+/// (`ON DUPLICATE KEY UPDATE event_id = event_id`; other errors still fail); returns the rows
+/// inserted. The count subtracts ids a consistent read saw before the insert, so it can be off
+/// only when another transaction commits the same event id at the same moment.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::SystemTime;
+/// use outboxd::record::Record;
+/// use outboxd::store::mysql::save;
+/// use outboxd::store::TableName;
+///
+/// let pool = sqlx::MySqlPool::connect("mysql://root@127.0.0.1:3306/app").await?;
+/// let mut tx = pool.begin().await?;
+/// // … the business change, on the same transaction …
+/// let record = Record::build("room-42", "RoomGiftSent", 7, SystemTime::now(), &"rose".to_string())
+///     .with_app_code("live");
+/// save(&mut tx, &TableName::default(), &[record]).await?;
+/// tx.commit().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn save(
+    tx: &mut sqlx::Transaction<'_, MySql>,
+    table: &TableName,
+    records: &[Record],
+) -> Result<u64, StoreError> {
+    exec::save(&mut **tx, Dialect::MySql, table, records).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_server_version;
+
+    #[test]
+    fn server_versions_with_skip_locked() {
+        for ok in ["10.6.0-MariaDB", "10.11.6-MariaDB-0+deb12u1", "5.5.5-10.6.12-MariaDB", "11.4.2-MariaDB", "8.0.36", "8.4.0", "9.1.0-commercial"] {
+            assert!(check_server_version(ok).is_ok(), "{ok}");
+        }
+        for old in ["10.5.23-MariaDB", "10.3.39-MariaDB-0+deb10u1", "5.7.44-log", "garbage"] {
+            assert!(check_server_version(old).is_err(), "{old}");
+        }
+    }
+}

@@ -1,1 +1,114 @@
-//! TODO(owner: store helper) sqlite
+//! The SQLite backend: [`SqliteStore`] and the producer [`save`].
+//!
+//! The database file is opened in WAL mode with a 30 s busy timeout, so several processes and
+//! pools can share it; every write runs in `BEGIN IMMEDIATE`, which takes the write lock up front
+//! (a claim is therefore serialized with other writers instead of using row locks). An in-memory
+//! URL (`sqlite::memory:`) gets a single, never-recycled connection: the database lives as long
+//! as the store.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::Sqlite;
+
+use super::sql::exec::{self, impl_session, impl_store, Driver};
+use super::sql::{Dialect, Statements};
+use super::{Backend, ConnectOptions, StoreError, TableName};
+use crate::record::Record;
+
+/// How long a statement waits for another connection's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The outbox in a SQLite database.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    statements: Statements,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database `options.url` names (`sqlite://path`,
+    /// `sqlite::memory:`).
+    pub async fn connect(options: &ConnectOptions) -> Result<SqliteStore, StoreError> {
+        let connect = SqliteConnectOptions::from_str(&options.url)
+            .map_err(StoreError::db("connect"))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(BUSY_TIMEOUT);
+        let in_memory = options.url.contains(":memory:") || options.url.contains("mode=memory");
+        let pool = if in_memory {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            SqlitePoolOptions::new().max_connections(options.max_connections.max(1))
+        }
+        .connect_with(connect)
+        .await
+        .map_err(StoreError::db("connect"))?;
+        Ok(SqliteStore {
+            pool,
+            statements: Statements::new(Dialect::Sqlite, &options.table),
+        })
+    }
+
+    /// The connection pool, e.g. to open the transaction [`save`] writes in.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+impl_session!(sqlx::SqliteConnection, Sqlite);
+
+impl Driver for SqliteStore {
+    type Db = Sqlite;
+    const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
+
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    fn statements(&self) -> &Statements {
+        &self.statements
+    }
+}
+
+impl_store!(SqliteStore, Backend::Sqlite);
+
+/// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
+/// (or roll back) together with the business change. Ids already present are ignored; returns
+/// the rows inserted.
+///
+/// Open the transaction with `BEGIN IMMEDIATE` (`pool.begin_with("BEGIN IMMEDIATE")`) when it
+/// reads before it writes, so it cannot fail to upgrade to a write lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::SystemTime;
+/// use outboxd::record::Record;
+/// use outboxd::store::sqlite::{save, SqliteStore};
+/// use outboxd::store::{ConnectOptions, Store};
+///
+/// let store = SqliteStore::connect(&ConnectOptions::new("sqlite::memory:")).await?;
+/// store.migrate().await?;
+///
+/// let mut tx = store.pool().begin().await?;
+/// // … the business change, on the same transaction …
+/// let record = Record::build("room-42", "RoomGiftSent", 7, SystemTime::now(), &"rose".to_string());
+/// assert_eq!(save(&mut tx, store.table(), &[record.clone()]).await?, 1);
+/// assert_eq!(save(&mut tx, store.table(), &[record]).await?, 0); // idempotent
+/// tx.commit().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn save(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    table: &TableName,
+    records: &[Record],
+) -> Result<u64, StoreError> {
+    exec::save(&mut **tx, Dialect::Sqlite, table, records).await
+}

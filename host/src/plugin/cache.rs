@@ -1,0 +1,178 @@
+//! On-disk cache of precompiled plugin artifacts, keyed by sha256(wasm bytes) and the engine's
+//! compatibility hash.
+//!
+//! Loading a precompiled artifact is `unsafe` in wasmtime (it is native code), so the cache only
+//! ever returns bytes this host wrote itself: the directory must carry the marker file this host
+//! writes when it creates it, must be private to its owner (mode 0700 on Unix), and every
+//! artifact must match the sha256 recorded next to it when it was stored.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+
+use super::error::PluginError;
+
+/// File whose presence says "this directory was created by outboxd's plugin cache".
+const MARKER: &str = "OUTBOXD_PLUGIN_CACHE";
+
+/// Where a compiled component came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// A trusted precompiled artifact was loaded: nothing was compiled.
+    Hit,
+    /// The component was compiled and its artifact stored for next time.
+    Stored,
+    /// The component was compiled; no cache is in use (or storing failed).
+    Disabled,
+}
+
+/// A directory of `<key>.cwasm` artifacts with `<key>.sha256` checksums.
+#[derive(Debug)]
+pub struct ArtifactCache {
+    dir: PathBuf,
+}
+
+impl ArtifactCache {
+    /// Opens (creating if needed) the cache at `dir`, or at the default location when `None`.
+    ///
+    /// An explicitly configured directory that cannot be used is an error. For the default
+    /// location, problems fall back to a private directory under the system temp dir, and if
+    /// that cannot be trusted either, caching is off (`Ok(None)`) with a warning.
+    pub fn open(dir: Option<&Path>) -> Result<Option<ArtifactCache>, PluginError> {
+        if let Some(dir) = dir {
+            return prepare(dir)
+                .map(|()| Some(ArtifactCache { dir: dir.to_path_buf() }))
+                .map_err(|source| PluginError::Cache {
+                    dir: dir.to_path_buf(),
+                    source,
+                });
+        }
+        for candidate in default_dirs() {
+            match prepare(&candidate) {
+                Ok(()) => return Ok(Some(ArtifactCache { dir: candidate })),
+                Err(error) => {
+                    tracing::warn!(dir = %candidate.display(), %error, "plugin cache directory unusable");
+                }
+            }
+        }
+        tracing::warn!("no usable plugin cache directory: plugins are compiled at every start");
+        Ok(None)
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The artifact stored under `key`, if present and its checksum matches.
+    pub fn load(&self, key: &str) -> Option<Vec<u8>> {
+        let artifact = fs::read(self.artifact_path(key)).ok()?;
+        let recorded = fs::read_to_string(self.checksum_path(key)).ok()?;
+        if hex::encode(Sha256::digest(&artifact)) == recorded.trim() {
+            Some(artifact)
+        } else {
+            tracing::warn!(dir = %self.dir.display(), key, "cached plugin artifact fails its checksum; recompiling");
+            self.remove(key);
+            None
+        }
+    }
+
+    /// Stores `artifact` under `key` (written to temporary files, then renamed into place).
+    pub fn store(&self, key: &str, artifact: &[u8]) -> io::Result<()> {
+        let checksum = hex::encode(Sha256::digest(artifact));
+        write_atomically(&self.artifact_path(key), artifact)?;
+        write_atomically(&self.checksum_path(key), checksum.as_bytes())
+    }
+
+    /// Deletes the artifact stored under `key` (best effort).
+    pub fn remove(&self, key: &str) {
+        let _ = fs::remove_file(self.checksum_path(key));
+        let _ = fs::remove_file(self.artifact_path(key));
+    }
+
+    fn artifact_path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.cwasm"))
+    }
+
+    fn checksum_path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.sha256"))
+    }
+}
+
+/// Default locations, best first: `$XDG_CACHE_HOME/outboxd`, `~/.cache/outboxd`, then
+/// `<temp>/outboxd-plugin-cache-<user>`.
+fn default_dirs() -> Vec<PathBuf> {
+    let non_empty = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    let mut dirs = Vec::new();
+    if let Some(xdg) = non_empty("XDG_CACHE_HOME") {
+        dirs.push(PathBuf::from(xdg).join("outboxd"));
+    }
+    if let Some(home) = non_empty("HOME") {
+        dirs.push(PathBuf::from(home).join(".cache").join("outboxd"));
+    }
+    let user = non_empty("USER").map_or_else(|| "user".into(), |u| u.to_string_lossy().into_owned());
+    dirs.push(std::env::temp_dir().join(format!("outboxd-plugin-cache-{user}")));
+    dirs
+}
+
+/// Creates `dir` with its marker if it does not exist; checks an existing one is ours.
+fn prepare(dir: &Path) -> io::Result<()> {
+    if !dir.exists() {
+        create_private_dir(dir)?;
+        fs::write(dir.join(MARKER), b"outboxd precompiled plugin artifacts; safe to delete\n")?;
+    }
+    if !dir.join(MARKER).is_file() {
+        return Err(io::Error::other(format!(
+            "exists but was not created by outboxd (no {MARKER} file); refusing to load native code from it"
+        )));
+    }
+    check_private(dir)
+}
+
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)
+}
+
+/// On Unix, the directory must be accessible to its owner only, and that owner must be the
+/// owner of the marker file (written by this host).
+#[cfg(unix)]
+fn check_private(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(dir)?;
+    let marker = fs::metadata(dir.join(MARKER))?;
+    if meta.mode() & 0o077 != 0 || meta.uid() != marker.uid() {
+        return Err(io::Error::other(
+            "is accessible to other users; refusing to load native code from it (chmod 700 or delete it)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_private(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// Writes `bytes` to a unique temporary file beside `path`, then renames it over `path`.
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}-{unique}", std::process::id()));
+    let result = fs::File::create(&tmp)
+        .and_then(|mut file| file.write_all(bytes).and_then(|()| file.sync_all()))
+        .and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,171 @@
+//! The plugin author's loop behind `outboxd plugin check FILE` and `outboxd plugin test FILE`:
+//! load and inspect a plugin, or run `init` and `publish` on sample events without a database,
+//! plus the parsing and printing those commands need.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+use super::cache::CacheOutcome;
+use super::engine::PluginEngine;
+use super::error::PluginError;
+use super::sink::{PluginSink, prepare};
+use super::world::{SUPPORTED_VERSIONS, WIT_PACKAGE, WorldInfo};
+use crate::config::{PluginSettings, SinkConfig, SinkLimits};
+use crate::publish::{Event, Outcome, Publisher};
+
+/// What `outboxd plugin check` found; `Display` prints it for humans.
+#[derive(Debug, Clone)]
+pub struct CheckReport {
+    /// The plugin file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Hex sha256 of the file.
+    pub sha256: String,
+    /// Imports, exports and the `outbox:publisher` version it was built against.
+    pub world: WorldInfo,
+    /// Whether compiling was skipped thanks to the artifact cache.
+    pub cache: CacheOutcome,
+}
+
+impl fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "plugin:  {} ({} bytes, sha256 {})", self.path.display(), self.size, self.sha256)?;
+        let version = self.world.version.as_deref().unwrap_or("unversioned");
+        writeln!(
+            f,
+            "world:   {WIT_PACKAGE}/publisher@{version}: ok (this host loads {SUPPORTED_VERSIONS})"
+        )?;
+        writeln!(f, "exports: {}", self.world.exports.join(", "))?;
+        writeln!(f, "imports:")?;
+        for import in &self.world.imports {
+            writeln!(f, "  {import}")?;
+        }
+        let cache = match self.cache {
+            CacheOutcome::Hit => "precompiled artifact loaded from the cache",
+            CacheOutcome::Stored => "compiled; artifact stored in the cache",
+            CacheOutcome::Disabled => "compiled; no cache",
+        };
+        write!(f, "compile: {cache}")
+    }
+}
+
+/// Loads the plugin at `path`, checks its world and version, links it, and lists its imports.
+/// Uses (and fills) the artifact cache of `settings`.
+pub async fn check(path: &Path, settings: &PluginSettings) -> Result<CheckReport, PluginError> {
+    let engine = PluginEngine::new(settings)?;
+    let plugin = engine.compile(path).await?;
+    let (world, _pre) = prepare(&engine, path, &plugin.component)?;
+    Ok(CheckReport {
+        path: path.to_path_buf(),
+        size: plugin.size,
+        sha256: plugin.sha256,
+        world,
+        cache: plugin.cache,
+    })
+}
+
+/// Runs the plugin at `path` as a sink named `test` with default limits: `init(config)`, then one
+/// `publish` of `events` (split by the default `max_batch_size`). Returns one outcome per event.
+pub async fn test_plugin(
+    path: &Path,
+    config: Vec<(String, String)>,
+    events: Vec<Event>,
+    settings: &PluginSettings,
+) -> Result<Vec<Outcome>, PluginError> {
+    let engine = PluginEngine::new(settings)?;
+    let sink = SinkConfig {
+        name: "test".to_string(),
+        plugin: path.to_path_buf(),
+        config: config.into_iter().collect(),
+        limits: SinkLimits::default(),
+    };
+    let sink = PluginSink::start(&engine, &sink).await?;
+    Ok(sink.publish(&events).await)
+}
+
+/// Parses a `--config key=value` argument.
+pub fn parse_config_pair(arg: &str) -> Result<(String, String), PluginError> {
+    match arg.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_string(), value.to_string())),
+        _ => Err(PluginError::ConfigPair(arg.to_string())),
+    }
+}
+
+/// An `--event` argument: every field optional except `event_type`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventArg {
+    event_type: String,
+    app_code: Option<String>,
+    event_id: Option<String>,
+    room_id: Option<String>,
+    room_version: Option<i64>,
+    occurred_at_ms: Option<i64>,
+    attempt: Option<u32>,
+    body: Option<String>,
+    body_base64: Option<String>,
+}
+
+/// Parses the `index`-th (1-based) `--event` JSON argument, e.g.
+/// `{"event_type":"room.created","body":"hello"}`. Defaults: `app_code` `"test"`, `event_id`
+/// `"test-<index>"`, `room_id` `"room-1"`, `room_version` `index`, `occurred_at_ms` now,
+/// `attempt` 1, empty body. `body` is UTF-8 text; `body_base64` gives binary bodies.
+pub fn parse_event_json(index: usize, json: &str) -> Result<Event, PluginError> {
+    let invalid = |reason: String| PluginError::EventJson { index, reason };
+    let arg: EventArg = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
+    let body = match (arg.body, arg.body_base64) {
+        (Some(_), Some(_)) => return Err(invalid("give `body` or `body_base64`, not both".into())),
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(b64)) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| invalid(format!("body_base64: {e}")))?,
+        (None, None) => Vec::new(),
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Ok(Event {
+        app_code: arg.app_code.unwrap_or_else(|| "test".to_string()),
+        event_id: arg.event_id.unwrap_or_else(|| format!("test-{index}")),
+        event_type: arg.event_type,
+        room_id: arg.room_id.unwrap_or_else(|| "room-1".to_string()),
+        room_version: arg.room_version.unwrap_or(index as i64),
+        occurred_at_ms: arg.occurred_at_ms.unwrap_or(now_ms),
+        body,
+        attempt: arg.attempt.unwrap_or(1),
+    })
+}
+
+/// `outboxd plugin test`'s output: one line per event with its outcome.
+pub struct TestReport<'a> {
+    /// The events published.
+    pub events: &'a [Event],
+    /// Their outcomes, in order.
+    pub outcomes: &'a [Outcome],
+}
+
+impl fmt::Display for TestReport<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (event, outcome)) in self.events.iter().zip(self.outcomes).enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{} {} ({}): ", i + 1, event.event_id, event.event_type)?;
+            match outcome {
+                Outcome::Delivered => write!(f, "delivered")?,
+                Outcome::Retryable { message, retry_after: None } => write!(f, "retryable: {message}")?,
+                Outcome::Retryable { message, retry_after: Some(after) } => write!(
+                    f,
+                    "retryable after {}: {message}",
+                    humantime::format_duration(*after)
+                )?,
+                Outcome::Permanent { message } => write!(f, "failed (permanent): {message}")?,
+            }
+        }
+        Ok(())
+    }
+}

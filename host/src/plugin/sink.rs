@@ -1,0 +1,316 @@
+//! `PluginSink`: one `[[sink]]` running its plugin under its limits, with a small pool of
+//! reusable instances; implements [`Publisher`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use wasmtime::component::Component;
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use super::bindings::outbox::publisher::types::{Event as WitEvent, PublishError};
+use super::bindings::{Publisher as WitPublisher, PublisherPre};
+use super::engine::{CompiledPlugin, PluginEngine};
+use super::error::{PluginError, boxed};
+use super::state::HostState;
+use super::world::{self, WorldInfo};
+use crate::config::SinkConfig;
+use crate::publish::{Event, Outcome, Publisher};
+
+/// Slack given to a call beyond its epoch deadline before the outer tokio timeout drops it
+/// (covers a guest blocked in a host call, where epochs are not checked).
+const OUTER_TIMEOUT_GRACE: Duration = Duration::from_secs(1);
+
+/// Most idle instances a sink keeps for reuse; concurrent publishes beyond this create extra
+/// instances that are dropped after use.
+pub const MAX_IDLE_INSTANCES: usize = 4;
+
+/// A running sink: its plugin linked once (`InstancePre`), instances reused across batches.
+pub struct PluginSink {
+    name: Arc<str>,
+    engine: PluginEngine,
+    pre: PublisherPre<HostState>,
+    config: Vec<(String, String)>,
+    publish_timeout: Duration,
+    memory_cap: u64,
+    max_batch_size: usize,
+    idle: Mutex<Vec<Instance>>,
+    instances_built: AtomicU64,
+    plugin: CompiledPlugin,
+    world: WorldInfo,
+}
+
+/// Counters of a sink's instance pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkStats {
+    /// Instances created (instantiated and `init`ed) since the sink started, including rebuilds.
+    pub instances_built: u64,
+    /// Instances idle in the pool right now.
+    pub idle_instances: usize,
+}
+
+/// One live plugin instance and its store.
+struct Instance {
+    store: Store<HostState>,
+    bindings: WitPublisher,
+}
+
+impl PluginSink {
+    /// Compiles (or loads from the cache) the sink's plugin, checks its world and version, links
+    /// it, and creates a first instance, calling `init` with the sink's config. An `init` error
+    /// is [`PluginError::Init`] with the plugin's message.
+    pub async fn start(engine: &PluginEngine, sink: &SinkConfig) -> Result<PluginSink, PluginError> {
+        let limits = &sink.limits;
+        let invalid = |reason: &str| PluginError::InvalidLimits {
+            sink: sink.name.clone(),
+            reason: reason.to_string(),
+        };
+        if limits.publish_timeout.is_zero() {
+            return Err(invalid("limits.publish_timeout must be greater than zero"));
+        }
+        if limits.max_batch_size == 0 {
+            return Err(invalid("limits.max_batch_size must be at least 1"));
+        }
+        let plugin = engine.compile(&sink.plugin).await?;
+        let (world, pre) = prepare(engine, &sink.plugin, &plugin.component)?;
+        let this = PluginSink {
+            name: Arc::from(sink.name.as_str()),
+            engine: engine.clone(),
+            pre,
+            config: sink.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            publish_timeout: limits.publish_timeout,
+            memory_cap: limits.memory.0,
+            max_batch_size: limits.max_batch_size as usize,
+            idle: Mutex::new(Vec::new()),
+            instances_built: AtomicU64::new(0),
+            plugin,
+            world,
+        };
+        let first = this.instantiate().await?;
+        this.check_in(first);
+        Ok(this)
+    }
+
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The compiled plugin (sha256, size, whether it came from the cache).
+    pub fn plugin(&self) -> &CompiledPlugin {
+        &self.plugin
+    }
+
+    /// The plugin's imports, exports and WIT version.
+    pub fn world(&self) -> &WorldInfo {
+        &self.world
+    }
+
+    /// Pool counters: a steady `instances_built` across batches shows instances are reused.
+    pub fn stats(&self) -> SinkStats {
+        SinkStats {
+            instances_built: self.instances_built.load(Ordering::Relaxed),
+            idle_instances: self.idle.lock().map_or(0, |idle| idle.len()),
+        }
+    }
+
+    /// Creates a fresh instance and runs `init` on it, under the publish deadline.
+    async fn instantiate(&self) -> Result<Instance, PluginError> {
+        let mut store = Store::new(
+            self.engine.engine(),
+            HostState::new(self.name.clone(), self.memory_cap),
+        );
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut context| {
+            let state = context.data_mut();
+            match state.deadline {
+                Some(deadline) if Instant::now() >= deadline => {
+                    state.deadline_hit = true;
+                    Err(wasmtime::format_err!("publish deadline exceeded"))
+                }
+                _ => Ok(UpdateDeadline::Yield(1)),
+            }
+        });
+        self.instances_built.fetch_add(1, Ordering::Relaxed);
+        let timeout = self.publish_timeout;
+        store.data_mut().arm(Instant::now() + timeout);
+        let instantiated = tokio::time::timeout(timeout + OUTER_TIMEOUT_GRACE, async {
+            let bindings = self.pre.instantiate_async(&mut store).await?;
+            let init = bindings.call_init(&mut store, &self.config).await?;
+            Ok::<_, wasmtime::Error>((bindings, init))
+        })
+        .await;
+        let (bindings, init) = match instantiated {
+            Err(_elapsed) => return Err(self.deadline_error()),
+            Ok(Err(error)) => {
+                let failure = self.failure(store.data(), error);
+                return Err(match failure {
+                    PluginError::Trap { source, .. } => PluginError::Instantiate {
+                        sink: self.name.to_string(),
+                        source,
+                    },
+                    other => other,
+                });
+            }
+            Ok(Ok(done)) => done,
+        };
+        init.map_err(|message| PluginError::Init {
+            sink: self.name.to_string(),
+            message,
+        })?;
+        store.data_mut().disarm();
+        Ok(Instance { store, bindings })
+    }
+
+    /// An idle instance, or a new one.
+    async fn check_out(&self) -> Result<Instance, PluginError> {
+        let reused = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        match reused {
+            Some(instance) => Ok(instance),
+            None => self.instantiate().await,
+        }
+    }
+
+    /// Returns a healthy instance to the pool (dropping it if the pool is full).
+    fn check_in(&self, instance: Instance) {
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < MAX_IDLE_INSTANCES {
+                idle.push(instance);
+            }
+        }
+    }
+
+    /// Publishes at most `max_batch_size` events through one instance.
+    async fn publish_chunk(&self, events: &[Event]) -> Vec<Outcome> {
+        let wit_events: Vec<WitEvent> = events.iter().map(to_wit).collect();
+        let result = match self.check_out().await {
+            Ok(mut instance) => match self.call_publish(&mut instance, &wit_events).await {
+                Ok(results) => {
+                    self.check_in(instance);
+                    Ok(results)
+                }
+                Err(error) => Err(error),
+            },
+            Err(error) => Err(error),
+        };
+        match result {
+            Ok(results) => results.into_iter().map(to_outcome).collect(),
+            Err(error) => {
+                tracing::warn!(sink = %self.name, error = %error, events = events.len(), "plugin batch failed; instance discarded");
+                let message = error.to_string();
+                events.iter().map(|_| Outcome::retryable(message.clone())).collect()
+            }
+        }
+    }
+
+    /// Calls `publish` under the deadline and checks the result count.
+    async fn call_publish(
+        &self,
+        instance: &mut Instance,
+        events: &[WitEvent],
+    ) -> Result<Vec<Result<(), PublishError>>, PluginError> {
+        let timeout = self.publish_timeout;
+        instance.store.data_mut().arm(Instant::now() + timeout);
+        let called = tokio::time::timeout(
+            timeout + OUTER_TIMEOUT_GRACE,
+            instance.bindings.call_publish(&mut instance.store, events),
+        )
+        .await;
+        instance.store.data_mut().disarm();
+        let results = match called {
+            Err(_elapsed) => return Err(self.deadline_error()),
+            Ok(Err(error)) => return Err(self.failure(instance.store.data(), error)),
+            Ok(Ok(results)) => results,
+        };
+        if results.len() != events.len() {
+            return Err(PluginError::ResultCount {
+                sink: self.name.to_string(),
+                got: results.len(),
+                expected: events.len(),
+            });
+        }
+        Ok(results)
+    }
+
+    fn deadline_error(&self) -> PluginError {
+        PluginError::Deadline {
+            sink: self.name.to_string(),
+            timeout: self.publish_timeout,
+        }
+    }
+
+    /// Classifies a failed guest call: deadline, memory cap, or another trap.
+    fn failure(&self, state: &HostState, error: wasmtime::Error) -> PluginError {
+        if state.deadline_hit {
+            return self.deadline_error();
+        }
+        if state.limiter.hit {
+            return PluginError::MemoryCap {
+                sink: self.name.to_string(),
+                limit: self.memory_cap,
+            };
+        }
+        let mut reason = match error.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            None => error.to_string(),
+        };
+        if let Some(stderr) = state.recent_stderr() {
+            reason = format!("{reason} (stderr: {stderr})");
+        }
+        PluginError::Trap {
+            sink: self.name.to_string(),
+            reason,
+            source: boxed(error),
+        }
+    }
+}
+
+#[async_trait]
+impl Publisher for PluginSink {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(self.max_batch_size) {
+            outcomes.extend(self.publish_chunk(chunk).await);
+        }
+        outcomes
+    }
+}
+
+/// Compiled component → checked world + linked `InstancePre`.
+pub(super) fn prepare(
+    engine: &PluginEngine,
+    path: &std::path::Path,
+    component: &Component,
+) -> Result<(WorldInfo, PublisherPre<HostState>), PluginError> {
+    let info = world::inspect(engine.engine(), path, component)?;
+    let pre = world::link(engine.engine(), path, component)?;
+    Ok((info, pre))
+}
+
+fn to_wit(event: &Event) -> WitEvent {
+    WitEvent {
+        app_code: event.app_code.clone(),
+        event_id: event.event_id.clone(),
+        event_type: event.event_type.clone(),
+        room_id: event.room_id.clone(),
+        room_version: event.room_version,
+        occurred_at_ms: event.occurred_at_ms,
+        body: event.body.clone(),
+        attempt: event.attempt,
+    }
+}
+
+/// Maps one plugin result onto the worker's outcome.
+fn to_outcome(result: Result<(), PublishError>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Delivered,
+        Err(PublishError::Retryable(message)) => Outcome::retryable(message),
+        Err(PublishError::Permanent(message)) => Outcome::permanent(message),
+        Err(PublishError::RateLimited(limit)) => Outcome::Retryable {
+            message: limit.message,
+            retry_after: Some(Duration::from_millis(limit.retry_after_ms)),
+        },
+    }
+}

@@ -1,0 +1,263 @@
+//! Per-instance store state: the empty WASI context, the memory limiter, the deadline, and the
+//! host side of the `logging` import and of guest stdout/stderr (both land in `tracing`).
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tokio::io::AsyncWrite;
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::outbox::publisher::logging::{self, Level};
+use super::bindings::outbox::publisher::types;
+
+/// Longest guest stdout/stderr line kept; longer lines are logged in pieces.
+const MAX_LINE: usize = 8 * 1024;
+/// Stderr lines of one call kept for a trap's reason.
+const TAIL_LINES: usize = 3;
+/// Longest stderr line kept for a trap's reason.
+const TAIL_LINE_CHARS: usize = 300;
+
+/// The data of one plugin instance's `Store`.
+pub(super) struct HostState {
+    /// The sink's name, tagging every log line.
+    sink: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    /// Memory cap, recording whether it was hit.
+    pub(super) limiter: MemoryLimiter,
+    /// When the running call must end; checked at every epoch tick.
+    pub(super) deadline: Option<Instant>,
+    /// Set when the epoch callback stopped the guest for overrunning `deadline`.
+    pub(super) deadline_hit: bool,
+    /// The last stderr lines written during the running call (a panic message, typically).
+    stderr_tail: Arc<Mutex<Vec<String>>>,
+}
+
+impl HostState {
+    /// State granting nothing: no preopens, environment, arguments or network; empty stdin;
+    /// stdout and stderr line-buffered into `tracing`.
+    pub(super) fn new(sink: Arc<str>, memory_cap: u64) -> HostState {
+        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        let wasi = WasiCtx::builder()
+            .stdout(GuestOutput::new(sink.clone(), Stream::Stdout, None))
+            .stderr(GuestOutput::new(sink.clone(), Stream::Stderr, Some(stderr_tail.clone())))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        HostState {
+            sink,
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(memory_cap),
+            deadline: None,
+            deadline_hit: false,
+            stderr_tail,
+        }
+    }
+
+    /// Starts a guest call that must end by `deadline`.
+    pub(super) fn arm(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
+        if let Ok(mut tail) = self.stderr_tail.lock() {
+            tail.clear();
+        }
+    }
+
+    /// Ends a guest call.
+    pub(super) fn disarm(&mut self) {
+        self.deadline = None;
+    }
+
+    /// The stderr lines of the current call, joined, for a trap's reason.
+    pub(super) fn recent_stderr(&self) -> Option<String> {
+        let tail = self.stderr_tail.lock().ok()?;
+        (!tail.is_empty()).then(|| tail.join(" / "))
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl logging::Host for HostState {
+    fn log(&mut self, level: Level, message: String) {
+        let sink = &*self.sink;
+        match level {
+            Level::Trace => tracing::trace!(target: "outboxd::plugin", sink, "{message}"),
+            Level::Debug => tracing::debug!(target: "outboxd::plugin", sink, "{message}"),
+            Level::Info => tracing::info!(target: "outboxd::plugin", sink, "{message}"),
+            Level::Warn => tracing::warn!(target: "outboxd::plugin", sink, "{message}"),
+            Level::Error => tracing::error!(target: "outboxd::plugin", sink, "{message}"),
+        }
+    }
+}
+
+/// The `types` interface holds only types; nothing to implement.
+impl types::Host for HostState {}
+
+/// [`StoreLimits`] (memory cap, trap on grow failure) that remembers whether the cap was hit.
+pub(super) struct MemoryLimiter {
+    limits: StoreLimits,
+    /// Set when a memory growth was refused.
+    pub(super) hit: bool,
+}
+
+impl MemoryLimiter {
+    fn new(cap: u64) -> MemoryLimiter {
+        MemoryLimiter {
+            limits: StoreLimitsBuilder::new()
+                .memory_size(usize::try_from(cap).unwrap_or(usize::MAX))
+                .trap_on_grow_failure(true)
+                .build(),
+            hit: false,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let verdict = self.limits.memory_growing(current, desired, maximum);
+        if !matches!(verdict, Ok(true)) {
+            self.hit = true;
+        }
+        verdict
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.hit = true;
+        self.limits.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
+}
+
+/// Which guest output stream.
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// A guest's stdout or stderr: complete lines go to `tracing` (stdout at info, stderr at warn)
+/// tagged with the sink. All handles the guest opens share one line buffer.
+#[derive(Clone)]
+struct GuestOutput {
+    sink: Arc<str>,
+    stream: Stream,
+    pending: Arc<Mutex<Vec<u8>>>,
+    /// Where the last lines are kept (stderr only), skipping Rust's `note: …` hints.
+    tail: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+impl GuestOutput {
+    fn new(sink: Arc<str>, stream: Stream, tail: Option<Arc<Mutex<Vec<String>>>>) -> GuestOutput {
+        GuestOutput {
+            sink,
+            stream,
+            pending: Arc::default(),
+            tail,
+        }
+    }
+
+    /// Appends `bytes` and logs every complete line (and any over-long partial line).
+    fn write(&self, bytes: &[u8]) {
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        pending.extend_from_slice(bytes);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n').or_else(|| {
+            (pending.len() >= MAX_LINE).then_some(MAX_LINE)
+        }) {
+            let line: Vec<u8> = pending.drain(..end).collect();
+            if pending.first() == Some(&b'\n') {
+                pending.remove(0);
+            }
+            self.emit(&line);
+        }
+    }
+
+    fn emit(&self, line: &[u8]) {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim_end_matches('\r');
+        if let Some(Ok(mut tail)) = self.tail.as_ref().map(|t| t.lock()) {
+            if !line.trim().is_empty() && !line.starts_with("note: ") {
+                if tail.len() == TAIL_LINES {
+                    tail.remove(0);
+                }
+                tail.push(line.chars().take(TAIL_LINE_CHARS).collect());
+            }
+        }
+        let sink = &*self.sink;
+        match self.stream {
+            Stream::Stdout => tracing::info!(target: "outboxd::plugin", sink, stream = "stdout", "{line}"),
+            Stream::Stderr => tracing::warn!(target: "outboxd::plugin", sink, stream = "stderr", "{line}"),
+        }
+    }
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl AsyncWrite for GuestOutput {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.write(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,426 @@
+//! The store operations, written once for every backend: claim, mark, counts, failed rows,
+//! requeue, migrations and the producer insert.
+//!
+//! A backend supplies its pool, its [`Statements`] and how it begins a write transaction
+//! ([`Driver`]); its connection type runs bound statements ([`Session`], implemented by
+//! [`impl_session!`]); [`impl_store!`] turns the pair into a [`crate::store::Store`].
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use sqlx::Database;
+
+use super::{
+    Arg, Bound, CandidateRow, ClaimBranch, Dialect, EventId, FromColumns, Int, MAX_ROWS_PER_STATEMENT,
+    StatusCountRow, Statements,
+};
+use crate::record::{self, Record};
+use crate::store::{
+    ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, MarkParams, MarkReport,
+    RequeueParams, StatusCounts, StoreError, TableName,
+};
+
+/// A connection (or open transaction) that runs [`Bound`] statements.
+#[async_trait]
+pub(crate) trait Session: Send {
+    /// Runs a statement; returns the rows it affected.
+    async fn run(&mut self, statement: Bound) -> Result<u64, sqlx::Error>;
+
+    /// Runs a query; decodes every row.
+    async fn rows<T: FromColumns + Send + 'static>(&mut self, statement: Bound) -> Result<Vec<T>, sqlx::Error>;
+
+    /// Runs a script of several statements without arguments (a migration).
+    async fn script(&mut self, sql: String) -> Result<(), sqlx::Error>;
+}
+
+/// The sqlx query for `statement`, its arguments bound in order.
+pub(crate) fn bind_args<DB>(statement: Bound) -> sqlx::query::Query<'static, DB, <DB as Database>::Arguments>
+where
+    DB: Database,
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Vec<u8>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    // The text comes from `store::sql`: static fragments and the validated table name only.
+    let mut query = sqlx::query::<DB>(sqlx::AssertSqlSafe(statement.sql));
+    for arg in statement.args {
+        query = match arg {
+            Arg::Text(value) => query.bind(value),
+            Arg::Int(value) => query.bind(value),
+            Arg::Bytes(value) => query.bind(value),
+        };
+    }
+    query
+}
+
+/// Implements [`Session`] for a sqlx connection type: `impl_session!(sqlx::SqliteConnection, sqlx::Sqlite);`.
+macro_rules! impl_session {
+    ($connection:ty, $database:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::store::sql::exec::Session for $connection {
+            async fn run(&mut self, statement: $crate::store::sql::Bound) -> Result<u64, sqlx::Error> {
+                let query = $crate::store::sql::exec::bind_args::<$database>(statement);
+                Ok(query.execute(&mut *self).await?.rows_affected())
+            }
+
+            async fn rows<T: $crate::store::sql::FromColumns + Send + 'static>(
+                &mut self,
+                statement: $crate::store::sql::Bound,
+            ) -> Result<Vec<T>, sqlx::Error> {
+                let query = $crate::store::sql::exec::bind_args::<$database>(statement);
+                let rows = query.fetch_all(&mut *self).await?;
+                rows.iter().map(|row| T::from_columns(row)).collect()
+            }
+
+            async fn script(&mut self, sql: String) -> Result<(), sqlx::Error> {
+                // A migration file embedded in the binary, table name validated.
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *self).await?;
+                Ok(())
+            }
+        }
+    };
+}
+pub(crate) use impl_session;
+
+/// What a backend store provides to the shared operations.
+pub(crate) trait Driver: Send + Sync {
+    /// The sqlx database; its connections run statements.
+    type Db: Database<Connection: Session>;
+
+    /// The statement beginning a write transaction, when the default `BEGIN` is not enough
+    /// (SQLite: `BEGIN IMMEDIATE`, so the write lock is taken up front and waits on busy_timeout
+    /// instead of failing to upgrade).
+    const BEGIN_WRITE: Option<&'static str>;
+
+    /// The connection pool.
+    fn pool(&self) -> &sqlx::Pool<Self::Db>;
+
+    /// The store's statements (dialect and table).
+    fn statements(&self) -> &Statements;
+}
+
+/// Implements [`crate::store::Store`] for a [`Driver`] with the shared operations:
+/// `impl_store!(SqliteStore, Backend::Sqlite);`.
+macro_rules! impl_store {
+    ($store:ty, $backend:expr) => {
+        #[async_trait::async_trait]
+        impl $crate::store::Store for $store {
+            fn backend(&self) -> $crate::store::Backend {
+                $backend
+            }
+
+            fn table(&self) -> &$crate::store::TableName {
+                $crate::store::sql::exec::Driver::statements(self).table()
+            }
+
+            async fn migrate(&self) -> Result<Vec<i64>, $crate::store::StoreError> {
+                $crate::store::sql::exec::migrate(self).await
+            }
+
+            async fn enqueue(&self, records: &[$crate::record::Record]) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::sql::exec::enqueue(self, records).await
+            }
+
+            async fn claim(
+                &self,
+                params: &$crate::store::ClaimParams,
+            ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
+                $crate::store::sql::exec::claim(self, params).await
+            }
+
+            async fn mark(
+                &self,
+                params: &$crate::store::MarkParams<'_>,
+            ) -> Result<$crate::store::MarkReport, $crate::store::StoreError> {
+                $crate::store::sql::exec::mark(self, params).await
+            }
+
+            async fn counts(
+                &self,
+                params: &$crate::store::CountsParams,
+            ) -> Result<$crate::store::StatusCounts, $crate::store::StoreError> {
+                $crate::store::sql::exec::counts(self, params).await
+            }
+
+            async fn list_failed(
+                &self,
+                params: &$crate::store::ListFailedParams,
+            ) -> Result<Vec<$crate::store::FailedRow>, $crate::store::StoreError> {
+                $crate::store::sql::exec::list_failed(self, params).await
+            }
+
+            async fn requeue(&self, params: &$crate::store::RequeueParams) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::sql::exec::requeue(self, params).await
+            }
+
+            async fn close(&self) {
+                $crate::store::sql::exec::Driver::pool(self).close().await
+            }
+        }
+    };
+}
+pub(crate) use impl_store;
+
+fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    StoreError::db(op)
+}
+
+/// Begins a write transaction.
+async fn begin_write<D: Driver>(
+    driver: &D,
+    op: &'static str,
+) -> Result<sqlx::Transaction<'static, D::Db>, StoreError> {
+    match D::BEGIN_WRITE {
+        Some(begin) => driver.pool().begin_with(begin).await,
+        None => driver.pool().begin().await,
+    }
+    .map_err(db(op))
+}
+
+/// Applies the embedded migrations not yet recorded for the table, in one write transaction
+/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead).
+pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
+    const OP: &str = "migrate";
+    let statements = driver.statements();
+    let (dialect, table) = (statements.dialect(), statements.table());
+    let mut tx = begin_write(driver, OP).await?;
+    if let Some(lock) = super::migration_lock(dialect) {
+        tx.run(Bound {
+            sql: lock.into(),
+            args: Vec::new(),
+        })
+        .await
+        .map_err(db(OP))?;
+    }
+    tx.script(super::create_bookkeeping(dialect).to_string())
+        .await
+        .map_err(db(OP))?;
+    let applied: HashSet<i64> = tx
+        .rows::<Int>(super::applied_versions(dialect, table))
+        .await
+        .map_err(db(OP))?
+        .into_iter()
+        .map(|Int(version)| version)
+        .collect();
+    let mut applied_now = Vec::new();
+    for migration in super::migrations(dialect) {
+        if applied.contains(&migration.version) {
+            continue;
+        }
+        tx.script(migration.sql(table))
+            .await
+            .map_err(|source| StoreError::Migration {
+                version: migration.version,
+                name: migration.name,
+                source,
+            })?;
+        tx.run(super::record_version(dialect, table, migration.version, record::now_ms()))
+            .await
+            .map_err(db(OP))?;
+        applied_now.push(migration.version);
+    }
+    tx.commit().await.map_err(db(OP))?;
+    Ok(applied_now)
+}
+
+/// Inserts `records` as `pending` rows inside the caller's transaction, ignoring ids already
+/// present (and repeats within `records`: the first wins). Returns rows inserted.
+pub(crate) async fn save<S: Session>(
+    session: &mut S,
+    dialect: Dialect,
+    table: &TableName,
+    records: &[Record],
+) -> Result<u64, StoreError> {
+    const OP: &str = "enqueue";
+    if let Some(reason) = records.iter().find_map(too_long_for_columns) {
+        return Err(StoreError::Invalid(reason));
+    }
+    let records = super::distinct_records(records);
+    let mut inserted = 0;
+    for chunk in records.chunks(MAX_ROWS_PER_STATEMENT) {
+        let existing = if dialect.insert_counts_duplicates() {
+            let rows = session
+                .rows::<Int>(super::count_existing(dialect, table, chunk))
+                .await
+                .map_err(db(OP))?;
+            rows.first().map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0))
+        } else {
+            0
+        };
+        let affected = session
+            .run(super::insert_records(dialect, table, chunk))
+            .await
+            .map_err(db(OP))?;
+        inserted += affected.saturating_sub(existing);
+    }
+    Ok(inserted)
+}
+
+/// The VARCHAR sizes of migration 0001, in characters. Checked before any row is written so a
+/// record is refused alike on every backend (SQLite does not enforce VARCHAR sizes; MariaDB and
+/// PostgreSQL reject the statement).
+const COLUMN_CHARS: [(&str, usize); 4] = [("app_code", 64), ("event_id", 128), ("event_type", 128), ("room_id", 128)];
+
+/// Why `record` does not fit the table's columns, if it does not.
+fn too_long_for_columns(record: &Record) -> Option<String> {
+    let values = [&record.app_code, &record.event_id, &record.event_type, &record.room_id];
+    COLUMN_CHARS.iter().zip(values).find_map(|((column, max), value)| {
+        let chars = value.chars().count();
+        (chars > *max).then(|| format!("{column} of event {:.40}… is {chars} characters, at most {max} fit", record.event_id))
+    })
+}
+
+/// [`save`] in a transaction of its own.
+pub(crate) async fn enqueue<D: Driver>(driver: &D, records: &[Record]) -> Result<u64, StoreError> {
+    if records.is_empty() {
+        return Ok(0);
+    }
+    let statements = driver.statements();
+    let mut tx = begin_write(driver, "enqueue").await?;
+    let inserted = save(&mut *tx, statements.dialect(), statements.table(), records).await?;
+    tx.commit().await.map_err(db("enqueue"))?;
+    Ok(inserted)
+}
+
+/// Reads the claim branches in order (each up to the rows still wanted; rejected rows count),
+/// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction.
+pub(crate) async fn claim<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+    const OP: &str = "claim";
+    let statements = driver.statements();
+    let (dialect, table) = (statements.dialect(), statements.table());
+    let mut batch = ClaimBatch {
+        lease: Lease {
+            app_code: params.app_code.clone(),
+            worker_id: params.worker_id.clone(),
+            lock_until_ms: params.now_ms.saturating_add(params.lease_ms),
+        },
+        events: Vec::new(),
+        rejected: Vec::new(),
+    };
+    let limit = params.limit as usize;
+    if limit == 0 {
+        return Ok(batch);
+    }
+    let mut tx = begin_write(driver, OP).await?;
+    let mut taken = 0;
+    for branch in ClaimBranch::ALL {
+        let remaining = limit - taken;
+        if remaining == 0 {
+            break;
+        }
+        let rows = tx
+            .rows::<CandidateRow>(statements.claim_query(branch, params, remaining))
+            .await
+            .map_err(db(OP))?;
+        taken += rows.len();
+        for row in rows {
+            match super::judge(&params.app_code, row, branch, params.max_attempts) {
+                Ok(event) => batch.events.push(event),
+                Err(rejected) => batch.rejected.push(rejected),
+            }
+        }
+    }
+    let leased: Vec<&str> = batch.events.iter().map(|e| e.event.event_id.as_str()).collect();
+    for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
+        tx.run(super::lease_rows(dialect, table, &batch.lease, params.now_ms, ids))
+            .await
+            .map_err(db(OP))?;
+    }
+    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+        tx.run(super::reject_rows(dialect, table, &params.app_code, params.now_ms, rejected))
+            .await
+            .map_err(db(OP))?;
+    }
+    tx.commit().await.map_err(db(OP))?;
+    Ok(batch)
+}
+
+/// Applies a batch's marks: one fenced UPDATE (per [`MAX_ROWS_PER_STATEMENT`] marks); the ids it
+/// did not change are stale. Without `UPDATE … RETURNING` (MySQL) the fenced rows are first
+/// locked and listed with `SELECT … FOR UPDATE` in the same transaction.
+pub(crate) async fn mark<D: Driver>(driver: &D, params: &MarkParams<'_>) -> Result<MarkReport, StoreError> {
+    const OP: &str = "mark";
+    let statements = driver.statements();
+    let (dialect, table) = (statements.dialect(), statements.table());
+    let mut seen = HashSet::with_capacity(params.marks.len());
+    if let Some(twice) = params.marks.iter().find(|m| !seen.insert(m.event_id.as_str())) {
+        return Err(StoreError::Invalid(format!(
+            "event id {:?} is marked twice in one batch",
+            twice.event_id
+        )));
+    }
+    let mut changed = HashSet::with_capacity(params.marks.len());
+    for marks in params.marks.chunks(MAX_ROWS_PER_STATEMENT) {
+        let update = super::mark_rows(dialect, table, params.lease, marks, params.now_ms);
+        let mut tx = begin_write(driver, OP).await?;
+        let ids = if dialect.has_update_returning() {
+            tx.rows::<EventId>(update).await.map_err(db(OP))?
+        } else {
+            let locked = tx
+                .rows::<EventId>(super::lock_fenced_rows(dialect, table, params.lease, marks))
+                .await
+                .map_err(db(OP))?;
+            if !locked.is_empty() {
+                tx.run(update).await.map_err(db(OP))?;
+            }
+            locked
+        };
+        tx.commit().await.map_err(db(OP))?;
+        changed.extend(ids.into_iter().map(|EventId(id)| id));
+    }
+    let stale = params
+        .marks
+        .iter()
+        .filter(|m| !changed.contains(&m.event_id))
+        .map(|m| m.event_id.clone())
+        .collect();
+    Ok(MarkReport {
+        applied: changed.len() as u64,
+        stale,
+    })
+}
+
+/// Row counts by status and the oldest pending row's age, in one grouped query.
+pub(crate) async fn counts<D: Driver>(driver: &D, params: &CountsParams) -> Result<StatusCounts, StoreError> {
+    const OP: &str = "counts";
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    let rows = conn
+        .rows::<StatusCountRow>(driver.statements().counts_query(params.app_code.as_deref()))
+        .await
+        .map_err(db(OP))?;
+    Ok(super::status_counts(&rows, params.now_ms))
+}
+
+/// `failed` rows matching the filter, oldest first.
+pub(crate) async fn list_failed<D: Driver>(
+    driver: &D,
+    params: &ListFailedParams,
+) -> Result<Vec<FailedRow>, StoreError> {
+    const OP: &str = "list_failed";
+    let statements = driver.statements();
+    let query = super::select_failed(statements.dialect(), statements.table(), &params.filter, params.limit);
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    conn.rows::<FailedRow>(query).await.map_err(db(OP))
+}
+
+/// Moves matching `failed` rows back to `pending` (or counts them on a dry run).
+pub(crate) async fn requeue<D: Driver>(driver: &D, params: &RequeueParams) -> Result<u64, StoreError> {
+    const OP: &str = "requeue";
+    let statements = driver.statements();
+    let (dialect, table) = (statements.dialect(), statements.table());
+    if params.dry_run {
+        let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+        let rows = conn
+            .rows::<Int>(super::count_failed(dialect, table, &params.filter))
+            .await
+            .map_err(db(OP))?;
+        return Ok(rows.first().map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
+    }
+    let mut tx = begin_write(driver, OP).await?;
+    let moved = tx
+        .run(super::requeue_failed(dialect, table, &params.filter, params.now_ms))
+        .await
+        .map_err(db(OP))?;
+    tx.commit().await.map_err(db(OP))?;
+    Ok(moved)
+}

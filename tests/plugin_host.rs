@@ -1,0 +1,583 @@
+//! Plugin host tests against the real guest plugins built by `make plugins` (`plugins/out/`):
+//! the log plugin, the misbehaving `chaos` plugin, the world/version check, routing, the
+//! precompiled-artifact cache and instance reuse.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use outboxd::config::{ByteSize, PluginSettings, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::plugin::{
+    CacheOutcome, PluginEngine, PluginError, PluginSink, RoutedPublisher, TestReport, check,
+    load_publisher, parse_config_pair, parse_event_json, start_sinks, test_plugin,
+};
+use outboxd::publish::{Event, Outcome, Publisher};
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// A built plugin from `plugins/out/`.
+fn plugin(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/out")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make plugins` first",
+        path.display()
+    );
+    path
+}
+
+/// One cache directory shared by the tests of this binary (compiles each plugin once).
+fn settings() -> PluginSettings {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"));
+    PluginSettings {
+        cache_dir: Some(dir.path().join("cache")),
+        ..PluginSettings::default()
+    }
+}
+
+fn engine() -> PluginEngine {
+    PluginEngine::new(&settings()).expect("engine")
+}
+
+fn sink(name: &str, plugin_name: &str, config: &[(&str, &str)]) -> SinkConfig {
+    SinkConfig {
+        name: name.to_string(),
+        plugin: plugin(plugin_name),
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        limits: SinkLimits::default(),
+    }
+}
+
+fn event(n: usize, event_type: &str) -> Event {
+    Event {
+        app_code: "app".to_string(),
+        event_id: format!("evt-{n}"),
+        event_type: event_type.to_string(),
+        room_id: format!("room-{}", n % 3),
+        room_version: n as i64 + 10,
+        occurred_at_ms: 1_700_000_000_000 + n as i64,
+        body: vec![0, 159, 146, 150, n as u8],
+        attempt: 1,
+    }
+}
+
+fn events(count: usize, event_type: &str) -> Vec<Event> {
+    (0..count).map(|n| event(n, event_type)).collect()
+}
+
+async fn start(config: SinkConfig) -> PluginSink {
+    PluginSink::start(&engine(), &config)
+        .await
+        .unwrap_or_else(|e| panic!("sink {} failed to start: {e}", config.name))
+}
+
+fn retryable_message(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Retryable { message, .. } => message,
+        other => panic!("expected retryable, got {other:?}"),
+    }
+}
+
+/// Every tracing event of the test binary, as JSON lines, captured by a global subscriber.
+fn captured() -> Arc<Mutex<Vec<u8>>> {
+    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    BUFFER
+        .get_or_init(|| {
+            let buffer = Arc::new(Mutex::new(Vec::new()));
+            let writer = buffer.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .with_max_level(tracing::Level::TRACE)
+                .with_writer(move || Capture(writer.clone()))
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("global subscriber");
+            buffer
+        })
+        .clone()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `fields` of every captured event tagged `sink = name`.
+fn logs_of(sink: &str) -> Vec<serde_json::Value> {
+    let buffer = captured();
+    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["fields"]["sink"] == sink)
+        .map(|line| line["fields"].clone())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The log plugin
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn log_plugin_writes_every_field_as_json() {
+    captured();
+    let sink = start(sink("log-json", "log", &[("format", "json")])).await;
+    let batch = events(3, "room.created");
+    let outcomes = sink.publish(&batch).await;
+    assert_eq!(outcomes, vec![Outcome::Delivered; 3]);
+    let lines: Vec<serde_json::Value> = logs_of("log-json")
+        .iter()
+        .map(|fields| serde_json::from_str(fields["message"].as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "one log line per event");
+    for (line, event) in lines.iter().zip(&batch) {
+        assert_eq!(line["app_code"], event.app_code.as_str());
+        assert_eq!(line["event_id"], event.event_id.as_str());
+        assert_eq!(line["event_type"], event.event_type.as_str());
+        assert_eq!(line["room_id"], event.room_id.as_str());
+        assert_eq!(line["room_version"], event.room_version);
+        assert_eq!(line["occurred_at_ms"], event.occurred_at_ms);
+        assert_eq!(line["attempt"], event.attempt);
+        let body = base64::engine::general_purpose::STANDARD
+            .decode(line["body"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(body, event.body);
+    }
+}
+
+#[tokio::test]
+async fn log_plugin_text_format_and_unknown_format() {
+    captured();
+    let sink = start(sink("log-text", "log", &[("format", "text")])).await;
+    assert_eq!(sink.publish(&events(2, "room.closed")).await, vec![Outcome::Delivered; 2]);
+    let messages: Vec<String> = logs_of("log-text")
+        .iter()
+        .map(|f| f["message"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(messages.len(), 2);
+    assert!(messages[1].contains("event_id=\"evt-1\"") && messages[1].contains("body_bytes=5"), "{messages:?}");
+
+    let error = PluginSink::start(&engine(), &sink("log-xml", "log", &[("format", "xml")]))
+        .await
+        .err()
+        .expect("unknown format must stop the sink");
+    assert!(matches!(error, PluginError::Init { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "sink `log-xml`: plugin init failed: log plugin: unknown format `xml`: use `json` or `text`"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containment of misbehaving plugins
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn infinite_loop_hits_the_deadline_and_the_host_goes_on() {
+    let mut config = sink("chaos-loop", "chaos", &[("behaviour", "loop")]);
+    config.limits.publish_timeout = Duration::from_millis(300);
+    let looping = start(config).await;
+    let healthy = start(sink("chaos-healthy", "chaos", &[])).await;
+
+    let started = Instant::now();
+    let outcomes = looping.publish(&events(2, "room.created")).await;
+    assert!(started.elapsed() < Duration::from_secs(2), "deadline not enforced: {:?}", started.elapsed());
+    for outcome in &outcomes {
+        assert_eq!(retryable_message(outcome), "plugin `chaos-loop` exceeded its 300ms publish deadline");
+    }
+    // The other sink, and the host, go on serving.
+    assert_eq!(healthy.publish(&events(3, "room.created")).await, vec![Outcome::Delivered; 3]);
+    // The looping sink gets a fresh instance on its next batch (and is contained again).
+    let again = looping.publish(&events(1, "room.created")).await;
+    assert!(retryable_message(&again[0]).contains("deadline"));
+    assert_eq!(looping.stats().instances_built, 2);
+}
+
+#[tokio::test]
+async fn allocating_past_the_cap_hits_the_memory_limit() {
+    let mut config = sink("chaos-alloc", "chaos", &[("behaviour", "alloc")]);
+    config.limits.memory = ByteSize(16 << 20);
+    let sink = start(config).await;
+    let outcomes = sink.publish(&events(2, "room.created")).await;
+    for outcome in &outcomes {
+        assert_eq!(
+            retryable_message(outcome),
+            "plugin `chaos-alloc` exceeded its memory cap of 16777216 bytes"
+        );
+    }
+    assert_eq!(sink.stats().idle_instances, 0, "the instance is discarded");
+}
+
+#[tokio::test]
+async fn a_trap_fails_that_batch_and_the_next_one_gets_a_rebuilt_instance() {
+    captured();
+    let sink = start(sink(
+        "chaos-trap",
+        "chaos",
+        &[("behaviour", "retryable"), ("trap_on_type", "boom")],
+    ))
+    .await;
+    let first = sink.publish(&events(2, "room.created")).await;
+    assert_eq!(retryable_message(&first[0]), "chaos retryable, call 1");
+
+    let mut bad = events(3, "room.created");
+    bad[1].event_type = "boom".to_string();
+    let trapped = sink.publish(&bad).await;
+    assert_eq!(trapped.len(), 3);
+    for outcome in &trapped {
+        let message = retryable_message(outcome);
+        assert!(message.starts_with("plugin `chaos-trap` trapped: wasm trap:"), "{message}");
+        assert!(message.contains("chaos: event type boom in the batch"), "panic message kept: {message}");
+    }
+    // The guest's panic went to outboxd's log as stderr of this sink.
+    assert!(logs_of("chaos-trap").iter().any(|f| f["stream"] == "stderr"
+        && f["message"].as_str().unwrap().contains("event type boom")));
+
+    let next = sink.publish(&events(1, "room.created")).await;
+    assert_eq!(retryable_message(&next[0]), "chaos retryable, call 1", "fresh instance");
+    assert_eq!(sink.stats().instances_built, 2);
+}
+
+#[tokio::test]
+async fn too_few_results_fail_the_batch() {
+    let sink = start(sink("chaos-few", "chaos", &[("behaviour", "too_few")])).await;
+    let outcomes = sink.publish(&events(3, "room.created")).await;
+    assert_eq!(
+        outcomes,
+        vec![Outcome::retryable("plugin `chaos-few` returned 2 results for 3 events"); 3]
+    );
+    assert_eq!(sink.stats().idle_instances, 0, "the instance is discarded");
+}
+
+#[tokio::test]
+async fn publish_errors_map_to_outcomes() {
+    let limited = start(sink("chaos-rate", "chaos", &[("rate_limited", "1500")])).await;
+    assert_eq!(
+        limited.publish(&events(1, "room.created")).await,
+        vec![Outcome::Retryable {
+            message: "chaos rate limited, call 1".to_string(),
+            retry_after: Some(Duration::from_millis(1500)),
+        }]
+    );
+    let permanent = start(sink("chaos-perm", "chaos", &[("behaviour", "permanent")])).await;
+    assert_eq!(
+        permanent.publish(&events(1, "room.created")).await,
+        vec![Outcome::permanent("chaos permanent, call 1")]
+    );
+    let retryable = start(sink("chaos-retry", "chaos", &[("behaviour", "retryable")])).await;
+    assert_eq!(
+        retryable.publish(&events(1, "room.created")).await,
+        vec![Outcome::retryable("chaos retryable, call 1")]
+    );
+    let ok = start(sink("chaos-ok", "chaos", &[("behaviour", "ok")])).await;
+    assert_eq!(ok.publish(&events(2, "room.created")).await, vec![Outcome::Delivered; 2]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instance reuse and batch splitting
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn instances_are_reused_across_batches() {
+    captured();
+    let sink = start(sink("chaos-reuse", "chaos", &[("behaviour", "retryable")])).await;
+    for call in 1..=5 {
+        let outcomes = sink.publish(&events(4, "room.created")).await;
+        for outcome in &outcomes {
+            assert_eq!(retryable_message(outcome), format!("chaos retryable, call {call}"));
+        }
+    }
+    assert_eq!(sink.stats().instances_built, 1, "one instance served every batch");
+    let logs = logs_of("chaos-reuse");
+    assert!(logs.iter().any(|f| f["message"] == "chaos call 5 with 4 events"), "logging import");
+    assert!(
+        logs.iter().any(|f| f["stream"] == "stdout" && f["message"] == "chaos stdout: call 5"),
+        "guest stdout lands in the log: {logs:?}"
+    );
+}
+
+#[tokio::test]
+async fn batches_bigger_than_max_batch_size_are_split() {
+    let mut config = sink("chaos-split", "chaos", &[("behaviour", "retryable")]);
+    config.limits.max_batch_size = 2;
+    let sink = start(config).await;
+    let messages: Vec<String> = sink
+        .publish(&events(5, "room.created"))
+        .await
+        .iter()
+        .map(|o| retryable_message(o).to_string())
+        .collect();
+    let calls: Vec<&str> = messages.iter().map(|m| m.rsplit(' ').next().unwrap()).collect();
+    assert_eq!(calls, ["1", "1", "2", "2", "3"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// World and version checks
+// ---------------------------------------------------------------------------------------------
+
+/// Writes `bytes` to a temp file named `name`, kept alive by the returned dir.
+fn temp_file(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    (dir, path)
+}
+
+/// `bytes` with every occurrence of `from` replaced by `to` (same length: the binary stays valid).
+fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut out = bytes.to_vec();
+    let mut hits = 0;
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            hits += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    assert!(hits > 0, "pattern not found");
+    out
+}
+
+async fn check_err(path: &Path) -> PluginError {
+    check(path, &settings()).await.err().expect("check must fail")
+}
+
+#[tokio::test]
+async fn files_that_are_not_components_are_rejected() {
+    let missing = check_err(Path::new("/nonexistent/plugin.wasm")).await;
+    assert!(matches!(missing, PluginError::Read { .. }), "{missing:?}");
+    assert!(missing.to_string().contains("/nonexistent/plugin.wasm"));
+
+    let (_d, text) = temp_file("text.wasm", b"hello, not wasm");
+    let error = check_err(&text).await;
+    assert!(matches!(error, PluginError::NotAComponent { .. }), "{error:?}");
+    assert!(error.to_string().contains("not a WebAssembly binary"), "{error}");
+
+    let (_d, module) = temp_file("module.wasm", b"\0asm\x01\0\0\0");
+    let error = check_err(&module).await;
+    assert!(error.to_string().contains("core WebAssembly module"), "{error}");
+}
+
+#[tokio::test]
+async fn components_of_another_world_are_rejected() {
+    // The smallest valid component: it exports nothing.
+    let (_d, empty) = temp_file("empty.wasm", b"\0asm\x0d\0\x01\0");
+    let error = check_err(&empty).await;
+    assert!(matches!(error, PluginError::WrongWorld { .. }), "{error:?}");
+    assert!(error.to_string().contains("missing export function `init`"), "{error}");
+
+    // The chaos plugin with its `publish` export renamed.
+    let bytes = std::fs::read(plugin("chaos")).unwrap();
+    let renamed = replace_all(&bytes, b"\x07publish", b"\x07publiss");
+    let (_d, path) = temp_file("renamed.wasm", &renamed);
+    let error = check_err(&path).await;
+    assert!(error.to_string().contains("missing export function `publish`"), "{error}");
+}
+
+#[tokio::test]
+async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
+    let bytes = std::fs::read(plugin("log")).unwrap();
+    for (version, loads) in [("0.1.9", true), ("0.2.0", false), ("1.0.0", false)] {
+        let rewritten = replace_all(&bytes, b"@0.1.0", format!("@{version}").as_bytes());
+        let (_d, path) = temp_file("versioned.wasm", &rewritten);
+        let result = check(&path, &settings()).await;
+        if loads {
+            let report = result.unwrap_or_else(|e| panic!("{version} must load: {e}"));
+            assert_eq!(report.world.version.as_deref(), Some(version));
+            let outcomes = test_plugin(&path, vec![], events(1, "x"), &settings()).await.unwrap();
+            assert_eq!(outcomes, vec![Outcome::Delivered]);
+        } else {
+            let error = result.err().unwrap_or_else(|| panic!("{version} must be refused"));
+            assert!(matches!(error, PluginError::Version { .. }), "{error:?}");
+            assert!(
+                error.to_string().contains(&format!("@{version}"))
+                    && error.to_string().contains("outbox:publisher@0.1.x"),
+                "{error}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn check_lists_imports_and_exports() {
+    let report = check(&plugin("log"), &settings()).await.unwrap();
+    assert_eq!(report.world.version.as_deref(), Some("0.1.0"));
+    assert!(report.world.imports.iter().any(|i| i == "outbox:publisher/logging@0.1.0"));
+    assert!(report.world.imports.iter().any(|i| i == "outbox:publisher/types@0.1.0"));
+    assert_eq!(report.world.exports, ["init", "publish"]);
+    let text = report.to_string();
+    assert!(text.contains("world:   outbox:publisher/publisher@0.1.0: ok"), "{text}");
+    assert!(text.contains("  outbox:publisher/logging@0.1.0"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing and load-time validation
+// ---------------------------------------------------------------------------------------------
+
+fn route(event_type: &str, sink: &str) -> RouteConfig {
+    RouteConfig {
+        event_type: event_type.to_string(),
+        sink: sink.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn routes_pick_the_first_match_and_unrouted_events_fail_permanently() {
+    let sinks = [
+        sink("rooms", "chaos", &[("behaviour", "retryable")]),
+        sink("deletions", "chaos", &[("behaviour", "permanent")]),
+    ];
+    let routes = [route("room.*", "rooms"), route("*.deleted", "deletions")];
+    let publisher = load_publisher(&sinks, &routes, &settings()).await.unwrap();
+    let batch = vec![
+        event(0, "room.created"),
+        event(1, "user.deleted"),
+        event(2, "room.deleted"), // both match: the first route wins
+        event(3, "user.created"),
+        event(4, "room.closed"),
+    ];
+    let outcomes = publisher.publish(&batch).await;
+    assert_eq!(
+        outcomes,
+        vec![
+            Outcome::retryable("chaos retryable, call 1"),
+            Outcome::permanent("chaos permanent, call 1"),
+            Outcome::retryable("chaos retryable, call 1"),
+            Outcome::permanent("no route for event type `user.created`"),
+            Outcome::retryable("chaos retryable, call 1"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bad_config_is_one_clear_error_at_start() {
+    let s = settings();
+    let duplicate = [sink("a", "log", &[]), sink("a", "chaos", &[])];
+    let error = load_publisher(&duplicate, &[], &s).await.err().unwrap();
+    assert_eq!(error.to_string(), "sink `a` is defined more than once");
+
+    let error = load_publisher(&[sink("a", "log", &[])], &[route("room.*", "b")], &s)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        error.to_string(),
+        "route for event type `room.*` names sink `b`, which no [[sink]] defines"
+    );
+
+    let mut missing = sink("a", "log", &[]);
+    missing.plugin = PathBuf::from("/nonexistent/a.wasm");
+    let error = load_publisher(&[missing], &[], &s).await.err().unwrap();
+    assert!(error.to_string().starts_with("cannot read plugin /nonexistent/a.wasm"), "{error}");
+
+    let failing = sink("a", "chaos", &[("init_error", "missing api key")]);
+    let error = load_publisher(&[failing], &[], &s).await.err().unwrap();
+    assert_eq!(error.to_string(), "sink `a`: plugin init failed: missing api key");
+
+    let mut zero = sink("a", "log", &[]);
+    zero.limits.max_batch_size = 0;
+    let error = start_sinks(&engine(), &[zero], &[]).await.err().unwrap();
+    assert!(matches!(error, PluginError::InvalidLimits { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn router_works_with_any_publisher() {
+    struct Native;
+    #[async_trait::async_trait]
+    impl Publisher for Native {
+        async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+            batch.iter().map(|_| Outcome::Delivered).collect()
+        }
+    }
+    let sinks = BTreeMap::from([("native".to_string(), Arc::new(Native) as Arc<dyn Publisher>)]);
+    let router = RoutedPublisher::new(&[route("*", "native")], sinks).unwrap();
+    assert_eq!(router.route("anything.at.all"), Some("native"));
+    assert_eq!(router.publish(&events(3, "x")).await, vec![Outcome::Delivered; 3]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Precompiled-artifact cache
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = PluginSettings {
+        cache_dir: Some(dir.path().join("cache")),
+        ..PluginSettings::default()
+    };
+    let first = PluginEngine::new(&settings).unwrap().compile(&plugin("log")).await.unwrap();
+    assert_eq!(first.cache, CacheOutcome::Stored);
+    let second = PluginEngine::new(&settings).unwrap().compile(&plugin("log")).await.unwrap();
+    assert_eq!(second.cache, CacheOutcome::Hit);
+
+    // A tampered artifact fails its checksum and is recompiled, never loaded.
+    let cache = dir.path().join("cache");
+    let artifact = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .unwrap();
+    let mut bytes = std::fs::read(&artifact).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&artifact, bytes).unwrap();
+    let third = PluginEngine::new(&settings).unwrap().compile(&plugin("log")).await.unwrap();
+    assert_eq!(third.cache, CacheOutcome::Stored);
+
+    // A directory this host did not create is refused.
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    let error = PluginEngine::new(&PluginSettings { cache_dir: Some(foreign), ..PluginSettings::default() }).err().unwrap();
+    assert!(error.to_string().contains("not created by outboxd"), "{error}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `outboxd plugin test` helpers
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn plugin_test_runs_init_and_publish_and_prints_outcomes() {
+    let config = vec![parse_config_pair("rate_limited=250").unwrap()];
+    assert!(parse_config_pair("no-equals").is_err());
+    let events = vec![
+        parse_event_json(1, r#"{"event_type":"room.created","body":"hi"}"#).unwrap(),
+        parse_event_json(2, r#"{"event_type":"room.closed","event_id":"e2","body_base64":"AAE="}"#).unwrap(),
+    ];
+    assert_eq!(events[0].event_id, "test-1");
+    assert_eq!(events[0].body, b"hi");
+    assert_eq!(events[1].body, [0, 1]);
+    assert!(parse_event_json(3, r#"{"body":"no type"}"#).is_err());
+
+    let outcomes = test_plugin(&plugin("chaos"), config, events.clone(), &settings()).await.unwrap();
+    let printed = TestReport {
+        events: &events,
+        outcomes: &outcomes,
+    }
+    .to_string();
+    assert_eq!(
+        printed,
+        "1 test-1 (room.created): retryable after 250ms: chaos rate limited, call 1\n\
+         2 e2 (room.closed): retryable after 250ms: chaos rate limited, call 1"
+    );
+}
