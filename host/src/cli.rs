@@ -24,8 +24,9 @@ use crate::worker::{RunMode, Worker, WorkerOptions};
 #[derive(Debug, Parser)]
 #[command(name = "outboxd", version, about)]
 pub struct Cli {
-    /// Config file (TOML). Default: ./outboxd.toml when it exists.
-    #[arg(long, global = true, value_name = "PATH")]
+    /// Config file (TOML). Default: ./outboxd.toml when it exists. Goes before the subcommand
+    /// (`outboxd --config FILE run`), since `plugin test` has a `--config KEY=VALUE` of its own.
+    #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Database URL: sqlite://FILE, mysql://USER@HOST:PORT/DB, postgres://USER@HOST:PORT/DB.
     /// Overrides the config file. Default sqlite://outboxd.db.
@@ -514,6 +515,7 @@ mod tests {
         Cli::try_parse_from(["outboxd", "failed", "list", "--json"]).unwrap();
         Cli::try_parse_from(["outboxd", "requeue", "--event-id", "a", "--event-id", "b", "--dry-run"]).unwrap();
         Cli::try_parse_from(["outboxd", "bench", "--events", "10", "--batch-size", "5", "--workers", "2"]).unwrap();
-        Cli::try_parse_from(["outboxd", "plugin", "test", "x.wasm", "--config", "format=json", "--event", "{}"]).unwrap();
+        let cli = Cli::try_parse_from(["outboxd", "--config", "a.toml", "plugin", "test", "x.wasm", "--config", "format=json"]).unwrap();
+        assert_eq!(cli.config, Some(PathBuf::from("a.toml")));
     }
 }

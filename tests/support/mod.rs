@@ -232,6 +232,9 @@ pub struct PlanStep {
     pub index: Option<String>,
     /// Estimated rows (MariaDB `rows`; PostgreSQL `rows=` of the estimate).
     pub rows: Option<f64>,
+    /// Rows actually read per loop, from [`TestDb::explain_analyze`] (MariaDB `r_rows`;
+    /// PostgreSQL `actual … rows=`); `None` from a plain [`TestDb::explain`].
+    pub actual_rows: Option<f64>,
     /// The whole step as text (MariaDB: every column; PostgreSQL: the plan line and its detail lines).
     pub text: String,
 }
@@ -629,7 +632,21 @@ impl TestDb {
     /// The plan of `sql` (with `binds`) on MariaDB (`EXPLAIN`) or PostgreSQL (`EXPLAIN`, text
     /// format, parsed into steps). Panics on SQLite.
     pub async fn explain(&self, sql: &str, binds: &[Bind]) -> Vec<PlanStep> {
-        let explain = format!("EXPLAIN {sql}");
+        self.plan(sql, binds, false).await
+    }
+
+    /// Runs `sql` (it is executed!) and returns its plan with the rows actually read: MariaDB
+    /// `ANALYZE <sql>`, PostgreSQL `EXPLAIN (ANALYZE) <sql>`. Panics on SQLite.
+    pub async fn explain_analyze(&self, sql: &str, binds: &[Bind]) -> Vec<PlanStep> {
+        self.plan(sql, binds, true).await
+    }
+
+    async fn plan(&self, sql: &str, binds: &[Bind], analyze: bool) -> Vec<PlanStep> {
+        let explain = match (self.backend, analyze) {
+            (_, false) => format!("EXPLAIN {sql}"),
+            (Backend::Postgres, true) => format!("EXPLAIN (ANALYZE) {sql}"),
+            (_, true) => format!("ANALYZE {sql}"),
+        };
         macro_rules! rows {
             ($pool:expr, $db:ty) => {{
                 let mut q = sqlx::query::<$db>(AssertSqlSafe(explain.clone()));
@@ -659,6 +676,7 @@ impl TestDb {
                             .map(|c| {
                                 let v = get_str::<sqlx::MySql>(r, c.name())
                                     .or_else(|| get_i64::<sqlx::MySql>(r, c.name()).map(|i| i.to_string()))
+                                    .or_else(|| r.try_get::<Option<f64>, _>(c.name()).ok().flatten().map(|f| f.to_string()))
                                     .unwrap_or_else(|| "NULL".into());
                                 format!("{}={v}", c.name())
                             })
@@ -673,6 +691,11 @@ impl TestDb {
                                 .or_else(|| {
                                     get_str::<sqlx::MySql>(r, "rows").and_then(|s| s.parse().ok())
                                 }),
+                            actual_rows: r
+                                .try_get::<Option<f64>, _>("r_rows")
+                                .ok()
+                                .flatten()
+                                .or_else(|| get_str::<sqlx::MySql>(r, "r_rows").and_then(|s| s.parse().ok())),
                             text,
                         }
                     })
@@ -688,6 +711,15 @@ impl TestDb {
             }
             RawPool::Sqlite(_) => panic!("explain() is for MariaDB and PostgreSQL"),
         }
+    }
+
+    /// Refreshes the planner statistics of `table` (`ANALYZE TABLE` / `ANALYZE`).
+    pub async fn analyze(&self, table: &str) {
+        let sql = match self.backend {
+            Backend::MySql => format!("ANALYZE TABLE {table}"),
+            Backend::Postgres | Backend::Sqlite => format!("ANALYZE {table}"),
+        };
+        self.execute(&sql, &[]).await;
     }
 
     /// Drops the database now (server backends) and deletes the SQLite file.
@@ -785,16 +817,29 @@ pub fn parse_pg_plan(lines: &[String]) -> Vec<PlanStep> {
             Some((a, i)) => (a.to_string(), Some(i.trim().to_string())),
             None => (head_no_on.trim().to_string(), None),
         };
-        let rows = body
-            .split("rows=")
+        // `Bitmap Index Scan on idx` names the index after "on".
+        let (index, table) = if access == "Bitmap Index Scan" {
+            (table, None)
+        } else {
+            (index, table)
+        };
+        let number_after = |text: &str, key: &str| -> Option<f64> {
+            text.split(key)
+                .nth(1)
+                .and_then(|s| s.split(|c: char| !c.is_ascii_digit() && c != '.').next())
+                .and_then(|s| s.parse().ok())
+        };
+        let rows = number_after(body, "rows=");
+        let actual_rows = body
+            .split("(actual ")
             .nth(1)
-            .and_then(|s| s.split(|c: char| !c.is_ascii_digit() && c != '.').next())
-            .and_then(|s| s.parse().ok());
+            .and_then(|s| number_after(s, "rows="));
         steps.push(PlanStep {
             access,
             table,
             index,
             rows,
+            actual_rows,
             text: body.to_string(),
         });
     }

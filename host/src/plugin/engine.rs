@@ -52,7 +52,11 @@ impl PluginEngine {
     /// location) and starts the epoch ticker.
     pub fn new(settings: &PluginSettings) -> Result<PluginEngine, PluginError> {
         let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true);
+        // Plugins are linear-memory components: no GC proposals, hence no GC collector needed.
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .gc_support(false);
         let engine = Engine::new(&config).map_err(|e| PluginError::Engine { source: boxed(e) })?;
         let cache = ArtifactCache::open(settings.cache_dir.as_deref())?;
         let ticker = EpochTicker::start(engine.clone());
@@ -111,17 +115,17 @@ impl PluginEngine {
         key: &str,
     ) -> Result<(Component, CacheOutcome), PluginError> {
         let engine = &self.inner.engine;
-        if let Some(cache) = &self.inner.cache {
-            if let Some(artifact) = cache.load(key) {
-                // SAFETY: `ArtifactCache::load` only returns bytes this host wrote with
-                // `Engine::precompile_component` into a private directory it created, whose
-                // checksum it verified; the key pins the engine's compatibility hash.
-                match unsafe { Component::deserialize(engine, &artifact) } {
-                    Ok(component) => return Ok((component, CacheOutcome::Hit)),
-                    Err(error) => {
-                        tracing::warn!(plugin = %path.display(), error = %error, "discarding unusable cached plugin artifact");
-                        cache.remove(key);
-                    }
+        if let Some(cache) = &self.inner.cache
+            && let Some(artifact) = cache.load(key)
+        {
+            // SAFETY: `ArtifactCache::load` only returns bytes this host wrote with
+            // `Engine::precompile_component` into a private directory it created, whose
+            // checksum it verified; the key pins the engine's compatibility hash.
+            match unsafe { Component::deserialize(engine, &artifact) } {
+                Ok(component) => return Ok((component, CacheOutcome::Hit)),
+                Err(error) => {
+                    tracing::warn!(plugin = %path.display(), error = %error, "discarding unusable cached plugin artifact");
+                    cache.remove(key);
                 }
             }
         }

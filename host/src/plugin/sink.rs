@@ -175,10 +175,10 @@ impl PluginSink {
 
     /// Returns a healthy instance to the pool (dropping it if the pool is full).
     fn check_in(&self, instance: Instance) {
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < MAX_IDLE_INSTANCES {
-                idle.push(instance);
-            }
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < MAX_IDLE_INSTANCES
+        {
+            idle.push(instance);
         }
     }
 

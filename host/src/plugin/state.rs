@@ -219,13 +219,14 @@ impl GuestOutput {
     fn emit(&self, line: &[u8]) {
         let line = String::from_utf8_lossy(line);
         let line = line.trim_end_matches('\r');
-        if let Some(Ok(mut tail)) = self.tail.as_ref().map(|t| t.lock()) {
-            if !line.trim().is_empty() && !line.starts_with("note: ") {
-                if tail.len() == TAIL_LINES {
-                    tail.remove(0);
-                }
-                tail.push(line.chars().take(TAIL_LINE_CHARS).collect());
+        if let Some(Ok(mut tail)) = self.tail.as_ref().map(|t| t.lock())
+            && !line.trim().is_empty()
+            && !line.starts_with("note: ")
+        {
+            if tail.len() == TAIL_LINES {
+                tail.remove(0);
             }
+            tail.push(line.chars().take(TAIL_LINE_CHARS).collect());
         }
         let sink = &*self.sink;
         match self.stream {

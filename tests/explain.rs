@@ -1,0 +1,251 @@
+//! Proof that every claim branch reads only the rows it returns, however much delivered history
+//! the outbox holds: 200k `delivered` rows plus a few live rows of each kind, then `EXPLAIN` of the
+//! exact claim SELECTs the store runs (`store::sql::Statements::claim_select`), on MariaDB and
+//! PostgreSQL, with and without per-room ordering.
+//!
+//! A branch passes when the outbox table is read through an index range/ref on one of the
+//! status-leading claim indexes (`idx_<table>_pending|retry|lease`), the per-room probe through
+//! `idx_<table>_room` (or a status-leading index: PostgreSQL may read the tenant's few active rows
+//! once instead of probing per candidate), nothing is read by a full scan, and every step
+//! estimates about as many rows as the claim returns (≤ 100 for `LIMIT 10`; a probe at most the
+//! tenant's live rows), not the 200k of history. No planner setting is
+//! forced (no `enable_seqscan = off`): the plans are the ones production gets.
+
+mod support;
+
+use outboxd::store::sql::{ClaimBranch, Dialect, Statements};
+use outboxd::store::{Backend, ClaimParams, Ordering, TableName, DEFAULT_TABLE};
+use support::{Bind, PlanStep, RawInsert, TestDb};
+
+/// Delivered rows of history.
+const HISTORY: i64 = 200_000;
+/// Rooms the history is spread over (the live rows sit in some of them): 2,000 delivered rows per
+/// room, so a room probe that reads history estimates far more than `MAX_ROWS`.
+const ROOMS: i64 = 100;
+/// Live rows of each kind.
+const LIVE: i64 = 20;
+/// Tenant.
+const APP: &str = "app_a";
+/// The claim's `now_ms`: after every due retry and expired lease, before the others.
+const NOW: i64 = 5_000_000;
+/// "Never" (not-yet-due retries, live leases).
+const LATER: i64 = 9_000_000_000_000;
+/// The LIMIT explained, and the most rows a step may estimate.
+const LIMIT: i64 = 10;
+const MAX_ROWS: f64 = 100.0;
+/// The most rows a per-room probe may estimate: the live rows of the tenant (`6 * LIVE`, of which
+/// 100 are pending, retryable or delivering), never the history.
+const MAX_PROBE_ROWS: f64 = 6.0 * LIVE as f64;
+
+/// Fills the table: `HISTORY` delivered rows (created 0..HISTORY, rooms `room0..room999`), then
+/// `LIVE` rows each of pending, due retryable, not-due retryable, expired delivering, live
+/// delivering and failed, in rooms `room0..room4`, created after the history.
+async fn seed(db: &TestDb) {
+    let envelope = support::record(APP, "h", "room0", 0).encoded_envelope();
+    let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+                  UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+                  UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    // One INSERT … SELECT over a cross join of digit tables: the same SQL on both databases.
+    let sql = format!(
+        "INSERT INTO {DEFAULT_TABLE} (app_code, event_id, event_type, room_id, status, envelope, \
+         created_at_ms, updated_at_ms) \
+         SELECT '{APP}', CONCAT('h', n), 'History', CONCAT('room', n % {ROOMS}), 'delivered', {ph}, n, n \
+         FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d + 100000 * g.d AS n \
+               FROM {digits} a CROSS JOIN {digits} b CROSS JOIN {digits} c CROSS JOIN {digits} e \
+               CROSS JOIN {digits} f CROSS JOIN {digits} g) s \
+         WHERE n < {HISTORY}",
+        ph = db.placeholder(1),
+    );
+    let inserted = db.execute(&sql, &[Bind::Bytes(envelope)]).await;
+    assert_eq!(inserted, HISTORY as u64);
+
+    let kinds: [(&str, &str, Option<i64>, Option<i64>); 6] = [
+        ("p", "pending", None, None),
+        ("rd", "retryable", Some(1_000), None),
+        ("rn", "retryable", Some(LATER), None),
+        ("dx", "delivering", None, Some(1_000)),
+        ("dl", "delivering", None, Some(LATER)),
+        ("f", "failed", None, None),
+    ];
+    let mut live = Vec::new();
+    for (k, (prefix, status, next_retry, lock_until)) in kinds.iter().enumerate() {
+        for i in 0..LIVE {
+            let created = HISTORY + 1_000 + (k as i64) * 100 + i;
+            let mut row = RawInsert::pending(APP, &format!("{prefix}{i:02}"), &format!("room{}", i % 5), created)
+                .with_status(status);
+            row.next_retry_at_ms = *next_retry;
+            row.lock_until_ms = *lock_until;
+            if lock_until.is_some() {
+                row.worker_id = Some("w-old".into());
+            }
+            live.push(row);
+        }
+    }
+    db.insert_raw(DEFAULT_TABLE, &live).await;
+    db.analyze(DEFAULT_TABLE).await;
+}
+
+/// The claim index a branch must use.
+fn branch_index(branch: ClaimBranch) -> String {
+    let suffix = match branch {
+        ClaimBranch::Pending => "pending",
+        ClaimBranch::Retryable => "retry",
+        ClaimBranch::ExpiredLease => "lease",
+    };
+    format!("idx_{DEFAULT_TABLE}_{suffix}")
+}
+
+/// Indexes a per-room probe may use: the room index, or any status-leading one (the probe asks
+/// for active statuses only, so history stays out of reach either way).
+fn probe_indexes() -> Vec<String> {
+    ["room", "pending", "retry", "lease"].iter().map(|s| format!("idx_{DEFAULT_TABLE}_{s}")).collect()
+}
+
+fn binds(branch: ClaimBranch) -> Vec<Bind> {
+    let mut binds = vec![Bind::Str(APP.into())];
+    if branch != ClaimBranch::Pending {
+        binds.push(Bind::I64(NOW));
+    }
+    binds.push(Bind::I64(LIMIT));
+    binds
+}
+
+fn show(plan: &[PlanStep]) -> String {
+    plan.iter().map(|s| format!("  {}", s.text.replace('\n', "\n    "))).collect::<Vec<_>>().join("\n")
+}
+
+/// MariaDB: every step reading the table uses an index range/ref/eq_ref (never `ALL` or a full
+/// `index` scan); the claim step (`c`) uses the branch's index and estimates at most `MAX_ROWS`
+/// rows; each room probe (`p`) looks up (app_code, room_id, status) — all three in its `ref`, so
+/// delivered history is never under the key — and, run with `ANALYZE`, reads at most
+/// `MAX_PROBE_ROWS` rows per lookup. (A probe's *estimate* is the index's average rows per key,
+/// which the history dominates, so it says nothing about the live keys probed: the actual rows do.)
+fn check_mysql(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep], analyzed: &[PlanStep]) {
+    let context = format!("{branch:?}/{ordering:?}:\n{}\nANALYZE:\n{}", show(plan), show(analyzed));
+    let mut claim_step = false;
+    let mut probe_steps = 0;
+    for (step, run) in plan.iter().zip(analyzed) {
+        let Some(table) = step.table.as_deref() else { continue };
+        assert!(
+            ["range", "ref", "eq_ref", "ref_or_null"].contains(&step.access.as_str()),
+            "{table}: access {} is not an index range/ref\n{context}",
+            step.access
+        );
+        let rows = step.rows.unwrap_or(f64::INFINITY);
+        match table {
+            "c" => {
+                claim_step = true;
+                assert_eq!(step.index.as_deref(), Some(branch_index(branch).as_str()), "claim index\n{context}");
+                assert!(rows <= MAX_ROWS, "claim step estimates {rows} rows\n{context}");
+            }
+            "p" => {
+                probe_steps += 1;
+                let index = step.index.clone().unwrap_or_default();
+                assert!(probe_indexes().contains(&index), "room probe uses {index}\n{context}");
+                let key_parts = step.text.split(" ref=").nth(1).unwrap_or("").split(' ').next().unwrap_or("");
+                assert!(
+                    key_parts.split(',').count() >= 3,
+                    "room probe looks up {key_parts:?}: the status is not part of the key\n{context}"
+                );
+                let actual = run.actual_rows.expect("ANALYZE r_rows");
+                assert!(actual <= MAX_PROBE_ROWS, "room probe read {actual} rows per lookup\n{context}");
+            }
+            other => panic!("unexpected table {other}\n{context}"),
+        }
+    }
+    assert!(claim_step, "no step reads the outbox\n{context}");
+    let expected_probes = if ordering == Ordering::PerRoom { 1 } else { 0 };
+    assert_eq!(probe_steps.min(1), expected_probes, "room probe\n{context}");
+}
+
+/// PostgreSQL: no `Seq Scan`; the claim scan (`c`) is an Index Scan / Index Only Scan / Bitmap
+/// scan on the branch's index, the probe (`p`) on the room index; no scan estimates more than
+/// `MAX_ROWS` rows.
+fn check_postgres(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep]) {
+    let context = format!("{branch:?}/{ordering:?}:\n{}", show(plan));
+    assert!(!plan.iter().any(|s| s.access.contains("Seq Scan")), "sequential scan\n{context}");
+    let mut claim_step = false;
+    let mut probe_step = false;
+    for step in plan.iter().filter(|s| s.access.contains("Scan")) {
+        let rows = step.rows.unwrap_or(f64::INFINITY);
+        if step.access == "Bitmap Heap Scan" {
+            // Reads what its Bitmap Index Scan child found; that child is checked.
+            assert!(rows <= MAX_PROBE_ROWS, "estimates {rows} rows\n{context}");
+            continue;
+        }
+        let Some(index) = step.index.as_deref() else {
+            panic!("{} without an index\n{context}", step.access);
+        };
+        // `… on room_outbox c` (the claim) / `… on room_outbox p` (the room probe); a Bitmap
+        // Index Scan names only the index, its Bitmap Heap Scan parent the alias.
+        let alias = step.text.split("  (").next().unwrap_or("").split_whitespace().last().unwrap_or("");
+        if alias == "p" || (index != branch_index(branch) && ordering == Ordering::PerRoom) {
+            probe_step = true;
+            assert!(probe_indexes().iter().any(|i| i == index), "room probe uses {index}\n{context}");
+            assert!(rows <= MAX_PROBE_ROWS, "room probe estimates {rows} rows\n{context}");
+        } else {
+            claim_step = true;
+            assert_eq!(index, branch_index(branch), "claim index\n{context}");
+            assert!(rows <= MAX_ROWS, "claim scan estimates {rows} rows\n{context}");
+        }
+    }
+    assert!(claim_step, "the claim does not scan {}\n{context}", branch_index(branch));
+    assert_eq!(probe_step, ordering == Ordering::PerRoom, "room probe\n{context}");
+}
+
+async fn claim_branches_read_only_what_they_return(backend: Backend) {
+    let Some(db) = TestDb::new_server_only(backend).await else { return };
+    let store = db.store_default().await;
+    let started = std::time::Instant::now();
+    seed(&db).await;
+    eprintln!("{backend:?}: seeded {HISTORY} delivered rows in {:?}", started.elapsed());
+
+    let statements = Statements::new(Dialect::from(backend), &TableName::default());
+    for ordering in [Ordering::None, Ordering::PerRoom] {
+        for branch in ClaimBranch::ALL {
+            let sql = statements.claim_select(branch, ordering);
+            let plan = db.explain(sql, &binds(branch)).await;
+            eprintln!("{backend:?} {branch:?}/{ordering:?}:\n{}", show(&plan));
+            match backend {
+                Backend::MySql => {
+                    // Runs the SELECT (autocommit: its row locks end with it) to get r_rows.
+                    let analyzed = db.explain_analyze(sql, &binds(branch)).await;
+                    check_mysql(branch, ordering, &plan, &analyzed)
+                }
+                Backend::Postgres => check_postgres(branch, ordering, &plan),
+                Backend::Sqlite => unreachable!(),
+            }
+        }
+    }
+
+    // The statements explained are the ones the store runs: a real claim takes the live rows in
+    // branch order and leaves history, failed rows, not-due retries and live leases alone.
+    let batch = store
+        .claim(&ClaimParams {
+            app_code: APP.into(),
+            worker_id: "w-new".into(),
+            limit: 100,
+            lease_ms: 1_000,
+            now_ms: NOW,
+            max_attempts: 100,
+            ordering: Ordering::None,
+        })
+        .await
+        .expect("claim");
+    let ids: Vec<&str> = batch.events.iter().map(|e| e.event.event_id.as_str()).collect();
+    assert_eq!(ids.len() as i64, 3 * LIVE, "{ids:?}");
+    assert!(ids[..LIVE as usize].iter().all(|id| id.starts_with('p')), "{ids:?}");
+    assert!(ids[LIVE as usize..2 * LIVE as usize].iter().all(|id| id.starts_with("rd")), "{ids:?}");
+    assert!(ids[2 * LIVE as usize..].iter().all(|id| id.starts_with("dx")), "{ids:?}");
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_claim_branches_read_only_what_they_return() {
+    claim_branches_read_only_what_they_return(Backend::MySql).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claim_branches_read_only_what_they_return() {
+    claim_branches_read_only_what_they_return(Backend::Postgres).await
+}
