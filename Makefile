@@ -1,4 +1,17 @@
-# outboxd build entry points.
+# outboxd — `make demo` runs the main job on embedded SQLite; `make test` runs every test.
+# Both install what they need (the wasm32-wasip2 target) and build the plugins first.
+
+CARGO ?= cargo
+DEMO_DIR := target/demo
+OUTBOXD := target/debug/outboxd
+DEMO := $(OUTBOXD) --config demo/outboxd.toml
+
+.PHONY: all build plugins demo test bench clean
+
+all: build
+
+build: plugins
+	$(CARGO) build --bin outboxd
 
 # ---------------------------------------------------------------------------------------------
 # plugins: every guest plugin (plugins/*) and test guest (tests/plugins/*) built for
@@ -8,12 +21,35 @@
 GUEST_WORKSPACES := plugins tests/plugins
 PLUGIN_OUT := plugins/out
 
-.PHONY: plugins
 plugins:
-	../shared/toolchain/install-wasm-target
+	bash ../shared/toolchain/install-wasm-target
 	@mkdir -p $(PLUGIN_OUT)
 	@set -e; for ws in $(GUEST_WORKSPACES); do \
-		(cd $$ws && cargo build --release --target wasm32-wasip2); \
+		(cd $$ws && $(CARGO) build --release --target wasm32-wasip2); \
 		cp $$ws/target/wasm32-wasip2/release/*.wasm $(PLUGIN_OUT)/; \
 	done
 	@ls -l $(PLUGIN_OUT)/*.wasm
+
+## demo: migrate a fresh SQLite file, enqueue sample room events, deliver them through the log
+## plugin until drained, print the status.
+demo: build
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(DEMO) migrate
+	$(DEMO) enqueue --room room-1 --type RoomGiftSent --count 3 --body-json '{"gift":"rose","from":"u1","to":"u2"}'
+	$(DEMO) enqueue --room room-1 --type RoomMicChanged --body-json '{"seat":2,"user":"u3","action":"up"}'
+	$(DEMO) enqueue --room room-2 --type RoomHeatChanged --count 2 --body-json '{"heat":1024}'
+	$(DEMO) run --drain
+	$(DEMO) status
+
+## test: unit, conformance (SQLite, MariaDB, PostgreSQL), EXPLAIN, worker, plugin-host, sink
+## and end-to-end tests.
+test: plugins
+	$(CARGO) test --workspace --no-fail-fast
+
+## bench: delivery throughput on the configured database (default SQLite), vs the Go shape.
+bench: build
+	$(OUTBOXD) bench --events 20000
+
+clean:
+	$(CARGO) clean
+	rm -rf plugins/target tests/plugins/target $(PLUGIN_OUT) $(DEMO_DIR)

@@ -210,7 +210,7 @@ async fn enqueue_inserts_pending_rows(backend: Backend) {
 async fn enqueue_is_idempotent_on_app_and_event_id(backend: Backend) {
     let Some((db, store)) = setup(backend).await else { return };
     let first = record(APP, "e1", "r1", 1_000);
-    assert_eq!(enqueue(&store, &[first.clone()]).await, 1);
+    assert_eq!(enqueue(&store, std::slice::from_ref(&first)).await, 1);
     let before = db.row(APP, "e1").await.unwrap();
 
     let mut again = record(APP, "e1", "other-room", 5_000);
@@ -855,7 +855,7 @@ async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
             // fail for good; the rest is delivered.
             if id == "r2-3" || id == "r4-0" {
                 marks.push(failed(id, "poison"));
-            } else if (k + room.len()) % 3 == 0 && *n == 1 {
+            } else if (k + room.len()).is_multiple_of(3) && *n == 1 {
                 marks.push(retryable(id, now + 1, "flaky"));
             } else {
                 marks.push(delivered(id));
@@ -869,12 +869,78 @@ async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
         let room = format!("r{r}");
         let got = delivered_order.get(&room).cloned().unwrap_or_default();
         let expected: Vec<usize> = (0..per_room)
-            .filter(|k| !(room == "r2" && *k == 3) && !(room == "r4" && *k == 0))
+            .filter(|k| !((room == "r2" && *k == 3) || (room == "r4" && *k == 0)))
             .collect();
         assert_eq!(got, expected, "room {room} delivered out of order");
     }
     let c = counts(&store, Some(APP), now).await;
     assert_eq!((c.pending, c.delivering, c.retryable, c.failed), (0, 0, 0, 2));
+}
+
+async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(backend: Backend) {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let Some((db, store)) = setup(backend).await else { return };
+    let (rooms, per_room) = (5, 40);
+    let mut recs = Vec::new();
+    for k in 0..per_room {
+        for r in 0..rooms {
+            recs.push(record(APP, &format!("r{r}-{k:02}"), &format!("room{r}"), 1_000 + k as i64));
+        }
+    }
+    enqueue(&store, &recs).await;
+    let second = db.store_default().await;
+    // Rooms whose event is claimed and not yet marked, and the delivery order per room. A worker
+    // takes its event out of `in_flight` *before* its mark commits (the row is still delivering,
+    // so no other claim can take the room's next event before then).
+    let in_flight: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let order: Arc<Mutex<BTreeMap<String, Vec<String>>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let store = if i % 2 == 0 { store.clone() } else { second.clone() };
+        let (in_flight, order) = (in_flight.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("w{i}");
+            let mut idle = 0;
+            while idle < 50 {
+                let mut p = params(APP, &worker, 3, outboxd::record::now_ms(), 600_000);
+                p.ordering = Ordering::PerRoom;
+                let batch = store.claim(&p).await.unwrap_or_else(|e| panic!("{worker}: {e}"));
+                if batch.events.is_empty() {
+                    idle += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    continue;
+                }
+                idle = 0;
+                for e in &batch.events {
+                    let mut map = in_flight.lock().unwrap();
+                    if let Some(other) = map.insert(e.event.room_id.clone(), e.event.event_id.clone()) {
+                        panic!("{worker} got {} while {other} of the same room is in flight", e.event.event_id);
+                    }
+                }
+                tokio::task::yield_now().await;
+                let marks: Vec<Mark> = batch.events.iter().map(|e| delivered(&e.event.event_id)).collect();
+                for e in &batch.events {
+                    in_flight.lock().unwrap().remove(&e.event.room_id);
+                    order.lock().unwrap().entry(e.event.room_id.clone()).or_default().push(e.event.event_id.clone());
+                }
+                let report = store
+                    .mark(&MarkParams { lease: &batch.lease, marks: &marks, now_ms: outboxd::record::now_ms() })
+                    .await
+                    .unwrap_or_else(|e| panic!("{worker}: {e}"));
+                assert_eq!(report.applied as usize, marks.len(), "{worker}: {report:?}");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker task");
+    }
+    let order = order.lock().unwrap().clone();
+    for r in 0..rooms {
+        let expected: Vec<String> = (0..per_room).map(|k| format!("r{r}-{k:02}")).collect();
+        assert_eq!(order.get(&format!("room{r}")), Some(&expected), "room{r} out of order");
+    }
+    assert_eq!(counts(&store, Some(APP), outboxd::record::now_ms()).await.delivered, (rooms * per_room) as u64);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1067,6 +1133,9 @@ async fn migrate_rejects_invalid_table_names(backend: Backend) {
         assert!(matches!(err, StoreError::InvalidTableName(_)), "{bad}: {err:?}");
     }
     assert!(TableName::new(&"t".repeat(49)).is_err(), "longer than 48 bytes");
+    for reserved in ["select", "ORDER", "Table", "where", "group"] {
+        assert!(TableName::new(reserved).is_err(), "reserved word {reserved:?} accepted");
+    }
     // Every name that is accepted must work: reserved words are either refused or usable.
     for word in ["select", "order", "user", "table"] {
         if TableName::new(word).is_ok() {
@@ -1142,6 +1211,7 @@ macro_rules! conformance {
             claim_per_room_reclaims_an_expired_head_first,
             claim_per_room_rooms_are_per_tenant,
             claim_per_room_keeps_room_order_under_failures,
+            claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight,
             counts_by_status_and_oldest_pending_age,
             list_failed_filters,
             requeue_by_filters,

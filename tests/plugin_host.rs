@@ -164,18 +164,27 @@ async fn log_plugin_writes_every_field_as_json() {
 async fn log_plugin_text_format_and_unknown_format() {
     captured();
     let sink = start(sink_config("log-text", "log", &[("format", "text")])).await;
-    assert_eq!(sink.publish(&events(2, "room.closed")).await, vec![Outcome::Delivered; 2]);
+    assert_eq!(
+        sink.publish(&events(2, "room.closed")).await,
+        vec![Outcome::Delivered; 2]
+    );
     let messages: Vec<String> = logs_of("log-text")
         .iter()
         .map(|f| f["message"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(messages.len(), 2);
-    assert!(messages[1].contains("event_id=\"evt-1\"") && messages[1].contains("body_bytes=5"), "{messages:?}");
+    assert!(
+        messages[1].contains("event_id=\"evt-1\"") && messages[1].contains("body_bytes=5"),
+        "{messages:?}"
+    );
 
-    let error = PluginSink::start(&engine(), &sink_config("log-xml", "log", &[("format", "xml")]))
-        .await
-        .err()
-        .expect("unknown format must stop the sink");
+    let error = PluginSink::start(
+        &engine(),
+        &sink_config("log-xml", "log", &[("format", "xml")]),
+    )
+    .await
+    .err()
+    .expect("unknown format must stop the sink");
     assert!(matches!(error, PluginError::Init { .. }), "{error:?}");
     assert_eq!(
         error.to_string(),
@@ -196,12 +205,22 @@ async fn infinite_loop_hits_the_deadline_and_the_host_goes_on() {
 
     let started = Instant::now();
     let outcomes = looping.publish(&events(2, "room.created")).await;
-    assert!(started.elapsed() < Duration::from_millis(1200), "epoch deadline not enforced: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(1200),
+        "epoch deadline not enforced: {:?}",
+        started.elapsed()
+    );
     for outcome in &outcomes {
-        assert_eq!(retryable_message(outcome), "plugin `chaos-loop` exceeded its 300ms publish deadline");
+        assert_eq!(
+            retryable_message(outcome),
+            "plugin `chaos-loop` exceeded its 300ms publish deadline"
+        );
     }
     // The other sink, and the host, go on serving.
-    assert_eq!(healthy.publish(&events(3, "room.created")).await, vec![Outcome::Delivered; 3]);
+    assert_eq!(
+        healthy.publish(&events(3, "room.created")).await,
+        vec![Outcome::Delivered; 3]
+    );
     // The looping sink gets a fresh instance on its next batch (and is contained again).
     let again = looping.publish(&events(1, "room.created")).await;
     assert!(retryable_message(&again[0]).contains("deadline"));
@@ -241,21 +260,38 @@ async fn a_trap_fails_that_batch_and_the_next_one_gets_a_rebuilt_instance() {
     assert_eq!(trapped.len(), 3);
     for outcome in &trapped {
         let message = retryable_message(outcome);
-        assert!(message.starts_with("plugin `chaos-trap` trapped: wasm trap:"), "{message}");
-        assert!(message.contains("chaos: event type boom in the batch"), "panic message kept: {message}");
+        assert!(
+            message.starts_with("plugin `chaos-trap` trapped: wasm trap:"),
+            "{message}"
+        );
+        assert!(
+            message.contains("chaos: event type boom in the batch"),
+            "panic message kept: {message}"
+        );
     }
     // The guest's panic went to outboxd's log as stderr of this sink.
-    assert!(logs_of("chaos-trap").iter().any(|f| f["stream"] == "stderr"
-        && f["message"].as_str().unwrap().contains("event type boom")));
+    assert!(
+        logs_of("chaos-trap").iter().any(|f| f["stream"] == "stderr"
+            && f["message"].as_str().unwrap().contains("event type boom"))
+    );
 
     let next = sink.publish(&events(1, "room.created")).await;
-    assert_eq!(retryable_message(&next[0]), "chaos retryable, call 1", "fresh instance");
+    assert_eq!(
+        retryable_message(&next[0]),
+        "chaos retryable, call 1",
+        "fresh instance"
+    );
     assert_eq!(sink.stats().instances_built, 2);
 }
 
 #[tokio::test]
 async fn too_few_results_fail_the_batch() {
-    let sink = start(sink_config("chaos-few", "chaos", &[("behaviour", "too_few")])).await;
+    let sink = start(sink_config(
+        "chaos-few",
+        "chaos",
+        &[("behaviour", "too_few")],
+    ))
+    .await;
     let outcomes = sink.publish(&events(3, "room.created")).await;
     assert_eq!(
         outcomes,
@@ -266,7 +302,12 @@ async fn too_few_results_fail_the_batch() {
 
 #[tokio::test]
 async fn publish_errors_map_to_outcomes() {
-    let limited = start(sink_config("chaos-rate", "chaos", &[("rate_limited", "1500")])).await;
+    let limited = start(sink_config(
+        "chaos-rate",
+        "chaos",
+        &[("rate_limited", "1500")],
+    ))
+    .await;
     assert_eq!(
         limited.publish(&events(1, "room.created")).await,
         vec![Outcome::Retryable {
@@ -274,18 +315,31 @@ async fn publish_errors_map_to_outcomes() {
             retry_after: Some(Duration::from_millis(1500)),
         }]
     );
-    let permanent = start(sink_config("chaos-perm", "chaos", &[("behaviour", "permanent")])).await;
+    let permanent = start(sink_config(
+        "chaos-perm",
+        "chaos",
+        &[("behaviour", "permanent")],
+    ))
+    .await;
     assert_eq!(
         permanent.publish(&events(1, "room.created")).await,
         vec![Outcome::permanent("chaos permanent, call 1")]
     );
-    let retryable = start(sink_config("chaos-retry", "chaos", &[("behaviour", "retryable")])).await;
+    let retryable = start(sink_config(
+        "chaos-retry",
+        "chaos",
+        &[("behaviour", "retryable")],
+    ))
+    .await;
     assert_eq!(
         retryable.publish(&events(1, "room.created")).await,
         vec![Outcome::retryable("chaos retryable, call 1")]
     );
     let ok = start(sink_config("chaos-ok", "chaos", &[("behaviour", "ok")])).await;
-    assert_eq!(ok.publish(&events(2, "room.created")).await, vec![Outcome::Delivered; 2]);
+    assert_eq!(
+        ok.publish(&events(2, "room.created")).await,
+        vec![Outcome::Delivered; 2]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -295,18 +349,35 @@ async fn publish_errors_map_to_outcomes() {
 #[tokio::test]
 async fn instances_are_reused_across_batches() {
     captured();
-    let sink = start(sink_config("chaos-reuse", "chaos", &[("behaviour", "retryable")])).await;
+    let sink = start(sink_config(
+        "chaos-reuse",
+        "chaos",
+        &[("behaviour", "retryable")],
+    ))
+    .await;
     for call in 1..=5 {
         let outcomes = sink.publish(&events(4, "room.created")).await;
         for outcome in &outcomes {
-            assert_eq!(retryable_message(outcome), format!("chaos retryable, call {call}"));
+            assert_eq!(
+                retryable_message(outcome),
+                format!("chaos retryable, call {call}")
+            );
         }
     }
-    assert_eq!(sink.stats().instances_built, 1, "one instance served every batch");
+    assert_eq!(
+        sink.stats().instances_built,
+        1,
+        "one instance served every batch"
+    );
     let logs = logs_of("chaos-reuse");
-    assert!(logs.iter().any(|f| f["message"] == "chaos call 5 with 4 events"), "logging import");
     assert!(
-        logs.iter().any(|f| f["stream"] == "stdout" && f["message"] == "chaos stdout: call 5"),
+        logs.iter()
+            .any(|f| f["message"] == "chaos call 5 with 4 events"),
+        "logging import"
+    );
+    assert!(
+        logs.iter()
+            .any(|f| f["stream"] == "stdout" && f["message"] == "chaos stdout: call 5"),
         "guest stdout lands in the log: {logs:?}"
     );
 }
@@ -322,7 +393,10 @@ async fn batches_bigger_than_max_batch_size_are_split() {
         .iter()
         .map(|o| retryable_message(o).to_string())
         .collect();
-    let calls: Vec<&str> = messages.iter().map(|m| m.rsplit(' ').next().unwrap()).collect();
+    let calls: Vec<&str> = messages
+        .iter()
+        .map(|m| m.rsplit(' ').next().unwrap())
+        .collect();
     assert_eq!(calls, ["1", "1", "2", "2", "3"]);
 }
 
@@ -369,12 +443,21 @@ async fn files_that_are_not_components_are_rejected() {
 
     let (_d, text) = temp_file("text.wasm", b"hello, not wasm");
     let error = check_err(&text).await;
-    assert!(matches!(error, PluginError::NotAComponent { .. }), "{error:?}");
-    assert!(error.to_string().contains("not a WebAssembly binary"), "{error}");
+    assert!(
+        matches!(error, PluginError::NotAComponent { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("not a WebAssembly binary"),
+        "{error}"
+    );
 
     let (_d, module) = temp_file("module.wasm", b"\0asm\x01\0\0\0");
     let error = check_err(&module).await;
-    assert!(error.to_string().contains("core WebAssembly module"), "{error}");
+    assert!(
+        error.to_string().contains("core WebAssembly module"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -383,14 +466,22 @@ async fn components_of_another_world_are_rejected() {
     let (_d, empty) = temp_file("empty.wasm", b"\0asm\x0d\0\x01\0");
     let error = check_err(&empty).await;
     assert!(matches!(error, PluginError::WrongWorld { .. }), "{error:?}");
-    assert!(error.to_string().contains("missing export function `init`"), "{error}");
+    assert!(
+        error.to_string().contains("missing export function `init`"),
+        "{error}"
+    );
 
     // The chaos plugin with its `publish` export renamed.
     let bytes = std::fs::read(plugin("chaos")).unwrap();
     let renamed = replace_all(&bytes, b"\x07publish", b"\x07publiss");
     let (_d, path) = temp_file("renamed.wasm", &renamed);
     let error = check_err(&path).await;
-    assert!(error.to_string().contains("missing export function `publish`"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("missing export function `publish`"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -403,10 +494,14 @@ async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
         if loads {
             let report = result.unwrap_or_else(|e| panic!("{version} must load: {e}"));
             assert_eq!(report.world.version.as_deref(), Some(version));
-            let outcomes = test_plugin(&path, vec![], events(1, "x"), &settings()).await.unwrap();
+            let outcomes = test_plugin(&path, vec![], events(1, "x"), &settings())
+                .await
+                .unwrap();
             assert_eq!(outcomes, vec![Outcome::Delivered]);
         } else {
-            let error = result.err().unwrap_or_else(|| panic!("{version} must be refused"));
+            let error = result
+                .err()
+                .unwrap_or_else(|| panic!("{version} must be refused"));
             assert!(matches!(error, PluginError::Version { .. }), "{error:?}");
             assert!(
                 error.to_string().contains(&format!("@{version}"))
@@ -421,11 +516,26 @@ async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
 async fn check_lists_imports_and_exports() {
     let report = check(&plugin("log"), &settings()).await.unwrap();
     assert_eq!(report.world.version.as_deref(), Some("0.1.0"));
-    assert!(report.world.imports.iter().any(|i| i == "outbox:publisher/logging@0.1.0"));
-    assert!(report.world.imports.iter().any(|i| i == "outbox:publisher/types@0.1.0"));
+    assert!(
+        report
+            .world
+            .imports
+            .iter()
+            .any(|i| i == "outbox:publisher/logging@0.1.0")
+    );
+    assert!(
+        report
+            .world
+            .imports
+            .iter()
+            .any(|i| i == "outbox:publisher/types@0.1.0")
+    );
     assert_eq!(report.world.exports, ["init", "publish"]);
     let text = report.to_string();
-    assert!(text.contains("world:   outbox:publisher/publisher@0.1.0: ok"), "{text}");
+    assert!(
+        text.contains("world:   outbox:publisher/publisher@0.1.0: ok"),
+        "{text}"
+    );
     assert!(text.contains("  outbox:publisher/logging@0.1.0"), "{text}");
 }
 
@@ -487,16 +597,27 @@ async fn bad_config_is_one_clear_error_at_start() {
     let mut missing = sink_config("a", "log", &[]);
     missing.plugin = PathBuf::from("/nonexistent/a.wasm");
     let error = load_publisher(&[missing], &[], &s).await.err().unwrap();
-    assert!(error.to_string().starts_with("cannot read plugin /nonexistent/a.wasm"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("cannot read plugin /nonexistent/a.wasm"),
+        "{error}"
+    );
 
     let failing = sink_config("a", "chaos", &[("init_error", "missing api key")]);
     let error = load_publisher(&[failing], &[], &s).await.err().unwrap();
-    assert_eq!(error.to_string(), "sink `a`: plugin init failed: missing api key");
+    assert_eq!(
+        error.to_string(),
+        "sink `a`: plugin init failed: missing api key"
+    );
 
     let mut zero = sink_config("a", "log", &[]);
     zero.limits.max_batch_size = 0;
     let error = start_sinks(&engine(), &[zero], &[]).await.err().unwrap();
-    assert!(matches!(error, PluginError::InvalidLimits { .. }), "{error:?}");
+    assert!(
+        matches!(error, PluginError::InvalidLimits { .. }),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]
@@ -511,7 +632,10 @@ async fn router_works_with_any_publisher() {
     let sinks = BTreeMap::from([("native".to_string(), Arc::new(Native) as Arc<dyn Publisher>)]);
     let router = RoutedPublisher::new(&[route("*", "native")], sinks).unwrap();
     assert_eq!(router.route("anything.at.all"), Some("native"));
-    assert_eq!(router.publish(&events(3, "x")).await, vec![Outcome::Delivered; 3]);
+    assert_eq!(
+        router.publish(&events(3, "x")).await,
+        vec![Outcome::Delivered; 3]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -524,9 +648,17 @@ async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
     let settings = PluginSettings {
         cache_dir: Some(dir.path().join("cache")),
     };
-    let first = PluginEngine::new(&settings).unwrap().compile(&plugin("log")).await.unwrap();
+    let first = PluginEngine::new(&settings)
+        .unwrap()
+        .compile(&plugin("log"))
+        .await
+        .unwrap();
     assert_eq!(first.cache, CacheOutcome::Stored);
-    let second = PluginEngine::new(&settings).unwrap().compile(&plugin("log")).await.unwrap();
+    let second = PluginEngine::new(&settings)
+        .unwrap()
+        .compile(&plugin("log"))
+        .await
+        .unwrap();
     assert_eq!(second.cache, CacheOutcome::Hit);
 
     // A tampered artifact fails its checksum and is recompiled, never loaded.
@@ -540,14 +672,25 @@ async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&artifact, bytes).unwrap();
-    let third = PluginEngine::new(&settings).unwrap().compile(&plugin("log")).await.unwrap();
+    let third = PluginEngine::new(&settings)
+        .unwrap()
+        .compile(&plugin("log"))
+        .await
+        .unwrap();
     assert_eq!(third.cache, CacheOutcome::Stored);
 
     // A directory this host did not create is refused.
     let foreign = dir.path().join("foreign");
     std::fs::create_dir(&foreign).unwrap();
-    let error = PluginEngine::new(&PluginSettings { cache_dir: Some(foreign) }).err().unwrap();
-    assert!(error.to_string().contains("not created by outboxd"), "{error}");
+    let error = PluginEngine::new(&PluginSettings {
+        cache_dir: Some(foreign),
+    })
+    .err()
+    .unwrap();
+    assert!(
+        error.to_string().contains("not created by outboxd"),
+        "{error}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -559,15 +702,18 @@ async fn plugin_test_runs_init_and_publish_and_prints_outcomes() {
     let config = vec![parse_config_pair("rate_limited=250").unwrap()];
     assert!(parse_config_pair("no-equals").is_err());
     let events = vec![
-        parse_event_json(1, r#"{"event_type":"room.created","body":"hi"}"#).unwrap(),
-        parse_event_json(2, r#"{"event_type":"room.closed","event_id":"e2","body_base64":"AAE="}"#).unwrap(),
+        parse_event_json(0, r#"{"event_type":"room.created","body":"hi"}"#).unwrap(),
+        parse_event_json(1, r#"{"event_id":"e2","body_base64":"AAE="}"#).unwrap(),
     ];
-    assert_eq!(events[0].event_id, "test-1");
+    assert_eq!(events[0].event_id, "evt_sample_0");
     assert_eq!(events[0].body, b"hi");
+    assert_eq!(events[1].event_type, "RoomGiftSent");
     assert_eq!(events[1].body, [0, 1]);
-    assert!(parse_event_json(3, r#"{"body":"no type"}"#).is_err());
+    assert!(parse_event_json(2, r#"{"bogus":1}"#).is_err());
 
-    let outcomes = test_plugin(&plugin("chaos"), config, events.clone(), &settings()).await.unwrap();
+    let outcomes = test_plugin(&plugin("chaos"), config, events.clone(), &settings())
+        .await
+        .unwrap();
     let printed = TestReport {
         events: &events,
         outcomes: &outcomes,
@@ -575,7 +721,7 @@ async fn plugin_test_runs_init_and_publish_and_prints_outcomes() {
     .to_string();
     assert_eq!(
         printed,
-        "1 test-1 (room.created): retryable after 250ms: chaos rate limited, call 1\n\
-         2 e2 (room.closed): retryable after 250ms: chaos rate limited, call 1"
+        "evt_sample_0\troom.created\tretryable after 250ms: chaos rate limited, call 1\n\
+         e2\tRoomGiftSent\tretryable after 250ms: chaos rate limited, call 1"
     );
 }

@@ -15,7 +15,6 @@ use tracing::{info, warn};
 
 use crate::bench::{self, BenchOptions};
 use crate::config::{Config, LogFormat};
-use crate::publish::Event;
 use crate::record::{Record, now_ms};
 use crate::store::{self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store};
 use crate::worker::{RunMode, Worker, WorkerOptions};
@@ -193,8 +192,9 @@ pub enum PluginCommand {
         /// A setting passed to init (repeatable).
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
-        /// A sample event as JSON (repeatable), e.g. '{"event_type":"RoomGiftSent","room_id":"r1","body":"hi"}'.
-        /// Missing fields get defaults; without --event one sample event is used.
+        /// A sample event as JSON (repeatable), e.g. '{"event_type":"RoomGiftSent","room_id":"r1","body":"hi"}'
+        /// (fields: app_code, event_id, event_type, room_id, room_version, occurred_at_ms, attempt,
+        /// body or body_base64; all optional). Without --event one sample event is used.
         #[arg(long = "event", value_name = "JSON")]
         events: Vec<String>,
     },
@@ -419,56 +419,27 @@ async fn plugin_command(config: &Config, command: PluginCommand) -> Result<()> {
     match command {
         PluginCommand::Check { file } => {
             let report = crate::plugin::check(&file, &config.plugins).await?;
-            print!("{report}");
+            println!("{report}");
         }
         PluginCommand::Test { file, config: settings, events } => {
             let settings = settings
                 .iter()
-                .map(|pair| {
-                    pair.split_once('=')
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .with_context(|| format!("--config {pair:?}: expected KEY=VALUE"))
-                })
-                .collect::<Result<Vec<_>>>()?;
+                .map(|pair| crate::plugin::parse_config_pair(pair))
+                .collect::<Result<Vec<_>, _>>()?;
             let events = if events.is_empty() {
-                vec![sample_event(0, "{}")?]
+                vec![crate::plugin::parse_event_json(0, "{}")?]
             } else {
-                events.iter().enumerate().map(|(i, json)| sample_event(i, json)).collect::<Result<Vec<_>>>()?
+                events
+                    .iter()
+                    .enumerate()
+                    .map(|(i, json)| crate::plugin::parse_event_json(i, json))
+                    .collect::<Result<Vec<_>, _>>()?
             };
             let outcomes = crate::plugin::test_plugin(&file, settings, events.clone(), &config.plugins).await?;
-            for (event, outcome) in events.iter().zip(outcomes) {
-                println!("{}\t{}\t{:?}", event.event_id, event.event_type, outcome);
-            }
+            println!("{}", crate::plugin::TestReport { events: &events, outcomes: &outcomes });
         }
     }
     Ok(())
-}
-
-/// A sample event for `plugin test` from JSON; every field is optional.
-fn sample_event(index: usize, json: &str) -> Result<Event> {
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default, deny_unknown_fields)]
-    struct Sample {
-        app_code: Option<String>,
-        event_id: Option<String>,
-        event_type: Option<String>,
-        room_id: Option<String>,
-        room_version: Option<i64>,
-        occurred_at_ms: Option<i64>,
-        body: Option<String>,
-        attempt: Option<u32>,
-    }
-    let sample: Sample = serde_json::from_str(json).with_context(|| format!("--event {json:?}"))?;
-    Ok(Event {
-        app_code: sample.app_code.unwrap_or_else(|| crate::record::DEFAULT_APP_CODE.into()),
-        event_id: sample.event_id.unwrap_or_else(|| format!("evt_sample_{index}")),
-        event_type: sample.event_type.unwrap_or_else(|| "RoomGiftSent".into()),
-        room_id: sample.room_id.unwrap_or_else(|| "room-1".into()),
-        room_version: sample.room_version.unwrap_or(1),
-        occurred_at_ms: sample.occurred_at_ms.unwrap_or_else(now_ms),
-        body: sample.body.unwrap_or_default().into_bytes(),
-        attempt: sample.attempt.unwrap_or(1),
-    })
 }
 
 impl FilterArgs {

@@ -44,7 +44,11 @@ impl ArtifactCache {
     pub fn open(dir: Option<&Path>) -> Result<Option<ArtifactCache>, PluginError> {
         if let Some(dir) = dir {
             return prepare(dir)
-                .map(|()| Some(ArtifactCache { dir: dir.to_path_buf() }))
+                .map(|()| {
+                    Some(ArtifactCache {
+                        dir: dir.to_path_buf(),
+                    })
+                })
                 .map_err(|source| PluginError::Cache {
                     dir: dir.to_path_buf(),
                     source,
@@ -113,7 +117,8 @@ fn default_dirs() -> Vec<PathBuf> {
     if let Some(home) = non_empty("HOME") {
         dirs.push(PathBuf::from(home).join(".cache").join("outboxd"));
     }
-    let user = non_empty("USER").map_or_else(|| "user".into(), |u| u.to_string_lossy().into_owned());
+    let user =
+        non_empty("USER").map_or_else(|| "user".into(), |u| u.to_string_lossy().into_owned());
     dirs.push(std::env::temp_dir().join(format!("outboxd-plugin-cache-{user}")));
     dirs
 }
@@ -122,7 +127,10 @@ fn default_dirs() -> Vec<PathBuf> {
 fn prepare(dir: &Path) -> io::Result<()> {
     if !dir.exists() {
         create_private_dir(dir)?;
-        fs::write(dir.join(MARKER), b"outboxd precompiled plugin artifacts; safe to delete\n")?;
+        fs::write(
+            dir.join(MARKER),
+            b"outboxd precompiled plugin artifacts; safe to delete\n",
+        )?;
     }
     if !dir.join(MARKER).is_file() {
         return Err(io::Error::other(format!(
@@ -135,7 +143,10 @@ fn prepare(dir: &Path) -> io::Result<()> {
 #[cfg(unix)]
 fn create_private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 #[cfg(not(unix))]

@@ -15,6 +15,7 @@ use super::sink::{PluginSink, prepare};
 use super::world::{SUPPORTED_VERSIONS, WIT_PACKAGE, WorldInfo};
 use crate::config::{PluginSettings, SinkConfig, SinkLimits};
 use crate::publish::{Event, Outcome, Publisher};
+use crate::record::DEFAULT_APP_CODE;
 
 /// What `outboxd plugin check` found; `Display` prints it for humans.
 #[derive(Debug, Clone)]
@@ -33,7 +34,13 @@ pub struct CheckReport {
 
 impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "plugin:  {} ({} bytes, sha256 {})", self.path.display(), self.size, self.sha256)?;
+        writeln!(
+            f,
+            "plugin:  {} ({} bytes, sha256 {})",
+            self.path.display(),
+            self.size,
+            self.sha256
+        )?;
         let version = self.world.version.as_deref().unwrap_or("unversioned");
         writeln!(
             f,
@@ -90,16 +97,18 @@ pub async fn test_plugin(
 /// Parses a `--config key=value` argument.
 pub fn parse_config_pair(arg: &str) -> Result<(String, String), PluginError> {
     match arg.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_string(), value.to_string())),
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.to_string()))
+        }
         _ => Err(PluginError::ConfigPair(arg.to_string())),
     }
 }
 
-/// An `--event` argument: every field optional except `event_type`.
+/// An `--event` argument: every field optional.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventArg {
-    event_type: String,
+    event_type: Option<String>,
     app_code: Option<String>,
     event_id: Option<String>,
     room_id: Option<String>,
@@ -110,10 +119,12 @@ struct EventArg {
     body_base64: Option<String>,
 }
 
-/// Parses the `index`-th (1-based) `--event` JSON argument, e.g.
-/// `{"event_type":"room.created","body":"hello"}`. Defaults: `app_code` `"test"`, `event_id`
-/// `"test-<index>"`, `room_id` `"room-1"`, `room_version` `index`, `occurred_at_ms` now,
-/// `attempt` 1, empty body. `body` is UTF-8 text; `body_base64` gives binary bodies.
+/// Parses the `index`-th (0-based) `--event` JSON argument, e.g.
+/// `{"event_type":"RoomGiftSent","room_id":"r1","body":"hi"}`. Every field is optional:
+/// `app_code` defaults to the default app code, `event_id` to `evt_sample_<index>`,
+/// `event_type` to `RoomGiftSent`, `room_id` to `room-1`, `room_version` and `attempt` to 1,
+/// `occurred_at_ms` to now, the body to empty. `body` is UTF-8 text; `body_base64` gives a
+/// binary body instead.
 pub fn parse_event_json(index: usize, json: &str) -> Result<Event, PluginError> {
     let invalid = |reason: String| PluginError::EventJson { index, reason };
     let arg: EventArg = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
@@ -125,16 +136,15 @@ pub fn parse_event_json(index: usize, json: &str) -> Result<Event, PluginError> 
             .map_err(|e| invalid(format!("body_base64: {e}")))?,
         (None, None) => Vec::new(),
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     Ok(Event {
-        app_code: arg.app_code.unwrap_or_else(|| "test".to_string()),
-        event_id: arg.event_id.unwrap_or_else(|| format!("test-{index}")),
-        event_type: arg.event_type,
+        app_code: arg.app_code.unwrap_or_else(|| DEFAULT_APP_CODE.to_string()),
+        event_id: arg
+            .event_id
+            .unwrap_or_else(|| format!("evt_sample_{index}")),
+        event_type: arg.event_type.unwrap_or_else(|| "RoomGiftSent".to_string()),
         room_id: arg.room_id.unwrap_or_else(|| "room-1".to_string()),
-        room_version: arg.room_version.unwrap_or(index as i64),
-        occurred_at_ms: arg.occurred_at_ms.unwrap_or(now_ms),
+        room_version: arg.room_version.unwrap_or(1),
+        occurred_at_ms: arg.occurred_at_ms.unwrap_or_else(crate::record::now_ms),
         body,
         attempt: arg.attempt.unwrap_or(1),
     })
@@ -154,11 +164,17 @@ impl fmt::Display for TestReport<'_> {
             if i > 0 {
                 writeln!(f)?;
             }
-            write!(f, "{} {} ({}): ", i + 1, event.event_id, event.event_type)?;
+            write!(f, "{}\t{}\t", event.event_id, event.event_type)?;
             match outcome {
                 Outcome::Delivered => write!(f, "delivered")?,
-                Outcome::Retryable { message, retry_after: None } => write!(f, "retryable: {message}")?,
-                Outcome::Retryable { message, retry_after: Some(after) } => write!(
+                Outcome::Retryable {
+                    message,
+                    retry_after: None,
+                } => write!(f, "retryable: {message}")?,
+                Outcome::Retryable {
+                    message,
+                    retry_after: Some(after),
+                } => write!(
                     f,
                     "retryable after {}: {message}",
                     humantime::format_duration(*after)

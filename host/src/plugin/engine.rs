@@ -83,10 +83,12 @@ impl PluginEngine {
     /// trusted artifact for these bytes and this engine exists, else compiling (off the async
     /// runtime) and storing the artifact.
     pub async fn compile(&self, path: &Path) -> Result<CompiledPlugin, PluginError> {
-        let bytes = tokio::fs::read(path).await.map_err(|source| PluginError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|source| PluginError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         check_component_header(path, &bytes)?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         let size = bytes.len() as u64;
@@ -158,7 +160,10 @@ impl PluginEngine {
     /// A stable digest of everything that makes a precompiled artifact usable by this engine.
     fn compatibility_hash(&self) -> u64 {
         let mut hasher = DefaultHasher::new();
-        self.inner.engine.precompile_compatibility_hash().hash(&mut hasher);
+        self.inner
+            .engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -208,7 +213,9 @@ impl EpochTicker {
             })
             .ok();
         if thread.is_none() {
-            tracing::error!("cannot start the epoch ticker thread: plugin deadlines rely on the outer timeout only");
+            tracing::error!(
+                "cannot start the epoch ticker thread: plugin deadlines rely on the outer timeout only"
+            );
         }
         EpochTicker { stop, thread }
     }

@@ -178,7 +178,7 @@ pub enum PluginError {
     /// An `--event` argument of `outboxd plugin test` is not a valid event.
     #[error("invalid --event #{index}: {reason}")]
     EventJson {
-        /// 1-based position of the argument.
+        /// 0-based position of the argument.
         index: usize,
         /// What is wrong.
         reason: String,

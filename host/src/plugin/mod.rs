@@ -51,7 +51,12 @@ pub async fn load_publisher(
     let started = start_sinks(&engine, sinks, routes).await?;
     let publishers = started
         .into_iter()
-        .map(|sink| (sink.name().to_string(), Arc::new(sink) as Arc<dyn Publisher>))
+        .map(|sink| {
+            (
+                sink.name().to_string(),
+                Arc::new(sink) as Arc<dyn Publisher>,
+            )
+        })
         .collect();
     Ok(Arc::new(RoutedPublisher::new(routes, publishers)?))
 }
@@ -70,7 +75,10 @@ pub async fn start_sinks(
             });
         }
     }
-    if let Some(route) = routes.iter().find(|route| !names.contains_key(route.sink.as_str())) {
+    if let Some(route) = routes
+        .iter()
+        .find(|route| !names.contains_key(route.sink.as_str()))
+    {
         return Err(PluginError::UnknownSink {
             event_type: route.event_type.clone(),
             sink: route.sink.clone(),

@@ -47,7 +47,8 @@ impl RoutedPublisher {
 
     /// The name of the sink `event_type` routes to, if any.
     pub fn route(&self, event_type: &str) -> Option<&str> {
-        self.sink_index(event_type).map(|index| self.sinks[index].0.as_str())
+        self.sink_index(event_type)
+            .map(|index| self.sinks[index].0.as_str())
     }
 
     fn sink_index(&self, event_type: &str) -> Option<usize> {
@@ -104,7 +105,9 @@ impl Publisher for RoutedPublisher {
         }
         outcomes
             .into_iter()
-            .map(|outcome| outcome.unwrap_or_else(|| Outcome::retryable("event lost by the router")))
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| Outcome::retryable("event lost by the router"))
+            })
             .collect()
     }
 }

@@ -60,7 +60,10 @@ impl PluginSink {
     /// Compiles (or loads from the cache) the sink's plugin, checks its world and version, links
     /// it, and creates a first instance, calling `init` with the sink's config. An `init` error
     /// is [`PluginError::Init`] with the plugin's message.
-    pub async fn start(engine: &PluginEngine, sink: &SinkConfig) -> Result<PluginSink, PluginError> {
+    pub async fn start(
+        engine: &PluginEngine,
+        sink: &SinkConfig,
+    ) -> Result<PluginSink, PluginError> {
         let limits = &sink.limits;
         let invalid = |reason: &str| PluginError::InvalidLimits {
             sink: sink.name.clone(),
@@ -78,7 +81,11 @@ impl PluginSink {
             name: Arc::from(sink.name.as_str()),
             engine: engine.clone(),
             pre,
-            config: sink.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            config: sink
+                .config
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             publish_timeout: limits.publish_timeout,
             memory_cap: limits.memory.0,
             max_batch_size: limits.max_batch_size as usize,
@@ -200,7 +207,10 @@ impl PluginSink {
             Err(error) => {
                 tracing::warn!(sink = %self.name, error = %error, events = events.len(), "plugin batch failed; instance discarded");
                 let message = error.to_string();
-                events.iter().map(|_| Outcome::retryable(message.clone())).collect()
+                events
+                    .iter()
+                    .map(|_| Outcome::retryable(message.clone()))
+                    .collect()
             }
         }
     }
@@ -213,6 +223,8 @@ impl PluginSink {
     ) -> Result<Vec<Result<(), PublishError>>, PluginError> {
         let timeout = self.publish_timeout;
         instance.store.data_mut().arm(Instant::now() + timeout);
+        // The epoch moved on while the instance sat idle: count ticks from now.
+        instance.store.set_epoch_deadline(1);
         let called = tokio::time::timeout(
             timeout + OUTER_TIMEOUT_GRACE,
             instance.bindings.call_publish(&mut instance.store, events),

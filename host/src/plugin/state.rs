@@ -46,7 +46,11 @@ impl HostState {
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
         let wasi = WasiCtx::builder()
             .stdout(GuestOutput::new(sink.clone(), Stream::Stdout, None))
-            .stderr(GuestOutput::new(sink.clone(), Stream::Stderr, Some(stderr_tail.clone())))
+            .stderr(GuestOutput::new(
+                sink.clone(),
+                Stream::Stderr,
+                Some(stderr_tail.clone()),
+            ))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -205,9 +209,11 @@ impl GuestOutput {
             return;
         };
         pending.extend_from_slice(bytes);
-        while let Some(end) = pending.iter().position(|&b| b == b'\n').or_else(|| {
-            (pending.len() >= MAX_LINE).then_some(MAX_LINE)
-        }) {
+        while let Some(end) = pending
+            .iter()
+            .position(|&b| b == b'\n')
+            .or_else(|| (pending.len() >= MAX_LINE).then_some(MAX_LINE))
+        {
             let line: Vec<u8> = pending.drain(..end).collect();
             if pending.first() == Some(&b'\n') {
                 pending.remove(0);
@@ -230,8 +236,12 @@ impl GuestOutput {
         }
         let sink = &*self.sink;
         match self.stream {
-            Stream::Stdout => tracing::info!(target: "outboxd::plugin", sink, stream = "stdout", "{line}"),
-            Stream::Stderr => tracing::warn!(target: "outboxd::plugin", sink, stream = "stderr", "{line}"),
+            Stream::Stdout => {
+                tracing::info!(target: "outboxd::plugin", sink, stream = "stdout", "{line}")
+            }
+            Stream::Stderr => {
+                tracing::warn!(target: "outboxd::plugin", sink, stream = "stderr", "{line}")
+            }
         }
     }
 }
@@ -249,7 +259,11 @@ impl StdoutStream for GuestOutput {
 }
 
 impl AsyncWrite for GuestOutput {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.write(buf);
         Poll::Ready(Ok(buf.len()))
     }

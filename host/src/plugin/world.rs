@@ -48,16 +48,31 @@ pub struct WorldInfo {
 }
 
 /// Checks `component`'s imports (version, provided interfaces) and exports (`init`, `publish`).
-pub fn inspect(engine: &Engine, path: &Path, component: &Component) -> Result<WorldInfo, PluginError> {
+pub fn inspect(
+    engine: &Engine,
+    path: &Path,
+    component: &Component,
+) -> Result<WorldInfo, PluginError> {
     let ty = component.component_type();
-    let imports: Vec<String> = ty.imports(engine).map(|(name, _)| name.to_string()).collect();
+    let imports: Vec<String> = ty
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
     let exports: Vec<(String, bool)> = ty
         .exports(engine)
-        .map(|(name, item)| (name.to_string(), matches!(item.ty, ComponentItem::ComponentFunc(_))))
+        .map(|(name, item)| {
+            (
+                name.to_string(),
+                matches!(item.ty, ComponentItem::ComponentFunc(_)),
+            )
+        })
         .collect();
     let mut version = None;
     for name in &imports {
-        if let Some(rest) = name.strip_prefix(WIT_PACKAGE).and_then(|r| r.strip_prefix('/')) {
+        if let Some(rest) = name
+            .strip_prefix(WIT_PACKAGE)
+            .and_then(|r| r.strip_prefix('/'))
+        {
             let found = rest.split_once('@').map(|(_, v)| v);
             match found {
                 Some(v) if compatible(v) => version = Some(v.to_string()),
@@ -72,13 +87,20 @@ pub fn inspect(engine: &Engine, path: &Path, component: &Component) -> Result<Wo
         }
     }
     for wanted in ["init", "publish"] {
-        if !exports.iter().any(|(name, is_func)| name == wanted && *is_func) {
+        if !exports
+            .iter()
+            .any(|(name, is_func)| name == wanted && *is_func)
+        {
             let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
             return Err(PluginError::WrongWorld {
                 path: path.to_path_buf(),
                 reason: format!(
                     "missing export function `{wanted}` (it exports: {})",
-                    if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
+                    if names.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        names.join(", ")
+                    }
                 ),
             });
         }
@@ -100,14 +122,19 @@ pub fn inspect(engine: &Engine, path: &Path, component: &Component) -> Result<Wo
 }
 
 /// Links `component` against WASI p2 and the `logging` import and type-checks its exports.
-pub(super) fn link(engine: &Engine, path: &Path, component: &Component) -> Result<PublisherPre<HostState>, PluginError> {
+pub(super) fn link(
+    engine: &Engine,
+    path: &Path,
+    component: &Component,
+) -> Result<PublisherPre<HostState>, PluginError> {
     let link_error = |e: wasmtime::Error| PluginError::Link {
         path: path.to_path_buf(),
         source: boxed(e),
     };
     let mut linker: Linker<HostState> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link_error)?;
-    Publisher::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state).map_err(link_error)?;
+    Publisher::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+        .map_err(link_error)?;
     let pre = linker.instantiate_pre(component).map_err(link_error)?;
     PublisherPre::new(pre).map_err(|e| PluginError::WrongWorld {
         path: path.to_path_buf(),

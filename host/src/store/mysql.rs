@@ -3,13 +3,14 @@
 //! Claims lock rows with `FOR UPDATE SKIP LOCKED`, which needs MariaDB ≥ 10.6 or MySQL ≥ 8.0;
 //! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
 //! `UPDATE … RETURNING`, so a mark first locks and lists the rows still under its lease
-//! (`SELECT … FOR UPDATE`) and then updates them, in one transaction.
+//! (`SELECT … FOR UPDATE`) and then updates them, in one transaction. The store's own connections
+//! run at `READ COMMITTED` ([`super::sql`] explains why); `save` runs at the caller's level.
 
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::MySql;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
-use super::sql::exec::{self, impl_session, impl_store, Driver};
-use super::sql::{Dialect, Statements};
+use super::sql::exec::{self, Driver, impl_session, impl_store};
+use super::sql::{self, Dialect, Statements};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
 
@@ -26,6 +27,15 @@ impl MySqlStore {
     pub async fn connect(options: &ConnectOptions) -> Result<MySqlStore, StoreError> {
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections.max(1))
+            // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
+            // and marks do not deadlock on the secondary index entries they move (under
+            // REPEATABLE READ, per-room claims beside marks did: tests/conformance.rs).
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(&mut *conn, sql::MYSQL_SESSION_SETUP).await?;
+                    Ok(())
+                })
+            })
             .connect(&options.url)
             .await
             .map_err(StoreError::db("connect"))?;
@@ -133,10 +143,23 @@ mod tests {
 
     #[test]
     fn server_versions_with_skip_locked() {
-        for ok in ["10.6.0-MariaDB", "10.11.6-MariaDB-0+deb12u1", "5.5.5-10.6.12-MariaDB", "11.4.2-MariaDB", "8.0.36", "8.4.0", "9.1.0-commercial"] {
+        for ok in [
+            "10.6.0-MariaDB",
+            "10.11.6-MariaDB-0+deb12u1",
+            "5.5.5-10.6.12-MariaDB",
+            "11.4.2-MariaDB",
+            "8.0.36",
+            "8.4.0",
+            "9.1.0-commercial",
+        ] {
             assert!(check_server_version(ok).is_ok(), "{ok}");
         }
-        for old in ["10.5.23-MariaDB", "10.3.39-MariaDB-0+deb10u1", "5.7.44-log", "garbage"] {
+        for old in [
+            "10.5.23-MariaDB",
+            "10.3.39-MariaDB-0+deb10u1",
+            "5.7.44-log",
+            "garbage",
+        ] {
             assert!(check_server_version(old).is_err(), "{old}");
         }
     }

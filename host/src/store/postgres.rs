@@ -4,10 +4,10 @@
 //! without waiting on each other; marks use `UPDATE … RETURNING`. The URL is passed to sqlx
 //! unchanged, so `?options=-c search_path=…` selects the schema holding the outbox table.
 
-use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
+use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::sql::exec::{self, impl_session, impl_store, Driver};
+use super::sql::exec::{self, Driver, impl_session, impl_store};
 use super::sql::{Dialect, Statements};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;

@@ -289,7 +289,12 @@ impl Statements {
     }
 
     /// One claim branch with its arguments.
-    pub(crate) fn claim_query(&self, branch: ClaimBranch, params: &ClaimParams, limit: usize) -> Bound {
+    pub(crate) fn claim_query(
+        &self,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        limit: usize,
+    ) -> Bound {
         let mut args = vec![Arg::from(params.app_code.as_str())];
         if branch != ClaimBranch::Pending {
             args.push(Arg::Int(params.now_ms));
@@ -346,11 +351,15 @@ fn claim_select_text(
             "c.created_at_ms, c.event_id"
         }
         ClaimBranch::Retryable => {
-            b.status(Status::Retryable).push(" AND c.next_retry_at_ms <= ").placeholder();
+            b.status(Status::Retryable)
+                .push(" AND c.next_retry_at_ms <= ")
+                .placeholder();
             "c.next_retry_at_ms, c.created_at_ms, c.event_id"
         }
         ClaimBranch::ExpiredLease => {
-            b.status(Status::Delivering).push(" AND c.lock_until_ms <= ").placeholder();
+            b.status(Status::Delivering)
+                .push(" AND c.lock_until_ms <= ")
+                .placeholder();
             "c.lock_until_ms, c.created_at_ms, c.event_id"
         }
     };
@@ -379,7 +388,8 @@ fn claim_select_text(
 
 fn counts_text(dialect: Dialect, table: &TableName, by_app: bool) -> Arc<str> {
     let mut b = SqlBuilder::new(dialect);
-    b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ").push(table.as_str());
+    b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
+        .push(table.as_str());
     if by_app {
         b.push(" WHERE app_code = ").placeholder();
     }
@@ -455,7 +465,13 @@ pub(crate) fn distinct_records(records: &[Record]) -> Vec<&Record> {
 }
 
 /// Leases claimed rows to the worker (one UPDATE; `event_ids` at most [`MAX_ROWS_PER_STATEMENT`]).
-pub(crate) fn lease_rows(dialect: Dialect, table: &TableName, lease: &Lease, now_ms: i64, event_ids: &[&str]) -> Bound {
+pub(crate) fn lease_rows(
+    dialect: Dialect,
+    table: &TableName,
+    lease: &Lease,
+    now_ms: i64,
+    event_ids: &[&str],
+) -> Bound {
     let mut b = SqlBuilder::new(dialect);
     b.push("UPDATE ").push(table.as_str()).push(" SET ");
     retry_count_after_reclaim(&mut b);
@@ -476,7 +492,13 @@ pub(crate) fn lease_rows(dialect: Dialect, table: &TableName, lease: &Lease, now
 
 /// Moves rows the claim rejected to `failed` with their reason. `worker_id` keeps the last
 /// worker that held the row.
-pub(crate) fn reject_rows(dialect: Dialect, table: &TableName, app_code: &str, now_ms: i64, rejected: &[RejectedRow]) -> Bound {
+pub(crate) fn reject_rows(
+    dialect: Dialect,
+    table: &TableName,
+    app_code: &str,
+    now_ms: i64,
+    rejected: &[RejectedRow],
+) -> Bound {
     let mut b = SqlBuilder::new(dialect);
     b.push("UPDATE ").push(table.as_str()).push(" SET ");
     retry_count_after_reclaim(&mut b);
@@ -558,21 +580,34 @@ fn lease_fence(b: &mut SqlBuilder, lease: &Lease, marks: &[Mark]) {
 
 /// The one fenced UPDATE applying `marks` (at most [`MAX_ROWS_PER_STATEMENT`], distinct ids),
 /// with `RETURNING event_id` where the dialect has it.
-pub(crate) fn mark_rows(dialect: Dialect, table: &TableName, lease: &Lease, marks: &[Mark], now_ms: i64) -> Bound {
+pub(crate) fn mark_rows(
+    dialect: Dialect,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+) -> Bound {
     let columns: Vec<(&str, MarkColumns)> = marks
         .iter()
         .map(|m| (m.event_id.as_str(), MarkColumns::of(&m.disposition)))
         .collect();
     let mut b = SqlBuilder::new(dialect);
-    b.push("UPDATE ").push(table.as_str()).push(" SET status = CASE event_id");
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(" SET status = CASE event_id");
     for (event_id, cols) in &columns {
-        b.push(" WHEN ").bind(*event_id).push(" THEN ").status(cols.status);
+        b.push(" WHEN ")
+            .bind(*event_id)
+            .push(" THEN ")
+            .status(cols.status);
     }
     b.push(" ELSE status END");
     if columns.iter().any(|(_, c)| c.failed_attempt) {
         b.push(", retry_count = CASE event_id");
         for (event_id, _) in columns.iter().filter(|(_, c)| c.failed_attempt) {
-            b.push(" WHEN ").bind(*event_id).push(" THEN retry_count + 1");
+            b.push(" WHEN ")
+                .bind(*event_id)
+                .push(" THEN retry_count + 1");
         }
         b.push(" ELSE retry_count END");
     }
@@ -589,14 +624,18 @@ pub(crate) fn mark_rows(dialect: Dialect, table: &TableName, lease: &Lease, mark
         b.push(", last_error = CASE event_id");
         for (event_id, cols) in &columns {
             if let Some(error) = &cols.last_error {
-                b.push(" WHEN ").bind(*event_id).push(" THEN ").bind(error.as_str());
+                b.push(" WHEN ")
+                    .bind(*event_id)
+                    .push(" THEN ")
+                    .bind(error.as_str());
             }
         }
         b.push(" ELSE NULL END");
     } else {
         b.push(", last_error = NULL");
     }
-    b.push(", lock_until_ms = NULL, updated_at_ms = ").bind(now_ms);
+    b.push(", lock_until_ms = NULL, updated_at_ms = ")
+        .bind(now_ms);
     lease_fence(&mut b, lease, marks);
     if dialect.has_update_returning() {
         b.push(" RETURNING event_id");
@@ -605,7 +644,12 @@ pub(crate) fn mark_rows(dialect: Dialect, table: &TableName, lease: &Lease, mark
 }
 
 /// MySQL: locks and lists the rows of `marks` still under the lease, before [`mark_rows`].
-pub(crate) fn lock_fenced_rows(dialect: Dialect, table: &TableName, lease: &Lease, marks: &[Mark]) -> Bound {
+pub(crate) fn lock_fenced_rows(
+    dialect: Dialect,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+) -> Bound {
     let mut b = SqlBuilder::new(dialect);
     b.push("SELECT event_id FROM ").push(table.as_str());
     lease_fence(&mut b, lease, marks);
@@ -638,14 +682,20 @@ fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
 }
 
 /// `failed` rows matching `filter`, oldest first.
-pub(crate) fn select_failed(dialect: Dialect, table: &TableName, filter: &FailedFilter, limit: u32) -> Bound {
+pub(crate) fn select_failed(
+    dialect: Dialect,
+    table: &TableName,
+    filter: &FailedFilter,
+    limit: u32,
+) -> Bound {
     let mut b = SqlBuilder::new(dialect);
     b.push(
         "SELECT app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms FROM ",
     )
     .push(table.as_str());
     failed_where(&mut b, filter);
-    b.push(" ORDER BY created_at_ms, event_id LIMIT ").bind(i64::from(limit));
+    b.push(" ORDER BY created_at_ms, event_id LIMIT ")
+        .bind(i64::from(limit));
     b.finish()
 }
 
@@ -658,7 +708,12 @@ pub(crate) fn count_failed(dialect: Dialect, table: &TableName, filter: &FailedF
 }
 
 /// Moves `failed` rows matching `filter` back to `pending` as if new, keeping `last_error`.
-pub(crate) fn requeue_failed(dialect: Dialect, table: &TableName, filter: &FailedFilter, now_ms: i64) -> Bound {
+pub(crate) fn requeue_failed(
+    dialect: Dialect,
+    table: &TableName,
+    filter: &FailedFilter,
+    now_ms: i64,
+) -> Bound {
     let mut b = SqlBuilder::new(dialect);
     b.push("UPDATE ")
         .push(table.as_str())
@@ -940,6 +995,17 @@ pub(crate) fn create_bookkeeping(dialect: Dialect) -> &'static str {
     }
 }
 
+/// Run once on every connection of a MySQL/MariaDB store's own pool, before any transaction.
+///
+/// Under the default `REPEATABLE READ`, a claim's `FOR UPDATE SKIP LOCKED` scan keeps next-key
+/// (gap) locks on every index record it read, including candidates the per-room probe filtered
+/// out, and a concurrent mark's UPDATE, inserting into those index gaps, deadlocks with it.
+/// `READ COMMITTED` locks only the rows returned. (With binary logging it needs `binlog_format`
+/// ROW or MIXED, the defaults.) The producers' `save` runs in the caller's transaction, at the
+/// caller's isolation level.
+pub(crate) const MYSQL_SESSION_SETUP: &str =
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
 /// Serializes concurrent `migrate` runs where the transaction alone does not (PostgreSQL's
 /// `CREATE TABLE IF NOT EXISTS` races; SQLite runs in `BEGIN IMMEDIATE`; MySQL's DDL commits
 /// implicitly and is idempotent).
@@ -960,10 +1026,19 @@ pub(crate) fn applied_versions(dialect: Dialect, table: &TableName) -> Bound {
 }
 
 /// Records a migration as applied to `table`.
-pub(crate) fn record_version(dialect: Dialect, table: &TableName, version: i64, now_ms: i64) -> Bound {
+pub(crate) fn record_version(
+    dialect: Dialect,
+    table: &TableName,
+    version: i64,
+    now_ms: i64,
+) -> Bound {
     let mut b = SqlBuilder::new(dialect);
     b.push("INSERT INTO outboxd_migrations (table_name, version, applied_at_ms) VALUES ")
-        .bind_list([Arg::from(table.as_str()), Arg::Int(version), Arg::Int(now_ms)])
+        .bind_list([
+            Arg::from(table.as_str()),
+            Arg::Int(version),
+            Arg::Int(now_ms),
+        ])
         .push(match dialect {
             Dialect::Sqlite | Dialect::Postgres => " ON CONFLICT (table_name, version) DO NOTHING",
             Dialect::MySql => " ON DUPLICATE KEY UPDATE version = version",
@@ -991,8 +1066,14 @@ mod tests {
     }
 
     fn record(event_id: &str) -> Record {
-        Record::build("room-1", "RoomGiftSent", 1, std::time::SystemTime::now(), &"body".to_string())
-            .with_event_id(event_id)
+        Record::build(
+            "room-1",
+            "RoomGiftSent",
+            1,
+            std::time::SystemTime::now(),
+            &"body".to_string(),
+        )
+        .with_event_id(event_id)
     }
 
     /// Placeholders in order: `?` everywhere, or `$1…$n` on PostgreSQL; matches the args.
@@ -1001,13 +1082,22 @@ mod tests {
             Dialect::Postgres => {
                 assert!(!bound.sql.contains('?'), "{}", bound.sql);
                 for n in 1..=bound.args.len() {
-                    assert!(bound.sql.contains(&format!("${n}")), "${n} missing: {}", bound.sql);
+                    assert!(
+                        bound.sql.contains(&format!("${n}")),
+                        "${n} missing: {}",
+                        bound.sql
+                    );
                 }
                 assert!(!bound.sql.contains(&format!("${}", bound.args.len() + 1)));
             }
             Dialect::Sqlite | Dialect::MySql => {
                 assert!(!bound.sql.contains('$'), "{}", bound.sql);
-                assert_eq!(bound.sql.matches('?').count(), bound.args.len(), "{}", bound.sql);
+                assert_eq!(
+                    bound.sql.matches('?').count(),
+                    bound.args.len(),
+                    "{}",
+                    bound.sql
+                );
             }
         }
     }
@@ -1022,9 +1112,11 @@ mod tests {
              ORDER BY c.created_at_ms, c.event_id LIMIT ?"
         );
         let mysql = Statements::new(Dialect::MySql, &table());
-        assert!(mysql
-            .claim_select(ClaimBranch::Pending, Ordering::None)
-            .ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT ? FOR UPDATE SKIP LOCKED"));
+        assert!(
+            mysql
+                .claim_select(ClaimBranch::Pending, Ordering::None)
+                .ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT ? FOR UPDATE SKIP LOCKED")
+        );
         let pg = Statements::new(Dialect::Postgres, &table());
         assert_eq!(
             pg.claim_select(ClaimBranch::Retryable, Ordering::None),
@@ -1065,12 +1157,18 @@ mod tests {
     fn per_room_probe_uses_active_statuses_only() {
         let statements = Statements::new(Dialect::Postgres, &table());
         let sql = statements.claim_select(ClaimBranch::Pending, Ordering::PerRoom);
-        assert!(sql.contains(
-            "AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.room_id = c.room_id \
-             AND p.status IN ('pending', 'retryable', 'delivering') AND p.created_at_ms <= c.created_at_ms \
-             AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id))"
-        ));
-        assert!(sql.ends_with("LIMIT $2 FOR UPDATE SKIP LOCKED"));
+        for status in ["pending", "retryable", "delivering"] {
+            assert!(sql.contains(&format!(
+                "AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.room_id = c.room_id \
+                 AND p.status = '{status}' AND p.created_at_ms <= c.created_at_ms \
+                 AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id))"
+            )));
+        }
+        assert_eq!(sql.matches("NOT EXISTS").count(), 3);
+        assert!(!sql.contains("'failed'") && !sql.contains("'delivered'"));
+        assert!(
+            sql.ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT $2 FOR UPDATE SKIP LOCKED")
+        );
     }
 
     #[test]
@@ -1093,11 +1191,22 @@ mod tests {
         assert_eq!(sqlite.args.len(), 14);
         assert_eq!(sqlite.args[4], Arg::Bytes(records[0].encoded_envelope()));
         let mysql = insert_records(Dialect::MySql, &table(), &refs);
-        assert!(mysql.sql.ends_with(" ON DUPLICATE KEY UPDATE event_id = event_id"));
+        assert!(
+            mysql
+                .sql
+                .ends_with(" ON DUPLICATE KEY UPDATE event_id = event_id")
+        );
         assert!(!mysql.sql.contains("IGNORE"));
         let pg = insert_records(Dialect::Postgres, &table(), &refs);
-        assert!(pg.sql.contains("($8, $9, $10, $11, 'pending', $12, $13, 0, NULL, '', NULL, 0, $14)"));
-        for (dialect, bound) in [(Dialect::Sqlite, sqlite), (Dialect::MySql, mysql), (Dialect::Postgres, pg)] {
+        assert!(
+            pg.sql
+                .contains("($8, $9, $10, $11, 'pending', $12, $13, 0, NULL, '', NULL, 0, $14)")
+        );
+        for (dialect, bound) in [
+            (Dialect::Sqlite, sqlite),
+            (Dialect::MySql, mysql),
+            (Dialect::Postgres, pg),
+        ] {
             assert_placeholders(dialect, &bound);
         }
         let existing = count_existing(Dialect::MySql, &table(), &refs);
@@ -1111,7 +1220,12 @@ mod tests {
     fn duplicate_records_keep_the_first() {
         let mut second = record("a");
         second.event_type = "Other".into();
-        let records = [record("a"), second, record("b"), record("a").with_app_code("other")];
+        let records = [
+            record("a"),
+            second,
+            record("b"),
+            record("a").with_app_code("other"),
+        ];
         let distinct = distinct_records(&records);
         assert_eq!(distinct.len(), 3);
         assert_eq!(distinct[0].event_type, "RoomGiftSent");
@@ -1134,7 +1248,11 @@ mod tests {
             reason: "bad".into(),
         }];
         let bound = reject_rows(Dialect::Postgres, &table(), "live", 100, &rejected);
-        assert!(bound.sql.starts_with("UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering'"));
+        assert!(
+            bound.sql.starts_with(
+                "UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering'"
+            )
+        );
         assert!(bound.sql.contains("status = 'failed', lock_until_ms = NULL, last_error = CASE event_id WHEN $1 THEN $2 ELSE last_error END"));
         assert_placeholders(Dialect::Postgres, &bound);
     }
@@ -1159,7 +1277,9 @@ mod tests {
         assert!(retry.failed_attempt);
         assert_eq!(retry.next_retry_at_ms, Some(9));
         assert_eq!(retry.last_error.as_deref().map(str::len), Some(512));
-        let failed = MarkColumns::of(&Disposition::Failed { error: "boom".into() });
+        let failed = MarkColumns::of(&Disposition::Failed {
+            error: "boom".into(),
+        });
         assert_eq!(failed.status, Status::Failed);
         assert_eq!(failed.next_retry_at_ms, None);
         assert_eq!(failed.last_error.as_deref(), Some("boom"));
@@ -1180,7 +1300,9 @@ mod tests {
             },
             Mark {
                 event_id: "c".into(),
-                disposition: Disposition::Failed { error: "never".into() },
+                disposition: Disposition::Failed {
+                    error: "never".into(),
+                },
             },
         ]
     }
@@ -1251,7 +1373,9 @@ mod tests {
         );
         let count = count_failed(Dialect::MySql, &table(), &filter);
         assert_placeholders(Dialect::MySql, &count);
-        assert!(count.sql.starts_with("SELECT COUNT(*) FROM room_outbox WHERE status = 'failed' AND app_code = ?"));
+        assert!(count.sql.starts_with(
+            "SELECT COUNT(*) FROM room_outbox WHERE status = 'failed' AND app_code = ?"
+        ));
     }
 
     fn candidate(envelope: Vec<u8>, retry_count: i32) -> CandidateRow {
@@ -1273,7 +1397,13 @@ mod tests {
             body: b"x".to_vec(),
             ..Default::default()
         };
-        let claimed = judge("live", candidate(envelope.encode_to_vec(), 1), ClaimBranch::Retryable, 5).unwrap();
+        let claimed = judge(
+            "live",
+            candidate(envelope.encode_to_vec(), 1),
+            ClaimBranch::Retryable,
+            5,
+        )
+        .unwrap();
         assert_eq!(claimed.retry_count, 1);
         assert_eq!(claimed.created_at_ms, 10);
         assert_eq!(
@@ -1293,15 +1423,31 @@ mod tests {
 
     #[test]
     fn judge_rejects_corrupt_and_foreign_envelopes() {
-        let corrupt = judge("live", candidate(vec![0xff, 0xff, 0xff], 0), ClaimBranch::Pending, 5).unwrap_err();
-        assert!(corrupt.reason.starts_with("envelope does not decode"), "{}", corrupt.reason);
+        let corrupt = judge(
+            "live",
+            candidate(vec![0xff, 0xff, 0xff], 0),
+            ClaimBranch::Pending,
+            5,
+        )
+        .unwrap_err();
+        assert!(
+            corrupt.reason.starts_with("envelope does not decode"),
+            "{}",
+            corrupt.reason
+        );
         assert_eq!(corrupt.room_id, "row-room");
 
         let foreign = EventEnvelope {
             app_code: "other".into(),
             ..Default::default()
         };
-        let err = judge("live", candidate(foreign.encode_to_vec(), 0), ClaimBranch::Pending, 5).unwrap_err();
+        let err = judge(
+            "live",
+            candidate(foreign.encode_to_vec(), 0),
+            ClaimBranch::Pending,
+            5,
+        )
+        .unwrap_err();
         assert!(err.reason.contains("app_code \"other\""), "{}", err.reason);
 
         let other_event = EventEnvelope {
@@ -1309,14 +1455,26 @@ mod tests {
             event_id: "e2".into(),
             ..Default::default()
         };
-        let err = judge("live", candidate(other_event.encode_to_vec(), 0), ClaimBranch::Pending, 5).unwrap_err();
+        let err = judge(
+            "live",
+            candidate(other_event.encode_to_vec(), 0),
+            ClaimBranch::Pending,
+            5,
+        )
+        .unwrap_err();
         assert!(err.reason.contains("event_id \"e2\""), "{}", err.reason);
     }
 
     #[test]
     fn judge_counts_reclaimed_leases_as_attempts() {
         let ok = EventEnvelope::default().encode_to_vec();
-        let claimed = judge("live", candidate(ok.clone(), 1), ClaimBranch::ExpiredLease, 3).unwrap();
+        let claimed = judge(
+            "live",
+            candidate(ok.clone(), 1),
+            ClaimBranch::ExpiredLease,
+            3,
+        )
+        .unwrap();
         assert_eq!(claimed.retry_count, 2);
         assert_eq!(claimed.event.attempt, 3);
         let dead = judge("live", candidate(ok, 2), ClaimBranch::ExpiredLease, 3).unwrap_err();
@@ -1364,6 +1522,10 @@ mod tests {
             }
         }
         let record = record_version(Dialect::Postgres, &table(), 1, 2);
-        assert!(record.sql.ends_with("VALUES ($1, $2, $3) ON CONFLICT (table_name, version) DO NOTHING"));
+        assert!(
+            record
+                .sql
+                .ends_with("VALUES ($1, $2, $3) ON CONFLICT (table_name, version) DO NOTHING")
+        );
     }
 }

@@ -9,10 +9,10 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::Sqlite;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
-use super::sql::exec::{self, impl_session, impl_store, Driver};
+use super::sql::exec::{self, Driver, impl_session, impl_store};
 use super::sql::{Dialect, Statements};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;

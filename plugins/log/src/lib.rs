@@ -33,14 +33,20 @@ impl Guest for LogPlugin {
                 ("format", "json") => format = Format::Json,
                 ("format", "text") => format = Format::Text,
                 ("format", other) => {
-                    return Err(format!("log plugin: unknown format `{other}`: use `json` or `text`"));
+                    return Err(format!(
+                        "log plugin: unknown format `{other}`: use `json` or `text`"
+                    ));
                 }
                 (other, _) => {
-                    return Err(format!("log plugin: unknown setting `{other}`: the only setting is `format`"));
+                    return Err(format!(
+                        "log plugin: unknown setting `{other}`: the only setting is `format`"
+                    ));
                 }
             }
         }
-        *FORMAT.lock().map_err(|_| "log plugin: state poisoned".to_string())? = Some(format);
+        *FORMAT
+            .lock()
+            .map_err(|_| "log plugin: state poisoned".to_string())? = Some(format);
         Ok(())
     }
 
@@ -49,7 +55,11 @@ impl Guest for LogPlugin {
         let Some(format) = format else {
             return batch
                 .iter()
-                .map(|_| Err(PublishError::Retryable("log plugin: publish before init".to_string())))
+                .map(|_| {
+                    Err(PublishError::Retryable(
+                        "log plugin: publish before init".to_string(),
+                    ))
+                })
                 .collect();
         };
         batch
@@ -122,12 +132,24 @@ fn push_json_string(out: &mut String, text: &str) {
 fn push_base64(out: &mut String, bytes: &[u8]) {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         out.push(ALPHABET[(n >> 18) as usize & 63] as char);
         out.push(ALPHABET[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 { ALPHABET[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if chunk.len() > 2 { ALPHABET[n as usize & 63] as char } else { '=' });
+        out.push(if chunk.len() > 1 {
+            ALPHABET[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if chunk.len() > 2 {
+            ALPHABET[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
 }
 

@@ -11,13 +11,13 @@ use async_trait::async_trait;
 use sqlx::Database;
 
 use super::{
-    Arg, Bound, CandidateRow, ClaimBranch, Dialect, EventId, FromColumns, Int, MAX_ROWS_PER_STATEMENT,
-    StatusCountRow, Statements,
+    Arg, Bound, CandidateRow, ClaimBranch, Dialect, EventId, FromColumns, Int,
+    MAX_ROWS_PER_STATEMENT, Statements, StatusCountRow,
 };
 use crate::record::{self, Record};
 use crate::store::{
-    ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, MarkParams, MarkReport,
-    RequeueParams, StatusCounts, StoreError, TableName,
+    ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, MarkParams,
+    MarkReport, RequeueParams, StatusCounts, StoreError, TableName,
 };
 
 /// A connection (or open transaction) that runs [`Bound`] statements.
@@ -27,14 +27,19 @@ pub(crate) trait Session: Send {
     async fn run(&mut self, statement: Bound) -> Result<u64, sqlx::Error>;
 
     /// Runs a query; decodes every row.
-    async fn rows<T: FromColumns + Send + 'static>(&mut self, statement: Bound) -> Result<Vec<T>, sqlx::Error>;
+    async fn rows<T: FromColumns + Send + 'static>(
+        &mut self,
+        statement: Bound,
+    ) -> Result<Vec<T>, sqlx::Error>;
 
     /// Runs a script of several statements without arguments (a migration).
     async fn script(&mut self, sql: String) -> Result<(), sqlx::Error>;
 }
 
 /// The sqlx query for `statement`, its arguments bound in order.
-pub(crate) fn bind_args<DB>(statement: Bound) -> sqlx::query::Query<'static, DB, <DB as Database>::Arguments>
+pub(crate) fn bind_args<DB>(
+    statement: Bound,
+) -> sqlx::query::Query<'static, DB, <DB as Database>::Arguments>
 where
     DB: Database,
     String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -58,7 +63,10 @@ macro_rules! impl_session {
     ($connection:ty, $database:ty) => {
         #[async_trait::async_trait]
         impl $crate::store::sql::exec::Session for $connection {
-            async fn run(&mut self, statement: $crate::store::sql::Bound) -> Result<u64, sqlx::Error> {
+            async fn run(
+                &mut self,
+                statement: $crate::store::sql::Bound,
+            ) -> Result<u64, sqlx::Error> {
                 let query = $crate::store::sql::exec::bind_args::<$database>(statement);
                 Ok(query.execute(&mut *self).await?.rows_affected())
             }
@@ -74,7 +82,9 @@ macro_rules! impl_session {
 
             async fn script(&mut self, sql: String) -> Result<(), sqlx::Error> {
                 // A migration file embedded in the binary, table name validated.
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *self).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .execute(&mut *self)
+                    .await?;
                 Ok(())
             }
         }
@@ -117,7 +127,10 @@ macro_rules! impl_store {
                 $crate::store::sql::exec::migrate(self).await
             }
 
-            async fn enqueue(&self, records: &[$crate::record::Record]) -> Result<u64, $crate::store::StoreError> {
+            async fn enqueue(
+                &self,
+                records: &[$crate::record::Record],
+            ) -> Result<u64, $crate::store::StoreError> {
                 $crate::store::sql::exec::enqueue(self, records).await
             }
 
@@ -149,7 +162,10 @@ macro_rules! impl_store {
                 $crate::store::sql::exec::list_failed(self, params).await
             }
 
-            async fn requeue(&self, params: &$crate::store::RequeueParams) -> Result<u64, $crate::store::StoreError> {
+            async fn requeue(
+                &self,
+                params: &$crate::store::RequeueParams,
+            ) -> Result<u64, $crate::store::StoreError> {
                 $crate::store::sql::exec::requeue(self, params).await
             }
 
@@ -214,9 +230,14 @@ pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreErro
                 name: migration.name,
                 source,
             })?;
-        tx.run(super::record_version(dialect, table, migration.version, record::now_ms()))
-            .await
-            .map_err(db(OP))?;
+        tx.run(super::record_version(
+            dialect,
+            table,
+            migration.version,
+            record::now_ms(),
+        ))
+        .await
+        .map_err(db(OP))?;
         applied_now.push(migration.version);
     }
     tx.commit().await.map_err(db(OP))?;
@@ -243,7 +264,8 @@ pub(crate) async fn save<S: Session>(
                 .rows::<Int>(super::count_existing(dialect, table, chunk))
                 .await
                 .map_err(db(OP))?;
-            rows.first().map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0))
+            rows.first()
+                .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0))
         } else {
             0
         };
@@ -259,15 +281,33 @@ pub(crate) async fn save<S: Session>(
 /// The VARCHAR sizes of migration 0001, in characters. Checked before any row is written so a
 /// record is refused alike on every backend (SQLite does not enforce VARCHAR sizes; MariaDB and
 /// PostgreSQL reject the statement).
-const COLUMN_CHARS: [(&str, usize); 4] = [("app_code", 64), ("event_id", 128), ("event_type", 128), ("room_id", 128)];
+const COLUMN_CHARS: [(&str, usize); 4] = [
+    ("app_code", 64),
+    ("event_id", 128),
+    ("event_type", 128),
+    ("room_id", 128),
+];
 
 /// Why `record` does not fit the table's columns, if it does not.
 fn too_long_for_columns(record: &Record) -> Option<String> {
-    let values = [&record.app_code, &record.event_id, &record.event_type, &record.room_id];
-    COLUMN_CHARS.iter().zip(values).find_map(|((column, max), value)| {
-        let chars = value.chars().count();
-        (chars > *max).then(|| format!("{column} of event {:.40}… is {chars} characters, at most {max} fit", record.event_id))
-    })
+    let values = [
+        &record.app_code,
+        &record.event_id,
+        &record.event_type,
+        &record.room_id,
+    ];
+    COLUMN_CHARS
+        .iter()
+        .zip(values)
+        .find_map(|((column, max), value)| {
+            let chars = value.chars().count();
+            (chars > *max).then(|| {
+                format!(
+                    "{column} of event {:.40}… is {chars} characters, at most {max} fit",
+                    record.event_id
+                )
+            })
+        })
 }
 
 /// [`save`] in a transaction of its own.
@@ -284,7 +324,10 @@ pub(crate) async fn enqueue<D: Driver>(driver: &D, records: &[Record]) -> Result
 
 /// Reads the claim branches in order (each up to the rows still wanted; rejected rows count),
 /// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction.
-pub(crate) async fn claim<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+pub(crate) async fn claim<D: Driver>(
+    driver: &D,
+    params: &ClaimParams,
+) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
     let statements = driver.statements();
     let (dialect, table) = (statements.dialect(), statements.table());
@@ -320,16 +363,32 @@ pub(crate) async fn claim<D: Driver>(driver: &D, params: &ClaimParams) -> Result
             }
         }
     }
-    let leased: Vec<&str> = batch.events.iter().map(|e| e.event.event_id.as_str()).collect();
+    let leased: Vec<&str> = batch
+        .events
+        .iter()
+        .map(|e| e.event.event_id.as_str())
+        .collect();
     for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(super::lease_rows(dialect, table, &batch.lease, params.now_ms, ids))
-            .await
-            .map_err(db(OP))?;
+        tx.run(super::lease_rows(
+            dialect,
+            table,
+            &batch.lease,
+            params.now_ms,
+            ids,
+        ))
+        .await
+        .map_err(db(OP))?;
     }
     for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(super::reject_rows(dialect, table, &params.app_code, params.now_ms, rejected))
-            .await
-            .map_err(db(OP))?;
+        tx.run(super::reject_rows(
+            dialect,
+            table,
+            &params.app_code,
+            params.now_ms,
+            rejected,
+        ))
+        .await
+        .map_err(db(OP))?;
     }
     tx.commit().await.map_err(db(OP))?;
     Ok(batch)
@@ -338,12 +397,19 @@ pub(crate) async fn claim<D: Driver>(driver: &D, params: &ClaimParams) -> Result
 /// Applies a batch's marks: one fenced UPDATE (per [`MAX_ROWS_PER_STATEMENT`] marks); the ids it
 /// did not change are stale. Without `UPDATE … RETURNING` (MySQL) the fenced rows are first
 /// locked and listed with `SELECT … FOR UPDATE` in the same transaction.
-pub(crate) async fn mark<D: Driver>(driver: &D, params: &MarkParams<'_>) -> Result<MarkReport, StoreError> {
+pub(crate) async fn mark<D: Driver>(
+    driver: &D,
+    params: &MarkParams<'_>,
+) -> Result<MarkReport, StoreError> {
     const OP: &str = "mark";
     let statements = driver.statements();
     let (dialect, table) = (statements.dialect(), statements.table());
     let mut seen = HashSet::with_capacity(params.marks.len());
-    if let Some(twice) = params.marks.iter().find(|m| !seen.insert(m.event_id.as_str())) {
+    if let Some(twice) = params
+        .marks
+        .iter()
+        .find(|m| !seen.insert(m.event_id.as_str()))
+    {
         return Err(StoreError::Invalid(format!(
             "event id {:?} is marked twice in one batch",
             twice.event_id
@@ -381,7 +447,10 @@ pub(crate) async fn mark<D: Driver>(driver: &D, params: &MarkParams<'_>) -> Resu
 }
 
 /// Row counts by status and the oldest pending row's age, in one grouped query.
-pub(crate) async fn counts<D: Driver>(driver: &D, params: &CountsParams) -> Result<StatusCounts, StoreError> {
+pub(crate) async fn counts<D: Driver>(
+    driver: &D,
+    params: &CountsParams,
+) -> Result<StatusCounts, StoreError> {
     const OP: &str = "counts";
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let rows = conn
@@ -398,13 +467,21 @@ pub(crate) async fn list_failed<D: Driver>(
 ) -> Result<Vec<FailedRow>, StoreError> {
     const OP: &str = "list_failed";
     let statements = driver.statements();
-    let query = super::select_failed(statements.dialect(), statements.table(), &params.filter, params.limit);
+    let query = super::select_failed(
+        statements.dialect(),
+        statements.table(),
+        &params.filter,
+        params.limit,
+    );
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     conn.rows::<FailedRow>(query).await.map_err(db(OP))
 }
 
 /// Moves matching `failed` rows back to `pending` (or counts them on a dry run).
-pub(crate) async fn requeue<D: Driver>(driver: &D, params: &RequeueParams) -> Result<u64, StoreError> {
+pub(crate) async fn requeue<D: Driver>(
+    driver: &D,
+    params: &RequeueParams,
+) -> Result<u64, StoreError> {
     const OP: &str = "requeue";
     let statements = driver.statements();
     let (dialect, table) = (statements.dialect(), statements.table());
@@ -414,11 +491,18 @@ pub(crate) async fn requeue<D: Driver>(driver: &D, params: &RequeueParams) -> Re
             .rows::<Int>(super::count_failed(dialect, table, &params.filter))
             .await
             .map_err(db(OP))?;
-        return Ok(rows.first().map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
+        return Ok(rows
+            .first()
+            .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
     }
     let mut tx = begin_write(driver, OP).await?;
     let moved = tx
-        .run(super::requeue_failed(dialect, table, &params.filter, params.now_ms))
+        .run(super::requeue_failed(
+            dialect,
+            table,
+            &params.filter,
+            params.now_ms,
+        ))
         .await
         .map_err(db(OP))?;
     tx.commit().await.map_err(db(OP))?;

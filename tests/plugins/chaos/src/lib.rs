@@ -6,7 +6,8 @@
 //!   `alloc` (allocates until memory runs out) | `too_few` (returns one result fewer);
 //! - `rate_limited = MS`: every event is rate-limited with `retry-after-ms = MS`;
 //! - `trap_on_type = T`: panics (a trap) when an event of type `T` is in the batch;
-//! - `init_error = MESSAGE`: `init` fails with `MESSAGE`.
+//! - `init_error = MESSAGE`: `init` fails with `MESSAGE`;
+//! - `quiet = true`: no logging line and no stdout line per call (for benchmarks).
 //!
 //! Every `publish` call counts per instance; the count appears in `retryable`, `permanent` and
 //! rate-limited messages (`call N`), in a logging line and on stdout, so tests can tell a reused
@@ -38,6 +39,7 @@ enum Behaviour {
 struct State {
     behaviour: Behaviour,
     trap_on_type: Option<String>,
+    quiet: bool,
     calls: u64,
 }
 
@@ -49,25 +51,35 @@ struct Chaos;
 
 impl Guest for Chaos {
     fn init(config: Vec<(String, String)>) -> Result<(), String> {
-        let mut state = State { behaviour: Behaviour::Ok, trap_on_type: None, calls: 0 };
+        let mut state = State {
+            behaviour: Behaviour::Ok,
+            trap_on_type: None,
+            quiet: false,
+            calls: 0,
+        };
         for (key, value) in config {
-            state.behaviour = match (key.as_str(), value.as_str()) {
-                ("behaviour", "ok") => Behaviour::Ok,
-                ("behaviour", "retryable") => Behaviour::Retryable,
-                ("behaviour", "permanent") => Behaviour::Permanent,
-                ("behaviour", "loop") => Behaviour::Loop,
-                ("behaviour", "alloc") => Behaviour::Alloc,
-                ("behaviour", "too_few") => Behaviour::TooFew,
-                ("rate_limited", ms) => Behaviour::RateLimited(
-                    ms.parse().map_err(|_| format!("chaos: rate_limited wants milliseconds, got `{ms}`"))?,
-                ),
-                ("trap_on_type", event_type) => {
-                    state.trap_on_type = Some(event_type.to_string());
-                    continue;
-                }
-                ("init_error", message) => return Err(message.to_string()),
-                (key, value) => return Err(format!("chaos: unknown setting {key} = {value}")),
-            };
+            state.behaviour =
+                match (key.as_str(), value.as_str()) {
+                    ("behaviour", "ok") => Behaviour::Ok,
+                    ("behaviour", "retryable") => Behaviour::Retryable,
+                    ("behaviour", "permanent") => Behaviour::Permanent,
+                    ("behaviour", "loop") => Behaviour::Loop,
+                    ("behaviour", "alloc") => Behaviour::Alloc,
+                    ("behaviour", "too_few") => Behaviour::TooFew,
+                    ("rate_limited", ms) => Behaviour::RateLimited(ms.parse().map_err(|_| {
+                        format!("chaos: rate_limited wants milliseconds, got `{ms}`")
+                    })?),
+                    ("trap_on_type", event_type) => {
+                        state.trap_on_type = Some(event_type.to_string());
+                        continue;
+                    }
+                    ("quiet", flag) => {
+                        state.quiet = flag == "true";
+                        continue;
+                    }
+                    ("init_error", message) => return Err(message.to_string()),
+                    (key, value) => return Err(format!("chaos: unknown setting {key} = {value}")),
+                };
         }
         *STATE.lock().unwrap() = Some(state);
         Ok(())
@@ -78,16 +90,25 @@ impl Guest for Chaos {
         let state = guard.as_mut().expect("chaos: publish before init");
         state.calls += 1;
         let call = state.calls;
-        log(Level::Info, &format!("chaos call {call} with {} events", batch.len()));
-        println!("chaos stdout: call {call}");
+        if !state.quiet {
+            log(
+                Level::Info,
+                &format!("chaos call {call} with {} events", batch.len()),
+            );
+            println!("chaos stdout: call {call}");
+        }
         if let Some(trap_type) = &state.trap_on_type {
             if batch.iter().any(|event| &event.event_type == trap_type) {
                 panic!("chaos: event type {trap_type} in the batch");
             }
         }
         let result = |_: &Event| match &state.behaviour {
-            Behaviour::Retryable => Err(PublishError::Retryable(format!("chaos retryable, call {call}"))),
-            Behaviour::Permanent => Err(PublishError::Permanent(format!("chaos permanent, call {call}"))),
+            Behaviour::Retryable => Err(PublishError::Retryable(format!(
+                "chaos retryable, call {call}"
+            ))),
+            Behaviour::Permanent => Err(PublishError::Permanent(format!(
+                "chaos permanent, call {call}"
+            ))),
             Behaviour::RateLimited(ms) => Err(PublishError::RateLimited(RateLimit {
                 message: format!("chaos rate limited, call {call}"),
                 retry_after_ms: *ms,
