@@ -62,6 +62,18 @@ impl Dialect {
         }
     }
 
+    /// Written after the table name of a statement that addresses rows by primary key
+    /// (`app_code = ? AND event_id IN (…)`). MySQL/MariaDB otherwise may walk a secondary index
+    /// on the `app_code` prefix (small tables) or on the lease (`status`, `lock_until_ms`) and lock
+    /// the entries of other workers' rows on the way: two claims' lease UPDATEs then deadlock
+    /// (seen in tests/conformance.rs). By primary key a statement locks only its own rows.
+    fn primary_key_access(self) -> &'static str {
+        match self {
+            Dialect::MySql => " FORCE INDEX (PRIMARY)",
+            Dialect::Sqlite | Dialect::Postgres => "",
+        }
+    }
+
     /// Appended to the outbox INSERT: ignore a duplicate (app_code, event_id) and nothing else
     /// (`INSERT IGNORE` / `INSERT OR IGNORE` would also swallow other errors).
     fn ignore_duplicate_key(self) -> &'static str {
@@ -473,7 +485,10 @@ pub(crate) fn lease_rows(
     event_ids: &[&str],
 ) -> Bound {
     let mut b = SqlBuilder::new(dialect);
-    b.push("UPDATE ").push(table.as_str()).push(" SET ");
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(dialect.primary_key_access())
+        .push(" SET ");
     retry_count_after_reclaim(&mut b);
     b.push(", status = ")
         .status(Status::Delivering)
@@ -500,7 +515,10 @@ pub(crate) fn reject_rows(
     rejected: &[RejectedRow],
 ) -> Bound {
     let mut b = SqlBuilder::new(dialect);
-    b.push("UPDATE ").push(table.as_str()).push(" SET ");
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(dialect.primary_key_access())
+        .push(" SET ");
     retry_count_after_reclaim(&mut b);
     b.push(", status = ")
         .status(Status::Failed)
@@ -594,6 +612,7 @@ pub(crate) fn mark_rows(
     let mut b = SqlBuilder::new(dialect);
     b.push("UPDATE ")
         .push(table.as_str())
+        .push(dialect.primary_key_access())
         .push(" SET status = CASE event_id");
     for (event_id, cols) in &columns {
         b.push(" WHEN ")
@@ -651,7 +670,9 @@ pub(crate) fn lock_fenced_rows(
     marks: &[Mark],
 ) -> Bound {
     let mut b = SqlBuilder::new(dialect);
-    b.push("SELECT event_id FROM ").push(table.as_str());
+    b.push("SELECT event_id FROM ")
+        .push(table.as_str())
+        .push(dialect.primary_key_access());
     lease_fence(&mut b, lease, marks);
     b.push(" FOR UPDATE");
     b.finish()
@@ -1236,7 +1257,7 @@ mod tests {
         let bound = lease_rows(Dialect::MySql, &table(), &lease(), 100, &["a", "b"]);
         assert_eq!(
             &*bound.sql,
-            "UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 ELSE retry_count END, \
+            "UPDATE room_outbox FORCE INDEX (PRIMARY) SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 ELSE retry_count END, \
              status = 'delivering', worker_id = ?, lock_until_ms = ?, updated_at_ms = ? \
              WHERE app_code = ? AND event_id IN (?, ?)"
         );
@@ -1328,11 +1349,17 @@ mod tests {
 
         let mysql = mark_rows(Dialect::MySql, &table(), &lease(), &marks, 100);
         assert!(!mysql.sql.contains("RETURNING"));
+        assert!(
+            mysql
+                .sql
+                .starts_with("UPDATE room_outbox FORCE INDEX (PRIMARY) SET status = CASE")
+        );
+        assert!(!pg.sql.contains("FORCE"));
         assert_placeholders(Dialect::MySql, &mysql);
         let lock = lock_fenced_rows(Dialect::MySql, &table(), &lease(), &marks);
         assert_eq!(
             &*lock.sql,
-            "SELECT event_id FROM room_outbox WHERE app_code = ? AND status = 'delivering' AND worker_id = ? \
+            "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND status = 'delivering' AND worker_id = ? \
              AND lock_until_ms = ? AND event_id IN (?, ?, ?) FOR UPDATE"
         );
 
