@@ -72,6 +72,10 @@ pub enum RunMode {
     Drain,
 }
 
+/// Transient database errors (deadlocks, busy SQLite) retried in a row before a draining run gives
+/// up; a run that never ends keeps retrying regardless.
+const MAX_TRANSIENT_RETRIES: u64 = 20;
+
 /// What one claim → publish → mark round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchStats {
@@ -160,6 +164,7 @@ impl Worker {
         totals: &Totals,
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
+        let mut transient_in_a_row = 0;
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
         while !shutdown.is_cancelled() {
             let mut found_any = false;
@@ -171,10 +176,18 @@ impl Worker {
                 }
                 match self.process_batch(&worker_id, app_code).await {
                     Ok(stats) => {
+                        transient_in_a_row = 0;
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
+                    }
+                    Err(WorkerError::Store(e)) if e.is_transient() && transient_in_a_row < MAX_TRANSIENT_RETRIES => {
+                        transient_in_a_row += 1;
+                        warn!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
+                            status = "batch_retried", error = %e, "transient database error; retrying");
+                        failed = true;
+                        continue;
                     }
                     Err(e) if mode == RunMode::Drain => return Err(e),
                     Err(e) => {
@@ -187,7 +200,10 @@ impl Worker {
             if mode == RunMode::Drain && !found_any && !failed {
                 break;
             }
-            if !any_full || failed {
+            if failed && transient_in_a_row > 0 {
+                // A deadlock or busy database: back off briefly, not a whole poll interval.
+                tokio::time::sleep(Duration::from_millis(10 * transient_in_a_row)).await;
+            } else if !any_full || failed {
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
                     _ = tokio::time::sleep(self.options.poll_interval) => {}

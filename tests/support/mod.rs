@@ -351,13 +351,16 @@ impl TestDb {
             match backend {
                 Backend::MySql => {
                     let mut conn = sqlx::MySqlConnection::connect(&admin_url).await?;
-                    conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4")))
-                        .await?;
+                    conn.execute(AssertSqlSafe(format!(
+                        "CREATE DATABASE {name} CHARACTER SET utf8mb4"
+                    )))
+                    .await?;
                     conn.close().await
                 }
                 Backend::Postgres => {
                     let mut conn = sqlx::PgConnection::connect(&admin_url).await?;
-                    conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}"))).await?;
+                    conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                        .await?;
                     conn.close().await
                 }
                 Backend::Sqlite => unreachable!(),
@@ -532,7 +535,10 @@ impl TestDb {
                 &[Bind::Str(app_code.into()), Bind::Str(event_id.into())],
             )
             .await;
-        assert!(rows.len() <= 1, "primary key (app_code, event_id) not unique");
+        assert!(
+            rows.len() <= 1,
+            "primary key (app_code, event_id) not unique"
+        );
         rows.into_iter().next()
     }
 
@@ -560,7 +566,10 @@ impl TestDb {
                         Bind::NullStr => q.bind(None::<String>),
                     };
                 }
-                let rows = q.fetch_all($pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let rows = q
+                    .fetch_all($pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
                 rows.iter()
                     .map(|r| RawRow {
                         app_code: get_str::<$db>(r, "app_code").unwrap_or_default(),
@@ -591,9 +600,18 @@ impl TestDb {
     pub async fn table_exists(&self, table: &str) -> bool {
         let sql = format!("SELECT COUNT(*) FROM {table} WHERE 1 = 0");
         match &self.pool {
-            RawPool::Sqlite(p) => sqlx::query(AssertSqlSafe(sql.clone())).fetch_all(p).await.is_ok(),
-            RawPool::MySql(p) => sqlx::query(AssertSqlSafe(sql.clone())).fetch_all(p).await.is_ok(),
-            RawPool::Postgres(p) => sqlx::query(AssertSqlSafe(sql.clone())).fetch_all(p).await.is_ok(),
+            RawPool::Sqlite(p) => sqlx::query(AssertSqlSafe(sql.clone()))
+                .fetch_all(p)
+                .await
+                .is_ok(),
+            RawPool::MySql(p) => sqlx::query(AssertSqlSafe(sql.clone()))
+                .fetch_all(p)
+                .await
+                .is_ok(),
+            RawPool::Postgres(p) => sqlx::query(AssertSqlSafe(sql.clone()))
+                .fetch_all(p)
+                .await
+                .is_ok(),
         }
     }
 
@@ -675,8 +693,15 @@ impl TestDb {
                             .iter()
                             .map(|c| {
                                 let v = get_str::<sqlx::MySql>(r, c.name())
-                                    .or_else(|| get_i64::<sqlx::MySql>(r, c.name()).map(|i| i.to_string()))
-                                    .or_else(|| r.try_get::<Option<f64>, _>(c.name()).ok().flatten().map(|f| f.to_string()))
+                                    .or_else(|| {
+                                        get_i64::<sqlx::MySql>(r, c.name()).map(|i| i.to_string())
+                                    })
+                                    .or_else(|| {
+                                        r.try_get::<Option<f64>, _>(c.name())
+                                            .ok()
+                                            .flatten()
+                                            .map(|f| f.to_string())
+                                    })
                                     .unwrap_or_else(|| "NULL".into());
                                 format!("{}={v}", c.name())
                             })
@@ -686,16 +711,16 @@ impl TestDb {
                             access: get_str::<sqlx::MySql>(r, "type").unwrap_or_default(),
                             table: get_str::<sqlx::MySql>(r, "table"),
                             index: get_str::<sqlx::MySql>(r, "key"),
-                            rows: get_i64::<sqlx::MySql>(r, "rows")
-                                .map(|v| v as f64)
-                                .or_else(|| {
-                                    get_str::<sqlx::MySql>(r, "rows").and_then(|s| s.parse().ok())
-                                }),
+                            rows: get_i64::<sqlx::MySql>(r, "rows").map(|v| v as f64).or_else(
+                                || get_str::<sqlx::MySql>(r, "rows").and_then(|s| s.parse().ok()),
+                            ),
                             actual_rows: r
                                 .try_get::<Option<f64>, _>("r_rows")
                                 .ok()
                                 .flatten()
-                                .or_else(|| get_str::<sqlx::MySql>(r, "r_rows").and_then(|s| s.parse().ok())),
+                                .or_else(|| {
+                                    get_str::<sqlx::MySql>(r, "r_rows").and_then(|s| s.parse().ok())
+                                }),
                             text,
                         }
                     })
@@ -781,8 +806,10 @@ async fn drop_database(backend: Backend, admin_url: &str, name: &str) {
             }
             Backend::Postgres => {
                 let mut conn = sqlx::PgConnection::connect(admin_url).await?;
-                conn.execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                    .await?;
+                conn.execute(AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .await?;
                 conn.close().await
             }
             Backend::Sqlite => Ok(()),
@@ -810,7 +837,10 @@ pub fn parse_pg_plan(lines: &[String]) -> Vec<PlanStep> {
         let body = trimmed.trim_start_matches("->").trim_start();
         let head = body.split("  (").next().unwrap_or(body);
         let (head_no_on, table) = match head.split_once(" on ") {
-            Some((h, t)) => (h, Some(t.split_whitespace().next().unwrap_or(t).to_string())),
+            Some((h, t)) => (
+                h,
+                Some(t.split_whitespace().next().unwrap_or(t).to_string()),
+            ),
             None => (head, None),
         };
         let (access, index) = match head_no_on.split_once(" using ") {
@@ -935,7 +965,13 @@ pub fn record(app: &str, event_id: &str, room: &str, created_at_ms: i64) -> Reco
 }
 
 /// A record like [`record`] with an explicit event type.
-pub fn typed_record(app: &str, event_id: &str, room: &str, event_type: &str, created_at_ms: i64) -> Record {
+pub fn typed_record(
+    app: &str,
+    event_id: &str,
+    room: &str,
+    event_type: &str,
+    created_at_ms: i64,
+) -> Record {
     let mut r = record(app, event_id, room, created_at_ms);
     r.event_type = event_type.to_string();
     r.envelope.event_type = event_type.to_string();

@@ -62,7 +62,8 @@ pub enum PluginError {
     /// The component imports an interface outside what the host provides.
     #[error(
         "plugin {} imports `{import}`, which this host does not provide (it provides \
-         outbox:publisher/*, and WASI 0.2 cli, clocks, filesystem, io, random and sockets)",
+         outbox:publisher/*, WASI 0.2 cli, clocks, filesystem, io, random and sockets, and \
+         wasi:http 0.2 to sinks with limits.allow_hosts)",
         path.display()
     )]
     UnsupportedImport {
@@ -103,6 +104,18 @@ pub enum PluginError {
         sink: String,
         /// Which limit and why.
         reason: String,
+    },
+    /// The plugin imports wasi:http but its sink allows no host.
+    #[error(
+        "sink `{sink}`: plugin {} imports wasi:http (outbound HTTP), but the sink allows no \
+         host: set `limits.allow_hosts`, e.g. `limits = {{ allow_hosts = [\"https://api.example.com\"] }}`",
+        path.display()
+    )]
+    HttpNotAllowed {
+        /// The sink's name.
+        sink: String,
+        /// The plugin's path.
+        path: PathBuf,
     },
     /// Two `[[sink]]` sections share a name.
     #[error("sink `{sink}` is defined more than once")]

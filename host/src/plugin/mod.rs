@@ -4,7 +4,10 @@
 //!
 //! - [`engine`]: the one `Engine` (component model, async, epoch interruption), its epoch
 //!   ticker, and compiling through the precompiled-artifact [`cache`];
-//! - [`world`]: the world/version check and linking (WASI p2 granting nothing + `logging`);
+//! - [`world`]: the world/version check and linking (WASI p2 granting nothing + `logging`,
+//!   + wasi:http for sinks with `limits.allow_hosts`);
+//! - [`http`]: a sink's outbound-HTTP policy: allowlist, timeouts, response-size cap, rate limit;
+//! - [`redact`]: secret config values kept out of logs and `last_error`;
 //! - [`state`]: per-instance store state, memory limiter, logging and stdio → `tracing`;
 //! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool;
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
@@ -15,6 +18,8 @@ pub mod cache;
 pub mod check;
 pub mod engine;
 mod error;
+mod http;
+mod redact;
 pub mod router;
 pub mod sink;
 mod state;

@@ -1,5 +1,6 @@
-//! `PluginSink`: one `[[sink]]` running its plugin under its limits, with a small pool of
-//! reusable instances; implements [`Publisher`].
+//! `PluginSink`: one `[[sink]]` running its plugin under its limits (outbound HTTP included),
+//! with a small pool of reusable instances; implements [`Publisher`]. What the plugin says
+//! (results, `init` errors, traps) has the sink's secret config values redacted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,9 @@ use super::bindings::outbox::publisher::types::{Event as WitEvent, PublishError}
 use super::bindings::{Publisher as WitPublisher, PublisherPre};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{PluginError, boxed};
-use super::state::HostState;
+use super::http::HttpPolicy;
+use super::redact::Redactor;
+use super::state::{HostState, SinkShared};
 use super::world::{self, WorldInfo};
 use crate::config::SinkConfig;
 use crate::publish::{Event, Outcome, Publisher};
@@ -29,6 +32,7 @@ pub const MAX_IDLE_INSTANCES: usize = 4;
 /// A running sink: its plugin linked once (`InstancePre`), instances reused across batches.
 pub struct PluginSink {
     name: Arc<str>,
+    shared: Arc<SinkShared>,
     engine: PluginEngine,
     pre: PublisherPre<HostState>,
     config: Vec<(String, String)>,
@@ -59,7 +63,9 @@ struct Instance {
 impl PluginSink {
     /// Compiles (or loads from the cache) the sink's plugin, checks its world and version, links
     /// it, and creates a first instance, calling `init` with the sink's config. An `init` error
-    /// is [`PluginError::Init`] with the plugin's message.
+    /// is [`PluginError::Init`] with the plugin's message. wasi:http is linked only when
+    /// `limits.allow_hosts` is not empty; a plugin importing it otherwise is
+    /// [`PluginError::HttpNotAllowed`].
     pub async fn start(
         engine: &PluginEngine,
         sink: &SinkConfig,
@@ -75,10 +81,30 @@ impl PluginSink {
         if limits.max_batch_size == 0 {
             return Err(invalid("limits.max_batch_size must be at least 1"));
         }
+        let name: Arc<str> = Arc::from(sink.name.as_str());
+        let http = HttpPolicy::new(name.clone(), limits).map_err(|reason| invalid(&reason))?;
         let plugin = engine.compile(&sink.plugin).await?;
-        let (world, pre) = prepare(engine, &sink.plugin, &plugin.component)?;
+        let world = world::inspect(engine.engine(), &sink.plugin, &plugin.component)?;
+        if world.imports_http() && !http.allows_any() {
+            return Err(PluginError::HttpNotAllowed {
+                sink: sink.name.clone(),
+                path: sink.plugin.clone(),
+            });
+        }
+        let pre = world::link(
+            engine.engine(),
+            &sink.plugin,
+            &plugin.component,
+            http.allows_any(),
+        )?;
+        let shared = Arc::new(SinkShared {
+            name: name.clone(),
+            redactor: Redactor::new(&sink.config),
+            http: Arc::new(http),
+        });
         let this = PluginSink {
-            name: Arc::from(sink.name.as_str()),
+            name,
+            shared,
             engine: engine.clone(),
             pre,
             config: sink
@@ -126,7 +152,7 @@ impl PluginSink {
     async fn instantiate(&self) -> Result<Instance, PluginError> {
         let mut store = Store::new(
             self.engine.engine(),
-            HostState::new(self.name.clone(), self.memory_cap),
+            HostState::new(self.shared.clone(), self.memory_cap),
         );
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(1);
@@ -165,7 +191,7 @@ impl PluginSink {
         };
         init.map_err(|message| PluginError::Init {
             sink: self.name.to_string(),
-            message,
+            message: self.shared.redactor.redact(&message).into_owned(),
         })?;
         store.data_mut().disarm();
         Ok(Instance { store, bindings })
@@ -203,7 +229,10 @@ impl PluginSink {
             Err(error) => Err(error),
         };
         match result {
-            Ok(results) => results.into_iter().map(to_outcome).collect(),
+            Ok(results) => results
+                .into_iter()
+                .map(|result| to_outcome(result, &self.shared.redactor))
+                .collect(),
             Err(error) => {
                 tracing::warn!(sink = %self.name, error = %error, events = events.len(), "plugin batch failed; instance discarded");
                 let message = error.to_string();
@@ -266,7 +295,7 @@ impl PluginSink {
         }
         let mut reason = match error.downcast_ref::<Trap>() {
             Some(trap) => trap.to_string(),
-            None => error.to_string(),
+            None => self.shared.redactor.redact(&error.to_string()).into_owned(),
         };
         if let Some(stderr) = state.recent_stderr() {
             reason = format!("{reason} (stderr: {stderr})");
@@ -290,14 +319,15 @@ impl Publisher for PluginSink {
     }
 }
 
-/// Compiled component → checked world + linked `InstancePre`.
+/// Compiled component → checked world + `InstancePre` linked with wasi:http (for
+/// `outboxd plugin check`, which has no sink to refuse it).
 pub(super) fn prepare(
     engine: &PluginEngine,
     path: &std::path::Path,
     component: &Component,
 ) -> Result<(WorldInfo, PublisherPre<HostState>), PluginError> {
     let info = world::inspect(engine.engine(), path, component)?;
-    let pre = world::link(engine.engine(), path, component)?;
+    let pre = world::link(engine.engine(), path, component, true)?;
     Ok((info, pre))
 }
 
@@ -314,14 +344,15 @@ fn to_wit(event: &Event) -> WitEvent {
     }
 }
 
-/// Maps one plugin result onto the worker's outcome.
-fn to_outcome(result: Result<(), PublishError>) -> Outcome {
+/// Maps one plugin result onto the worker's outcome, secrets redacted from its message.
+fn to_outcome(result: Result<(), PublishError>, redactor: &Redactor) -> Outcome {
+    let clean = |message: String| redactor.redact(&message).into_owned();
     match result {
         Ok(()) => Outcome::Delivered,
-        Err(PublishError::Retryable(message)) => Outcome::retryable(message),
-        Err(PublishError::Permanent(message)) => Outcome::permanent(message),
+        Err(PublishError::Retryable(message)) => Outcome::retryable(clean(message)),
+        Err(PublishError::Permanent(message)) => Outcome::permanent(clean(message)),
         Err(PublishError::RateLimited(limit)) => Outcome::Retryable {
-            message: limit.message,
+            message: clean(limit.message),
             retry_after: Some(Duration::from_millis(limit.retry_after_ms)),
         },
     }

@@ -1,5 +1,6 @@
-//! Per-instance store state: the empty WASI context, the memory limiter, the deadline, and the
-//! host side of the `logging` import and of guest stdout/stderr (both land in `tracing`).
+//! Per-instance store state: the empty WASI context, the wasi:http context and hooks (linked
+//! only for sinks that allow hosts), the memory limiter, the deadline, and the host side of the
+//! `logging` import and of guest stdout/stderr (both land in `tracing`, secrets redacted).
 
 use std::io;
 use std::pin::Pin;
@@ -12,9 +13,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::outbox::publisher::logging::{self, Level};
 use super::bindings::outbox::publisher::types;
+use super::http::{HttpPolicy, SinkHttpHooks};
+use super::redact::Redactor;
 
 /// Longest guest stdout/stderr line kept; longer lines are logged in pieces.
 const MAX_LINE: usize = 8 * 1024;
@@ -23,12 +27,24 @@ const TAIL_LINES: usize = 3;
 /// Longest stderr line kept for a trap's reason.
 const TAIL_LINE_CHARS: usize = 300;
 
+/// What every instance of one sink shares: its name, its secrets and its outbound-HTTP policy.
+pub(super) struct SinkShared {
+    /// The sink's name, tagging every log line.
+    pub(super) name: Arc<str>,
+    /// The sink's secret config values, kept out of logs and `last_error`.
+    pub(super) redactor: Redactor,
+    /// Allowlist, timeouts, size cap and rate limit of its wasi:http requests.
+    pub(super) http: Arc<HttpPolicy>,
+}
+
 /// The data of one plugin instance's `Store`.
 pub(super) struct HostState {
-    /// The sink's name, tagging every log line.
-    sink: Arc<str>,
+    /// The sink this instance serves.
+    sink: Arc<SinkShared>,
     wasi: WasiCtx,
     table: ResourceTable,
+    http: WasiHttpCtx,
+    http_hooks: SinkHttpHooks,
     /// Memory cap, recording whether it was hit.
     pub(super) limiter: MemoryLimiter,
     /// When the running call must end; checked at every epoch tick.
@@ -40,9 +56,10 @@ pub(super) struct HostState {
 }
 
 impl HostState {
-    /// State granting nothing: no preopens, environment, arguments or network; empty stdin;
-    /// stdout and stderr line-buffered into `tracing`.
-    pub(super) fn new(sink: Arc<str>, memory_cap: u64) -> HostState {
+    /// State granting nothing: no preopens, environment, arguments or sockets; empty stdin;
+    /// stdout and stderr line-buffered into `tracing`. wasi:http requests (when linked) go
+    /// through the sink's policy.
+    pub(super) fn new(sink: Arc<SinkShared>, memory_cap: u64) -> HostState {
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
         let wasi = WasiCtx::builder()
             .stdout(GuestOutput::new(sink.clone(), Stream::Stdout, None))
@@ -55,10 +72,13 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let http_hooks = SinkHttpHooks::new(sink.http.clone());
         HostState {
             sink,
             wasi,
             table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            http_hooks,
             limiter: MemoryLimiter::new(memory_cap),
             deadline: None,
             deadline_hit: false,
@@ -95,9 +115,20 @@ impl WasiView for HostState {
     }
 }
 
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
+    }
+}
+
 impl logging::Host for HostState {
     fn log(&mut self, level: Level, message: String) {
-        let sink = &*self.sink;
+        let sink = &*self.sink.name;
+        let message = self.sink.redactor.redact(&message);
         match level {
             Level::Trace => tracing::trace!(target: "outboxd::plugin", sink, "{message}"),
             Level::Debug => tracing::debug!(target: "outboxd::plugin", sink, "{message}"),
@@ -186,7 +217,7 @@ enum Stream {
 /// tagged with the sink. All handles the guest opens share one line buffer.
 #[derive(Clone)]
 struct GuestOutput {
-    sink: Arc<str>,
+    sink: Arc<SinkShared>,
     stream: Stream,
     pending: Arc<Mutex<Vec<u8>>>,
     /// Where the last lines are kept (stderr only), skipping Rust's `note: …` hints.
@@ -194,7 +225,11 @@ struct GuestOutput {
 }
 
 impl GuestOutput {
-    fn new(sink: Arc<str>, stream: Stream, tail: Option<Arc<Mutex<Vec<String>>>>) -> GuestOutput {
+    fn new(
+        sink: Arc<SinkShared>,
+        stream: Stream,
+        tail: Option<Arc<Mutex<Vec<String>>>>,
+    ) -> GuestOutput {
         GuestOutput {
             sink,
             stream,
@@ -224,7 +259,8 @@ impl GuestOutput {
 
     fn emit(&self, line: &[u8]) {
         let line = String::from_utf8_lossy(line);
-        let line = line.trim_end_matches('\r');
+        let line = self.sink.redactor.redact(line.trim_end_matches('\r'));
+        let line = line.as_ref();
         if let Some(Ok(mut tail)) = self.tail.as_ref().map(|t| t.lock())
             && !line.trim().is_empty()
             && !line.starts_with("note: ")
@@ -234,7 +270,7 @@ impl GuestOutput {
             }
             tail.push(line.chars().take(TAIL_LINE_CHARS).collect());
         }
-        let sink = &*self.sink;
+        let sink = &*self.sink.name;
         match self.stream {
             Stream::Stdout => {
                 tracing::info!(target: "outboxd::plugin", sink, stream = "stdout", "{line}")

@@ -1,6 +1,6 @@
 //! Checking a compiled component against the `outbox:publisher/publisher` world and its version
-//! rule, and linking it (WASI p2 granting nothing, plus the `logging` import) into an
-//! `InstancePre`.
+//! rule, and linking it (WASI p2 granting nothing, plus the `logging` import, plus wasi:http for
+//! sinks that allow hosts) into an `InstancePre`.
 //!
 //! Version rule: every `outbox:publisher/…@V` the plugin imports (every plugin imports at least
 //! `outbox:publisher/types`, which carries the `event` record) must be semver-compatible with
@@ -25,16 +25,21 @@ pub const WIT_VERSION: &str = "0.1.0";
 /// The versions this host loads, as shown to users.
 pub const SUPPORTED_VERSIONS: &str = "0.1.x";
 
-/// Interfaces the host links, by `namespace:package/` prefix.
+/// Interfaces the host links, by `namespace:package/` prefix. [`HTTP_PREFIX`] is linked only
+/// for sinks whose `limits.allow_hosts` is not empty.
 const PROVIDED: &[&str] = &[
     "outbox:publisher/",
     "wasi:cli/",
     "wasi:clocks/",
     "wasi:filesystem/",
+    "wasi:http/",
     "wasi:io/",
     "wasi:random/",
     "wasi:sockets/",
 ];
+
+/// The prefix of the wasi:http interfaces (`outgoing-handler`, `types`).
+const HTTP_PREFIX: &str = "wasi:http/";
 
 /// What a component imports and exports, once it passed the world and version checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +50,16 @@ pub struct WorldInfo {
     pub imports: Vec<String>,
     /// Every export name, in the component's order.
     pub exports: Vec<String>,
+}
+
+impl WorldInfo {
+    /// Whether the plugin imports wasi:http (outbound HTTP), which a sink links only when its
+    /// `limits.allow_hosts` is not empty.
+    pub fn imports_http(&self) -> bool {
+        self.imports
+            .iter()
+            .any(|name| name.starts_with(HTTP_PREFIX))
+    }
 }
 
 /// Checks `component`'s imports (version, provided interfaces) and exports (`init`, `publish`).
@@ -121,11 +136,13 @@ pub fn inspect(
     })
 }
 
-/// Links `component` against WASI p2 and the `logging` import and type-checks its exports.
+/// Links `component` against WASI p2 and the `logging` import, plus wasi:http when `http`, and
+/// type-checks its exports.
 pub(super) fn link(
     engine: &Engine,
     path: &Path,
     component: &Component,
+    http: bool,
 ) -> Result<PublisherPre<HostState>, PluginError> {
     let link_error = |e: wasmtime::Error| PluginError::Link {
         path: path.to_path_buf(),
@@ -133,6 +150,9 @@ pub(super) fn link(
     };
     let mut linker: Linker<HostState> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link_error)?;
+    if http {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link_error)?;
+    }
     Publisher::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
         .map_err(link_error)?;
     let pre = linker.instantiate_pre(component).map_err(link_error)?;

@@ -182,6 +182,21 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True for errors that a retry of the same operation can clear: a deadlock or serialization
+    /// failure (SQLSTATE 40001, 40P01), a lock wait timeout (MySQL 1205), or a busy SQLite file.
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Database {
+            source: sqlx::Error::Database(db),
+            ..
+        } = self
+        else {
+            return false;
+        };
+        let code = db.code();
+        matches!(code.as_deref(), Some("40001" | "40P01" | "5" | "6" | "517"))
+            || db.message().contains("Lock wait timeout exceeded")
+    }
+
     /// Wraps a driver error with the operation it happened in.
     pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
         move |source| StoreError::Database { op, source }

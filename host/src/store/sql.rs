@@ -387,7 +387,8 @@ fn claim_select_text(
                 .push(" p WHERE p.app_code = c.app_code AND p.room_id = c.room_id AND p.status = ")
                 .status(status)
                 .push(" AND p.created_at_ms <= c.created_at_ms")
-                .push(" AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id))");
+                .push(" AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id)")
+                .push(probe_end(dialect));
         }
     }
     b.push(" ORDER BY ")
@@ -1013,6 +1014,18 @@ pub(crate) fn create_bookkeeping(dialect: Dialect) -> &'static str {
              table_name VARCHAR(64) NOT NULL, version BIGINT NOT NULL, applied_at_ms BIGINT NOT NULL, \
              PRIMARY KEY (table_name, version)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
         }
+    }
+}
+
+/// Closes a per-room probe. On PostgreSQL `OFFSET 0` keeps the `NOT EXISTS` a correlated subplan
+/// (the planner never pulls a sublink with an OFFSET up into an anti-join), so each candidate
+/// probes the room index with its own (app_code, room_id) instead of the planner joining against
+/// every active row of the tenant when its statistics are stale (a freshly filled table):
+/// measured 9.4 s → milliseconds per claim of 500 with 20k fresh rows.
+fn probe_end(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => " OFFSET 0)",
+        Dialect::Sqlite | Dialect::MySql => ")",
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use wasi::clocks::{monotonic_clock, wall_clock};
 use wasi::http::outgoing_handler;
 use wasi::http::types::{
-    Fields, FutureIncomingResponse, IncomingResponse, Method, OutgoingBody, OutgoingRequest,
-    RequestOptions, Scheme as WasiScheme,
+    ErrorCode, Fields, FutureIncomingResponse, IncomingResponse, Method, OutgoingBody,
+    OutgoingRequest, RequestOptions, Scheme as WasiScheme, http_error_code,
 };
 use wasi::io::poll::{Pollable, poll};
 use wasi::io::streams::StreamError;
@@ -104,10 +104,10 @@ fn start(request: Request, timeout_ns: u64) -> Result<FutureIncomingResponse, Ht
     let _ = options.set_first_byte_timeout(Some(timeout_ns));
     let _ = options.set_between_bytes_timeout(Some(timeout_ns));
     let future = outgoing_handler::handle(outgoing, Some(options))
-        .map_err(|code| HttpError::Transport(format!("{code:?}")))?;
+        .map_err(|code| HttpError::Transport(describe(&code)))?;
 
     write_body(&body, &request.body)?;
-    OutgoingBody::finish(body, None).map_err(|code| HttpError::Transport(format!("{code:?}")))?;
+    OutgoingBody::finish(body, None).map_err(|code| HttpError::Transport(describe(&code)))?;
     Ok(future)
 }
 
@@ -154,7 +154,7 @@ fn await_heads(slots: &mut [Slot], deadline: u64) {
             let outcome = match future.get() {
                 None => continue,
                 Some(Ok(Ok(response))) => Slot::Head(response),
-                Some(Ok(Err(code))) => Slot::Done(Err(HttpError::Transport(format!("{code:?}")))),
+                Some(Ok(Err(code))) => Slot::Done(Err(HttpError::Transport(describe(&code)))),
                 Some(Err(())) => Slot::Done(Err(HttpError::Transport(
                     "response already taken".to_string(),
                 ))),
@@ -216,6 +216,25 @@ fn read_response(response: IncomingResponse, deadline: u64) -> Result<Response, 
 fn stream_error(error: StreamError) -> HttpError {
     match error {
         StreamError::Closed => HttpError::Transport("stream closed".to_string()),
-        StreamError::LastOperationFailed(error) => HttpError::Transport(error.to_debug_string()),
+        StreamError::LastOperationFailed(error) => HttpError::Transport(
+            http_error_code(&error).map_or_else(|| error.to_debug_string(), |code| describe(&code)),
+        ),
+    }
+}
+
+/// A wasi:http error code in words; the ones outboxd's host limits produce name the limit.
+fn describe(code: &ErrorCode) -> String {
+    match code {
+        ErrorCode::HttpRequestDenied => "request denied by the host: the URL's origin is not in \
+             the sink's limits.allow_hosts"
+            .to_string(),
+        ErrorCode::HttpResponseBodySize(size) => format!(
+            "response body too large ({}): over the sink's limits.max_response_size",
+            size.map_or_else(|| "size unknown".to_string(), |n| format!("{n} bytes"))
+        ),
+        ErrorCode::ConnectionTimeout => "connect timed out".to_string(),
+        ErrorCode::ConnectionReadTimeout => "timed out waiting for the response".to_string(),
+        ErrorCode::ConnectionRefused => "connection refused".to_string(),
+        other => format!("{other:?}"),
     }
 }

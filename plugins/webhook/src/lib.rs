@@ -37,7 +37,7 @@ impl Guest for WebhookPlugin {
             Level::Info,
             &format!(
                 "webhook plugin: posting to {} with {} signing secret(s)",
-                config.url,
+                config.url.split(['?', '#']).next().unwrap_or_default(),
                 config.secrets.len()
             ),
         );

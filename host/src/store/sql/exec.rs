@@ -6,6 +6,7 @@
 //! [`impl_session!`]); [`impl_store!`] turns the pair into a [`crate::store::Store`].
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Database;
@@ -16,7 +17,7 @@ use super::{
 };
 use crate::record::{self, Record};
 use crate::store::{
-    ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, MarkParams,
+    ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, Mark, MarkParams,
     MarkReport, RequeueParams, StatusCounts, StoreError, TableName,
 };
 
@@ -323,11 +324,17 @@ pub(crate) async fn enqueue<D: Driver>(driver: &D, records: &[Record]) -> Result
 }
 
 /// Reads the claim branches in order (each up to the rows still wanted; rejected rows count),
-/// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction.
+/// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction
+/// (repeated when the database picks it as a deadlock victim: [`retry_transient`]).
 pub(crate) async fn claim<D: Driver>(
     driver: &D,
     params: &ClaimParams,
 ) -> Result<ClaimBatch, StoreError> {
+    retry_transient(|| claim_once(driver, params)).await
+}
+
+/// One attempt of [`claim`].
+async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
     let statements = driver.statements();
     let (dialect, table) = (statements.dialect(), statements.table());
@@ -401,9 +408,6 @@ pub(crate) async fn mark<D: Driver>(
     driver: &D,
     params: &MarkParams<'_>,
 ) -> Result<MarkReport, StoreError> {
-    const OP: &str = "mark";
-    let statements = driver.statements();
-    let (dialect, table) = (statements.dialect(), statements.table());
     let mut seen = HashSet::with_capacity(params.marks.len());
     if let Some(twice) = params
         .marks
@@ -417,21 +421,7 @@ pub(crate) async fn mark<D: Driver>(
     }
     let mut changed = HashSet::with_capacity(params.marks.len());
     for marks in params.marks.chunks(MAX_ROWS_PER_STATEMENT) {
-        let update = super::mark_rows(dialect, table, params.lease, marks, params.now_ms);
-        let mut tx = begin_write(driver, OP).await?;
-        let ids = if dialect.has_update_returning() {
-            tx.rows::<EventId>(update).await.map_err(db(OP))?
-        } else {
-            let locked = tx
-                .rows::<EventId>(super::lock_fenced_rows(dialect, table, params.lease, marks))
-                .await
-                .map_err(db(OP))?;
-            if !locked.is_empty() {
-                tx.run(update).await.map_err(db(OP))?;
-            }
-            locked
-        };
-        tx.commit().await.map_err(db(OP))?;
+        let ids = retry_transient(|| mark_once(driver, params.lease, marks, params.now_ms)).await?;
         changed.extend(ids.into_iter().map(|EventId(id)| id));
     }
     let stale = params
@@ -444,6 +434,71 @@ pub(crate) async fn mark<D: Driver>(
         applied: changed.len() as u64,
         stale,
     })
+}
+
+/// One transaction of [`mark`]: applies `marks` (one statement's worth) and returns the ids it
+/// changed.
+async fn mark_once<D: Driver>(
+    driver: &D,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+) -> Result<Vec<EventId>, StoreError> {
+    const OP: &str = "mark";
+    let statements = driver.statements();
+    let (dialect, table) = (statements.dialect(), statements.table());
+    let update = super::mark_rows(dialect, table, lease, marks, now_ms);
+    let mut tx = begin_write(driver, OP).await?;
+    let ids = if dialect.has_update_returning() {
+        tx.rows::<EventId>(update).await.map_err(db(OP))?
+    } else {
+        let locked = tx
+            .rows::<EventId>(super::lock_fenced_rows(dialect, table, lease, marks))
+            .await
+            .map_err(db(OP))?;
+        if !locked.is_empty() {
+            tx.run(update).await.map_err(db(OP))?;
+        }
+        locked
+    };
+    tx.commit().await.map_err(db(OP))?;
+    Ok(ids)
+}
+
+/// Attempts of a claim or mark transaction before its deadlock error is returned.
+const TRANSIENT_ATTEMPTS: u32 = 4;
+
+/// Runs a claim or mark transaction again when the database aborted it as a deadlock victim or
+/// serialization failure (SQLSTATE 40001, PostgreSQL 40P01): the whole transaction was rolled
+/// back, so repeating it is safe. Concurrent hosts' `FOR UPDATE SKIP LOCKED` scans and the UPDATEs
+/// moving rows between the status-leading indexes can still meet on an index entry in MariaDB.
+async fn retry_transient<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(err) if tries < TRANSIENT_ATTEMPTS && is_transient(&err) => {
+                let backoff_ms = rand::random_range(1..=10) * u64::from(tries);
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether `err` is a deadlock or serialization failure.
+fn is_transient(err: &StoreError) -> bool {
+    match err {
+        StoreError::Database {
+            source: sqlx::Error::Database(db),
+            ..
+        } => matches!(db.code().as_deref(), Some("40001" | "40P01")),
+        _ => false,
+    }
 }
 
 /// Row counts by status and the oldest pending row's age, in one grouped query.

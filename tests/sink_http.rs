@@ -1,0 +1,374 @@
+//! Host-side limits of sinks' outbound HTTP (wasi:http), against real loopback servers and the
+//! real webhook plugin: the allowlist (refused requests never leave the host and are logged
+//! without their query string), the token-bucket rate limit, the first-byte timeout, the
+//! response-size cap (announced and streamed), wasi:http refused to sinks without
+//! `allow_hosts`, and secrets redacted from what a plugin says.
+
+mod http;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use http::{Reply, WebhookReceiver};
+use outboxd::config::{ByteSize, PluginSettings, SinkConfig, SinkLimits};
+use outboxd::plugin::{PluginEngine, PluginError, PluginSink};
+use outboxd::publish::{Event, Outcome, Publisher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The receiver's signing secret.
+const SECRET: &str = "whsec_c2luay1odHRwLXRlc3Qtc2VjcmV0";
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// A built plugin from `plugins/out/`.
+fn plugin(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/out")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make plugins` first",
+        path.display()
+    );
+    path
+}
+
+/// One cache directory shared by the tests of this binary.
+fn engine() -> PluginEngine {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"));
+    PluginEngine::new(&PluginSettings {
+        cache_dir: Some(dir.path().join("cache")),
+    })
+    .expect("engine")
+}
+
+/// A webhook sink POSTing to `url`, allowing `allow` hosts.
+fn webhook(name: &str, url: &str, allow: &[String]) -> SinkConfig {
+    SinkConfig {
+        name: name.to_string(),
+        plugin: plugin("webhook"),
+        config: [("url", url), ("secret", SECRET)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        limits: SinkLimits {
+            allow_hosts: allow.to_vec(),
+            ..SinkLimits::default()
+        },
+    }
+}
+
+/// The origin of a loopback address, for `allow_hosts`.
+fn origin(addr: std::net::SocketAddr) -> String {
+    format!("http://{addr}")
+}
+
+fn events(count: usize) -> Vec<Event> {
+    (0..count)
+        .map(|n| Event {
+            app_code: "app".to_string(),
+            event_id: format!("evt-{n}"),
+            event_type: "RoomMessage".to_string(),
+            room_id: format!("room-{}", n % 3),
+            room_version: n as i64,
+            occurred_at_ms: 1_700_000_000_000 + n as i64,
+            body: format!("{{\"n\":{n}}}").into_bytes(),
+            attempt: 1,
+        })
+        .collect()
+}
+
+async fn start(config: &SinkConfig) -> PluginSink {
+    PluginSink::start(&engine(), config)
+        .await
+        .unwrap_or_else(|e| panic!("sink {} failed to start: {e}", config.name))
+}
+
+fn retryable_message(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Retryable { message, .. } => message,
+        other => panic!("expected retryable, got {other:?}"),
+    }
+}
+
+/// Every tracing event of the test binary, as JSON lines, captured by a global subscriber.
+fn captured() -> Arc<Mutex<Vec<u8>>> {
+    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    BUFFER
+        .get_or_init(|| {
+            let buffer = Arc::new(Mutex::new(Vec::new()));
+            let writer = buffer.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .json()
+                .with_max_level(tracing::Level::DEBUG)
+                .with_writer(move || Capture(writer.clone()))
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("global subscriber");
+            buffer
+        })
+        .clone()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `fields` of every captured event tagged `sink = name`.
+fn logs_of(sink: &str) -> Vec<serde_json::Value> {
+    let text = String::from_utf8(captured().lock().unwrap().clone()).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["fields"]["sink"] == sink)
+        .map(|line| line["fields"].clone())
+        .collect()
+}
+
+/// A raw HTTP/1.1 server answering every request `200` with a chunked body of `size` bytes (no
+/// `content-length`), counting requests.
+async fn chunked_server(size: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Read the head and the announced body, then answer.
+                loop {
+                    let Ok(n) = stream.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let mut response =
+                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                        .to_vec();
+                for chunk in vec![b'x'; size].chunks(1000) {
+                    response.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                    response.extend_from_slice(chunk);
+                    response.extend_from_slice(b"\r\n");
+                }
+                response.extend_from_slice(b"0\r\n\r\n");
+                let _ = stream.write_all(&response).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+/// A URL outside the allowlist: the request never leaves the host, the plugin gets a clear
+/// error (retryable), and the warning names the sink and the URL without its query string.
+#[tokio::test]
+async fn requests_outside_the_allowlist_are_refused_and_logged_without_query() {
+    captured();
+    let receiver = WebhookReceiver::start(&[SECRET]).await;
+    let url = format!("{}?token=q-secret-123", receiver.url());
+    // Same host, other port: not allowed (exact scheme, host and port).
+    let config = webhook("outside", &url, &["http://127.0.0.1:1".to_string()]);
+    let sink = start(&config).await;
+    let outcomes = sink.publish(&events(2)).await;
+    for outcome in &outcomes {
+        let message = retryable_message(outcome);
+        assert!(
+            message.contains("denied") && message.contains("limits.allow_hosts"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        receiver.request_count(),
+        0,
+        "a refused request reached the receiver"
+    );
+    let logs = logs_of("outside");
+    let refusals: Vec<&serde_json::Value> = logs
+        .iter()
+        .filter(|fields| {
+            fields["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not in the sink's limits.allow_hosts"))
+        })
+        .collect();
+    assert_eq!(refusals.len(), 2, "{logs:?}");
+    assert_eq!(refusals[0]["url"], receiver.url());
+    let all = serde_json::to_string(&logs).unwrap();
+    assert!(!all.contains("q-secret-123"), "query string logged: {all}");
+}
+
+/// `max_requests_per_second = 20`: 60 requests of one batch take at least ~2 s (a burst of 20,
+/// then 20 per second); every one is delivered (the bucket paces, it never refuses).
+#[tokio::test]
+async fn the_rate_limit_paces_requests_without_refusing_any() {
+    let receiver = WebhookReceiver::start(&[SECRET]).await;
+    let mut config = webhook("paced", &receiver.url(), &[origin(receiver.addr())]);
+    config.limits.max_requests_per_second = 20;
+    config.config.insert("timeout_ms".into(), "8000".into());
+    let sink = start(&config).await;
+    let started = Instant::now();
+    let outcomes = sink.publish(&events(60)).await;
+    let elapsed = started.elapsed();
+    assert!(
+        outcomes.iter().all(|o| *o == Outcome::Delivered),
+        "{outcomes:?}"
+    );
+    assert_eq!(receiver.delivered_ids().len(), 60);
+    assert!(
+        elapsed >= Duration::from_millis(1500),
+        "took only {elapsed:?}"
+    );
+}
+
+/// A server that stalls past the sink's `first_byte_timeout` fails the request quickly, even
+/// though the plugin itself would wait 10 s.
+#[tokio::test]
+async fn a_stalling_server_hits_the_first_byte_timeout() {
+    let receiver = WebhookReceiver::start(&[SECRET]).await;
+    receiver.script(1, Reply::Stall(Duration::from_secs(4)));
+    let mut config = webhook("stalled", &receiver.url(), &[origin(receiver.addr())]);
+    config.limits.first_byte_timeout = Duration::from_millis(300);
+    let sink = start(&config).await;
+    let started = Instant::now();
+    let outcomes = sink.publish(&events(1)).await;
+    let elapsed = started.elapsed();
+    let message = retryable_message(&outcomes[0]);
+    assert!(message.contains("timed out"), "{message}");
+    assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+    assert_eq!(receiver.delivered_ids().len(), 0);
+}
+
+/// A response body over `max_response_size` fails for the plugin with a clear error, whether
+/// its size is announced (`content-length`) or only seen while streaming (chunked).
+#[tokio::test]
+async fn responses_over_the_size_cap_fail() {
+    let receiver = WebhookReceiver::start(&[SECRET]).await;
+    receiver.script(
+        1,
+        Reply::Status {
+            status: 200,
+            retry_after: None,
+            body: "x".repeat(10_000),
+        },
+    );
+    let mut config = webhook("capped", &receiver.url(), &[origin(receiver.addr())]);
+    config.limits.max_response_size = ByteSize(4096);
+    let sink = start(&config).await;
+    let outcomes = sink.publish(&events(1)).await;
+    let message = retryable_message(&outcomes[0]);
+    assert!(message.contains("limits.max_response_size"), "{message}");
+    // A small answer still goes through.
+    assert_eq!(sink.publish(&events(1)).await, vec![Outcome::Delivered]);
+
+    // Streamed: the body fails once more than the cap has arrived.
+    let (addr, requests) = chunked_server(20_000).await;
+    let mut config = webhook("capped-stream", &format!("http://{addr}/"), &[origin(addr)]);
+    config.limits.max_response_size = ByteSize(4096);
+    let sink = start(&config).await;
+    let outcomes = sink.publish(&events(1)).await;
+    let message = retryable_message(&outcomes[0]);
+    assert!(
+        message.contains("response body size exceeds limit"),
+        "{message}"
+    );
+    assert_eq!(requests.load(Ordering::SeqCst), 1);
+
+    // The same streamed answer under the cap is read whole: delivered.
+    let mut config = webhook(
+        "uncapped-stream",
+        &format!("http://{addr}/"),
+        &[origin(addr)],
+    );
+    config.limits.max_response_size = ByteSize(64 * 1024);
+    let sink = start(&config).await;
+    assert_eq!(sink.publish(&events(1)).await, vec![Outcome::Delivered]);
+}
+
+/// A plugin importing wasi:http is refused at start when its sink allows no host, with one
+/// error naming the sink and the setting; bad allowlist entries are refused too.
+#[tokio::test]
+async fn wasi_http_plugins_need_allow_hosts() {
+    let config = webhook("no-hosts", "http://127.0.0.1:9/hook", &[]);
+    let error = PluginSink::start(&engine(), &config).await.err().unwrap();
+    assert!(
+        matches!(error, PluginError::HttpNotAllowed { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.starts_with("sink `no-hosts`: plugin ") && text.contains("set `limits.allow_hosts`"),
+        "{text}"
+    );
+
+    let config = webhook(
+        "bad-entry",
+        "http://127.0.0.1:9/hook",
+        &["127.0.0.1:9".to_string()],
+    );
+    let error = PluginSink::start(&engine(), &config).await.err().unwrap();
+    assert_eq!(
+        error.to_string(),
+        "sink `bad-entry`: limits.allow_hosts entry `127.0.0.1:9` must look like https://host[:port]"
+    );
+
+    // A plugin without wasi:http still starts without allow_hosts.
+    let log = SinkConfig {
+        name: "plain".into(),
+        plugin: plugin("log"),
+        config: Default::default(),
+        limits: SinkLimits::default(),
+    };
+    start(&log).await;
+}
+
+/// Secret config values never surface in what the host reports: here a plugin's `init` error
+/// quoting a secret-looking setting.
+#[tokio::test]
+async fn secrets_are_redacted_from_plugin_messages() {
+    let config = SinkConfig {
+        name: "leaky".into(),
+        plugin: plugin("chaos"),
+        config: [("api_token".to_string(), "tok-very-secret-42".to_string())]
+            .into_iter()
+            .collect(),
+        limits: SinkLimits::default(),
+    };
+    let error = PluginSink::start(&engine(), &config).await.err().unwrap();
+    let text = error.to_string();
+    assert!(!text.contains("tok-very-secret-42"), "{text}");
+    assert!(text.contains("api_token = ***"), "{text}");
+}
