@@ -41,9 +41,10 @@ demo: build
 	$(DEMO) run --drain
 	$(DEMO) status
 
-## test: unit, conformance (SQLite, MariaDB, PostgreSQL), EXPLAIN, worker, plugin-host, sink
-## and end-to-end tests.
+## test: the plugins' own unit tests (natively), then the host's unit, conformance (SQLite,
+## MariaDB, PostgreSQL), EXPLAIN, worker, plugin-host, sink and end-to-end tests.
 test: plugins
+	cd plugins && $(CARGO) test --no-fail-fast
 	$(CARGO) test --workspace --no-fail-fast
 
 ## bench: delivery throughput on the configured database (default SQLite), vs the Go shape.

@@ -494,7 +494,7 @@ async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
         if loads {
             let report = result.unwrap_or_else(|e| panic!("{version} must load: {e}"));
             assert_eq!(report.world.version.as_deref(), Some(version));
-            let outcomes = test_plugin(&path, vec![], events(1, "x"), &settings())
+            let outcomes = test_plugin(&path, vec![], events(1, "x"), vec![], &settings())
                 .await
                 .unwrap();
             assert_eq!(outcomes, vec![Outcome::Delivered]);
@@ -711,7 +711,7 @@ async fn plugin_test_runs_init_and_publish_and_prints_outcomes() {
     assert_eq!(events[1].body, [0, 1]);
     assert!(parse_event_json(2, r#"{"bogus":1}"#).is_err());
 
-    let outcomes = test_plugin(&plugin("chaos"), config, events.clone(), &settings())
+    let outcomes = test_plugin(&plugin("chaos"), config, events.clone(), vec![], &settings())
         .await
         .unwrap();
     let printed = TestReport {

@@ -194,7 +194,8 @@ async fn chunked_server(size: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>)
 // ---------------------------------------------------------------------------------------------
 
 /// A URL outside the allowlist: the request never leaves the host, the plugin gets a clear
-/// error (retryable), and the warning names the sink and the URL without its query string.
+/// error (permanent: only a config change can fix it), and the warning names the sink and the
+/// URL without its query string.
 #[tokio::test]
 async fn requests_outside_the_allowlist_are_refused_and_logged_without_query() {
     captured();
@@ -205,7 +206,9 @@ async fn requests_outside_the_allowlist_are_refused_and_logged_without_query() {
     let sink = start(&config).await;
     let outcomes = sink.publish(&events(2)).await;
     for outcome in &outcomes {
-        let message = retryable_message(outcome);
+        let Outcome::Permanent { message } = outcome else {
+            panic!("a refused request is permanent, got {outcome:?}");
+        };
         assert!(
             message.contains("denied") && message.contains("limits.allow_hosts"),
             "{message}"

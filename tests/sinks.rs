@@ -358,8 +358,9 @@ async fn permanent_errors_fail_with_the_reason(backend: Backend) {
     db.cleanup().await;
 }
 
-/// A webhook URL outside the sink's allowlist: every attempt is refused in the host and reported
-/// (retryable, then `failed` at the attempt limit), and nothing reaches the receiver.
+/// A webhook URL outside the sink's allowlist: the request is refused in the host and reported
+/// as permanent (`failed` after one attempt: only a config change helps, then requeue), and
+/// nothing reaches the receiver.
 async fn urls_outside_the_allowlist_are_refused(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -384,7 +385,7 @@ async fn urls_outside_the_allowlist_are_refused(backend: Backend) {
     let rows = run_until_settled(&db, &sinks, 3).await;
 
     for r in &rows {
-        assert_eq!(r.status, "failed", "{r:?}");
+        assert_eq!((r.status.as_str(), r.retry_count), ("failed", 1), "{r:?}");
         let reason = r.last_error.as_deref().unwrap_or_default();
         assert!(
             reason.contains("denied") && reason.contains("limits.allow_hosts"),

@@ -192,6 +192,10 @@ pub enum PluginCommand {
         /// A setting passed to init (repeatable).
         #[arg(long = "config", value_name = "KEY=VALUE")]
         config: Vec<String>,
+        /// Let the plugin make HTTP requests to this origin, `scheme://host[:port]` (repeatable;
+        /// the sink's `limits.allow_hosts` in a real config).
+        #[arg(long = "allow-host", value_name = "ORIGIN")]
+        allow_hosts: Vec<String>,
         /// A sample event as JSON (repeatable), e.g. '{"event_type":"RoomGiftSent","room_id":"r1","body":"hi"}'
         /// (fields: app_code, event_id, event_type, room_id, room_version, occurred_at_ms, attempt,
         /// body or body_base64; all optional). Without --event one sample event is used.
@@ -421,7 +425,7 @@ async fn plugin_command(config: &Config, command: PluginCommand) -> Result<()> {
             let report = crate::plugin::check(&file, &config.plugins).await?;
             println!("{report}");
         }
-        PluginCommand::Test { file, config: settings, events } => {
+        PluginCommand::Test { file, config: settings, allow_hosts, events } => {
             let settings = settings
                 .iter()
                 .map(|pair| crate::plugin::parse_config_pair(pair))
@@ -435,7 +439,7 @@ async fn plugin_command(config: &Config, command: PluginCommand) -> Result<()> {
                     .map(|(i, json)| crate::plugin::parse_event_json(i, json))
                     .collect::<Result<Vec<_>, _>>()?
             };
-            let outcomes = crate::plugin::test_plugin(&file, settings, events.clone(), &config.plugins).await?;
+            let outcomes = crate::plugin::test_plugin(&file, settings, events.clone(), allow_hosts, &config.plugins).await?;
             println!("{}", crate::plugin::TestReport { events: &events, outcomes: &outcomes });
         }
     }

@@ -124,13 +124,28 @@ fn default_dirs() -> Vec<PathBuf> {
 }
 
 /// Creates `dir` with its marker if it does not exist; checks an existing one is ours.
+///
+/// The directory appears with its marker already inside (made under a temporary name, then
+/// renamed into place), so hosts starting at the same moment never see it half made.
 fn prepare(dir: &Path) -> io::Result<()> {
     if !dir.exists() {
-        create_private_dir(dir)?;
+        if let Some(parent) = dir.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let mut staging = dir.as_os_str().to_owned();
+        staging.push(format!(".tmp-{}-{:016x}", std::process::id(), rand::random::<u64>()));
+        let staging = PathBuf::from(staging);
+        create_private_dir(&staging)?;
         fs::write(
-            dir.join(MARKER),
+            staging.join(MARKER),
             b"outboxd precompiled plugin artifacts; safe to delete\n",
         )?;
+        if let Err(error) = fs::rename(&staging, dir) {
+            let _ = fs::remove_dir_all(&staging);
+            if !dir.exists() {
+                return Err(error);
+            } // else another host made it first: check theirs below
+        }
     }
     if !dir.join(MARKER).is_file() {
         return Err(io::Error::other(format!(

@@ -75,12 +75,14 @@ pub async fn check(path: &Path, settings: &PluginSettings) -> Result<CheckReport
     })
 }
 
-/// Runs the plugin at `path` as a sink named `test` with default limits: `init(config)`, then one
+/// Runs the plugin at `path` as a sink named `test` with default limits, except that outbound
+/// HTTP (wasi:http) is allowed to `allow_hosts` (`scheme://host[:port]`): `init(config)`, then one
 /// `publish` of `events` (split by the default `max_batch_size`). Returns one outcome per event.
 pub async fn test_plugin(
     path: &Path,
     config: Vec<(String, String)>,
     events: Vec<Event>,
+    allow_hosts: Vec<String>,
     settings: &PluginSettings,
 ) -> Result<Vec<Outcome>, PluginError> {
     let engine = PluginEngine::new(settings)?;
@@ -88,7 +90,10 @@ pub async fn test_plugin(
         name: "test".to_string(),
         plugin: path.to_path_buf(),
         config: config.into_iter().collect(),
-        limits: SinkLimits::default(),
+        limits: SinkLimits {
+            allow_hosts,
+            ..SinkLimits::default()
+        },
     };
     let sink = PluginSink::start(&engine, &sink).await?;
     Ok(sink.publish(&events).await)

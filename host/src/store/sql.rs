@@ -1195,9 +1195,13 @@ mod tests {
             assert!(sql.contains(&format!(
                 "AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.room_id = c.room_id \
                  AND p.status = '{status}' AND p.created_at_ms <= c.created_at_ms \
-                 AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id))"
+                 AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id) OFFSET 0)"
             )));
         }
+        // Only PostgreSQL needs the OFFSET 0 fence against anti-join pull-up.
+        let mysql_statements = Statements::new(Dialect::MySql, &table());
+        let mysql = mysql_statements.claim_select(ClaimBranch::Pending, Ordering::PerRoom);
+        assert!(!mysql.contains("OFFSET") && mysql.matches("NOT EXISTS").count() == 3);
         assert_eq!(sql.matches("NOT EXISTS").count(), 3);
         assert!(!sql.contains("'failed'") && !sql.contains("'delivered'"));
         assert!(

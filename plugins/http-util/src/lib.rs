@@ -58,6 +58,16 @@ pub enum HttpError {
     Timeout,
     /// The request could not be made or the connection failed; the text says how.
     Transport(String),
+    /// The host refused the request by configuration (its origin is not in the sink's
+    /// `limits.allow_hosts`): retrying cannot help until the config changes.
+    Denied,
+}
+
+impl HttpError {
+    /// True when only an operator can fix the cause (the request was refused by configuration).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, HttpError::Denied)
+    }
 }
 
 impl fmt::Display for HttpError {
@@ -65,6 +75,9 @@ impl fmt::Display for HttpError {
         match self {
             HttpError::Timeout => f.write_str("timed out waiting for the response"),
             HttpError::Transport(why) => write!(f, "transport error: {why}"),
+            HttpError::Denied => f.write_str(
+                "request denied by the host: the URL's origin is not in the sink's limits.allow_hosts",
+            ),
         }
     }
 }

@@ -104,11 +104,28 @@ fn start(request: Request, timeout_ns: u64) -> Result<FutureIncomingResponse, Ht
     let _ = options.set_first_byte_timeout(Some(timeout_ns));
     let _ = options.set_between_bytes_timeout(Some(timeout_ns));
     let future = outgoing_handler::handle(outgoing, Some(options))
-        .map_err(|code| HttpError::Transport(describe(&code)))?;
+        .map_err(|code| from_code(&code))?;
 
-    write_body(&body, &request.body)?;
-    OutgoingBody::finish(body, None).map_err(|code| HttpError::Transport(describe(&code)))?;
-    Ok(future)
+    let sent = write_body(&body, &request.body)
+        .and_then(|()| OutgoingBody::finish(body, None).map_err(|code| from_code(&code)));
+    match sent {
+        Ok(()) => Ok(future),
+        // A request the host refused (allowlist) closes its body stream; the reason is in the
+        // response future, so report that rather than "stream closed".
+        Err(write_error) => Err(failed_response(&future).unwrap_or(write_error)),
+    }
+}
+
+/// The error a request's response future resolved to, once it has resolved (a body write that
+/// failed means the request already ended).
+fn failed_response(future: &FutureIncomingResponse) -> Option<HttpError> {
+    let pollable = future.subscribe();
+    pollable.block();
+    drop(pollable);
+    match future.get() {
+        Some(Ok(Err(code))) => Some(from_code(&code)),
+        _ => None,
+    }
 }
 
 /// Writes `bytes` into the request body.
@@ -154,7 +171,7 @@ fn await_heads(slots: &mut [Slot], deadline: u64) {
             let outcome = match future.get() {
                 None => continue,
                 Some(Ok(Ok(response))) => Slot::Head(response),
-                Some(Ok(Err(code))) => Slot::Done(Err(HttpError::Transport(describe(&code)))),
+                Some(Ok(Err(code))) => Slot::Done(Err(from_code(&code))),
                 Some(Err(())) => Slot::Done(Err(HttpError::Transport(
                     "response already taken".to_string(),
                 ))),
@@ -222,12 +239,19 @@ fn stream_error(error: StreamError) -> HttpError {
     }
 }
 
+/// A wasi:http error code as an [`HttpError`]: a refusal by the host's allowlist is
+/// [`HttpError::Denied`], anything else a transport error.
+fn from_code(code: &ErrorCode) -> HttpError {
+    match code {
+        ErrorCode::HttpRequestDenied => HttpError::Denied,
+        other => HttpError::Transport(describe(other)),
+    }
+}
+
 /// A wasi:http error code in words; the ones outboxd's host limits produce name the limit.
 fn describe(code: &ErrorCode) -> String {
     match code {
-        ErrorCode::HttpRequestDenied => "request denied by the host: the URL's origin is not in \
-             the sink's limits.allow_hosts"
-            .to_string(),
+        ErrorCode::HttpRequestDenied => HttpError::Denied.to_string(),
         ErrorCode::HttpResponseBodySize(size) => format!(
             "response body too large ({}): over the sink's limits.max_response_size",
             size.map_or_else(|| "size unknown".to_string(), |n| format!("{n} bytes"))

@@ -73,6 +73,9 @@ pub fn classify(outcome: Result<Response, HttpError>, now_unix_secs: u64) -> Ver
     };
     let response = match outcome {
         Ok(response) => response,
+        Err(error) if error.is_permanent() => {
+            return verdict(Err(PublishError::Permanent(format!("im: {error}"))));
+        }
         Err(error) => return verdict(Err(PublishError::Retryable(format!("im: {error}")))),
     };
     let status = response.status;
@@ -232,6 +235,7 @@ mod tests {
             "ok"
         );
         assert_eq!(kind(&classify(Err(HttpError::Timeout), 0)), "retryable");
+        assert_eq!(kind(&classify(Err(HttpError::Denied), 0)), "permanent");
         let limited = Ok(Response {
             status: 429,
             headers: vec![("Retry-After".into(), "3".into())],

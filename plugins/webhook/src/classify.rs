@@ -20,6 +20,7 @@ pub fn classify(
 ) -> Result<(), PublishError> {
     let response = match outcome {
         Ok(response) => response,
+        Err(error) if error.is_permanent() => return Err(PublishError::Permanent(format!("webhook: {error}"))),
         Err(error) => return Err(PublishError::Retryable(format!("webhook: {error}"))),
     };
     let status = response.status;
@@ -138,6 +139,7 @@ mod tests {
     #[test]
     fn transport_errors_and_timeouts_are_retryable() {
         assert_eq!(kind(&classify(Err(HttpError::Timeout), 0)), "retryable");
+        assert_eq!(kind(&classify(Err(HttpError::Denied), 0)), "permanent");
         let result = classify(Err(HttpError::Transport("ConnectionRefused".into())), 0);
         let Err(PublishError::Retryable(message)) = result else {
             panic!("{result:?}")

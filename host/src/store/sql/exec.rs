@@ -480,24 +480,13 @@ where
     let mut tries = 1;
     loop {
         match attempt().await {
-            Err(err) if tries < TRANSIENT_ATTEMPTS && is_transient(&err) => {
+            Err(err) if tries < TRANSIENT_ATTEMPTS && err.is_transient() => {
                 let backoff_ms = rand::random_range(1..=10) * u64::from(tries);
                 tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
                 tries += 1;
             }
             result => return result,
         }
-    }
-}
-
-/// Whether `err` is a deadlock or serialization failure.
-fn is_transient(err: &StoreError) -> bool {
-    match err {
-        StoreError::Database {
-            source: sqlx::Error::Database(db),
-            ..
-        } => matches!(db.code().as_deref(), Some("40001" | "40P01")),
-        _ => false,
     }
 }
 
