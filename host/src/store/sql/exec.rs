@@ -261,12 +261,7 @@ pub(crate) async fn save<S: Session>(
     let mut inserted = 0;
     for chunk in records.chunks(MAX_ROWS_PER_STATEMENT) {
         let existing = if dialect.insert_counts_duplicates() {
-            let rows = session
-                .rows::<Int>(super::count_existing(dialect, table, chunk))
-                .await
-                .map_err(db(OP))?;
-            rows.first()
-                .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0))
+            count_existing(session, dialect, table, chunk).await?
         } else {
             0
         };
@@ -277,6 +272,30 @@ pub(crate) async fn save<S: Session>(
         inserted += affected.saturating_sub(existing);
     }
     Ok(inserted)
+}
+
+/// How many of `records` already exist, one primary-key range read per tenant and id chunk.
+async fn count_existing<S: Session>(
+    session: &mut S,
+    dialect: Dialect,
+    table: &TableName,
+    records: &[&Record],
+) -> Result<u64, StoreError> {
+    let mut by_app: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+    for record in records {
+        by_app.entry(record.app_code.as_str()).or_default().push(record.event_id.as_str());
+    }
+    let mut existing = 0;
+    for (app_code, ids) in by_app {
+        for ids in ids.chunks(super::COUNT_EXISTING_MAX_IDS) {
+            let rows = session
+                .rows::<Int>(super::count_existing(dialect, table, app_code, ids))
+                .await
+                .map_err(db("enqueue"))?;
+            existing += rows.first().map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0));
+        }
+    }
+    Ok(existing)
 }
 
 /// The VARCHAR sizes of migration 0001, in characters. Checked before any row is written so a
