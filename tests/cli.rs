@@ -1,6 +1,7 @@
 //! End-to-end tests of the `outboxd` binary on SQLite, MariaDB and PostgreSQL: migrate, enqueue,
 //! `run --drain` through the real log plugin, status, failed/requeue, SIGTERM, and config errors.
 
+mod fixtures;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -13,12 +14,6 @@ fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     command.env_remove("OUTBOXD_DATABASE_URL").env("RUST_LOG", "info");
     command
-}
-
-fn log_plugin() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/out/log.wasm");
-    assert!(path.exists(), "{} is missing: run `make plugins` first", path.display());
-    path
 }
 
 /// A config file routing everything to the log plugin (JSON lines).
@@ -46,7 +41,7 @@ plugin = "{plugin}"
 config = {{ format = "json" }}
 "#,
         cache = dir.join("cache").display(),
-        plugin = log_plugin().display(),
+        plugin = fixtures::plugin("log").display(),
     );
     std::fs::write(&path, text).unwrap();
     path

@@ -2,10 +2,11 @@
 //! the log plugin, the misbehaving `chaos` plugin, the world/version check, routing, the
 //! precompiled-artifact cache and instance reuse.
 
+mod fixtures;
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -15,36 +16,11 @@ use outboxd::plugin::{
     load_publisher, parse_config_pair, parse_event_json, start_sinks, test_plugin,
 };
 use outboxd::publish::{Event, Outcome, Publisher};
+use fixtures::{captured, engine, logs_of, plugin, retryable_message, settings};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
-
-/// A built plugin from `plugins/out/`.
-fn plugin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/out")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make plugins` first",
-        path.display()
-    );
-    path
-}
-
-/// One cache directory shared by the tests of this binary (compiles each plugin once).
-fn settings() -> PluginSettings {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"));
-    PluginSettings {
-        cache_dir: Some(dir.path().join("cache")),
-    }
-}
-
-fn engine() -> PluginEngine {
-    PluginEngine::new(&settings()).expect("engine")
-}
 
 fn sink_config(name: &str, plugin_name: &str, config: &[(&str, &str)]) -> SinkConfig {
     SinkConfig {
@@ -79,54 +55,6 @@ async fn start(config: SinkConfig) -> PluginSink {
     PluginSink::start(&engine(), &config)
         .await
         .unwrap_or_else(|e| panic!("sink {} failed to start: {e}", config.name))
-}
-
-fn retryable_message(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Retryable { message, .. } => message,
-        other => panic!("expected retryable, got {other:?}"),
-    }
-}
-
-/// Every tracing event of the test binary, as JSON lines, captured by a global subscriber.
-fn captured() -> Arc<Mutex<Vec<u8>>> {
-    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    BUFFER
-        .get_or_init(|| {
-            let buffer = Arc::new(Mutex::new(Vec::new()));
-            let writer = buffer.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .json()
-                .with_max_level(tracing::Level::TRACE)
-                .with_writer(move || Capture(writer.clone()))
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("global subscriber");
-            buffer
-        })
-        .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// `fields` of every captured event tagged `sink = name`.
-fn logs_of(sink: &str) -> Vec<serde_json::Value> {
-    let buffer = captured();
-    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|line| line["fields"]["sink"] == sink)
-        .map(|line| line["fields"].clone())
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,17 +4,17 @@
 //! response-size cap (announced and streamed), wasi:http refused to sinks without
 //! `allow_hosts`, and secrets redacted from what a plugin says.
 
+mod fixtures;
 mod http;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fixtures::{captured, engine, logs_of, plugin, retryable_message};
 use http::{Reply, WebhookReceiver};
-use outboxd::config::{ByteSize, PluginSettings, SinkConfig, SinkLimits};
-use outboxd::plugin::{PluginEngine, PluginError, PluginSink};
+use outboxd::config::{ByteSize, SinkConfig, SinkLimits};
+use outboxd::plugin::{PluginError, PluginSink};
 use outboxd::publish::{Event, Outcome, Publisher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -25,29 +25,6 @@ const SECRET: &str = "whsec_c2luay1odHRwLXRlc3Qtc2VjcmV0";
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
-
-/// A built plugin from `plugins/out/`.
-fn plugin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/out")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make plugins` first",
-        path.display()
-    );
-    path
-}
-
-/// One cache directory shared by the tests of this binary.
-fn engine() -> PluginEngine {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"));
-    PluginEngine::new(&PluginSettings {
-        cache_dir: Some(dir.path().join("cache")),
-    })
-    .expect("engine")
-}
 
 /// A webhook sink POSTing to `url`, allowing `allow` hosts.
 fn webhook(name: &str, url: &str, allow: &[String]) -> SinkConfig {
@@ -89,53 +66,6 @@ async fn start(config: &SinkConfig) -> PluginSink {
     PluginSink::start(&engine(), config)
         .await
         .unwrap_or_else(|e| panic!("sink {} failed to start: {e}", config.name))
-}
-
-fn retryable_message(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Retryable { message, .. } => message,
-        other => panic!("expected retryable, got {other:?}"),
-    }
-}
-
-/// Every tracing event of the test binary, as JSON lines, captured by a global subscriber.
-fn captured() -> Arc<Mutex<Vec<u8>>> {
-    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    BUFFER
-        .get_or_init(|| {
-            let buffer = Arc::new(Mutex::new(Vec::new()));
-            let writer = buffer.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .json()
-                .with_max_level(tracing::Level::DEBUG)
-                .with_writer(move || Capture(writer.clone()))
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("global subscriber");
-            buffer
-        })
-        .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// `fields` of every captured event tagged `sink = name`.
-fn logs_of(sink: &str) -> Vec<serde_json::Value> {
-    let text = String::from_utf8(captured().lock().unwrap().clone()).unwrap();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|line| line["fields"]["sink"] == sink)
-        .map(|line| line["fields"].clone())
-        .collect()
 }
 
 /// A raw HTTP/1.1 server answering every request `200` with a chunked body of `size` bytes (no

@@ -8,14 +8,16 @@
 //! (webhook 410, IM 10010 group gone) → `failed` with the reason; a URL outside the allowlist →
 //! refused and reported, nothing sent; no secret in any `last_error`.
 
+mod fixtures;
 mod http;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use fixtures::{plugin, settings};
 use http::{FakeIm, Reply, WebhookReceiver};
-use outboxd::config::{PluginSettings, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::config::{RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
@@ -36,28 +38,6 @@ const IM_SECRET_KEY: &str = "e2e-im-secret-key-5f1d8c";
 const GROUP_PREFIX: &str = "room_";
 /// How long a scenario may take before the test gives up.
 const DEADLINE: Duration = Duration::from_secs(30);
-
-/// A built plugin from `plugins/out/`.
-fn plugin(name: &str) -> std::path::PathBuf {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/out")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make plugins` first",
-        path.display()
-    );
-    path
-}
-
-/// One artifact cache for the whole binary (each plugin compiled once).
-fn settings() -> PluginSettings {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("temp dir"));
-    PluginSettings {
-        cache_dir: Some(dir.path().join("cache")),
-    }
-}
 
 fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

@@ -6,36 +6,17 @@
 //! (dev profile: dependencies at opt-level 1 as the workspace sets, outboxd itself optimised).
 //! (figures in docs/PERFORMANCE.md, section "Plugin host").
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use outboxd::config::{PluginSettings, SinkConfig, SinkLimits};
 use outboxd::plugin::{PluginEngine, PluginSink};
-use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::bench::NoopPublisher;
+use outboxd::publish::{Event, Publisher};
 
-/// The baseline: a publisher that does nothing.
-struct NoOp;
-
-#[async_trait]
-impl Publisher for NoOp {
-    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
-        batch.iter().map(|_| Outcome::Delivered).collect()
-    }
-}
-
-fn plugin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/out")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `make plugins` first",
-        path.display()
-    );
-    path
-}
+#[path = "../../tests/fixtures/mod.rs"]
+mod fixtures;
+use fixtures::plugin;
 
 fn sink(name: &str, plugin_name: &str, config: &[(&str, &str)]) -> SinkConfig {
     SinkConfig {
@@ -79,7 +60,7 @@ fn bench(c: &mut Criterion) {
             .block_on(PluginSink::start(&engine, &config))
             .unwrap()
     };
-    let noop = NoOp;
+    let noop = NoopPublisher;
     let chaos = start(sink(
         "chaos",
         "chaos",
