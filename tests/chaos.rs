@@ -1,0 +1,158 @@
+//! Misbehaving plugins on every database backend: one host routes a batch to sinks that loop
+//! forever, allocate past their memory cap, trap on one event type, return too few results, or
+//! answer rate-limited, next to a healthy sink. Each misbehaviour fails only its own events, as
+//! retryable with the reason in `last_error`; the healthy sink's events are delivered; and the
+//! host goes on serving the next batch.
+
+mod fixtures;
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use outboxd::config::{ByteSize, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::plugin::load_publisher;
+use outboxd::record::now_ms;
+use outboxd::retry::{RetryPolicy, Strategy};
+use outboxd::store::Ordering;
+use outboxd::worker::{Worker, WorkerOptions};
+use support::{Backend, TestDb, typed_record};
+
+/// A chaos sink named `name` with init settings `config`.
+fn chaos(name: &str, config: &[(&str, &str)], limits: SinkLimits) -> SinkConfig {
+    SinkConfig {
+        name: name.into(),
+        plugin: fixtures::plugin("chaos"),
+        config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+        limits,
+    }
+}
+
+fn route(event_type: &str, sink: &str) -> RouteConfig {
+    RouteConfig {
+        event_type: event_type.into(),
+        sink: sink.into(),
+    }
+}
+
+async fn misbehaving_sinks_are_contained(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    let store = db.store_default().await;
+    let quiet = ("quiet", "true");
+    let sinks = [
+        chaos("healthy", &[("behaviour", "ok"), quiet], SinkLimits::default()),
+        chaos(
+            "looping",
+            &[("behaviour", "loop"), quiet],
+            SinkLimits { publish_timeout: Duration::from_millis(300), ..SinkLimits::default() },
+        ),
+        chaos(
+            "hungry",
+            &[("behaviour", "alloc"), quiet],
+            SinkLimits { memory: ByteSize(16 << 20), ..SinkLimits::default() },
+        ),
+        chaos("trapping", &[("behaviour", "ok"), ("trap_on_type", "Boom"), quiet], SinkLimits::default()),
+        chaos("short", &[("behaviour", "too_few"), quiet], SinkLimits::default()),
+        chaos("limited", &[("rate_limited", "60000"), quiet], SinkLimits::default()),
+    ];
+    let routes = [
+        route("Loop*", "looping"),
+        route("Alloc*", "hungry"),
+        route("Boom", "trapping"),
+        route("Trap*", "trapping"),
+        route("Short*", "short"),
+        route("Limited*", "limited"),
+        route("*", "healthy"),
+    ];
+    let publisher = load_publisher(&sinks, &routes, &fixtures::settings()).await.expect("sinks start");
+    let worker = Worker::new(
+        store.clone(),
+        publisher,
+        WorkerOptions {
+            app_codes: vec!["app".into()],
+            batch_size: 100,
+            poll_interval: Duration::from_millis(10),
+            lease: Duration::from_secs(30),
+            publish_timeout: Duration::from_secs(10),
+            retry: RetryPolicy {
+                strategy: Strategy::FixedInterval { interval: Duration::from_secs(60) },
+                max_attempts: 5,
+            },
+            ordering: Ordering::None,
+            concurrency: 1,
+            node_id: "chaos".into(),
+        },
+    );
+    let base = now_ms() - 10_000;
+    let events = [
+        ("loop-1", "LoopForever"),
+        ("alloc-1", "AllocALot"),
+        ("boom-1", "Boom"),
+        ("trap-ok-1", "TrapNeighbour"),
+        ("short-1", "ShortA"),
+        ("short-2", "ShortB"),
+        ("limited-1", "LimitedA"),
+        ("fine-1", "RoomGiftSent"),
+        ("fine-2", "RoomMicChanged"),
+        ("fine-3", "RoomHeatChanged"),
+    ];
+    let records: Vec<_> = events
+        .iter()
+        .enumerate()
+        .map(|(i, (id, event_type))| typed_record("app", id, "room-1", event_type, base + i as i64))
+        .collect();
+    store.enqueue(&records).await.unwrap();
+
+    let before = now_ms();
+    let stats = worker.process_batch("chaos/0", "app").await.unwrap();
+    assert_eq!((stats.claimed, stats.delivered, stats.retried), (10, 3, 7), "{stats:?}");
+
+    expect(&db, "loop-1", "retryable", "plugin `looping` exceeded its 300ms publish deadline").await;
+    expect(&db, "alloc-1", "retryable", "plugin `hungry` exceeded its memory cap of 16777216 bytes").await;
+    expect(&db, "boom-1", "retryable", "plugin `trapping` trapped").await;
+    expect(&db, "trap-ok-1", "retryable", "plugin `trapping` trapped").await;
+    expect(&db, "short-1", "retryable", "returned 1 results for 2 events").await;
+    expect(&db, "short-2", "retryable", "returned 1 results for 2 events").await;
+    let limited = expect(&db, "limited-1", "retryable", "").await;
+    let next = limited.next_retry_at_ms.unwrap();
+    assert!(next >= before + 60_000 && next <= now_ms() + 60_000, "rate-limit retry-after ignored: {next}");
+    for id in ["fine-1", "fine-2", "fine-3"] {
+        expect(&db, id, "delivered", "").await;
+    }
+
+    // The host goes on: the next batch (to the healthy and the trapping sink, whose instance is
+    // rebuilt) is delivered.
+    store
+        .enqueue(&[
+            typed_record("app", "fine-4", "room-2", "RoomGiftSent", now_ms()),
+            typed_record("app", "trap-ok-2", "room-2", "TrapNeighbour", now_ms()),
+        ])
+        .await
+        .unwrap();
+    let stats = worker.process_batch("chaos/0", "app").await.unwrap();
+    assert_eq!((stats.claimed, stats.delivered), (2, 2), "{stats:?}");
+}
+
+/// Asserts row `id` has `status` and a `last_error` containing `reason`; returns the row.
+async fn expect(db: &TestDb, id: &str, status: &str, reason: &str) -> support::RawRow {
+    let row = db.row("app", id).await.unwrap();
+    assert_eq!(row.status, status, "{id}: {row:?}");
+    let error = row.last_error.clone().unwrap_or_default();
+    assert!(error.contains(reason), "{id}: last_error {error:?} lacks {reason:?}");
+    row
+}
+
+macro_rules! chaos_tests {
+    ($($module:ident => $backend:expr),*) => {
+        $(
+            mod $module {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn misbehaving_sinks_are_contained() {
+                    super::misbehaving_sinks_are_contained($backend).await;
+                }
+            }
+        )*
+    };
+}
+
+chaos_tests!(sqlite => super::Backend::Sqlite, mysql => super::Backend::MySql, postgres => super::Backend::Postgres);
