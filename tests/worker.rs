@@ -384,8 +384,12 @@ async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
         let shutdown = shutdown.clone();
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    assert!(counts(&*store).await.delivering > 0, "batches were in flight at shutdown");
+    // Shut down while batches are in flight (each publish takes 300 ms).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while counts(&*store).await.delivering == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no batch was ever in flight");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     shutdown.cancel();
     let stats = run.await.unwrap().unwrap();
     let c = counts(&*store).await;
