@@ -19,6 +19,9 @@ use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
 use tokio_util::sync::CancellationToken;
 
+/// Decides, per event, whether this attempt fails (and how).
+type FailWhen = Box<dyn Fn(&Event) -> Option<Outcome> + Send + Sync>;
+
 /// Records every delivery; `fail` decides, per event, whether this attempt fails.
 struct Recorder {
     delivered: Mutex<Vec<Event>>,
@@ -26,7 +29,7 @@ struct Recorder {
     in_flight_rooms: Mutex<HashSet<String>>,
     concurrent_room_violation: Mutex<Option<String>>,
     delay: Duration,
-    fail: Box<dyn Fn(&Event) -> Option<Outcome> + Send + Sync>,
+    fail: FailWhen,
 }
 
 impl Recorder {
