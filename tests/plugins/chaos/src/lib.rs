@@ -97,10 +97,10 @@ impl Guest for Chaos {
             );
             println!("chaos stdout: call {call}");
         }
-        if let Some(trap_type) = &state.trap_on_type {
-            if batch.iter().any(|event| &event.event_type == trap_type) {
-                panic!("chaos: event type {trap_type} in the batch");
-            }
+        if let Some(trap_type) = &state.trap_on_type
+            && batch.iter().any(|event| &event.event_type == trap_type)
+        {
+            panic!("chaos: event type {trap_type} in the batch");
         }
         let result = |_: &Event| match &state.behaviour {
             Behaviour::Retryable => Err(PublishError::Retryable(format!(
