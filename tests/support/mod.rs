@@ -747,6 +747,88 @@ impl TestDb {
         self.execute(&sql, &[]).await;
     }
 
+    /// Creates `table` by hand the way another program (the Go room-service) did: the outbox
+    /// columns except `without`, primary key (app_code, event_id), none of outboxd's claim
+    /// indexes, and the `indexes` given as (name, comma-separated columns).
+    pub async fn create_foreign_table(&self, table: &str, without: &[&str], indexes: &[(&str, &str)]) {
+        let bytes = match self.backend {
+            Backend::Sqlite => "BLOB",
+            Backend::MySql => "LONGBLOB",
+            Backend::Postgres => "BYTEA",
+        };
+        let columns = [
+            ("app_code", "VARCHAR(64) NOT NULL"),
+            ("event_id", "VARCHAR(128) NOT NULL"),
+            ("event_type", "VARCHAR(128) NOT NULL"),
+            ("room_id", "VARCHAR(128) NOT NULL"),
+            ("status", "VARCHAR(16) NOT NULL DEFAULT 'pending'"),
+            ("envelope", bytes),
+            ("created_at_ms", "BIGINT NOT NULL"),
+            ("retry_count", "INT NOT NULL DEFAULT 0"),
+            ("last_error", "VARCHAR(512) NULL"),
+            ("worker_id", "VARCHAR(128) NOT NULL DEFAULT ''"),
+            ("lock_until_ms", "BIGINT NULL"),
+            ("next_retry_at_ms", "BIGINT NOT NULL DEFAULT 0"),
+            ("updated_at_ms", "BIGINT NOT NULL"),
+        ];
+        let columns: Vec<String> = columns
+            .iter()
+            .filter(|(name, _)| !without.contains(name))
+            .map(|(name, ty)| format!("{name} {ty}"))
+            .collect();
+        self.execute(
+            &format!("CREATE TABLE {table} ({}, PRIMARY KEY (app_code, event_id))", columns.join(", ")),
+            &[],
+        )
+        .await;
+        for (name, columns) in indexes {
+            self.execute(&format!("CREATE INDEX {name} ON {table} ({columns})"), &[]).await;
+        }
+    }
+
+    /// The indexes of `table` from the catalog: lower-case index name → key columns in order.
+    pub async fn index_columns(&self, table: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+        let sql = match self.backend {
+            Backend::Sqlite => "SELECT il.name, ii.name FROM pragma_index_list(?) il \
+                                JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno"
+                .to_string(),
+            Backend::MySql => "SELECT index_name, column_name FROM information_schema.statistics \
+                               WHERE table_schema = DATABASE() AND table_name = ? \
+                               ORDER BY index_name, seq_in_index"
+                .to_string(),
+            Backend::Postgres => "SELECT i.relname::text, a.attname::text FROM pg_index x \
+                                  JOIN pg_class t ON t.oid = x.indrelid \
+                                  JOIN pg_class i ON i.oid = x.indexrelid \
+                                  CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                                  JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum \
+                                  WHERE t.relname = $1 AND t.relnamespace = current_schema()::regnamespace \
+                                  ORDER BY i.relname, k.ord"
+                .to_string(),
+        };
+        macro_rules! fetch {
+            ($pool:expr) => {{
+                let rows = sqlx::query(AssertSqlSafe(sql.clone()))
+                    .bind(table.to_string())
+                    .fetch_all($pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.iter()
+                    .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
+                    .collect::<Vec<_>>()
+            }};
+        }
+        let rows = match &self.pool {
+            RawPool::Sqlite(p) => fetch!(p),
+            RawPool::MySql(p) => fetch!(p),
+            RawPool::Postgres(p) => fetch!(p),
+        };
+        let mut indexes = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for (index, column) in rows {
+            indexes.entry(index.to_lowercase()).or_default().push(column.to_lowercase());
+        }
+        indexes
+    }
+
     /// Drops the database now (server backends) and deletes the SQLite file.
     pub async fn cleanup(mut self) {
         if let Some((admin_url, name)) = self.drop_info.take() {

@@ -179,6 +179,10 @@ pub enum StoreError {
     /// A caller passed something the store cannot act on.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The outbox table does not fit outboxd (a missing column, or an index named like a claim
+    /// index with other columns) and `migrate` will not change it; the message says what to do.
+    #[error("outbox table schema: {0}")]
+    Schema(String),
 }
 
 impl StoreError {

@@ -416,10 +416,9 @@ pub(crate) fn insert_records(dialect: Dialect, table: &TableName, records: &[&Re
     let mut b = SqlBuilder::new(dialect);
     b.push("INSERT INTO ")
         .push(table.as_str())
-        .push(
-            " (app_code, event_id, event_type, room_id, status, envelope, created_at_ms, \
-             retry_count, last_error, worker_id, lock_until_ms, next_retry_at_ms, updated_at_ms) VALUES ",
-        );
+        .push(" (")
+        .push(&OUTBOX_COLUMNS.join(", "))
+        .push(") VALUES ");
     for (i, record) in records.iter().enumerate() {
         if i > 0 {
             b.push(", ");
@@ -1084,6 +1083,219 @@ pub(crate) fn record_version(
     b.finish()
 }
 
+/// Every column of the outbox table (migration 0001), in table order: the outbox INSERT lists them
+/// in this order and `migrate` checks that the table has them all.
+pub(crate) const OUTBOX_COLUMNS: [&str; 13] = [
+    "app_code",
+    "event_id",
+    "event_type",
+    "room_id",
+    "status",
+    "envelope",
+    "created_at_ms",
+    "retry_count",
+    "last_error",
+    "worker_id",
+    "lock_until_ms",
+    "next_retry_at_ms",
+    "updated_at_ms",
+];
+
+/// One index the claims need (migration 0001's `idx_<table>_<suffix>`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimIndex {
+    /// The name is `idx_<table>_<suffix>`.
+    suffix: &'static str,
+    /// Key columns, in order.
+    pub(crate) columns: &'static [&'static str],
+}
+
+impl ClaimIndex {
+    /// The index name for `table` (at most 60 bytes: table names have at most 48).
+    pub(crate) fn name(&self, table: &TableName) -> String {
+        format!("idx_{}_{}", table.as_str(), self.suffix)
+    }
+}
+
+/// The claim indexes of migration 0001; `migrate` checks (and creates) them on every run, so an
+/// adopted table gets them too.
+pub(crate) static CLAIM_INDEXES: [ClaimIndex; 4] = [
+    ClaimIndex {
+        suffix: "pending",
+        columns: &["app_code", "status", "created_at_ms", "event_id"],
+    },
+    ClaimIndex {
+        suffix: "retry",
+        columns: &["app_code", "status", "next_retry_at_ms", "created_at_ms", "event_id"],
+    },
+    ClaimIndex {
+        suffix: "lease",
+        columns: &["app_code", "status", "lock_until_ms", "created_at_ms", "event_id"],
+    },
+    ClaimIndex {
+        suffix: "room",
+        columns: &["app_code", "room_id", "status", "created_at_ms", "event_id"],
+    },
+];
+
+/// The table name as the catalog stores it: PostgreSQL folds unquoted identifiers to lower case.
+fn catalog_name(dialect: Dialect, table: &TableName) -> String {
+    match dialect {
+        Dialect::Postgres => table.as_str().to_ascii_lowercase(),
+        Dialect::Sqlite | Dialect::MySql => table.as_str().to_string(),
+    }
+}
+
+/// The column names of `table` (none when it does not exist).
+pub(crate) fn table_columns(dialect: Dialect, table: &TableName) -> Bound {
+    let mut b = SqlBuilder::new(dialect);
+    b.push(match dialect {
+        Dialect::Sqlite => "SELECT name FROM pragma_table_info(",
+        Dialect::MySql => {
+            "SELECT column_name FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = "
+        }
+        Dialect::Postgres => {
+            "SELECT column_name::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = "
+        }
+    })
+    .bind(catalog_name(dialect, table));
+    if dialect == Dialect::Sqlite {
+        b.push(")");
+    }
+    b.finish()
+}
+
+/// The indexes of `table`: one row per key column (`index name, column name`; the column is NULL
+/// for an expression), ordered by index name and position.
+pub(crate) fn table_index_columns(dialect: Dialect, table: &TableName) -> Bound {
+    let mut b = SqlBuilder::new(dialect);
+    match dialect {
+        Dialect::Sqlite => {
+            b.push(
+                "SELECT il.name, ii.name FROM pragma_index_list(",
+            )
+            .bind(catalog_name(dialect, table))
+            .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
+        }
+        Dialect::MySql => {
+            b.push(
+                "SELECT index_name, column_name FROM information_schema.statistics \
+                 WHERE table_schema = DATABASE() AND table_name = ",
+            )
+            .bind(catalog_name(dialect, table))
+            .push(" ORDER BY index_name, seq_in_index");
+        }
+        Dialect::Postgres => {
+            b.push(
+                "SELECT i.relname::text, a.attname::text FROM pg_index x \
+                 JOIN pg_class t ON t.oid = x.indrelid \
+                 JOIN pg_namespace n ON n.oid = t.relnamespace \
+                 JOIN pg_class i ON i.oid = x.indexrelid \
+                 CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+                 LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum \
+                 WHERE n.nspname = current_schema() AND t.relname::text = ",
+            )
+            .bind(catalog_name(dialect, table))
+            .push(" AND k.ord <= x.indnkeyatts ORDER BY i.relname, k.ord");
+        }
+    }
+    b.finish()
+}
+
+/// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table).
+pub(crate) fn create_claim_index(table: &TableName, index: &ClaimIndex) -> String {
+    format!(
+        "CREATE INDEX {} ON {} ({})",
+        index.name(table),
+        table.as_str(),
+        index.columns.join(", ")
+    )
+}
+
+/// The statement that drops index `name` of `table`, for an operator to run.
+pub(crate) fn drop_index_hint(dialect: Dialect, table: &TableName, name: &str) -> String {
+    match dialect {
+        Dialect::MySql => format!("DROP INDEX {name} ON {}", table.as_str()),
+        Dialect::Sqlite | Dialect::Postgres => format!("DROP INDEX {name}"),
+    }
+}
+
+/// One row of [`table_index_columns`]: index name and key column (`None` for an expression).
+pub(crate) struct IndexColumn {
+    pub(crate) index: String,
+    pub(crate) column: Option<String>,
+}
+
+impl FromColumns for IndexColumn {
+    fn from_columns(row: &dyn Columns) -> Result<IndexColumn, sqlx::Error> {
+        Ok(IndexColumn {
+            index: row.text(0)?,
+            column: row.opt_text(1)?,
+        })
+    }
+}
+
+/// A single text column (a column name).
+pub(crate) struct Name(pub(crate) String);
+
+impl FromColumns for Name {
+    fn from_columns(row: &dyn Columns) -> Result<Name, sqlx::Error> {
+        Ok(Name(row.text(0)?))
+    }
+}
+
+/// What `migrate` must do about the claim indexes of a table, given its indexes (name and key
+/// columns, `None` for an expression): the claim indexes to create, or why it cannot.
+pub(crate) fn plan_claim_indexes(
+    dialect: Dialect,
+    table: &TableName,
+    existing: &[(String, Vec<Option<String>>)],
+) -> Result<Vec<&'static ClaimIndex>, String> {
+    let same_columns = |columns: &[Option<String>], wanted: &[&str]| {
+        columns.len() == wanted.len()
+            && columns.iter().zip(wanted).all(|(column, wanted)| {
+                column
+                    .as_deref()
+                    .is_some_and(|c| c.eq_ignore_ascii_case(wanted))
+            })
+    };
+    let mut create = Vec::new();
+    let mut conflicts = Vec::new();
+    for index in &CLAIM_INDEXES {
+        if existing.iter().any(|(_, columns)| same_columns(columns, index.columns)) {
+            continue;
+        }
+        let name = index.name(table);
+        match existing.iter().find(|(existing, _)| existing.eq_ignore_ascii_case(&name)) {
+            Some((existing, columns)) => {
+                let columns: Vec<&str> = columns
+                    .iter()
+                    .map(|c| c.as_deref().unwrap_or("<expression>"))
+                    .collect();
+                conflicts.push(format!(
+                    "index {existing} on {table} has columns ({}) but outboxd needs ({}): \
+                     drop it ({})",
+                    columns.join(", "),
+                    index.columns.join(", "),
+                    drop_index_hint(dialect, table, existing),
+                    table = table.as_str(),
+                ));
+            }
+            None => create.push(index),
+        }
+    }
+    if conflicts.is_empty() {
+        Ok(create)
+    } else {
+        Err(format!(
+            "{} and run `outboxd migrate` again",
+            conflicts.join("; ")
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1555,6 +1767,62 @@ mod tests {
         assert_eq!(counts.delivered, 7);
         assert_eq!(counts.oldest_pending_age_ms, Some(60));
         assert_eq!(status_counts(&[], 100).oldest_pending_age_ms, None);
+    }
+
+    #[test]
+    fn claim_indexes_match_migration_0001() {
+        for dialect in DIALECTS {
+            let sql = migrations(dialect)[0].sql(&table());
+            for index in &CLAIM_INDEXES {
+                let name = index.name(&table());
+                let columns = format!("({})", index.columns.join(", "));
+                assert!(
+                    sql.lines().any(|line| line.contains(&format!("{name} "))
+                        && line.trim_end().trim_end_matches(',').trim_end_matches(';').ends_with(&columns)),
+                    "{dialect:?}: {name} {columns}"
+                );
+            }
+            for column in OUTBOX_COLUMNS {
+                assert!(sql.contains(&format!("\n    {column} ")), "{dialect:?}: {column}");
+            }
+        }
+    }
+
+    #[test]
+    fn claim_index_plan() {
+        let index = |name: &str, columns: &[&str]| {
+            (name.to_string(), columns.iter().map(|c| Some(c.to_string())).collect::<Vec<_>>())
+        };
+        // The Go service's indexes: its claim index covers the pending branch under another name.
+        let go = [
+            index("PRIMARY", &["app_code", "event_id"]),
+            index("idx_room_outbox_claim", &["APP_CODE", "status", "created_at_ms", "event_id"]),
+        ];
+        let create = plan_claim_indexes(Dialect::MySql, &table(), &go).unwrap();
+        let names: Vec<String> = create.iter().map(|i| i.name(&table())).collect();
+        assert_eq!(names, ["idx_room_outbox_retry", "idx_room_outbox_lease", "idx_room_outbox_room"]);
+        assert_eq!(
+            create_claim_index(&table(), create[2]),
+            "CREATE INDEX idx_room_outbox_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id)"
+        );
+        let conflict = [
+            index("idx_room_outbox_pending", &["app_code", "status", "next_retry_at_ms"]),
+            ("idx_room_outbox_room".to_string(), vec![Some("app_code".to_string()), None]),
+        ];
+        let err = plan_claim_indexes(Dialect::MySql, &table(), &conflict).unwrap_err();
+        assert_eq!(
+            err,
+            "index idx_room_outbox_pending on room_outbox has columns (app_code, status, next_retry_at_ms) \
+             but outboxd needs (app_code, status, created_at_ms, event_id): drop it \
+             (DROP INDEX idx_room_outbox_pending ON room_outbox); index idx_room_outbox_room on room_outbox \
+             has columns (app_code, <expression>) but outboxd needs (app_code, room_id, status, created_at_ms, \
+             event_id): drop it (DROP INDEX idx_room_outbox_room ON room_outbox) and run `outboxd migrate` again"
+        );
+        let complete: Vec<_> = CLAIM_INDEXES
+            .iter()
+            .map(|i| index("other", i.columns))
+            .collect();
+        assert!(plan_claim_indexes(Dialect::Postgres, &table(), &complete).unwrap().is_empty());
     }
 
     #[test]

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use sqlx::Database;
 
 use super::{
-    Arg, Bound, CandidateRow, ClaimBranch, Dialect, EventId, FromColumns, Int,
-    MAX_ROWS_PER_STATEMENT, Statements, StatusCountRow,
+    Arg, Bound, CandidateRow, ClaimBranch, Dialect, EventId, FromColumns, IndexColumn, Int,
+    MAX_ROWS_PER_STATEMENT, Name, Statements, StatusCountRow,
 };
 use crate::record::{self, Record};
 use crate::store::{
@@ -196,6 +196,8 @@ async fn begin_write<D: Driver>(
 
 /// Applies the embedded migrations not yet recorded for the table, in one write transaction
 /// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead).
+/// Then checks the table's columns and claim indexes on every run ([`verify_outbox_table`]), so
+/// a table adopted from another program gets the indexes the claims need.
 pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
     const OP: &str = "migrate";
     let statements = driver.statements();
@@ -209,6 +211,9 @@ pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreErro
         .await
         .map_err(db(OP))?;
     }
+    // A table created by another program must have every column before migration 0001's
+    // indexes can be created on it.
+    has_outbox_columns(&mut *tx, dialect, table).await?;
     tx.script(super::create_bookkeeping(dialect).to_string())
         .await
         .map_err(db(OP))?;
@@ -231,18 +236,98 @@ pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreErro
                 name: migration.name,
                 source,
             })?;
-        tx.run(super::record_version(
-            dialect,
-            table,
-            migration.version,
-            record::now_ms(),
-        ))
-        .await
-        .map_err(db(OP))?;
         applied_now.push(migration.version);
+    }
+    // Before recording: on MySQL/MariaDB the DDL above already committed, and a table refused
+    // here must not count as migrated.
+    verify_outbox_table(&mut *tx, dialect, table).await?;
+    for version in &applied_now {
+        tx.run(super::record_version(dialect, table, *version, record::now_ms()))
+            .await
+            .map_err(db(OP))?;
     }
     tx.commit().await.map_err(db(OP))?;
     Ok(applied_now)
+}
+
+/// Whether the outbox table exists; an error naming the missing columns when it exists without
+/// every column of [`super::OUTBOX_COLUMNS`].
+async fn has_outbox_columns<S: Session>(
+    session: &mut S,
+    dialect: Dialect,
+    table: &TableName,
+) -> Result<bool, StoreError> {
+    let columns: Vec<String> = session
+        .rows::<Name>(super::table_columns(dialect, table))
+        .await
+        .map_err(db("migrate"))?
+        .into_iter()
+        .map(|Name(column)| column)
+        .collect();
+    if columns.is_empty() {
+        return Ok(false);
+    }
+    let missing: Vec<&str> = super::OUTBOX_COLUMNS
+        .iter()
+        .copied()
+        .filter(|wanted| !columns.iter().any(|c| c.eq_ignore_ascii_case(wanted)))
+        .collect();
+    if missing.is_empty() {
+        Ok(true)
+    } else {
+        Err(StoreError::Schema(format!(
+            "table {} lacks the column(s) {} that outboxd needs: add them as in \
+             migrations/<backend>/0001_room_outbox.sql and run `outboxd migrate` again",
+            table.as_str(),
+            missing.join(", ")
+        )))
+    }
+}
+
+/// Checks the outbox table after the migrations: every column of the record present
+/// ([`has_outbox_columns`]), and the claim indexes of migration 0001 present under any name. A
+/// table created by another program (`CREATE TABLE IF NOT EXISTS` left it as it was) gets the
+/// missing claim indexes; one with an index named like a claim index but of other columns is
+/// refused, and nothing is created.
+async fn verify_outbox_table<S: Session>(
+    session: &mut S,
+    dialect: Dialect,
+    table: &TableName,
+) -> Result<(), StoreError> {
+    const OP: &str = "migrate";
+    if !has_outbox_columns(session, dialect, table).await? {
+        return Err(StoreError::Schema(format!(
+            "table {table} does not exist, but outboxd_migrations records it as migrated: \
+             delete its rows there (DELETE FROM outboxd_migrations WHERE table_name = '{table}') \
+             and run `outboxd migrate` again",
+            table = table.as_str()
+        )));
+    }
+    let mut indexes: Vec<(String, Vec<Option<String>>)> = Vec::new();
+    let rows = session
+        .rows::<IndexColumn>(super::table_index_columns(dialect, table))
+        .await
+        .map_err(db(OP))?;
+    for IndexColumn { index, column } in rows {
+        match indexes.last_mut() {
+            Some((name, columns)) if *name == index => columns.push(column),
+            _ => indexes.push((index, vec![column])),
+        }
+    }
+    let create = super::plan_claim_indexes(dialect, table, &indexes).map_err(StoreError::Schema)?;
+    for index in create {
+        tracing::info!(
+            table = table.as_str(),
+            index = %index.name(table),
+            columns = %index.columns.join(", "),
+            "creating a missing claim index on the outbox table"
+        );
+        session
+            .script(super::create_claim_index(table, index))
+            .await
+            .map_err(db(OP))?;
+    }
+    Ok(())
 }
 
 /// Inserts `records` as `pending` rows inside the caller's transaction, ignoring ids already
