@@ -1173,11 +1173,9 @@ pub(crate) fn table_index_columns(dialect: Dialect, table: &TableName) -> Bound 
     let mut b = SqlBuilder::new(dialect);
     match dialect {
         Dialect::Sqlite => {
-            b.push(
-                "SELECT il.name, ii.name FROM pragma_index_list(",
-            )
-            .bind(catalog_name(dialect, table))
-            .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
+            b.push("SELECT il.name, ii.name FROM pragma_index_list(")
+                .bind(catalog_name(dialect, table))
+                .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
         }
         Dialect::MySql => {
             b.push(
