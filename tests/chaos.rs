@@ -23,7 +23,10 @@ fn chaos(name: &str, config: &[(&str, &str)], limits: SinkLimits) -> SinkConfig 
     SinkConfig {
         name: name.into(),
         plugin: fixtures::plugin("chaos"),
-        config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>(),
         limits,
     }
 }
@@ -36,24 +39,48 @@ fn route(event_type: &str, sink: &str) -> RouteConfig {
 }
 
 async fn misbehaving_sinks_are_contained(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     let quiet = ("quiet", "true");
     let sinks = [
-        chaos("healthy", &[("behaviour", "ok"), quiet], SinkLimits::default()),
+        chaos(
+            "healthy",
+            &[("behaviour", "ok"), quiet],
+            SinkLimits::default(),
+        ),
         chaos(
             "looping",
             &[("behaviour", "loop"), quiet],
-            SinkLimits { publish_timeout: Duration::from_millis(300), ..SinkLimits::default() },
+            SinkLimits {
+                publish_timeout: Duration::from_millis(300),
+                ..SinkLimits::default()
+            },
         ),
         chaos(
             "hungry",
             &[("behaviour", "alloc"), quiet],
-            SinkLimits { memory: ByteSize(16 << 20), ..SinkLimits::default() },
+            SinkLimits {
+                memory: ByteSize(16 << 20),
+                ..SinkLimits::default()
+            },
         ),
-        chaos("trapping", &[("behaviour", "ok"), ("trap_on_type", "Boom"), quiet], SinkLimits::default()),
-        chaos("short", &[("behaviour", "too_few"), quiet], SinkLimits::default()),
-        chaos("limited", &[("rate_limited", "60000"), quiet], SinkLimits::default()),
+        chaos(
+            "trapping",
+            &[("behaviour", "ok"), ("trap_on_type", "Boom"), quiet],
+            SinkLimits::default(),
+        ),
+        chaos(
+            "short",
+            &[("behaviour", "too_few"), quiet],
+            SinkLimits::default(),
+        ),
+        chaos(
+            "limited",
+            &[("rate_limited", "60000"), quiet],
+            SinkLimits::default(),
+        ),
     ];
     let routes = [
         route("Loop*", "looping"),
@@ -64,7 +91,9 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
         route("Limited*", "limited"),
         route("*", "healthy"),
     ];
-    let publisher = load_publisher(&sinks, &routes, &fixtures::settings()).await.expect("sinks start");
+    let publisher = load_publisher(&sinks, &routes, &fixtures::settings())
+        .await
+        .expect("sinks start");
     let worker = Worker::new(
         store.clone(),
         publisher,
@@ -75,7 +104,9 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),
             retry: RetryPolicy {
-                strategy: Strategy::FixedInterval { interval: Duration::from_secs(60) },
+                strategy: Strategy::FixedInterval {
+                    interval: Duration::from_secs(60),
+                },
                 max_attempts: 5,
             },
             ordering: Ordering::None,
@@ -105,17 +136,48 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
 
     let before = now_ms();
     let stats = worker.process_batch("chaos/0", "app").await.unwrap();
-    assert_eq!((stats.claimed, stats.delivered, stats.retried), (10, 3, 7), "{stats:?}");
+    assert_eq!(
+        (stats.claimed, stats.delivered, stats.retried),
+        (10, 3, 7),
+        "{stats:?}"
+    );
 
-    expect(&db, "loop-1", "retryable", "plugin `looping` exceeded its 300ms publish deadline").await;
-    expect(&db, "alloc-1", "retryable", "plugin `hungry` exceeded its memory cap of 16777216 bytes").await;
+    expect(
+        &db,
+        "loop-1",
+        "retryable",
+        "plugin `looping` exceeded its 300ms publish deadline",
+    )
+    .await;
+    expect(
+        &db,
+        "alloc-1",
+        "retryable",
+        "plugin `hungry` exceeded its memory cap of 16777216 bytes",
+    )
+    .await;
     expect(&db, "boom-1", "retryable", "plugin `trapping` trapped").await;
     expect(&db, "trap-ok-1", "retryable", "plugin `trapping` trapped").await;
-    expect(&db, "short-1", "retryable", "returned 1 results for 2 events").await;
-    expect(&db, "short-2", "retryable", "returned 1 results for 2 events").await;
+    expect(
+        &db,
+        "short-1",
+        "retryable",
+        "returned 1 results for 2 events",
+    )
+    .await;
+    expect(
+        &db,
+        "short-2",
+        "retryable",
+        "returned 1 results for 2 events",
+    )
+    .await;
     let limited = expect(&db, "limited-1", "retryable", "").await;
     let next = limited.next_retry_at_ms.unwrap();
-    assert!(next >= before + 60_000 && next <= now_ms() + 60_000, "rate-limit retry-after ignored: {next}");
+    assert!(
+        next >= before + 60_000 && next <= now_ms() + 60_000,
+        "rate-limit retry-after ignored: {next}"
+    );
     for id in ["fine-1", "fine-2", "fine-3"] {
         expect(&db, id, "delivered", "").await;
     }
@@ -138,7 +200,10 @@ async fn expect(db: &TestDb, id: &str, status: &str, reason: &str) -> support::R
     let row = db.row("app", id).await.unwrap();
     assert_eq!(row.status, status, "{id}: {row:?}");
     let error = row.last_error.clone().unwrap_or_default();
-    assert!(error.contains(reason), "{id}: last_error {error:?} lacks {reason:?}");
+    assert!(
+        error.contains(reason),
+        "{id}: last_error {error:?} lacks {reason:?}"
+    );
     row
 }
 

@@ -12,7 +12,9 @@ use support::{Backend, TestDb};
 
 fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-    command.env_remove("OUTBOXD_DATABASE_URL").env("RUST_LOG", "info");
+    command
+        .env_remove("OUTBOXD_DATABASE_URL")
+        .env("RUST_LOG", "info");
     command
 }
 
@@ -59,13 +61,20 @@ fn run_ok(command: &mut Command) -> Output {
 }
 
 fn status(config: &Path, url: &str) -> serde_json::Value {
-    let output = run_ok(outboxd().args(["--config"]).arg(config).args(["--database-url", url, "status", "--json"]));
+    let output = run_ok(outboxd().args(["--config"]).arg(config).args([
+        "--database-url",
+        url,
+        "status",
+        "--json",
+    ]));
     serde_json::from_slice(&output.stdout).expect("status --json prints JSON")
 }
 
 /// migrate → enqueue 10k → run --drain with the log plugin → every event delivered and logged.
 async fn drain_10k_through_the_log_plugin(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
     let url = db.url.as_str();
@@ -77,14 +86,36 @@ async fn drain_10k_through_the_log_plugin(backend: Backend) {
     run_ok(base().arg("migrate"));
     let again = run_ok(base().arg("migrate"));
     assert!(String::from_utf8_lossy(&again.stdout).contains("up to date"));
-    run_ok(base().args(["enqueue", "--room", "room-1", "--type", "RoomGiftSent", "--count", "6000", "--body-json", r#"{"gift":"rose"}"#]));
-    run_ok(base().args(["enqueue", "--room", "room-2", "--type", "RoomMicChanged", "--count", "4000"]));
+    run_ok(base().args([
+        "enqueue",
+        "--room",
+        "room-1",
+        "--type",
+        "RoomGiftSent",
+        "--count",
+        "6000",
+        "--body-json",
+        r#"{"gift":"rose"}"#,
+    ]));
+    run_ok(base().args([
+        "enqueue",
+        "--room",
+        "room-2",
+        "--type",
+        "RoomMicChanged",
+        "--count",
+        "4000",
+    ]));
     assert_eq!(status(&config, url)["pending"], 10_000);
     let output = run_ok(base().args(["run", "--drain"]));
     let log = String::from_utf8_lossy(&output.stderr);
     let gift_lines = log.lines().filter(|l| l.contains("RoomGiftSent")).count();
     let mic_lines = log.lines().filter(|l| l.contains("RoomMicChanged")).count();
-    assert_eq!((gift_lines, mic_lines), (6_000, 4_000), "one log line per event");
+    assert_eq!(
+        (gift_lines, mic_lines),
+        (6_000, 4_000),
+        "one log line per event"
+    );
     let s = status(&config, url);
     assert_eq!(s["delivered"], 10_000, "{s}");
     assert_eq!(s["pending"], 0);
@@ -94,13 +125,17 @@ async fn drain_10k_through_the_log_plugin(backend: Backend) {
 
 /// An event type no route takes goes to failed; after fixing the config, requeue delivers it.
 async fn no_route_fails_then_requeue_delivers(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let url = db.url.as_str();
     let narrow = dir.path().join("narrow.toml");
     std::fs::write(
         &narrow,
-        std::fs::read_to_string(write_config(dir.path(), "")).unwrap().replace(r#"event_type = "*""#, r#"event_type = "RoomGift*""#),
+        std::fs::read_to_string(write_config(dir.path(), ""))
+            .unwrap()
+            .replace(r#"event_type = "*""#, r#"event_type = "RoomGift*""#),
     )
     .unwrap();
     let wide = write_config(dir.path(), "");
@@ -110,29 +145,64 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
         c
     };
     run_ok(with(&narrow).arg("migrate"));
-    run_ok(with(&narrow).args(["enqueue", "--room", "r", "--type", "RoomGiftSent", "--count", "3"]));
-    run_ok(with(&narrow).args(["enqueue", "--room", "r", "--type", "RoomRankChanged", "--count", "2"]));
+    run_ok(with(&narrow).args([
+        "enqueue",
+        "--room",
+        "r",
+        "--type",
+        "RoomGiftSent",
+        "--count",
+        "3",
+    ]));
+    run_ok(with(&narrow).args([
+        "enqueue",
+        "--room",
+        "r",
+        "--type",
+        "RoomRankChanged",
+        "--count",
+        "2",
+    ]));
     run_ok(with(&narrow).args(["run", "--drain"]));
     let s = status(&narrow, url);
-    assert_eq!((s["delivered"].as_u64(), s["failed"].as_u64()), (Some(3), Some(2)), "{s}");
+    assert_eq!(
+        (s["delivered"].as_u64(), s["failed"].as_u64()),
+        (Some(3), Some(2)),
+        "{s}"
+    );
     let listed = run_ok(with(&narrow).args(["failed", "list", "--json"]));
     let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 2);
-    assert!(rows[0]["last_error"].as_str().unwrap().contains("no route for event type"), "{rows}");
+    assert!(
+        rows[0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("no route for event type"),
+        "{rows}"
+    );
     let dry = run_ok(with(&wide).args(["requeue", "--type", "RoomRankChanged", "--dry-run"]));
     assert!(String::from_utf8_lossy(&dry.stdout).contains("2 failed rows would be requeued"));
     assert_eq!(status(&wide, url)["failed"], 2);
     let refused = with(&wide).arg("requeue").output().unwrap();
-    assert!(!refused.status.success(), "requeue without a filter needs --all");
+    assert!(
+        !refused.status.success(),
+        "requeue without a filter needs --all"
+    );
     run_ok(with(&wide).args(["requeue", "--type", "RoomRankChanged"]));
     run_ok(with(&wide).args(["run", "--drain"]));
     let s = status(&wide, url);
-    assert_eq!((s["delivered"].as_u64(), s["failed"].as_u64()), (Some(5), Some(0)), "{s}");
+    assert_eq!(
+        (s["delivered"].as_u64(), s["failed"].as_u64()),
+        (Some(5), Some(0)),
+        "{s}"
+    );
 }
 
 /// SIGTERM during a run: the batch in flight is finished, exit status 0, nothing left delivering.
 async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
     let url = db.url.as_str();
@@ -142,17 +212,39 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
         c
     };
     run_ok(base().arg("migrate"));
-    run_ok(base().args(["enqueue", "--room", "r", "--type", "RoomGiftSent", "--count", "3000"]));
-    let mut child = base().arg("run").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    run_ok(base().args([
+        "enqueue",
+        "--room",
+        "r",
+        "--type",
+        "RoomGiftSent",
+        "--count",
+        "3000",
+    ]));
+    let mut child = base()
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let exit = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(std::time::Instant::now() < deadline, "outboxd did not stop after SIGTERM");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "outboxd did not stop after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(exit.success(), "exit status {exit:?}");
@@ -189,24 +281,42 @@ fn bad_config_is_one_clear_error_naming_the_key() {
     let cases = [
         ("[worker]\nbatch_sise = 10\n", "batch_sise"),
         ("[worker]\nlease = \"1s\"\n", "worker.lease"),
-        ("[[route]]\nevent_type = \"*\"\nsink = \"im\"\n", "unknown sink `im`"),
-        ("[[sink]]\nname = \"log\"\nplugin = \"missing.wasm\"\n[[route]]\nevent_type = \"*\"\nsink = \"log\"\n", "missing.wasm"),
+        (
+            "[[route]]\nevent_type = \"*\"\nsink = \"im\"\n",
+            "unknown sink `im`",
+        ),
+        (
+            "[[sink]]\nname = \"log\"\nplugin = \"missing.wasm\"\n[[route]]\nevent_type = \"*\"\nsink = \"log\"\n",
+            "missing.wasm",
+        ),
     ];
     for (text, expected) in cases {
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, text).unwrap();
         let db = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
-        let output = outboxd().arg("--config").arg(&path).args(["--database-url", &db, "run", "--drain"]).output().unwrap();
+        let output = outboxd()
+            .arg("--config")
+            .arg(&path)
+            .args(["--database-url", &db, "run", "--drain"])
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{text:?} accepted");
         assert!(stderr.contains(expected), "{text:?}: {stderr}");
-        assert_eq!(stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{stderr}");
+        assert_eq!(
+            stderr.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{stderr}"
+        );
     }
 }
 
 #[test]
 fn unknown_database_scheme_is_refused() {
-    let output = outboxd().args(["--database-url", "redis://127.0.0.1", "status"]).output().unwrap();
+    let output = outboxd()
+        .args(["--database-url", "redis://127.0.0.1", "status"])
+        .output()
+        .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unsupported database URL"));
 }

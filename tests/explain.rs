@@ -14,7 +14,7 @@
 mod support;
 
 use outboxd::store::sql::{ClaimBranch, Dialect, Statements};
-use outboxd::store::{Backend, ClaimParams, Ordering, TableName, DEFAULT_TABLE};
+use outboxd::store::{Backend, ClaimParams, DEFAULT_TABLE, Ordering, TableName};
 use support::{Bind, PlanStep, RawInsert, TestDb};
 
 /// Delivered rows of history.
@@ -71,8 +71,13 @@ async fn seed(db: &TestDb) {
     for (k, (prefix, status, next_retry, lock_until)) in kinds.iter().enumerate() {
         for i in 0..LIVE {
             let created = HISTORY + 1_000 + (k as i64) * 100 + i;
-            let mut row = RawInsert::pending(APP, &format!("{prefix}{i:02}"), &format!("room{}", i % 5), created)
-                .with_status(status);
+            let mut row = RawInsert::pending(
+                APP,
+                &format!("{prefix}{i:02}"),
+                &format!("room{}", i % 5),
+                created,
+            )
+            .with_status(status);
             row.next_retry_at_ms = *next_retry;
             row.lock_until_ms = *lock_until;
             if lock_until.is_some() {
@@ -98,7 +103,10 @@ fn branch_index(branch: ClaimBranch) -> String {
 /// Indexes a per-room probe may use: the room index, or any status-leading one (the probe asks
 /// for active statuses only, so history stays out of reach either way).
 fn probe_indexes() -> Vec<String> {
-    ["room", "pending", "retry", "lease"].iter().map(|s| format!("idx_{DEFAULT_TABLE}_{s}")).collect()
+    ["room", "pending", "retry", "lease"]
+        .iter()
+        .map(|s| format!("idx_{DEFAULT_TABLE}_{s}"))
+        .collect()
 }
 
 fn binds(branch: ClaimBranch) -> Vec<Bind> {
@@ -111,7 +119,10 @@ fn binds(branch: ClaimBranch) -> Vec<Bind> {
 }
 
 fn show(plan: &[PlanStep]) -> String {
-    plan.iter().map(|s| format!("  {}", s.text.replace('\n', "\n    "))).collect::<Vec<_>>().join("\n")
+    plan.iter()
+        .map(|s| format!("  {}", s.text.replace('\n', "\n    ")))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// MariaDB: every step reading the table uses an index range/ref/eq_ref (never `ALL` or a full
@@ -121,11 +132,17 @@ fn show(plan: &[PlanStep]) -> String {
 /// `MAX_PROBE_ROWS` rows per lookup. (A probe's *estimate* is the index's average rows per key,
 /// which the history dominates, so it says nothing about the live keys probed: the actual rows do.)
 fn check_mysql(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep], analyzed: &[PlanStep]) {
-    let context = format!("{branch:?}/{ordering:?}:\n{}\nANALYZE:\n{}", show(plan), show(analyzed));
+    let context = format!(
+        "{branch:?}/{ordering:?}:\n{}\nANALYZE:\n{}",
+        show(plan),
+        show(analyzed)
+    );
     let mut claim_step = false;
     let mut probe_steps = 0;
     for (step, run) in plan.iter().zip(analyzed) {
-        let Some(table) = step.table.as_deref() else { continue };
+        let Some(table) = step.table.as_deref() else {
+            continue;
+        };
         assert!(
             ["range", "ref", "eq_ref", "ref_or_null"].contains(&step.access.as_str()),
             "{table}: access {} is not an index range/ref\n{context}",
@@ -135,21 +152,41 @@ fn check_mysql(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep], analy
         match table {
             "c" => {
                 claim_step = true;
-                assert_eq!(step.index.as_deref(), Some(branch_index(branch).as_str()), "claim index\n{context}");
-                assert!(rows <= MAX_ROWS, "claim step estimates {rows} rows\n{context}");
+                assert_eq!(
+                    step.index.as_deref(),
+                    Some(branch_index(branch).as_str()),
+                    "claim index\n{context}"
+                );
+                assert!(
+                    rows <= MAX_ROWS,
+                    "claim step estimates {rows} rows\n{context}"
+                );
             }
             "p" => {
                 probe_steps += 1;
                 let index = step.index.clone().unwrap_or_default();
-                assert!(probe_indexes().contains(&index), "room probe uses {index}\n{context}");
-                let key_parts = step.text.split(" ref=").nth(1).unwrap_or("").split(' ').next().unwrap_or("");
+                assert!(
+                    probe_indexes().contains(&index),
+                    "room probe uses {index}\n{context}"
+                );
+                let key_parts = step
+                    .text
+                    .split(" ref=")
+                    .nth(1)
+                    .unwrap_or("")
+                    .split(' ')
+                    .next()
+                    .unwrap_or("");
                 assert!(
                     key_parts.split(',').count() >= 3,
                     "room probe looks up {key_parts:?}: the status is not part of the key\n{context}"
                 );
                 // NULL r_rows: never executed (an earlier NOT EXISTS already decided).
                 let actual = run.actual_rows.unwrap_or(0.0);
-                assert!(actual <= MAX_PROBE_ROWS, "room probe read {actual} rows per lookup\n{context}");
+                assert!(
+                    actual <= MAX_PROBE_ROWS,
+                    "room probe read {actual} rows per lookup\n{context}"
+                );
             }
             other => panic!("unexpected table {other}\n{context}"),
         }
@@ -164,7 +201,10 @@ fn check_mysql(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep], analy
 /// `MAX_ROWS` rows.
 fn check_postgres(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep]) {
     let context = format!("{branch:?}/{ordering:?}:\n{}", show(plan));
-    assert!(!plan.iter().any(|s| s.access.contains("Seq Scan")), "sequential scan\n{context}");
+    assert!(
+        !plan.iter().any(|s| s.access.contains("Seq Scan")),
+        "sequential scan\n{context}"
+    );
     let mut claim_step = false;
     let mut probe_step = false;
     for step in plan.iter().filter(|s| s.access.contains("Scan")) {
@@ -179,27 +219,56 @@ fn check_postgres(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep]) {
         };
         // `… on room_outbox c` (the claim) / `… on room_outbox p` (the room probe); a Bitmap
         // Index Scan names only the index, its Bitmap Heap Scan parent the alias.
-        let alias = step.text.split("  (").next().unwrap_or("").split_whitespace().last().unwrap_or("");
+        let alias = step
+            .text
+            .split("  (")
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .last()
+            .unwrap_or("");
         if alias == "p" || (index != branch_index(branch) && ordering == Ordering::PerRoom) {
             probe_step = true;
-            assert!(probe_indexes().iter().any(|i| i == index), "room probe uses {index}\n{context}");
-            assert!(rows <= MAX_PROBE_ROWS, "room probe estimates {rows} rows\n{context}");
+            assert!(
+                probe_indexes().iter().any(|i| i == index),
+                "room probe uses {index}\n{context}"
+            );
+            assert!(
+                rows <= MAX_PROBE_ROWS,
+                "room probe estimates {rows} rows\n{context}"
+            );
         } else {
             claim_step = true;
             assert_eq!(index, branch_index(branch), "claim index\n{context}");
-            assert!(rows <= MAX_ROWS, "claim scan estimates {rows} rows\n{context}");
+            assert!(
+                rows <= MAX_ROWS,
+                "claim scan estimates {rows} rows\n{context}"
+            );
         }
     }
-    assert!(claim_step, "the claim does not scan {}\n{context}", branch_index(branch));
-    assert_eq!(probe_step, ordering == Ordering::PerRoom, "room probe\n{context}");
+    assert!(
+        claim_step,
+        "the claim does not scan {}\n{context}",
+        branch_index(branch)
+    );
+    assert_eq!(
+        probe_step,
+        ordering == Ordering::PerRoom,
+        "room probe\n{context}"
+    );
 }
 
 async fn claim_branches_read_only_what_they_return(backend: Backend) {
-    let Some(db) = TestDb::new_server_only(backend).await else { return };
+    let Some(db) = TestDb::new_server_only(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     let started = std::time::Instant::now();
     seed(&db).await;
-    eprintln!("{backend:?}: seeded {HISTORY} delivered rows in {:?}", started.elapsed());
+    eprintln!(
+        "{backend:?}: seeded {HISTORY} delivered rows in {:?}",
+        started.elapsed()
+    );
 
     let statements = Statements::new(Dialect::from(backend), &TableName::default());
     for ordering in [Ordering::None, Ordering::PerRoom] {
@@ -234,11 +303,28 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
         })
         .await
         .expect("claim");
-    let ids: Vec<&str> = batch.events.iter().map(|e| e.event.event_id.as_str()).collect();
+    let ids: Vec<&str> = batch
+        .events
+        .iter()
+        .map(|e| e.event.event_id.as_str())
+        .collect();
     assert_eq!(ids.len() as i64, 3 * LIVE, "{ids:?}");
-    assert!(ids[..LIVE as usize].iter().all(|id| id.starts_with('p')), "{ids:?}");
-    assert!(ids[LIVE as usize..2 * LIVE as usize].iter().all(|id| id.starts_with("rd")), "{ids:?}");
-    assert!(ids[2 * LIVE as usize..].iter().all(|id| id.starts_with("dx")), "{ids:?}");
+    assert!(
+        ids[..LIVE as usize].iter().all(|id| id.starts_with('p')),
+        "{ids:?}"
+    );
+    assert!(
+        ids[LIVE as usize..2 * LIVE as usize]
+            .iter()
+            .all(|id| id.starts_with("rd")),
+        "{ids:?}"
+    );
+    assert!(
+        ids[2 * LIVE as usize..]
+            .iter()
+            .all(|id| id.starts_with("dx")),
+        "{ids:?}"
+    );
     db.cleanup().await;
 }
 

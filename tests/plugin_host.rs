@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use fixtures::{captured, engine, logs_of, plugin, retryable_message, settings};
 use outboxd::config::{ByteSize, PluginSettings, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::{
     CacheOutcome, PluginEngine, PluginError, PluginSink, RoutedPublisher, TestReport, check,
     load_publisher, parse_config_pair, parse_event_json, start_sinks, test_plugin,
 };
 use outboxd::publish::{Event, Outcome, Publisher};
-use fixtures::{captured, engine, logs_of, plugin, retryable_message, settings};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -639,9 +639,15 @@ async fn plugin_test_runs_init_and_publish_and_prints_outcomes() {
     assert_eq!(events[1].body, [0, 1]);
     assert!(parse_event_json(2, r#"{"bogus":1}"#).is_err());
 
-    let outcomes = test_plugin(&plugin("chaos"), config, events.clone(), vec![], &settings())
-        .await
-        .unwrap();
+    let outcomes = test_plugin(
+        &plugin("chaos"),
+        config,
+        events.clone(),
+        vec![],
+        &settings(),
+    )
+    .await
+    .unwrap();
     let printed = TestReport {
         events: &events,
         outcomes: &outcomes,

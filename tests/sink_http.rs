@@ -7,8 +7,8 @@
 mod fixtures;
 mod http;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fixtures::{captured, engine, logs_of, plugin, retryable_message};

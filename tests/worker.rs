@@ -37,7 +37,10 @@ impl Recorder {
         Self::with_delay(Duration::ZERO, fail)
     }
 
-    fn with_delay(delay: Duration, fail: impl Fn(&Event) -> Option<Outcome> + Send + Sync + 'static) -> Arc<Recorder> {
+    fn with_delay(
+        delay: Duration,
+        fail: impl Fn(&Event) -> Option<Outcome> + Send + Sync + 'static,
+    ) -> Arc<Recorder> {
         Arc::new(Recorder {
             delivered: Mutex::default(),
             attempts: Mutex::default(),
@@ -49,7 +52,12 @@ impl Recorder {
     }
 
     fn delivered_ids(&self) -> Vec<String> {
-        self.delivered.lock().unwrap().iter().map(|e| e.event_id.clone()).collect()
+        self.delivered
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.event_id.clone())
+            .collect()
     }
 }
 
@@ -115,7 +123,14 @@ fn options(node_id: &str) -> WorkerOptions {
 async fn enqueue_many(store: &dyn Store, count: usize, rooms: usize) {
     let base = now_ms() - 60_000;
     let records: Vec<_> = (0..count)
-        .map(|i| record("app", &format!("e{i:06}"), &format!("room-{}", i % rooms), base + i as i64))
+        .map(|i| {
+            record(
+                "app",
+                &format!("e{i:06}"),
+                &format!("room-{}", i % rooms),
+                base + i as i64,
+            )
+        })
         .collect();
     for chunk in records.chunks(1000) {
         store.enqueue(chunk).await.unwrap();
@@ -134,7 +149,9 @@ async fn counts(store: &dyn Store) -> outboxd::store::StatusCounts {
 
 /// Three hosts (own pools, own worker ids) drain 10k events concurrently: each delivered once.
 async fn three_hosts_drain_10k_exactly_once(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let seed = db.store_default().await;
     enqueue_many(&*seed, 10_000, 100).await;
     let recorder = Recorder::new(|_| None);
@@ -142,7 +159,9 @@ async fn three_hosts_drain_10k_exactly_once(backend: Backend) {
     for host in 0..3 {
         let store = db.store_default().await;
         let worker = Worker::new(store, recorder.clone(), options(&format!("host-{host}")));
-        runs.push(tokio::spawn(async move { worker.run(RunMode::Drain, CancellationToken::new()).await }));
+        runs.push(tokio::spawn(async move {
+            worker.run(RunMode::Drain, CancellationToken::new()).await
+        }));
     }
     let mut per_host = Vec::new();
     for run in runs {
@@ -160,7 +179,9 @@ async fn three_hosts_drain_10k_exactly_once(backend: Backend) {
 /// A worker that dies mid-batch (claims, never marks) loses the batch when its lease expires;
 /// another host finishes it, counting the lost attempt; the dead worker's late mark is stale.
 async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 50, 5).await;
     let crashed = store
@@ -179,12 +200,23 @@ async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     let recorder = Recorder::new(|_| None);
-    let survivor = Worker::new(db.store_default().await, recorder.clone(), options("survivor"));
-    let stats = survivor.run(RunMode::Drain, CancellationToken::new()).await.unwrap();
+    let survivor = Worker::new(
+        db.store_default().await,
+        recorder.clone(),
+        options("survivor"),
+    );
+    let stats = survivor
+        .run(RunMode::Drain, CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(stats.delivered, 50);
     let reclaimed = &crashed.events[0].event.event_id;
     let attempts = recorder.attempts.lock().unwrap().get(reclaimed).cloned();
-    assert_eq!(attempts, Some(vec![2]), "reclaimed lease counts as an attempt");
+    assert_eq!(
+        attempts,
+        Some(vec![2]),
+        "reclaimed lease counts as an attempt"
+    );
     let row = db.row("app", reclaimed).await.unwrap();
     assert_eq!((row.status.as_str(), row.retry_count), ("delivered", 1));
 
@@ -194,7 +226,9 @@ async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
         .iter()
         .map(|c| Mark {
             event_id: c.event.event_id.clone(),
-            disposition: Disposition::Failed { error: "late".into() },
+            disposition: Disposition::Failed {
+                error: "late".into(),
+            },
         })
         .collect();
     let report = store
@@ -212,7 +246,9 @@ async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
 
 /// Retryable failures are retried with the policy, then the row goes to `failed` at max_attempts.
 async fn retries_then_fails_at_max_attempts(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 10, 10).await;
     let recorder = Recorder::new(|event| {
@@ -241,7 +277,9 @@ async fn retries_then_fails_at_max_attempts(backend: Backend) {
 
 /// A permanent error fails the row at once; a retry-after from the sink sets next_retry_at_ms.
 async fn permanent_fails_and_retry_after_wins(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 3, 3).await;
     let recorder = Recorder::new(|event| match event.event_id.as_str() {
@@ -257,30 +295,47 @@ async fn permanent_fails_and_retry_after_wins(backend: Backend) {
     let stats = worker.process_batch("w/0", "app").await.unwrap();
     assert_eq!((stats.delivered, stats.retried, stats.failed), (1, 1, 1));
     let failed = db.row("app", "e000000").await.unwrap();
-    assert_eq!((failed.status.as_str(), failed.last_error.as_deref()), ("failed", Some("group gone")));
+    assert_eq!(
+        (failed.status.as_str(), failed.last_error.as_deref()),
+        ("failed", Some("group gone"))
+    );
     let retry = db.row("app", "e000001").await.unwrap();
     assert_eq!(retry.status, "retryable");
     let next = retry.next_retry_at_ms.unwrap();
-    assert!(next >= before + 120_000 && next <= now_ms() + 120_000, "retry-after ignored: {next}");
+    assert!(
+        next >= before + 120_000 && next <= now_ms() + 120_000,
+        "retry-after ignored: {next}"
+    );
 }
 
 /// A corrupt envelope fails alone; the rest of the batch is delivered.
 async fn corrupt_envelope_is_isolated(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 5, 5).await;
     db.insert_raw(
         outboxd::store::DEFAULT_TABLE,
-        &[RawInsert::pending("app", "bad", "room-x", now_ms() - 120_000).with_envelope(vec![0xff, 0xff, 0xff, 0x01])],
+        &[
+            RawInsert::pending("app", "bad", "room-x", now_ms() - 120_000)
+                .with_envelope(vec![0xff, 0xff, 0xff, 0x01]),
+        ],
     )
     .await;
     let recorder = Recorder::new(|_| None);
     let worker = Worker::new(store.clone(), recorder.clone(), options("w"));
-    let stats = worker.run(RunMode::Drain, CancellationToken::new()).await.unwrap();
+    let stats = worker
+        .run(RunMode::Drain, CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!((stats.delivered, stats.rejected), (5, 1));
     let bad = db.row("app", "bad").await.unwrap();
     assert_eq!(bad.status, "failed");
-    assert!(bad.last_error.unwrap_or_default().contains("envelope"), "decode error recorded");
+    assert!(
+        bad.last_error.unwrap_or_default().contains("envelope"),
+        "decode error recorded"
+    );
 }
 
 /// A publisher that overruns the publish timeout, or returns the wrong number of results, fails
@@ -301,37 +356,55 @@ async fn timeout_and_wrong_result_count_are_retryable(backend: Backend) {
             vec![Outcome::Delivered; batch.len() - 1]
         }
     }
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 4, 4).await;
     let mut opts = options("w");
     opts.publish_timeout = Duration::from_millis(100);
-    opts.retry.strategy = Strategy::FixedInterval { interval: Duration::ZERO };
+    opts.retry.strategy = Strategy::FixedInterval {
+        interval: Duration::ZERO,
+    };
     let stats = Worker::new(store.clone(), Arc::new(Slow), opts.clone())
         .process_batch("w/0", "app")
         .await
         .unwrap();
     assert_eq!(stats.retried, 4);
     let row = db.row("app", "e000000").await.unwrap();
-    assert_eq!(row.last_error.as_deref(), Some("publish timed out after 100ms"));
-    let stats = Worker::new(store.clone(), Arc::new(Short), opts).process_batch("w/0", "app").await.unwrap();
+    assert_eq!(
+        row.last_error.as_deref(),
+        Some("publish timed out after 100ms")
+    );
+    let stats = Worker::new(store.clone(), Arc::new(Short), opts)
+        .process_batch("w/0", "app")
+        .await
+        .unwrap();
     assert_eq!(stats.retried, 4);
     let row = db.row("app", "e000000").await.unwrap();
-    assert_eq!(row.last_error.as_deref(), Some("publisher returned 3 results for 4 events"));
+    assert_eq!(
+        row.last_error.as_deref(),
+        Some("publisher returned 3 results for 4 events")
+    );
     assert_eq!(row.retry_count, 2);
 }
 
 /// Per-room ordering holds while failures are injected and four loops run concurrently: every
 /// room's events are delivered in room_version order, never two of a room at once.
 async fn per_room_ordering_survives_failures(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 400, 20).await;
     let failures = Arc::new(Mutex::new(0u32));
     let failures_in = failures.clone();
     let recorder = Recorder::new(move |event| {
         // Fail roughly a third of first and second attempts, deterministically by id.
-        let hash = event.event_id.bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        let hash = event
+            .event_id
+            .bytes()
+            .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
         if event.attempt <= 2 && (hash + event.attempt) % 3 == 0 {
             *failures_in.lock().unwrap() += 1;
             Some(Outcome::retryable("injected"))
@@ -351,7 +424,11 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
     });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while counts(&*store).await.delivered < 400 {
-        assert!(tokio::time::Instant::now() < deadline, "not drained: {:?}", counts(&*store).await);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not drained: {:?}",
+            counts(&*store).await
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     shutdown.cancel();
@@ -374,7 +451,9 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
 
 /// Shutdown while batches are in flight: they are published and marked, nothing stays delivering.
 async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 2_000, 50).await;
     let recorder = Recorder::with_delay(Duration::from_millis(300), |_| None);
@@ -390,7 +469,10 @@ async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
     // Shut down while batches are in flight (each publish takes 300 ms).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while counts(&*store).await.delivering == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no batch was ever in flight");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no batch was ever in flight"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shutdown.cancel();
@@ -404,12 +486,17 @@ async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
 
 /// A database that goes away mid-run: a draining run reports the error instead of hanging.
 async fn draining_run_reports_a_dead_database(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else { return };
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
     let store = db.store_default().await;
     enqueue_many(&*store, 10, 10).await;
     store.close().await;
     let worker = Worker::new(store, Recorder::new(|_| None), options("w"));
-    let err = worker.run(RunMode::Drain, CancellationToken::new()).await.unwrap_err();
+    let err = worker
+        .run(RunMode::Drain, CancellationToken::new())
+        .await
+        .unwrap_err();
     let outboxd::worker::WorkerError::Store(StoreError::Database { op, .. }) = err else {
         panic!("unexpected error {err}");
     };

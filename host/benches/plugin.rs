@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use outboxd::bench::NoopPublisher;
 use outboxd::config::{PluginSettings, SinkConfig, SinkLimits};
 use outboxd::plugin::{PluginEngine, PluginSink};
-use outboxd::bench::NoopPublisher;
 use outboxd::publish::{Event, Publisher};
 
 #[path = "../../tests/fixtures/mod.rs"]

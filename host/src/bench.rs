@@ -16,8 +16,8 @@ use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{Record, now_ms};
 use crate::retry::RetryPolicy;
 use crate::store::{
-    self, ClaimParams, ConnectOptions, CountsParams, Disposition, Mark, MarkParams, Ordering, Store, StoreError,
-    TableName,
+    self, ClaimParams, ConnectOptions, CountsParams, Disposition, Mark, MarkParams, Ordering,
+    Store, StoreError, TableName,
 };
 use crate::worker::{RunMode, Worker, WorkerError, WorkerOptions};
 
@@ -101,7 +101,11 @@ pub struct BenchReport {
 
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let go = self.rows.iter().find(|r| r.shape == Shape::Go).map(BenchRow::drain_rate);
+        let go = self
+            .rows
+            .iter()
+            .find(|r| r.shape == Shape::Go)
+            .map(BenchRow::drain_rate);
         writeln!(f, "database: {}  rooms: {}", self.database, self.rooms)?;
         writeln!(
             f,
@@ -109,7 +113,9 @@ impl fmt::Display for BenchReport {
             "shape", "batch", "workers", "events", "enqueue ev/s", "drain s", "drain ev/s", "vs go"
         )?;
         for row in &self.rows {
-            let ratio = go.map(|go| format!("{:.1}x", row.drain_rate() / go)).unwrap_or_else(|| "-".into());
+            let ratio = go
+                .map(|go| format!("{:.1}x", row.drain_rate() / go))
+                .unwrap_or_else(|| "-".into());
             writeln!(
                 f,
                 "{:<9} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7}",
@@ -216,7 +222,11 @@ pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport,
 }
 
 /// Enqueues the events of one shape in chunks of 1000; returns the time taken.
-async fn enqueue(store: &dyn Store, app_code: &str, options: &BenchOptions) -> Result<Duration, StoreError> {
+async fn enqueue(
+    store: &dyn Store,
+    app_code: &str,
+    options: &BenchOptions,
+) -> Result<Duration, StoreError> {
     let started = Instant::now();
     let body = vec![7u8; 64];
     let now = SystemTime::now();
@@ -259,7 +269,11 @@ async fn drain_worker(
             lease: Duration::from_secs(60),
             publish_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
-            ordering: if shape == Shape::PerRoom { Ordering::PerRoom } else { Ordering::None },
+            ordering: if shape == Shape::PerRoom {
+                Ordering::PerRoom
+            } else {
+                Ordering::None
+            },
             concurrency: options.workers,
             node_id: "bench".into(),
         },

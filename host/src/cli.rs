@@ -16,7 +16,9 @@ use tracing::{info, warn};
 use crate::bench::{self, BenchOptions};
 use crate::config::{Config, LogFormat};
 use crate::record::{Record, now_ms};
-use crate::store::{self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store};
+use crate::store::{
+    self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store,
+};
 use crate::worker::{RunMode, Worker, WorkerOptions};
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
@@ -234,7 +236,10 @@ pub async fn execute(cli: Cli) -> Result<()> {
             if applied.is_empty() {
                 println!("{} is up to date", config.database.table);
             } else {
-                println!("applied migrations {applied:?} to {}", config.database.table);
+                println!(
+                    "applied migrations {applied:?} to {}",
+                    config.database.table
+                );
             }
             store.close().await;
         }
@@ -242,7 +247,12 @@ pub async fn execute(cli: Cli) -> Result<()> {
         Command::Run { drain } => run(&config, drain).await?,
         Command::Status { json, app_code } => {
             let store = connect(&config).await?;
-            let counts = store.counts(&CountsParams { app_code, now_ms: now_ms() }).await?;
+            let counts = store
+                .counts(&CountsParams {
+                    app_code,
+                    now_ms: now_ms(),
+                })
+                .await?;
             if json {
                 println!("{}", serde_json::to_string(&counts)?);
             } else {
@@ -255,14 +265,24 @@ pub async fn execute(cli: Cli) -> Result<()> {
                     counts.delivered,
                     counts
                         .oldest_pending_age_ms
-                        .map(|ms| humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64)).to_string())
+                        .map(
+                            |ms| humantime::format_duration(std::time::Duration::from_millis(
+                                ms.max(0) as u64
+                            ))
+                            .to_string()
+                        )
                         .unwrap_or_else(|| "-".into())
                 );
             }
             store.close().await;
         }
         Command::Failed {
-            command: FailedCommand::List { json, limit, filter },
+            command:
+                FailedCommand::List {
+                    json,
+                    limit,
+                    filter,
+                },
         } => {
             let store = connect(&config).await?;
             let rows = store
@@ -293,7 +313,9 @@ pub async fn execute(cli: Cli) -> Result<()> {
         Command::Requeue(args) => {
             let filter = args.filter.to_filter()?;
             if filter.is_empty() && !args.all {
-                bail!("requeue needs a filter (--event-id, --type, --room, --since, --until, --app) or --all");
+                bail!(
+                    "requeue needs a filter (--event-id, --type, --room, --since, --until, --app) or --all"
+                );
             }
             let store = connect(&config).await?;
             let count = store
@@ -347,7 +369,9 @@ fn load_config(cli: &Cli) -> Result<Config> {
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match config.log.format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
@@ -360,18 +384,28 @@ async fn connect(config: &Config) -> Result<Arc<dyn Store>> {
         table: config.database.table.clone(),
         max_connections: config.database.max_connections,
     };
-    store::connect(&options)
-        .await
-        .with_context(|| format!("cannot open database {}", store::redact_url(&config.database.url)))
+    store::connect(&options).await.with_context(|| {
+        format!(
+            "cannot open database {}",
+            store::redact_url(&config.database.url)
+        )
+    })
 }
 
 async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
-    serde_json::from_str::<serde_json::Value>(&args.body_json).context("--body-json is not valid JSON")?;
+    serde_json::from_str::<serde_json::Value>(&args.body_json)
+        .context("--body-json is not valid JSON")?;
     let now = SystemTime::now();
     let records: Vec<Record> = (0..args.count)
         .map(|i| {
-            let mut record = Record::build(&args.room, &args.event_type, args.room_version + i64::from(i), now, &())
-                .with_app_code(&args.app_code);
+            let mut record = Record::build(
+                &args.room,
+                &args.event_type,
+                args.room_version + i64::from(i),
+                now,
+                &(),
+            )
+            .with_app_code(&args.app_code);
             record.envelope.body = args.body_json.as_bytes().to_vec();
             record
         })
@@ -381,7 +415,10 @@ async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
     for chunk in records.chunks(1000) {
         inserted += store.enqueue(chunk).await?;
     }
-    println!("enqueued {inserted} events (room {}, type {})", args.room, args.event_type);
+    println!(
+        "enqueued {inserted} events (room {}, type {})",
+        args.room, args.event_type
+    );
     store.close().await;
     Ok(())
 }
@@ -394,21 +431,34 @@ async fn run(config: &Config, drain: bool) -> Result<()> {
     let worker = Worker::new(store.clone(), publisher, WorkerOptions::from_config(config));
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    let mode = if drain { RunMode::Drain } else { RunMode::Forever };
+    let mode = if drain {
+        RunMode::Drain
+    } else {
+        RunMode::Forever
+    };
     info!(node_id = %config.worker.node_id, database = %store::redact_url(&config.database.url),
         app_codes = ?config.worker.app_codes, "outboxd running");
     let result = worker.run(mode, shutdown).await;
     store.close().await;
     let stats = result?;
-    info!(claimed = stats.claimed, delivered = stats.delivered, retried = stats.retried,
-        failed = stats.failed + stats.rejected, stale = stats.stale, "outboxd stopped");
+    info!(
+        claimed = stats.claimed,
+        delivered = stats.delivered,
+        retried = stats.retried,
+        failed = stats.failed + stats.rejected,
+        stale = stats.stale,
+        "outboxd stopped"
+    );
     Ok(())
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM; a second signal exits at once (130).
 async fn stop_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         warn!("cannot install signal handlers; stop outboxd with SIGKILL");
         return;
     };
@@ -425,7 +475,12 @@ async fn plugin_command(config: &Config, command: PluginCommand) -> Result<()> {
             let report = crate::plugin::check(&file, &config.plugins).await?;
             println!("{report}");
         }
-        PluginCommand::Test { file, config: settings, allow_hosts, events } => {
+        PluginCommand::Test {
+            file,
+            config: settings,
+            allow_hosts,
+            events,
+        } => {
             let settings = settings
                 .iter()
                 .map(|pair| crate::plugin::parse_config_pair(pair))
@@ -439,8 +494,21 @@ async fn plugin_command(config: &Config, command: PluginCommand) -> Result<()> {
                     .map(|(i, json)| crate::plugin::parse_event_json(i, json))
                     .collect::<Result<Vec<_>, _>>()?
             };
-            let outcomes = crate::plugin::test_plugin(&file, settings, events.clone(), allow_hosts, &config.plugins).await?;
-            println!("{}", crate::plugin::TestReport { events: &events, outcomes: &outcomes });
+            let outcomes = crate::plugin::test_plugin(
+                &file,
+                settings,
+                events.clone(),
+                allow_hosts,
+                &config.plugins,
+            )
+            .await?;
+            println!(
+                "{}",
+                crate::plugin::TestReport {
+                    events: &events,
+                    outcomes: &outcomes
+                }
+            );
         }
     }
     Ok(())
@@ -454,8 +522,16 @@ impl FilterArgs {
             event_ids: self.event_ids.clone(),
             event_type: self.event_type.clone(),
             room_id: self.room_id.clone(),
-            since_ms: self.since.as_deref().map(|t| parse_time(t).context("--since")).transpose()?,
-            until_ms: self.until.as_deref().map(|t| parse_time(t).context("--until")).transpose()?,
+            since_ms: self
+                .since
+                .as_deref()
+                .map(|t| parse_time(t).context("--since"))
+                .transpose()?,
+            until_ms: self
+                .until
+                .as_deref()
+                .map(|t| parse_time(t).context("--until"))
+                .transpose()?,
         })
     }
 }
@@ -465,8 +541,9 @@ fn parse_time(text: &str) -> Result<i64> {
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
-    let time = humantime::parse_rfc3339_weak(text)
-        .with_context(|| format!("{text:?} is neither RFC 3339 (2026-11-29T10:00:00Z) nor Unix milliseconds"))?;
+    let time = humantime::parse_rfc3339_weak(text).with_context(|| {
+        format!("{text:?} is neither RFC 3339 (2026-11-29T10:00:00Z) nor Unix milliseconds")
+    })?;
     Ok(crate::record::system_time_ms(time))
 }
 
@@ -484,13 +561,45 @@ mod tests {
     #[test]
     fn cli_parses_the_documented_commands() {
         Cli::try_parse_from(["outboxd", "--database-url", "sqlite://x.db", "migrate"]).unwrap();
-        Cli::try_parse_from(["outboxd", "enqueue", "--room", "r", "--type", "T", "--count", "3"]).unwrap();
+        Cli::try_parse_from([
+            "outboxd", "enqueue", "--room", "r", "--type", "T", "--count", "3",
+        ])
+        .unwrap();
         Cli::try_parse_from(["outboxd", "run", "--drain"]).unwrap();
         Cli::try_parse_from(["outboxd", "status", "--json"]).unwrap();
         Cli::try_parse_from(["outboxd", "failed", "list", "--json"]).unwrap();
-        Cli::try_parse_from(["outboxd", "requeue", "--event-id", "a", "--event-id", "b", "--dry-run"]).unwrap();
-        Cli::try_parse_from(["outboxd", "bench", "--events", "10", "--batch-size", "5", "--workers", "2"]).unwrap();
-        let cli = Cli::try_parse_from(["outboxd", "--config", "a.toml", "plugin", "test", "x.wasm", "--config", "format=json"]).unwrap();
+        Cli::try_parse_from([
+            "outboxd",
+            "requeue",
+            "--event-id",
+            "a",
+            "--event-id",
+            "b",
+            "--dry-run",
+        ])
+        .unwrap();
+        Cli::try_parse_from([
+            "outboxd",
+            "bench",
+            "--events",
+            "10",
+            "--batch-size",
+            "5",
+            "--workers",
+            "2",
+        ])
+        .unwrap();
+        let cli = Cli::try_parse_from([
+            "outboxd",
+            "--config",
+            "a.toml",
+            "plugin",
+            "test",
+            "x.wasm",
+            "--config",
+            "format=json",
+        ])
+        .unwrap();
         assert_eq!(cli.config, Some(PathBuf::from("a.toml")));
     }
 }

@@ -117,7 +117,10 @@ mod tests {
             interval: Duration::from_secs(2),
         });
         assert_eq!(p.decide(5, None, 0), Decision::GiveUp);
-        assert_eq!(p.decide(9, Some(Duration::from_secs(1)), 0), Decision::GiveUp);
+        assert_eq!(
+            p.decide(9, Some(Duration::from_secs(1)), 0),
+            Decision::GiveUp
+        );
     }
 
     #[test]
@@ -157,13 +160,20 @@ mod tests {
             cap: Duration::from_secs(3600),
         });
         let max_of = |attempt| (0..300).map(|_| p.delay(attempt)).max().unwrap();
-        assert!(max_of(6) > Duration::from_millis(1_600), "ceiling 3.2s never approached");
+        assert!(
+            max_of(6) > Duration::from_millis(1_600),
+            "ceiling 3.2s never approached"
+        );
     }
 
     #[test]
     fn schedule_repeats_last() {
         let p = policy(Strategy::Schedule {
-            delays: vec![Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(30)],
+            delays: vec![
+                Duration::from_secs(1),
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+            ],
         });
         assert_eq!(p.delay(1), Duration::from_secs(1));
         assert_eq!(p.delay(2), Duration::from_secs(5));

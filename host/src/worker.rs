@@ -111,7 +111,11 @@ pub struct Worker {
 
 impl Worker {
     /// A worker over `store` publishing through `publisher`.
-    pub fn new(store: Arc<dyn Store>, publisher: Arc<dyn Publisher>, options: WorkerOptions) -> Worker {
+    pub fn new(
+        store: Arc<dyn Store>,
+        publisher: Arc<dyn Publisher>,
+        options: WorkerOptions,
+    ) -> Worker {
         Worker {
             store,
             publisher,
@@ -126,7 +130,11 @@ impl Worker {
 
     /// Runs `concurrency` loops until `shutdown` is cancelled (or, in [`RunMode::Drain`], until
     /// nothing is claimable). Batches in flight are always published and marked before returning.
-    pub async fn run(&self, mode: RunMode, shutdown: CancellationToken) -> Result<BatchStats, WorkerError> {
+    pub async fn run(
+        &self,
+        mode: RunMode,
+        shutdown: CancellationToken,
+    ) -> Result<BatchStats, WorkerError> {
         let tracker = TaskTracker::new();
         let totals = Arc::new(Totals::default());
         let mut handles = Vec::new();
@@ -134,7 +142,9 @@ impl Worker {
             let worker = self.clone();
             let shutdown = shutdown.clone();
             let totals = totals.clone();
-            handles.push(tracker.spawn(async move { worker.run_slot(slot, mode, shutdown, &totals).await }));
+            handles.push(
+                tracker.spawn(async move { worker.run_slot(slot, mode, shutdown, &totals).await }),
+            );
         }
         tracker.close();
         let mut first_error = None;
@@ -182,7 +192,9 @@ impl Worker {
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
                     }
-                    Err(WorkerError::Store(e)) if e.is_transient() && transient_in_a_row < MAX_TRANSIENT_RETRIES => {
+                    Err(WorkerError::Store(e))
+                        if e.is_transient() && transient_in_a_row < MAX_TRANSIENT_RETRIES =>
+                    {
                         transient_in_a_row += 1;
                         warn!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
                             status = "batch_retried", error = %e, "transient database error; retrying");
@@ -215,7 +227,11 @@ impl Worker {
     }
 
     /// One round for one app code: claim, publish, mark. Returns what happened to the rows.
-    pub async fn process_batch(&self, worker_id: &str, app_code: &str) -> Result<BatchStats, WorkerError> {
+    pub async fn process_batch(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+    ) -> Result<BatchStats, WorkerError> {
         let options = &*self.options;
         let batch = self
             .store
@@ -242,7 +258,11 @@ impl Worker {
         if batch.events.is_empty() {
             return Ok(stats);
         }
-        let events: Vec<Event> = batch.events.iter().map(|claimed| claimed.event.clone()).collect();
+        let events: Vec<Event> = batch
+            .events
+            .iter()
+            .map(|claimed| claimed.event.clone())
+            .collect();
         let outcomes = self.publish(&events).await;
         let now = now_ms();
         let marks: Vec<Mark> = events
@@ -289,11 +309,18 @@ impl Worker {
         match tokio::time::timeout(timeout, self.publisher.publish(events)).await {
             Ok(outcomes) if outcomes.len() == events.len() => outcomes,
             Ok(outcomes) => {
-                let reason = format!("publisher returned {} results for {} events", outcomes.len(), events.len());
+                let reason = format!(
+                    "publisher returned {} results for {} events",
+                    outcomes.len(),
+                    events.len()
+                );
                 vec![Outcome::retryable(reason); events.len()]
             }
             Err(_) => {
-                let reason = format!("publish timed out after {}", humantime::format_duration(timeout));
+                let reason = format!(
+                    "publish timed out after {}",
+                    humantime::format_duration(timeout)
+                );
                 vec![Outcome::retryable(reason); events.len()]
             }
         }
@@ -306,23 +333,28 @@ impl Worker {
             Outcome::Permanent { message } => Disposition::Failed {
                 error: truncate_error(&message),
             },
-            Outcome::Retryable { message, retry_after } => {
-                match self.options.retry.decide(attempt, retry_after, now) {
-                    Decision::RetryAt(next_retry_at_ms) => Disposition::Retryable {
-                        next_retry_at_ms,
-                        error: truncate_error(&message),
-                    },
-                    Decision::GiveUp => Disposition::Failed {
-                        error: truncate_error(&format!("gave up after {attempt} attempts: {message}")),
-                    },
-                }
-            }
+            Outcome::Retryable {
+                message,
+                retry_after,
+            } => match self.options.retry.decide(attempt, retry_after, now) {
+                Decision::RetryAt(next_retry_at_ms) => Disposition::Retryable {
+                    next_retry_at_ms,
+                    error: truncate_error(&message),
+                },
+                Decision::GiveUp => Disposition::Failed {
+                    error: truncate_error(&format!("gave up after {attempt} attempts: {message}")),
+                },
+            },
         }
     }
 
     /// Marks the batch; a failing database is retried while the lease lasts (after it expires
     /// the rows are reclaimed and counted as an attempt, so nothing is lost either way).
-    async fn mark_with_retry(&self, batch: &ClaimBatch, marks: &[Mark]) -> Result<MarkReport, WorkerError> {
+    async fn mark_with_retry(
+        &self,
+        batch: &ClaimBatch,
+        marks: &[Mark],
+    ) -> Result<MarkReport, WorkerError> {
         let mut backoff = Duration::from_millis(50);
         loop {
             let params = MarkParams {
@@ -356,10 +388,14 @@ struct Totals {
 
 impl Totals {
     fn add(&self, stats: &BatchStats) {
-        self.claimed.fetch_add(stats.claimed, AtomicOrdering::Relaxed);
-        self.rejected.fetch_add(stats.rejected, AtomicOrdering::Relaxed);
-        self.delivered.fetch_add(stats.delivered, AtomicOrdering::Relaxed);
-        self.retried.fetch_add(stats.retried, AtomicOrdering::Relaxed);
+        self.claimed
+            .fetch_add(stats.claimed, AtomicOrdering::Relaxed);
+        self.rejected
+            .fetch_add(stats.rejected, AtomicOrdering::Relaxed);
+        self.delivered
+            .fetch_add(stats.delivered, AtomicOrdering::Relaxed);
+        self.retried
+            .fetch_add(stats.retried, AtomicOrdering::Relaxed);
         self.failed.fetch_add(stats.failed, AtomicOrdering::Relaxed);
         self.stale.fetch_add(stats.stale, AtomicOrdering::Relaxed);
     }

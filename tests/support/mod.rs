@@ -750,7 +750,12 @@ impl TestDb {
     /// Creates `table` by hand the way another program (the Go room-service) did: the outbox
     /// columns except `without`, primary key (app_code, event_id), none of outboxd's claim
     /// indexes, and the `indexes` given as (name, comma-separated columns).
-    pub async fn create_foreign_table(&self, table: &str, without: &[&str], indexes: &[(&str, &str)]) {
+    pub async fn create_foreign_table(
+        &self,
+        table: &str,
+        without: &[&str],
+        indexes: &[(&str, &str)],
+    ) {
         let bytes = match self.backend {
             Backend::Sqlite => "BLOB",
             Backend::MySql => "LONGBLOB",
@@ -777,17 +782,24 @@ impl TestDb {
             .map(|(name, ty)| format!("{name} {ty}"))
             .collect();
         self.execute(
-            &format!("CREATE TABLE {table} ({}, PRIMARY KEY (app_code, event_id))", columns.join(", ")),
+            &format!(
+                "CREATE TABLE {table} ({}, PRIMARY KEY (app_code, event_id))",
+                columns.join(", ")
+            ),
             &[],
         )
         .await;
         for (name, columns) in indexes {
-            self.execute(&format!("CREATE INDEX {name} ON {table} ({columns})"), &[]).await;
+            self.execute(&format!("CREATE INDEX {name} ON {table} ({columns})"), &[])
+                .await;
         }
     }
 
     /// The indexes of `table` from the catalog: lower-case index name → key columns in order.
-    pub async fn index_columns(&self, table: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    pub async fn index_columns(
+        &self,
+        table: &str,
+    ) -> std::collections::BTreeMap<String, Vec<String>> {
         let sql = match self.backend {
             Backend::Sqlite => "SELECT il.name, ii.name FROM pragma_index_list(?) il \
                                 JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno"
@@ -824,7 +836,10 @@ impl TestDb {
         };
         let mut indexes = std::collections::BTreeMap::<String, Vec<String>>::new();
         for (index, column) in rows {
-            indexes.entry(index.to_lowercase()).or_default().push(column.to_lowercase());
+            indexes
+                .entry(index.to_lowercase())
+                .or_default()
+                .push(column.to_lowercase());
         }
         indexes
     }

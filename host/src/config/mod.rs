@@ -167,10 +167,11 @@ impl Config {
         } else {
             format!("{origin} + environment ({})", applied.join(", "))
         };
-        let raw = RawConfig::deserialize(toml::Value::Table(table)).map_err(|e| ConfigError::Parse {
-            origin,
-            message: e.to_string(),
-        })?;
+        let raw =
+            RawConfig::deserialize(toml::Value::Table(table)).map_err(|e| ConfigError::Parse {
+                origin,
+                message: e.to_string(),
+            })?;
         let base_dir = path.and_then(Path::parent).unwrap_or(Path::new(""));
         raw.validate(base_dir)
     }
@@ -192,10 +193,11 @@ fn apply_env(
             continue;
         };
         let rest = rest.to_ascii_lowercase();
-        let Some((section, key)) = ENV_SECTIONS
-            .iter()
-            .find_map(|s| rest.strip_prefix(s).and_then(|k| k.strip_prefix('_')).map(|k| (*s, k)))
-        else {
+        let Some((section, key)) = ENV_SECTIONS.iter().find_map(|s| {
+            rest.strip_prefix(s)
+                .and_then(|k| k.strip_prefix('_'))
+                .map(|k| (*s, k))
+        }) else {
             continue; // OUTBOXD_TEST_*, OUTBOXD_PLUGIN_DIR, … belong to other tools
         };
         let entry = table
@@ -225,7 +227,9 @@ fn env_value(key: &str, value: &str) -> toml::Value {
         );
     }
     match toml::from_str::<toml::Table>(&format!("v = {value}")) {
-        Ok(mut parsed) => parsed.remove("v").unwrap_or_else(|| toml::Value::String(value.into())),
+        Ok(mut parsed) => parsed
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(value.into())),
         Err(_) => toml::Value::String(value.to_string()),
     }
 }
@@ -239,7 +243,10 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
 fn durations<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Duration>, D::Error> {
     Vec::<String>::deserialize(deserializer)?
         .iter()
-        .map(|text| humantime::parse_duration(text).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}"))))
+        .map(|text| {
+            humantime::parse_duration(text)
+                .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+        })
         .collect()
 }
 
@@ -400,10 +407,15 @@ impl RawConfig {
 
 impl RawDatabase {
     fn validate(self) -> Result<DatabaseConfig, ConfigError> {
-        crate::store::Backend::from_url(&self.url).map_err(|e| invalid("database.url", e.to_string()))?;
-        let table = TableName::new(&self.table).map_err(|e| invalid("database.table", e.to_string()))?;
+        crate::store::Backend::from_url(&self.url)
+            .map_err(|e| invalid("database.url", e.to_string()))?;
+        let table =
+            TableName::new(&self.table).map_err(|e| invalid("database.table", e.to_string()))?;
         if !(1..=1000).contains(&self.max_connections) {
-            return Err(invalid("database.max_connections", format!("must be 1..=1000, got {}", self.max_connections)));
+            return Err(invalid(
+                "database.max_connections",
+                format!("must be 1..=1000, got {}", self.max_connections),
+            ));
         }
         Ok(DatabaseConfig {
             url: self.url,
@@ -416,15 +428,24 @@ impl RawDatabase {
 impl RawWorker {
     fn validate(self) -> Result<WorkerConfig, ConfigError> {
         if self.app_codes.is_empty() {
-            return Err(invalid("worker.app_codes", "must name at least one app code"));
+            return Err(invalid(
+                "worker.app_codes",
+                "must name at least one app code",
+            ));
         }
         for code in &self.app_codes {
             if code.is_empty() || code.len() > 64 || code.chars().any(char::is_whitespace) {
-                return Err(invalid("worker.app_codes", format!("{code:?} is not a valid app code (1–64 bytes, no spaces)")));
+                return Err(invalid(
+                    "worker.app_codes",
+                    format!("{code:?} is not a valid app code (1–64 bytes, no spaces)"),
+                ));
             }
         }
         if !(1..=5000).contains(&self.batch_size) {
-            return Err(invalid("worker.batch_size", format!("must be 1..=5000, got {}", self.batch_size)));
+            return Err(invalid(
+                "worker.batch_size",
+                format!("must be 1..=5000, got {}", self.batch_size),
+            ));
         }
         if self.poll_interval.is_zero() {
             return Err(invalid("worker.poll_interval", "must be greater than 0"));
@@ -443,7 +464,10 @@ impl RawWorker {
             ));
         }
         if !(1..=256).contains(&self.concurrency) {
-            return Err(invalid("worker.concurrency", format!("must be 1..=256, got {}", self.concurrency)));
+            return Err(invalid(
+                "worker.concurrency",
+                format!("must be 1..=256, got {}", self.concurrency),
+            ));
         }
         let node_id = match self.node_id {
             Some(id) if id.trim().is_empty() || id.len() > 100 => {
@@ -491,9 +515,14 @@ impl RawRetry {
             }
             RawStrategy::Schedule => {
                 if self.delays.is_empty() {
-                    return Err(invalid("retry.delays", "strategy \"schedule\" needs at least one delay"));
+                    return Err(invalid(
+                        "retry.delays",
+                        "strategy \"schedule\" needs at least one delay",
+                    ));
                 }
-                Strategy::Schedule { delays: self.delays }
+                Strategy::Schedule {
+                    delays: self.delays,
+                }
             }
         };
         Ok(RetryPolicy {
@@ -503,7 +532,10 @@ impl RawRetry {
     }
 }
 
-fn validate_sinks(mut sinks: Vec<SinkConfig>, base_dir: &Path) -> Result<Vec<SinkConfig>, ConfigError> {
+fn validate_sinks(
+    mut sinks: Vec<SinkConfig>,
+    base_dir: &Path,
+) -> Result<Vec<SinkConfig>, ConfigError> {
     let mut names = std::collections::BTreeSet::new();
     for (index, sink) in sinks.iter_mut().enumerate() {
         let key = format!("sink[{index}]");
@@ -511,7 +543,10 @@ fn validate_sinks(mut sinks: Vec<SinkConfig>, base_dir: &Path) -> Result<Vec<Sin
             return Err(invalid(&format!("{key}.name"), "must not be empty"));
         }
         if !names.insert(sink.name.clone()) {
-            return Err(invalid(&format!("{key}.name"), format!("sink `{}` is defined twice", sink.name)));
+            return Err(invalid(
+                &format!("{key}.name"),
+                format!("sink `{}` is defined twice", sink.name),
+            ));
         }
         if sink.plugin.as_os_str().is_empty() {
             return Err(invalid(&format!("{key}.plugin"), "must name a .wasm file"));
@@ -519,13 +554,22 @@ fn validate_sinks(mut sinks: Vec<SinkConfig>, base_dir: &Path) -> Result<Vec<Sin
         sink.plugin = base_dir.join(&sink.plugin);
         let limits = &sink.limits;
         if limits.publish_timeout.is_zero() {
-            return Err(invalid(&format!("{key}.limits.publish_timeout"), "must be greater than 0"));
+            return Err(invalid(
+                &format!("{key}.limits.publish_timeout"),
+                "must be greater than 0",
+            ));
         }
         if limits.max_batch_size == 0 {
-            return Err(invalid(&format!("{key}.limits.max_batch_size"), "must be at least 1"));
+            return Err(invalid(
+                &format!("{key}.limits.max_batch_size"),
+                "must be at least 1",
+            ));
         }
         if limits.memory.0 < 1 << 20 {
-            return Err(invalid(&format!("{key}.limits.memory"), "must be at least 1MiB"));
+            return Err(invalid(
+                &format!("{key}.limits.memory"),
+                "must be at least 1MiB",
+            ));
         }
     }
     Ok(sinks)
@@ -534,7 +578,10 @@ fn validate_sinks(mut sinks: Vec<SinkConfig>, base_dir: &Path) -> Result<Vec<Sin
 fn validate_routes(routes: &[RouteConfig], sinks: &[SinkConfig]) -> Result<(), ConfigError> {
     for (index, route) in routes.iter().enumerate() {
         if route.event_type.is_empty() {
-            return Err(invalid(&format!("route[{index}].event_type"), "must not be empty (use \"*\" for all)"));
+            return Err(invalid(
+                &format!("route[{index}].event_type"),
+                "must not be empty (use \"*\" for all)",
+            ));
         }
         if !sinks.iter().any(|s| s.name == route.sink) {
             return Err(invalid(
@@ -565,11 +612,13 @@ impl ByteSize {
     /// Parses `"64MiB"`, `"10 MB"`, `"4096"`, … (KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000).
     pub fn parse(text: &str) -> Result<ByteSize, String> {
         let text = text.trim();
-        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
         let (digits, unit) = text.split_at(split);
-        let number: u64 = digits
-            .parse()
-            .map_err(|_| format!("invalid size {text:?}: expected a number with an optional unit like 64MiB"))?;
+        let number: u64 = digits.parse().map_err(|_| {
+            format!("invalid size {text:?}: expected a number with an optional unit like 64MiB")
+        })?;
         let multiplier: u64 = match unit.trim() {
             "" | "B" => 1,
             "KB" | "kB" => 1_000,
@@ -665,7 +714,11 @@ mod tests {
         assert_eq!(
             config.retry.strategy,
             Strategy::Schedule {
-                delays: vec![Duration::from_secs(1), Duration::from_secs(5), Duration::from_secs(60)]
+                delays: vec![
+                    Duration::from_secs(1),
+                    Duration::from_secs(5),
+                    Duration::from_secs(60)
+                ]
             }
         );
         assert_eq!(config.sinks[0].limits.memory, ByteSize(64 << 20));
@@ -675,7 +728,9 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let err = load_str("[worker]\nbatch_sise = 3\n", &[]).unwrap_err().to_string();
+        let err = load_str("[worker]\nbatch_sise = 3\n", &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("batch_sise"), "{err}");
     }
 
@@ -683,20 +738,30 @@ mod tests {
     fn bad_values_are_named() {
         let cases = [
             ("[worker]\nbatch_size = 0\n", "worker.batch_size"),
-            ("[worker]\nlease = \"1s\"\npublish_timeout = \"5s\"\n", "worker.lease"),
+            (
+                "[worker]\nlease = \"1s\"\npublish_timeout = \"5s\"\n",
+                "worker.lease",
+            ),
             ("[database]\ntable = \"x; drop\"\n", "database.table"),
             ("[database]\nurl = \"redis://x\"\n", "database.url"),
             ("[retry]\nstrategy = \"schedule\"\n", "retry.delays"),
             ("[retry]\nmax_attempts = 0\n", "retry.max_attempts"),
-            ("[[route]]\nevent_type = \"*\"\nsink = \"nope\"\n", "route[0].sink"),
+            (
+                "[[route]]\nevent_type = \"*\"\nsink = \"nope\"\n",
+                "route[0].sink",
+            ),
         ];
         for (text, key) in cases {
             let err = load_str(text, &[]).unwrap_err().to_string();
             assert!(err.contains(key), "{text:?} → {err}");
         }
-        let err = load_str("[worker]\npoll_interval = \"soon\"\n", &[]).unwrap_err().to_string();
+        let err = load_str("[worker]\npoll_interval = \"soon\"\n", &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("poll_interval"), "{err}");
-        let err = load_str("[retry]\nstrategy = \"linear\"\n", &[]).unwrap_err().to_string();
+        let err = load_str("[retry]\nstrategy = \"linear\"\n", &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("linear"), "{err}");
     }
 
@@ -727,8 +792,13 @@ mod tests {
 
     #[test]
     fn unknown_environment_key_is_named() {
-        let err = load_str("", &[("OUTBOXD_WORKER_BATCHSIZE", "1")]).unwrap_err().to_string();
-        assert!(err.contains("OUTBOXD_WORKER_BATCHSIZE") && err.contains("batchsize"), "{err}");
+        let err = load_str("", &[("OUTBOXD_WORKER_BATCHSIZE", "1")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("OUTBOXD_WORKER_BATCHSIZE") && err.contains("batchsize"),
+            "{err}"
+        );
     }
 
     #[test]

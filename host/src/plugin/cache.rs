@@ -133,7 +133,11 @@ fn prepare(dir: &Path) -> io::Result<()> {
             fs::create_dir_all(parent)?;
         }
         let mut staging = dir.as_os_str().to_owned();
-        staging.push(format!(".tmp-{}-{:016x}", std::process::id(), rand::random::<u64>()));
+        staging.push(format!(
+            ".tmp-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
         let staging = PathBuf::from(staging);
         create_private_dir(&staging)?;
         fs::write(

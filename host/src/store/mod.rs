@@ -160,7 +160,9 @@ pub enum StoreError {
     #[error("unsupported database URL {0:?}: use sqlite://…, mysql://… or postgres://…")]
     UnsupportedUrl(String),
     /// The table name is not a plain SQL identifier.
-    #[error("invalid table name {0:?}: use letters, digits and '_' (not starting with a digit), at most 48 bytes")]
+    #[error(
+        "invalid table name {0:?}: use letters, digits and '_' (not starting with a digit), at most 48 bytes"
+    )]
     InvalidTableName(String),
     /// The database server lacks something outboxd needs (e.g. SKIP LOCKED).
     #[error("unsupported database server: {0}")]
@@ -525,7 +527,16 @@ mod tests {
     fn table_names_are_plain_identifiers() {
         assert!(TableName::new("room_outbox").is_ok());
         assert!(TableName::new("_x9").is_ok());
-        for bad in ["", "9x", "a-b", "a b", "x;drop table y", "t`", "t\"", &"a".repeat(49)] {
+        for bad in [
+            "",
+            "9x",
+            "a-b",
+            "a b",
+            "x;drop table y",
+            "t`",
+            "t\"",
+            &"a".repeat(49),
+        ] {
             assert!(TableName::new(bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -533,14 +544,23 @@ mod tests {
     #[test]
     fn backend_from_url() {
         assert_eq!(Backend::from_url("sqlite://x.db").unwrap(), Backend::Sqlite);
-        assert_eq!(Backend::from_url("mysql://root@h/db").unwrap(), Backend::MySql);
-        assert_eq!(Backend::from_url("postgres://u@h/db").unwrap(), Backend::Postgres);
+        assert_eq!(
+            Backend::from_url("mysql://root@h/db").unwrap(),
+            Backend::MySql
+        );
+        assert_eq!(
+            Backend::from_url("postgres://u@h/db").unwrap(),
+            Backend::Postgres
+        );
         assert!(Backend::from_url("redis://h").is_err());
     }
 
     #[test]
     fn urls_are_redacted() {
-        assert_eq!(redact_url("mysql://root:secret@h:3306/db"), "mysql://root:***@h:3306/db");
+        assert_eq!(
+            redact_url("mysql://root:secret@h:3306/db"),
+            "mysql://root:***@h:3306/db"
+        );
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
     }

@@ -451,7 +451,12 @@ pub(crate) fn insert_records(dialect: Dialect, table: &TableName, records: &[&Re
 /// event_id IN (…)` is a primary-key range; MariaDB plans a row-constructor
 /// `(app_code, event_id) IN ((?, ?), …)` of hundreds of pairs as a scan (1.2 s for 1000 pairs on
 /// a 5k-row table), and turns IN lists of [`COUNT_EXISTING_MAX_IDS`] or more into a derived table.
-pub(crate) fn count_existing(dialect: Dialect, table: &TableName, app_code: &str, event_ids: &[&str]) -> Bound {
+pub(crate) fn count_existing(
+    dialect: Dialect,
+    table: &TableName,
+    app_code: &str,
+    event_ids: &[&str],
+) -> Bound {
     let mut b = SqlBuilder::new(dialect);
     b.push("SELECT COUNT(*) FROM ")
         .push(table.as_str())
@@ -1126,11 +1131,23 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 4] = [
     },
     ClaimIndex {
         suffix: "retry",
-        columns: &["app_code", "status", "next_retry_at_ms", "created_at_ms", "event_id"],
+        columns: &[
+            "app_code",
+            "status",
+            "next_retry_at_ms",
+            "created_at_ms",
+            "event_id",
+        ],
     },
     ClaimIndex {
         suffix: "lease",
-        columns: &["app_code", "status", "lock_until_ms", "created_at_ms", "event_id"],
+        columns: &[
+            "app_code",
+            "status",
+            "lock_until_ms",
+            "created_at_ms",
+            "event_id",
+        ],
     },
     ClaimIndex {
         suffix: "room",
@@ -1262,11 +1279,17 @@ pub(crate) fn plan_claim_indexes(
     let mut create = Vec::new();
     let mut conflicts = Vec::new();
     for index in &CLAIM_INDEXES {
-        if existing.iter().any(|(_, columns)| same_columns(columns, index.columns)) {
+        if existing
+            .iter()
+            .any(|(_, columns)| same_columns(columns, index.columns))
+        {
             continue;
         }
         let name = index.name(table);
-        match existing.iter().find(|(existing, _)| existing.eq_ignore_ascii_case(&name)) {
+        match existing
+            .iter()
+            .find(|(existing, _)| existing.eq_ignore_ascii_case(&name))
+        {
             Some((existing, columns)) => {
                 let columns: Vec<&str> = columns
                     .iter()
@@ -1776,12 +1799,19 @@ mod tests {
                 let columns = format!("({})", index.columns.join(", "));
                 assert!(
                     sql.lines().any(|line| line.contains(&format!("{name} "))
-                        && line.trim_end().trim_end_matches(',').trim_end_matches(';').ends_with(&columns)),
+                        && line
+                            .trim_end()
+                            .trim_end_matches(',')
+                            .trim_end_matches(';')
+                            .ends_with(&columns)),
                     "{dialect:?}: {name} {columns}"
                 );
             }
             for column in OUTBOX_COLUMNS {
-                assert!(sql.contains(&format!("\n    {column} ")), "{dialect:?}: {column}");
+                assert!(
+                    sql.contains(&format!("\n    {column} ")),
+                    "{dialect:?}: {column}"
+                );
             }
         }
     }
@@ -1789,23 +1819,45 @@ mod tests {
     #[test]
     fn claim_index_plan() {
         let index = |name: &str, columns: &[&str]| {
-            (name.to_string(), columns.iter().map(|c| Some(c.to_string())).collect::<Vec<_>>())
+            (
+                name.to_string(),
+                columns
+                    .iter()
+                    .map(|c| Some(c.to_string()))
+                    .collect::<Vec<_>>(),
+            )
         };
         // The Go service's indexes: its claim index covers the pending branch under another name.
         let go = [
             index("PRIMARY", &["app_code", "event_id"]),
-            index("idx_room_outbox_claim", &["APP_CODE", "status", "created_at_ms", "event_id"]),
+            index(
+                "idx_room_outbox_claim",
+                &["APP_CODE", "status", "created_at_ms", "event_id"],
+            ),
         ];
         let create = plan_claim_indexes(Dialect::MySql, &table(), &go).unwrap();
         let names: Vec<String> = create.iter().map(|i| i.name(&table())).collect();
-        assert_eq!(names, ["idx_room_outbox_retry", "idx_room_outbox_lease", "idx_room_outbox_room"]);
+        assert_eq!(
+            names,
+            [
+                "idx_room_outbox_retry",
+                "idx_room_outbox_lease",
+                "idx_room_outbox_room"
+            ]
+        );
         assert_eq!(
             create_claim_index(&table(), create[2]),
             "CREATE INDEX idx_room_outbox_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id)"
         );
         let conflict = [
-            index("idx_room_outbox_pending", &["app_code", "status", "next_retry_at_ms"]),
-            ("idx_room_outbox_room".to_string(), vec![Some("app_code".to_string()), None]),
+            index(
+                "idx_room_outbox_pending",
+                &["app_code", "status", "next_retry_at_ms"],
+            ),
+            (
+                "idx_room_outbox_room".to_string(),
+                vec![Some("app_code".to_string()), None],
+            ),
         ];
         let err = plan_claim_indexes(Dialect::MySql, &table(), &conflict).unwrap_err();
         assert_eq!(
@@ -1820,7 +1872,11 @@ mod tests {
             .iter()
             .map(|i| index("other", i.columns))
             .collect();
-        assert!(plan_claim_indexes(Dialect::Postgres, &table(), &complete).unwrap().is_empty());
+        assert!(
+            plan_claim_indexes(Dialect::Postgres, &table(), &complete)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

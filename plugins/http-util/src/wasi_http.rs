@@ -103,8 +103,8 @@ fn start(request: Request, timeout_ns: u64) -> Result<FutureIncomingResponse, Ht
     let _ = options.set_connect_timeout(Some(timeout_ns));
     let _ = options.set_first_byte_timeout(Some(timeout_ns));
     let _ = options.set_between_bytes_timeout(Some(timeout_ns));
-    let future = outgoing_handler::handle(outgoing, Some(options))
-        .map_err(|code| from_code(&code))?;
+    let future =
+        outgoing_handler::handle(outgoing, Some(options)).map_err(|code| from_code(&code))?;
 
     let sent = write_body(&body, &request.body)
         .and_then(|()| OutgoingBody::finish(body, None).map_err(|code| from_code(&code)));

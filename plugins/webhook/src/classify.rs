@@ -20,7 +20,9 @@ pub fn classify(
 ) -> Result<(), PublishError> {
     let response = match outcome {
         Ok(response) => response,
-        Err(error) if error.is_permanent() => return Err(PublishError::Permanent(format!("webhook: {error}"))),
+        Err(error) if error.is_permanent() => {
+            return Err(PublishError::Permanent(format!("webhook: {error}")));
+        }
         Err(error) => return Err(PublishError::Retryable(format!("webhook: {error}"))),
     };
     let status = response.status;

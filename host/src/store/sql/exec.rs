@@ -242,9 +242,14 @@ pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreErro
     // here must not count as migrated.
     verify_outbox_table(&mut *tx, dialect, table).await?;
     for version in &applied_now {
-        tx.run(super::record_version(dialect, table, *version, record::now_ms()))
-            .await
-            .map_err(db(OP))?;
+        tx.run(super::record_version(
+            dialect,
+            table,
+            *version,
+            record::now_ms(),
+        ))
+        .await
+        .map_err(db(OP))?;
     }
     tx.commit().await.map_err(db(OP))?;
     Ok(applied_now)
@@ -368,7 +373,10 @@ async fn count_existing<S: Session>(
 ) -> Result<u64, StoreError> {
     let mut by_app: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
     for record in records {
-        by_app.entry(record.app_code.as_str()).or_default().push(record.event_id.as_str());
+        by_app
+            .entry(record.app_code.as_str())
+            .or_default()
+            .push(record.event_id.as_str());
     }
     let mut existing = 0;
     for (app_code, ids) in by_app {
@@ -377,7 +385,9 @@ async fn count_existing<S: Session>(
                 .rows::<Int>(super::count_existing(dialect, table, app_code, ids))
                 .await
                 .map_err(db("enqueue"))?;
-            existing += rows.first().map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0));
+            existing += rows
+                .first()
+                .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0));
         }
     }
     Ok(existing)
