@@ -15,7 +15,8 @@ build: plugins
 
 # ---------------------------------------------------------------------------------------------
 # plugins: every guest plugin (plugins/*) and test guest (tests/plugins/*) built for
-# wasm32-wasip2, each `.wasm` copied into plugins/out/ (e.g. plugins/out/log.wasm,
+# wasm32-wasip2 (each workspace in its own target/, whatever CARGO_TARGET_DIR says), each `.wasm`
+# copied into plugins/out/ (e.g. plugins/out/log.wasm,
 # plugins/out/chaos.wasm). Guest workspaces keep their own target dirs.
 # ---------------------------------------------------------------------------------------------
 GUEST_WORKSPACES := plugins tests/plugins
@@ -25,7 +26,7 @@ plugins:
 	bash ../shared/toolchain/install-wasm-target
 	@mkdir -p $(PLUGIN_OUT)
 	@set -e; for ws in $(GUEST_WORKSPACES); do \
-		(cd $$ws && $(CARGO) build --release --target wasm32-wasip2); \
+		(cd $$ws && $(CARGO) build --release --target wasm32-wasip2 --target-dir target); \
 		cp $$ws/target/wasm32-wasip2/release/*.wasm $(PLUGIN_OUT)/; \
 	done
 	@ls -l $(PLUGIN_OUT)/*.wasm
