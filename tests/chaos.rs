@@ -7,7 +7,6 @@
 mod fixtures;
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use outboxd::config::{ByteSize, RouteConfig, SinkConfig, SinkLimits};
@@ -18,16 +17,11 @@ use outboxd::store::Ordering;
 use outboxd::worker::{Worker, WorkerOptions};
 use support::{Backend, TestDb, typed_record};
 
-/// A chaos sink named `name` with init settings `config`.
+/// A chaos sink named `name` with init settings `config` and `limits`.
 fn chaos(name: &str, config: &[(&str, &str)], limits: SinkLimits) -> SinkConfig {
     SinkConfig {
-        name: name.into(),
-        plugin: fixtures::plugin("chaos"),
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<BTreeMap<_, _>>(),
         limits,
+        ..fixtures::sink_config(name, "chaos", config)
     }
 }
 

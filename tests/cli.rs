@@ -49,6 +49,16 @@ config = {{ format = "json" }}
     path
 }
 
+/// `outboxd --config CONFIG --database-url URL`, ready for a subcommand.
+fn with(config: &Path, url: &str) -> Command {
+    let mut command = outboxd();
+    command
+        .arg("--config")
+        .arg(config)
+        .args(["--database-url", url]);
+    command
+}
+
 fn run_ok(command: &mut Command) -> Output {
     let output = command.output().expect("spawn outboxd");
     assert!(
@@ -61,12 +71,7 @@ fn run_ok(command: &mut Command) -> Output {
 }
 
 fn status(config: &Path, url: &str) -> serde_json::Value {
-    let output = run_ok(outboxd().args(["--config"]).arg(config).args([
-        "--database-url",
-        url,
-        "status",
-        "--json",
-    ]));
+    let output = run_ok(with(config, url).args(["status", "--json"]));
     serde_json::from_slice(&output.stdout).expect("status --json prints JSON")
 }
 
@@ -78,11 +83,7 @@ async fn drain_10k_through_the_log_plugin(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
     let url = db.url.as_str();
-    let base = || {
-        let mut c = outboxd();
-        c.arg("--config").arg(&config).args(["--database-url", url]);
-        c
-    };
+    let base = || with(&config, url);
     run_ok(base().arg("migrate"));
     let again = run_ok(base().arg("migrate"));
     assert!(String::from_utf8_lossy(&again.stdout).contains("up to date"));
@@ -139,13 +140,8 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
     )
     .unwrap();
     let wide = write_config(dir.path(), "");
-    let with = |config: &Path| {
-        let mut c = outboxd();
-        c.arg("--config").arg(config).args(["--database-url", url]);
-        c
-    };
-    run_ok(with(&narrow).arg("migrate"));
-    run_ok(with(&narrow).args([
+    run_ok(with(&narrow, url).arg("migrate"));
+    run_ok(with(&narrow, url).args([
         "enqueue",
         "--room",
         "r",
@@ -154,7 +150,7 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
         "--count",
         "3",
     ]));
-    run_ok(with(&narrow).args([
+    run_ok(with(&narrow, url).args([
         "enqueue",
         "--room",
         "r",
@@ -163,14 +159,14 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
         "--count",
         "2",
     ]));
-    run_ok(with(&narrow).args(["run", "--drain"]));
+    run_ok(with(&narrow, url).args(["run", "--drain"]));
     let s = status(&narrow, url);
     assert_eq!(
         (s["delivered"].as_u64(), s["failed"].as_u64()),
         (Some(3), Some(2)),
         "{s}"
     );
-    let listed = run_ok(with(&narrow).args(["failed", "list", "--json"]));
+    let listed = run_ok(with(&narrow, url).args(["failed", "list", "--json"]));
     let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 2);
     assert!(
@@ -180,16 +176,16 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
             .contains("no route for event type"),
         "{rows}"
     );
-    let dry = run_ok(with(&wide).args(["requeue", "--type", "RoomRankChanged", "--dry-run"]));
+    let dry = run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged", "--dry-run"]));
     assert!(String::from_utf8_lossy(&dry.stdout).contains("2 failed rows would be requeued"));
     assert_eq!(status(&wide, url)["failed"], 2);
-    let refused = with(&wide).arg("requeue").output().unwrap();
+    let refused = with(&wide, url).arg("requeue").output().unwrap();
     assert!(
         !refused.status.success(),
         "requeue without a filter needs --all"
     );
-    run_ok(with(&wide).args(["requeue", "--type", "RoomRankChanged"]));
-    run_ok(with(&wide).args(["run", "--drain"]));
+    run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged"]));
+    run_ok(with(&wide, url).args(["run", "--drain"]));
     let s = status(&wide, url);
     assert_eq!(
         (s["delivered"].as_u64(), s["failed"].as_u64()),
@@ -206,11 +202,7 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "");
     let url = db.url.as_str();
-    let base = || {
-        let mut c = outboxd();
-        c.arg("--config").arg(&config).args(["--database-url", url]);
-        c
-    };
+    let base = || with(&config, url);
     run_ok(base().arg("migrate"));
     run_ok(base().args([
         "enqueue",

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use fixtures::{captured, engine, logs_of, plugin, retryable_message, settings};
-use outboxd::config::{ByteSize, PluginSettings, RouteConfig, SinkConfig, SinkLimits};
+use fixtures::{captured, engine, logs_of, plugin, retryable_message, settings, sink_config};
+use outboxd::config::{ByteSize, PluginSettings, RouteConfig, SinkConfig};
 use outboxd::plugin::{
     CacheOutcome, PluginEngine, PluginError, PluginSink, RoutedPublisher, TestReport, check,
     load_publisher, parse_config_pair, parse_event_json, start_sinks, test_plugin,
@@ -21,18 +21,6 @@ use outboxd::publish::{Event, Outcome, Publisher};
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
-
-fn sink_config(name: &str, plugin_name: &str, config: &[(&str, &str)]) -> SinkConfig {
-    SinkConfig {
-        name: name.to_string(),
-        plugin: plugin(plugin_name),
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        limits: SinkLimits::default(),
-    }
-}
 
 fn event(n: usize, event_type: &str) -> Event {
     Event {

@@ -10,25 +10,13 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use outboxd::bench::NoopPublisher;
-use outboxd::config::{PluginSettings, SinkConfig, SinkLimits};
+use outboxd::config::{PluginSettings, SinkConfig};
 use outboxd::plugin::{PluginEngine, PluginSink};
 use outboxd::publish::{Event, Publisher};
 
 #[path = "../../tests/fixtures/mod.rs"]
 mod fixtures;
-use fixtures::plugin;
-
-fn sink(name: &str, plugin_name: &str, config: &[(&str, &str)]) -> SinkConfig {
-    SinkConfig {
-        name: name.to_string(),
-        plugin: plugin(plugin_name),
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        limits: SinkLimits::default(),
-    }
-}
+use fixtures::sink_config;
 
 fn events(count: usize, event_type: &str) -> Vec<Event> {
     (0..count)
@@ -61,12 +49,12 @@ fn bench(c: &mut Criterion) {
             .unwrap()
     };
     let noop = NoopPublisher;
-    let chaos = start(sink(
+    let chaos = start(sink_config(
         "chaos",
         "chaos",
         &[("behaviour", "ok"), ("quiet", "true")],
     ));
-    let log = start(sink("log", "log", &[("format", "json")]));
+    let log = start(sink_config("log", "log", &[("format", "json")]));
 
     let mut group = c.benchmark_group("publish");
     for size in [1usize, 100, 1000] {
@@ -87,13 +75,13 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("instance");
     // Cache hit + link + instantiate + init: what a sink costs to start.
-    let config = sink("start", "chaos", &[]);
+    let config = sink_config("start", "chaos", &[]);
     group.bench_function("start-sink-from-cache", |b| {
         b.to_async(&runtime)
             .iter(|| PluginSink::start(&engine, &config));
     });
     // A trapping batch (instance discarded) then a one-event batch on a rebuilt instance.
-    let trapping = start(sink(
+    let trapping = start(sink_config(
         "rebuild",
         "chaos",
         &[("trap_on_type", "boom"), ("quiet", "true")],
