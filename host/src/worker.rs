@@ -18,7 +18,8 @@ use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{now_ms, truncate_error};
 use crate::retry::{Decision, RetryPolicy};
 use crate::store::{
-    ClaimBatch, ClaimParams, Disposition, Mark, MarkParams, MarkReport, Ordering, Store, StoreError,
+    ClaimBatch, ClaimParams, Disposition, Lease, Mark, MarkParams, MarkReport, Ordering, Store,
+    StoreError,
 };
 
 /// Everything a worker needs to know besides its store and publisher.
@@ -258,11 +259,8 @@ impl Worker {
         if batch.events.is_empty() {
             return Ok(stats);
         }
-        let events: Vec<Event> = batch
-            .events
-            .iter()
-            .map(|claimed| claimed.event.clone())
-            .collect();
+        let ClaimBatch { lease, events, .. } = batch;
+        let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
         let outcomes = self.publish(&events).await;
         let now = now_ms();
         let marks: Vec<Mark> = events
@@ -273,7 +271,7 @@ impl Worker {
                 disposition: self.disposition(event.attempt, outcome, now),
             })
             .collect();
-        let report = self.mark_with_retry(&batch, &marks).await?;
+        let report = self.mark_with_retry(&lease, &marks).await?;
         for (event, mark) in events.iter().zip(&marks) {
             let stale = report.stale.contains(&mark.event_id);
             let (status, error) = match (&mark.disposition, stale) {
@@ -352,20 +350,20 @@ impl Worker {
     /// the rows are reclaimed and counted as an attempt, so nothing is lost either way).
     async fn mark_with_retry(
         &self,
-        batch: &ClaimBatch,
+        lease: &Lease,
         marks: &[Mark],
     ) -> Result<MarkReport, WorkerError> {
         let mut backoff = Duration::from_millis(50);
         loop {
             let params = MarkParams {
-                lease: &batch.lease,
+                lease,
                 marks,
                 now_ms: now_ms(),
             };
             match self.store.mark(&params).await {
                 Ok(report) => return Ok(report),
-                Err(e) if now_ms() + (backoff.as_millis() as i64) < batch.lease.lock_until_ms => {
-                    warn!(worker = %batch.lease.worker_id, error = %e, "mark failed; retrying within the lease");
+                Err(e) if now_ms() + (backoff.as_millis() as i64) < lease.lock_until_ms => {
+                    warn!(worker = %lease.worker_id, error = %e, "mark failed; retrying within the lease");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
