@@ -524,7 +524,7 @@ async fn bad_config_is_one_clear_error_at_start() {
     let error = load_publisher(&[failing], &[], &s).await.err().unwrap();
     assert_eq!(
         error.to_string(),
-        "sink `a`: plugin init failed: missing api key"
+        "sink `a`: plugin init failed: chaos plugin: missing api key"
     );
 
     let mut zero = sink_config("a", "log", &[]);
