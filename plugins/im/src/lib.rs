@@ -17,11 +17,11 @@ mod usersig;
 use outboxd_plugin::http::WasiPlatform;
 use outboxd_plugin::{Event, Plugin, PublishError, export_plugin, log};
 
-use crate::publish::Publisher;
+use crate::publish::ImSender;
 
 /// The plugin: settings and the cached usersig.
 struct ImPlugin {
-    publisher: Publisher,
+    sender: ImSender,
 }
 
 impl Plugin for ImPlugin {
@@ -38,12 +38,12 @@ impl Plugin for ImPlugin {
             config.identifier
         ));
         Ok(ImPlugin {
-            publisher: Publisher::new(config),
+            sender: ImSender::new(config),
         })
     }
 
     fn publish(&mut self, batch: &[Event]) -> Vec<Result<(), PublishError>> {
-        self.publisher.publish_batch(&mut WasiPlatform, batch)
+        self.sender.publish_batch(&mut WasiPlatform, batch)
     }
 }
 
