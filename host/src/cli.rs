@@ -1,7 +1,7 @@
 //! The `outboxd` command line: the contract scripts and docs use.
 //!
 //! Global options pick the config file and database; subcommands migrate, enqueue, run, report,
-//! requeue, benchmark, and help plugin authors (`plugin check|test`).
+//! requeue, benchmark, and help plugin authors (`plugin check|test|new|bench`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -204,6 +204,43 @@ pub enum PluginCommand {
         #[arg(long = "event", value_name = "JSON")]
         events: Vec<String>,
     },
+    /// Write a new plugin project (Rust, Python or JavaScript) that builds with `make` and
+    /// passes `outboxd plugin test`.
+    New {
+        /// The plugin's name (lower-case letters, digits, `-`).
+        name: String,
+        /// Its language.
+        #[arg(long, value_enum)]
+        lang: crate::authoring::Lang,
+        /// The project directory to create (default: ./NAME).
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        /// Rust: the guest SDK crate, an outboxd checkout's `plugins/sdk` (default: the one this
+        /// outboxd was built from).
+        #[arg(long, value_name = "PATH")]
+        sdk_path: Option<PathBuf>,
+    },
+    /// Measure a plugin without a database: events/s and cost per event on sample events.
+    Bench {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// A setting passed to init (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        config: Vec<String>,
+        /// Let the plugin make HTTP requests to this origin (repeatable).
+        #[arg(long = "allow-host", value_name = "ORIGIN")]
+        allow_hosts: Vec<String>,
+        /// A sample event as JSON (repeatable; as for `plugin test`), cycled to fill the batches.
+        /// Default: one event with a 256-byte body.
+        #[arg(long = "event", value_name = "JSON")]
+        events: Vec<String>,
+        /// Events published in the measured run (after one warm-up batch).
+        #[arg(long = "events", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+        /// Events per publish call.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5000))]
+        batch_size: u32,
+    },
 }
 
 /// Parses the process arguments, runs the command, and returns the exit code.
@@ -228,7 +265,16 @@ pub fn main() -> ExitCode {
 /// Runs one parsed command line.
 pub async fn execute(cli: Cli) -> Result<()> {
     let config = load_config(&cli)?;
-    init_logging(&config);
+    if let Command::Plugin {
+        command: PluginCommand::Bench { .. },
+    } = &cli.command
+    {
+        // The plugin's own log lines would flood the terminal and time the terminal, not the
+        // plugin: only warnings and errors of outboxd itself are shown.
+        init_logging_filter(&config, "warn,outboxd::plugin=off");
+    } else {
+        init_logging(&config);
+    }
     match cli.command {
         Command::Migrate => {
             let store = connect(&config).await?;
@@ -367,8 +413,13 @@ fn load_config(cli: &Cli) -> Result<Config> {
 
 /// Logs to stderr in the configured format; `RUST_LOG` overrides the configured level.
 fn init_logging(config: &Config) {
+    init_logging_filter(config, &config.log.level);
+}
+
+/// Logs to stderr in the configured format with `filter`; `RUST_LOG` overrides it.
+fn init_logging_filter(config: &Config, filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -509,6 +560,64 @@ async fn plugin_command(config: &Config, command: PluginCommand) -> Result<()> {
                     outcomes: &outcomes
                 }
             );
+        }
+        PluginCommand::New {
+            name,
+            lang,
+            dir,
+            sdk_path,
+        } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let options = crate::authoring::ScaffoldOptions {
+                name: name.clone(),
+                lang,
+                dir: dir.clone(),
+                sdk_path,
+            };
+            let files = crate::authoring::scaffold(&options)?;
+            println!("created plugin `{name}` in {}:", dir.display());
+            for file in files {
+                println!("  {}", file.display());
+            }
+            println!(
+                "next: cd {} && make && make test (see README.md)",
+                dir.display()
+            );
+        }
+        PluginCommand::Bench {
+            file,
+            config: settings,
+            allow_hosts,
+            events,
+            count,
+            batch_size,
+        } => {
+            let settings = settings
+                .iter()
+                .map(|pair| crate::plugin::parse_config_pair(pair))
+                .collect::<Result<Vec<_>, _>>()?;
+            let samples = if events.is_empty() {
+                let mut sample = crate::plugin::parse_event_json(0, "{}")?;
+                sample.body = vec![b'x'; 256];
+                vec![sample]
+            } else {
+                events
+                    .iter()
+                    .enumerate()
+                    .map(|(i, json)| crate::plugin::parse_event_json(i, json))
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            let report = crate::authoring::bench_plugin(&crate::authoring::PluginBenchOptions {
+                path: file,
+                config: settings,
+                allow_hosts,
+                samples,
+                events: count as usize,
+                batch_size: batch_size as usize,
+                settings: config.plugins.clone(),
+            })
+            .await?;
+            println!("{report}");
         }
     }
     Ok(())

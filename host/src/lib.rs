@@ -14,10 +14,12 @@
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once.
-//! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`.
+//! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`; [`authoring`]: plugin
+//!   authors' `outboxd plugin new` (scaffolding) and `outboxd plugin bench`.
 
 #![warn(missing_docs)]
 
+pub mod authoring;
 pub mod bench;
 pub mod cli;
 pub mod config;
