@@ -179,7 +179,7 @@ pub fn scaffold(options: &ScaffoldOptions) -> Result<Vec<PathBuf>, ScaffoldError
             "app.py",
             "The first `make` installs componentize-py into `.venv` (Python 3.11+ with `venv`); \
              the bindings come from `wit/publisher.wit`. The component is about 18 MB and takes \
-             ~10 s to compile on first load; outboxd caches the compiled artifact.",
+             tens of seconds to compile on first load; outboxd caches the compiled artifact.",
             "128MiB",
         ),
         Lang::Js => (
@@ -187,8 +187,8 @@ pub fn scaffold(options: &ScaffoldOptions) -> Result<Vec<PathBuf>, ScaffoldError
             "JavaScript",
             "plugin.js",
             "The first `make` installs componentize-js into `node_modules` (Node 20+); the bindings \
-             come from `wit/publisher.wit`. The component is about 12 MB and takes ~10 s to \
-             compile on first load; outboxd caches the compiled artifact.",
+             come from `wit/publisher.wit`. The component is about 12 MB and takes tens of \
+             seconds to compile on first load; outboxd caches the compiled artifact.",
             "128MiB",
         ),
     };
