@@ -424,7 +424,7 @@ async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
 }
 
 async fn run(config: &Config, drain: bool) -> Result<()> {
-    let publisher = crate::plugin::load_publisher(&config.sinks, &config.routes, &config.plugins)
+    let publisher = crate::plugin::load_publisher(&config.publishing, &config.plugins)
         .await
         .context("cannot load sink plugins")?;
     let store = connect(config).await?;

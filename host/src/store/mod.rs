@@ -41,6 +41,9 @@
 //!   lease expires, counted as an attempt — nothing is lost.
 //! - `last_error` is cut to [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) where
 //!   it is bound into a statement (marks and claim rejects alike), nowhere else.
+//! - Sinks and routes are checked once, by config loading (`config::Publishing` builds the
+//!   `SinkSpec`s and `RouteSpec`s); the plugin layer takes them as given. What only loading a
+//!   plugin can tell (file, world, version, `init`, `allow_hosts` origins) is checked by its sink.
 //! - The number of outcomes is checked where a list enters from outside: the plugin's answer by
 //!   its sink (`PluginSink`), the publisher's answer by the worker.
 
