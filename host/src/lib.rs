@@ -14,11 +14,10 @@
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once.
-//! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`.
+//! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands, bench).
 
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod envelope;
