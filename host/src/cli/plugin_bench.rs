@@ -12,7 +12,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::config::{PluginSettings, SinkConfig, SinkLimits};
+use crate::config::{PluginSettings, SinkConfig, SinkLimits, SinkSpec};
 use crate::plugin::{CacheOutcome, PluginEngine, PluginError, PluginSink};
 use crate::publish::{Event, Outcome, Publisher};
 
@@ -141,6 +141,10 @@ pub async fn bench_plugin(options: &PluginBenchOptions) -> Result<PluginBenchRep
             ..SinkLimits::default()
         },
     };
+    let sink = SinkSpec::new(sink).map_err(|e| PluginError::InvalidLimits {
+        sink: "bench".to_string(),
+        reason: e.to_string(),
+    })?;
     let started = Instant::now();
     let sink = PluginSink::start(&engine, &sink).await?;
     let start = started.elapsed();
