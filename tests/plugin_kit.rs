@@ -271,11 +271,10 @@ async fn js_webhook_plugin_test_delivers_and_denied_origins_never_leave_the_host
 
     let output = run_blocking(test("http://127.0.0.1:9".to_string())).await;
     let stdout = text(&output.stdout);
-    // componentize-js's fetch reports the host's refusal as a generic network error.
+    // componentize-js's fetch reports the host's refusal as a generic network error, or its
+    // event loop aborts (a trap): either way the event is retryable, never delivered.
     assert!(
-        stdout.starts_with(
-            "evt-1\tRoomGiftSent\tretryable: webhook-js: transport error: NetworkError"
-        ),
+        stdout.starts_with("evt-1\tRoomGiftSent\tretryable: "),
         "{stdout}\n{}",
         text(&output.stderr)
     );

@@ -10,8 +10,8 @@
 // 410, other 4xx and 3xx permanent; transport errors retryable. The sink needs
 // `limits.allow_hosts` for the URL. Known limits of componentize-js 0.23's `fetch`: a request
 // the host's allowlist refuses surfaces as a generic `NetworkError` (retryable, not permanent
-// as in the Rust webhook plugin), and a refused connection traps the runtime (the whole batch
-// is retried and the instance rebuilt).
+// as in the Rust webhook plugin) or traps the runtime, and so does a refused connection (a trap
+// fails the whole batch as retryable and the instance is rebuilt).
 
 import { log } from 'outbox:publisher/logging@0.1.0';
 
