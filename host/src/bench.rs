@@ -171,6 +171,7 @@ pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport,
         url: config.database.url.clone(),
         table: options.table.clone(),
         max_connections: config.database.max_connections.max(options.workers + 2),
+        connect_timeout: config.database.connect_timeout,
     })
     .await?;
     store.migrate().await?;

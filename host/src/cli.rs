@@ -45,7 +45,8 @@ pub enum Command {
     Migrate,
     /// Write sample events (for trying things out and for scripts).
     Enqueue(EnqueueArgs),
-    /// Deliver events until stopped (SIGINT/SIGTERM finish the batch in flight, then exit 0).
+    /// Deliver events until stopped (SIGINT/SIGTERM finish the batches in flight, then exit 0; a
+    /// second one more than 2s later, or SIGQUIT, exits at once with 130 / 131).
     Run {
         /// Exit 0 once nothing is claimable.
         #[arg(long)]
@@ -219,10 +220,26 @@ pub fn main() -> ExitCode {
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text the line already
+/// holds (errors that print their source in their own message) is not repeated.
+pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = next.source();
+    }
+    line
 }
 
 /// Runs one parsed command line.
@@ -369,8 +386,10 @@ fn load_config(cli: &Cli) -> Result<Config> {
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match config.log.format {
         LogFormat::Text => builder.try_init(),
@@ -383,6 +402,7 @@ async fn connect(config: &Config) -> Result<Arc<dyn Store>> {
         url: config.database.url.clone(),
         table: config.database.table.clone(),
         max_connections: config.database.max_connections,
+        connect_timeout: config.database.connect_timeout,
     };
     store::connect(&options).await.with_context(|| {
         format!(
@@ -424,6 +444,7 @@ async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
 }
 
 async fn run(config: &Config, drain: bool) -> Result<()> {
+    config.check_deliverable()?;
     let publisher = crate::plugin::load_publisher(&config.sinks, &config.routes, &config.plugins)
         .await
         .context("cannot load sink plugins")?;
@@ -452,21 +473,61 @@ async fn run(config: &Config, drain: bool) -> Result<()> {
     Ok(())
 }
 
-/// Cancels `shutdown` on the first SIGINT or SIGTERM; a second signal exits at once (130).
+/// A SIGINT/SIGTERM this soon after the first one is the same request (GNU `timeout` and some
+/// process managers signal the process and then its group), not a demand to exit at once.
+pub const SIGNAL_REPEAT_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Exit status after a second SIGINT/SIGTERM (later than [`SIGNAL_REPEAT_WINDOW`]).
+pub const EXIT_SECOND_SIGNAL: i32 = 130;
+
+/// Exit status after SIGQUIT.
+pub const EXIT_SIGQUIT: i32 = 131;
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM. Another SIGINT/SIGTERM within
+/// [`SIGNAL_REPEAT_WINDOW`] is ignored; a later one exits at once ([`EXIT_SECOND_SIGNAL`]), as does
+/// SIGQUIT at any time ([`EXIT_SIGQUIT`]). Rows left `delivering` by a fast exit are reclaimed
+/// after their lease.
 async fn stop_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut quit)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::quit()),
     ) else {
         warn!("cannot install signal handlers; stop outboxd with SIGKILL");
         return;
     };
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    info!("shutdown requested: finishing batches in flight (signal again to exit at once)");
+    let quit_now = || -> ! {
+        warn!("SIGQUIT: exiting at once; rows in flight are reclaimed after their lease");
+        std::process::exit(EXIT_SIGQUIT)
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = quit.recv() => quit_now(),
+    }
+    let first = std::time::Instant::now();
+    info!(
+        "shutdown requested: finishing batches in flight (SIGINT/SIGTERM again after {} or SIGQUIT to exit at once)",
+        humantime::format_duration(SIGNAL_REPEAT_WINDOW)
+    );
     shutdown.cancel();
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    std::process::exit(130);
+    loop {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = quit.recv() => quit_now(),
+        }
+        if first.elapsed() < SIGNAL_REPEAT_WINDOW {
+            info!(
+                "repeated signal within {} of the first: same shutdown request",
+                humantime::format_duration(SIGNAL_REPEAT_WINDOW)
+            );
+            continue;
+        }
+        warn!("second signal: exiting at once; rows in flight are reclaimed after their lease");
+        std::process::exit(EXIT_SECOND_SIGNAL);
+    }
 }
 
 async fn plugin_command(config: &Config, command: PluginCommand) -> Result<()> {
@@ -550,6 +611,25 @@ fn parse_time(text: &str) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_lines_say_each_cause_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = io.to_string();
+        let error = anyhow::Error::new(crate::plugin::PluginError::Cache {
+            dir: PathBuf::from("/var/cache/outboxd"),
+            source: io,
+        })
+        .context("cannot load sink plugins");
+        let line = error_line(error.as_ref());
+        assert_eq!(line.matches(&text).count(), 1, "{line}");
+        assert!(
+            line.starts_with(
+                "cannot load sink plugins: plugin cache directory /var/cache/outboxd: "
+            ),
+            "{line}"
+        );
+    }
 
     #[test]
     fn times_parse() {

@@ -55,6 +55,9 @@ pub struct DatabaseConfig {
     pub table: TableName,
     /// Connection pool size. Default 8.
     pub max_connections: u32,
+    /// Longest wait for a new connection or a pool checkout; the database's own error ("connection
+    /// refused", "access denied", …) is reported as soon as it comes. Default 5s.
+    pub connect_timeout: Duration,
 }
 
 /// `[worker]`.
@@ -66,9 +69,11 @@ pub struct WorkerConfig {
     pub batch_size: u32,
     /// Wait between claims when idle. Default 1s.
     pub poll_interval: Duration,
-    /// Lease length of a claim. Default 30s; must exceed `publish_timeout`.
+    /// Lease length of a claim. Default 30s; at least `publish_timeout` + [`DEADLINE_MARGIN`].
     pub lease: Duration,
-    /// Deadline of one publish call (the whole batch). Default 10s.
+    /// Deadline of one batch's publish: events no sink answered by then are retryable, results
+    /// already answered are kept. Default 20s; at least every sink's `limits.publish_timeout`
+    /// (times its chunks) + [`DEADLINE_MARGIN`].
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
     pub ordering: Ordering,
@@ -176,6 +181,30 @@ impl Config {
         raw.validate(base_dir)
     }
 
+    /// Checks that `outboxd run` has somewhere to deliver: at least one `[[sink]]` and one
+    /// `[[route]]`. Without them every claimed row would go to `failed` with "no route", so `run`
+    /// refuses to start with one line saying what to configure.
+    pub fn check_deliverable(&self) -> Result<(), ConfigError> {
+        if self.sinks.is_empty() {
+            return Err(invalid(
+                "sink",
+                "no [[sink]] configured: nothing to deliver to; add a [[sink]] (name, plugin) and \
+                 a [[route]] (event_type, sink) to the config file (--config, or ./outboxd.toml)",
+            ));
+        }
+        if self.routes.is_empty() {
+            return Err(invalid(
+                "route",
+                format!(
+                    "no [[route]] configured: every event would fail with \"no route\"; add e.g. \
+                     [[route]] event_type = \"*\" sink = \"{}\"",
+                    self.sinks[0].name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Defaults only (no file, no environment).
     pub fn defaults() -> Config {
         Config::load(None, std::iter::empty()).expect("built-in defaults are valid")
@@ -270,6 +299,8 @@ struct RawDatabase {
     url: String,
     table: String,
     max_connections: u32,
+    #[serde(deserialize_with = "duration")]
+    connect_timeout: Duration,
 }
 
 impl Default for RawDatabase {
@@ -278,6 +309,7 @@ impl Default for RawDatabase {
             url: "sqlite://outboxd.db".into(),
             table: crate::store::DEFAULT_TABLE.into(),
             max_connections: 8,
+            connect_timeout: crate::store::reach::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
@@ -305,7 +337,7 @@ impl Default for RawWorker {
             batch_size: 500,
             poll_interval: Duration::from_secs(1),
             lease: Duration::from_secs(30),
-            publish_timeout: Duration::from_secs(10),
+            publish_timeout: Duration::from_secs(20),
             ordering: RawOrdering::None,
             concurrency: 1,
             node_id: None,
@@ -385,6 +417,7 @@ impl RawConfig {
         let retry = self.retry.validate()?;
         let sinks = validate_sinks(self.sinks, base_dir)?;
         validate_routes(&self.routes, &sinks)?;
+        validate_deadlines(&worker, &sinks)?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -417,10 +450,17 @@ impl RawDatabase {
                 format!("must be 1..=1000, got {}", self.max_connections),
             ));
         }
+        if self.connect_timeout.is_zero() {
+            return Err(invalid(
+                "database.connect_timeout",
+                "must be greater than 0",
+            ));
+        }
         Ok(DatabaseConfig {
             url: self.url,
             table,
             max_connections: self.max_connections,
+            connect_timeout: self.connect_timeout,
         })
     }
 }
@@ -453,12 +493,13 @@ impl RawWorker {
         if self.publish_timeout.is_zero() {
             return Err(invalid("worker.publish_timeout", "must be greater than 0"));
         }
-        if self.lease <= self.publish_timeout {
+        if self.lease < self.publish_timeout + DEADLINE_MARGIN {
             return Err(invalid(
                 "worker.lease",
                 format!(
-                    "must be longer than worker.publish_timeout ({}), got {}",
+                    "must be at least worker.publish_timeout ({}) + {}, got {}",
                     humantime::format_duration(self.publish_timeout),
+                    humantime::format_duration(DEADLINE_MARGIN),
                     humantime::format_duration(self.lease)
                 ),
             ));
@@ -565,6 +606,24 @@ fn validate_sinks(
                 "must be at least 1",
             ));
         }
+        if limits.max_concurrent_requests == 0 {
+            return Err(invalid(
+                &format!("{key}.limits.max_concurrent_requests"),
+                "must be at least 1",
+            ));
+        }
+        if limits.log_lines_per_second == 0 {
+            return Err(invalid(
+                &format!("{key}.limits.log_lines_per_second"),
+                "must be at least 1",
+            ));
+        }
+        if limits.log_line_max.0 < 16 {
+            return Err(invalid(
+                &format!("{key}.limits.log_line_max"),
+                "must be at least 16 bytes",
+            ));
+        }
         if limits.memory.0 < 1 << 20 {
             return Err(invalid(
                 &format!("{key}.limits.memory"),
@@ -573,6 +632,67 @@ fn validate_sinks(
         }
     }
     Ok(sinks)
+}
+
+/// The least gap between nested deadlines: a plugin's own `timeout_ms` < its sink's
+/// `limits.publish_timeout` < `worker.publish_timeout` < `worker.lease`, each inner one at least
+/// this much shorter, so the innermost deadline always answers first and its result is marked
+/// before the next one fires.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Checks that deadlines nest with [`DEADLINE_MARGIN`]: a sink's plugin `timeout_ms` setting
+/// (when given) + margin ≤ its `limits.publish_timeout`; the sink's publish calls for one claimed
+/// batch (`publish_timeout` × the chunks `max_batch_size` splits it into) + margin ≤
+/// `worker.publish_timeout` (the lease was checked against that already).
+fn validate_deadlines(worker: &WorkerConfig, sinks: &[SinkConfig]) -> Result<(), ConfigError> {
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    for (index, sink) in sinks.iter().enumerate() {
+        let sink_deadline = sink.limits.publish_timeout;
+        if let Some(text) = sink.config.get("timeout_ms")
+            && let Ok(ms) = text.trim().parse::<u64>()
+        {
+            let plugin_timeout = Duration::from_millis(ms);
+            if plugin_timeout + DEADLINE_MARGIN > sink_deadline {
+                return Err(invalid(
+                    &format!("sink[{index}].config.timeout_ms"),
+                    format!(
+                        "sink `{}`: the plugin's timeout ({}) must be at least {} shorter than \
+                         sink[{index}].limits.publish_timeout ({})",
+                        sink.name,
+                        show(plugin_timeout),
+                        show(DEADLINE_MARGIN),
+                        show(sink_deadline)
+                    ),
+                ));
+            }
+        }
+        let chunks = worker
+            .batch_size
+            .div_ceil(sink.limits.max_batch_size.max(1));
+        let sink_total = sink_deadline * chunks;
+        if sink_total + DEADLINE_MARGIN > worker.publish_timeout {
+            let per_chunk = if chunks > 1 {
+                format!(
+                    " × {chunks} calls (worker.batch_size {} / limits.max_batch_size {})",
+                    worker.batch_size, sink.limits.max_batch_size
+                )
+            } else {
+                String::new()
+            };
+            return Err(invalid(
+                &format!("sink[{index}].limits.publish_timeout"),
+                format!(
+                    "sink `{}`: {}{per_chunk} must be at least {} shorter than \
+                     worker.publish_timeout ({})",
+                    sink.name,
+                    show(sink_deadline),
+                    show(DEADLINE_MARGIN),
+                    show(worker.publish_timeout)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn validate_routes(routes: &[RouteConfig], sinks: &[SinkConfig]) -> Result<(), ConfigError> {
@@ -763,6 +883,73 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("linear"), "{err}");
+    }
+
+    #[test]
+    fn deadlines_must_nest_with_margins() {
+        let sink = |limits: &str, config: &str| {
+            format!(
+                "[[sink]]\nname = \"s\"\nplugin = \"s.wasm\"\nlimits = {{ {limits} }}\nconfig = {{ {config} }}\n"
+            )
+        };
+        // Defaults nest: a plugin's 10s timeout < sink 15s < worker 20s < lease 30s.
+        let config = load_str(&sink("", "timeout_ms = \"10000\""), &[]).unwrap();
+        assert_eq!(
+            config.sinks[0].limits.publish_timeout,
+            Duration::from_secs(15)
+        );
+        assert_eq!(config.worker.publish_timeout, Duration::from_secs(20));
+        assert_eq!(config.worker.lease, Duration::from_secs(30));
+        let cases = [
+            (
+                sink("publish_timeout = \"20s\"", ""),
+                "sink[0].limits.publish_timeout",
+                "worker.publish_timeout (20s)",
+            ),
+            (
+                sink("", "timeout_ms = \"15000\""),
+                "sink[0].config.timeout_ms",
+                "sink[0].limits.publish_timeout (15s)",
+            ),
+            (
+                sink("max_batch_size = 100", ""),
+                "sink[0].limits.publish_timeout",
+                "× 5 calls",
+            ),
+            (
+                "[worker]\nlease = \"20s\"\n".to_string(),
+                "worker.lease",
+                "worker.publish_timeout (20s) + 1s",
+            ),
+        ];
+        for (text, key, detail) in cases {
+            let err = load_str(&text, &[]).unwrap_err().to_string();
+            assert!(
+                err.contains(key) && err.contains(detail),
+                "{text:?} → {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn run_needs_a_sink_and_a_route() {
+        let err = Config::defaults()
+            .check_deliverable()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no [[sink]] configured"), "{err}");
+        let sink_only = load_str("[[sink]]\nname = \"log\"\nplugin = \"log.wasm\"\n", &[]).unwrap();
+        let err = sink_only.check_deliverable().unwrap_err().to_string();
+        assert!(
+            err.contains("no [[route]] configured") && err.contains("sink = \"log\""),
+            "{err}"
+        );
+        let both = load_str(
+            "[[sink]]\nname = \"log\"\nplugin = \"log.wasm\"\n[[route]]\nevent_type = \"*\"\nsink = \"log\"\n",
+            &[],
+        )
+        .unwrap();
+        both.check_deliverable().unwrap();
     }
 
     #[test]

@@ -1,16 +1,16 @@
 //! Routing: `[[route]]` globs on the event type pick a sink (first match wins); the
-//! [`RoutedPublisher`] splits a batch by sink, publishes the groups concurrently and puts the
-//! outcomes back in batch order.
+//! [`RoutedPublisher`] splits a batch by sink, publishes the groups concurrently, and hands each
+//! sink's outcomes back (by batch position) as soon as that sink answers.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::future::join_all;
+use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
 
 use super::error::PluginError;
 use crate::config::RouteConfig;
-use crate::publish::{Event, Outcome, Publisher};
+use crate::publish::{Answered, Event, Outcome, Publisher};
 
 /// A [`Publisher`] that dispatches each event to the sink its route names.
 pub struct RoutedPublisher {
@@ -63,43 +63,9 @@ impl RoutedPublisher {
 impl Publisher for RoutedPublisher {
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        // Event positions per sink, in batch order.
-        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (position, event) in batch.iter().enumerate() {
-            match self.sink_index(&event.event_type) {
-                Some(sink) => groups.entry(sink).or_default().push(position),
-                None => {
-                    outcomes[position] = Some(Outcome::permanent(format!(
-                        "no route for event type `{}`",
-                        event.event_type
-                    )))
-                }
-            }
-        }
-        let whole_batch = groups.len() == 1 && groups.values().all(|p| p.len() == batch.len());
-        let published = join_all(groups.into_iter().map(|(sink, positions)| async move {
-            let (name, publisher) = &self.sinks[sink];
-            let results = if whole_batch {
-                publisher.publish(batch).await
-            } else {
-                let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
-                publisher.publish(&events).await
-            };
-            let results = if results.len() == positions.len() {
-                results
-            } else {
-                let message = format!(
-                    "sink `{name}` returned {} results for {} events",
-                    results.len(),
-                    positions.len()
-                );
-                vec![Outcome::retryable(message); positions.len()]
-            };
-            (positions, results)
-        }))
-        .await;
-        for (positions, results) in published {
-            for (position, outcome) in positions.into_iter().zip(results) {
+        let mut parts = self.publish_parts(batch);
+        while let Some(part) = parts.next().await {
+            for (position, outcome) in part {
                 outcomes[position] = Some(outcome);
             }
         }
@@ -109,6 +75,49 @@ impl Publisher for RoutedPublisher {
                 outcome.unwrap_or_else(|| Outcome::retryable("event lost by the router"))
             })
             .collect()
+    }
+
+    /// One part for the events no route takes (at once), then one part per sink as soon as that
+    /// sink answers: a slow sink never holds up the others' results.
+    fn publish_parts<'a>(&'a self, batch: &'a [Event]) -> BoxStream<'a, Answered> {
+        // Event positions per sink, in batch order.
+        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut unrouted = Vec::new();
+        for (position, event) in batch.iter().enumerate() {
+            match self.sink_index(&event.event_type) {
+                Some(sink) => groups.entry(sink).or_default().push(position),
+                None => unrouted.push((
+                    position,
+                    Outcome::permanent(format!("no route for event type `{}`", event.event_type)),
+                )),
+            }
+        }
+        let whole_batch = groups.len() == 1 && groups.values().all(|p| p.len() == batch.len());
+        let sinks: FuturesUnordered<_> = groups
+            .into_iter()
+            .map(|(sink, positions)| async move {
+                let (name, publisher) = &self.sinks[sink];
+                let results = if whole_batch {
+                    publisher.publish(batch).await
+                } else {
+                    let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
+                    publisher.publish(&events).await
+                };
+                let results = if results.len() == positions.len() {
+                    results
+                } else {
+                    let message = format!(
+                        "sink `{name}` returned {} results for {} events",
+                        results.len(),
+                        positions.len()
+                    );
+                    vec![Outcome::retryable(message); positions.len()]
+                };
+                positions.into_iter().zip(results).collect::<Answered>()
+            })
+            .collect();
+        let first = (!unrouted.is_empty()).then_some(unrouted);
+        stream::iter(first).chain(sinks).boxed()
     }
 }
 

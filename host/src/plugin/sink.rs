@@ -15,6 +15,7 @@ use super::bindings::{Publisher as WitPublisher, PublisherPre};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{PluginError, boxed};
 use super::http::HttpPolicy;
+use super::log_limit::LogLimit;
 use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
 use super::world::{self, WorldInfo};
@@ -81,6 +82,9 @@ impl PluginSink {
         if limits.max_batch_size == 0 {
             return Err(invalid("limits.max_batch_size must be at least 1"));
         }
+        if limits.log_lines_per_second == 0 {
+            return Err(invalid("limits.log_lines_per_second must be at least 1"));
+        }
         let name: Arc<str> = Arc::from(sink.name.as_str());
         let http = HttpPolicy::new(name.clone(), limits).map_err(|reason| invalid(&reason))?;
         let plugin = engine.compile(&sink.plugin).await?;
@@ -101,6 +105,11 @@ impl PluginSink {
             name: name.clone(),
             redactor: Redactor::new(&sink.config),
             http: Arc::new(http),
+            log_limit: LogLimit::new(
+                name.clone(),
+                limits.log_lines_per_second,
+                usize::try_from(limits.log_line_max.0).unwrap_or(usize::MAX),
+            ),
         });
         let this = PluginSink {
             name,
@@ -260,6 +269,7 @@ impl PluginSink {
         )
         .await;
         instance.store.data_mut().disarm();
+        self.shared.log_limit.flush();
         let results = match called {
             Err(_elapsed) => return Err(self.deadline_error()),
             Ok(Err(error)) => return Err(self.failure(instance.store.data(), error)),

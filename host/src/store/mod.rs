@@ -22,6 +22,7 @@
 
 pub mod mysql;
 pub mod postgres;
+pub mod reach;
 pub mod sql;
 pub mod sqlite;
 
@@ -178,6 +179,12 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// No connection to the database within `database.connect_timeout`.
+    #[error(
+        "connect: no answer within {} (database.connect_timeout)",
+        humantime::format_duration(*.0)
+    )]
+    ConnectTimeout(std::time::Duration),
     /// A caller passed something the store cannot act on.
     #[error("invalid request: {0}")]
     Invalid(String),
@@ -479,6 +486,8 @@ pub struct ConnectOptions {
     pub table: TableName,
     /// Pool size.
     pub max_connections: u32,
+    /// Longest wait for a new connection or a pool checkout ([`reach::DEFAULT_CONNECT_TIMEOUT`]).
+    pub connect_timeout: std::time::Duration,
 }
 
 impl ConnectOptions {
@@ -488,6 +497,7 @@ impl ConnectOptions {
             url: url.into(),
             table: TableName::default(),
             max_connections: 8,
+            connect_timeout: reach::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
