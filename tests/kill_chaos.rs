@@ -468,6 +468,7 @@ async fn kill_chaos(kind: Kind) {
     // after the first half of the kills.
     let steps = scale.kills as u64 + 2;
     let mut kills = 0;
+    let mut supervisor_restarts = 0;
     let mut restarted = false;
     let mut rng = rand::rng();
     let mut last = StatusCounts::default();
@@ -493,6 +494,21 @@ async fn kill_chaos(kind: Kind) {
             all_logs.push(replacement.log.clone());
             hosts[victim] = replacement;
         }
+        // A host that started while the database was down exits 1 ("cannot open database …:
+        // Connection refused"); start it again, as a supervisor would.
+        for (slot, host) in hosts.iter_mut().enumerate() {
+            if let Ok(Some(status)) = host.child.try_wait() {
+                let log = std::fs::read_to_string(&host.log).unwrap_or_default();
+                assert!(
+                    status.code() == Some(1) && log.contains("error: cannot open database"),
+                    "host {slot} exited with {status:?}: {log}"
+                );
+                supervisor_restarts += 1;
+                let name = format!("host{slot}-r{supervisor_restarts}");
+                *host = start_host(&config, work.path(), &name);
+                all_logs.push(host.log.clone());
+            }
+        }
         if !restarted && kills * 2 >= scale.kills {
             restarted = true;
             server.stop();
@@ -515,7 +531,11 @@ async fn kill_chaos(kind: Kind) {
     }
     for host in &mut hosts {
         let status = host.child.wait().unwrap();
-        assert!(status.success(), "host exited with {status:?}");
+        assert!(
+            status.success(),
+            "host exited with {status:?}: {}",
+            std::fs::read_to_string(&host.log).unwrap_or_default()
+        );
     }
 
     let c = counts(&store).await.expect("counts");
@@ -547,9 +567,14 @@ async fn kill_chaos(kind: Kind) {
         .iter()
         .map(|path| std::fs::read_to_string(path).unwrap_or_default())
         .collect();
+    let errors: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains("ERROR") || line.contains("WARN"))
+        .take(20)
+        .collect();
     assert!(
         logs.contains("database unreachable"),
-        "no host logged the outage's start"
+        "no host logged the outage's start; errors logged: {errors:#?}"
     );
     assert!(
         logs.contains("database reachable again"),
@@ -557,7 +582,8 @@ async fn kill_chaos(kind: Kind) {
     );
     eprintln!(
         "kill chaos {kind:?}: {total} events, {} hosts, {kills} kill -9s, 1 database restart, \
-         {elapsed:.1?}: 0 lost, 0 stuck, {duplicates} duplicates (bound {bound})",
+         {elapsed:.1?}: 0 lost, 0 stuck, {duplicates} duplicates (bound {bound}); \
+         {supervisor_restarts} hosts restarted after failing to connect during the outage",
         scale.hosts
     );
     store.close().await;

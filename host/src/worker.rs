@@ -455,7 +455,13 @@ impl Worker {
                 marks,
                 now_ms: now_ms(),
             };
-            match self.store.mark(&params).await {
+            let marked = self.store.mark(&params).await;
+            match &marked {
+                Ok(_) => self.outage_over(),
+                Err(e) if e.is_unreachable() => self.outage_began(e),
+                Err(_) => {}
+            }
+            match marked {
                 Ok(report) => return Ok(report),
                 Err(e) if now_ms() + (backoff.as_millis() as i64) < lease.lock_until_ms => {
                     warn!(worker = %lease.worker_id, error = %e, "mark failed; retrying within the lease");
