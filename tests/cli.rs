@@ -111,6 +111,10 @@ async fn drain_10k_through_the_log_plugin(backend: Backend) {
     assert_eq!(status(&config, url)["pending"], 10_000);
     let output = run_ok(base().args(["run", "--drain"]));
     let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !log.contains('\u{1b}'),
+        "text logs to a pipe carry no ANSI colour codes"
+    );
     let gift_lines = log.lines().filter(|l| l.contains("RoomGiftSent")).count();
     let mic_lines = log.lines().filter(|l| l.contains("RoomMicChanged")).count();
     assert_eq!(

@@ -4,6 +4,9 @@
 //! a slow sink never holds up another sink's rows; the worker's publish deadline only turns the
 //! events still unanswered into retryable ones.
 //!
+//! A database that cannot be reached is logged once when the outage begins (a claim or a mark
+//! cannot connect) and once when it ends, not at every retry.
+//!
 //! A [`Worker`] runs `concurrency` loops ("worker slots"), each with its own worker id
 //! (`<node_id>/<slot>`), over the configured app codes. Idle loops wait the poll interval; a loop
 //! whose claim came back full claims again at once. Shutdown is a [`CancellationToken`]: loops stop

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::error::PluginError;
 use crate::config::RouteConfig;
@@ -92,33 +94,65 @@ impl Publisher for RoutedPublisher {
                 )),
             }
         }
-        let whole_batch = groups.len() == 1 && groups.values().all(|p| p.len() == batch.len());
-        let sinks: FuturesUnordered<_> = groups
-            .into_iter()
-            .map(|(sink, positions)| async move {
-                let (name, publisher) = &self.sinks[sink];
-                let results = if whole_batch {
-                    publisher.publish(batch).await
-                } else {
+        let sinks: FuturesUnordered<_> = if groups.len() == 1 && unrouted.is_empty() {
+            // One sink takes the whole batch: publish it in place, no copy, no task.
+            groups
+                .into_iter()
+                .map(|(sink, positions)| {
+                    let (name, publisher) = &self.sinks[sink];
+                    async move {
+                        let results = publisher.publish(batch).await;
+                        answered(name, positions, results)
+                    }
+                    .boxed()
+                })
+                .collect()
+        } else {
+            // Several sinks: each publishes in a task of its own, so a sink that keeps its
+            // thread busy (a looping plugin until its deadline) never slows another one down.
+            // Dropping the stream (the worker's deadline) aborts the tasks still running.
+            groups
+                .into_iter()
+                .map(|(sink, positions)| {
+                    let (name, publisher) = &self.sinks[sink];
+                    let publisher = publisher.clone();
                     let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
-                    publisher.publish(&events).await
-                };
-                let results = if results.len() == positions.len() {
-                    results
-                } else {
-                    let message = format!(
-                        "sink `{name}` returned {} results for {} events",
-                        results.len(),
-                        positions.len()
-                    );
-                    vec![Outcome::retryable(message); positions.len()]
-                };
-                positions.into_iter().zip(results).collect::<Answered>()
-            })
-            .collect();
+                    let task = AbortOnDropHandle::new(tokio::spawn(async move {
+                        publisher.publish(&events).await
+                    }));
+                    async move {
+                        let results = match task.await {
+                            Ok(results) => results,
+                            Err(join) => {
+                                let message = format!("sink `{name}` failed: {join}");
+                                vec![Outcome::retryable(message); positions.len()]
+                            }
+                        };
+                        answered(name, positions, results)
+                    }
+                    .boxed()
+                })
+                .collect()
+        };
         let first = (!unrouted.is_empty()).then_some(unrouted);
         stream::iter(first).chain(sinks).boxed()
     }
+}
+
+/// A sink's results by batch position; a list of the wrong length fails all of them as retryable.
+fn answered(name: &str, positions: Vec<usize>, results: Vec<Outcome>) -> Answered {
+    if results.len() == positions.len() {
+        return positions.into_iter().zip(results).collect();
+    }
+    let message = format!(
+        "sink `{name}` returned {} results for {} events",
+        results.len(),
+        positions.len()
+    );
+    positions
+        .into_iter()
+        .map(|position| (position, Outcome::retryable(message.clone())))
+        .collect()
 }
 
 /// Whether `text` matches `glob`: `*` matches any run of characters (including none), `?`

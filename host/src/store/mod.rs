@@ -13,12 +13,18 @@
 //! 3. `delivering` rows whose lease expired (a crashed worker's). Reclaiming counts as an attempt:
 //!    `retry_count + 1`, and a row at `max_attempts` goes to `failed` instead of being handed out.
 //!
-//! Rows whose envelope does not decode go to `failed` with the decode error in the same
+//! Rows whose envelope is empty, does not decode, or disagrees with the row on an identity field
+//! (app_code, event_id, event_type, room_id) go to `failed` with the reason in the same
 //! transaction and are reported in [`ClaimBatch::rejected`]; the rest of the batch flows.
 //!
 //! # Mark
-//! One statement per batch, fenced on the claim's lease: a row changes only while its
+//! One statement per call, fenced on the claim's lease: a row changes only while its
 //! `worker_id` and `lock_until_ms` still equal the [`Lease`]; the others are reported as stale.
+//! The worker marks a claimed batch in parts (each sink's results as that sink answers), so one
+//! claim may take several mark calls.
+//!
+//! [`reach`]: connecting within `database.connect_timeout` with the driver's own error, and which
+//! errors mean the database is unreachable.
 
 pub mod mysql;
 pub mod postgres;
