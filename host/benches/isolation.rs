@@ -29,6 +29,9 @@ use fixtures::sink_config;
 /// Events per sink in each batch.
 const PER_SINK: usize = 300;
 
+/// Length of every measured round (longer than the looping sink's 1 s deadline).
+const ROUND: Duration = Duration::from_millis(1300);
+
 fn route(event_type: &str, sink: &str) -> RouteConfig {
     RouteConfig {
         event_type: event_type.into(),
@@ -95,7 +98,21 @@ async fn healthy_time(store: &Arc<SqliteStore>, worker: &Worker, round: &mut u64
     }
     let elapsed = started.elapsed();
     batch.await.unwrap().unwrap();
+    // Every round lasts as long as the slowest (the looping sink's 1 s deadline), so each case
+    // starts its rounds equally cold rather than the quick case back to back.
+    tokio::time::sleep_until((started + ROUND).into()).await;
     elapsed
+}
+
+/// A native sink that answers after 1 s without using the CPU.
+struct Sleeping;
+
+#[async_trait::async_trait]
+impl Publisher for Sleeping {
+    async fn publish(&self, batch: &[outboxd::publish::Event]) -> Vec<outboxd::publish::Outcome> {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        vec![outboxd::publish::Outcome::Delivered; batch.len()]
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -140,6 +157,7 @@ fn bench(c: &mut Criterion) {
         },
         ..sink_config("looping", "chaos", &[("behaviour", "loop"), quiet])
     });
+    let sleeping: Arc<dyn Publisher> = Arc::new(Sleeping);
     let routes = [route("Healthy", "healthy"), route("Neighbour", "neighbour")];
     let worker_beside = |neighbour: &Arc<dyn Publisher>| {
         let sinks = BTreeMap::from([
@@ -154,6 +172,7 @@ fn bench(c: &mut Criterion) {
     for (name, neighbour) in [
         ("healthy-300-beside-quick", &quick),
         ("healthy-300-beside-looping", &looping),
+        ("healthy-300-beside-sleeping-native", &sleeping),
     ] {
         let worker = worker_beside(neighbour);
         group.bench_function(name, |b| {
@@ -176,7 +195,7 @@ criterion_group! {
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3));
+        .measurement_time(Duration::from_secs(14));
     targets = bench
 }
 criterion_main!(benches);
