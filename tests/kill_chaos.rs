@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::WebhookReceiver;
-use outboxd::store::{ConnectOptions, CountsParams, StatusCounts, Store};
+use outboxd::store::{ConnectOptions, CountsParams, OutboxStore, StatusCounts};
 use rand::Rng;
 
 /// The receiver's signing secret.
@@ -421,7 +421,7 @@ fn run_ok(command: &mut Command) {
     );
 }
 
-async fn counts(store: &Arc<dyn Store>) -> Option<StatusCounts> {
+async fn counts(store: &Arc<dyn OutboxStore>) -> Option<StatusCounts> {
     store
         .counts(&CountsParams {
             app_code: None,

@@ -13,15 +13,16 @@ mod http;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fixtures::{plugin, settings};
 use http::{FakeIm, Reply, WebhookReceiver};
-use outboxd::config::{RouteConfig, SinkConfig, SinkLimits};
+use outboxd::config::{Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
-use outboxd::store::{Ordering, Store};
+use outboxd::store::{DeliveryOrder, OutboxStore};
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawRow, TestDb, typed_record};
 use tokio_util::sync::CancellationToken;
@@ -118,14 +119,14 @@ fn options(max_attempts: u32) -> WorkerOptions {
             },
             max_attempts,
         },
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
         concurrency: 1,
         node_id: "e2e".into(),
     }
 }
 
 /// Enqueues `(event_id, room, event_type)` rows.
-async fn enqueue(store: &dyn Store, events: &[(&str, &str, &str)]) {
+async fn enqueue(store: &dyn OutboxStore, events: &[(&str, &str, &str)]) {
     let base = now_ms() - 10_000;
     let records: Vec<_> = events
         .iter()
@@ -140,9 +141,12 @@ async fn enqueue(store: &dyn Store, events: &[(&str, &str, &str)]) {
 /// Runs a worker with the real publisher until every row is `delivered` or `failed`; returns the
 /// rows.
 async fn run_until_settled(db: &TestDb, sinks: &[SinkConfig], max_attempts: u32) -> Vec<RawRow> {
-    let publisher = load_publisher(sinks, &routes(), &settings())
-        .await
-        .unwrap_or_else(|e| panic!("load publisher: {e}"));
+    let publisher = load_publisher(
+        &Publishing::new(sinks.to_vec(), routes(), Path::new("")).expect("valid sinks"),
+        &settings(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("load publisher: {e}"));
     let worker = Worker::new(db.store_default().await, publisher, options(max_attempts));
     let shutdown = CancellationToken::new();
     let run = tokio::spawn({

@@ -13,7 +13,8 @@ use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{
-    ClaimParams, CountsParams, Disposition, Mark, MarkParams, Ordering, Store, StoreError,
+    ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore,
+    StoreError,
 };
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
@@ -114,13 +115,13 @@ fn options(node_id: &str) -> WorkerOptions {
             },
             max_attempts: 5,
         },
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
         concurrency: 1,
         node_id: node_id.into(),
     }
 }
 
-async fn enqueue_many(store: &dyn Store, count: usize, rooms: usize) {
+async fn enqueue_many(store: &dyn OutboxStore, count: usize, rooms: usize) {
     let base = now_ms() - 60_000;
     let records: Vec<_> = (0..count)
         .map(|i| {
@@ -137,7 +138,7 @@ async fn enqueue_many(store: &dyn Store, count: usize, rooms: usize) {
     }
 }
 
-async fn counts(store: &dyn Store) -> outboxd::store::StatusCounts {
+async fn counts(store: &dyn OutboxStore) -> outboxd::store::StatusCounts {
     store
         .counts(&CountsParams {
             app_code: Some("app".into()),
@@ -192,7 +193,7 @@ async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
             lease_ms: 300,
             now_ms: now_ms(),
             max_attempts: 5,
-            ordering: Ordering::None,
+            ordering: DeliveryOrder::None,
         })
         .await
         .unwrap();
@@ -413,7 +414,7 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
         }
     });
     let mut opts = options("ordered");
-    opts.ordering = Ordering::PerRoom;
+    opts.ordering = DeliveryOrder::PerRoom;
     opts.concurrency = 4;
     opts.batch_size = 50;
     let worker = Worker::new(store.clone(), recorder.clone(), opts);
@@ -518,9 +519,8 @@ async fn wait_for_statuses(db: &TestDb, ids: &[String], status: &str, what: &str
 /// deadline passes, only the events still unanswered become retryable — results already
 /// obtained are kept.
 async fn a_slow_sink_never_holds_up_another(backend: Backend) {
-    use outboxd::config::RouteConfig;
     use outboxd::plugin::RoutedPublisher;
-    use std::collections::BTreeMap;
+    use outboxd::plugin::router::Route;
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
@@ -553,24 +553,18 @@ async fn a_slow_sink_never_holds_up_another(backend: Backend) {
     ));
     store.enqueue(&records).await.unwrap();
     let release = Arc::new(tokio::sync::Notify::new());
-    let sinks = BTreeMap::from([
-        (
-            "quick".to_string(),
-            Recorder::new(|_| None) as Arc<dyn Publisher>,
-        ),
-        (
-            "held".to_string(),
-            Arc::new(Held {
-                release: release.clone(),
-            }) as Arc<dyn Publisher>,
-        ),
-    ]);
-    let route = |event_type: &str, sink: &str| RouteConfig {
+    let route = |event_type: &str, sink: &str, publisher: Arc<dyn Publisher>| Route {
         event_type: event_type.into(),
         sink: sink.into(),
+        publisher,
     };
-    let router =
-        RoutedPublisher::new(&[route("Quick*", "quick"), route("Held*", "held")], sinks).unwrap();
+    let held: Arc<dyn Publisher> = Arc::new(Held {
+        release: release.clone(),
+    });
+    let router = RoutedPublisher::new(vec![
+        route("Quick*", "quick", Recorder::new(|_| None)),
+        route("Held*", "held", held),
+    ]);
     let router = Arc::new(router);
 
     // 1. While `held` has not answered, `quick`'s rows are delivered and `lost` has failed.

@@ -8,18 +8,17 @@
 //! `cargo bench -p outboxd --profile dev --config 'profile.dev.package.outboxd.opt-level=3' --bench isolation`
 //! (figures in docs/PERFORMANCE.md, section "Sink isolation").
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use outboxd::config::{PluginSettings, RouteConfig, SinkConfig, SinkLimits};
-use outboxd::plugin::{PluginEngine, PluginSink, RoutedPublisher};
+use outboxd::config::{PluginSettings, SinkConfig, SinkLimits, SinkSpec};
+use outboxd::plugin::{PluginEngine, PluginSink, Route, RoutedPublisher};
 use outboxd::publish::Publisher;
 use outboxd::record::Record;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::sqlite::SqliteStore;
-use outboxd::store::{ConnectOptions, Ordering, Store};
+use outboxd::store::{ConnectOptions, DeliveryOrder, OutboxStore};
 use outboxd::worker::{Worker, WorkerOptions};
 
 #[path = "../../tests/fixtures/mod.rs"]
@@ -32,10 +31,11 @@ const PER_SINK: usize = 300;
 /// Length of every measured round (longer than the looping sink's 1 s deadline).
 const ROUND: Duration = Duration::from_millis(1300);
 
-fn route(event_type: &str, sink: &str) -> RouteConfig {
-    RouteConfig {
+fn route(event_type: &str, sink: &str, publisher: Arc<dyn Publisher>) -> Route {
+    Route {
         event_type: event_type.into(),
         sink: sink.into(),
+        publisher,
     }
 }
 
@@ -52,7 +52,7 @@ fn options() -> WorkerOptions {
             },
             max_attempts: 1_000_000,
         },
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
         concurrency: 1,
         node_id: "bench".into(),
     }
@@ -139,7 +139,7 @@ fn bench(c: &mut Criterion) {
     let start = |config: SinkConfig| -> Arc<dyn Publisher> {
         Arc::new(
             runtime
-                .block_on(PluginSink::start(&engine, &config))
+                .block_on(PluginSink::start(&engine, &SinkSpec::new(config).unwrap()))
                 .unwrap(),
         )
     };
@@ -158,13 +158,11 @@ fn bench(c: &mut Criterion) {
         ..sink_config("looping", "chaos", &[("behaviour", "loop"), quiet])
     });
     let sleeping: Arc<dyn Publisher> = Arc::new(Sleeping);
-    let routes = [route("Healthy", "healthy"), route("Neighbour", "neighbour")];
     let worker_beside = |neighbour: &Arc<dyn Publisher>| {
-        let sinks = BTreeMap::from([
-            ("healthy".to_string(), healthy.clone()),
-            ("neighbour".to_string(), neighbour.clone()),
+        let router = RoutedPublisher::new(vec![
+            route("Healthy", "healthy", healthy.clone()),
+            route("Neighbour", "neighbour", neighbour.clone()),
         ]);
-        let router = RoutedPublisher::new(&routes, sinks).unwrap();
         Worker::new(store.clone(), Arc::new(router), options())
     };
     let mut round = 0;

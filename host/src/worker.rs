@@ -10,9 +10,10 @@
 //! A [`Worker`] runs `concurrency` loops ("worker slots"), each with its own worker id
 //! (`<node_id>/<slot>`), over the configured app codes. Idle loops wait the poll interval; a loop
 //! whose claim came back full claims again at once. Shutdown is a [`CancellationToken`]: loops stop
-//! claiming, finish and mark the batch in flight, and return.
+//! claiming, finish and mark the batch in flight, and return. The worker retries no store call
+//! (the store retries transient errors: see `store`'s "Who checks what, who retries what").
 
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,16 +22,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::config::Config;
 use crate::publish::{Answered, Event, Outcome, Publisher};
-use crate::record::{now_ms, truncate_error};
+use crate::record::now_ms;
 use crate::retry::{Decision, RetryPolicy};
 use crate::store::{
-    ClaimBatch, ClaimParams, Disposition, Lease, Mark, MarkParams, MarkReport, Ordering, Store,
+    ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, MarkParams, OutboxStore,
     StoreError,
 };
 
-/// Everything a worker needs to know besides its store and publisher.
+/// Everything a worker needs to know besides its store and publisher (from a configuration:
+/// `Config::worker_options`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerOptions {
     /// Tenants served, claimed in turn.
@@ -47,29 +48,11 @@ pub struct WorkerOptions {
     /// Retry policy and attempt limit.
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
-    pub ordering: Ordering,
+    pub ordering: DeliveryOrder,
     /// Loops (batches in flight) in this process.
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
     pub node_id: String,
-}
-
-impl WorkerOptions {
-    /// The options of a loaded configuration.
-    pub fn from_config(config: &Config) -> WorkerOptions {
-        let worker = &config.worker;
-        WorkerOptions {
-            app_codes: worker.app_codes.clone(),
-            batch_size: worker.batch_size,
-            poll_interval: worker.poll_interval,
-            lease: worker.lease,
-            publish_timeout: worker.publish_timeout,
-            retry: config.retry.clone(),
-            ordering: worker.ordering,
-            concurrency: worker.concurrency,
-            node_id: worker.node_id.clone(),
-        }
-    }
 }
 
 /// When [`Worker::run`] returns.
@@ -81,10 +64,6 @@ pub enum RunMode {
     /// a draining run with that error instead of waiting for the database to come back.
     Drain,
 }
-
-/// Transient database errors (deadlocks, busy SQLite) retried in a row before a draining run gives
-/// up; a run that never ends keeps retrying regardless.
-const MAX_TRANSIENT_RETRIES: u64 = 20;
 
 /// What one claim → publish → mark round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -114,7 +93,7 @@ pub enum WorkerError {
 /// The claim → publish → mark loop over one store and one publisher. Cheap to clone.
 #[derive(Clone)]
 pub struct Worker {
-    store: Arc<dyn Store>,
+    store: Arc<dyn OutboxStore>,
     publisher: Arc<dyn Publisher>,
     options: Arc<WorkerOptions>,
     /// When the current database outage began (shared by the loops, logged once each way).
@@ -124,7 +103,7 @@ pub struct Worker {
 impl Worker {
     /// A worker over `store` publishing through `publisher`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn OutboxStore>,
         publisher: Arc<dyn Publisher>,
         options: WorkerOptions,
     ) -> Worker {
@@ -187,7 +166,6 @@ impl Worker {
         totals: &Totals,
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
-        let mut transient_in_a_row = 0;
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
         while !shutdown.is_cancelled() {
             let mut found_any = false;
@@ -200,20 +178,10 @@ impl Worker {
                 match self.process_batch(&worker_id, app_code).await {
                     Ok(stats) => {
                         self.outage_over();
-                        transient_in_a_row = 0;
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
-                    }
-                    Err(WorkerError::Store(e))
-                        if e.is_transient() && transient_in_a_row < MAX_TRANSIENT_RETRIES =>
-                    {
-                        transient_in_a_row += 1;
-                        warn!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
-                            status = "batch_retried", error = %e, "transient database error; retrying");
-                        failed = true;
-                        continue;
                     }
                     Err(e) if mode == RunMode::Drain => return Err(e),
                     Err(WorkerError::Store(e)) if e.is_unreachable() => {
@@ -230,10 +198,7 @@ impl Worker {
             if mode == RunMode::Drain && !found_any && !failed {
                 break;
             }
-            if failed && transient_in_a_row > 0 {
-                // A deadlock or busy database: back off briefly, not a whole poll interval.
-                tokio::time::sleep(Duration::from_millis(10 * transient_in_a_row)).await;
-            } else if !any_full || failed {
+            if !any_full || failed {
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
                     _ = tokio::time::sleep(self.options.poll_interval) => {}
@@ -391,7 +356,22 @@ impl Worker {
         marks: Vec<Mark>,
     ) -> Result<BatchStats, WorkerError> {
         let options = &*self.options;
-        let report = self.mark_with_retry(lease, &marks).await?;
+        // The store retries a transient or unreachable database while the lease holds; any error
+        // left ends the round, and the rows come back when the lease expires (an attempt).
+        let marked = self
+            .store
+            .mark(&MarkParams {
+                lease,
+                marks: &marks,
+                now_ms: now_ms(),
+            })
+            .await;
+        match &marked {
+            Ok(_) => self.outage_over(),
+            Err(e) if e.is_unreachable() => self.outage_began(e),
+            Err(_) => {}
+        }
+        let report = marked?;
         let mut stats = BatchStats::default();
         for (position, mark) in positions.into_iter().zip(&marks) {
             let event = &events[position];
@@ -426,53 +406,19 @@ impl Worker {
     fn disposition(&self, attempt: u32, outcome: Outcome, now: i64) -> Disposition {
         match outcome {
             Outcome::Delivered => Disposition::Delivered,
-            Outcome::Permanent { message } => Disposition::Failed {
-                error: truncate_error(&message),
-            },
+            Outcome::Permanent { message } => Disposition::Failed { error: message },
             Outcome::Retryable {
                 message,
                 retry_after,
             } => match self.options.retry.decide(attempt, retry_after, now) {
                 Decision::RetryAt(next_retry_at_ms) => Disposition::Retryable {
                     next_retry_at_ms,
-                    error: truncate_error(&message),
+                    error: message,
                 },
                 Decision::GiveUp => Disposition::Failed {
-                    error: truncate_error(&format!("gave up after {attempt} attempts: {message}")),
+                    error: format!("gave up after {attempt} attempts: {message}"),
                 },
             },
-        }
-    }
-
-    /// Marks the batch; a failing database is retried while the lease lasts (after it expires
-    /// the rows are reclaimed and counted as an attempt, so nothing is lost either way).
-    async fn mark_with_retry(
-        &self,
-        lease: &Lease,
-        marks: &[Mark],
-    ) -> Result<MarkReport, WorkerError> {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let params = MarkParams {
-                lease,
-                marks,
-                now_ms: now_ms(),
-            };
-            let marked = self.store.mark(&params).await;
-            match &marked {
-                Ok(_) => self.outage_over(),
-                Err(e) if e.is_unreachable() => self.outage_began(e),
-                Err(_) => {}
-            }
-            match marked {
-                Ok(report) => return Ok(report),
-                Err(e) if now_ms() + (backoff.as_millis() as i64) < lease.lock_until_ms => {
-                    warn!(worker = %lease.worker_id, error = %e, "mark failed; retrying within the lease");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => return Err(e.into()),
-            }
         }
     }
 }
@@ -518,26 +464,22 @@ struct Totals {
 
 impl Totals {
     fn add(&self, stats: &BatchStats) {
-        self.claimed
-            .fetch_add(stats.claimed, AtomicOrdering::Relaxed);
-        self.rejected
-            .fetch_add(stats.rejected, AtomicOrdering::Relaxed);
-        self.delivered
-            .fetch_add(stats.delivered, AtomicOrdering::Relaxed);
-        self.retried
-            .fetch_add(stats.retried, AtomicOrdering::Relaxed);
-        self.failed.fetch_add(stats.failed, AtomicOrdering::Relaxed);
-        self.stale.fetch_add(stats.stale, AtomicOrdering::Relaxed);
+        self.claimed.fetch_add(stats.claimed, Ordering::Relaxed);
+        self.rejected.fetch_add(stats.rejected, Ordering::Relaxed);
+        self.delivered.fetch_add(stats.delivered, Ordering::Relaxed);
+        self.retried.fetch_add(stats.retried, Ordering::Relaxed);
+        self.failed.fetch_add(stats.failed, Ordering::Relaxed);
+        self.stale.fetch_add(stats.stale, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> BatchStats {
         BatchStats {
-            claimed: self.claimed.load(AtomicOrdering::Relaxed),
-            rejected: self.rejected.load(AtomicOrdering::Relaxed),
-            delivered: self.delivered.load(AtomicOrdering::Relaxed),
-            retried: self.retried.load(AtomicOrdering::Relaxed),
-            failed: self.failed.load(AtomicOrdering::Relaxed),
-            stale: self.stale.load(AtomicOrdering::Relaxed),
+            claimed: self.claimed.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            stale: self.stale.load(Ordering::Relaxed),
         }
     }
 }

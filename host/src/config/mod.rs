@@ -6,6 +6,9 @@
 //! take comma-separated values (`OUTBOXD_WORKER_APP_CODES=live,ktv`). Any mistake is reported as
 //! one [`ConfigError`] naming the key (or variable) at fault.
 
+mod byte_size;
+mod deadlines;
+mod options;
 pub mod sink;
 
 use std::path::{Path, PathBuf};
@@ -13,10 +16,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-pub use sink::{RouteConfig, SinkConfig, SinkLimits};
+pub use byte_size::ByteSize;
+pub use deadlines::DEADLINE_MARGIN;
+pub use sink::{Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec};
 
 use crate::retry::{RetryPolicy, Strategy};
-use crate::store::{Ordering, TableName};
+use crate::store::{DeliveryOrder, TableName};
 
 /// Environment prefix of overrides.
 pub const ENV_PREFIX: &str = "OUTBOXD_";
@@ -40,10 +45,9 @@ pub struct Config {
     pub plugins: PluginSettings,
     /// `[log]`.
     pub log: LogConfig,
-    /// `[[sink]]`s, plugin paths resolved against the config file's folder.
-    pub sinks: Vec<SinkConfig>,
-    /// `[[route]]`s, in order (first match wins).
-    pub routes: Vec<RouteConfig>,
+    /// `[[sink]]`s (plugin paths resolved against the config file's folder) and `[[route]]`s,
+    /// checked together.
+    pub publishing: Publishing,
 }
 
 /// `[database]`.
@@ -73,10 +77,10 @@ pub struct WorkerConfig {
     pub lease: Duration,
     /// Deadline of one batch's publish: events no sink answered by then are retryable, results
     /// already answered are kept. Default 20s; at least every sink's `limits.publish_timeout`
-    /// (times its chunks) + [`DEADLINE_MARGIN`].
+    /// (times its calls per batch) + [`DEADLINE_MARGIN`].
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
-    pub ordering: Ordering,
+    pub ordering: DeliveryOrder,
     /// Worker loops in this process (batches in flight). Default 1.
     pub concurrency: u32,
     /// This host's name in worker ids and logs. Default `<hostname>-<pid>`.
@@ -185,20 +189,20 @@ impl Config {
     /// `[[route]]`. Without them every claimed row would go to `failed` with "no route", so `run`
     /// refuses to start with one line saying what to configure.
     pub fn check_deliverable(&self) -> Result<(), ConfigError> {
-        if self.sinks.is_empty() {
+        let Some(first) = self.publishing.sinks().first() else {
             return Err(invalid(
                 "sink",
                 "no [[sink]] configured: nothing to deliver to; add a [[sink]] (name, plugin) and \
                  a [[route]] (event_type, sink) to the config file (--config, or ./outboxd.toml)",
             ));
-        }
-        if self.routes.is_empty() {
+        };
+        if self.publishing.routes().is_empty() {
             return Err(invalid(
                 "route",
                 format!(
                     "no [[route]] configured: every event would fail with \"no route\"; add e.g. \
                      [[route]] event_type = \"*\" sink = \"{}\"",
-                    self.sinks[0].name
+                    first.name()
                 ),
             ));
         }
@@ -309,7 +313,7 @@ impl Default for RawDatabase {
             url: "sqlite://outboxd.db".into(),
             table: crate::store::DEFAULT_TABLE.into(),
             max_connections: 8,
-            connect_timeout: crate::store::reach::DEFAULT_CONNECT_TIMEOUT,
+            connect_timeout: crate::store::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
@@ -325,7 +329,7 @@ struct RawWorker {
     lease: Duration,
     #[serde(deserialize_with = "duration")]
     publish_timeout: Duration,
-    ordering: RawOrdering,
+    ordering: DeliveryOrder,
     concurrency: u32,
     node_id: Option<String>,
 }
@@ -338,18 +342,11 @@ impl Default for RawWorker {
             poll_interval: Duration::from_secs(1),
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(20),
-            ordering: RawOrdering::None,
+            ordering: DeliveryOrder::None,
             concurrency: 1,
             node_id: None,
         }
     }
-}
-
-#[derive(Debug, Deserialize, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-enum RawOrdering {
-    None,
-    PerRoom,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy)]
@@ -415,9 +412,8 @@ impl RawConfig {
         let database = self.database.validate()?;
         let worker = self.worker.validate()?;
         let retry = self.retry.validate()?;
-        let sinks = validate_sinks(self.sinks, base_dir)?;
-        validate_routes(&self.routes, &sinks)?;
-        validate_deadlines(&worker, &sinks)?;
+        let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
+        deadlines::check(&worker, &publishing)?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -432,8 +428,7 @@ impl RawConfig {
                 format: self.log.format,
                 level: self.log.level,
             },
-            sinks,
-            routes: self.routes,
+            publishing,
         })
     }
 }
@@ -523,10 +518,7 @@ impl RawWorker {
             poll_interval: self.poll_interval,
             lease: self.lease,
             publish_timeout: self.publish_timeout,
-            ordering: match self.ordering {
-                RawOrdering::None => Ordering::None,
-                RawOrdering::PerRoom => Ordering::PerRoom,
-            },
+            ordering: self.ordering,
             concurrency: self.concurrency,
             node_id,
         })
@@ -573,146 +565,6 @@ impl RawRetry {
     }
 }
 
-fn validate_sinks(
-    mut sinks: Vec<SinkConfig>,
-    base_dir: &Path,
-) -> Result<Vec<SinkConfig>, ConfigError> {
-    let mut names = std::collections::BTreeSet::new();
-    for (index, sink) in sinks.iter_mut().enumerate() {
-        let key = format!("sink[{index}]");
-        if sink.name.trim().is_empty() {
-            return Err(invalid(&format!("{key}.name"), "must not be empty"));
-        }
-        if !names.insert(sink.name.clone()) {
-            return Err(invalid(
-                &format!("{key}.name"),
-                format!("sink `{}` is defined twice", sink.name),
-            ));
-        }
-        if sink.plugin.as_os_str().is_empty() {
-            return Err(invalid(&format!("{key}.plugin"), "must name a .wasm file"));
-        }
-        sink.plugin = base_dir.join(&sink.plugin);
-        let limits = &sink.limits;
-        if limits.publish_timeout.is_zero() {
-            return Err(invalid(
-                &format!("{key}.limits.publish_timeout"),
-                "must be greater than 0",
-            ));
-        }
-        if limits.max_batch_size == 0 {
-            return Err(invalid(
-                &format!("{key}.limits.max_batch_size"),
-                "must be at least 1",
-            ));
-        }
-        if limits.max_concurrent_requests == 0 {
-            return Err(invalid(
-                &format!("{key}.limits.max_concurrent_requests"),
-                "must be at least 1",
-            ));
-        }
-        if limits.log_lines_per_second == 0 {
-            return Err(invalid(
-                &format!("{key}.limits.log_lines_per_second"),
-                "must be at least 1",
-            ));
-        }
-        if limits.log_line_max.0 < 16 {
-            return Err(invalid(
-                &format!("{key}.limits.log_line_max"),
-                "must be at least 16 bytes",
-            ));
-        }
-        if limits.memory.0 < 1 << 20 {
-            return Err(invalid(
-                &format!("{key}.limits.memory"),
-                "must be at least 1MiB",
-            ));
-        }
-    }
-    Ok(sinks)
-}
-
-/// The least gap between nested deadlines: a plugin's own `timeout_ms` < its sink's
-/// `limits.publish_timeout` < `worker.publish_timeout` < `worker.lease`, each inner one at least
-/// this much shorter, so the innermost deadline always answers first and its result is marked
-/// before the next one fires.
-pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
-
-/// Checks that deadlines nest with [`DEADLINE_MARGIN`]: a sink's plugin `timeout_ms` setting
-/// (when given) + margin ≤ its `limits.publish_timeout`; the sink's publish calls for one claimed
-/// batch (`publish_timeout` × the chunks `max_batch_size` splits it into) + margin ≤
-/// `worker.publish_timeout` (the lease was checked against that already).
-fn validate_deadlines(worker: &WorkerConfig, sinks: &[SinkConfig]) -> Result<(), ConfigError> {
-    let show = |d: Duration| humantime::format_duration(d).to_string();
-    for (index, sink) in sinks.iter().enumerate() {
-        let sink_deadline = sink.limits.publish_timeout;
-        if let Some(text) = sink.config.get("timeout_ms")
-            && let Ok(ms) = text.trim().parse::<u64>()
-        {
-            let plugin_timeout = Duration::from_millis(ms);
-            if plugin_timeout + DEADLINE_MARGIN > sink_deadline {
-                return Err(invalid(
-                    &format!("sink[{index}].config.timeout_ms"),
-                    format!(
-                        "sink `{}`: the plugin's timeout ({}) must be at least {} shorter than \
-                         sink[{index}].limits.publish_timeout ({})",
-                        sink.name,
-                        show(plugin_timeout),
-                        show(DEADLINE_MARGIN),
-                        show(sink_deadline)
-                    ),
-                ));
-            }
-        }
-        let chunks = worker
-            .batch_size
-            .div_ceil(sink.limits.max_batch_size.max(1));
-        let sink_total = sink_deadline * chunks;
-        if sink_total + DEADLINE_MARGIN > worker.publish_timeout {
-            let per_chunk = if chunks > 1 {
-                format!(
-                    " × {chunks} calls (worker.batch_size {} / limits.max_batch_size {})",
-                    worker.batch_size, sink.limits.max_batch_size
-                )
-            } else {
-                String::new()
-            };
-            return Err(invalid(
-                &format!("sink[{index}].limits.publish_timeout"),
-                format!(
-                    "sink `{}`: {}{per_chunk} must be at least {} shorter than \
-                     worker.publish_timeout ({})",
-                    sink.name,
-                    show(sink_deadline),
-                    show(DEADLINE_MARGIN),
-                    show(worker.publish_timeout)
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn validate_routes(routes: &[RouteConfig], sinks: &[SinkConfig]) -> Result<(), ConfigError> {
-    for (index, route) in routes.iter().enumerate() {
-        if route.event_type.is_empty() {
-            return Err(invalid(
-                &format!("route[{index}].event_type"),
-                "must not be empty (use \"*\" for all)",
-            ));
-        }
-        if !sinks.iter().any(|s| s.name == route.sink) {
-            return Err(invalid(
-                &format!("route[{index}].sink"),
-                format!("unknown sink `{}` (no [[sink]] with that name)", route.sink),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// `<hostname>-<pid>`, the default node id.
 fn default_node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -724,275 +576,5 @@ fn default_node_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// A size in bytes, written in config as a number or a string like `"64MiB"`, `"512KiB"`, `"1GB"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ByteSize(pub u64);
-
-impl ByteSize {
-    /// Parses `"64MiB"`, `"10 MB"`, `"4096"`, … (KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000).
-    pub fn parse(text: &str) -> Result<ByteSize, String> {
-        let text = text.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
-        let (digits, unit) = text.split_at(split);
-        let number: u64 = digits.parse().map_err(|_| {
-            format!("invalid size {text:?}: expected a number with an optional unit like 64MiB")
-        })?;
-        let multiplier: u64 = match unit.trim() {
-            "" | "B" => 1,
-            "KB" | "kB" => 1_000,
-            "KiB" => 1 << 10,
-            "MB" => 1_000_000,
-            "MiB" => 1 << 20,
-            "GB" => 1_000_000_000,
-            "GiB" => 1 << 30,
-            other => {
-                return Err(format!(
-                    "invalid size unit {other:?} in {text:?}: use B, KiB, MiB, GiB, KB, MB or GB"
-                ));
-            }
-        };
-        number
-            .checked_mul(multiplier)
-            .map(ByteSize)
-            .ok_or_else(|| format!("size {text:?} is too large"))
-    }
-}
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        match Raw::deserialize(deserializer)? {
-            Raw::Number(n) => Ok(ByteSize(n)),
-            Raw::Text(text) => ByteSize::parse(&text).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("outboxd.toml");
-        std::fs::write(&path, text).unwrap();
-        Config::load(
-            Some(&path),
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
-        )
-    }
-
-    #[test]
-    fn defaults_are_valid() {
-        let config = Config::defaults();
-        assert_eq!(config.database.url, "sqlite://outboxd.db");
-        assert_eq!(config.database.table.as_str(), "room_outbox");
-        assert_eq!(config.worker.batch_size, 500);
-        assert_eq!(config.worker.app_codes, vec!["default"]);
-        assert_eq!(config.retry.max_attempts, 20);
-    }
-
-    #[test]
-    fn design_example_loads() {
-        let config = load_str(
-            r#"
-            [database]
-            url = "mysql://root@127.0.0.1:3306/app"
-            table = "room_outbox"
-            [worker]
-            app_codes = ["default", "ktv"]
-            batch_size = 200
-            poll_interval = "250ms"
-            lease = "30s"
-            ordering = "per-room"
-            [retry]
-            strategy = "schedule"
-            delays = ["1s", "5s", "1m"]
-            max_attempts = 4
-            [[route]]
-            event_type = "RoomGift*"
-            sink = "log"
-            [[sink]]
-            name = "log"
-            plugin = "plugins/log.wasm"
-            config = { format = "json" }
-            limits = { publish_timeout = "3s", memory = "64MiB" }
-            "#,
-            &[],
-        )
-        .unwrap();
-        assert_eq!(config.worker.ordering, Ordering::PerRoom);
-        assert_eq!(config.worker.poll_interval, Duration::from_millis(250));
-        assert_eq!(config.retry.max_attempts, 4);
-        assert_eq!(
-            config.retry.strategy,
-            Strategy::Schedule {
-                delays: vec![
-                    Duration::from_secs(1),
-                    Duration::from_secs(5),
-                    Duration::from_secs(60)
-                ]
-            }
-        );
-        assert_eq!(config.sinks[0].limits.memory, ByteSize(64 << 20));
-        assert!(config.sinks[0].plugin.ends_with("plugins/log.wasm"));
-        assert!(config.sinks[0].plugin.is_absolute());
-    }
-
-    #[test]
-    fn unknown_key_is_named() {
-        let err = load_str("[worker]\nbatch_sise = 3\n", &[])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("batch_sise"), "{err}");
-    }
-
-    #[test]
-    fn bad_values_are_named() {
-        let cases = [
-            ("[worker]\nbatch_size = 0\n", "worker.batch_size"),
-            (
-                "[worker]\nlease = \"1s\"\npublish_timeout = \"5s\"\n",
-                "worker.lease",
-            ),
-            ("[database]\ntable = \"x; drop\"\n", "database.table"),
-            ("[database]\nurl = \"redis://x\"\n", "database.url"),
-            ("[retry]\nstrategy = \"schedule\"\n", "retry.delays"),
-            ("[retry]\nmax_attempts = 0\n", "retry.max_attempts"),
-            (
-                "[[route]]\nevent_type = \"*\"\nsink = \"nope\"\n",
-                "route[0].sink",
-            ),
-        ];
-        for (text, key) in cases {
-            let err = load_str(text, &[]).unwrap_err().to_string();
-            assert!(err.contains(key), "{text:?} → {err}");
-        }
-        let err = load_str("[worker]\npoll_interval = \"soon\"\n", &[])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("poll_interval"), "{err}");
-        let err = load_str("[retry]\nstrategy = \"linear\"\n", &[])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("linear"), "{err}");
-    }
-
-    #[test]
-    fn deadlines_must_nest_with_margins() {
-        let sink = |limits: &str, config: &str| {
-            format!(
-                "[[sink]]\nname = \"s\"\nplugin = \"s.wasm\"\nlimits = {{ {limits} }}\nconfig = {{ {config} }}\n"
-            )
-        };
-        // Defaults nest: a plugin's 10s timeout < sink 15s < worker 20s < lease 30s.
-        let config = load_str(&sink("", "timeout_ms = \"10000\""), &[]).unwrap();
-        assert_eq!(
-            config.sinks[0].limits.publish_timeout,
-            Duration::from_secs(15)
-        );
-        assert_eq!(config.worker.publish_timeout, Duration::from_secs(20));
-        assert_eq!(config.worker.lease, Duration::from_secs(30));
-        let cases = [
-            (
-                sink("publish_timeout = \"20s\"", ""),
-                "sink[0].limits.publish_timeout",
-                "worker.publish_timeout (20s)",
-            ),
-            (
-                sink("", "timeout_ms = \"15000\""),
-                "sink[0].config.timeout_ms",
-                "sink[0].limits.publish_timeout (15s)",
-            ),
-            (
-                sink("max_batch_size = 100", ""),
-                "sink[0].limits.publish_timeout",
-                "× 5 calls",
-            ),
-            (
-                "[worker]\nlease = \"20s\"\n".to_string(),
-                "worker.lease",
-                "worker.publish_timeout (20s) + 1s",
-            ),
-        ];
-        for (text, key, detail) in cases {
-            let err = load_str(&text, &[]).unwrap_err().to_string();
-            assert!(
-                err.contains(key) && err.contains(detail),
-                "{text:?} → {err}"
-            );
-        }
-    }
-
-    #[test]
-    fn run_needs_a_sink_and_a_route() {
-        let err = Config::defaults()
-            .check_deliverable()
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("no [[sink]] configured"), "{err}");
-        let sink_only = load_str("[[sink]]\nname = \"log\"\nplugin = \"log.wasm\"\n", &[]).unwrap();
-        let err = sink_only.check_deliverable().unwrap_err().to_string();
-        assert!(
-            err.contains("no [[route]] configured") && err.contains("sink = \"log\""),
-            "{err}"
-        );
-        let both = load_str(
-            "[[sink]]\nname = \"log\"\nplugin = \"log.wasm\"\n[[route]]\nevent_type = \"*\"\nsink = \"log\"\n",
-            &[],
-        )
-        .unwrap();
-        both.check_deliverable().unwrap();
-    }
-
-    #[test]
-    fn environment_overrides_file() {
-        let config = load_str(
-            "[worker]\nbatch_size = 10\n",
-            &[
-                ("OUTBOXD_WORKER_BATCH_SIZE", "42"),
-                ("OUTBOXD_WORKER_APP_CODES", "live, ktv"),
-                ("OUTBOXD_DATABASE_URL", "postgres://u@h/db"),
-                ("OUTBOXD_RETRY_STRATEGY", "fixed_interval"),
-                ("OUTBOXD_RETRY_INTERVAL", "2s"),
-                ("OUTBOXD_TEST_MYSQL_URL", "ignored"),
-            ],
-        )
-        .unwrap();
-        assert_eq!(config.worker.batch_size, 42);
-        assert_eq!(config.worker.app_codes, vec!["live", "ktv"]);
-        assert_eq!(config.database.url, "postgres://u@h/db");
-        assert_eq!(
-            config.retry.strategy,
-            Strategy::FixedInterval {
-                interval: Duration::from_secs(2)
-            }
-        );
-    }
-
-    #[test]
-    fn unknown_environment_key_is_named() {
-        let err = load_str("", &[("OUTBOXD_WORKER_BATCHSIZE", "1")])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("OUTBOXD_WORKER_BATCHSIZE") && err.contains("batchsize"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn byte_sizes_parse() {
-        assert_eq!(ByteSize::parse("64MiB").unwrap(), ByteSize(64 << 20));
-        assert_eq!(ByteSize::parse("10 MB").unwrap(), ByteSize(10_000_000));
-        assert_eq!(ByteSize::parse("4096").unwrap(), ByteSize(4096));
-        assert!(ByteSize::parse("12 parsecs").is_err());
-    }
-}
+mod tests;

@@ -1,4 +1,16 @@
-//! The database contract: one [`Store`] trait, one module per database.
+//! The database contract: one [`OutboxStore`] trait, its params and results, [`StoreError`].
+//!
+//! # Layout
+//! - this file: the contract only;
+//! - [`connect`](connect()): URL → [`Backend`] → connected store (the one place naming every
+//!   backend);
+//! - `exec`: the shared executor, every operation written once over a backend's pool;
+//! - [`statement`]: statement building shared by every backend, grouped by operation; `row`: row
+//!   decoding; `judge`: the envelope judge (no SQL); [`schema`]: migrations, the columns and
+//!   claim indexes outboxd needs, `migrate`;
+//! - [`sqlite`], [`mysql`], [`postgres`]: each backend's store, producer `save`, and the SQL and
+//!   behaviour that differ for its database (its `SqlDialect`) — to see what PostgreSQL does
+//!   differently, open `postgres.rs`.
 //!
 //! Every backend passes the same conformance suite (`tests/conformance.rs`). Methods take one
 //! params struct and an explicit `now_ms`, so behaviour that depends on time (leases, due retries)
@@ -23,22 +35,45 @@
 //! The worker marks a claimed batch in parts (each sink's results as that sink answers), so one
 //! claim may take several mark calls.
 //!
-//! [`reach`]: connecting within `database.connect_timeout` with the driver's own error, and which
-//! errors mean the database is unreachable.
+//! # Who checks what, who retries what
+//! - Transient database errors ([`StoreError::is_transient`]: deadlock victim, serialization
+//!   failure, lock wait timeout, busy SQLite) are retried by the store and only there: a claim
+//!   transaction for up to 2 s, a mark transaction while its lease holds. A mark is also retried
+//!   while its lease holds when the database cannot be reached ([`StoreError::is_unreachable`]:
+//!   a restart, a dropped connection), since its results exist nowhere else. The worker never
+//!   retries a store call: an error left ends the round (a draining run stops with it; a run
+//!   that never ends waits the poll interval), and a batch whose mark failed comes back when its
+//!   lease expires, counted as an attempt — nothing is lost.
+//! - Connecting: one direct connection attempt within `database.connect_timeout` before a pool
+//!   is built ([`connect`](connect())), so the driver's own error is reported at once.
+//! - `last_error` is cut to [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) where
+//!   it is bound into a statement (marks and claim rejects alike), nowhere else.
+//! - Sinks and routes are checked once, by config loading (`config::Publishing` builds the
+//!   `SinkSpec`s and `RouteSpec`s); the plugin layer takes them as given. What only loading a
+//!   plugin can tell (file, world, version, `init`, `allow_hosts` origins) is checked by its sink.
+//! - The number of outcomes is checked where a list enters from outside: the plugin's answer by
+//!   its sink (`PluginSink`), each sink's answer by the router, the publisher's answer by the
+//!   worker.
 
+mod connect;
+mod exec;
+mod judge;
 pub mod mysql;
 pub mod postgres;
-pub mod reach;
-pub mod sql;
+mod row;
+pub mod schema;
 pub mod sqlite;
-
-use std::sync::Arc;
+pub mod statement;
+mod table_name;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::publish::Event;
 use crate::record::Record;
+
+pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
+pub use table_name::TableName;
 
 /// Default name of the outbox table.
 pub const DEFAULT_TABLE: &str = "room_outbox";
@@ -52,103 +87,6 @@ pub enum Backend {
     MySql,
     /// PostgreSQL, `postgres://…`.
     Postgres,
-}
-
-impl Backend {
-    /// The backend a database URL names, by its scheme.
-    pub fn from_url(url: &str) -> Result<Backend, StoreError> {
-        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
-        match scheme {
-            "sqlite" => Ok(Backend::Sqlite),
-            "mysql" | "mariadb" => Ok(Backend::MySql),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
-        }
-    }
-
-    /// Short lowercase name (`sqlite`, `mysql`, `postgres`), also the migrations folder name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::MySql => "mysql",
-            Backend::Postgres => "postgres",
-        }
-    }
-}
-
-/// A validated plain SQL identifier naming the outbox table: `[A-Za-z_][A-Za-z0-9_]*`, at most
-/// 48 bytes (index names derive from it), and not a reserved word we would have to quote.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TableName(String);
-
-impl TableName {
-    /// Validates `name` as a plain SQL identifier.
-    pub fn new(name: &str) -> Result<TableName, StoreError> {
-        let mut chars = name.chars();
-        let valid_start = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-        let valid_rest = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let reserved = RESERVED_WORDS
-            .split_ascii_whitespace()
-            .any(|word| word.eq_ignore_ascii_case(name));
-        if !valid_start || !valid_rest || name.len() > 48 || reserved {
-            return Err(StoreError::InvalidTableName(name.to_string()));
-        }
-        Ok(TableName(name.to_string()))
-    }
-
-    /// The identifier.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// Words reserved in PostgreSQL, MySQL 8 / MariaDB or SQLite: a bare table name must be none of
-/// them (the SQL names the table unquoted).
-const RESERVED_WORDS: &str = "
-    abort accessible action add after all alter always analyse analyze and any array as asc
-    asensitive asymmetric attach authorization autoincrement before begin between bigint binary
-    blob both by call cascade case cast change char character check collate collation column
-    commit condition conflict constraint continue convert create cross cube cume_dist
-    current_catalog current_date current_role current_schema current_time current_timestamp
-    current_user cursor database databases day_hour day_microsecond day_minute day_second dec
-    decimal declare default deferrable deferred delayed delete dense_rank desc describe detach
-    deterministic distinct distinctrow div do double drop dual each else elseif empty enclosed
-    end escape escaped except exclusive exists exit explain fail false fetch filter
-    first_value float float4 float8 for force foreign freeze from full fulltext function
-    generated get glob grant group grouping groups having high_priority hour_microsecond
-    hour_minute hour_second if ignore ilike immediate in index indexed infile initially inner
-    inout insensitive insert instead int int1 int2 int3 int4 int8 integer intersect interval
-    into io_after_gtids io_before_gtids is isnull iterate join json_table key keys kill lag
-    last_value lateral lead leading leave left like limit linear lines load localtime
-    localtimestamp lock long longblob longtext loop low_priority master_bind
-    master_ssl_verify_server_cert match maxvalue mediumblob mediumint mediumtext middleint
-    minute_microsecond minute_second mod modifies natural no_write_to_binlog not notnull
-    nth_value ntile null numeric of offset on only optimize optimizer_costs option optionally or
-    order out outer outfile over overlaps partition percent_rank placing plan pragma precision
-    primary procedure purge raise range rank read read_write reads real recursive references
-    regexp reindex release rename repeat replace require resignal restrict return returning
-    revoke right rlike rollback row row_number rows savepoint schema schemas second_microsecond
-    select sensitive separator session_user set show signal similar smallint some spatial
-    specific sql sql_big_result sql_calc_found_rows sql_small_result sqlexception sqlstate
-    sqlwarning ssl starting stored straight_join symmetric system system_user table tablesample
-    temp temporary terminated then tinyblob tinyint tinytext to trailing transaction trigger
-    true undo union unique unlock unsigned update usage use user using utc_date utc_time
-    utc_timestamp vacuum values varbinary varchar varcharacter variadic varying verbose view
-    virtual when where while window with without write xor year_month zerofill
-";
-
-impl Default for TableName {
-    fn default() -> Self {
-        TableName(DEFAULT_TABLE.to_string())
-    }
-}
-
-impl std::fmt::Display for TableName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// Errors of the storage layer. Database errors keep their source and name the operation.
@@ -216,15 +154,44 @@ impl StoreError {
             || db.message().contains("Lock wait timeout exceeded")
     }
 
+    /// True when the database could not be reached at all (refused or broken connection, TLS
+    /// failure, no connection within the timeout), as opposed to a statement that failed.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            StoreError::ConnectTimeout(_) => true,
+            StoreError::Database {
+                source: sqlx::Error::Database(db),
+                ..
+            } => {
+                // SQLSTATE class 08 (connection exception); 57P01..57P03: the server is
+                // shutting down or starting up.
+                let code = db.code();
+                let code = code.as_deref().unwrap_or("");
+                code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+            }
+            StoreError::Database { source, .. } => matches!(
+                source,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+                    | sqlx::Error::Protocol(_)
+            ),
+            _ => false,
+        }
+    }
+
     /// Wraps a driver error with the operation it happened in.
     pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
         move |source| StoreError::Database { op, source }
     }
 }
 
-/// Whether a claim keeps per-room order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ordering {
+/// Whether a claim keeps per-room order. In config: `worker.ordering = "none" | "per-room"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryOrder {
     /// Any claimable row may be handed out.
     #[default]
     None,
@@ -234,7 +201,7 @@ pub enum Ordering {
     PerRoom,
 }
 
-/// Arguments of [`Store::claim`].
+/// Arguments of [`OutboxStore::claim`].
 #[derive(Debug, Clone)]
 pub struct ClaimParams {
     /// Tenant to claim from; a claim never mixes tenants.
@@ -249,8 +216,8 @@ pub struct ClaimParams {
     pub now_ms: i64,
     /// Attempts allowed; an expired lease at this count goes to `failed`.
     pub max_attempts: u32,
-    /// Ordering mode.
-    pub ordering: Ordering,
+    /// Delivery order: per room or none.
+    pub ordering: DeliveryOrder,
 }
 
 /// The fence of a claimed batch: marks change a row only while these still match it.
@@ -288,7 +255,7 @@ pub struct RejectedRow {
     pub reason: String,
 }
 
-/// Result of [`Store::claim`].
+/// Result of [`OutboxStore::claim`].
 #[derive(Debug, Clone)]
 pub struct ClaimBatch {
     /// The fence for marking this batch.
@@ -327,7 +294,7 @@ pub struct Mark {
     pub disposition: Disposition,
 }
 
-/// Arguments of [`Store::mark`].
+/// Arguments of [`OutboxStore::mark`].
 #[derive(Debug, Clone)]
 pub struct MarkParams<'a> {
     /// The claim's fence.
@@ -338,7 +305,7 @@ pub struct MarkParams<'a> {
     pub now_ms: i64,
 }
 
-/// Result of [`Store::mark`].
+/// Result of [`OutboxStore::mark`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MarkReport {
     /// Rows changed.
@@ -365,7 +332,7 @@ pub struct StatusCounts {
     pub oldest_pending_age_ms: Option<i64>,
 }
 
-/// Arguments of [`Store::counts`].
+/// Arguments of [`OutboxStore::counts`].
 #[derive(Debug, Clone, Default)]
 pub struct CountsParams {
     /// Only this tenant; all tenants when `None`.
@@ -395,7 +362,7 @@ pub struct FailedRow {
     pub updated_at_ms: i64,
 }
 
-/// Which `failed` rows [`Store::list_failed`] and [`Store::requeue`] act on. Every filter given
+/// Which `failed` rows [`OutboxStore::list_failed`] and [`OutboxStore::requeue`] act on. Every filter given
 /// must match (AND); a filter left empty matches everything.
 #[derive(Debug, Clone, Default)]
 pub struct FailedFilter {
@@ -425,7 +392,7 @@ impl FailedFilter {
     }
 }
 
-/// Arguments of [`Store::list_failed`].
+/// Arguments of [`OutboxStore::list_failed`].
 #[derive(Debug, Clone, Default)]
 pub struct ListFailedParams {
     /// Which rows.
@@ -434,7 +401,7 @@ pub struct ListFailedParams {
     pub limit: u32,
 }
 
-/// Arguments of [`Store::requeue`].
+/// Arguments of [`OutboxStore::requeue`].
 #[derive(Debug, Clone, Default)]
 pub struct RequeueParams {
     /// Which `failed` rows go back to `pending` (retry_count 0, lease cleared).
@@ -449,9 +416,9 @@ pub struct RequeueParams {
 ///
 /// Implemented by [`sqlite::SqliteStore`], [`mysql::MySqlStore`] and [`postgres::PostgresStore`].
 /// Producers write with the backend's `save` function inside their own transaction; the trait's
-/// [`Store::enqueue`] is the same insert in a transaction of its own (CLI, benchmarks, tests).
+/// [`OutboxStore::enqueue`] is the same insert in a transaction of its own (CLI, benchmarks, tests).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait OutboxStore: Send + Sync + 'static {
     /// Which database this is.
     fn backend(&self) -> Backend;
 
@@ -481,103 +448,4 @@ pub trait Store: Send + Sync + 'static {
 
     /// Closes the connection pool.
     async fn close(&self);
-}
-
-/// Connection options shared by every backend.
-#[derive(Debug, Clone)]
-pub struct ConnectOptions {
-    /// The database URL (`sqlite://…`, `mysql://…`, `postgres://…`).
-    pub url: String,
-    /// The outbox table.
-    pub table: TableName,
-    /// Pool size.
-    pub max_connections: u32,
-    /// Longest wait for a new connection or a pool checkout ([`reach::DEFAULT_CONNECT_TIMEOUT`]).
-    pub connect_timeout: std::time::Duration,
-}
-
-impl ConnectOptions {
-    /// Options for `url` with the default table and pool size.
-    pub fn new(url: impl Into<String>) -> ConnectOptions {
-        ConnectOptions {
-            url: url.into(),
-            table: TableName::default(),
-            max_connections: 8,
-            connect_timeout: reach::DEFAULT_CONNECT_TIMEOUT,
-        }
-    }
-}
-
-/// Connects to the database the URL names.
-pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(match Backend::from_url(&options.url)? {
-        Backend::Sqlite => Arc::new(sqlite::SqliteStore::connect(options).await?),
-        Backend::MySql => Arc::new(mysql::MySqlStore::connect(options).await?),
-        Backend::Postgres => Arc::new(postgres::PostgresStore::connect(options).await?),
-    })
-}
-
-/// The URL with any password replaced by `***`, for messages and logs.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_names_are_plain_identifiers() {
-        assert!(TableName::new("room_outbox").is_ok());
-        assert!(TableName::new("_x9").is_ok());
-        for bad in [
-            "",
-            "9x",
-            "a-b",
-            "a b",
-            "x;drop table y",
-            "t`",
-            "t\"",
-            &"a".repeat(49),
-        ] {
-            assert!(TableName::new(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn backend_from_url() {
-        assert_eq!(Backend::from_url("sqlite://x.db").unwrap(), Backend::Sqlite);
-        assert_eq!(
-            Backend::from_url("mysql://root@h/db").unwrap(),
-            Backend::MySql
-        );
-        assert_eq!(
-            Backend::from_url("postgres://u@h/db").unwrap(),
-            Backend::Postgres
-        );
-        assert!(Backend::from_url("redis://h").is_err());
-    }
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(
-            redact_url("mysql://root:secret@h:3306/db"),
-            "mysql://root:***@h:3306/db"
-        );
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
-    }
 }

@@ -8,16 +8,18 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use super::BenchArgs;
 use crate::config::Config;
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{Record, now_ms};
 use crate::retry::RetryPolicy;
 use crate::store::{
-    self, ClaimParams, ConnectOptions, CountsParams, Disposition, Mark, MarkParams, Ordering,
-    Store, StoreError, TableName,
+    self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams,
+    OutboxStore, StoreError, TableName,
 };
 use crate::worker::{RunMode, Worker, WorkerError, WorkerOptions};
 
@@ -165,13 +167,27 @@ impl Publisher for NoopPublisher {
     }
 }
 
+/// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
+pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
+    let options = BenchOptions {
+        events: args.events,
+        batch_size: args.batch_size,
+        workers: args.workers,
+        rooms: args.rooms,
+        shapes: args.shapes,
+        table: TableName::new(&args.table).context("--table")?,
+    };
+    let report = run(config, &options).await?;
+    print!("{report}");
+    Ok(())
+}
+
 /// Runs every requested shape against the configured database.
 pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let store = store::connect(&ConnectOptions {
-        url: config.database.url.clone(),
         table: options.table.clone(),
         max_connections: config.database.max_connections.max(options.workers + 2),
-        connect_timeout: config.database.connect_timeout,
+        ..config.connect_options()
     })
     .await?;
     store.migrate().await?;
@@ -224,7 +240,7 @@ pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport,
 
 /// Enqueues the events of one shape in chunks of 1000; returns the time taken.
 async fn enqueue(
-    store: &dyn Store,
+    store: &dyn OutboxStore,
     app_code: &str,
     options: &BenchOptions,
 ) -> Result<Duration, StoreError> {
@@ -255,7 +271,7 @@ async fn enqueue(
 
 /// Drains with outboxd's worker.
 async fn drain_worker(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     app_code: &str,
     shape: Shape,
     options: &BenchOptions,
@@ -271,9 +287,9 @@ async fn drain_worker(
             publish_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             ordering: if shape == Shape::PerRoom {
-                Ordering::PerRoom
+                DeliveryOrder::PerRoom
             } else {
-                Ordering::None
+                DeliveryOrder::None
             },
             concurrency: options.workers,
             node_id: "bench".into(),
@@ -284,7 +300,7 @@ async fn drain_worker(
 }
 
 /// Drains like the Go version: claim 100, publish, one mark statement per row.
-async fn drain_go_shape(store: &dyn Store, app_code: &str) -> Result<(), StoreError> {
+async fn drain_go_shape(store: &dyn OutboxStore, app_code: &str) -> Result<(), StoreError> {
     let publisher = NoopPublisher;
     loop {
         let batch = store
@@ -295,7 +311,7 @@ async fn drain_go_shape(store: &dyn Store, app_code: &str) -> Result<(), StoreEr
                 lease_ms: 60_000,
                 now_ms: now_ms(),
                 max_attempts: 20,
-                ordering: Ordering::None,
+                ordering: DeliveryOrder::None,
             })
             .await?;
         if batch.events.is_empty() {
