@@ -8,7 +8,8 @@
 //! Asserts: 0 lost (every event reached the receiver and its row is `delivered`), 0 stuck
 //! (nothing left pending, delivering, retryable or failed), duplicates ≤ kills × batch size
 //! (only the batches of killed hosts are delivered twice), and that the hosts logged the
-//! database outage when it began and when it ended.
+//! database outage when it began and when it ended (one extra host serves a tenant with no rows,
+//! so some host is claiming while the outage lasts).
 //!
 //! Bounded by default (the form `make test` runs); `OUTBOXD_CHAOS=full` (`make chaos`) runs the
 //! bigger form. Without the server binaries the test prints `SKIPPED …`, and fails when
@@ -445,7 +446,23 @@ async fn kill_chaos(kind: Kind) {
     let mut hosts: Vec<Host> = (0..scale.hosts)
         .map(|i| start_host(&config, work.path(), &format!("host{i}-0")))
         .collect();
+    // One more host serving a tenant with no rows: it claims every poll interval, so it sees the
+    // outage however busy the others are (a host stuck marking retries inside the store).
+    let mut observer = {
+        let log = work.path().join("observer.log");
+        let child = outboxd(&config)
+            .arg("run")
+            .env("OUTBOXD_WORKER_NODE_ID", "observer")
+            .env("OUTBOXD_WORKER_APP_CODES", "quiet-tenant")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the observer host");
+        Host { child, log }
+    };
     let mut all_logs: Vec<PathBuf> = hosts.iter().map(|h| h.log.clone()).collect();
+    all_logs.push(observer.log.clone());
     run_ok(outboxd(&config).args([
         "enqueue",
         "--room",
@@ -524,12 +541,12 @@ async fn kill_chaos(kind: Kind) {
     assert!(restarted);
 
     // Stop the hosts cleanly: SIGTERM, exit status 0.
-    for host in &hosts {
+    for host in hosts.iter().chain([&observer]) {
         let _ = Command::new("kill")
             .args(["-TERM", &host.child.id().to_string()])
             .status();
     }
-    for host in &mut hosts {
+    for host in hosts.iter_mut().chain([&mut observer]) {
         let status = host.child.wait().unwrap();
         assert!(
             status.success(),
