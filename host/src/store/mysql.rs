@@ -4,7 +4,7 @@
 //! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
 //! `UPDATE … RETURNING`, so a mark first locks and lists the rows still under its lease
 //! (`SELECT … FOR UPDATE`) and then updates them, in one transaction. The store's own connections
-//! run at `READ COMMITTED` ([`SESSION_SETUP`] explains why); `save` runs at the caller's level.
+//! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
 
 use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
