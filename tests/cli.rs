@@ -351,8 +351,8 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
 
 /// An unreachable database fails every command within the connect timeout, saying why once:
 /// a closed port is "Connection refused", a server that never answers is "no answer within 1s
-/// (database.connect_timeout)", a missing database is the server's own "does not exist" /
-/// "Unknown database".
+/// (database.connect_timeout)", a missing database or an unknown user is the server's own
+/// "does not exist" / "Unknown database" / "Access denied".
 async fn database_errors_are_fast_and_say_why(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -395,6 +395,20 @@ async fn database_errors_are_fast_and_say_why(backend: Backend) {
     }
     if let Some((url, expected)) = missing {
         cases.push((url, expected.to_string()));
+    }
+    // A user the server does not know: the server's own refusal.
+    match backend {
+        Backend::MySql => cases.push((
+            db.url
+                .replacen("://root@", "://outboxd_no_such_user:wrong@", 1),
+            "Access denied".to_string(),
+        )),
+        Backend::Postgres => cases.push((
+            db.url
+                .replacen("://postgres@", "://outboxd_no_such_role@", 1),
+            "role \"outboxd_no_such_role\" does not exist".to_string(),
+        )),
+        Backend::Sqlite => {}
     }
     for (url, expected) in cases {
         for command in ["status", "migrate"] {
