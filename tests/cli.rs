@@ -299,7 +299,8 @@ async fn run_without_a_sink_refuses_and_loses_nothing(backend: Backend) {
 }
 
 /// GNU `timeout` signals outboxd and then its process group: the two SIGTERMs are one shutdown
-/// request, the batch in flight is finished and marked, exit status 0. SIGQUIT exits at once (131).
+/// request, the batch in flight is finished and marked, exit status 0. SIGQUIT exits at once
+/// (131); so does a second SIGTERM more than 2 s after the first (130).
 async fn a_repeated_sigterm_is_one_request(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -347,6 +348,75 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
     );
     let exit = child.wait().unwrap();
     assert_eq!(exit.code(), Some(131), "{exit:?}");
+
+    // A second SIGTERM more than 2 s after the first, while a batch is still in flight (its
+    // plugin loops until its 8 s deadline): outboxd exits at once with 130.
+    let slow = dir.path().join("slow.toml");
+    std::fs::write(
+        &slow,
+        format!(
+            r#"
+[worker]
+poll_interval = "50ms"
+
+[plugins]
+cache_dir = "{cache}"
+
+[[route]]
+event_type = "*"
+sink = "slow"
+
+[[sink]]
+name = "slow"
+plugin = "{plugin}"
+config = {{ behaviour = "loop", quiet = "true" }}
+limits = {{ publish_timeout = "8s" }}
+"#,
+            cache = dir.path().join("cache").display(),
+            plugin = fixtures::plugin("chaos").display(),
+        ),
+    )
+    .unwrap();
+    run_ok(with(&slow, url).args(["enqueue", "--room", "r", "--type", "RoomGiftSent"]));
+    let mut child = with(&slow, url)
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while status(&slow, url)["delivering"] == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    let term = || {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    term();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still finishing the looping batch"
+    );
+    term();
+    let second = std::time::Instant::now();
+    let exit = child.wait().unwrap();
+    assert_eq!(exit.code(), Some(130), "{exit:?}");
+    assert!(
+        second.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        second.elapsed()
+    );
 }
 
 /// An unreachable database fails every command within the connect timeout, saying why once:
