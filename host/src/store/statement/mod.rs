@@ -1,11 +1,11 @@
-//! Statement building shared by every backend: a [`SqlBuilder`] writes the text and its bound
-//! [`Arg`]s together, asking the backend's [`SqlDialect`] for what differs (placeholders, row
+//! Statement building shared by every backend: a `SqlBuilder` writes the text and its bound
+//! `Arg`s together, asking the backend's `SqlDialect` for what differs (placeholders, row
 //! locks, upserts, …).
 //!
 //! Every statement text is built from static fragments and the validated [`TableName`] only;
 //! every value is a bound parameter. The statements themselves are grouped by operation:
-//! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), [`insert`] (the producer
-//! insert), [`mark`] (the fenced mark) and [`failed`] (list, count and requeue `failed` rows).
+//! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), `insert` (the producer
+//! insert), `mark` (the fenced mark) and `failed` (list, count and requeue `failed` rows).
 //! Schema statements live in [`super::schema`]. Statements of fixed shape are built once per store
 //! ([`claim::Statements`]); those carrying an IN list or a VALUES list are built per call.
 

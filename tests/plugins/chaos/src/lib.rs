@@ -7,7 +7,9 @@
 //! - `rate_limited = MS`: every event is rate-limited with `retry-after-ms = MS`;
 //! - `trap_on_type = T`: panics (a trap) when an event of type `T` is in the batch;
 //! - `init_error = MESSAGE`: `init` fails with `chaos plugin: MESSAGE`;
-//! - `quiet = true`: no logging line and no stdout line per call (for benchmarks).
+//! - `quiet = true`: no logging line and no stdout line per call (for benchmarks);
+//! - `flood = N`: every call writes one 1 MiB stdout line, then N logging lines, N stdout lines
+//!   and N stderr lines (to prove the host caps a plugin's log output).
 //!
 //! Every `publish` call counts per instance; the count appears in `retryable`, `permanent` and
 //! rate-limited messages (`call N`), in a logging line and on stdout, so tests can tell a reused
@@ -32,6 +34,7 @@ struct Chaos {
     behaviour: Behaviour,
     trap_on_type: Option<String>,
     quiet: bool,
+    flood: u64,
     calls: u64,
 }
 
@@ -58,11 +61,13 @@ impl Plugin for Chaos {
         }
         let trap_on_type = config.optional("trap_on_type");
         let quiet = config.flag("quiet")?.unwrap_or(false);
+        let flood = config.parse("flood", "a line count")?.unwrap_or(0);
         config.finish()?;
         Ok(Chaos {
             behaviour,
             trap_on_type,
             quiet,
+            flood,
             calls: 0,
         })
     }
@@ -73,6 +78,14 @@ impl Plugin for Chaos {
         if !self.quiet {
             log::info(&format!("chaos call {call} with {} events", batch.len()));
             println!("chaos stdout: call {call}");
+        }
+        if self.flood > 0 {
+            println!("{}", "x".repeat(1 << 20));
+        }
+        for line in 0..self.flood {
+            log::info(&format!("chaos flood log {line}"));
+            println!("chaos flood stdout {line}");
+            eprintln!("chaos flood stderr {line}");
         }
         if let Some(trap_type) = &self.trap_on_type
             && batch.iter().any(|event| &event.event_type == trap_type)
