@@ -1,6 +1,7 @@
 # outboxd — `make demo` runs the main job on embedded SQLite; `make test` runs every test.
-# Both install what they need (the wasm32-wasip2 target; for the Python and JavaScript plugins
-# their toolchains, into .toolchains/) and build the plugins first.
+# Both install what they need and build the plugins first: `make build`/`make demo` the Rust
+# ones (the wasm32-wasip2 target is all they need), `make plugins`/`make test` all of them (the
+# Python and JavaScript toolchains installed once into .toolchains/).
 
 CARGO ?= cargo
 DEMO_DIR := target/demo
@@ -12,7 +13,7 @@ DEMO := $(OUTBOXD) --config demo/outboxd.toml
 
 all: build
 
-build: plugins
+build: rust-plugins
 	$(CARGO) build --bin outboxd
 
 # ---------------------------------------------------------------------------------------------
@@ -45,12 +46,13 @@ PY_PLUGINS := $(subst _,-,$(PY_PLUGINS))
 plugins: rust-plugins $(PY_PLUGINS) $(JS_PLUGINS)
 	@ls -l $(PLUGIN_OUT)/*.wasm
 
-## wasm-target: the wasm32-wasip2 Rust target, from rustup; the bundled installer beside the
-## repository (../shared/toolchain) is used only when it exists (offline machines).
+## wasm-target: the wasm32-wasip2 Rust target when the active toolchain lacks it: from rustup,
+## or from the bundled installer beside the repository (../shared/toolchain, offline machines)
+## only when that exists.
 wasm-target:
-	@if [ -f $(WASM_TARGET_BUNDLE) ]; then bash $(WASM_TARGET_BUNDLE); \
-	elif ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then \
-		rustup target add wasm32-wasip2; fi
+	@if ls "$$(rustc --print sysroot)"/lib/rustlib/wasm32-wasip2/lib/libstd-*.rlib >/dev/null 2>&1; then :; \
+	elif [ -f $(WASM_TARGET_BUNDLE) ]; then bash $(WASM_TARGET_BUNDLE); \
+	else rustup target add wasm32-wasip2; fi
 
 rust-plugins: wasm-target
 	@mkdir -p $(PLUGIN_OUT)
