@@ -16,10 +16,11 @@ use tracing::{info, warn};
 use crate::bench::{self, BenchOptions};
 use crate::config::{Config, LogFormat};
 use crate::record::{Record, now_ms};
+use crate::service::Service;
 use crate::store::{
     self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store,
 };
-use crate::worker::{RunMode, Worker, WorkerOptions};
+use crate::worker::RunMode;
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
 #[derive(Debug, Parser)]
@@ -424,11 +425,8 @@ async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
 }
 
 async fn run(config: &Config, drain: bool) -> Result<()> {
-    let publisher = crate::plugin::load_publisher(&config.sinks, &config.routes, &config.plugins)
-        .await
-        .context("cannot load sink plugins")?;
     let store = connect(config).await?;
-    let worker = Worker::new(store.clone(), publisher, WorkerOptions::from_config(config));
+    let service = Service::bind(config.clone(), store.clone()).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let mode = if drain {
@@ -437,14 +435,15 @@ async fn run(config: &Config, drain: bool) -> Result<()> {
         RunMode::Forever
     };
     info!(node_id = %config.worker.node_id, database = %store::redact_url(&config.database.url),
-        app_codes = ?config.worker.app_codes, "outboxd running");
-    let result = worker.run(mode, shutdown).await;
+        app_codes = ?config.worker.app_codes, admin = ?service.admin_addr(), "outboxd running");
+    let result = service.run(mode, shutdown).await;
     store.close().await;
     let stats = result?;
     info!(
         claimed = stats.claimed,
         delivered = stats.delivered,
         retried = stats.retried,
+        deferred = stats.deferred,
         failed = stats.failed + stats.rejected,
         stale = stats.stale,
         "outboxd stopped"

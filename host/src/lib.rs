@@ -14,17 +14,25 @@
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once.
+//! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
+//!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
+//!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`).
+//! - [`service`]: `outboxd run` as a service: listener, refresher, sinks, worker, one shutdown.
 //! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`.
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod envelope;
+pub mod metrics;
+pub mod monitor;
 pub mod plugin;
 pub mod publish;
 pub mod record;
 pub mod retry;
+pub mod service;
 pub mod store;
 pub mod worker;

@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
+use crate::metrics::{Metrics, RowOutcome};
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{now_ms, truncate_error};
 use crate::retry::{Decision, RetryPolicy};
@@ -86,8 +87,10 @@ pub struct BatchStats {
     pub rejected: u64,
     /// Rows marked `delivered`.
     pub delivered: u64,
-    /// Rows marked `retryable`.
+    /// Rows marked `retryable` (an attempt spent).
     pub retried: u64,
+    /// Rows put back `retryable` by an open circuit breaker (no attempt spent).
+    pub deferred: u64,
     /// Rows marked `failed`.
     pub failed: u64,
     /// Rows whose lease had been taken over when marking (left untouched).
@@ -108,6 +111,7 @@ pub struct Worker {
     store: Arc<dyn Store>,
     publisher: Arc<dyn Publisher>,
     options: Arc<WorkerOptions>,
+    metrics: Metrics,
 }
 
 impl Worker {
@@ -121,7 +125,14 @@ impl Worker {
             store,
             publisher,
             options: Arc::new(options),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// The same worker reporting rows, latencies and database errors to `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Worker {
+        self.metrics = metrics;
+        self
     }
 
     /// The options this worker runs with.
@@ -234,7 +245,7 @@ impl Worker {
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
         let options = &*self.options;
-        let batch = self
+        let claimed = self
             .store
             .claim(&ClaimParams {
                 app_code: app_code.to_string(),
@@ -245,7 +256,8 @@ impl Worker {
                 max_attempts: options.retry.max_attempts,
                 ordering: options.ordering,
             })
-            .await?;
+            .await;
+        let batch = claimed.inspect_err(|e| self.metrics.count_database_error(e))?;
         let mut stats = BatchStats {
             claimed: batch.events.len() as u64,
             rejected: batch.rejected.len() as u64,
@@ -256,10 +268,15 @@ impl Worker {
                 event_type = %row.event_type, room_id = %row.room_id, status = "failed", error = %row.reason,
                 "row failed at claim");
         }
+        self.metrics
+            .count_rows(app_code, RowOutcome::claimed, stats.claimed);
+        self.metrics
+            .count_rows(app_code, RowOutcome::rejected, stats.rejected);
         if batch.events.is_empty() {
             return Ok(stats);
         }
         let ClaimBatch { lease, events, .. } = batch;
+        let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
         let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
         let outcomes = self.publish(&events).await;
         let now = now_ms();
@@ -272,30 +289,49 @@ impl Worker {
             })
             .collect();
         let report = self.mark_with_retry(&lease, &marks).await?;
-        for (event, mark) in events.iter().zip(&marks) {
+        let marked_at = now_ms();
+        for ((event, mark), created_at_ms) in events.iter().zip(&marks).zip(created_at_ms) {
             let stale = report.stale.contains(&mark.event_id);
             let (status, error) = match (&mark.disposition, stale) {
                 (_, true) => ("stale", None),
                 (Disposition::Delivered, _) => ("delivered", None),
                 (Disposition::Retryable { error, .. }, _) => ("retryable", Some(error.as_str())),
+                (Disposition::Deferred { error, .. }, _) => ("deferred", Some(error.as_str())),
                 (Disposition::Failed { error }, _) => ("failed", Some(error.as_str())),
             };
             match status {
                 "delivered" => stats.delivered += 1,
                 "retryable" => stats.retried += 1,
+                "deferred" => stats.deferred += 1,
                 "failed" => stats.failed += 1,
                 _ => stats.stale += 1,
             }
             if status == "delivered" {
+                self.metrics
+                    .observe_delivery_latency(app_code, marked_at - created_at_ms);
                 debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
                     event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
                     status, "event delivered");
+            } else if status == "deferred" {
+                // The breaker logs the outage once; one line per deferred event would flood.
+                debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                    status, error = error.unwrap_or(""), "event deferred");
             } else {
                 warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
                     event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
                     status, error = error.unwrap_or("lease taken over by another worker; left untouched"),
                     "event not delivered");
             }
+        }
+        for (outcome, count) in [
+            (RowOutcome::delivered, stats.delivered),
+            (RowOutcome::retried, stats.retried),
+            (RowOutcome::deferred, stats.deferred),
+            (RowOutcome::failed, stats.failed),
+            (RowOutcome::stale, stats.stale),
+        ] {
+            self.metrics.count_rows(app_code, outcome, count);
         }
         Ok(stats)
     }
@@ -331,6 +367,11 @@ impl Worker {
             Outcome::Permanent { message } => Disposition::Failed {
                 error: truncate_error(&message),
             },
+            Outcome::Deferred { message, wait } => Disposition::Deferred {
+                next_retry_at_ms: now
+                    .saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+                error: truncate_error(&message),
+            },
             Outcome::Retryable {
                 message,
                 retry_after,
@@ -362,12 +403,15 @@ impl Worker {
             };
             match self.store.mark(&params).await {
                 Ok(report) => return Ok(report),
-                Err(e) if now_ms() + (backoff.as_millis() as i64) < lease.lock_until_ms => {
+                Err(e) => {
+                    self.metrics.count_database_error(&e);
+                    if now_ms() + (backoff.as_millis() as i64) >= lease.lock_until_ms {
+                        return Err(e.into());
+                    }
                     warn!(worker = %lease.worker_id, error = %e, "mark failed; retrying within the lease");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -380,6 +424,7 @@ struct Totals {
     rejected: AtomicU64,
     delivered: AtomicU64,
     retried: AtomicU64,
+    deferred: AtomicU64,
     failed: AtomicU64,
     stale: AtomicU64,
 }
@@ -394,6 +439,8 @@ impl Totals {
             .fetch_add(stats.delivered, AtomicOrdering::Relaxed);
         self.retried
             .fetch_add(stats.retried, AtomicOrdering::Relaxed);
+        self.deferred
+            .fetch_add(stats.deferred, AtomicOrdering::Relaxed);
         self.failed.fetch_add(stats.failed, AtomicOrdering::Relaxed);
         self.stale.fetch_add(stats.stale, AtomicOrdering::Relaxed);
     }
@@ -404,6 +451,7 @@ impl Totals {
             rejected: self.rejected.load(AtomicOrdering::Relaxed),
             delivered: self.delivered.load(AtomicOrdering::Relaxed),
             retried: self.retried.load(AtomicOrdering::Relaxed),
+            deferred: self.deferred.load(AtomicOrdering::Relaxed),
             failed: self.failed.load(AtomicOrdering::Relaxed),
             stale: self.stale.load(AtomicOrdering::Relaxed),
         }

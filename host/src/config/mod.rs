@@ -6,6 +6,7 @@
 //! take comma-separated values (`OUTBOXD_WORKER_APP_CODES=live,ktv`). Any mistake is reported as
 //! one [`ConfigError`] naming the key (or variable) at fault.
 
+pub mod admin;
 pub mod sink;
 
 use std::path::{Path, PathBuf};
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-pub use sink::{RouteConfig, SinkConfig, SinkLimits};
+pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
+pub use sink::{BreakerSettings, RouteConfig, SinkConfig, SinkLimits};
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{Ordering, TableName};
@@ -22,7 +24,7 @@ use crate::store::{Ordering, TableName};
 pub const ENV_PREFIX: &str = "OUTBOXD_";
 
 /// Sections that take environment overrides.
-const ENV_SECTIONS: [&str; 5] = ["database", "worker", "retry", "plugins", "log"];
+const ENV_SECTIONS: [&str; 6] = ["database", "worker", "retry", "plugins", "log", "admin"];
 
 /// Keys whose environment override is a comma-separated list.
 const LIST_KEYS: [&str; 2] = ["app_codes", "delays"];
@@ -40,6 +42,8 @@ pub struct Config {
     pub plugins: PluginSettings,
     /// `[log]`.
     pub log: LogConfig,
+    /// `[admin]`.
+    pub admin: AdminConfig,
     /// `[[sink]]`s, plugin paths resolved against the config file's folder.
     pub sinks: Vec<SinkConfig>,
     /// `[[route]]`s, in order (first match wins).
@@ -92,6 +96,9 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// A tracing filter (`info`, `outboxd=debug`, …); `RUST_LOG` wins when set. Default `info`.
     pub level: String,
+    /// Interval of `run`'s summary line (delivered, retried, failed, events/s, backlog, oldest
+    /// pending age); `None` (`"0s"`) turns it off. Default 1m.
+    pub summary_interval: Option<Duration>,
 }
 
 /// Log line format.
@@ -258,6 +265,7 @@ struct RawConfig {
     retry: RawRetry,
     plugins: RawPlugins,
     log: RawLog,
+    admin: admin::RawAdmin,
     #[serde(rename = "sink")]
     sinks: Vec<SinkConfig>,
     #[serde(rename = "route")]
@@ -367,6 +375,8 @@ struct RawPlugins {
 struct RawLog {
     format: LogFormat,
     level: String,
+    #[serde(deserialize_with = "duration")]
+    summary_interval: Duration,
 }
 
 impl Default for RawLog {
@@ -374,6 +384,7 @@ impl Default for RawLog {
         RawLog {
             format: LogFormat::Text,
             level: "info".into(),
+            summary_interval: Duration::from_secs(60),
         }
     }
 }
@@ -385,6 +396,7 @@ impl RawConfig {
         let retry = self.retry.validate()?;
         let sinks = validate_sinks(self.sinks, base_dir)?;
         validate_routes(&self.routes, &sinks)?;
+        let admin = self.admin.validate()?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -398,7 +410,9 @@ impl RawConfig {
             log: LogConfig {
                 format: self.log.format,
                 level: self.log.level,
+                summary_interval: Some(self.log.summary_interval).filter(|i| !i.is_zero()),
             },
+            admin,
             sinks,
             routes: self.routes,
         })
@@ -569,6 +583,12 @@ fn validate_sinks(
             return Err(invalid(
                 &format!("{key}.limits.memory"),
                 "must be at least 1MiB",
+            ));
+        }
+        if sink.breaker.failures > 0 && sink.breaker.cool_down.is_zero() {
+            return Err(invalid(
+                &format!("{key}.breaker.cool_down"),
+                "must be greater than 0 (set breaker.failures = 0 to turn the breaker off)",
             ));
         }
     }

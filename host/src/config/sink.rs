@@ -22,6 +22,30 @@ pub struct SinkConfig {
     /// Resource limits of this sink.
     #[serde(default)]
     pub limits: SinkLimits,
+    /// Circuit breaker of this sink.
+    #[serde(default)]
+    pub breaker: BreakerSettings,
+}
+
+/// Per-sink circuit breaker (`breaker = { failures = 5, cool_down = "30s" }` in a `[[sink]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerSettings {
+    /// Batches failing as retryable (or timing out) in a row that open the breaker; 0 turns it
+    /// off. Default 5.
+    pub failures: u32,
+    /// How long an open breaker defers the sink's events before one probe batch. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            failures: 5,
+            cool_down: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Per-sink limits (`limits = { … }` in a `[[sink]]`).

@@ -10,10 +10,13 @@
 //! - [`redact`]: secret config values kept out of logs and `last_error`;
 //! - [`state`]: per-instance store state, memory limiter, logging and stdio → `tracing`;
 //! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool;
+//! - [`breaker`]: [`BreakerSink`], a sink's circuit breaker (defers events without spending an
+//!   attempt while the sink is down);
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
 //! - [`check`]: `outboxd plugin check|test`.
 
 mod bindings;
+pub mod breaker;
 pub mod cache;
 pub mod check;
 pub mod engine;
@@ -30,6 +33,7 @@ use std::sync::Arc;
 
 use futures::future::try_join_all;
 
+pub use breaker::{BreakerSink, BreakerState};
 pub use cache::CacheOutcome;
 pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin};
 pub use engine::{CompiledPlugin, PluginEngine};
@@ -38,9 +42,11 @@ pub use router::RoutedPublisher;
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
 
 use crate::config::{PluginSettings, RouteConfig, SinkConfig};
+use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
-/// Starts every sink and the router: the production [`Publisher`].
+/// Starts every sink, each behind its circuit breaker, and the router: the production
+/// [`Publisher`].
 ///
 /// Everything is checked here, before any row is claimed, and the first problem is returned as
 /// one error naming the sink, route or file: duplicate sink names, a route naming an unknown
@@ -52,18 +58,31 @@ pub async fn load_publisher(
     routes: &[RouteConfig],
     settings: &PluginSettings,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
+    load_publisher_with_metrics(sinks, routes, settings, &Metrics::default()).await
+}
+
+/// [`load_publisher`] reporting publish durations and plugin failures to `metrics`.
+pub async fn load_publisher_with_metrics(
+    sinks: &[SinkConfig],
+    routes: &[RouteConfig],
+    settings: &PluginSettings,
+    metrics: &Metrics,
+) -> Result<Arc<dyn Publisher>, PluginError> {
     let engine = PluginEngine::new(settings)?;
     let started = start_sinks(&engine, sinks, routes).await?;
     let publishers = started
         .into_iter()
-        .map(|sink| {
-            (
-                sink.name().to_string(),
-                Arc::new(sink) as Arc<dyn Publisher>,
-            )
+        .zip(sinks)
+        .map(|(sink, config)| {
+            let name = sink.name().to_string();
+            let plugin = Arc::new(sink.with_metrics(metrics.clone())) as Arc<dyn Publisher>;
+            let guarded = BreakerSink::new(&name, plugin, config.breaker, metrics.clone());
+            (name, Arc::new(guarded) as Arc<dyn Publisher>)
         })
         .collect();
-    Ok(Arc::new(RoutedPublisher::new(routes, publishers)?))
+    Ok(Arc::new(
+        RoutedPublisher::new(routes, publishers)?.with_metrics(metrics.clone()),
+    ))
 }
 
 /// Validates names and routes, then starts every sink concurrently on `engine`.

@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use std::time::Instant;
+
 use async_trait::async_trait;
 use futures::future::join_all;
 
 use super::error::PluginError;
 use crate::config::RouteConfig;
+use crate::metrics::Metrics;
 use crate::publish::{Event, Outcome, Publisher};
 
 /// A [`Publisher`] that dispatches each event to the sink its route names.
@@ -18,6 +21,8 @@ pub struct RoutedPublisher {
     routes: Vec<(String, usize)>,
     /// `(name, publisher)` of every sink.
     sinks: Vec<(String, Arc<dyn Publisher>)>,
+    /// Publish durations per sink go here.
+    metrics: Metrics,
 }
 
 impl RoutedPublisher {
@@ -42,7 +47,17 @@ impl RoutedPublisher {
                     })
             })
             .collect::<Result<_, _>>()?;
-        Ok(RoutedPublisher { routes, sinks })
+        Ok(RoutedPublisher {
+            routes,
+            sinks,
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// The same router timing each sink's publishes into `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> RoutedPublisher {
+        self.metrics = metrics;
+        self
     }
 
     /// The name of the sink `event_type` routes to, if any.
@@ -79,12 +94,14 @@ impl Publisher for RoutedPublisher {
         let whole_batch = groups.len() == 1 && groups.values().all(|p| p.len() == batch.len());
         let published = join_all(groups.into_iter().map(|(sink, positions)| async move {
             let (name, publisher) = &self.sinks[sink];
+            let started = Instant::now();
             let results = if whole_batch {
                 publisher.publish(batch).await
             } else {
                 let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
                 publisher.publish(&events).await
             };
+            self.metrics.observe_publish(name, started.elapsed());
             let results = if results.len() == positions.len() {
                 results
             } else {

@@ -298,6 +298,14 @@ pub enum Disposition {
         /// Stored in `last_error` (cut to 512 bytes).
         error: String,
     },
+    /// → `retryable` at `next_retry_at_ms` **without** spending an attempt (`retry_count`
+    /// unchanged): the event was not tried (its sink's circuit breaker is open).
+    Deferred {
+        /// When the row becomes claimable again.
+        next_retry_at_ms: i64,
+        /// Stored in `last_error` (cut to 512 bytes).
+        error: String,
+    },
     /// → `failed`; `retry_count + 1`.
     Failed {
         /// Stored in `last_error` (cut to 512 bytes).

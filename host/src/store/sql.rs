@@ -580,6 +580,15 @@ impl MarkColumns {
                 next_retry_at_ms: Some(*next_retry_at_ms),
                 last_error: Some(record::truncate_error(error)),
             },
+            Disposition::Deferred {
+                next_retry_at_ms,
+                error,
+            } => MarkColumns {
+                status: Status::Retryable,
+                failed_attempt: false,
+                next_retry_at_ms: Some(*next_retry_at_ms),
+                last_error: Some(record::truncate_error(error)),
+            },
             Disposition::Failed { error } => MarkColumns {
                 status: Status::Failed,
                 failed_attempt: true,
