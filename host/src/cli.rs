@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use crate::bench::{self, BenchOptions};
 use crate::config::{Config, LogFormat};
 use crate::record::{Record, now_ms};
+use crate::retention::Retention;
 use crate::service::Service;
 use crate::store::{
     self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store,
@@ -69,6 +70,15 @@ pub enum Command {
     },
     /// Move failed rows back to pending (retry count reset).
     Requeue(RequeueArgs),
+    /// Delete delivered and failed rows older than `[retention]` allows, in bounded batches.
+    Purge {
+        /// Only print how many rows would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only this app code (default: worker.app_codes).
+        #[arg(long = "app")]
+        app_code: Option<String>,
+    },
     /// Measure delivery throughput: enqueue N events, drain them with a no-op publisher.
     Bench(BenchArgs),
     /// Tools for plugin authors.
@@ -333,6 +343,7 @@ pub async fn execute(cli: Cli) -> Result<()> {
             }
             store.close().await;
         }
+        Command::Purge { dry_run, app_code } => purge(&config, dry_run, app_code).await?,
         Command::Bench(args) => {
             let options = BenchOptions {
                 events: args.events,
@@ -447,6 +458,45 @@ async fn run(config: &Config, drain: bool) -> Result<()> {
         failed = stats.failed + stats.rejected,
         stale = stats.stale,
         "outboxd stopped"
+    );
+    Ok(())
+}
+
+async fn purge(config: &Config, dry_run: bool, app_code: Option<String>) -> Result<()> {
+    let retention = &config.retention;
+    if !retention.enabled() {
+        bail!(
+            "retention is off (retention.delivered and retention.failed are both \"off\"): nothing to purge"
+        );
+    }
+    let store = connect(config).await?;
+    let cleanup = Retention {
+        store: store.clone(),
+        app_codes: app_code.map_or_else(|| config.worker.app_codes.clone(), |app| vec![app]),
+        config: retention.clone(),
+        metrics: crate::metrics::Metrics::default(),
+    };
+    let age = |age: Option<std::time::Duration>| {
+        age.map_or_else(
+            || "kept (off)".to_string(),
+            |age| format!("older than {}", humantime::format_duration(age)),
+        )
+    };
+    let totals = if dry_run {
+        cleanup.dry_run().await
+    } else {
+        cleanup.pass(&CancellationToken::new()).await
+    };
+    store.close().await;
+    let totals = totals?;
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    println!(
+        "{verb} {} delivered rows ({}) and {} failed rows ({}) of {}",
+        totals.delivered,
+        age(retention.delivered),
+        totals.failed,
+        age(retention.failed),
+        cleanup.app_codes.join(", ")
     );
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope.
 //! - [`store`]: the [`store::Store`] trait and one module per database (SQLite, MySQL/MariaDB,
 //!   PostgreSQL), with the producer `save` functions and embedded migrations.
+//! - [`retention`]: bounded batched deletes of old `delivered`/`failed` rows.
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
@@ -32,6 +33,7 @@ pub mod monitor;
 pub mod plugin;
 pub mod publish;
 pub mod record;
+pub mod retention;
 pub mod retry;
 pub mod service;
 pub mod store;

@@ -125,6 +125,7 @@ pub struct Metrics {
     database_errors: Family<DatabaseOpLabels, Counter>,
     breaker_state: Family<SinkLabels, Gauge>,
     breaker_opened: Family<SinkLabels, Counter>,
+    purged: Family<StatusLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -215,6 +216,12 @@ impl Metrics {
             "Times a sink's circuit breaker opened",
             breaker_opened.clone(),
         );
+        let purged = Family::<StatusLabels, Counter>::default();
+        registry.register(
+            "purged_rows",
+            "Finished rows deleted by retention, by app code and status (delivered, failed)",
+            purged.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -227,6 +234,19 @@ impl Metrics {
             database_errors,
             breaker_state,
             breaker_opened,
+            purged,
+        }
+    }
+
+    /// Counts `count` rows of `app_code` with `status` deleted by retention.
+    pub fn count_purged(&self, app_code: &str, status: &'static str, count: u64) {
+        if count > 0 {
+            self.purged
+                .get_or_create(&StatusLabels {
+                    app_code: app_code.to_string(),
+                    status,
+                })
+                .inc_by(count);
         }
     }
 

@@ -1,5 +1,5 @@
-//! `outboxd run` as a service: the admin listener, the status refresher, the sinks, the worker
-//! and the summary line, started together and stopped by one shutdown token.
+//! `outboxd run` as a service: the admin listener, the status refresher, retention, the sinks,
+//! the worker and the summary line, started together and stopped by one shutdown token.
 //!
 //! Order: the admin listener binds first (so `/healthz` answers while plugins compile and
 //! `/readyz` says what is missing), then the refresher checks the database, then the sinks start
@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries};
 use crate::plugin::{PluginError, load_publisher_with_metrics};
+use crate::retention::Retention;
 use crate::store::Store;
 use crate::worker::{BatchStats, RunMode, Worker, WorkerError, WorkerOptions};
 
@@ -117,6 +118,13 @@ impl Service {
             snapshot: snapshot.clone(),
         };
         tracker.spawn(refresher.run(background.clone()));
+        let retention = Retention {
+            store: store.clone(),
+            app_codes: config.worker.app_codes.clone(),
+            config: config.retention.clone(),
+            metrics: metrics.clone(),
+        };
+        tracker.spawn(retention.run(background.clone()));
         let publisher =
             load_publisher_with_metrics(&config.sinks, &config.routes, &config.plugins, &metrics)
                 .await?;

@@ -7,6 +7,7 @@
 //! one [`ConfigError`] naming the key (or variable) at fault.
 
 pub mod admin;
+pub mod retention;
 pub mod sink;
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
+pub use retention::RetentionConfig;
 pub use sink::{BreakerSettings, RouteConfig, SinkConfig, SinkLimits};
 
 use crate::retry::{RetryPolicy, Strategy};
@@ -24,7 +26,15 @@ use crate::store::{Ordering, TableName};
 pub const ENV_PREFIX: &str = "OUTBOXD_";
 
 /// Sections that take environment overrides.
-const ENV_SECTIONS: [&str; 6] = ["database", "worker", "retry", "plugins", "log", "admin"];
+const ENV_SECTIONS: [&str; 7] = [
+    "database",
+    "worker",
+    "retry",
+    "plugins",
+    "log",
+    "admin",
+    "retention",
+];
 
 /// Keys whose environment override is a comma-separated list.
 const LIST_KEYS: [&str; 2] = ["app_codes", "delays"];
@@ -44,6 +54,8 @@ pub struct Config {
     pub log: LogConfig,
     /// `[admin]`.
     pub admin: AdminConfig,
+    /// `[retention]`.
+    pub retention: RetentionConfig,
     /// `[[sink]]`s, plugin paths resolved against the config file's folder.
     pub sinks: Vec<SinkConfig>,
     /// `[[route]]`s, in order (first match wins).
@@ -266,6 +278,7 @@ struct RawConfig {
     plugins: RawPlugins,
     log: RawLog,
     admin: admin::RawAdmin,
+    retention: retention::RawRetention,
     #[serde(rename = "sink")]
     sinks: Vec<SinkConfig>,
     #[serde(rename = "route")]
@@ -397,6 +410,7 @@ impl RawConfig {
         let sinks = validate_sinks(self.sinks, base_dir)?;
         validate_routes(&self.routes, &sinks)?;
         let admin = self.admin.validate()?;
+        let retention = self.retention.validate()?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -413,6 +427,7 @@ impl RawConfig {
                 summary_interval: Some(self.log.summary_interval).filter(|i| !i.is_zero()),
             },
             admin,
+            retention,
             sinks,
             routes: self.routes,
         })

@@ -10,6 +10,7 @@
 //! or a VALUES list are built per call.
 
 pub(crate) mod exec;
+pub(crate) mod purge;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;

@@ -170,6 +170,13 @@ macro_rules! impl_store {
                 $crate::store::sql::exec::requeue(self, params).await
             }
 
+            async fn purge(
+                &self,
+                params: &$crate::store::PurgeParams,
+            ) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::sql::purge::purge(self, params).await
+            }
+
             async fn close(&self) {
                 $crate::store::sql::exec::Driver::pool(self).close().await
             }
