@@ -19,7 +19,7 @@ use outboxd::plugin::load_publisher_with_metrics;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::service::Service;
-use outboxd::store::{CountsParams, Ordering, StatusCounts, Store};
+use outboxd::store::{CountsParams, DeliveryOrder, OutboxStore, StatusCounts};
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, TestDb, record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -65,7 +65,7 @@ where
     }
 }
 
-async fn counts(store: &Arc<dyn Store>) -> StatusCounts {
+async fn counts(store: &Arc<dyn OutboxStore>) -> StatusCounts {
     store
         .counts(&CountsParams {
             app_code: None,
@@ -266,7 +266,7 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
             },
             max_attempts: 3,
         },
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
         concurrency: 1,
         node_id: "breaker-test".into(),
     };

@@ -19,7 +19,7 @@ use crate::record::{Record, now_ms};
 use crate::retention::Retention;
 use crate::service::Service;
 use crate::store::{
-    self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store,
+    self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
 };
 use crate::worker::RunMode;
 
@@ -390,7 +390,7 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn connect(config: &Config) -> Result<Arc<dyn Store>> {
+async fn connect(config: &Config) -> Result<Arc<dyn OutboxStore>> {
     let options = ConnectOptions {
         url: config.database.url.clone(),
         table: config.database.table.clone(),

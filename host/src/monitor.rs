@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::admin::Readiness;
 use crate::metrics::{Metrics, RowOutcome};
 use crate::record::now_ms;
-use crate::store::{CountsParams, StatusCounts, Store};
+use crate::store::{CountsParams, OutboxStore, StatusCounts};
 
 /// The latest counts per app code, shared by the refresher and the summary line.
 #[derive(Debug, Default, Clone)]
@@ -46,7 +46,7 @@ impl StatusSnapshot {
 /// Everything the refresher touches.
 pub struct StatusRefresher {
     /// The table to count.
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn OutboxStore>,
     /// Tenants to count (one query each).
     pub app_codes: Vec<String>,
     /// Time between refreshes.

@@ -1,7 +1,7 @@
 //! Retention: deletes `delivered` and `failed` rows past their configured age, in bounded
 //! batches at a bounded rate, beside the worker (`run`) or on demand (`outboxd purge`).
 //!
-//! Each batch is one [`Store::purge`] call: ids read from the tenant's status index, then deleted
+//! Each batch is one [`OutboxStore::purge`] call: ids read from the tenant's status index, then deleted
 //! by primary key, so a batch never scans the table and never touches `pending`, `delivering` or
 //! `retryable` rows. Any number of hosts may run it at once (a row deleted twice is simply not
 //! counted the second time).
@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::config::RetentionConfig;
 use crate::metrics::Metrics;
 use crate::record::now_ms;
-use crate::store::{PurgeParams, PurgeStatus, Store, StoreError};
+use crate::store::{OutboxStore, PurgeParams, PurgeStatus, StoreError};
 
 /// What one cleanup pass deleted (or, dry, would delete) per status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct PurgeTotals {
 #[derive(Clone)]
 pub struct Retention {
     /// The table.
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn OutboxStore>,
     /// Tenants to clean.
     pub app_codes: Vec<String>,
     /// Ages, batch size, pacing.

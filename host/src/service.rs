@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries};
 use crate::plugin::{PluginError, load_publisher_with_metrics};
 use crate::retention::Retention;
-use crate::store::Store;
+use crate::store::OutboxStore;
 use crate::worker::{BatchStats, RunMode, Worker, WorkerError, WorkerOptions};
 
 /// Why the service could not start or stopped with an error.
@@ -38,7 +38,7 @@ pub enum ServiceError {
 /// A host ready to run: configuration, store, metrics, and the bound admin listener.
 pub struct Service {
     config: Config,
-    store: Arc<dyn Store>,
+    store: Arc<dyn OutboxStore>,
     metrics: Metrics,
     readiness: Arc<Readiness>,
     admin: Option<AdminListener>,
@@ -46,7 +46,10 @@ pub struct Service {
 
 impl Service {
     /// Binds the admin listener (when `admin.listen` is set) over a connected `store`.
-    pub async fn bind(config: Config, store: Arc<dyn Store>) -> Result<Service, ServiceError> {
+    pub async fn bind(
+        config: Config,
+        store: Arc<dyn OutboxStore>,
+    ) -> Result<Service, ServiceError> {
         let admin = match config.admin.listen {
             Some(addr) => Some(AdminListener::bind(addr).await?),
             None => None,

@@ -1,5 +1,5 @@
-//! Retention's statements and operation: old `delivered` / `failed` rows deleted in bounded
-//! batches, by primary key.
+//! Retention's statements: old `delivered` / `failed` rows deleted in bounded batches, by
+//! primary key (run by `exec::purge`).
 //!
 //! One batch is two statements, each in its own (autocommit) transaction, so no lock is held
 //! between them:
@@ -13,10 +13,9 @@
 //!    primary key, re-checking status and age, so a row requeued (or deleted by another host)
 //!    in between is left alone.
 
-use super::exec::{Driver, Session};
-use super::{Bound, Dialect, EventId, Int, SqlBuilder};
+use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{PurgeParams, PurgeStatus, StoreError, TableName};
+use crate::store::{Backend, PurgeParams, PurgeStatus, TableName};
 
 fn status(status: PurgeStatus) -> Status {
     match status {
@@ -38,8 +37,8 @@ fn purgeable_where(b: &mut SqlBuilder, params: &PurgeParams) {
 }
 
 /// The ids of the oldest `limit` purgeable rows.
-pub(crate) fn select_purgeable(dialect: Dialect, table: &TableName, params: &PurgeParams) -> Bound {
-    let mut b = SqlBuilder::new(dialect);
+pub(crate) fn select_purgeable(backend: Backend, table: &TableName, params: &PurgeParams) -> Bound {
+    let mut b = SqlBuilder::new(backend);
     b.push("SELECT event_id FROM ").push(table.as_str());
     purgeable_where(&mut b, params);
     b.push(" ORDER BY created_at_ms, event_id LIMIT ")
@@ -48,8 +47,8 @@ pub(crate) fn select_purgeable(dialect: Dialect, table: &TableName, params: &Pur
 }
 
 /// How many rows are purgeable (a dry run).
-pub(crate) fn count_purgeable(dialect: Dialect, table: &TableName, params: &PurgeParams) -> Bound {
-    let mut b = SqlBuilder::new(dialect);
+pub(crate) fn count_purgeable(backend: Backend, table: &TableName, params: &PurgeParams) -> Bound {
+    let mut b = SqlBuilder::new(backend);
     b.push("SELECT COUNT(*) FROM ").push(table.as_str());
     purgeable_where(&mut b, params);
     b.finish()
@@ -57,12 +56,12 @@ pub(crate) fn count_purgeable(dialect: Dialect, table: &TableName, params: &Purg
 
 /// Deletes `event_ids` of the tenant by primary key, while still purgeable.
 pub(crate) fn delete_purgeable(
-    dialect: Dialect,
+    backend: Backend,
     table: &TableName,
     params: &PurgeParams,
     event_ids: &[String],
 ) -> Bound {
-    let mut b = SqlBuilder::new(dialect);
+    let mut b = SqlBuilder::new(backend);
     b.push("DELETE FROM ")
         .push(table.as_str())
         .push(" WHERE app_code = ")
@@ -74,37 +73,6 @@ pub(crate) fn delete_purgeable(
         .push(" AND updated_at_ms < ")
         .bind(params.before_ms);
     b.finish()
-}
-
-/// One purge batch (or, dry, the count of every purgeable row).
-pub(crate) async fn purge<D: Driver>(driver: &D, params: &PurgeParams) -> Result<u64, StoreError> {
-    const OP: &str = "purge";
-    let db = StoreError::db;
-    let statements = driver.statements();
-    let (dialect, table) = (statements.dialect(), statements.table());
-    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-    if params.dry_run {
-        let rows = conn
-            .rows::<Int>(count_purgeable(dialect, table, params))
-            .await
-            .map_err(db(OP))?;
-        return Ok(rows
-            .first()
-            .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
-    }
-    let ids: Vec<String> = conn
-        .rows::<EventId>(select_purgeable(dialect, table, params))
-        .await
-        .map_err(db(OP))?
-        .into_iter()
-        .map(|EventId(id)| id)
-        .collect();
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    conn.run(delete_purgeable(dialect, table, params, &ids))
-        .await
-        .map_err(db(OP))
 }
 
 #[cfg(test)]
@@ -124,7 +92,7 @@ mod tests {
     #[test]
     fn purge_statements_walk_the_status_index_and_delete_by_primary_key() {
         let table = TableName::default();
-        let select = select_purgeable(Dialect::Postgres, &table, &params());
+        let select = select_purgeable(Backend::Postgres, &table, &params());
         assert_eq!(
             &*select.sql,
             "SELECT event_id FROM room_outbox WHERE app_code = $1 AND status = 'delivered' \
@@ -132,7 +100,7 @@ mod tests {
         );
         assert_eq!(select.args.len(), 4);
         let delete = delete_purgeable(
-            Dialect::MySql,
+            Backend::MySql,
             &table,
             &PurgeParams {
                 status: PurgeStatus::Failed,
