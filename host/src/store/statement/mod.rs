@@ -14,7 +14,7 @@ pub mod claim;
 pub(crate) mod failed;
 pub(crate) mod insert;
 pub(crate) mod mark;
-pub(crate) mod purge;
+pub mod purge;
 
 use std::sync::Arc;
 

@@ -75,6 +75,31 @@ pub(crate) fn delete_purgeable(
     b.finish()
 }
 
+/// The texts of the purge SELECT and of a DELETE of `ids` rows, as the store runs them (for
+/// EXPLAIN checks). The SELECT binds `app_code, before_ms, before_ms, limit`; the DELETE binds
+/// `app_code`, the `ids` event ids, then `before_ms`.
+pub fn statement_texts(
+    backend: Backend,
+    table: &TableName,
+    status: PurgeStatus,
+    ids: usize,
+) -> (String, String) {
+    let params = PurgeParams {
+        app_code: String::new(),
+        status,
+        before_ms: 0,
+        limit: 1,
+        dry_run: false,
+    };
+    let ids = vec![String::new(); ids.max(1)];
+    (
+        select_purgeable(backend, table, &params).sql.to_string(),
+        delete_purgeable(backend, table, &params, &ids)
+            .sql
+            .to_string(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
