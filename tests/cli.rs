@@ -269,6 +269,71 @@ cli_tests!(sqlite, Backend::Sqlite);
 cli_tests!(mysql, Backend::MySql);
 cli_tests!(postgres, Backend::Postgres);
 
+/// SIGHUP reloads the sinks (one `reloaded` line) and the process keeps running; a broken
+/// config on the next SIGHUP is refused with one line; SIGTERM then stops it with exit 0.
+#[test]
+fn sighup_reloads_and_keeps_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    run_ok(with(&config, &url).arg("migrate"));
+    let log = dir.path().join("stderr.log");
+    let mut child = with(&config, &url)
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let wait_for = |text: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+            if stderr.contains(text) {
+                return stderr;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {text:?} in stderr:\n{stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let signal = |name: &str| {
+        assert!(
+            Command::new("kill")
+                .args([name, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    wait_for("worker started");
+    signal("-HUP");
+    wait_for("reloaded: 1 sinks (log), 1 routes");
+    std::fs::write(&config, "[worker]\nbatch_sise = 1\n").unwrap();
+    signal("-HUP");
+    let stderr = wait_for("reload refused");
+    assert!(stderr.contains("batch_sise"), "{stderr}");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP stopped outboxd"
+    );
+    signal("-TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+}
+
 #[test]
 fn bad_config_is_one_clear_error_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();

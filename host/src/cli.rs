@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use crate::bench::{self, BenchOptions};
 use crate::config::{Config, LogFormat};
 use crate::record::{Record, now_ms};
+use crate::reload::ConfigSource;
 use crate::retention::Retention;
 use crate::service::Service;
 use crate::store::{
@@ -47,7 +48,8 @@ pub enum Command {
     Migrate,
     /// Write sample events (for trying things out and for scripts).
     Enqueue(EnqueueArgs),
-    /// Deliver events until stopped (SIGINT/SIGTERM finish the batch in flight, then exit 0).
+    /// Deliver events until stopped (SIGINT/SIGTERM finish the batch in flight, then exit 0;
+    /// SIGHUP reloads sinks and routes).
     Run {
         /// Exit 0 once nothing is claimable.
         #[arg(long)]
@@ -255,7 +257,13 @@ pub async fn execute(cli: Cli) -> Result<()> {
             store.close().await;
         }
         Command::Enqueue(args) => enqueue(&config, args).await?,
-        Command::Run { drain } => run(&config, drain).await?,
+        Command::Run { drain } => {
+            let (path, url) = (cli.config.clone(), cli.database_url.clone());
+            let source: ConfigSource = Arc::new(move || {
+                load_config_from(path.as_deref(), url.as_deref()).map_err(|e| format!("{e:#}"))
+            });
+            run(&config, drain, source).await?
+        }
         Command::Status { json, app_code } => {
             let store = connect(&config).await?;
             let counts = store
@@ -363,16 +371,21 @@ pub async fn execute(cli: Cli) -> Result<()> {
 
 /// Loads `--config` (or ./outboxd.toml when present) and applies `--database-url`.
 fn load_config(cli: &Cli) -> Result<Config> {
+    load_config_from(cli.config.as_deref(), cli.database_url.as_deref())
+}
+
+/// [`load_config`] from its parts (also what a hot reload re-reads).
+fn load_config_from(config: Option<&Path>, database_url: Option<&str>) -> Result<Config> {
     let default_path = Path::new("outboxd.toml");
-    let path = match &cli.config {
-        Some(path) => Some(path.as_path()),
+    let path = match config {
+        Some(path) => Some(path),
         None if default_path.exists() => Some(default_path),
         None => None,
     };
     let mut config = Config::load(path, std::env::vars())?;
-    if let Some(url) = &cli.database_url {
+    if let Some(url) = database_url {
         store::Backend::from_url(url)?;
-        config.database.url = url.clone();
+        config.database.url = url.to_string();
     }
     Ok(config)
 }
@@ -435,9 +448,11 @@ async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
     Ok(())
 }
 
-async fn run(config: &Config, drain: bool) -> Result<()> {
+async fn run(config: &Config, drain: bool, source: ConfigSource) -> Result<()> {
     let store = connect(config).await?;
-    let service = Service::bind(config.clone(), store.clone()).await?;
+    let service = Service::bind(config.clone(), store.clone())
+        .await?
+        .with_reload(source);
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let mode = if drain {

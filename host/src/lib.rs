@@ -18,6 +18,7 @@
 //! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
 //!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
 //!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`).
+//! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
 //! - [`service`]: `outboxd run` as a service: listener, refresher, sinks, worker, one shutdown.
 //! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`.
 
@@ -33,6 +34,7 @@ pub mod monitor;
 pub mod plugin;
 pub mod publish;
 pub mod record;
+pub mod reload;
 pub mod retention;
 pub mod retry;
 pub mod service;

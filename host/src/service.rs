@@ -7,16 +7,17 @@
 //! flight, then the background tasks stop.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminListener, AdminState, BindError, Readiness};
+use crate::admin::{AdminListener, AdminState, BindError, Readiness, ReloadFn};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries};
-use crate::plugin::{PluginError, load_publisher_with_metrics};
+use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_metrics};
+use crate::reload::{ConfigSource, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
 use crate::worker::{BatchStats, RunMode, Worker, WorkerError, WorkerOptions};
@@ -42,6 +43,7 @@ pub struct Service {
     metrics: Metrics,
     readiness: Arc<Readiness>,
     admin: Option<AdminListener>,
+    reload_source: Option<ConfigSource>,
 }
 
 impl Service {
@@ -60,7 +62,15 @@ impl Service {
             metrics: Metrics::new(),
             readiness: Readiness::new(),
             admin,
+            reload_source: None,
         })
+    }
+
+    /// Enables hot reload (`SIGHUP` and `POST /reload`), re-reading the configuration from
+    /// `source`.
+    pub fn with_reload(mut self, source: ConfigSource) -> Service {
+        self.reload_source = Some(source);
+        self
     }
 
     /// Where the admin listener is bound, if it is on.
@@ -102,12 +112,18 @@ impl Service {
             metrics,
             readiness,
             admin,
+            reload_source,
         } = self;
+        // Set once the sinks have started; reload requests before that are refused.
+        let reloader: Arc<OnceLock<Arc<Reloader>>> = Arc::new(OnceLock::new());
+        if reload_source.is_some() {
+            tracker.spawn(reload_on_sighup(reloader.clone(), background.clone()));
+        }
         if let Some(listener) = admin {
             let state = AdminState {
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
-                reload: None,
+                reload: reload_source.as_ref().map(|_| reload_fn(reloader.clone())),
             };
             tracker.spawn(listener.serve(state, background.clone()));
         }
@@ -131,6 +147,15 @@ impl Service {
         let publisher =
             load_publisher_with_metrics(&config.sinks, &config.routes, &config.plugins, &metrics)
                 .await?;
+        let publisher = Arc::new(SwappablePublisher::new(publisher));
+        if let Some(source) = reload_source {
+            let _ = reloader.set(Arc::new(Reloader::new(
+                source,
+                config.clone(),
+                publisher.clone(),
+                metrics.clone(),
+            )));
+        }
         readiness.set_sinks_started(true);
         if let Some(interval) = config.log.summary_interval {
             tracker.spawn(log_summaries(
@@ -144,5 +169,41 @@ impl Service {
         let worker = Worker::new(store, publisher, WorkerOptions::from_config(&config))
             .with_metrics(metrics);
         Ok(worker.run(mode, shutdown).await?)
+    }
+}
+
+/// `POST /reload`: runs the reloader once it exists.
+fn reload_fn(reloader: Arc<OnceLock<Arc<Reloader>>>) -> ReloadFn {
+    Arc::new(move || {
+        let reloader = reloader.clone();
+        Box::pin(async move {
+            match reloader.get() {
+                Some(reloader) => reloader.reload().await,
+                None => Err("the sinks are still starting; try again".to_string()),
+            }
+        })
+    })
+}
+
+/// Reloads on every `SIGHUP` until `shutdown` (installed before the sinks start, so a `SIGHUP`
+/// never kills the process).
+async fn reload_on_sighup(reloader: Arc<OnceLock<Arc<Reloader>>>, shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install the SIGHUP handler; use POST /reload");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            received = hangup.recv() => if received.is_none() { return },
+        }
+        tracing::info!("SIGHUP: reloading the configuration and plugins");
+        match reloader.get() {
+            Some(reloader) => {
+                let _ = reloader.reload().await; // logged either way
+            }
+            None => tracing::warn!("SIGHUP ignored: the sinks are still starting"),
+        }
     }
 }

@@ -13,6 +13,7 @@
 //! - [`breaker`]: [`BreakerSink`], a sink's circuit breaker (defers events without spending an
 //!   attempt while the sink is down);
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
+//! - [`swap`]: [`SwappablePublisher`], the set the worker holds across hot reloads;
 //! - [`check`]: `outboxd plugin check|test`.
 
 mod bindings;
@@ -26,6 +27,7 @@ mod redact;
 pub mod router;
 pub mod sink;
 mod state;
+pub mod swap;
 pub mod world;
 
 use std::collections::BTreeMap;
@@ -40,6 +42,7 @@ pub use engine::{CompiledPlugin, PluginEngine};
 pub use error::{BoxError, PluginError};
 pub use router::RoutedPublisher;
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
+pub use swap::SwappablePublisher;
 
 use crate::config::{PluginSettings, RouteConfig, SinkConfig};
 use crate::metrics::Metrics;
