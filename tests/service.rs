@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outboxd::config::{BreakerSettings, Config, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::config::{BreakerSettings, Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::metrics::{Metrics, RowOutcome};
 use outboxd::plugin::load_publisher_with_metrics;
 use outboxd::record::now_ms;
@@ -251,7 +251,8 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
             sink: "log".into(),
         },
     ];
-    let publisher = load_publisher_with_metrics(&sinks, &routes, &fixtures::settings(), &metrics)
+    let publishing = Publishing::new(sinks, routes, Path::new("")).expect("valid sinks and routes");
+    let publisher = load_publisher_with_metrics(&publishing, &fixtures::settings(), &metrics)
         .await
         .expect("sinks start");
     let options = WorkerOptions {

@@ -52,13 +52,14 @@ impl Reloader {
             Ok(next) => {
                 let summary = format!(
                     "reloaded: {} sinks ({}), {} routes",
-                    next.sinks.len(),
-                    next.sinks
+                    next.publishing.sinks().len(),
+                    next.publishing
+                        .sinks()
                         .iter()
-                        .map(|s| s.name.as_str())
+                        .map(|s| s.name())
                         .collect::<Vec<_>>()
                         .join(", "),
-                    next.routes.len()
+                    next.publishing.routes().len()
                 );
                 info!("{summary}");
                 *running = next;
@@ -80,10 +81,9 @@ impl Reloader {
                 changed.join(", ")
             ));
         }
-        let publisher =
-            load_publisher_with_metrics(&next.sinks, &next.routes, &next.plugins, &self.metrics)
-                .await
-                .map_err(|e| one_line(&e))?;
+        let publisher = load_publisher_with_metrics(&next.publishing, &next.plugins, &self.metrics)
+            .await
+            .map_err(|e| one_line(&e))?;
         self.publisher.swap(publisher);
         Ok(next)
     }
@@ -156,8 +156,9 @@ mod tests {
         let running = Config::defaults();
         let mut next = running.clone();
         assert!(restart_only_changes(&running, &next).is_empty());
-        next.sinks.clear();
-        next.routes.clear();
+        next.publishing =
+            crate::config::Publishing::new(Vec::new(), Vec::new(), std::path::Path::new(""))
+                .expect("an empty publishing section is valid");
         assert!(restart_only_changes(&running, &next).is_empty());
         next.database.url = "postgres://db/x".into();
         next.worker.app_codes = vec!["other".into()];

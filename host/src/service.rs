@@ -145,8 +145,7 @@ impl Service {
         };
         tracker.spawn(retention.run(background.clone()));
         let publisher =
-            load_publisher_with_metrics(&config.sinks, &config.routes, &config.plugins, &metrics)
-                .await?;
+            load_publisher_with_metrics(&config.publishing, &config.plugins, &metrics).await?;
         let publisher = Arc::new(SwappablePublisher::new(publisher));
         if let Some(source) = reload_source {
             let _ = reloader.set(Arc::new(Reloader::new(

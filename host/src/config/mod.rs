@@ -17,7 +17,9 @@ use serde::{Deserialize, Deserializer};
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use retention::RetentionConfig;
-pub use sink::{BreakerSettings, RouteConfig, SinkConfig, SinkLimits};
+pub use sink::{
+    BreakerSettings, Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec,
+};
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
@@ -56,10 +58,9 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[retention]`.
     pub retention: RetentionConfig,
-    /// `[[sink]]`s, plugin paths resolved against the config file's folder.
-    pub sinks: Vec<SinkConfig>,
-    /// `[[route]]`s, in order (first match wins).
-    pub routes: Vec<RouteConfig>,
+    /// `[[sink]]`s (plugin paths resolved against the config file's folder) and `[[route]]`s,
+    /// checked together.
+    pub publishing: Publishing,
 }
 
 /// `[database]`.
@@ -407,8 +408,7 @@ impl RawConfig {
         let database = self.database.validate()?;
         let worker = self.worker.validate()?;
         let retry = self.retry.validate()?;
-        let sinks = validate_sinks(self.sinks, base_dir)?;
-        validate_routes(&self.routes, &sinks)?;
+        let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
         let admin = self.admin.validate()?;
         let retention = self.retention.validate()?;
         if self.log.level.trim().is_empty() {
@@ -428,8 +428,7 @@ impl RawConfig {
             },
             admin,
             retention,
-            sinks,
-            routes: self.routes,
+            publishing,
         })
     }
 }
@@ -561,73 +560,6 @@ impl RawRetry {
     }
 }
 
-fn validate_sinks(
-    mut sinks: Vec<SinkConfig>,
-    base_dir: &Path,
-) -> Result<Vec<SinkConfig>, ConfigError> {
-    let mut names = std::collections::BTreeSet::new();
-    for (index, sink) in sinks.iter_mut().enumerate() {
-        let key = format!("sink[{index}]");
-        if sink.name.trim().is_empty() {
-            return Err(invalid(&format!("{key}.name"), "must not be empty"));
-        }
-        if !names.insert(sink.name.clone()) {
-            return Err(invalid(
-                &format!("{key}.name"),
-                format!("sink `{}` is defined twice", sink.name),
-            ));
-        }
-        if sink.plugin.as_os_str().is_empty() {
-            return Err(invalid(&format!("{key}.plugin"), "must name a .wasm file"));
-        }
-        sink.plugin = base_dir.join(&sink.plugin);
-        let limits = &sink.limits;
-        if limits.publish_timeout.is_zero() {
-            return Err(invalid(
-                &format!("{key}.limits.publish_timeout"),
-                "must be greater than 0",
-            ));
-        }
-        if limits.max_batch_size == 0 {
-            return Err(invalid(
-                &format!("{key}.limits.max_batch_size"),
-                "must be at least 1",
-            ));
-        }
-        if limits.memory.0 < 1 << 20 {
-            return Err(invalid(
-                &format!("{key}.limits.memory"),
-                "must be at least 1MiB",
-            ));
-        }
-        if sink.breaker.failures > 0 && sink.breaker.cool_down.is_zero() {
-            return Err(invalid(
-                &format!("{key}.breaker.cool_down"),
-                "must be greater than 0 (set breaker.failures = 0 to turn the breaker off)",
-            ));
-        }
-    }
-    Ok(sinks)
-}
-
-fn validate_routes(routes: &[RouteConfig], sinks: &[SinkConfig]) -> Result<(), ConfigError> {
-    for (index, route) in routes.iter().enumerate() {
-        if route.event_type.is_empty() {
-            return Err(invalid(
-                &format!("route[{index}].event_type"),
-                "must not be empty (use \"*\" for all)",
-            ));
-        }
-        if !sinks.iter().any(|s| s.name == route.sink) {
-            return Err(invalid(
-                &format!("route[{index}].sink"),
-                format!("unknown sink `{}` (no [[sink]] with that name)", route.sink),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// `<hostname>-<pid>`, the default node id.
 fn default_node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -756,9 +688,10 @@ mod tests {
                 ]
             }
         );
-        assert_eq!(config.sinks[0].limits.memory, ByteSize(64 << 20));
-        assert!(config.sinks[0].plugin.ends_with("plugins/log.wasm"));
-        assert!(config.sinks[0].plugin.is_absolute());
+        let sink = &config.publishing.sinks()[0];
+        assert_eq!(sink.limits().memory, ByteSize(64 << 20));
+        assert!(sink.plugin().ends_with("plugins/log.wasm"));
+        assert!(sink.plugin().is_absolute());
     }
 
     #[test]

@@ -4,54 +4,59 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
 use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use super::error::PluginError;
-use crate::config::RouteConfig;
 use crate::metrics::Metrics;
 use crate::publish::{Event, Outcome, Publisher};
 
+/// One route: events whose type matches `event_type` go to `publisher`, the sink named `sink`.
+#[derive(Clone)]
+pub struct Route {
+    /// Glob on the event type: `*` matches any run of characters, `?` one character.
+    pub event_type: String,
+    /// The sink's name.
+    pub sink: String,
+    /// The sink.
+    pub publisher: Arc<dyn Publisher>,
+}
+
 /// A [`Publisher`] that dispatches each event to the sink its route names.
 pub struct RoutedPublisher {
-    /// `(glob, index into sinks)`, in config order.
+    /// `(glob, index into sinks)`, in route order.
     routes: Vec<(String, usize)>,
-    /// `(name, publisher)` of every sink.
+    /// `(name, publisher)` of every sink a route names.
     sinks: Vec<(String, Arc<dyn Publisher>)>,
     /// Publish durations per sink go here.
     metrics: Metrics,
 }
 
 impl RoutedPublisher {
-    /// Builds the router; every route must name one of `sinks` ([`PluginError::UnknownSink`]).
-    /// An event type no route matches is answered `Permanent("no route for event type …")`;
-    /// a catch-all route `event_type = "*"` placed last acts as the default sink.
-    pub fn new(
-        routes: &[RouteConfig],
-        sinks: BTreeMap<String, Arc<dyn Publisher>>,
-    ) -> Result<RoutedPublisher, PluginError> {
-        let sinks: Vec<(String, Arc<dyn Publisher>)> = sinks.into_iter().collect();
+    /// The router over `routes`, in order (first match wins). An event type no route matches is
+    /// answered `Permanent("no route for event type …")`; a catch-all route `event_type = "*"`
+    /// placed last acts as the default sink. Routes naming the same sink share its publisher.
+    pub fn new(routes: Vec<Route>) -> RoutedPublisher {
+        let mut sinks: Vec<(String, Arc<dyn Publisher>)> = Vec::new();
         let routes = routes
-            .iter()
+            .into_iter()
             .map(|route| {
-                sinks
-                    .iter()
-                    .position(|(name, _)| *name == route.sink)
-                    .map(|index| (route.event_type.clone(), index))
-                    .ok_or_else(|| PluginError::UnknownSink {
-                        event_type: route.event_type.clone(),
-                        sink: route.sink.clone(),
-                    })
+                let index = match sinks.iter().position(|(name, _)| *name == route.sink) {
+                    Some(index) => index,
+                    None => {
+                        sinks.push((route.sink, route.publisher));
+                        sinks.len() - 1
+                    }
+                };
+                (route.event_type, index)
             })
-            .collect::<Result<_, _>>()?;
-        Ok(RoutedPublisher {
+            .collect();
+        RoutedPublisher {
             routes,
             sinks,
             metrics: Metrics::default(),
-        })
+        }
     }
 
     /// The same router timing each sink's publishes into `metrics`.
@@ -92,6 +97,9 @@ impl Publisher for RoutedPublisher {
             }
         }
         let whole_batch = groups.len() == 1 && groups.values().all(|p| p.len() == batch.len());
+        // Each sink answers one outcome per event (the `Publisher` contract; `PluginSink` checks its
+        // plugin's answer); the worker checks the whole batch's count. A position left without an
+        // outcome is retried.
         let published = join_all(groups.into_iter().map(|(sink, positions)| async move {
             let (name, publisher) = &self.sinks[sink];
             let started = Instant::now();
@@ -102,16 +110,6 @@ impl Publisher for RoutedPublisher {
                 publisher.publish(&events).await
             };
             self.metrics.observe_publish(name, started.elapsed());
-            let results = if results.len() == positions.len() {
-                results
-            } else {
-                let message = format!(
-                    "sink `{name}` returned {} results for {} events",
-                    results.len(),
-                    positions.len()
-                );
-                vec![Outcome::retryable(message); positions.len()]
-            };
             (positions, results)
         }))
         .await;
@@ -123,7 +121,7 @@ impl Publisher for RoutedPublisher {
         outcomes
             .into_iter()
             .map(|outcome| {
-                outcome.unwrap_or_else(|| Outcome::retryable("event lost by the router"))
+                outcome.unwrap_or_else(|| Outcome::retryable("its sink returned no outcome for it"))
             })
             .collect()
     }
