@@ -19,6 +19,7 @@
 //!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
 //!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`).
 //! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
+//! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, sinks, worker, one shutdown.
 //! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`.
 
@@ -32,6 +33,7 @@ pub mod envelope;
 pub mod metrics;
 pub mod monitor;
 pub mod plugin;
+pub mod progress;
 pub mod publish;
 pub mod record;
 pub mod reload;

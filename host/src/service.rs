@@ -165,6 +165,14 @@ impl Service {
                 background.clone(),
             ));
         }
+        if mode == RunMode::Drain {
+            tracker.spawn(crate::progress::drain_progress(
+                store.clone(),
+                config.worker.app_codes.clone(),
+                metrics.clone(),
+                background.clone(),
+            ));
+        }
         let worker = Worker::new(store, publisher, WorkerOptions::from_config(&config))
             .with_metrics(metrics);
         Ok(worker.run(mode, shutdown).await?)
