@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use outboxd::bench::NoopPublisher;
+use outboxd::cli::bench::NoopPublisher;
 use outboxd::config::{PluginSettings, SinkConfig, SinkSpec};
 use outboxd::plugin::{PluginEngine, PluginSink};
 use outboxd::publish::{Event, Publisher};

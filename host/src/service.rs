@@ -20,7 +20,7 @@ use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_metrics
 use crate::reload::{ConfigSource, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
-use crate::worker::{BatchStats, RunMode, Worker, WorkerError, WorkerOptions};
+use crate::worker::{BatchStats, RunMode, Worker, WorkerError};
 
 /// Why the service could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -173,8 +173,7 @@ impl Service {
                 background.clone(),
             ));
         }
-        let worker = Worker::new(store, publisher, WorkerOptions::from_config(&config))
-            .with_metrics(metrics);
+        let worker = Worker::new(store, publisher, config.worker_options()).with_metrics(metrics);
         Ok(worker.run(mode, shutdown).await?)
     }
 }

@@ -59,7 +59,7 @@ pub mod statement;
 mod table_name;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::publish::Event;
 use crate::record::Record;
@@ -146,8 +146,9 @@ impl StoreError {
     }
 }
 
-/// Whether a claim keeps per-room order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Whether a claim keeps per-room order. In config: `worker.ordering = "none" | "per-room"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum DeliveryOrder {
     /// Any claimable row may be handed out.
     #[default]
