@@ -269,6 +269,16 @@ cli_tests!(sqlite, Backend::Sqlite);
 cli_tests!(mysql, Backend::MySql);
 cli_tests!(postgres, Backend::Postgres);
 
+/// A child process killed when dropped (a failing test leaves no `outboxd run` behind).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// SIGHUP reloads the sinks (one `reloaded` line) and the process keeps running; a broken
 /// config on the next SIGHUP is refused with one line; SIGTERM then stops it with exit 0.
 #[test]
@@ -278,13 +288,15 @@ fn sighup_reloads_and_keeps_running() {
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
     run_ok(with(&config, &url).arg("migrate"));
     let log = dir.path().join("stderr.log");
-    let mut child = with(&config, &url)
+    let child = with(&config, &url)
         .arg("run")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let pid = child.id().to_string();
+    // Killed if an assertion fails before the SIGTERM below.
+    let mut child = KillOnDrop(child);
+    let pid = child.0.id().to_string();
     let wait_for = |text: &str| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
@@ -316,13 +328,13 @@ fn sighup_reloads_and_keeps_running() {
     let stderr = wait_for("reload refused");
     assert!(stderr.contains("batch_sise"), "{stderr}");
     assert!(
-        child.try_wait().unwrap().is_none(),
+        child.0.try_wait().unwrap().is_none(),
         "SIGHUP stopped outboxd"
     );
     signal("-TERM");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let exit = loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = child.0.try_wait().unwrap() {
             break status;
         }
         assert!(
