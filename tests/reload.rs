@@ -150,7 +150,13 @@ async fn swap_a_plugin_file_under_load(backend: Backend) {
     let store = db.store_default().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(fixtures::plugin("log"), dir.path().join("sink.wasm")).unwrap();
-    let config_path = write_config(dir.path(), "", r#"config = { format = "json" }"#);
+    let config_path = write_config(
+        dir.path(),
+        "",
+        // One log line per event: the plugin log cap must let every one through.
+        r#"config = { format = "json" }
+limits = { log_lines_per_second = 1000000 }"#,
+    );
     let source: ConfigSource = {
         let path = config_path.clone();
         Arc::new(move || Config::load(Some(&path), std::iter::empty()).map_err(|e| e.to_string()))

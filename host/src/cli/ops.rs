@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{EnqueueArgs, FilterArgs, RequeueArgs};
 use crate::config::Config;
@@ -177,12 +177,13 @@ pub async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
 /// `outboxd run [--drain]`: the service (admin listener, retention, sinks, worker) until a
 /// signal (or drained); `source` re-reads the config on a hot reload.
 pub async fn run(config: &Config, drain: bool, source: ConfigSource) -> Result<()> {
+    config.check_deliverable()?;
     let store = connect(config).await?;
     let service = Service::bind(config.clone(), store.clone())
         .await?
         .with_reload(source);
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    tokio::spawn(super::signals::stop_on_signal(shutdown.clone()));
     let mode = if drain {
         RunMode::Drain
     } else {
@@ -243,23 +244,6 @@ pub async fn purge(config: &Config, dry_run: bool, app_code: Option<String>) -> 
         cleanup.app_codes.join(", ")
     );
     Ok(())
-}
-
-/// Cancels `shutdown` on the first SIGINT or SIGTERM; a second signal exits at once (130).
-async fn stop_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        warn!("cannot install signal handlers; stop outboxd with SIGKILL");
-        return;
-    };
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    info!("shutdown requested: finishing batches in flight (signal again to exit at once)");
-    shutdown.cancel();
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    std::process::exit(130);
 }
 
 impl FilterArgs {
