@@ -323,7 +323,7 @@ impl Worker {
                     };
                     let (positions, marks) = self.marks_for(events, part, &mut answered);
                     if !marks.is_empty() {
-                        marking.push(self.mark_and_log(worker_id, app_code, lease, events, created_at_ms, positions, marks));
+                        marking.push(self.mark_and_log(worker_id, app_code, lease, ClaimedRows { events, created_at_ms }, positions, marks));
                     }
                 },
                 _ = &mut deadline, if parts.is_some() => {
@@ -335,7 +335,7 @@ impl Worker {
                     let (positions, marks) =
                         self.marks_for(events, unanswered(&answered, &reason), &mut answered);
                     if !marks.is_empty() {
-                        marking.push(self.mark_and_log(worker_id, app_code, lease, events, created_at_ms, positions, marks));
+                        marking.push(self.mark_and_log(worker_id, app_code, lease, ClaimedRows { events, created_at_ms }, positions, marks));
                     }
                 },
                 Some(marked) = marking.next() => stats.add_marks(&marked?),
@@ -376,11 +376,14 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
         lease: &Lease,
-        events: &[Event],
-        created_at_ms: &[i64],
+        rows: ClaimedRows<'_>,
         positions: Vec<usize>,
         marks: Vec<Mark>,
     ) -> Result<BatchStats, WorkerError> {
+        let ClaimedRows {
+            events,
+            created_at_ms,
+        } = rows;
         let options = &*self.options;
         // The store retries a transient or unreachable database while the lease holds; any error
         // left ends the round, and the rows come back when the lease expires (an attempt).
@@ -503,6 +506,14 @@ fn unanswered(answered: &[bool], reason: &str) -> Answered {
         .filter(|(_, seen)| !**seen)
         .map(|(position, _)| (position, Outcome::retryable(reason)))
         .collect()
+}
+
+/// The events of a claimed batch and their rows' `created_at_ms` (for the delivery latency),
+/// by position.
+#[derive(Clone, Copy)]
+struct ClaimedRows<'a> {
+    events: &'a [Event],
+    created_at_ms: &'a [i64],
 }
 
 /// Counters shared by the loops of one run.
