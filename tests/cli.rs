@@ -324,6 +324,7 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
         .args(["--preserve-status", "-s", "TERM", "1.5"])
         .arg(env!("CARGO_BIN_EXE_outboxd"))
         .env_remove("OUTBOXD_DATABASE_URL")
+        .env("OUTBOXD_ADMIN_LISTEN", "")
         .arg("--config")
         .arg(&config)
         .args(["--database-url", url, "run"])
