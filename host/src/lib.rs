@@ -27,7 +27,8 @@
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
 //!   shutdown.
-//! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands, bench).
+//! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands with
+//!   plugin authors' `plugin new` scaffolding and `plugin bench`, bench).
 
 #![warn(missing_docs)]
 
