@@ -658,3 +658,38 @@ fn unknown_database_scheme_is_refused() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unsupported database URL"));
 }
+
+/// `outboxd bench --retention` end to end on a small history: the history is loaded, measured
+/// quiet, then deleted by the real retention pass while claims are measured, and the report
+/// says so (the benchmark mode cannot rot unnoticed).
+#[test]
+fn bench_retention_measures_claims_while_the_history_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let output = run_ok(outboxd().current_dir(dir.path()).args([
+        "--database-url",
+        &url,
+        "bench",
+        "--retention",
+        "--history",
+        "2500",
+        "--window",
+        "300ms",
+        "--windows",
+        "2",
+    ]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "history: 2500 delivered rows",
+        "retention.batch_size 1000 pause 100ms: deleted 2500 rows",
+        ", 0 left",
+        "quiet 1 ",
+        "quiet 2 ",
+        "cleanup 1 ",
+        "cleanup all ",
+        "cleanup / quiet: p50 ",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("quiet 3 "), "{stdout}");
+}

@@ -7,10 +7,12 @@
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
 //! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_new`] (scaffolding from
 //!   `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no database);
-//! - `bench`: `outboxd bench`;
+//! - `bench`: `outboxd bench`; [`bench_retention`]: `outboxd bench --retention` (claim latency
+//!   while retention cleans old rows);
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 pub mod bench;
+pub mod bench_retention;
 pub mod ops;
 pub mod plugin;
 pub mod plugin_bench;
@@ -195,6 +197,9 @@ pub struct BenchArgs {
     /// Table the benchmark writes (created if missing); keep it away from production data.
     #[arg(long, default_value = "outboxd_bench")]
     pub table: String,
+    /// `--retention` and its options.
+    #[command(flatten)]
+    pub retention: bench_retention::RetentionBenchArgs,
 }
 
 /// `outboxd plugin …`.
@@ -330,6 +335,9 @@ pub async fn execute(cli: Cli) -> Result<()> {
                 },
         } => ops::list_failed(&config, json, limit, &filter).await,
         Command::Requeue(args) => ops::requeue(&config, args).await,
+        Command::Bench(args) if args.retention.retention => {
+            bench_retention::command(&config, args).await
+        }
         Command::Bench(args) => bench::command(&config, args).await,
         Command::Plugin { command } => plugin::command(&config, command).await,
     }

@@ -1,0 +1,462 @@
+//! `outboxd bench --retention`: claim latency on a table holding N old `delivered` rows, quiet
+//! versus while the retention cleanup deletes them, side by side from one run.
+//!
+//! 1. Loads the history through the store itself (enqueue, claim, mark `delivered`, 1000 rows a
+//!    chunk, every timestamp 30 days in the past), so it works unchanged on every backend.
+//! 2. Quiet: `--windows` windows of `--window` each, while nothing else touches the table.
+//! 3. Cleanup: the same [`Retention::pass`] that `outboxd run` and `outboxd purge` use (batch
+//!    size and pause from `[retention]`, so its defaults unless configured) deletes the history,
+//!    while windows are measured back to back until it is done or `--max-cleanup` has passed.
+//!
+//! A measured call is one [`OutboxStore::claim`] of `--claim-batch` fresh `pending` rows plus the
+//! [`OutboxStore::mark`] of that batch as delivered; the fresh rows are enqueued untimed just
+//! before. Fresh rows share the history's tenant, so the claim walks the same index the purge does.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use super::BenchArgs;
+use crate::config::{Config, RetentionConfig};
+use crate::metrics::Metrics;
+use crate::record::{Record, now_ms};
+use crate::retention::Retention;
+use crate::store::{
+    self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Lease, Mark,
+    MarkParams, OutboxStore, StoreError, TableName,
+};
+
+/// How far in the past the history rows were created and delivered.
+const HISTORY_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The retention age the cleanup uses: the history is older, the fresh rows are younger.
+const CLEANUP_AGE: Duration = Duration::from_secs(24 * 3600);
+/// Rows per history chunk (one enqueue, one claim, one mark).
+const LOAD_CHUNK: u32 = 1000;
+
+/// The `--retention` options of `outboxd bench` (flattened into [`BenchArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RetentionBenchArgs {
+    /// Measure claim latency quiet vs while retention deletes `--history` old delivered rows
+    /// (instead of the delivery shapes).
+    #[arg(long)]
+    pub retention: bool,
+    /// Old `delivered` rows loaded before measuring (`--retention`).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub history: u32,
+    /// Rows per measured claim + mark (`--retention`).
+    #[arg(long, default_value_t = 10)]
+    pub claim_batch: u32,
+    /// Length of one measurement window (`--retention`).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub window: Duration,
+    /// Quiet windows measured before the cleanup starts (`--retention`).
+    #[arg(long, default_value_t = 3)]
+    pub windows: u32,
+    /// Stop measuring the cleanup after this long even if history is left (`--retention`).
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub max_cleanup: Duration,
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct RetentionBenchOptions {
+    /// Old delivered rows to load.
+    pub history: u32,
+    /// Rows per measured claim + mark.
+    pub claim_batch: u32,
+    /// One window's length.
+    pub window: Duration,
+    /// Quiet windows before the cleanup.
+    pub quiet_windows: u32,
+    /// Bound on the cleanup phase.
+    pub max_cleanup: Duration,
+    /// Benchmark table (created if missing).
+    pub table: TableName,
+}
+
+/// Timed claim + mark calls of one window.
+#[derive(Debug, Clone, Default)]
+pub struct LatencyWindow {
+    /// Each call's duration.
+    pub calls: Vec<Duration>,
+    /// Wall time of the window (enqueues included).
+    pub elapsed: Duration,
+}
+
+impl LatencyWindow {
+    /// The `p`-th percentile (0..=100) of the calls, nearest rank; zero without calls.
+    pub fn percentile(&self, p: f64) -> Duration {
+        let mut sorted = self.calls.clone();
+        sorted.sort_unstable();
+        if sorted.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+        sorted[rank.clamp(1, sorted.len()) - 1]
+    }
+
+    /// Claim + mark calls per second of wall time.
+    pub fn rate(&self) -> f64 {
+        self.calls.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// All windows' calls as one.
+    pub fn pooled<'a>(windows: impl IntoIterator<Item = &'a LatencyWindow>) -> LatencyWindow {
+        windows
+            .into_iter()
+            .fold(LatencyWindow::default(), |mut all, w| {
+                all.calls.extend_from_slice(&w.calls);
+                all.elapsed += w.elapsed;
+                all
+            })
+    }
+}
+
+/// The result of one run.
+#[derive(Debug, Clone)]
+pub struct RetentionBenchReport {
+    /// The database (password redacted).
+    pub database: String,
+    /// History rows loaded, and how long that took.
+    pub history: u32,
+    /// Wall time of the load.
+    pub load: Duration,
+    /// Cleanup batch size and pause used.
+    pub retention: RetentionConfig,
+    /// Rows per measured call.
+    pub claim_batch: u32,
+    /// Windows before the cleanup.
+    pub quiet: Vec<LatencyWindow>,
+    /// Windows while the cleanup ran.
+    pub cleanup: Vec<LatencyWindow>,
+    /// History rows the cleanup deleted.
+    pub deleted: u64,
+    /// How long the cleanup ran (until done or stopped).
+    pub cleanup_time: Duration,
+    /// History rows left when the measurement stopped.
+    pub history_left: u64,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn write_window(f: &mut fmt::Formatter<'_>, name: &str, w: &LatencyWindow) -> fmt::Result {
+    writeln!(
+        f,
+        "{:<12} {:>7} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.0}",
+        name,
+        w.calls.len(),
+        w.elapsed.as_secs_f64(),
+        ms(w.percentile(50.0)),
+        ms(w.percentile(90.0)),
+        ms(w.percentile(99.0)),
+        w.rate()
+    )
+}
+
+impl fmt::Display for RetentionBenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "database: {}  history: {} delivered rows (loaded in {:.1}s)  claim batch: {}",
+            self.database,
+            self.history,
+            self.load.as_secs_f64(),
+            self.claim_batch
+        )?;
+        writeln!(
+            f,
+            "cleanup: retention.batch_size {} pause {}: deleted {} rows in {:.1}s, {} left",
+            self.retention.batch_size,
+            humantime::format_duration(self.retention.pause),
+            self.deleted,
+            self.cleanup_time.as_secs_f64(),
+            self.history_left
+        )?;
+        writeln!(
+            f,
+            "{:<12} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10}",
+            "window", "calls", "secs", "p50 ms", "p90 ms", "p99 ms", "claims/s"
+        )?;
+        for (i, w) in self.quiet.iter().enumerate() {
+            write_window(f, &format!("quiet {}", i + 1), w)?;
+        }
+        for (i, w) in self.cleanup.iter().enumerate() {
+            write_window(f, &format!("cleanup {}", i + 1), w)?;
+        }
+        let quiet = LatencyWindow::pooled(&self.quiet);
+        let cleanup = LatencyWindow::pooled(&self.cleanup);
+        write_window(f, "quiet all", &quiet)?;
+        write_window(f, "cleanup all", &cleanup)?;
+        let ratio = |a: Duration, b: Duration| ms(a) / ms(b).max(1e-9);
+        writeln!(
+            f,
+            "cleanup / quiet: p50 {:.2}x  p90 {:.2}x  p99 {:.2}x  claims/s {:.2}x",
+            ratio(cleanup.percentile(50.0), quiet.percentile(50.0)),
+            ratio(cleanup.percentile(90.0), quiet.percentile(90.0)),
+            ratio(cleanup.percentile(99.0), quiet.percentile(99.0)),
+            cleanup.rate() / quiet.rate().max(1e-9)
+        )
+    }
+}
+
+/// Errors of a retention benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionBenchError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A claim handed out fewer rows than were just enqueued for it.
+    #[error("{phase}: claimed {claimed} of {expected} rows")]
+    ShortClaim {
+        /// Loading the history or measuring.
+        phase: &'static str,
+        /// Rows handed out.
+        claimed: usize,
+        /// Rows expected.
+        expected: u32,
+    },
+    /// The cleanup task panicked or was aborted.
+    #[error("retention cleanup task: {0}")]
+    Cleanup(#[from] tokio::task::JoinError),
+}
+
+/// `outboxd bench --retention`: runs the measurement and prints the report.
+pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
+    let r = args.retention;
+    if r.claim_batch == 0 || r.windows == 0 || r.window.is_zero() {
+        anyhow::bail!("--claim-batch, --windows and --window must be greater than 0");
+    }
+    let options = RetentionBenchOptions {
+        history: r.history,
+        claim_batch: r.claim_batch,
+        window: r.window,
+        quiet_windows: r.windows,
+        max_cleanup: r.max_cleanup,
+        table: TableName::new(&args.table).context("--table")?,
+    };
+    let report = run(config, &options).await?;
+    print!("{report}");
+    Ok(())
+}
+
+/// Loads the history, measures the quiet windows, then the cleanup windows.
+pub async fn run(
+    config: &Config,
+    options: &RetentionBenchOptions,
+) -> Result<RetentionBenchReport, RetentionBenchError> {
+    let store = store::connect(&ConnectOptions {
+        table: options.table.clone(),
+        max_connections: config.database.max_connections.max(4),
+        ..config.connect_options()
+    })
+    .await?;
+    store.migrate().await?;
+    let app_code = format!("bench-retention-{}", now_ms());
+    let started = Instant::now();
+    load_history(&*store, &app_code, options.history).await?;
+    let load = started.elapsed();
+
+    let next_fresh = AtomicU64::new(0);
+    let mut quiet = Vec::new();
+    for _ in 0..options.quiet_windows {
+        quiet.push(
+            measure(
+                &*store,
+                &app_code,
+                options,
+                &next_fresh,
+                &CancellationToken::new(),
+            )
+            .await?,
+        );
+    }
+
+    let retention = RetentionConfig {
+        delivered: Some(CLEANUP_AGE),
+        failed: None,
+        ..config.retention.clone()
+    };
+    let cleanup_task = Retention {
+        store: store.clone(),
+        app_codes: vec![app_code.clone()],
+        config: retention.clone(),
+        metrics: Metrics::default(),
+    };
+    let stop = CancellationToken::new();
+    let done = CancellationToken::new();
+    let cleanup_started = Instant::now();
+    let task = tokio::spawn({
+        let (stop, done) = (stop.clone(), done.clone());
+        async move {
+            let totals = cleanup_task.pass(&stop).await;
+            done.cancel();
+            totals
+        }
+    });
+    let mut cleanup = Vec::new();
+    while !done.is_cancelled() && cleanup_started.elapsed() < options.max_cleanup {
+        cleanup.push(measure(&*store, &app_code, options, &next_fresh, &done).await?);
+    }
+    stop.cancel();
+    let totals = task.await??;
+    let cleanup_time = cleanup_started.elapsed();
+    let fresh = next_fresh.load(Ordering::Relaxed);
+    let counts = store
+        .counts(&CountsParams {
+            app_code: Some(app_code),
+            now_ms: now_ms(),
+        })
+        .await?;
+    store.close().await;
+    Ok(RetentionBenchReport {
+        database: store::redact_url(&config.database.url),
+        history: options.history,
+        load,
+        retention,
+        claim_batch: options.claim_batch,
+        quiet,
+        cleanup,
+        deleted: totals.delivered,
+        cleanup_time,
+        history_left: counts.delivered.saturating_sub(fresh),
+    })
+}
+
+/// Rows `from..to` of the bench tenant, event ids `{app_code}-{kind}{i}`, created at
+/// `created_at_ms + i`.
+fn records(app_code: &str, kind: &str, from: u64, to: u64, created_at_ms: i64) -> Vec<Record> {
+    (from..to)
+        .map(|i| {
+            let mut record = Record::build(
+                format!("room-{}", i % 1000),
+                "RoomGiftSent",
+                i as i64 + 1,
+                SystemTime::now(),
+                &(),
+            )
+            .with_app_code(app_code)
+            .with_event_id(format!("{app_code}-{kind}{i}"));
+            record.created_at_ms = created_at_ms + i as i64;
+            record.envelope.occurred_at_ms = record.created_at_ms;
+            record.envelope.body = vec![7u8; 64];
+            record
+        })
+        .collect()
+}
+
+/// Claims exactly `expected` rows at `at_ms` and marks them delivered at `at_ms`.
+async fn claim_and_deliver(
+    store: &dyn OutboxStore,
+    app_code: &str,
+    expected: u32,
+    at_ms: i64,
+    phase: &'static str,
+) -> Result<(), RetentionBenchError> {
+    let batch = store
+        .claim(&ClaimParams {
+            app_code: app_code.to_string(),
+            worker_id: "bench-retention".into(),
+            limit: expected,
+            lease_ms: 60_000,
+            now_ms: at_ms,
+            max_attempts: 20,
+            ordering: DeliveryOrder::None,
+        })
+        .await?;
+    if batch.events.len() != expected as usize {
+        return Err(RetentionBenchError::ShortClaim {
+            phase,
+            claimed: batch.events.len(),
+            expected,
+        });
+    }
+    let marks: Vec<Mark> = batch
+        .events
+        .iter()
+        .map(|c| Mark {
+            event_id: c.event.event_id.clone(),
+            disposition: Disposition::Delivered,
+        })
+        .collect();
+    let lease: &Lease = &batch.lease;
+    store
+        .mark(&MarkParams {
+            lease,
+            marks: &marks,
+            now_ms: at_ms,
+        })
+        .await?;
+    Ok(())
+}
+
+/// Loads `history` rows delivered [`HISTORY_AGE`] ago, a chunk at a time through the store.
+async fn load_history(
+    store: &dyn OutboxStore,
+    app_code: &str,
+    history: u32,
+) -> Result<(), RetentionBenchError> {
+    let base = now_ms() - HISTORY_AGE.as_millis() as i64;
+    let mut next_report = 100_000;
+    for from in (0..history).step_by(LOAD_CHUNK as usize) {
+        let to = history.min(from + LOAD_CHUNK);
+        let rows = records(app_code, "h", u64::from(from), u64::from(to), base);
+        store.enqueue(&rows).await?;
+        claim_and_deliver(store, app_code, to - from, base + i64::from(to), "history").await?;
+        if to >= next_report {
+            eprintln!("history: {to} of {history} rows loaded");
+            next_report += 100_000;
+        }
+    }
+    Ok(())
+}
+
+/// One window: fresh batches enqueued (untimed), each claim + mark timed, until the window's
+/// length has passed or `done` is cancelled.
+async fn measure(
+    store: &dyn OutboxStore,
+    app_code: &str,
+    options: &RetentionBenchOptions,
+    next_fresh: &AtomicU64,
+    done: &CancellationToken,
+) -> Result<LatencyWindow, RetentionBenchError> {
+    let started = Instant::now();
+    let mut window = LatencyWindow::default();
+    while started.elapsed() < options.window && !done.is_cancelled() {
+        let from = next_fresh.fetch_add(u64::from(options.claim_batch), Ordering::Relaxed);
+        let rows = records(
+            app_code,
+            "f",
+            from,
+            from + u64::from(options.claim_batch),
+            now_ms(),
+        );
+        store.enqueue(&rows).await?;
+        let call = Instant::now();
+        claim_and_deliver(store, app_code, options.claim_batch, now_ms(), "measure").await?;
+        window.calls.push(call.elapsed());
+    }
+    window.elapsed = started.elapsed();
+    Ok(window)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let window = LatencyWindow {
+            calls: (1..=100).rev().map(Duration::from_millis).collect(),
+            elapsed: Duration::from_secs(2),
+        };
+        assert_eq!(window.percentile(50.0), Duration::from_millis(50));
+        assert_eq!(window.percentile(99.0), Duration::from_millis(99));
+        assert_eq!(window.rate(), 50.0);
+        assert_eq!(LatencyWindow::default().percentile(50.0), Duration::ZERO);
+    }
+}
