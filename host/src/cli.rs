@@ -14,11 +14,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::bench::{self, BenchOptions};
-use crate::config::{Config, LogFormat};
+use crate::bench_latency::{self, LatencyOptions};
+use crate::config::{Config, LogFormat, RouteConfig, SinkConfig, SinkLimits};
+use crate::publish::Publisher;
 use crate::record::{Record, now_ms};
 use crate::store::{
     self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store,
 };
+use crate::wake::{self, Wake};
 use crate::worker::{RunMode, Worker, WorkerOptions};
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
@@ -177,6 +180,24 @@ pub struct BenchArgs {
     /// Table the benchmark writes (created if missing); keep it away from production data.
     #[arg(long, default_value = "outboxd_bench")]
     pub table: String,
+    /// Latency mode: producers commit this many rows per second, one per transaction, and the
+    /// worker (configured as `outboxd run` would be) delivers them; prints commit → delivered
+    /// p50/p90/p99. Needs `--seconds`.
+    #[arg(long, requires = "seconds")]
+    pub rate: Option<u32>,
+    /// Latency mode: how long the producers write.
+    #[arg(long, requires = "rate")]
+    pub seconds: Option<u32>,
+    /// Latency mode: producer tasks, each on its own database connection.
+    #[arg(long, default_value_t = 4)]
+    pub producers: u32,
+    /// Publish through this plugin (`.wasm` component; every event routed to it) instead of a
+    /// native no-op publisher.
+    #[arg(long, value_name = "FILE")]
+    pub plugin: Option<PathBuf>,
+    /// A setting passed to the plugin's init (repeatable), e.g. `quiet=true`.
+    #[arg(long = "plugin-config", value_name = "KEY=VALUE")]
+    pub plugin_config: Vec<String>,
 }
 
 /// `outboxd plugin …`.
@@ -332,6 +353,17 @@ pub async fn execute(cli: Cli) -> Result<()> {
             }
             store.close().await;
         }
+        Command::Bench(args) if args.rate.is_some() => {
+            let publisher = bench_publisher(&config, &args).await?;
+            let options = LatencyOptions {
+                rate: args.rate.unwrap_or(1).max(1),
+                seconds: args.seconds.unwrap_or(1),
+                producers: args.producers,
+                table: store::TableName::new(&args.table).context("--table")?,
+            };
+            let report = bench_latency::run(&config, &options, publisher).await?;
+            print!("{report}");
+        }
         Command::Bench(args) => {
             let options = BenchOptions {
                 events: args.events,
@@ -347,6 +379,34 @@ pub async fn execute(cli: Cli) -> Result<()> {
         Command::Plugin { command } => plugin_command(&config, command).await?,
     }
     Ok(())
+}
+
+/// The publisher of a benchmark: the `--plugin` component with every event routed to it, or a
+/// native no-op.
+async fn bench_publisher(config: &Config, args: &BenchArgs) -> Result<Arc<dyn Publisher>> {
+    let Some(plugin) = &args.plugin else {
+        return Ok(Arc::new(bench::NoopPublisher));
+    };
+    let mut settings = std::collections::BTreeMap::new();
+    for pair in &args.plugin_config {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--plugin-config {pair:?}: expected KEY=VALUE"))?;
+        settings.insert(key.to_string(), value.to_string());
+    }
+    let sink = SinkConfig {
+        name: "bench".into(),
+        plugin: plugin.clone(),
+        config: settings,
+        limits: SinkLimits::default(),
+    };
+    let route = RouteConfig {
+        event_type: "*".into(),
+        sink: "bench".into(),
+    };
+    crate::plugin::load_publisher(&[sink], &[route], &config.plugins)
+        .await
+        .with_context(|| format!("cannot load the plugin {}", plugin.display()))
 }
 
 /// Loads `--config` (or ./outboxd.toml when present) and applies `--database-url`.
@@ -428,17 +488,35 @@ async fn run(config: &Config, drain: bool) -> Result<()> {
         .await
         .context("cannot load sink plugins")?;
     let store = connect(config).await?;
-    let worker = Worker::new(store.clone(), publisher, WorkerOptions::from_config(config));
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
     let mode = if drain {
         RunMode::Drain
     } else {
         RunMode::Forever
     };
+    let wake = Wake::new();
+    // A draining run stops at the first empty claim: a feed would wake nothing.
+    let feed = match mode {
+        RunMode::Forever => wake::start_commit_feed(
+            &config.database.url,
+            &config.database.table,
+            &wake,
+            shutdown.child_token(),
+        )
+        .await
+        .context("cannot start the commit feed")?,
+        RunMode::Drain => None,
+    };
+    let worker =
+        Worker::new(store.clone(), publisher, WorkerOptions::from_config(config)).with_wake(wake);
+    tokio::spawn(stop_on_signal(shutdown.clone()));
     info!(node_id = %config.worker.node_id, database = %store::redact_url(&config.database.url),
         app_codes = ?config.worker.app_codes, "outboxd running");
-    let result = worker.run(mode, shutdown).await;
+    let result = worker.run(mode, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(feed) = feed {
+        let _ = feed.await;
+    }
     store.close().await;
     let stats = result?;
     info!(

@@ -12,13 +12,17 @@
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
+//! - [`wake`]: what wakes idle loops: commit feeds (PostgreSQL `LISTEN`, SQLite
+//!   `data_version`), producers in the same process, adaptive probing where neither exists.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once.
-//! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`.
+//! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`; [`bench_latency`]: its
+//!   latency mode (`--rate N --seconds S`).
 
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod bench_latency;
 pub mod cli;
 pub mod config;
 pub mod envelope;
@@ -27,4 +31,5 @@ pub mod publish;
 pub mod record;
 pub mod retry;
 pub mod store;
+pub mod wake;
 pub mod worker;

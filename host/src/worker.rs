@@ -1,8 +1,10 @@
 //! The delivery loop: claim a leased batch → publish it → mark every row, fenced on the lease.
 //!
 //! A [`Worker`] runs `concurrency` loops ("worker slots"), each with its own worker id
-//! (`<node_id>/<slot>`), over the configured app codes. Idle loops wait the poll interval; a loop
-//! whose claim came back full claims again at once. Shutdown is a [`CancellationToken`]: loops stop
+//! (`<node_id>/<slot>`), over the configured app codes. A loop whose claim came back full claims
+//! again at once; an idle loop waits for a [`Wake`] (a commit to the outbox, or a producer in this
+//! process) or the poll interval, whichever comes first; without a commit feed it probes
+//! adaptively ([`IdleBackoff`]). Shutdown is a [`CancellationToken`]: loops stop
 //! claiming, finish and mark the batch in flight, and return.
 
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use crate::store::{
     ClaimBatch, ClaimParams, Disposition, Lease, Mark, MarkParams, MarkReport, Ordering, Store,
     StoreError,
 };
+use crate::wake::{IdleBackoff, Wake};
 
 /// Everything a worker needs to know besides its store and publisher.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +111,7 @@ pub struct Worker {
     store: Arc<dyn Store>,
     publisher: Arc<dyn Publisher>,
     options: Arc<WorkerOptions>,
+    wake: Wake,
 }
 
 impl Worker {
@@ -121,7 +125,21 @@ impl Worker {
             store,
             publisher,
             options: Arc::new(options),
+            wake: Wake::new(),
         }
+    }
+
+    /// The same worker woken by `wake` (shared with a commit feed, [`crate::wake::start_commit_feed`],
+    /// or a producer in this process).
+    pub fn with_wake(mut self, wake: Wake) -> Worker {
+        self.wake = wake;
+        self
+    }
+
+    /// What wakes this worker's idle loops: call [`Wake::wake`] after committing outbox rows in
+    /// this process to have them delivered at once.
+    pub fn wake(&self) -> &Wake {
+        &self.wake
     }
 
     /// The options this worker runs with.
@@ -176,6 +194,7 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
         let mut transient_in_a_row = 0;
+        let mut backoff = IdleBackoff::new(self.options.poll_interval);
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
         while !shutdown.is_cancelled() {
             let mut found_any = false;
@@ -217,9 +236,18 @@ impl Worker {
                 // A deadlock or busy database: back off briefly, not a whole poll interval.
                 tokio::time::sleep(Duration::from_millis(10 * transient_in_a_row)).await;
             } else if !any_full || failed {
+                // With a commit feed a commit wakes the loop, so it may sleep the poll interval
+                // (the safety net); without one it probes sooner while rows keep arriving.
+                let probe = backoff.after_round(found_any);
+                let wait = if failed || self.wake.has_commit_feed() {
+                    self.options.poll_interval
+                } else {
+                    probe
+                };
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(self.options.poll_interval) => {}
+                    _ = self.wake.woken() => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
             }
         }
