@@ -1771,6 +1771,14 @@ async fn has_claim_indexes(db: &TestDb, table: &str) -> bool {
         .all(|wanted| indexes.values().any(|columns| columns.join(",") == *wanted))
 }
 
+/// The versions of every embedded migration of `backend`, oldest first.
+fn all_migrations(backend: Backend) -> Vec<i64> {
+    outboxd::store::schema::migrations(backend)
+        .iter()
+        .map(|m| m.version)
+        .collect()
+}
+
 async fn migrate_adopts_a_foreign_table(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -1786,7 +1794,11 @@ async fn migrate_adopts_a_foreign_table(backend: Backend) {
         .await;
     assert!(!has_claim_indexes(&db, DEFAULT_TABLE).await);
     let store = db.store_unmigrated(DEFAULT_TABLE).await;
-    assert_eq!(store.migrate().await.expect("adopting migrate"), vec![1]);
+    assert_eq!(
+        store.migrate().await.expect("adopting migrate"),
+        all_migrations(backend),
+        "every migration, from 1"
+    );
     let indexes = db.index_columns(DEFAULT_TABLE).await;
     assert!(has_claim_indexes(&db, DEFAULT_TABLE).await, "{indexes:?}");
     assert_eq!(
@@ -1828,7 +1840,8 @@ async fn migrate_adopts_a_foreign_table(backend: Backend) {
     let adopted = db.store_unmigrated(table).await;
     assert_eq!(
         adopted.migrate().await.expect("verify-only migrate"),
-        Vec::<i64>::new()
+        all_migrations(backend)[1..].to_vec(),
+        "only the migrations after the recorded one"
     );
     let indexes = db.index_columns(table).await;
     assert!(has_claim_indexes(&db, table).await, "{indexes:?}");
@@ -1879,7 +1892,7 @@ async fn migrate_refuses_a_claim_index_name_with_other_columns(backend: Backend)
     db.execute(&drop, &[]).await;
     assert_eq!(
         store.migrate().await.expect("migrate after the drop"),
-        vec![1]
+        all_migrations(backend)
     );
     assert!(has_claim_indexes(&db, DEFAULT_TABLE).await);
 }

@@ -150,6 +150,10 @@ impl SqlDialect for MySqlDialect {
         ")"
     }
 
+    fn claim_row_address(&self) -> Option<&'static str> {
+        None
+    }
+
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
     }

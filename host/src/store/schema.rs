@@ -455,12 +455,17 @@ mod tests {
         for backend in DIALECTS {
             let all = migrations(backend);
             assert_eq!(all.first().map(|m| m.version), Some(1));
+            let first = all[0].sql(&custom);
+            assert!(first.contains("CREATE TABLE IF NOT EXISTS orders_outbox"));
+            assert!(first.contains("idx_orders_outbox_room"));
             for migration in all {
                 let sql = migration.sql(&custom);
                 assert!(!sql.contains("{{"), "{}", migration.name);
-                assert!(sql.contains("CREATE TABLE IF NOT EXISTS orders_outbox"));
-                assert!(sql.contains("idx_orders_outbox_room"));
+                assert!(sql.contains("orders_outbox"), "{}", migration.name);
             }
+            let versions: Vec<i64> = all.iter().map(|m| m.version).collect();
+            let expected: Vec<i64> = (1..=all.len() as i64).collect();
+            assert_eq!(versions, expected, "{backend:?}: versions 1, 2, … in order");
         }
         let record = record_version(Backend::Postgres, &table(), 1, 2);
         assert!(

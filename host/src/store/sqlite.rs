@@ -105,6 +105,10 @@ impl SqlDialect for SqliteDialect {
         ")"
     }
 
+    fn claim_row_address(&self) -> Option<&'static str> {
+        None
+    }
+
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
     }

@@ -54,6 +54,14 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
     fn probe_end(&self) -> &'static str;
 
+    /// The system column addressing a locked row version for the rest of its transaction
+    /// (PostgreSQL `ctid`), when the claim leases each branch's rows in the statement that locks
+    /// them (`UPDATE … FROM unnest(ARRAY(SELECT <address> … FOR UPDATE SKIP LOCKED)) WITH
+    /// ORDINALITY … RETURNING`): one statement per branch, and the lease reaches each row by
+    /// its address, a plan no statistics can change. `None`: the claim SELECTs, then leases by
+    /// primary key in a second statement.
+    fn claim_row_address(&self) -> Option<&'static str>;
+
     /// The embedded migrations (`migrations/<backend>/`), oldest first.
     fn migrations(&self) -> &'static [Migration];
 
