@@ -6,9 +6,12 @@
 
 use std::sync::Arc;
 
+use super::mark::{lock_fenced_rows, mark_rows};
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, ClaimParams, Lease, Ordering, RejectedRow, TableName};
+use crate::store::{
+    Backend, ClaimParams, Disposition, Lease, Mark, Ordering, RejectedRow, TableName,
+};
 
 /// The three sources of a claim, read in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -139,6 +142,60 @@ impl Statements {
             sql: texts[branch.index()][ordering_index(params.ordering)].clone(),
             args,
         })
+    }
+
+    /// Every statement besides the branch statements ([`Statements::claim_statement`]) that a
+    /// claim handing out `event_ids` under `lease` (rejecting the first of them) and the mark of
+    /// those rows as delivered run, named `lease`, `reject`, `lock_fenced` and `mark` (those the
+    /// dialect needs), with their arguments: e.g. for `EXPLAIN` in tests.
+    pub fn follow_up_statements(
+        &self,
+        lease: &Lease,
+        now_ms: i64,
+        event_ids: &[&str],
+    ) -> Vec<(&'static str, Bound)> {
+        let (backend, table) = (self.backend, &self.table);
+        let rejected: Vec<RejectedRow> = event_ids
+            .iter()
+            .take(1)
+            .map(|id| RejectedRow {
+                event_id: id.to_string(),
+                event_type: String::new(),
+                room_id: String::new(),
+                reason: "envelope does not decode".into(),
+            })
+            .collect();
+        let marks: Vec<Mark> = event_ids
+            .iter()
+            .map(|id| Mark {
+                event_id: id.to_string(),
+                disposition: Disposition::Delivered,
+            })
+            .collect();
+        let mut statements = Vec::new();
+        if self.leases_in_claim() {
+            statements.push((
+                "reject",
+                reject_leased_rows(backend, table, lease, now_ms, &rejected),
+            ));
+        } else {
+            statements.push((
+                "lease",
+                lease_rows(backend, table, lease, now_ms, event_ids),
+            ));
+            statements.push((
+                "reject",
+                reject_rows(backend, table, &lease.app_code, now_ms, &rejected),
+            ));
+        }
+        if !backend.dialect().has_update_returning() {
+            statements.push((
+                "lock_fenced",
+                lock_fenced_rows(backend, table, lease, &marks),
+            ));
+        }
+        statements.push(("mark", mark_rows(backend, table, lease, &marks, now_ms)));
+        statements
     }
 
     /// One claim branch with its arguments.

@@ -88,7 +88,7 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
 
 /// A value bound to a placeholder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Arg {
+pub enum Arg {
     /// A string (ids, types, error text).
     Text(String),
     /// A 64-bit integer (times, limits, versions).
@@ -123,11 +123,11 @@ impl From<Vec<u8>> for Arg {
 
 /// A statement text with its arguments, in placeholder order.
 #[derive(Debug, Clone)]
-pub(crate) struct Bound {
+pub struct Bound {
     /// The SQL text.
-    pub(crate) sql: Arc<str>,
+    pub sql: Arc<str>,
     /// One value per placeholder.
-    pub(crate) args: Vec<Arg>,
+    pub args: Vec<Arg>,
 }
 
 /// Writes a statement and its arguments together, so placeholders and values cannot drift apart.
