@@ -1,4 +1,4 @@
-//! The `Store` conformance suite: one set of behaviours, written once, run against SQLite, MariaDB
+//! The `OutboxStore` conformance suite: one set of behaviours, written once, run against SQLite, MariaDB
 //! and PostgreSQL.
 //!
 //! Each behaviour is an `async fn(Backend)` below; the [`conformance!`] macro at the bottom turns
@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use outboxd::record::{LAST_ERROR_MAX_BYTES, truncate_error};
 use outboxd::store::{
-    Backend, ClaimBatch, ClaimParams, CountsParams, DEFAULT_TABLE, Disposition, FailedFilter,
-    Lease, ListFailedParams, Mark, MarkParams, MarkReport, Ordering, RequeueParams, StatusCounts,
-    Store, StoreError, TableName,
+    Backend, ClaimBatch, ClaimParams, CountsParams, DEFAULT_TABLE, DeliveryOrder, Disposition,
+    FailedFilter, Lease, ListFailedParams, Mark, MarkParams, MarkReport, OutboxStore,
+    RequeueParams, StatusCounts, StoreError, TableName,
 };
 use prost::Message;
 use support::{RawInsert, TestDb, record, typed_record};
@@ -36,7 +36,7 @@ const MANY: u32 = 100;
 // ---------------------------------------------------------------------------------------------
 
 /// A fresh database and a migrated store on `room_outbox`; `None` when the backend is skipped.
-async fn setup(backend: Backend) -> Option<(TestDb, Arc<dyn Store>)> {
+async fn setup(backend: Backend) -> Option<(TestDb, Arc<dyn OutboxStore>)> {
     let db = TestDb::new(backend).await?;
     let store = db.store_default().await;
     Some((db, store))
@@ -50,11 +50,11 @@ fn params(app: &str, worker: &str, limit: u32, now_ms: i64, lease_ms: i64) -> Cl
         lease_ms,
         now_ms,
         max_attempts: MANY,
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
     }
 }
 
-async fn claim(store: &Arc<dyn Store>, p: ClaimParams) -> ClaimBatch {
+async fn claim(store: &Arc<dyn OutboxStore>, p: ClaimParams) -> ClaimBatch {
     store
         .claim(&p)
         .await
@@ -63,7 +63,7 @@ async fn claim(store: &Arc<dyn Store>, p: ClaimParams) -> ClaimBatch {
 
 /// Claims for `APP` without ordering.
 async fn claim_app(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     worker: &str,
     limit: u32,
     now_ms: i64,
@@ -74,13 +74,13 @@ async fn claim_app(
 
 /// Claims for `APP` with per-room ordering.
 async fn claim_ordered(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     worker: &str,
     limit: u32,
     now_ms: i64,
 ) -> ClaimBatch {
     let mut p = params(APP, worker, limit, now_ms, 100);
-    p.ordering = Ordering::PerRoom;
+    p.ordering = DeliveryOrder::PerRoom;
     claim(store, p).await
 }
 
@@ -126,7 +126,12 @@ fn failed(id: &str, error: &str) -> Mark {
     }
 }
 
-async fn mark(store: &Arc<dyn Store>, lease: &Lease, marks: &[Mark], now_ms: i64) -> MarkReport {
+async fn mark(
+    store: &Arc<dyn OutboxStore>,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+) -> MarkReport {
     store
         .mark(&MarkParams {
             lease,
@@ -137,11 +142,11 @@ async fn mark(store: &Arc<dyn Store>, lease: &Lease, marks: &[Mark], now_ms: i64
         .unwrap_or_else(|e| panic!("mark {marks:?}: {e}"))
 }
 
-async fn enqueue(store: &Arc<dyn Store>, records: &[outboxd::record::Record]) -> u64 {
+async fn enqueue(store: &Arc<dyn OutboxStore>, records: &[outboxd::record::Record]) -> u64 {
     store.enqueue(records).await.expect("enqueue")
 }
 
-async fn counts(store: &Arc<dyn Store>, app: Option<&str>, now_ms: i64) -> StatusCounts {
+async fn counts(store: &Arc<dyn OutboxStore>, app: Option<&str>, now_ms: i64) -> StatusCounts {
     store
         .counts(&CountsParams {
             app_code: app.map(str::to_string),
@@ -158,7 +163,11 @@ async fn status_of(db: &TestDb, app: &str, id: &str) -> String {
         .status
 }
 
-async fn list_failed(store: &Arc<dyn Store>, filter: FailedFilter, limit: u32) -> Vec<String> {
+async fn list_failed(
+    store: &Arc<dyn OutboxStore>,
+    filter: FailedFilter,
+    limit: u32,
+) -> Vec<String> {
     store
         .list_failed(&ListFailedParams { filter, limit })
         .await
@@ -168,7 +177,12 @@ async fn list_failed(store: &Arc<dyn Store>, filter: FailedFilter, limit: u32) -
         .collect()
 }
 
-async fn requeue(store: &Arc<dyn Store>, filter: FailedFilter, dry_run: bool, now_ms: i64) -> u64 {
+async fn requeue(
+    store: &Arc<dyn OutboxStore>,
+    filter: FailedFilter,
+    dry_run: bool,
+    now_ms: i64,
+) -> u64 {
     store
         .requeue(&RequeueParams {
             filter,
@@ -427,7 +441,7 @@ async fn claim_orders_pending_by_created_at_then_event_id(backend: Backend) {
 /// and x retryable due 1500 (within a branch the order is the due time, then created_at: equal
 /// due times leave created_at to decide), b retryable due 5000, c delivered, d2/d left
 /// delivering (lease expired at 1100); then p2(950), p1(900) enqueued pending.
-async fn mixed_claim_setup(store: &Arc<dyn Store>) {
+async fn mixed_claim_setup(store: &Arc<dyn OutboxStore>) {
     let names = [
         ("a", 100),
         ("x", 150),
@@ -1023,11 +1037,11 @@ async fn mark_rejects_duplicate_ids(backend: Backend) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// claim with Ordering::PerRoom
+// claim with DeliveryOrder::PerRoom
 // ---------------------------------------------------------------------------------------------
 
 /// Room A: e1(100) e2(200) e3(300); room B: f1(150) f2(250).
-async fn rooms_setup(store: &Arc<dyn Store>) {
+async fn rooms_setup(store: &Arc<dyn OutboxStore>) {
     enqueue(
         store,
         &[
@@ -1139,7 +1153,7 @@ async fn claim_per_room_rooms_are_per_tenant(backend: Backend) {
         "another tenant's room A does not block"
     );
     let mut p = params(OTHER, "w2", 10, 1_000, 100);
-    p.ordering = Ordering::PerRoom;
+    p.ordering = DeliveryOrder::PerRoom;
     assert_eq!(ids(&claim(&store, p).await), strs(&["z1"]));
 }
 
@@ -1260,7 +1274,7 @@ async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(bac
             let mut idle = 0;
             while idle < 50 {
                 let mut p = params(APP, &worker, 3, outboxd::record::now_ms(), 600_000);
-                p.ordering = Ordering::PerRoom;
+                p.ordering = DeliveryOrder::PerRoom;
                 let batch = store
                     .claim(&p)
                     .await
@@ -1394,7 +1408,7 @@ async fn counts_by_status_and_oldest_pending_age(backend: Backend) {
 
 /// Failed rows: fa1(T1,r1,100) fa2(T2,r1,200) fa3(T1,r2,300) fa4(T2,r2,400) in APP, fb1(T1,r1,150)
 /// in OTHER, each with last_error `err-<id>` (marked at 1000); plus pending pa(T1,r1,50) in APP.
-async fn failed_rows_setup(store: &Arc<dyn Store>) {
+async fn failed_rows_setup(store: &Arc<dyn OutboxStore>) {
     let a = [
         ("fa1", "T1", "r1", 100),
         ("fa2", "T2", "r1", 200),

@@ -22,7 +22,7 @@ use outboxd::record::now_ms;
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::statement::{Arg, Bound};
 use outboxd::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, Disposition, Mark, MarkParams, Ordering, TableName,
+    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, Mark, MarkParams, TableName,
 };
 use support::{Bind, PlanStep, TestDb};
 
@@ -190,7 +190,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
             lease_ms: 60_000,
             now_ms: now,
             max_attempts: 20,
-            ordering: Ordering::None,
+            ordering: DeliveryOrder::None,
         })
         .await
         .expect("claim");
@@ -201,7 +201,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
         .map(|e| e.event.event_id.as_str())
         .collect();
 
-    for ordering in [Ordering::None, Ordering::PerRoom] {
+    for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
         for branch in ClaimBranch::ALL {
             let sql = statements.claim_statement(branch, ordering);
             let plan = db
@@ -246,7 +246,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
             lease_ms: 60_000,
             now_ms: now_ms(),
             max_attempts: 20,
-            ordering: Ordering::None,
+            ordering: DeliveryOrder::None,
         })
         .await
         .expect("second claim");

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
-use outboxd::store::{Ordering, Store, TableName};
+use outboxd::store::{DeliveryOrder, OutboxStore, TableName};
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
@@ -49,7 +49,7 @@ fn options() -> WorkerOptions {
         lease: Duration::from_secs(60),
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy::default(),
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
         concurrency: 2,
         node_id: "wake-test".into(),
     }
@@ -63,7 +63,7 @@ struct Running {
 }
 
 impl Running {
-    fn start(store: Arc<dyn Store>, wake: Wake) -> Running {
+    fn start(store: Arc<dyn OutboxStore>, wake: Wake) -> Running {
         let (tx, delivered) = mpsc::unbounded_channel();
         let worker = Worker::new(store, Arc::new(Deliveries(tx)), options()).with_wake(wake);
         let shutdown = CancellationToken::new();
@@ -242,7 +242,7 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
     let quiet = Duration::from_millis(300);
 
     let rows: Vec<RawInsert> = (0..50)
-        .map(|i| RawInsert::pending("app", &format!("bulk-{i}"), "room-1", now_ms()))
+        .map(|i| RawInsert::pending("other-app", &format!("bulk-{i}"), "room-1", now_ms()))
         .collect();
     db.insert_raw(outboxd::store::DEFAULT_TABLE, &rows).await;
     tokio::time::timeout(DEADLINE, listener.recv())

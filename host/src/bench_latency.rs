@@ -21,7 +21,7 @@ use crate::publish::Publisher;
 use crate::record::{Record, now_ms};
 use crate::store::{
     self, Backend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, Disposition, FailedRow,
-    ListFailedParams, MarkParams, MarkReport, RequeueParams, StatusCounts, Store, StoreError,
+    ListFailedParams, MarkParams, MarkReport, OutboxStore, RequeueParams, StatusCounts, StoreError,
     TableName,
 };
 use crate::wake::{self, Wake};
@@ -161,7 +161,7 @@ pub async fn run(
     let mut worker_options = WorkerOptions::from_config(config);
     worker_options.app_codes = vec![app_code.clone()];
     worker_options.node_id = "bench-latency".into();
-    let store: Arc<dyn Store> = timed.clone();
+    let store: Arc<dyn OutboxStore> = timed.clone();
     let worker = Worker::new(store, publisher, worker_options).with_wake(wake);
     let worker_run = {
         let shutdown = shutdown.clone();
@@ -217,7 +217,7 @@ pub async fn run(
 /// Commits `rate × seconds` rows, one per transaction, spread over the producer tasks on a fixed
 /// schedule (row `i` is due at `i / rate` s); returns each row's id and commit time.
 async fn produce(
-    store: &dyn Store,
+    store: &dyn OutboxStore,
     app_code: &str,
     options: &LatencyOptions,
 ) -> Result<Vec<(String, Instant)>, StoreError> {
@@ -254,12 +254,12 @@ async fn produce(
 
 /// The store the worker uses, noting when each row's `delivered` mark returned.
 struct TimedStore {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn OutboxStore>,
     delivered_at: Mutex<HashMap<String, Instant>>,
 }
 
 #[async_trait]
-impl Store for TimedStore {
+impl OutboxStore for TimedStore {
     fn backend(&self) -> Backend {
         self.inner.backend()
     }

@@ -19,7 +19,7 @@ use crate::config::{Config, LogFormat, RouteConfig, SinkConfig, SinkLimits};
 use crate::publish::Publisher;
 use crate::record::{Record, now_ms};
 use crate::store::{
-    self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store,
+    self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
 };
 use crate::wake::{self, Wake};
 use crate::worker::{RunMode, Worker, WorkerOptions};
@@ -438,7 +438,7 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn connect(config: &Config) -> Result<Arc<dyn Store>> {
+async fn connect(config: &Config) -> Result<Arc<dyn OutboxStore>> {
     let options = ConnectOptions {
         url: config.database.url.clone(),
         table: config.database.table.clone(),

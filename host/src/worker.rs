@@ -4,11 +4,12 @@
 //! (`<node_id>/<slot>`), over the configured app codes. A loop whose claim came back full claims
 //! again at once; an idle loop waits for a [`Wake`] (a commit to the outbox, or a producer in this
 //! process) or the poll interval, whichever comes first; without a commit feed it probes
-//! adaptively ([`IdleBackoff`]). Shutdown is a [`CancellationToken`]: loops stop
-//! claiming, finish and mark the batch in flight, and return.
+//! adaptively ([`IdleBackoff`]). Shutdown is a [`CancellationToken`]: loops stop claiming, finish
+//! and mark the batch in flight, and return. The worker retries no store call (the store retries
+//! transient errors: see `store`'s "Who checks what, who retries what").
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -17,11 +18,10 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
 use crate::publish::{Event, Outcome, Publisher};
-use crate::record::{now_ms, truncate_error};
+use crate::record::now_ms;
 use crate::retry::{Decision, RetryPolicy};
 use crate::store::{
-    ClaimBatch, ClaimParams, Disposition, Lease, Mark, MarkParams, MarkReport, Ordering, Store,
-    StoreError,
+    ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore, StoreError,
 };
 use crate::wake::{IdleBackoff, Wake};
 
@@ -41,7 +41,7 @@ pub struct WorkerOptions {
     /// Retry policy and attempt limit.
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
-    pub ordering: Ordering,
+    pub ordering: DeliveryOrder,
     /// Loops (batches in flight) in this process.
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
@@ -76,10 +76,6 @@ pub enum RunMode {
     Drain,
 }
 
-/// Transient database errors (deadlocks, busy SQLite) retried in a row before a draining run gives
-/// up; a run that never ends keeps retrying regardless.
-const MAX_TRANSIENT_RETRIES: u64 = 20;
-
 /// What one claim → publish → mark round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchStats {
@@ -108,7 +104,7 @@ pub enum WorkerError {
 /// The claim → publish → mark loop over one store and one publisher. Cheap to clone.
 #[derive(Clone)]
 pub struct Worker {
-    store: Arc<dyn Store>,
+    store: Arc<dyn OutboxStore>,
     publisher: Arc<dyn Publisher>,
     options: Arc<WorkerOptions>,
     wake: Wake,
@@ -117,7 +113,7 @@ pub struct Worker {
 impl Worker {
     /// A worker over `store` publishing through `publisher`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn OutboxStore>,
         publisher: Arc<dyn Publisher>,
         options: WorkerOptions,
     ) -> Worker {
@@ -193,7 +189,6 @@ impl Worker {
         totals: &Totals,
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
-        let mut transient_in_a_row = 0;
         let mut backoff = IdleBackoff::new(self.options.poll_interval);
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
         while !shutdown.is_cancelled() {
@@ -206,20 +201,10 @@ impl Worker {
                 }
                 match self.process_batch(&worker_id, app_code).await {
                     Ok(stats) => {
-                        transient_in_a_row = 0;
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
-                    }
-                    Err(WorkerError::Store(e))
-                        if e.is_transient() && transient_in_a_row < MAX_TRANSIENT_RETRIES =>
-                    {
-                        transient_in_a_row += 1;
-                        warn!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
-                            status = "batch_retried", error = %e, "transient database error; retrying");
-                        failed = true;
-                        continue;
                     }
                     Err(e) if mode == RunMode::Drain => return Err(e),
                     Err(e) => {
@@ -232,10 +217,7 @@ impl Worker {
             if mode == RunMode::Drain && !found_any && !failed {
                 break;
             }
-            if failed && transient_in_a_row > 0 {
-                // A deadlock or busy database: back off briefly, not a whole poll interval.
-                tokio::time::sleep(Duration::from_millis(10 * transient_in_a_row)).await;
-            } else if !any_full || failed {
+            if !any_full || failed {
                 // With a commit feed a commit wakes the loop, so it may sleep the poll interval
                 // (the safety net); without one it probes sooner while rows keep arriving.
                 let probe = backoff.after_round(found_any);
@@ -299,7 +281,16 @@ impl Worker {
                 disposition: self.disposition(event.attempt, outcome, now),
             })
             .collect();
-        let report = self.mark_with_retry(&lease, &marks).await?;
+        // The store retries a transient failure while the lease holds; any error left ends the
+        // round, and the rows come back when the lease expires (counted as an attempt).
+        let report = self
+            .store
+            .mark(&MarkParams {
+                lease: &lease,
+                marks: &marks,
+                now_ms: now_ms(),
+            })
+            .await?;
         for (event, mark) in events.iter().zip(&marks) {
             let stale = report.stale.contains(&mark.event_id);
             let (status, error) = match (&mark.disposition, stale) {
@@ -356,47 +347,19 @@ impl Worker {
     fn disposition(&self, attempt: u32, outcome: Outcome, now: i64) -> Disposition {
         match outcome {
             Outcome::Delivered => Disposition::Delivered,
-            Outcome::Permanent { message } => Disposition::Failed {
-                error: truncate_error(&message),
-            },
+            Outcome::Permanent { message } => Disposition::Failed { error: message },
             Outcome::Retryable {
                 message,
                 retry_after,
             } => match self.options.retry.decide(attempt, retry_after, now) {
                 Decision::RetryAt(next_retry_at_ms) => Disposition::Retryable {
                     next_retry_at_ms,
-                    error: truncate_error(&message),
+                    error: message,
                 },
                 Decision::GiveUp => Disposition::Failed {
-                    error: truncate_error(&format!("gave up after {attempt} attempts: {message}")),
+                    error: format!("gave up after {attempt} attempts: {message}"),
                 },
             },
-        }
-    }
-
-    /// Marks the batch; a failing database is retried while the lease lasts (after it expires
-    /// the rows are reclaimed and counted as an attempt, so nothing is lost either way).
-    async fn mark_with_retry(
-        &self,
-        lease: &Lease,
-        marks: &[Mark],
-    ) -> Result<MarkReport, WorkerError> {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let params = MarkParams {
-                lease,
-                marks,
-                now_ms: now_ms(),
-            };
-            match self.store.mark(&params).await {
-                Ok(report) => return Ok(report),
-                Err(e) if now_ms() + (backoff.as_millis() as i64) < lease.lock_until_ms => {
-                    warn!(worker = %lease.worker_id, error = %e, "mark failed; retrying within the lease");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => return Err(e.into()),
-            }
         }
     }
 }
@@ -414,26 +377,22 @@ struct Totals {
 
 impl Totals {
     fn add(&self, stats: &BatchStats) {
-        self.claimed
-            .fetch_add(stats.claimed, AtomicOrdering::Relaxed);
-        self.rejected
-            .fetch_add(stats.rejected, AtomicOrdering::Relaxed);
-        self.delivered
-            .fetch_add(stats.delivered, AtomicOrdering::Relaxed);
-        self.retried
-            .fetch_add(stats.retried, AtomicOrdering::Relaxed);
-        self.failed.fetch_add(stats.failed, AtomicOrdering::Relaxed);
-        self.stale.fetch_add(stats.stale, AtomicOrdering::Relaxed);
+        self.claimed.fetch_add(stats.claimed, Ordering::Relaxed);
+        self.rejected.fetch_add(stats.rejected, Ordering::Relaxed);
+        self.delivered.fetch_add(stats.delivered, Ordering::Relaxed);
+        self.retried.fetch_add(stats.retried, Ordering::Relaxed);
+        self.failed.fetch_add(stats.failed, Ordering::Relaxed);
+        self.stale.fetch_add(stats.stale, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> BatchStats {
         BatchStats {
-            claimed: self.claimed.load(AtomicOrdering::Relaxed),
-            rejected: self.rejected.load(AtomicOrdering::Relaxed),
-            delivered: self.delivered.load(AtomicOrdering::Relaxed),
-            retried: self.retried.load(AtomicOrdering::Relaxed),
-            failed: self.failed.load(AtomicOrdering::Relaxed),
-            stale: self.stale.load(AtomicOrdering::Relaxed),
+            claimed: self.claimed.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            stale: self.stale.load(Ordering::Relaxed),
         }
     }
 }

@@ -10,7 +10,7 @@ use super::mark::{lock_fenced_rows, mark_rows};
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
-    Backend, ClaimParams, Disposition, Lease, Mark, Ordering, RejectedRow, TableName,
+    Backend, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, RejectedRow, TableName,
 };
 
 /// The three sources of a claim, read in this order.
@@ -42,10 +42,10 @@ impl ClaimBranch {
     }
 }
 
-fn ordering_index(ordering: Ordering) -> usize {
+fn ordering_index(ordering: DeliveryOrder) -> usize {
     match ordering {
-        Ordering::None => 0,
-        Ordering::PerRoom => 1,
+        DeliveryOrder::None => 0,
+        DeliveryOrder::PerRoom => 1,
     }
 }
 
@@ -66,12 +66,12 @@ impl Statements {
     /// Builds the statements for `table` in `backend`.
     pub fn new(backend: Backend, table: &TableName) -> Statements {
         let claim = ClaimBranch::ALL.map(|branch| {
-            [Ordering::None, Ordering::PerRoom]
+            [DeliveryOrder::None, DeliveryOrder::PerRoom]
                 .map(|ordering| claim_select_text(backend, table, branch, ordering))
         });
         let claim_lease = backend.dialect().claim_row_address().map(|address| {
             ClaimBranch::ALL.map(|branch| {
-                [Ordering::None, Ordering::PerRoom]
+                [DeliveryOrder::None, DeliveryOrder::PerRoom]
                     .map(|ordering| claim_lease_text(backend, table, branch, ordering, address))
             })
         });
@@ -99,7 +99,7 @@ impl Statements {
     /// event_type, room_id, envelope, created_at_ms, retry_count` and binds, in order:
     /// `app_code` (text), then `now_ms` (bigint) for [`ClaimBranch::Retryable`] and
     /// [`ClaimBranch::ExpiredLease`] only, then the row limit (bigint).
-    pub fn claim_select(&self, branch: ClaimBranch, ordering: Ordering) -> &str {
+    pub fn claim_select(&self, branch: ClaimBranch, ordering: DeliveryOrder) -> &str {
         &self.claim[branch.index()][ordering_index(ordering)]
     }
 
@@ -114,7 +114,7 @@ impl Statements {
     /// one-statement form binds, in order: `worker_id` (text), `lock_until_ms`, `now_ms` (the
     /// lease), then what the SELECT binds; it returns the SELECT's columns (with `retry_count` as
     /// it was before the claim) and the row's position in the branch's order.
-    pub fn claim_statement(&self, branch: ClaimBranch, ordering: Ordering) -> &str {
+    pub fn claim_statement(&self, branch: ClaimBranch, ordering: DeliveryOrder) -> &str {
         match &self.claim_lease {
             Some(texts) => &texts[branch.index()][ordering_index(ordering)],
             None => self.claim_select(branch, ordering),
@@ -231,7 +231,7 @@ impl Statements {
     }
 }
 
-/// Statuses that block a later event of the same room under [`Ordering::PerRoom`].
+/// Statuses that block a later event of the same room under [`DeliveryOrder::PerRoom`].
 const ACTIVE_STATUSES: [Status; 3] = [Status::Pending, Status::Retryable, Status::Delivering];
 
 /// Expression that adds the reclaimed-lease attempt: rows still `delivering` when the claim
@@ -247,7 +247,7 @@ fn claim_select_text(
     backend: Backend,
     table: &TableName,
     branch: ClaimBranch,
-    ordering: Ordering,
+    ordering: DeliveryOrder,
 ) -> Arc<str> {
     let mut b = SqlBuilder::new(backend);
     write_claim_select(
@@ -270,7 +270,7 @@ fn claim_lease_text(
     backend: Backend,
     table: &TableName,
     branch: ClaimBranch,
-    ordering: Ordering,
+    ordering: DeliveryOrder,
     address: &str,
 ) -> Arc<str> {
     let t = table.as_str();
@@ -325,7 +325,7 @@ fn write_claim_select(
     backend: Backend,
     table: &TableName,
     branch: ClaimBranch,
-    ordering: Ordering,
+    ordering: DeliveryOrder,
     columns: &str,
 ) {
     b.push("SELECT ")
@@ -353,7 +353,7 @@ fn write_claim_select(
             "c.lock_until_ms, c.created_at_ms, c.event_id"
         }
     };
-    if ordering == Ordering::PerRoom {
+    if ordering == DeliveryOrder::PerRoom {
         // One probe of the (app_code, room_id, status, created_at_ms, event_id) index per active
         // status: is there an earlier event of this room still to deliver? Delivered history sits
         // under other status keys and is never read. One NOT EXISTS per status, each with
@@ -476,7 +476,7 @@ pub(crate) fn reject_rows(
         b.push(" WHEN ")
             .bind(row.event_id.as_str())
             .push(" THEN ")
-            .bind(row.reason.as_str());
+            .bind_last_error(&row.reason);
     }
     b.push(" ELSE last_error END, updated_at_ms = ")
         .bind(now_ms)
