@@ -1,4 +1,5 @@
-//! `outboxd bench`: enqueue N events, drain them with a no-op publisher, report events/s.
+//! `outboxd bench`: enqueue N events, drain them through a publisher (a no-op, or a plugin with
+//! `--plugin`), report events/s.
 //!
 //! Each shape runs on its own app code in the benchmark table, so runs never see each other's
 //! rows. The `go` shape replays the Go version's delivery shape on the same store (claim 100, one
@@ -166,7 +167,14 @@ impl Publisher for NoopPublisher {
 }
 
 /// Runs every requested shape against the configured database.
-pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport, BenchError> {
+///
+/// Every shape publishes through `publisher`: [`NoopPublisher`] measures the host and the
+/// database; a plugin (`outboxd bench --plugin FILE`) measures what users run.
+pub async fn run(
+    config: &Config,
+    options: &BenchOptions,
+    publisher: Arc<dyn Publisher>,
+) -> Result<BenchReport, BenchError> {
     let store = store::connect(&ConnectOptions {
         url: config.database.url.clone(),
         table: options.table.clone(),
@@ -182,11 +190,11 @@ pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport,
         let started = Instant::now();
         let (batch_size, workers) = match shape {
             Shape::Go => {
-                drain_go_shape(&*store, &app_code).await?;
+                drain_go_shape(&*store, &app_code, &*publisher).await?;
                 (100, 1)
             }
             Shape::Outboxd | Shape::PerRoom => {
-                drain_worker(&store, &app_code, shape, options).await?;
+                drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
             }
         };
@@ -258,10 +266,11 @@ async fn drain_worker(
     app_code: &str,
     shape: Shape,
     options: &BenchOptions,
+    publisher: Arc<dyn Publisher>,
 ) -> Result<(), WorkerError> {
     let worker = Worker::new(
         store.clone(),
-        Arc::new(NoopPublisher),
+        publisher,
         WorkerOptions {
             app_codes: vec![app_code.to_string()],
             batch_size: options.batch_size,
@@ -283,8 +292,11 @@ async fn drain_worker(
 }
 
 /// Drains like the Go version: claim 100, publish, one mark statement per row.
-async fn drain_go_shape(store: &dyn OutboxStore, app_code: &str) -> Result<(), StoreError> {
-    let publisher = NoopPublisher;
+async fn drain_go_shape(
+    store: &dyn OutboxStore,
+    app_code: &str,
+    publisher: &dyn Publisher,
+) -> Result<(), StoreError> {
     loop {
         let batch = store
             .claim(&ClaimParams {

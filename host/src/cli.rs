@@ -71,7 +71,8 @@ pub enum Command {
     },
     /// Move failed rows back to pending (retry count reset).
     Requeue(RequeueArgs),
-    /// Measure delivery throughput: enqueue N events, drain them with a no-op publisher.
+    /// Measure delivery: enqueue N events and drain them (no-op publisher or `--plugin`), or with
+    /// `--rate` and `--seconds` the commit → delivered latency.
     Bench(BenchArgs),
     /// Tools for plugin authors.
     Plugin {
@@ -365,6 +366,7 @@ pub async fn execute(cli: Cli) -> Result<()> {
             print!("{report}");
         }
         Command::Bench(args) => {
+            let publisher = bench_publisher(&config, &args).await?;
             let options = BenchOptions {
                 events: args.events,
                 batch_size: args.batch_size,
@@ -373,7 +375,7 @@ pub async fn execute(cli: Cli) -> Result<()> {
                 shapes: args.shapes,
                 table: store::TableName::new(&args.table).context("--table")?,
             };
-            let report = bench::run(&config, &options).await?;
+            let report = bench::run(&config, &options, publisher).await?;
             print!("{report}");
         }
         Command::Plugin { command } => plugin_command(&config, command).await?,
