@@ -29,7 +29,7 @@ use crate::store::{
     TableName,
 };
 use crate::wake::{self, Wake};
-use crate::worker::{RunMode, Worker, WorkerError, WorkerOptions};
+use crate::worker::{RunMode, Worker, WorkerError};
 
 /// Rows committed during this first part of a run are not counted in the percentiles.
 pub const WARM_UP: Duration = Duration::from_secs(1);
@@ -168,7 +168,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let commit_feed = wake.has_commit_feed();
-    let mut worker_options = WorkerOptions::from_config(config);
+    let mut worker_options = config.worker_options();
     worker_options.app_codes = vec![app_code.clone()];
     worker_options.node_id = "bench-latency".into();
     let store: Arc<dyn OutboxStore> = timed.clone();

@@ -9,10 +9,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use super::BenchArgs;
+use crate::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{Record, now_ms};
 use crate::retry::RetryPolicy;
@@ -166,6 +168,63 @@ impl Publisher for NoopPublisher {
     }
 }
 
+/// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
+pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
+    let publisher = publisher(config, &args).await?;
+    if let Some(rate) = args.rate {
+        let options = super::bench_latency::LatencyOptions {
+            rate: rate.max(1),
+            seconds: args.seconds.unwrap_or(1),
+            producers: args.producers,
+            table: TableName::new(&args.table).context("--table")?,
+        };
+        let report = super::bench_latency::run(config, &options, publisher).await?;
+        print!("{report}");
+        return Ok(());
+    }
+    let options = BenchOptions {
+        events: args.events,
+        batch_size: args.batch_size,
+        workers: args.workers,
+        rooms: args.rooms,
+        shapes: args.shapes,
+        table: TableName::new(&args.table).context("--table")?,
+    };
+    let report = run(config, &options, publisher).await?;
+    print!("{report}");
+    Ok(())
+}
+
+/// The publisher of a benchmark: the `--plugin` component with every event routed to it, or a
+/// native no-op.
+async fn publisher(config: &Config, args: &BenchArgs) -> anyhow::Result<Arc<dyn Publisher>> {
+    let Some(plugin) = &args.plugin else {
+        return Ok(Arc::new(NoopPublisher));
+    };
+    let mut settings = std::collections::BTreeMap::new();
+    for pair in &args.plugin_config {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--plugin-config {pair:?}: expected KEY=VALUE"))?;
+        settings.insert(key.to_string(), value.to_string());
+    }
+    let sink = SinkConfig {
+        name: "bench".into(),
+        plugin: plugin.clone(),
+        config: settings,
+        limits: SinkLimits::default(),
+    };
+    let route = RouteConfig {
+        event_type: "*".into(),
+        sink: "bench".into(),
+    };
+    let publishing =
+        Publishing::new(vec![sink], vec![route], std::path::Path::new("")).context("--plugin")?;
+    crate::plugin::load_publisher(&publishing, &config.plugins)
+        .await
+        .with_context(|| format!("cannot load the plugin {}", plugin.display()))
+}
+
 /// Runs every requested shape against the configured database.
 ///
 /// Every shape publishes through `publisher`: [`NoopPublisher`] measures the host and the
@@ -176,9 +235,9 @@ pub async fn run(
     publisher: Arc<dyn Publisher>,
 ) -> Result<BenchReport, BenchError> {
     let store = store::connect(&ConnectOptions {
-        url: config.database.url.clone(),
         table: options.table.clone(),
         max_connections: config.database.max_connections.max(options.workers + 2),
+        ..config.connect_options()
     })
     .await?;
     store.migrate().await?;
