@@ -139,9 +139,9 @@ pub async fn run(
     publisher: Arc<dyn Publisher>,
 ) -> Result<LatencyReport, LatencyError> {
     let connect = |max_connections| ConnectOptions {
-        url: config.database.url.clone(),
         table: options.table.clone(),
         max_connections,
+        ..config.connect_options()
     };
     let inner = store::connect(&connect(config.database.max_connections)).await?;
     inner.migrate().await?;
