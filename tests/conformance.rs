@@ -18,8 +18,8 @@ use std::sync::Arc;
 use outboxd::record::{LAST_ERROR_MAX_BYTES, truncate_error};
 use outboxd::store::{
     Backend, ClaimBatch, ClaimParams, CountsParams, DEFAULT_TABLE, DeliveryOrder, Disposition,
-    FailedFilter, Lease, ListFailedParams, Mark, MarkParams, MarkReport, OutboxStore,
-    RequeueParams, StatusCounts, StoreError, TableName,
+    FailedFilter, Lease, ListFailedParams, Mark, MarkParams, MarkReport, OutboxStore, PurgeParams,
+    PurgeStatus, RequeueParams, StatusCounts, StoreError, TableName,
 };
 use prost::Message;
 use support::{RawInsert, TestDb, record, typed_record};
@@ -111,6 +111,16 @@ fn retryable(id: &str, next_retry_at_ms: i64, error: &str) -> Mark {
     Mark {
         event_id: id.into(),
         disposition: Disposition::Retryable {
+            next_retry_at_ms,
+            error: error.into(),
+        },
+    }
+}
+
+fn deferred(id: &str, next_retry_at_ms: i64, error: &str) -> Mark {
+    Mark {
+        event_id: id.into(),
+        disposition: Disposition::Deferred {
             next_retry_at_ms,
             error: error.into(),
         },
@@ -845,6 +855,76 @@ async fn claim_concurrent_claims_never_share_a_row(backend: Backend) {
 // ---------------------------------------------------------------------------------------------
 // mark
 // ---------------------------------------------------------------------------------------------
+
+/// A deferred row (its sink's breaker was open) goes back to `retryable` at its time without
+/// spending an attempt, beside a retried row that does spend one, in the same statement.
+async fn mark_deferred_spends_no_attempt(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(
+        &store,
+        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r2", 200)],
+    )
+    .await;
+    let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    let report = mark(
+        &store,
+        &batch.lease,
+        &[
+            retryable("e1", 2_000, "boom"),
+            deferred("e2", 5_000, "breaker open"),
+        ],
+        1_100,
+    )
+    .await;
+    assert_eq!(report.applied, 2);
+    let e2 = db.row(APP, "e2").await.unwrap();
+    assert_eq!(e2.status, "retryable");
+    assert_eq!(e2.retry_count, 0);
+    assert_eq!(e2.next_retry_at_ms, Some(5_000));
+    assert_eq!(e2.last_error.as_deref(), Some("breaker open"));
+    assert!(e2.lease_cleared(), "{e2:?}");
+    assert_eq!(db.row(APP, "e1").await.unwrap().retry_count, 1);
+
+    // Not due before its time; handed out at it as the same (first) attempt.
+    let early = claim_app(&store, "w2", 10, 4_999, 1_000).await;
+    assert_eq!(ids(&early), strs(&["e1"]));
+    let due = claim_app(&store, "w3", 10, 5_000, 1_000).await;
+    assert_eq!(ids(&due), strs(&["e2"]));
+    assert_eq!(due.events[0].retry_count, 0);
+    assert_eq!(due.events[0].event.attempt, 1);
+
+    // Deferring again and again never moves it towards max_attempts.
+    let mut now = 5_000;
+    let mut lease = due.lease;
+    for _ in 0..5 {
+        mark(
+            &store,
+            &lease,
+            &[deferred("e2", now + 10, "still open")],
+            now,
+        )
+        .await;
+        now += 10;
+        let again = claim(
+            &store,
+            ClaimParams {
+                max_attempts: 1,
+                ..params(APP, "w4", 10, now, 1_000)
+            },
+        )
+        .await;
+        assert_eq!(
+            ids(&again),
+            strs(&["e2"]),
+            "deferred row not handed out at {now}"
+        );
+        assert!(again.rejected.is_empty());
+        lease = again.lease;
+    }
+    assert_eq!(db.row(APP, "e2").await.unwrap().retry_count, 0);
+}
 
 async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {
@@ -1687,6 +1767,96 @@ async fn requeue_by_created_at_range(backend: Backend) {
     assert_eq!(list_failed(&store, filter(), 100).await, strs(&["fa1"]));
 }
 
+/// A row of `app` with `status`, created at `created_at_ms` and last changed at `updated_at_ms`.
+fn aged(app: &str, id: &str, status: &str, created_at_ms: i64, updated_at_ms: i64) -> RawInsert {
+    RawInsert {
+        updated_at_ms: Some(updated_at_ms),
+        ..RawInsert::pending(app, id, "r", created_at_ms).with_status(status)
+    }
+}
+
+async fn purge(
+    store: &Arc<dyn OutboxStore>,
+    status: PurgeStatus,
+    before_ms: i64,
+    limit: u32,
+    dry_run: bool,
+) -> u64 {
+    store
+        .purge(&PurgeParams {
+            app_code: APP.into(),
+            status,
+            before_ms,
+            limit,
+            dry_run,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("purge {status:?}: {e}"))
+}
+
+/// Retention deletes old finished rows of one tenant and status, oldest first, at most `limit`
+/// per call; rows changed lately, live rows however old, and other tenants stay.
+async fn purge_deletes_only_old_finished_rows_oldest_first(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    let mut rows: Vec<RawInsert> = (1..=5)
+        .map(|i| aged(APP, &format!("d{i}"), "delivered", i * 100, i * 100 + 50))
+        .collect();
+    rows.extend([
+        aged(APP, "d6", "delivered", 600, 5_000), // delivered lately after long retries
+        aged(APP, "f1", "failed", 100, 150),
+        aged(APP, "f2", "failed", 200, 9_000), // requeued and failed again lately
+        aged(APP, "p1", "pending", 50, 50),
+        aged(APP, "r1", "retryable", 60, 60),
+        aged(APP, "l1", "delivering", 70, 70),
+        aged(OTHER, "o1", "delivered", 100, 150),
+    ]);
+    db.insert_raw(DEFAULT_TABLE, &rows).await;
+
+    assert_eq!(
+        purge(&store, PurgeStatus::Delivered, 2_000, 2, false).await,
+        2
+    );
+    assert!(db.row(APP, "d1").await.is_none() && db.row(APP, "d2").await.is_none());
+    assert!(db.row(APP, "d3").await.is_some());
+    assert_eq!(
+        purge(&store, PurgeStatus::Delivered, 2_000, 2, true).await,
+        3
+    );
+    assert!(db.row(APP, "d3").await.is_some(), "a dry run deleted");
+    assert_eq!(
+        purge(&store, PurgeStatus::Delivered, 2_000, 10, false).await,
+        3
+    );
+    assert_eq!(
+        purge(&store, PurgeStatus::Delivered, 2_000, 10, false).await,
+        0
+    );
+    assert_eq!(
+        purge(&store, PurgeStatus::Failed, 2_000, 10, false).await,
+        1
+    );
+    assert_eq!(
+        purge(&store, PurgeStatus::Failed, 2_000, 10, false).await,
+        0
+    );
+
+    let left: BTreeSet<String> = db
+        .all_rows(DEFAULT_TABLE)
+        .await
+        .into_iter()
+        .map(|row| row.event_id)
+        .collect();
+    assert_eq!(
+        left,
+        ["d6", "f2", "p1", "r1", "l1", "o1"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+}
+
 async fn requeue_dry_run_changes_nothing(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {
         return;
@@ -2026,6 +2196,7 @@ macro_rules! conformance {
             claim_rejects_an_envelope_disagreeing_with_its_row,
             claim_concurrent_claims_never_share_a_row,
             mark_applies_a_mix_in_one_call,
+            mark_deferred_spends_no_attempt,
             mark_is_fenced_against_a_reclaimed_row,
             mark_reports_only_the_stale_rows,
             mark_is_fenced_against_a_requeued_or_finished_row,
@@ -2043,6 +2214,7 @@ macro_rules! conformance {
             requeue_by_filters,
             requeue_by_created_at_range,
             requeue_dry_run_changes_nothing,
+            purge_deletes_only_old_finished_rows_oldest_first,
             migrate_is_idempotent,
             migrate_rejects_invalid_table_names,
             migrate_custom_table_names_work,

@@ -213,6 +213,7 @@ async fn publisher(config: &Config, args: &BenchArgs) -> anyhow::Result<Arc<dyn 
         plugin: plugin.clone(),
         config: settings,
         limits: SinkLimits::default(),
+        breaker: Default::default(),
     };
     let route = RouteConfig {
         event_type: "*".into(),

@@ -25,8 +25,8 @@ use crate::publish::Publisher;
 use crate::record::{Record, now_ms};
 use crate::store::{
     self, Backend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, Disposition, FailedRow,
-    ListFailedParams, MarkParams, MarkReport, OutboxStore, RequeueParams, StatusCounts, StoreError,
-    TableName,
+    ListFailedParams, MarkParams, MarkReport, OutboxStore, PurgeParams, RequeueParams,
+    StatusCounts, StoreError, TableName,
 };
 use crate::wake::{self, Wake};
 use crate::worker::{RunMode, Worker, WorkerError};
@@ -321,6 +321,10 @@ impl OutboxStore for TimedStore {
 
     async fn requeue(&self, params: &RequeueParams) -> Result<u64, StoreError> {
         self.inner.requeue(params).await
+    }
+
+    async fn purge(&self, params: &PurgeParams) -> Result<u64, StoreError> {
+        self.inner.purge(params).await
     }
 
     async fn close(&self) {
