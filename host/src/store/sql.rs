@@ -1219,6 +1219,17 @@ pub(crate) fn table_index_columns(dialect: Dialect, table: &TableName) -> Bound 
     b.finish()
 }
 
+/// The catalog query behind migrate's claim-index check, for tools and tests that read a
+/// table's indexes on their own connection: the statement (one row per key column, `index name,
+/// column name`, the column NULL for an expression, ordered by index and position) and the one
+/// value to bind to its placeholder, `table` as the catalog stores it.
+pub fn index_columns_query(dialect: Dialect, table: &TableName) -> (String, String) {
+    (
+        table_index_columns(dialect, table).sql.to_string(),
+        catalog_name(dialect, table),
+    )
+}
+
 /// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table).
 pub(crate) fn create_claim_index(table: &TableName, index: &ClaimIndex) -> String {
     format!(
