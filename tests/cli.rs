@@ -243,29 +243,11 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     assert_eq!(status(&config, url)["delivering"], 0);
 }
 
-macro_rules! cli_tests {
-    ($module:ident, $backend:expr) => {
-        mod $module {
-            use super::*;
-            cli_tests!(@tests $backend;
-                drain_10k_through_the_log_plugin,
-                no_route_fails_then_requeue_delivers,
-                sigterm_finishes_in_flight_and_exits_zero);
-        }
-    };
-    (@tests $backend:expr; $($name:ident),*) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name($backend).await;
-            }
-        )*
-    };
-}
-
-cli_tests!(sqlite, Backend::Sqlite);
-cli_tests!(mysql, Backend::MySql);
-cli_tests!(postgres, Backend::Postgres);
+support::per_backend!(
+    drain_10k_through_the_log_plugin,
+    no_route_fails_then_requeue_delivers,
+    sigterm_finishes_in_flight_and_exits_zero,
+);
 
 #[test]
 fn bad_config_is_one_clear_error_naming_the_key() {
