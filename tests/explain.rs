@@ -1,6 +1,7 @@
 //! Proof that every claim branch reads only the rows it returns, however much delivered history
 //! the outbox holds: 200k `delivered` rows plus a few live rows of each kind, then `EXPLAIN` of the
-//! exact claim SELECTs the store runs (`store::sql::Statements::claim_select`), on MariaDB and
+//! exact claim SELECTs the store runs
+//! (`store::statement::claim::Statements::claim_select`), on MariaDB and
 //! PostgreSQL, with and without per-room ordering.
 //!
 //! A branch passes when the outbox table is read through an index range/ref on one of the
@@ -13,7 +14,7 @@
 
 mod support;
 
-use outboxd::store::sql::{ClaimBranch, Dialect, Statements};
+use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::{Backend, ClaimParams, DEFAULT_TABLE, Ordering, TableName};
 use support::{Bind, PlanStep, RawInsert, TestDb};
 
@@ -270,7 +271,7 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
         started.elapsed()
     );
 
-    let statements = Statements::new(Dialect::from(backend), &TableName::default());
+    let statements = Statements::new(backend, &TableName::default());
     for ordering in [Ordering::None, Ordering::PerRoom] {
         for branch in ClaimBranch::ALL {
             let sql = statements.claim_select(branch, ordering);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use outboxd::store::sql::index_columns_query;
+use outboxd::store::schema::index_columns_query;
 use sqlx::Row;
 
 use super::raw::{Bind, RawPool, bound_query, on_pool};
@@ -60,11 +60,11 @@ impl TestDb {
 
     /// The indexes of `table` from the catalog: lower-case index name → key columns in order
     /// (`(expression)` for an expression key). Runs the store's own catalog query
-    /// ([`outboxd::store::sql::index_columns_query`], the one migrate checks the claim indexes
+    /// ([`outboxd::store::schema::index_columns_query`], the one migrate checks the claim indexes
     /// with) on this test's plain pool.
     pub async fn index_columns(&self, table: &str) -> BTreeMap<String, Vec<String>> {
         let table = TableName::new(table).expect("valid table name");
-        let (sql, catalog_name) = index_columns_query(self.backend.into(), &table);
+        let (sql, catalog_name) = index_columns_query(self.backend, &table);
         let rows: Vec<(String, Option<String>)> = on_pool!(&self.pool, |pool: DB| {
             bound_query::<DB>(&sql, &[Bind::Str(catalog_name)])
                 .fetch_all(pool)

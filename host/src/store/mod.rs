@@ -1,6 +1,18 @@
-//! The database contract: one [`Store`] trait, one module per database.
+//! The database contract: one [`Store`] trait, its params and results, [`StoreError`].
 //!
-//! Every backend passes the same conformance suite (`tests/conformance.rs`). Methods take one
+//! # Layout
+//! - this file: the contract only;
+//! - [`connect`](connect()): URL → [`Backend`] → connected store (the one place naming every
+//!   backend);
+//! - `exec`: the shared executor, every operation written once over a backend's pool;
+//! - [`statement`]: statement building shared by every backend, grouped by operation; `row`: row
+//!   decoding; `judge`: the envelope judge (no SQL); [`schema`]: migrations, the columns and
+//!   claim indexes outboxd needs, `migrate`;
+//! - [`sqlite`], [`mysql`], [`postgres`]: each backend's store, producer `save`, and the SQL and
+//!   behaviour that differ for its database (its `SqlDialect`) — to see what PostgreSQL does
+//!   differently, open `postgres.rs`.
+//!
+//! Every backend passes the same conformance suite (`tests/conformance/`). Methods take one
 //! params struct and an explicit `now_ms`, so behaviour that depends on time (leases, due retries)
 //! is tested without sleeping. SQL is built once per store from a validated [`TableName`]; every
 //! value is a bound parameter.
@@ -20,18 +32,25 @@
 //! One statement per batch, fenced on the claim's lease: a row changes only while its
 //! `worker_id` and `lock_until_ms` still equal the [`Lease`]; the others are reported as stale.
 
+mod connect;
+mod exec;
+mod judge;
 pub mod mysql;
 pub mod postgres;
-pub mod sql;
+mod row;
+pub mod schema;
 pub mod sqlite;
-
-use std::sync::Arc;
+pub mod statement;
+mod table_name;
 
 use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::publish::Event;
 use crate::record::Record;
+
+pub use connect::{ConnectOptions, connect, redact_url};
+pub use table_name::TableName;
 
 /// Default name of the outbox table.
 pub const DEFAULT_TABLE: &str = "room_outbox";
@@ -45,103 +64,6 @@ pub enum Backend {
     MySql,
     /// PostgreSQL, `postgres://…`.
     Postgres,
-}
-
-impl Backend {
-    /// The backend a database URL names, by its scheme.
-    pub fn from_url(url: &str) -> Result<Backend, StoreError> {
-        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
-        match scheme {
-            "sqlite" => Ok(Backend::Sqlite),
-            "mysql" | "mariadb" => Ok(Backend::MySql),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
-        }
-    }
-
-    /// Short lowercase name (`sqlite`, `mysql`, `postgres`), also the migrations folder name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::MySql => "mysql",
-            Backend::Postgres => "postgres",
-        }
-    }
-}
-
-/// A validated plain SQL identifier naming the outbox table: `[A-Za-z_][A-Za-z0-9_]*`, at most
-/// 48 bytes (index names derive from it), and not a reserved word we would have to quote.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TableName(String);
-
-impl TableName {
-    /// Validates `name` as a plain SQL identifier.
-    pub fn new(name: &str) -> Result<TableName, StoreError> {
-        let mut chars = name.chars();
-        let valid_start = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-        let valid_rest = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let reserved = RESERVED_WORDS
-            .split_ascii_whitespace()
-            .any(|word| word.eq_ignore_ascii_case(name));
-        if !valid_start || !valid_rest || name.len() > 48 || reserved {
-            return Err(StoreError::InvalidTableName(name.to_string()));
-        }
-        Ok(TableName(name.to_string()))
-    }
-
-    /// The identifier.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// Words reserved in PostgreSQL, MySQL 8 / MariaDB or SQLite: a bare table name must be none of
-/// them (the SQL names the table unquoted).
-const RESERVED_WORDS: &str = "
-    abort accessible action add after all alter always analyse analyze and any array as asc
-    asensitive asymmetric attach authorization autoincrement before begin between bigint binary
-    blob both by call cascade case cast change char character check collate collation column
-    commit condition conflict constraint continue convert create cross cube cume_dist
-    current_catalog current_date current_role current_schema current_time current_timestamp
-    current_user cursor database databases day_hour day_microsecond day_minute day_second dec
-    decimal declare default deferrable deferred delayed delete dense_rank desc describe detach
-    deterministic distinct distinctrow div do double drop dual each else elseif empty enclosed
-    end escape escaped except exclusive exists exit explain fail false fetch filter
-    first_value float float4 float8 for force foreign freeze from full fulltext function
-    generated get glob grant group grouping groups having high_priority hour_microsecond
-    hour_minute hour_second if ignore ilike immediate in index indexed infile initially inner
-    inout insensitive insert instead int int1 int2 int3 int4 int8 integer intersect interval
-    into io_after_gtids io_before_gtids is isnull iterate join json_table key keys kill lag
-    last_value lateral lead leading leave left like limit linear lines load localtime
-    localtimestamp lock long longblob longtext loop low_priority master_bind
-    master_ssl_verify_server_cert match maxvalue mediumblob mediumint mediumtext middleint
-    minute_microsecond minute_second mod modifies natural no_write_to_binlog not notnull
-    nth_value ntile null numeric of offset on only optimize optimizer_costs option optionally or
-    order out outer outfile over overlaps partition percent_rank placing plan pragma precision
-    primary procedure purge raise range rank read read_write reads real recursive references
-    regexp reindex release rename repeat replace require resignal restrict return returning
-    revoke right rlike rollback row row_number rows savepoint schema schemas second_microsecond
-    select sensitive separator session_user set show signal similar smallint some spatial
-    specific sql sql_big_result sql_calc_found_rows sql_small_result sqlexception sqlstate
-    sqlwarning ssl starting stored straight_join symmetric system system_user table tablesample
-    temp temporary terminated then tinyblob tinyint tinytext to trailing transaction trigger
-    true undo union unique unlock unsigned update usage use user using utc_date utc_time
-    utc_timestamp vacuum values varbinary varchar varcharacter variadic varying verbose view
-    virtual when where while window with without write xor year_month zerofill
-";
-
-impl Default for TableName {
-    fn default() -> Self {
-        TableName(DEFAULT_TABLE.to_string())
-    }
-}
-
-impl std::fmt::Display for TableName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// Errors of the storage layer. Database errors keep their source and name the operation.
@@ -468,100 +390,4 @@ pub trait Store: Send + Sync + 'static {
 
     /// Closes the connection pool.
     async fn close(&self);
-}
-
-/// Connection options shared by every backend.
-#[derive(Debug, Clone)]
-pub struct ConnectOptions {
-    /// The database URL (`sqlite://…`, `mysql://…`, `postgres://…`).
-    pub url: String,
-    /// The outbox table.
-    pub table: TableName,
-    /// Pool size.
-    pub max_connections: u32,
-}
-
-impl ConnectOptions {
-    /// Options for `url` with the default table and pool size.
-    pub fn new(url: impl Into<String>) -> ConnectOptions {
-        ConnectOptions {
-            url: url.into(),
-            table: TableName::default(),
-            max_connections: 8,
-        }
-    }
-}
-
-/// Connects to the database the URL names.
-pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(match Backend::from_url(&options.url)? {
-        Backend::Sqlite => Arc::new(sqlite::SqliteStore::connect(options).await?),
-        Backend::MySql => Arc::new(mysql::MySqlStore::connect(options).await?),
-        Backend::Postgres => Arc::new(postgres::PostgresStore::connect(options).await?),
-    })
-}
-
-/// The URL with any password replaced by `***`, for messages and logs.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_names_are_plain_identifiers() {
-        assert!(TableName::new("room_outbox").is_ok());
-        assert!(TableName::new("_x9").is_ok());
-        for bad in [
-            "",
-            "9x",
-            "a-b",
-            "a b",
-            "x;drop table y",
-            "t`",
-            "t\"",
-            &"a".repeat(49),
-        ] {
-            assert!(TableName::new(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn backend_from_url() {
-        assert_eq!(Backend::from_url("sqlite://x.db").unwrap(), Backend::Sqlite);
-        assert_eq!(
-            Backend::from_url("mysql://root@h/db").unwrap(),
-            Backend::MySql
-        );
-        assert_eq!(
-            Backend::from_url("postgres://u@h/db").unwrap(),
-            Backend::Postgres
-        );
-        assert!(Backend::from_url("redis://h").is_err());
-    }
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(
-            redact_url("mysql://root:secret@h:3306/db"),
-            "mysql://root:***@h:3306/db"
-        );
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
-    }
 }

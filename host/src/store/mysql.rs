@@ -4,13 +4,15 @@
 //! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
 //! `UPDATE … RETURNING`, so a mark first locks and lists the rows still under its lease
 //! (`SELECT … FOR UPDATE`) and then updates them, in one transaction. The store's own connections
-//! run at `READ COMMITTED` ([`super::sql`] explains why); `save` runs at the caller's level.
+//! run at `READ COMMITTED` ([`SESSION_SETUP`] explains why); `save` runs at the caller's level.
 
 use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
-use super::sql::exec::{self, Driver, impl_session, impl_store};
-use super::sql::{self, Dialect, Statements};
+use super::exec::{self, Driver, impl_session, impl_store};
+use super::schema::Migration;
+use super::statement::claim::Statements;
+use super::statement::{Bound, SqlBuilder, SqlDialect};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
 
@@ -29,10 +31,10 @@ impl MySqlStore {
             .max_connections(options.max_connections.max(1))
             // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
             // and marks do not deadlock on the secondary index entries they move (under
-            // REPEATABLE READ, per-room claims beside marks did: tests/conformance.rs).
+            // REPEATABLE READ, per-room claims beside marks did: tests/conformance/ordering.rs).
             .after_connect(|conn, _| {
                 Box::pin(async move {
-                    sqlx::Executor::execute(&mut *conn, sql::MYSQL_SESSION_SETUP).await?;
+                    sqlx::Executor::execute(&mut *conn, SESSION_SETUP).await?;
                     Ok(())
                 })
             })
@@ -49,7 +51,7 @@ impl MySqlStore {
         }
         Ok(MySqlStore {
             pool,
-            statements: Statements::new(Dialect::MySql, &options.table),
+            statements: Statements::new(Backend::MySql, &options.table),
         })
     }
 
@@ -86,6 +88,108 @@ fn check_server_version(version: &str) -> Result<(), StoreError> {
             "{name} {version} lacks FOR UPDATE SKIP LOCKED; outboxd needs {name} >= {}.{}",
             minimum.0, minimum.1
         ))),
+    }
+}
+
+/// Run once on every connection of a MySQL/MariaDB store's own pool, before any transaction.
+///
+/// Under the default `REPEATABLE READ`, a claim's `FOR UPDATE SKIP LOCKED` scan keeps next-key
+/// (gap) locks on every index record it read, including candidates the per-room probe filtered
+/// out, and a concurrent mark's UPDATE, inserting into those index gaps, deadlocks with it.
+/// `READ COMMITTED` locks only the rows returned. (With binary logging it needs `binlog_format`
+/// ROW or MIXED, the defaults.) The producers' `save` runs in the caller's transaction, at the
+/// caller's isolation level.
+const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
+/// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
+/// (a mark locks and lists its fenced rows first), `ON DUPLICATE KEY UPDATE` upserts whose
+/// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
+/// tables in `utf8mb4_bin`.
+#[derive(Debug)]
+pub(crate) struct MySqlDialect;
+
+/// The embedded migrations (`migrations/mysql/`).
+const MIGRATIONS: &[Migration] = &[Migration::new(
+    1,
+    "0001_room_outbox",
+    include_str!("../../../migrations/mysql/0001_room_outbox.sql"),
+)];
+
+impl SqlDialect for MySqlDialect {
+    fn placeholder(&self, sql: &mut String, _n: usize) {
+        sql.push('?');
+    }
+
+    fn row_lock(&self) -> &'static str {
+        " FOR UPDATE SKIP LOCKED"
+    }
+
+    /// `FORCE INDEX (PRIMARY)`: MySQL/MariaDB otherwise may walk a secondary index on the
+    /// `app_code` prefix (small tables) or on the lease (`status`, `lock_until_ms`) and lock the
+    /// entries of other workers' rows on the way: two claims' lease UPDATEs then deadlock (seen in
+    /// tests/conformance/claim.rs). By primary key a statement locks only its own rows.
+    fn primary_key_access(&self) -> &'static str {
+        " FORCE INDEX (PRIMARY)"
+    }
+
+    fn ignore_duplicate_key(&self) -> &'static str {
+        " ON DUPLICATE KEY UPDATE event_id = event_id"
+    }
+
+    fn has_update_returning(&self) -> bool {
+        false
+    }
+
+    /// sqlx connects with `CLIENT_FOUND_ROWS`, so `ON DUPLICATE KEY UPDATE event_id = event_id`
+    /// counts a duplicate as 1.
+    fn insert_counts_duplicates(&self) -> bool {
+        true
+    }
+
+    fn probe_end(&self) -> &'static str {
+        ")"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        MIGRATIONS
+    }
+
+    fn bookkeeping_table_options(&self) -> &'static str {
+        " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    }
+
+    fn ignore_duplicate_version(&self) -> &'static str {
+        " ON DUPLICATE KEY UPDATE version = version"
+    }
+
+    /// None: DDL commits implicitly here, and every step of `migrate` is idempotent instead.
+    fn migration_lock(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn table_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::MySql);
+        b.push(
+            "SELECT column_name FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ",
+        )
+        .bind(table.as_str());
+        b.finish()
+    }
+
+    fn table_index_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::MySql);
+        b.push(
+            "SELECT index_name, column_name FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = ",
+        )
+        .bind(table.as_str())
+        .push(" ORDER BY index_name, seq_in_index");
+        b.finish()
+    }
+
+    fn drop_index_hint(&self, table: &TableName, name: &str) -> String {
+        format!("DROP INDEX {name} ON {}", table.as_str())
     }
 }
 
@@ -134,7 +238,7 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Dialect::MySql, table, records).await
+    exec::save(&mut **tx, Backend::MySql, table, records).await
 }
 
 #[cfg(test)]

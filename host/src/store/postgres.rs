@@ -7,8 +7,10 @@
 use sqlx::Postgres;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::sql::exec::{self, Driver, impl_session, impl_store};
-use super::sql::{Dialect, Statements};
+use super::exec::{self, Driver, impl_session, impl_store};
+use super::schema::Migration;
+use super::statement::claim::Statements;
+use super::statement::{Bound, SqlBuilder, SqlDialect};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
 
@@ -29,7 +31,7 @@ impl PostgresStore {
             .map_err(StoreError::db("connect"))?;
         Ok(PostgresStore {
             pool,
-            statements: Statements::new(Dialect::Postgres, &options.table),
+            statements: Statements::new(Backend::Postgres, &options.table),
         })
     }
 
@@ -37,6 +39,108 @@ impl PostgresStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// PostgreSQL's SQL: `$n` placeholders, `FOR UPDATE SKIP LOCKED`, `UPDATE … RETURNING`,
+/// `ON CONFLICT … DO NOTHING`; per-room probes fenced with `OFFSET 0`; `migrate` serialized with an
+/// advisory lock; unquoted names folded to lower case in the catalog.
+#[derive(Debug)]
+pub(crate) struct PostgresDialect;
+
+/// The embedded migrations (`migrations/postgres/`).
+const MIGRATIONS: &[Migration] = &[Migration::new(
+    1,
+    "0001_room_outbox",
+    include_str!("../../../migrations/postgres/0001_room_outbox.sql"),
+)];
+
+impl SqlDialect for PostgresDialect {
+    fn placeholder(&self, sql: &mut String, n: usize) {
+        sql.push('$');
+        sql.push_str(&n.to_string());
+    }
+
+    fn row_lock(&self) -> &'static str {
+        " FOR UPDATE SKIP LOCKED"
+    }
+
+    fn primary_key_access(&self) -> &'static str {
+        ""
+    }
+
+    fn ignore_duplicate_key(&self) -> &'static str {
+        " ON CONFLICT (app_code, event_id) DO NOTHING"
+    }
+
+    fn has_update_returning(&self) -> bool {
+        true
+    }
+
+    fn insert_counts_duplicates(&self) -> bool {
+        false
+    }
+
+    /// `OFFSET 0` keeps the `NOT EXISTS` a correlated subplan (the planner never pulls a sublink
+    /// with an OFFSET up into an anti-join), so each candidate probes the room index with its own
+    /// (app_code, room_id) instead of the planner joining against every active row of the tenant
+    /// when its statistics are stale (a freshly filled table): measured 9.4 s → milliseconds per
+    /// claim of 500 with 20k fresh rows.
+    fn probe_end(&self) -> &'static str {
+        " OFFSET 0)"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        MIGRATIONS
+    }
+
+    fn bookkeeping_table_options(&self) -> &'static str {
+        ""
+    }
+
+    fn ignore_duplicate_version(&self) -> &'static str {
+        " ON CONFLICT (table_name, version) DO NOTHING"
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` races between concurrent transactions: a transaction-scoped
+    /// advisory lock (any constant: "outboxd" in ASCII) serializes `migrate` runs.
+    fn migration_lock(&self) -> Option<&'static str> {
+        Some("SELECT pg_advisory_xact_lock(31366054425523556)")
+    }
+
+    fn table_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::Postgres);
+        b.push(
+            "SELECT column_name::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = ",
+        )
+        .bind(catalog_name(table));
+        b.finish()
+    }
+
+    fn table_index_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::Postgres);
+        b.push(
+            "SELECT i.relname::text, a.attname::text FROM pg_index x \
+             JOIN pg_class t ON t.oid = x.indrelid \
+             JOIN pg_namespace n ON n.oid = t.relnamespace \
+             JOIN pg_class i ON i.oid = x.indexrelid \
+             CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+             LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum \
+             WHERE n.nspname = current_schema() AND t.relname::text = ",
+        )
+        .bind(catalog_name(table))
+        .push(" AND k.ord <= x.indnkeyatts ORDER BY i.relname, k.ord");
+        b.finish()
+    }
+
+    fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
+        format!("DROP INDEX {name}")
+    }
+}
+
+/// The table name as the catalog stores it: PostgreSQL folds unquoted identifiers to lower case.
+fn catalog_name(table: &TableName) -> String {
+    table.as_str().to_ascii_lowercase()
 }
 
 impl_session!(sqlx::PgConnection, Postgres);
@@ -82,5 +186,5 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Dialect::Postgres, table, records).await
+    exec::save(&mut **tx, Backend::Postgres, table, records).await
 }

@@ -12,8 +12,10 @@ use std::time::Duration;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
-use super::sql::exec::{self, Driver, impl_session, impl_store};
-use super::sql::{Dialect, Statements};
+use super::exec::{self, Driver, impl_session, impl_store};
+use super::schema::Migration;
+use super::statement::claim::Statements;
+use super::statement::{Bound, SqlBuilder, SqlDialect};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
 
@@ -51,13 +53,93 @@ impl SqliteStore {
         .map_err(StoreError::db("connect"))?;
         Ok(SqliteStore {
             pool,
-            statements: Statements::new(Dialect::Sqlite, &options.table),
+            statements: Statements::new(Backend::Sqlite, &options.table),
         })
     }
 
     /// The connection pool, e.g. to open the transaction [`save`] writes in.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+}
+
+/// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a claim runs in `BEGIN IMMEDIATE`, which
+/// serializes it with every other writer); `UPDATE … RETURNING`; the catalog read through the
+/// `pragma_table_info` / `pragma_index_list` table-valued functions.
+#[derive(Debug)]
+pub(crate) struct SqliteDialect;
+
+/// The embedded migrations (`migrations/sqlite/`).
+const MIGRATIONS: &[Migration] = &[Migration::new(
+    1,
+    "0001_room_outbox",
+    include_str!("../../../migrations/sqlite/0001_room_outbox.sql"),
+)];
+
+impl SqlDialect for SqliteDialect {
+    fn placeholder(&self, sql: &mut String, _n: usize) {
+        sql.push('?');
+    }
+
+    fn row_lock(&self) -> &'static str {
+        ""
+    }
+
+    fn primary_key_access(&self) -> &'static str {
+        ""
+    }
+
+    fn ignore_duplicate_key(&self) -> &'static str {
+        " ON CONFLICT (app_code, event_id) DO NOTHING"
+    }
+
+    fn has_update_returning(&self) -> bool {
+        true
+    }
+
+    fn insert_counts_duplicates(&self) -> bool {
+        false
+    }
+
+    fn probe_end(&self) -> &'static str {
+        ")"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        MIGRATIONS
+    }
+
+    fn bookkeeping_table_options(&self) -> &'static str {
+        ""
+    }
+
+    fn ignore_duplicate_version(&self) -> &'static str {
+        " ON CONFLICT (table_name, version) DO NOTHING"
+    }
+
+    /// None: `migrate` runs in `BEGIN IMMEDIATE`, which already excludes other writers.
+    fn migration_lock(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn table_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::Sqlite);
+        b.push("SELECT name FROM pragma_table_info(")
+            .bind(table.as_str())
+            .push(")");
+        b.finish()
+    }
+
+    fn table_index_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::Sqlite);
+        b.push("SELECT il.name, ii.name FROM pragma_index_list(")
+            .bind(table.as_str())
+            .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
+        b.finish()
+    }
+
+    fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
+        format!("DROP INDEX {name}")
     }
 }
 
@@ -110,5 +192,5 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Dialect::Sqlite, table, records).await
+    exec::save(&mut **tx, Backend::Sqlite, table, records).await
 }

@@ -1,5 +1,6 @@
-//! The store operations, written once for every backend: claim, mark, counts, failed rows,
-//! requeue, migrations and the producer insert.
+//! The shared executor: the store operations written once for every backend — claim, mark,
+//! counts, failed rows, requeue and the producer insert (`migrate` is in [`super::schema`]) — and
+//! the one retry of transactions the database aborted as transient.
 //!
 //! A backend supplies its pool, its [`Statements`] and how it begins a write transaction
 //! ([`Driver`]); its connection type runs bound statements ([`Session`], implemented by
@@ -11,14 +12,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::Database;
 
-use super::{
-    Arg, Bound, CandidateRow, ClaimBranch, Dialect, EventId, FromColumns, IndexColumn, Int,
-    MAX_ROWS_PER_STATEMENT, Name, Statements, StatusCountRow,
-};
-use crate::record::{self, Record};
+use super::judge::judge;
+use super::row::{CandidateRow, EventId, FromColumns, Int, StatusCountRow, status_counts};
+use super::statement::claim::{ClaimBranch, Statements, lease_rows, reject_rows};
+use super::statement::failed::{count_failed, requeue_failed, select_failed};
+use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
+use super::statement::mark::{lock_fenced_rows, mark_rows};
+use super::statement::{Arg, Bound, MAX_ROWS_PER_STATEMENT};
+use crate::record::Record;
 use crate::store::{
-    ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, Mark, MarkParams,
-    MarkReport, RequeueParams, StatusCounts, StoreError, TableName,
+    Backend, ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, Mark,
+    MarkParams, MarkReport, RequeueParams, StatusCounts, StoreError, TableName,
 };
 
 /// A connection (or open transaction) that runs [`Bound`] statements.
@@ -47,7 +51,7 @@ where
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     Vec<u8>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
-    // The text comes from `store::sql`: static fragments and the validated table name only.
+    // The text comes from `store::statement`: static fragments and the validated table name only.
     let mut query = sqlx::query::<DB>(sqlx::AssertSqlSafe(statement.sql));
     for arg in statement.args {
         query = match arg {
@@ -63,20 +67,20 @@ where
 macro_rules! impl_session {
     ($connection:ty, $database:ty) => {
         #[async_trait::async_trait]
-        impl $crate::store::sql::exec::Session for $connection {
+        impl $crate::store::exec::Session for $connection {
             async fn run(
                 &mut self,
-                statement: $crate::store::sql::Bound,
+                statement: $crate::store::statement::Bound,
             ) -> Result<u64, sqlx::Error> {
-                let query = $crate::store::sql::exec::bind_args::<$database>(statement);
+                let query = $crate::store::exec::bind_args::<$database>(statement);
                 Ok(query.execute(&mut *self).await?.rows_affected())
             }
 
-            async fn rows<T: $crate::store::sql::FromColumns + Send + 'static>(
+            async fn rows<T: $crate::store::row::FromColumns + Send + 'static>(
                 &mut self,
-                statement: $crate::store::sql::Bound,
+                statement: $crate::store::statement::Bound,
             ) -> Result<Vec<T>, sqlx::Error> {
-                let query = $crate::store::sql::exec::bind_args::<$database>(statement);
+                let query = $crate::store::exec::bind_args::<$database>(statement);
                 let rows = query.fetch_all(&mut *self).await?;
                 rows.iter().map(|row| T::from_columns(row)).collect()
             }
@@ -106,7 +110,7 @@ pub(crate) trait Driver: Send + Sync {
     /// The connection pool.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
-    /// The store's statements (dialect and table).
+    /// The store's statements (backend and table).
     fn statements(&self) -> &Statements;
 }
 
@@ -121,69 +125,69 @@ macro_rules! impl_store {
             }
 
             fn table(&self) -> &$crate::store::TableName {
-                $crate::store::sql::exec::Driver::statements(self).table()
+                $crate::store::exec::Driver::statements(self).table()
             }
 
             async fn migrate(&self) -> Result<Vec<i64>, $crate::store::StoreError> {
-                $crate::store::sql::exec::migrate(self).await
+                $crate::store::schema::migrate(self).await
             }
 
             async fn enqueue(
                 &self,
                 records: &[$crate::record::Record],
             ) -> Result<u64, $crate::store::StoreError> {
-                $crate::store::sql::exec::enqueue(self, records).await
+                $crate::store::exec::enqueue(self, records).await
             }
 
             async fn claim(
                 &self,
                 params: &$crate::store::ClaimParams,
             ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
-                $crate::store::sql::exec::claim(self, params).await
+                $crate::store::exec::claim(self, params).await
             }
 
             async fn mark(
                 &self,
                 params: &$crate::store::MarkParams<'_>,
             ) -> Result<$crate::store::MarkReport, $crate::store::StoreError> {
-                $crate::store::sql::exec::mark(self, params).await
+                $crate::store::exec::mark(self, params).await
             }
 
             async fn counts(
                 &self,
                 params: &$crate::store::CountsParams,
             ) -> Result<$crate::store::StatusCounts, $crate::store::StoreError> {
-                $crate::store::sql::exec::counts(self, params).await
+                $crate::store::exec::counts(self, params).await
             }
 
             async fn list_failed(
                 &self,
                 params: &$crate::store::ListFailedParams,
             ) -> Result<Vec<$crate::store::FailedRow>, $crate::store::StoreError> {
-                $crate::store::sql::exec::list_failed(self, params).await
+                $crate::store::exec::list_failed(self, params).await
             }
 
             async fn requeue(
                 &self,
                 params: &$crate::store::RequeueParams,
             ) -> Result<u64, $crate::store::StoreError> {
-                $crate::store::sql::exec::requeue(self, params).await
+                $crate::store::exec::requeue(self, params).await
             }
 
             async fn close(&self) {
-                $crate::store::sql::exec::Driver::pool(self).close().await
+                $crate::store::exec::Driver::pool(self).close().await
             }
         }
     };
 }
 pub(crate) use impl_store;
 
-fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     StoreError::db(op)
 }
 
 /// Begins a write transaction.
-async fn begin_write<D: Driver>(
+pub(crate) async fn begin_write<D: Driver>(
     driver: &D,
     op: &'static str,
 ) -> Result<sqlx::Transaction<'static, D::Db>, StoreError> {
@@ -194,152 +198,11 @@ async fn begin_write<D: Driver>(
     .map_err(db(op))
 }
 
-/// Applies the embedded migrations not yet recorded for the table, in one write transaction
-/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead).
-/// Then checks the table's columns and claim indexes on every run ([`verify_outbox_table`]), so
-/// a table adopted from another program gets the indexes the claims need.
-pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
-    const OP: &str = "migrate";
-    let statements = driver.statements();
-    let (dialect, table) = (statements.dialect(), statements.table());
-    let mut tx = begin_write(driver, OP).await?;
-    if let Some(lock) = super::migration_lock(dialect) {
-        tx.run(Bound {
-            sql: lock.into(),
-            args: Vec::new(),
-        })
-        .await
-        .map_err(db(OP))?;
-    }
-    // A table created by another program must have every column before migration 0001's
-    // indexes can be created on it.
-    has_outbox_columns(&mut *tx, dialect, table).await?;
-    tx.script(super::create_bookkeeping(dialect).to_string())
-        .await
-        .map_err(db(OP))?;
-    let applied: HashSet<i64> = tx
-        .rows::<Int>(super::applied_versions(dialect, table))
-        .await
-        .map_err(db(OP))?
-        .into_iter()
-        .map(|Int(version)| version)
-        .collect();
-    let mut applied_now = Vec::new();
-    for migration in super::migrations(dialect) {
-        if applied.contains(&migration.version) {
-            continue;
-        }
-        tx.script(migration.sql(table))
-            .await
-            .map_err(|source| StoreError::Migration {
-                version: migration.version,
-                name: migration.name,
-                source,
-            })?;
-        applied_now.push(migration.version);
-    }
-    // Before recording: on MySQL/MariaDB the DDL above already committed, and a table refused
-    // here must not count as migrated.
-    verify_outbox_table(&mut *tx, dialect, table).await?;
-    for version in &applied_now {
-        tx.run(super::record_version(
-            dialect,
-            table,
-            *version,
-            record::now_ms(),
-        ))
-        .await
-        .map_err(db(OP))?;
-    }
-    tx.commit().await.map_err(db(OP))?;
-    Ok(applied_now)
-}
-
-/// Whether the outbox table exists; an error naming the missing columns when it exists without
-/// every column of [`super::OUTBOX_COLUMNS`].
-async fn has_outbox_columns<S: Session>(
-    session: &mut S,
-    dialect: Dialect,
-    table: &TableName,
-) -> Result<bool, StoreError> {
-    let columns: Vec<String> = session
-        .rows::<Name>(super::table_columns(dialect, table))
-        .await
-        .map_err(db("migrate"))?
-        .into_iter()
-        .map(|Name(column)| column)
-        .collect();
-    if columns.is_empty() {
-        return Ok(false);
-    }
-    let missing: Vec<&str> = super::OUTBOX_COLUMNS
-        .iter()
-        .copied()
-        .filter(|wanted| !columns.iter().any(|c| c.eq_ignore_ascii_case(wanted)))
-        .collect();
-    if missing.is_empty() {
-        Ok(true)
-    } else {
-        Err(StoreError::Schema(format!(
-            "table {} lacks the column(s) {} that outboxd needs: add them as in \
-             migrations/<backend>/0001_room_outbox.sql and run `outboxd migrate` again",
-            table.as_str(),
-            missing.join(", ")
-        )))
-    }
-}
-
-/// Checks the outbox table after the migrations: every column of the record present
-/// ([`has_outbox_columns`]), and the claim indexes of migration 0001 present under any name. A
-/// table created by another program (`CREATE TABLE IF NOT EXISTS` left it as it was) gets the
-/// missing claim indexes; one with an index named like a claim index but of other columns is
-/// refused, and nothing is created.
-async fn verify_outbox_table<S: Session>(
-    session: &mut S,
-    dialect: Dialect,
-    table: &TableName,
-) -> Result<(), StoreError> {
-    const OP: &str = "migrate";
-    if !has_outbox_columns(session, dialect, table).await? {
-        return Err(StoreError::Schema(format!(
-            "table {table} does not exist, but outboxd_migrations records it as migrated: \
-             delete its rows there (DELETE FROM outboxd_migrations WHERE table_name = '{table}') \
-             and run `outboxd migrate` again",
-            table = table.as_str()
-        )));
-    }
-    let mut indexes: Vec<(String, Vec<Option<String>>)> = Vec::new();
-    let rows = session
-        .rows::<IndexColumn>(super::table_index_columns(dialect, table))
-        .await
-        .map_err(db(OP))?;
-    for IndexColumn { index, column } in rows {
-        match indexes.last_mut() {
-            Some((name, columns)) if *name == index => columns.push(column),
-            _ => indexes.push((index, vec![column])),
-        }
-    }
-    let create = super::plan_claim_indexes(dialect, table, &indexes).map_err(StoreError::Schema)?;
-    for index in create {
-        tracing::info!(
-            table = table.as_str(),
-            index = %index.name(table),
-            columns = %index.columns.join(", "),
-            "creating a missing claim index on the outbox table"
-        );
-        session
-            .script(super::create_claim_index(table, index))
-            .await
-            .map_err(db(OP))?;
-    }
-    Ok(())
-}
-
 /// Inserts `records` as `pending` rows inside the caller's transaction, ignoring ids already
 /// present (and repeats within `records`: the first wins). Returns rows inserted.
 pub(crate) async fn save<S: Session>(
     session: &mut S,
-    dialect: Dialect,
+    backend: Backend,
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
@@ -347,16 +210,16 @@ pub(crate) async fn save<S: Session>(
     if let Some(reason) = records.iter().find_map(too_long_for_columns) {
         return Err(StoreError::Invalid(reason));
     }
-    let records = super::distinct_records(records);
+    let records = distinct_records(records);
     let mut inserted = 0;
     for chunk in records.chunks(MAX_ROWS_PER_STATEMENT) {
-        let existing = if dialect.insert_counts_duplicates() {
-            count_existing(session, dialect, table, chunk).await?
+        let existing = if backend.dialect().insert_counts_duplicates() {
+            count_existing(session, backend, table, chunk).await?
         } else {
             0
         };
         let affected = session
-            .run(super::insert_records(dialect, table, chunk))
+            .run(insert_records(backend, table, chunk))
             .await
             .map_err(db(OP))?;
         inserted += affected.saturating_sub(existing);
@@ -367,7 +230,7 @@ pub(crate) async fn save<S: Session>(
 /// How many of `records` already exist, one primary-key range read per tenant and id chunk.
 async fn count_existing<S: Session>(
     session: &mut S,
-    dialect: Dialect,
+    backend: Backend,
     table: &TableName,
     records: &[&Record],
 ) -> Result<u64, StoreError> {
@@ -380,9 +243,11 @@ async fn count_existing<S: Session>(
     }
     let mut existing = 0;
     for (app_code, ids) in by_app {
-        for ids in ids.chunks(super::COUNT_EXISTING_MAX_IDS) {
+        for ids in ids.chunks(COUNT_EXISTING_MAX_IDS) {
             let rows = session
-                .rows::<Int>(super::count_existing(dialect, table, app_code, ids))
+                .rows::<Int>(super::statement::insert::count_existing(
+                    backend, table, app_code, ids,
+                ))
                 .await
                 .map_err(db("enqueue"))?;
             existing += rows
@@ -432,7 +297,7 @@ pub(crate) async fn enqueue<D: Driver>(driver: &D, records: &[Record]) -> Result
     }
     let statements = driver.statements();
     let mut tx = begin_write(driver, "enqueue").await?;
-    let inserted = save(&mut *tx, statements.dialect(), statements.table(), records).await?;
+    let inserted = save(&mut *tx, statements.backend(), statements.table(), records).await?;
     tx.commit().await.map_err(db("enqueue"))?;
     Ok(inserted)
 }
@@ -451,7 +316,7 @@ pub(crate) async fn claim<D: Driver>(
 async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
     let statements = driver.statements();
-    let (dialect, table) = (statements.dialect(), statements.table());
+    let (backend, table) = (statements.backend(), statements.table());
     let mut batch = ClaimBatch {
         lease: Lease {
             app_code: params.app_code.clone(),
@@ -478,7 +343,7 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
             .map_err(db(OP))?;
         taken += rows.len();
         for row in rows {
-            match super::judge(&params.app_code, row, branch, params.max_attempts) {
+            match judge(&params.app_code, row, branch, params.max_attempts) {
                 Ok(event) => batch.events.push(event),
                 Err(rejected) => batch.rejected.push(rejected),
             }
@@ -490,19 +355,13 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         .map(|e| e.event.event_id.as_str())
         .collect();
     for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(super::lease_rows(
-            dialect,
-            table,
-            &batch.lease,
-            params.now_ms,
-            ids,
-        ))
-        .await
-        .map_err(db(OP))?;
+        tx.run(lease_rows(backend, table, &batch.lease, params.now_ms, ids))
+            .await
+            .map_err(db(OP))?;
     }
     for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(super::reject_rows(
-            dialect,
+        tx.run(reject_rows(
+            backend,
             table,
             &params.app_code,
             params.now_ms,
@@ -560,14 +419,14 @@ async fn mark_once<D: Driver>(
 ) -> Result<Vec<EventId>, StoreError> {
     const OP: &str = "mark";
     let statements = driver.statements();
-    let (dialect, table) = (statements.dialect(), statements.table());
-    let update = super::mark_rows(dialect, table, lease, marks, now_ms);
+    let (backend, table) = (statements.backend(), statements.table());
+    let update = mark_rows(backend, table, lease, marks, now_ms);
     let mut tx = begin_write(driver, OP).await?;
-    let ids = if dialect.has_update_returning() {
+    let ids = if backend.dialect().has_update_returning() {
         tx.rows::<EventId>(update).await.map_err(db(OP))?
     } else {
         let locked = tx
-            .rows::<EventId>(super::lock_fenced_rows(dialect, table, lease, marks))
+            .rows::<EventId>(lock_fenced_rows(backend, table, lease, marks))
             .await
             .map_err(db(OP))?;
         if !locked.is_empty() {
@@ -615,7 +474,7 @@ pub(crate) async fn counts<D: Driver>(
         .rows::<StatusCountRow>(driver.statements().counts_query(params.app_code.as_deref()))
         .await
         .map_err(db(OP))?;
-    Ok(super::status_counts(&rows, params.now_ms))
+    Ok(status_counts(&rows, params.now_ms))
 }
 
 /// `failed` rows matching the filter, oldest first.
@@ -625,8 +484,8 @@ pub(crate) async fn list_failed<D: Driver>(
 ) -> Result<Vec<FailedRow>, StoreError> {
     const OP: &str = "list_failed";
     let statements = driver.statements();
-    let query = super::select_failed(
-        statements.dialect(),
+    let query = select_failed(
+        statements.backend(),
         statements.table(),
         &params.filter,
         params.limit,
@@ -642,11 +501,11 @@ pub(crate) async fn requeue<D: Driver>(
 ) -> Result<u64, StoreError> {
     const OP: &str = "requeue";
     let statements = driver.statements();
-    let (dialect, table) = (statements.dialect(), statements.table());
+    let (backend, table) = (statements.backend(), statements.table());
     if params.dry_run {
         let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
         let rows = conn
-            .rows::<Int>(super::count_failed(dialect, table, &params.filter))
+            .rows::<Int>(count_failed(backend, table, &params.filter))
             .await
             .map_err(db(OP))?;
         return Ok(rows
@@ -655,8 +514,8 @@ pub(crate) async fn requeue<D: Driver>(
     }
     let mut tx = begin_write(driver, OP).await?;
     let moved = tx
-        .run(super::requeue_failed(
-            dialect,
+        .run(requeue_failed(
+            backend,
             table,
             &params.filter,
             params.now_ms,

@@ -1,0 +1,116 @@
+//! From a database URL to a connected store: the URL's scheme names the [`Backend`], the backend's
+//! module connects. The only place in the store that names every backend.
+
+use std::sync::Arc;
+
+use super::statement::SqlDialect;
+use super::{Backend, Store, StoreError, TableName, mysql, postgres, sqlite};
+
+impl Backend {
+    /// The backend a database URL names, by its scheme.
+    pub fn from_url(url: &str) -> Result<Backend, StoreError> {
+        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
+        match scheme {
+            "sqlite" => Ok(Backend::Sqlite),
+            "mysql" | "mariadb" => Ok(Backend::MySql),
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
+        }
+    }
+
+    /// What this database's SQL differs in (implemented in the backend's own file).
+    pub(crate) fn dialect(self) -> &'static dyn SqlDialect {
+        match self {
+            Backend::Sqlite => &sqlite::SqliteDialect,
+            Backend::MySql => &mysql::MySqlDialect,
+            Backend::Postgres => &postgres::PostgresDialect,
+        }
+    }
+
+    /// Short lowercase name (`sqlite`, `mysql`, `postgres`), also the migrations folder name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::MySql => "mysql",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// Connection options shared by every backend.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The database URL (`sqlite://…`, `mysql://…`, `postgres://…`).
+    pub url: String,
+    /// The outbox table.
+    pub table: TableName,
+    /// Pool size.
+    pub max_connections: u32,
+}
+
+impl ConnectOptions {
+    /// Options for `url` with the default table and pool size.
+    pub fn new(url: impl Into<String>) -> ConnectOptions {
+        ConnectOptions {
+            url: url.into(),
+            table: TableName::default(),
+            max_connections: 8,
+        }
+    }
+}
+
+/// Connects to the database the URL names.
+pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match Backend::from_url(&options.url)? {
+        Backend::Sqlite => Arc::new(sqlite::SqliteStore::connect(options).await?),
+        Backend::MySql => Arc::new(mysql::MySqlStore::connect(options).await?),
+        Backend::Postgres => Arc::new(postgres::PostgresStore::connect(options).await?),
+    })
+}
+
+/// The URL with any password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_from_url() {
+        assert_eq!(Backend::from_url("sqlite://x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(
+            Backend::from_url("mysql://root@h/db").unwrap(),
+            Backend::MySql
+        );
+        assert_eq!(
+            Backend::from_url("postgres://u@h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert!(Backend::from_url("redis://h").is_err());
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("mysql://root:secret@h:3306/db"),
+            "mysql://root:***@h:3306/db"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
+    }
+}

@@ -1,0 +1,187 @@
+//! The envelope judge: what a claim does with one candidate row — hand it out as a decoded
+//! [`ClaimedEvent`] or reject it to `failed` with the reason. No SQL; the same for every backend.
+
+use prost::Message;
+
+use super::row::CandidateRow;
+use super::statement::claim::ClaimBranch;
+use crate::envelope::EventEnvelope;
+use crate::publish::Event;
+use crate::record;
+use crate::store::{ClaimedEvent, RejectedRow};
+
+/// Decides what a claim does with one candidate row of `branch`: hand it out (envelope decoded,
+/// empty envelope fields filled from the row, `attempt = retry_count + 1`) or reject it to
+/// `failed` (envelope does not decode, names another tenant or event, or a reclaimed lease used
+/// the last attempt).
+pub(crate) fn judge(
+    app_code: &str,
+    row: CandidateRow,
+    branch: ClaimBranch,
+    max_attempts: u32,
+) -> Result<ClaimedEvent, RejectedRow> {
+    let reclaimed = branch == ClaimBranch::ExpiredLease;
+    let retry_count = u32::try_from(row.retry_count).unwrap_or(0) + u32::from(reclaimed);
+    let reject = |row: CandidateRow, reason: String| RejectedRow {
+        event_id: row.event_id,
+        event_type: row.event_type,
+        room_id: row.room_id,
+        reason: record::truncate_error(&reason),
+    };
+    if reclaimed && retry_count >= max_attempts {
+        return Err(reject(
+            row,
+            format!(
+                "lease expired without a result (worker died?); \
+                 gave up after {retry_count} of {max_attempts} attempts"
+            ),
+        ));
+    }
+    let mut envelope = match EventEnvelope::decode(row.envelope.as_slice()) {
+        Ok(envelope) => envelope,
+        Err(err) => return Err(reject(row, format!("envelope does not decode: {err}"))),
+    };
+    if !envelope.app_code.is_empty() && envelope.app_code != app_code {
+        let reason = format!(
+            "envelope app_code {:?} does not match the row's {:?}",
+            envelope.app_code, app_code
+        );
+        return Err(reject(row, reason));
+    }
+    if !envelope.event_id.is_empty() && envelope.event_id != row.event_id {
+        let reason = format!(
+            "envelope event_id {:?} does not match the row's {:?}",
+            envelope.event_id, row.event_id
+        );
+        return Err(reject(row, reason));
+    }
+    if envelope.room_id.is_empty() {
+        envelope.room_id = row.room_id;
+    }
+    if envelope.event_type.is_empty() {
+        envelope.event_type = row.event_type;
+    }
+    Ok(ClaimedEvent {
+        event: Event {
+            app_code: app_code.to_string(),
+            event_id: row.event_id,
+            event_type: envelope.event_type,
+            room_id: envelope.room_id,
+            room_version: envelope.room_version,
+            occurred_at_ms: envelope.occurred_at_ms,
+            body: envelope.body,
+            attempt: retry_count + 1,
+        },
+        retry_count,
+        created_at_ms: row.created_at_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(envelope: Vec<u8>, retry_count: i32) -> CandidateRow {
+        CandidateRow {
+            event_id: "e1".into(),
+            event_type: "RowType".into(),
+            room_id: "row-room".into(),
+            envelope,
+            created_at_ms: 10,
+            retry_count,
+        }
+    }
+
+    #[test]
+    fn judge_fills_empty_envelope_fields() {
+        let envelope = EventEnvelope {
+            room_version: 3,
+            occurred_at_ms: 4,
+            body: b"x".to_vec(),
+            ..Default::default()
+        };
+        let claimed = judge(
+            "live",
+            candidate(envelope.encode_to_vec(), 1),
+            ClaimBranch::Retryable,
+            5,
+        )
+        .unwrap();
+        assert_eq!(claimed.retry_count, 1);
+        assert_eq!(claimed.created_at_ms, 10);
+        assert_eq!(
+            claimed.event,
+            Event {
+                app_code: "live".into(),
+                event_id: "e1".into(),
+                event_type: "RowType".into(),
+                room_id: "row-room".into(),
+                room_version: 3,
+                occurred_at_ms: 4,
+                body: b"x".to_vec(),
+                attempt: 2,
+            }
+        );
+    }
+
+    #[test]
+    fn judge_rejects_corrupt_and_foreign_envelopes() {
+        let corrupt = judge(
+            "live",
+            candidate(vec![0xff, 0xff, 0xff], 0),
+            ClaimBranch::Pending,
+            5,
+        )
+        .unwrap_err();
+        assert!(
+            corrupt.reason.starts_with("envelope does not decode"),
+            "{}",
+            corrupt.reason
+        );
+        assert_eq!(corrupt.room_id, "row-room");
+
+        let foreign = EventEnvelope {
+            app_code: "other".into(),
+            ..Default::default()
+        };
+        let err = judge(
+            "live",
+            candidate(foreign.encode_to_vec(), 0),
+            ClaimBranch::Pending,
+            5,
+        )
+        .unwrap_err();
+        assert!(err.reason.contains("app_code \"other\""), "{}", err.reason);
+
+        let other_event = EventEnvelope {
+            app_code: "live".into(),
+            event_id: "e2".into(),
+            ..Default::default()
+        };
+        let err = judge(
+            "live",
+            candidate(other_event.encode_to_vec(), 0),
+            ClaimBranch::Pending,
+            5,
+        )
+        .unwrap_err();
+        assert!(err.reason.contains("event_id \"e2\""), "{}", err.reason);
+    }
+
+    #[test]
+    fn judge_counts_reclaimed_leases_as_attempts() {
+        let ok = EventEnvelope::default().encode_to_vec();
+        let claimed = judge(
+            "live",
+            candidate(ok.clone(), 1),
+            ClaimBranch::ExpiredLease,
+            3,
+        )
+        .unwrap();
+        assert_eq!(claimed.retry_count, 2);
+        assert_eq!(claimed.event.attempt, 3);
+        let dead = judge("live", candidate(ok, 2), ClaimBranch::ExpiredLease, 3).unwrap_err();
+        assert!(dead.reason.contains("lease expired"), "{}", dead.reason);
+        assert!(dead.reason.contains("(worker died?)"));
+    }
+}

@@ -1,0 +1,201 @@
+//! Row decoding: typed access to a result row's columns by position ([`Columns`]) and the row
+//! types the store's queries return ([`FromColumns`]), the same for every backend.
+
+use crate::record::Status;
+use crate::store::{FailedRow, StatusCounts};
+
+/// Typed access to the columns of a result row, by position.
+pub(crate) trait Columns {
+    /// A non-null text column.
+    fn text(&self, index: usize) -> Result<String, sqlx::Error>;
+    /// A nullable text column.
+    fn opt_text(&self, index: usize) -> Result<Option<String>, sqlx::Error>;
+    /// A BIGINT column or COUNT/MIN aggregate.
+    fn int(&self, index: usize) -> Result<i64, sqlx::Error>;
+    /// An INT column (`retry_count`).
+    fn int32(&self, index: usize) -> Result<i32, sqlx::Error>;
+    /// A BLOB/BYTEA column.
+    fn bytes(&self, index: usize) -> Result<Vec<u8>, sqlx::Error>;
+}
+
+impl<R> Columns for R
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i32: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn text(&self, index: usize) -> Result<String, sqlx::Error> {
+        self.try_get(index)
+    }
+    fn opt_text(&self, index: usize) -> Result<Option<String>, sqlx::Error> {
+        self.try_get(index)
+    }
+    fn int(&self, index: usize) -> Result<i64, sqlx::Error> {
+        self.try_get(index)
+    }
+    fn int32(&self, index: usize) -> Result<i32, sqlx::Error> {
+        self.try_get(index)
+    }
+    fn bytes(&self, index: usize) -> Result<Vec<u8>, sqlx::Error> {
+        self.try_get(index)
+    }
+}
+
+/// A value decoded from one result row.
+pub(crate) trait FromColumns: Sized {
+    /// Decodes the row.
+    fn from_columns(row: &dyn Columns) -> Result<Self, sqlx::Error>;
+}
+
+/// A single BIGINT column (COUNT(*), a migration version).
+pub(crate) struct Int(pub(crate) i64);
+
+impl FromColumns for Int {
+    fn from_columns(row: &dyn Columns) -> Result<Int, sqlx::Error> {
+        Ok(Int(row.int(0)?))
+    }
+}
+
+/// A single `event_id` column.
+pub(crate) struct EventId(pub(crate) String);
+
+impl FromColumns for EventId {
+    fn from_columns(row: &dyn Columns) -> Result<EventId, sqlx::Error> {
+        Ok(EventId(row.text(0)?))
+    }
+}
+
+/// One row of a claim branch ([`Statements::claim_select`]).
+#[derive(Debug, Clone)]
+pub(crate) struct CandidateRow {
+    pub(crate) event_id: String,
+    pub(crate) event_type: String,
+    pub(crate) room_id: String,
+    pub(crate) envelope: Vec<u8>,
+    pub(crate) created_at_ms: i64,
+    pub(crate) retry_count: i32,
+}
+
+impl FromColumns for CandidateRow {
+    fn from_columns(row: &dyn Columns) -> Result<CandidateRow, sqlx::Error> {
+        Ok(CandidateRow {
+            event_id: row.text(0)?,
+            event_type: row.text(1)?,
+            room_id: row.text(2)?,
+            envelope: row.bytes(3)?,
+            created_at_ms: row.int(4)?,
+            retry_count: row.int32(5)?,
+        })
+    }
+}
+
+/// One row of the counts query: status, rows, oldest `created_at_ms`.
+pub(crate) struct StatusCountRow {
+    status: String,
+    rows: i64,
+    oldest_created_at_ms: i64,
+}
+
+impl FromColumns for StatusCountRow {
+    fn from_columns(row: &dyn Columns) -> Result<StatusCountRow, sqlx::Error> {
+        Ok(StatusCountRow {
+            status: row.text(0)?,
+            rows: row.int(1)?,
+            oldest_created_at_ms: row.int(2)?,
+        })
+    }
+}
+
+/// Folds the counts query's rows into [`StatusCounts`]; unknown status values are ignored.
+pub(crate) fn status_counts(rows: &[StatusCountRow], now_ms: i64) -> StatusCounts {
+    let mut counts = StatusCounts::default();
+    for row in rows {
+        let n = u64::try_from(row.rows).unwrap_or(0);
+        match Status::parse(&row.status) {
+            Some(Status::Pending) => {
+                counts.pending = n;
+                counts.oldest_pending_age_ms = Some((now_ms - row.oldest_created_at_ms).max(0));
+            }
+            Some(Status::Delivering) => counts.delivering = n,
+            Some(Status::Retryable) => counts.retryable = n,
+            Some(Status::Failed) => counts.failed = n,
+            Some(Status::Delivered) => counts.delivered = n,
+            None => {}
+        }
+    }
+    counts
+}
+
+impl FromColumns for FailedRow {
+    fn from_columns(row: &dyn Columns) -> Result<FailedRow, sqlx::Error> {
+        Ok(FailedRow {
+            app_code: row.text(0)?,
+            event_id: row.text(1)?,
+            event_type: row.text(2)?,
+            room_id: row.text(3)?,
+            retry_count: u32::try_from(row.int32(4)?).unwrap_or(0),
+            last_error: row.opt_text(5)?,
+            created_at_ms: row.int(6)?,
+            updated_at_ms: row.int(7)?,
+        })
+    }
+}
+
+/// One row of `table_index_columns`: index name and key column (`None` for an expression).
+pub(crate) struct IndexColumn {
+    pub(crate) index: String,
+    pub(crate) column: Option<String>,
+}
+
+impl FromColumns for IndexColumn {
+    fn from_columns(row: &dyn Columns) -> Result<IndexColumn, sqlx::Error> {
+        Ok(IndexColumn {
+            index: row.text(0)?,
+            column: row.opt_text(1)?,
+        })
+    }
+}
+
+/// A single text column (a column name).
+pub(crate) struct Name(pub(crate) String);
+
+impl FromColumns for Name {
+    fn from_columns(row: &dyn Columns) -> Result<Name, sqlx::Error> {
+        Ok(Name(row.text(0)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_counts_fold() {
+        let rows = [
+            StatusCountRow {
+                status: "pending".into(),
+                rows: 3,
+                oldest_created_at_ms: 40,
+            },
+            StatusCountRow {
+                status: "delivered".into(),
+                rows: 7,
+                oldest_created_at_ms: 1,
+            },
+            StatusCountRow {
+                status: "unknown".into(),
+                rows: 1,
+                oldest_created_at_ms: 1,
+            },
+        ];
+        let counts = status_counts(&rows, 100);
+        assert_eq!(counts.pending, 3);
+        assert_eq!(counts.delivered, 7);
+        assert_eq!(counts.oldest_pending_age_ms, Some(60));
+        assert_eq!(status_counts(&[], 100).oldest_pending_age_ms, None);
+    }
+}

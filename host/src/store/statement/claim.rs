@@ -1,0 +1,262 @@
+//! The claim's statements: the three branch SELECTs (built once per store in [`Statements`]),
+//! the UPDATE leasing the rows handed out, the UPDATE failing the rows the claim rejected, and the
+//! status counts.
+
+use std::sync::Arc;
+
+use super::{Arg, Bound, SqlBuilder};
+use crate::record::Status;
+use crate::store::{Backend, ClaimParams, Lease, Ordering, RejectedRow, TableName};
+
+/// The three sources of a claim, read in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimBranch {
+    /// `pending` rows by (created_at_ms, event_id).
+    Pending,
+    /// `retryable` rows with `next_retry_at_ms <= now`, by (next_retry_at_ms, created_at_ms, event_id).
+    Retryable,
+    /// `delivering` rows with `lock_until_ms <= now` (a dead worker's), by (lock_until_ms,
+    /// created_at_ms, event_id). Reclaiming one counts as an attempt.
+    ExpiredLease,
+}
+
+impl ClaimBranch {
+    /// Every branch, in claim order.
+    pub const ALL: [ClaimBranch; 3] = [
+        ClaimBranch::Pending,
+        ClaimBranch::Retryable,
+        ClaimBranch::ExpiredLease,
+    ];
+
+    fn index(self) -> usize {
+        match self {
+            ClaimBranch::Pending => 0,
+            ClaimBranch::Retryable => 1,
+            ClaimBranch::ExpiredLease => 2,
+        }
+    }
+}
+
+fn ordering_index(ordering: Ordering) -> usize {
+    match ordering {
+        Ordering::None => 0,
+        Ordering::PerRoom => 1,
+    }
+}
+
+/// The fixed statements of one store, built once at connect from the backend and table name.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    backend: Backend,
+    table: TableName,
+    /// `[branch][ordering]`.
+    claim: [[Arc<str>; 2]; 3],
+    /// `[all tenants, one tenant]`.
+    counts: [Arc<str>; 2],
+}
+
+impl Statements {
+    /// Builds the statements for `table` in `backend`.
+    pub fn new(backend: Backend, table: &TableName) -> Statements {
+        let claim = ClaimBranch::ALL.map(|branch| {
+            [Ordering::None, Ordering::PerRoom]
+                .map(|ordering| claim_select_text(backend, table, branch, ordering))
+        });
+        let counts = [false, true].map(|by_app| counts_text(backend, table, by_app));
+        Statements {
+            backend,
+            table: table.clone(),
+            claim,
+            counts,
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The outbox table.
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
+    /// The SELECT of one claim branch, e.g. for `EXPLAIN` in tests. It returns `event_id,
+    /// event_type, room_id, envelope, created_at_ms, retry_count` and binds, in order:
+    /// `app_code` (text), then `now_ms` (bigint) for [`ClaimBranch::Retryable`] and
+    /// [`ClaimBranch::ExpiredLease`] only, then the row limit (bigint).
+    pub fn claim_select(&self, branch: ClaimBranch, ordering: Ordering) -> &str {
+        &self.claim[branch.index()][ordering_index(ordering)]
+    }
+
+    /// One claim branch with its arguments.
+    pub(crate) fn claim_query(
+        &self,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        limit: usize,
+    ) -> Bound {
+        let mut args = vec![Arg::from(params.app_code.as_str())];
+        if branch != ClaimBranch::Pending {
+            args.push(Arg::Int(params.now_ms));
+        }
+        args.push(Arg::Int(limit as i64));
+        Bound {
+            sql: self.claim[branch.index()][ordering_index(params.ordering)].clone(),
+            args,
+        }
+    }
+
+    /// `status, COUNT(*), MIN(created_at_ms)` per status, for every tenant or one.
+    pub(crate) fn counts_query(&self, app_code: Option<&str>) -> Bound {
+        match app_code {
+            None => Bound {
+                sql: self.counts[0].clone(),
+                args: Vec::new(),
+            },
+            Some(app_code) => Bound {
+                sql: self.counts[1].clone(),
+                args: vec![Arg::from(app_code)],
+            },
+        }
+    }
+}
+
+/// Statuses that block a later event of the same room under [`Ordering::PerRoom`].
+const ACTIVE_STATUSES: [Status; 3] = [Status::Pending, Status::Retryable, Status::Delivering];
+
+/// Expression that adds the reclaimed-lease attempt: rows still `delivering` when the claim
+/// updates them came from the expired-lease branch. It must be the first assignment of its UPDATE:
+/// MySQL evaluates SET left to right, with `status` already changed by later assignments.
+fn retry_count_after_reclaim(b: &mut SqlBuilder) {
+    b.push("retry_count = CASE WHEN status = ")
+        .status(Status::Delivering)
+        .push(" THEN retry_count + 1 ELSE retry_count END");
+}
+
+fn claim_select_text(
+    backend: Backend,
+    table: &TableName,
+    branch: ClaimBranch,
+    ordering: Ordering,
+) -> Arc<str> {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count FROM ")
+        .push(table.as_str())
+        .push(" c WHERE c.app_code = ")
+        .placeholder()
+        .push(" AND c.status = ");
+    let order_by = match branch {
+        ClaimBranch::Pending => {
+            b.status(Status::Pending);
+            "c.created_at_ms, c.event_id"
+        }
+        ClaimBranch::Retryable => {
+            b.status(Status::Retryable)
+                .push(" AND c.next_retry_at_ms <= ")
+                .placeholder();
+            "c.next_retry_at_ms, c.created_at_ms, c.event_id"
+        }
+        ClaimBranch::ExpiredLease => {
+            b.status(Status::Delivering)
+                .push(" AND c.lock_until_ms <= ")
+                .placeholder();
+            "c.lock_until_ms, c.created_at_ms, c.event_id"
+        }
+    };
+    if ordering == Ordering::PerRoom {
+        // One probe of the (app_code, room_id, status, created_at_ms, event_id) index per active
+        // status: is there an earlier event of this room still to deliver? Delivered history sits
+        // under other status keys and is never read. One NOT EXISTS per status, each with
+        // `status = const`: with `status IN (…)` MariaDB probes only (app_code, room_id) and reads
+        // the room's whole history (tests/explain.rs).
+        for status in ACTIVE_STATUSES {
+            b.push(" AND NOT EXISTS (SELECT 1 FROM ")
+                .push(table.as_str())
+                .push(" p WHERE p.app_code = c.app_code AND p.room_id = c.room_id AND p.status = ")
+                .status(status)
+                .push(" AND p.created_at_ms <= c.created_at_ms")
+                .push(" AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id)")
+                .push(backend.dialect().probe_end());
+        }
+    }
+    b.push(" ORDER BY ")
+        .push(order_by)
+        .push(" LIMIT ")
+        .placeholder()
+        .push(backend.dialect().row_lock());
+    b.text()
+}
+
+fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
+        .push(table.as_str());
+    if by_app {
+        b.push(" WHERE app_code = ").placeholder();
+    }
+    b.push(" GROUP BY status");
+    b.text()
+}
+
+/// Leases claimed rows to the worker (one UPDATE; `event_ids` at most [`super::MAX_ROWS_PER_STATEMENT`]).
+pub(crate) fn lease_rows(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    now_ms: i64,
+    event_ids: &[&str],
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access())
+        .push(" SET ");
+    retry_count_after_reclaim(&mut b);
+    b.push(", status = ")
+        .status(Status::Delivering)
+        .push(", worker_id = ")
+        .bind(lease.worker_id.as_str())
+        .push(", lock_until_ms = ")
+        .bind(lease.lock_until_ms)
+        .push(", updated_at_ms = ")
+        .bind(now_ms)
+        .push(" WHERE app_code = ")
+        .bind(lease.app_code.as_str())
+        .push(" AND event_id IN ")
+        .bind_list(event_ids.iter().copied());
+    b.finish()
+}
+
+/// Moves rows the claim rejected to `failed` with their reason. `worker_id` keeps the last
+/// worker that held the row.
+pub(crate) fn reject_rows(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    now_ms: i64,
+    rejected: &[RejectedRow],
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access())
+        .push(" SET ");
+    retry_count_after_reclaim(&mut b);
+    b.push(", status = ")
+        .status(Status::Failed)
+        .push(", lock_until_ms = NULL, last_error = CASE event_id");
+    for row in rejected {
+        b.push(" WHEN ")
+            .bind(row.event_id.as_str())
+            .push(" THEN ")
+            .bind(row.reason.as_str());
+    }
+    b.push(" ELSE last_error END, updated_at_ms = ")
+        .bind(now_ms)
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND event_id IN ")
+        .bind_list(rejected.iter().map(|r| r.event_id.as_str()));
+    b.finish()
+}

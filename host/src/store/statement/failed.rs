@@ -1,0 +1,74 @@
+//! Statements over `failed` rows: list them, count them (a dry-run requeue), requeue them; every
+//! filter given is ANDed.
+
+use super::{Bound, SqlBuilder};
+use crate::record::Status;
+use crate::store::{Backend, FailedFilter, TableName};
+
+/// ` WHERE status = 'failed' AND …` for every filter given.
+fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
+    b.push(" WHERE status = ").status(Status::Failed);
+    if let Some(app_code) = &filter.app_code {
+        b.push(" AND app_code = ").bind(app_code.as_str());
+    }
+    if !filter.event_ids.is_empty() {
+        b.push(" AND event_id IN ")
+            .bind_list(filter.event_ids.iter().map(String::as_str));
+    }
+    if let Some(event_type) = &filter.event_type {
+        b.push(" AND event_type = ").bind(event_type.as_str());
+    }
+    if let Some(room_id) = &filter.room_id {
+        b.push(" AND room_id = ").bind(room_id.as_str());
+    }
+    if let Some(since) = filter.since_ms {
+        b.push(" AND created_at_ms >= ").bind(since);
+    }
+    if let Some(until) = filter.until_ms {
+        b.push(" AND created_at_ms < ").bind(until);
+    }
+}
+
+/// `failed` rows matching `filter`, oldest first.
+pub(crate) fn select_failed(
+    backend: Backend,
+    table: &TableName,
+    filter: &FailedFilter,
+    limit: u32,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push(
+        "SELECT app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms FROM ",
+    )
+    .push(table.as_str());
+    failed_where(&mut b, filter);
+    b.push(" ORDER BY created_at_ms, event_id LIMIT ")
+        .bind(i64::from(limit));
+    b.finish()
+}
+
+/// How many `failed` rows match `filter` (a dry-run requeue).
+pub(crate) fn count_failed(backend: Backend, table: &TableName, filter: &FailedFilter) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT COUNT(*) FROM ").push(table.as_str());
+    failed_where(&mut b, filter);
+    b.finish()
+}
+
+/// Moves `failed` rows matching `filter` back to `pending` as if new, keeping `last_error`.
+pub(crate) fn requeue_failed(
+    backend: Backend,
+    table: &TableName,
+    filter: &FailedFilter,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(" SET status = ")
+        .status(Status::Pending)
+        .push(", retry_count = 0, next_retry_at_ms = 0, worker_id = '', lock_until_ms = NULL, updated_at_ms = ")
+        .bind(now_ms);
+    failed_where(&mut b, filter);
+    b.finish()
+}

@@ -1,0 +1,84 @@
+//! The producer insert: a multi-row INSERT of new `pending` rows that ignores ids already
+//! present, and (where the insert count includes duplicates) the count of ids already there.
+
+use std::collections::HashSet;
+
+use super::{Bound, SqlBuilder};
+use crate::record::{Record, Status};
+use crate::store::schema::OUTBOX_COLUMNS;
+use crate::store::{Backend, TableName};
+
+/// The multi-row INSERT of new `pending` rows (`records` at most [`super::MAX_ROWS_PER_STATEMENT`]),
+/// ignoring ids already present.
+pub(crate) fn insert_records(backend: Backend, table: &TableName, records: &[&Record]) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("INSERT INTO ")
+        .push(table.as_str())
+        .push(" (")
+        .push(&OUTBOX_COLUMNS.join(", "))
+        .push(") VALUES ");
+    for (i, record) in records.iter().enumerate() {
+        if i > 0 {
+            b.push(", ");
+        }
+        b.push("(")
+            .bind(record.app_code.as_str())
+            .push(", ")
+            .bind(record.event_id.as_str())
+            .push(", ")
+            .bind(record.event_type.as_str())
+            .push(", ")
+            .bind(record.room_id.as_str())
+            .push(", ")
+            .status(Status::Pending)
+            .push(", ")
+            .bind(record.encoded_envelope())
+            .push(", ")
+            .bind(record.created_at_ms)
+            .push(", 0, NULL, '', NULL, 0, ")
+            .bind(record.created_at_ms)
+            .push(")");
+    }
+    b.push(backend.dialect().ignore_duplicate_key());
+    b.finish()
+}
+
+/// How many of `event_ids` of tenant `app_code` already exist (MySQL only: see
+/// [`Backend::insert_counts_duplicates`]). A plain consistent read: locking reads here would make
+/// concurrent producers deadlock on the index gap their new ids share. `app_code = ? AND
+/// event_id IN (…)` is a primary-key range; MariaDB plans a row-constructor
+/// `(app_code, event_id) IN ((?, ?), …)` of hundreds of pairs as a scan (1.2 s for 1000 pairs on
+/// a 5k-row table), and turns IN lists of [`COUNT_EXISTING_MAX_IDS`] or more into a derived table.
+pub(crate) fn count_existing(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    event_ids: &[&str],
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT COUNT(*) FROM ")
+        .push(table.as_str())
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND event_id IN (");
+    for (i, event_id) in event_ids.iter().enumerate() {
+        if i > 0 {
+            b.push(", ");
+        }
+        b.bind(*event_id);
+    }
+    b.push(")");
+    b.finish()
+}
+
+/// Most ids in one [`count_existing`] statement (below MariaDB's `in_predicate_conversion_threshold`).
+pub(crate) const COUNT_EXISTING_MAX_IDS: usize = 500;
+
+/// The records to insert: the first of each (app_code, event_id), like the database would keep.
+pub(crate) fn distinct_records(records: &[Record]) -> Vec<&Record> {
+    let mut seen = HashSet::with_capacity(records.len());
+    records
+        .iter()
+        .filter(|r| seen.insert((r.app_code.as_str(), r.event_id.as_str())))
+        .collect()
+}

@@ -1,0 +1,146 @@
+//! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease, and
+//! (without `UPDATE … RETURNING`) the locking SELECT listing the fenced rows first.
+
+use super::{Bound, SqlBuilder};
+use crate::record::{self, Status};
+use crate::store::{Backend, Disposition, Lease, Mark, TableName};
+
+/// The column values one [`Disposition`] writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MarkColumns {
+    /// New status.
+    pub(crate) status: Status,
+    /// Whether `retry_count` goes up by one (a failed attempt).
+    pub(crate) failed_attempt: bool,
+    /// New `next_retry_at_ms`, when it changes.
+    pub(crate) next_retry_at_ms: Option<i64>,
+    /// New `last_error` (cut to 512 bytes); `None` clears it.
+    pub(crate) last_error: Option<String>,
+}
+
+impl MarkColumns {
+    /// The columns `disposition` writes. Every disposition also clears `lock_until_ms` and sets
+    /// `updated_at_ms`; `worker_id` keeps the worker that handled the row last.
+    pub(crate) fn of(disposition: &Disposition) -> MarkColumns {
+        match disposition {
+            Disposition::Delivered => MarkColumns {
+                status: Status::Delivered,
+                failed_attempt: false,
+                next_retry_at_ms: None,
+                last_error: None,
+            },
+            Disposition::Retryable {
+                next_retry_at_ms,
+                error,
+            } => MarkColumns {
+                status: Status::Retryable,
+                failed_attempt: true,
+                next_retry_at_ms: Some(*next_retry_at_ms),
+                last_error: Some(record::truncate_error(error)),
+            },
+            Disposition::Failed { error } => MarkColumns {
+                status: Status::Failed,
+                failed_attempt: true,
+                next_retry_at_ms: None,
+                last_error: Some(record::truncate_error(error)),
+            },
+        }
+    }
+}
+
+/// `app_code = ? AND status = 'delivering' AND worker_id = ? AND lock_until_ms = ? AND event_id IN (…)`:
+/// a row changes only while the claim's lease is still on it.
+fn lease_fence(b: &mut SqlBuilder, lease: &Lease, marks: &[Mark]) {
+    b.push(" WHERE app_code = ")
+        .bind(lease.app_code.as_str())
+        .push(" AND status = ")
+        .status(Status::Delivering)
+        .push(" AND worker_id = ")
+        .bind(lease.worker_id.as_str())
+        .push(" AND lock_until_ms = ")
+        .bind(lease.lock_until_ms)
+        .push(" AND event_id IN ")
+        .bind_list(marks.iter().map(|m| m.event_id.as_str()));
+}
+
+/// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
+/// with `RETURNING event_id` where the backend has it.
+pub(crate) fn mark_rows(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+) -> Bound {
+    let columns: Vec<(&str, MarkColumns)> = marks
+        .iter()
+        .map(|m| (m.event_id.as_str(), MarkColumns::of(&m.disposition)))
+        .collect();
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access())
+        .push(" SET status = CASE event_id");
+    for (event_id, cols) in &columns {
+        b.push(" WHEN ")
+            .bind(*event_id)
+            .push(" THEN ")
+            .status(cols.status);
+    }
+    b.push(" ELSE status END");
+    if columns.iter().any(|(_, c)| c.failed_attempt) {
+        b.push(", retry_count = CASE event_id");
+        for (event_id, _) in columns.iter().filter(|(_, c)| c.failed_attempt) {
+            b.push(" WHEN ")
+                .bind(*event_id)
+                .push(" THEN retry_count + 1");
+        }
+        b.push(" ELSE retry_count END");
+    }
+    if columns.iter().any(|(_, c)| c.next_retry_at_ms.is_some()) {
+        b.push(", next_retry_at_ms = CASE event_id");
+        for (event_id, cols) in &columns {
+            if let Some(at) = cols.next_retry_at_ms {
+                b.push(" WHEN ").bind(*event_id).push(" THEN ").bind(at);
+            }
+        }
+        b.push(" ELSE next_retry_at_ms END");
+    }
+    if columns.iter().any(|(_, c)| c.last_error.is_some()) {
+        b.push(", last_error = CASE event_id");
+        for (event_id, cols) in &columns {
+            if let Some(error) = &cols.last_error {
+                b.push(" WHEN ")
+                    .bind(*event_id)
+                    .push(" THEN ")
+                    .bind(error.as_str());
+            }
+        }
+        b.push(" ELSE NULL END");
+    } else {
+        b.push(", last_error = NULL");
+    }
+    b.push(", lock_until_ms = NULL, updated_at_ms = ")
+        .bind(now_ms);
+    lease_fence(&mut b, lease, marks);
+    if backend.dialect().has_update_returning() {
+        b.push(" RETURNING event_id");
+    }
+    b.finish()
+}
+
+/// MySQL: locks and lists the rows of `marks` still under the lease, before [`mark_rows`].
+pub(crate) fn lock_fenced_rows(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT event_id FROM ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access());
+    lease_fence(&mut b, lease, marks);
+    b.push(" FOR UPDATE");
+    b.finish()
+}

@@ -1,0 +1,205 @@
+//! Statement building shared by every backend: a [`SqlBuilder`] writes the text and its bound
+//! [`Arg`]s together, asking the backend's [`SqlDialect`] for what differs (placeholders, row
+//! locks, upserts, …).
+//!
+//! Every statement text is built from static fragments and the validated [`TableName`] only;
+//! every value is a bound parameter. The statements themselves are grouped by operation:
+//! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), [`insert`] (the producer
+//! insert), [`mark`] (the fenced mark) and [`failed`] (list, count and requeue `failed` rows).
+//! Schema statements live in [`super::schema`]. Statements of fixed shape are built once per store
+//! ([`claim::Statements`]); those carrying an IN list or a VALUES list are built per call.
+
+pub mod claim;
+pub(crate) mod failed;
+pub(crate) mod insert;
+pub(crate) mod mark;
+
+use std::sync::Arc;
+
+use super::schema::Migration;
+use super::{Backend, TableName};
+use crate::record::Status;
+
+/// Most rows (or ids) one INSERT, UPDATE or IN list carries, so that bound parameters stay well
+/// below every database's limit (SQLite 32766, MySQL and PostgreSQL 65535): a mark binds at most
+/// 7 values per row, an insert 7.
+pub const MAX_ROWS_PER_STATEMENT: usize = 1000;
+
+/// What one database's SQL differs in. Each backend file (`sqlite.rs`, `mysql.rs`, `postgres.rs`)
+/// implements it next to its store, so what PostgreSQL does differently is read in `postgres.rs`;
+/// the shared builders ask it instead of matching on the backend.
+pub(crate) trait SqlDialect: Send + Sync + 'static {
+    /// Writes placeholder number `n` (1-based) of a statement.
+    fn placeholder(&self, sql: &mut String, n: usize);
+
+    /// Appended to a claim SELECT so concurrent claimers skip each other's rows.
+    fn row_lock(&self) -> &'static str;
+
+    /// Written after the table name of a statement that addresses rows by primary key
+    /// (`app_code = ? AND event_id IN (…)`).
+    fn primary_key_access(&self) -> &'static str;
+
+    /// Appended to the outbox INSERT: ignore a duplicate (app_code, event_id) and nothing else
+    /// (`INSERT IGNORE` / `INSERT OR IGNORE` would also swallow other errors).
+    fn ignore_duplicate_key(&self) -> &'static str;
+
+    /// Whether `UPDATE … RETURNING` exists; without it a mark locks and lists the fenced rows with
+    /// `SELECT … FOR UPDATE` first.
+    fn has_update_returning(&self) -> bool;
+
+    /// Whether an INSERT's affected-row count includes ignored duplicates; `save` then subtracts
+    /// the ids that already existed.
+    fn insert_counts_duplicates(&self) -> bool;
+
+    /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
+    fn probe_end(&self) -> &'static str;
+
+    /// The embedded migrations (`migrations/<backend>/`), oldest first.
+    fn migrations(&self) -> &'static [Migration];
+
+    /// Table options written after the bookkeeping table's `CREATE TABLE` (engine, charset).
+    fn bookkeeping_table_options(&self) -> &'static str;
+
+    /// Appended to the INSERT recording a migration: ignore one already recorded.
+    fn ignore_duplicate_version(&self) -> &'static str;
+
+    /// Taken inside the migration transaction when the transaction alone does not serialize
+    /// concurrent `migrate` runs.
+    fn migration_lock(&self) -> Option<&'static str>;
+
+    /// The column names of `table` (no rows when it does not exist).
+    fn table_columns(&self, table: &TableName) -> Bound;
+
+    /// The indexes of `table`: one row per key column (`index name, column name`; the column is
+    /// NULL for an expression), ordered by index name and position.
+    fn table_index_columns(&self, table: &TableName) -> Bound;
+
+    /// The statement that drops index `name` of `table`, for an operator to run.
+    fn drop_index_hint(&self, table: &TableName, name: &str) -> String;
+}
+
+/// A value bound to a placeholder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Arg {
+    /// A string (ids, types, error text).
+    Text(String),
+    /// A 64-bit integer (times, limits, versions).
+    Int(i64),
+    /// Bytes (the envelope).
+    Bytes(Vec<u8>),
+}
+
+impl From<&str> for Arg {
+    fn from(value: &str) -> Arg {
+        Arg::Text(value.to_string())
+    }
+}
+
+impl From<String> for Arg {
+    fn from(value: String) -> Arg {
+        Arg::Text(value)
+    }
+}
+
+impl From<i64> for Arg {
+    fn from(value: i64) -> Arg {
+        Arg::Int(value)
+    }
+}
+
+impl From<Vec<u8>> for Arg {
+    fn from(value: Vec<u8>) -> Arg {
+        Arg::Bytes(value)
+    }
+}
+
+/// A statement text with its arguments, in placeholder order.
+#[derive(Debug, Clone)]
+pub(crate) struct Bound {
+    /// The SQL text.
+    pub(crate) sql: Arc<str>,
+    /// One value per placeholder.
+    pub(crate) args: Vec<Arg>,
+}
+
+/// Writes a statement and its arguments together, so placeholders and values cannot drift apart.
+pub(crate) struct SqlBuilder {
+    dialect: &'static dyn SqlDialect,
+    sql: String,
+    args: Vec<Arg>,
+    placeholders: usize,
+}
+
+impl SqlBuilder {
+    /// An empty statement in `backend`'s dialect.
+    pub(crate) fn new(backend: Backend) -> SqlBuilder {
+        SqlBuilder {
+            dialect: backend.dialect(),
+            sql: String::with_capacity(256),
+            args: Vec::new(),
+            placeholders: 0,
+        }
+    }
+
+    /// Static SQL text.
+    pub(crate) fn push(&mut self, fragment: &str) -> &mut SqlBuilder {
+        self.sql.push_str(fragment);
+        self
+    }
+
+    /// A string literal from a static status name (never a caller's value).
+    pub(crate) fn status(&mut self, status: Status) -> &mut SqlBuilder {
+        self.sql.push('\'');
+        self.sql.push_str(status.as_str());
+        self.sql.push('\'');
+        self
+    }
+
+    /// A placeholder whose value is supplied at execution time (fixed statements).
+    pub(crate) fn placeholder(&mut self) -> &mut SqlBuilder {
+        self.placeholders += 1;
+        self.dialect.placeholder(&mut self.sql, self.placeholders);
+        self
+    }
+
+    /// A placeholder and its value.
+    pub(crate) fn bind(&mut self, value: impl Into<Arg>) -> &mut SqlBuilder {
+        self.placeholder();
+        self.args.push(value.into());
+        self
+    }
+
+    /// `(?, ?, …)` binding every value.
+    pub(crate) fn bind_list<V: Into<Arg>>(
+        &mut self,
+        values: impl IntoIterator<Item = V>,
+    ) -> &mut SqlBuilder {
+        self.sql.push('(');
+        for (i, value) in values.into_iter().enumerate() {
+            if i > 0 {
+                self.sql.push_str(", ");
+            }
+            self.bind(value);
+        }
+        self.sql.push(')');
+        self
+    }
+
+    /// The text of a fixed statement (no values bound yet).
+    pub(crate) fn text(self) -> Arc<str> {
+        debug_assert!(self.args.is_empty());
+        self.sql.into()
+    }
+
+    /// The statement with its arguments.
+    pub(crate) fn finish(self) -> Bound {
+        debug_assert_eq!(self.args.len(), self.placeholders);
+        Bound {
+            sql: self.sql.into(),
+            args: self.args,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,351 @@
+//! Unit tests of the statement builders: the exact text per backend, placeholders matching the
+//! bound arguments.
+
+use super::claim::{ClaimBranch, Statements, lease_rows, reject_rows};
+use super::failed::{count_failed, requeue_failed, select_failed};
+use super::insert::{count_existing, distinct_records, insert_records};
+use super::mark::{MarkColumns, lock_fenced_rows, mark_rows};
+use super::{Arg, Bound};
+use crate::record::{Record, Status};
+use crate::store::{
+    Backend, ClaimParams, DEFAULT_TABLE, Disposition, FailedFilter, Lease, Mark, Ordering,
+    RejectedRow, TableName,
+};
+
+const BACKENDS: [Backend; 3] = [Backend::Sqlite, Backend::MySql, Backend::Postgres];
+
+fn table() -> TableName {
+    TableName::new(DEFAULT_TABLE).unwrap()
+}
+
+fn lease() -> Lease {
+    Lease {
+        app_code: "live".into(),
+        worker_id: "w1".into(),
+        lock_until_ms: 5_000,
+    }
+}
+
+fn record(event_id: &str) -> Record {
+    Record::build(
+        "room-1",
+        "RoomGiftSent",
+        1,
+        std::time::SystemTime::now(),
+        &"body".to_string(),
+    )
+    .with_event_id(event_id)
+}
+
+/// Placeholders in order: `?` everywhere, or `$1…$n` on PostgreSQL; matches the args.
+fn assert_placeholders(backend: Backend, bound: &Bound) {
+    match backend {
+        Backend::Postgres => {
+            assert!(!bound.sql.contains('?'), "{}", bound.sql);
+            for n in 1..=bound.args.len() {
+                assert!(
+                    bound.sql.contains(&format!("${n}")),
+                    "${n} missing: {}",
+                    bound.sql
+                );
+            }
+            assert!(!bound.sql.contains(&format!("${}", bound.args.len() + 1)));
+        }
+        Backend::Sqlite | Backend::MySql => {
+            assert!(!bound.sql.contains('$'), "{}", bound.sql);
+            assert_eq!(
+                bound.sql.matches('?').count(),
+                bound.args.len(),
+                "{}",
+                bound.sql
+            );
+        }
+    }
+}
+
+#[test]
+fn claim_pending_per_dialect() {
+    let sqlite = Statements::new(Backend::Sqlite, &table());
+    assert_eq!(
+        sqlite.claim_select(ClaimBranch::Pending, Ordering::None),
+        "SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
+         FROM room_outbox c WHERE c.app_code = ? AND c.status = 'pending' \
+         ORDER BY c.created_at_ms, c.event_id LIMIT ?"
+    );
+    let mysql = Statements::new(Backend::MySql, &table());
+    assert!(
+        mysql
+            .claim_select(ClaimBranch::Pending, Ordering::None)
+            .ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT ? FOR UPDATE SKIP LOCKED")
+    );
+    let pg = Statements::new(Backend::Postgres, &table());
+    assert_eq!(
+        pg.claim_select(ClaimBranch::Retryable, Ordering::None),
+        "SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
+         FROM room_outbox c WHERE c.app_code = $1 AND c.status = 'retryable' AND c.next_retry_at_ms <= $2 \
+         ORDER BY c.next_retry_at_ms, c.created_at_ms, c.event_id LIMIT $3 FOR UPDATE SKIP LOCKED"
+    );
+    assert!(pg
+        .claim_select(ClaimBranch::ExpiredLease, Ordering::None)
+        .contains("c.status = 'delivering' AND c.lock_until_ms <= $2 ORDER BY c.lock_until_ms, c.created_at_ms, c.event_id LIMIT $3"));
+}
+
+#[test]
+fn claim_queries_bind_what_their_text_asks() {
+    for backend in BACKENDS {
+        let statements = Statements::new(backend, &table());
+        for ordering in [Ordering::None, Ordering::PerRoom] {
+            let params = ClaimParams {
+                app_code: "live".into(),
+                worker_id: "w".into(),
+                limit: 10,
+                lease_ms: 1_000,
+                now_ms: 7,
+                max_attempts: 3,
+                ordering,
+            };
+            for branch in ClaimBranch::ALL {
+                let bound = statements.claim_query(branch, &params, 4);
+                assert_placeholders(backend, &bound);
+                assert_eq!(bound.args.first(), Some(&Arg::from("live")));
+                assert_eq!(bound.args.last(), Some(&Arg::Int(4)));
+            }
+        }
+    }
+}
+
+#[test]
+fn per_room_probe_uses_active_statuses_only() {
+    let statements = Statements::new(Backend::Postgres, &table());
+    let sql = statements.claim_select(ClaimBranch::Pending, Ordering::PerRoom);
+    for status in ["pending", "retryable", "delivering"] {
+        assert!(sql.contains(&format!(
+            "AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.room_id = c.room_id \
+             AND p.status = '{status}' AND p.created_at_ms <= c.created_at_ms \
+             AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id) OFFSET 0)"
+        )));
+    }
+    // Only PostgreSQL needs the OFFSET 0 fence against anti-join pull-up.
+    let mysql_statements = Statements::new(Backend::MySql, &table());
+    let mysql = mysql_statements.claim_select(ClaimBranch::Pending, Ordering::PerRoom);
+    assert!(!mysql.contains("OFFSET") && mysql.matches("NOT EXISTS").count() == 3);
+    assert_eq!(sql.matches("NOT EXISTS").count(), 3);
+    assert!(!sql.contains("'failed'") && !sql.contains("'delivered'"));
+    assert!(sql.ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT $2 FOR UPDATE SKIP LOCKED"));
+}
+
+#[test]
+fn counts_statements() {
+    let statements = Statements::new(Backend::Postgres, &table());
+    assert_eq!(
+        &*statements.counts_query(Some("live")).sql,
+        "SELECT status, COUNT(*), MIN(created_at_ms) FROM room_outbox WHERE app_code = $1 GROUP BY status"
+    );
+    assert!(statements.counts_query(None).args.is_empty());
+}
+
+#[test]
+fn insert_ignores_duplicate_keys_only() {
+    let records = [record("a"), record("b")];
+    let refs: Vec<&Record> = records.iter().collect();
+    let sqlite = insert_records(Backend::Sqlite, &table(), &refs);
+    assert!(sqlite.sql.ends_with("(?, ?, ?, ?, 'pending', ?, ?, 0, NULL, '', NULL, 0, ?) ON CONFLICT (app_code, event_id) DO NOTHING"));
+    assert!(!sqlite.sql.contains("IGNORE"));
+    assert_eq!(sqlite.args.len(), 14);
+    assert_eq!(sqlite.args[4], Arg::Bytes(records[0].encoded_envelope()));
+    let mysql = insert_records(Backend::MySql, &table(), &refs);
+    assert!(
+        mysql
+            .sql
+            .ends_with(" ON DUPLICATE KEY UPDATE event_id = event_id")
+    );
+    assert!(!mysql.sql.contains("IGNORE"));
+    let pg = insert_records(Backend::Postgres, &table(), &refs);
+    assert!(
+        pg.sql
+            .contains("($8, $9, $10, $11, 'pending', $12, $13, 0, NULL, '', NULL, 0, $14)")
+    );
+    for (backend, bound) in [
+        (Backend::Sqlite, sqlite),
+        (Backend::MySql, mysql),
+        (Backend::Postgres, pg),
+    ] {
+        assert_placeholders(backend, &bound);
+    }
+    let existing = count_existing(Backend::MySql, &table(), "live", &["e1", "e2"]);
+    assert_eq!(
+        &*existing.sql,
+        "SELECT COUNT(*) FROM room_outbox WHERE app_code = ? AND event_id IN (?, ?)"
+    );
+    assert_eq!(existing.args.len(), 3);
+}
+
+#[test]
+fn duplicate_records_keep_the_first() {
+    let mut second = record("a");
+    second.event_type = "Other".into();
+    let records = [
+        record("a"),
+        second,
+        record("b"),
+        record("a").with_app_code("other"),
+    ];
+    let distinct = distinct_records(&records);
+    assert_eq!(distinct.len(), 3);
+    assert_eq!(distinct[0].event_type, "RoomGiftSent");
+}
+
+#[test]
+fn lease_update_counts_reclaims_first() {
+    let bound = lease_rows(Backend::MySql, &table(), &lease(), 100, &["a", "b"]);
+    assert_eq!(
+        &*bound.sql,
+        "UPDATE room_outbox FORCE INDEX (PRIMARY) SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 ELSE retry_count END, \
+         status = 'delivering', worker_id = ?, lock_until_ms = ?, updated_at_ms = ? \
+         WHERE app_code = ? AND event_id IN (?, ?)"
+    );
+    assert_eq!(bound.args[1], Arg::Int(5_000));
+    let rejected = [RejectedRow {
+        event_id: "a".into(),
+        event_type: "T".into(),
+        room_id: "r".into(),
+        reason: "bad".into(),
+    }];
+    let bound = reject_rows(Backend::Postgres, &table(), "live", 100, &rejected);
+    assert!(
+        bound
+            .sql
+            .starts_with("UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering'")
+    );
+    assert!(bound.sql.contains("status = 'failed', lock_until_ms = NULL, last_error = CASE event_id WHEN $1 THEN $2 ELSE last_error END"));
+    assert_placeholders(Backend::Postgres, &bound);
+}
+
+#[test]
+fn dispositions_to_columns() {
+    assert_eq!(
+        MarkColumns::of(&Disposition::Delivered),
+        MarkColumns {
+            status: Status::Delivered,
+            failed_attempt: false,
+            next_retry_at_ms: None,
+            last_error: None
+        }
+    );
+    let long = "x".repeat(600);
+    let retry = MarkColumns::of(&Disposition::Retryable {
+        next_retry_at_ms: 9,
+        error: long.clone(),
+    });
+    assert_eq!(retry.status, Status::Retryable);
+    assert!(retry.failed_attempt);
+    assert_eq!(retry.next_retry_at_ms, Some(9));
+    assert_eq!(retry.last_error.as_deref().map(str::len), Some(512));
+    let failed = MarkColumns::of(&Disposition::Failed {
+        error: "boom".into(),
+    });
+    assert_eq!(failed.status, Status::Failed);
+    assert_eq!(failed.next_retry_at_ms, None);
+    assert_eq!(failed.last_error.as_deref(), Some("boom"));
+}
+
+fn mixed_marks() -> Vec<Mark> {
+    vec![
+        Mark {
+            event_id: "a".into(),
+            disposition: Disposition::Delivered,
+        },
+        Mark {
+            event_id: "b".into(),
+            disposition: Disposition::Retryable {
+                next_retry_at_ms: 700,
+                error: "later".into(),
+            },
+        },
+        Mark {
+            event_id: "c".into(),
+            disposition: Disposition::Failed {
+                error: "never".into(),
+            },
+        },
+    ]
+}
+
+#[test]
+fn mark_is_one_fenced_statement() {
+    let marks = mixed_marks();
+    let pg = mark_rows(Backend::Postgres, &table(), &lease(), &marks, 100);
+    assert_eq!(
+        &*pg.sql,
+        "UPDATE room_outbox SET status = CASE event_id WHEN $1 THEN 'delivered' WHEN $2 THEN 'retryable' \
+         WHEN $3 THEN 'failed' ELSE status END, \
+         retry_count = CASE event_id WHEN $4 THEN retry_count + 1 WHEN $5 THEN retry_count + 1 ELSE retry_count END, \
+         next_retry_at_ms = CASE event_id WHEN $6 THEN $7 ELSE next_retry_at_ms END, \
+         last_error = CASE event_id WHEN $8 THEN $9 WHEN $10 THEN $11 ELSE NULL END, \
+         lock_until_ms = NULL, updated_at_ms = $12 \
+         WHERE app_code = $13 AND status = 'delivering' AND worker_id = $14 AND lock_until_ms = $15 \
+         AND event_id IN ($16, $17, $18) RETURNING event_id"
+    );
+    assert_eq!(pg.args[6], Arg::Int(700));
+    assert_eq!(pg.args[8], Arg::from("later"));
+    assert_placeholders(Backend::Postgres, &pg);
+
+    let mysql = mark_rows(Backend::MySql, &table(), &lease(), &marks, 100);
+    assert!(!mysql.sql.contains("RETURNING"));
+    assert!(
+        mysql
+            .sql
+            .starts_with("UPDATE room_outbox FORCE INDEX (PRIMARY) SET status = CASE")
+    );
+    assert!(!pg.sql.contains("FORCE"));
+    assert_placeholders(Backend::MySql, &mysql);
+    let lock = lock_fenced_rows(Backend::MySql, &table(), &lease(), &marks);
+    assert_eq!(
+        &*lock.sql,
+        "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND status = 'delivering' AND worker_id = ? \
+         AND lock_until_ms = ? AND event_id IN (?, ?, ?) FOR UPDATE"
+    );
+
+    let delivered = &marks[..1];
+    let sqlite = mark_rows(Backend::Sqlite, &table(), &lease(), delivered, 100);
+    assert_eq!(
+        &*sqlite.sql,
+        "UPDATE room_outbox SET status = CASE event_id WHEN ? THEN 'delivered' ELSE status END, \
+         last_error = NULL, lock_until_ms = NULL, updated_at_ms = ? \
+         WHERE app_code = ? AND status = 'delivering' AND worker_id = ? AND lock_until_ms = ? \
+         AND event_id IN (?) RETURNING event_id"
+    );
+}
+
+#[test]
+fn failed_filters_are_anded() {
+    let filter = FailedFilter {
+        app_code: Some("live".into()),
+        event_ids: vec!["a".into(), "b".into()],
+        event_type: Some("T".into()),
+        room_id: Some("r".into()),
+        since_ms: Some(1),
+        until_ms: Some(2),
+    };
+    let list = select_failed(Backend::Postgres, &table(), &filter, 50);
+    assert_eq!(
+        &*list.sql,
+        "SELECT app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms \
+         FROM room_outbox WHERE status = 'failed' AND app_code = $1 AND event_id IN ($2, $3) \
+         AND event_type = $4 AND room_id = $5 AND created_at_ms >= $6 AND created_at_ms < $7 \
+         ORDER BY created_at_ms, event_id LIMIT $8"
+    );
+    let requeue = requeue_failed(Backend::Sqlite, &table(), &FailedFilter::default(), 9);
+    assert_eq!(
+        &*requeue.sql,
+        "UPDATE room_outbox SET status = 'pending', retry_count = 0, next_retry_at_ms = 0, worker_id = '', \
+         lock_until_ms = NULL, updated_at_ms = ? WHERE status = 'failed'"
+    );
+    let count = count_failed(Backend::MySql, &table(), &filter);
+    assert_placeholders(Backend::MySql, &count);
+    assert!(
+        count.sql.starts_with(
+            "SELECT COUNT(*) FROM room_outbox WHERE status = 'failed' AND app_code = ?"
+        )
+    );
+}
