@@ -159,6 +159,7 @@ impl TestDb {
         Self::new(backend).await
     }
 
+    /// A SQLite file in a fresh temporary directory (WAL, 30 s busy timeout).
     async fn new_sqlite() -> TestDb {
         let dir = tempfile::Builder::new()
             .prefix("outboxd_t_")
@@ -184,6 +185,8 @@ impl TestDb {
         }
     }
 
+    /// `CREATE DATABASE outboxd_t_<random>` on the server of `backend`, and a pool on it; `None`
+    /// (loud SKIPPED line) when the server does not answer outside CI.
     async fn new_server(backend: Backend) -> Option<TestDb> {
         let admin_url = server_url(backend);
         let name = random_db_name();
@@ -291,6 +294,7 @@ impl TestDb {
         }
     }
 
+    /// Closes the plain pool, so the database can be dropped.
     async fn close_pool(&self) {
         raw::on_pool!(&self.pool, |pool: DB| pool.close().await)
     }

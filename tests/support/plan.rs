@@ -38,6 +38,7 @@ impl TestDb {
         self.plan(sql, binds, true).await
     }
 
+    /// [`TestDb::explain`] (`analyze = false`) or [`TestDb::explain_analyze`].
     async fn plan(&self, sql: &str, binds: &[Bind], analyze: bool) -> Vec<PlanStep> {
         let explain = match (self.backend, analyze) {
             (_, false) => format!("EXPLAIN {sql}"),

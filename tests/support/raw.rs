@@ -381,6 +381,8 @@ impl TestDb {
     }
 }
 
+/// Column `col` as an integer, whatever integer type the database returns it as (NULL or
+/// absent → `None`).
 pub(super) fn get_i64<'r, DB>(row: &'r DB::Row, col: &str) -> Option<i64>
 where
     DB: sqlx::Database,
@@ -402,6 +404,7 @@ where
     try_unsigned::<DB>(row, col)
 }
 
+/// Column `col` of a MySQL row as an integer when it is unsigned (`None` for other databases).
 fn try_unsigned<DB: sqlx::Database>(row: &DB::Row, col: &str) -> Option<i64>
 where
     for<'a> &'a str: sqlx::ColumnIndex<DB::Row>,
@@ -428,6 +431,7 @@ where
     None
 }
 
+/// Column `col` as text, also when the database returns it as bytes (NULL or absent → `None`).
 pub(super) fn get_str<'r, DB>(row: &'r DB::Row, col: &str) -> Option<String>
 where
     DB: sqlx::Database,
@@ -444,6 +448,7 @@ where
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
+/// Column `col` as bytes (NULL or absent → `None`).
 pub(super) fn get_bytes<'r, DB>(row: &'r DB::Row, col: &str) -> Option<Vec<u8>>
 where
     DB: sqlx::Database,
