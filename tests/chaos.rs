@@ -13,7 +13,7 @@ use outboxd::config::{ByteSize, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
-use outboxd::store::Ordering;
+use outboxd::store::DeliveryOrder;
 use outboxd::worker::{Worker, WorkerOptions};
 use support::{Backend, TestDb, typed_record};
 
@@ -103,7 +103,7 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
                 },
                 max_attempts: 5,
             },
-            ordering: Ordering::None,
+            ordering: DeliveryOrder::None,
             concurrency: 1,
             node_id: "chaos".into(),
         },

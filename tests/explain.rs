@@ -15,7 +15,7 @@
 mod support;
 
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
-use outboxd::store::{Backend, ClaimParams, DEFAULT_TABLE, Ordering, TableName};
+use outboxd::store::{Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, TableName};
 use support::{Bind, PlanStep, RawInsert, TestDb};
 
 /// Delivered rows of history.
@@ -132,7 +132,12 @@ fn show(plan: &[PlanStep]) -> String {
 /// delivered history is never under the key — and, run with `ANALYZE`, reads at most
 /// `MAX_PROBE_ROWS` rows per lookup. (A probe's *estimate* is the index's average rows per key,
 /// which the history dominates, so it says nothing about the live keys probed: the actual rows do.)
-fn check_mysql(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep], analyzed: &[PlanStep]) {
+fn check_mysql(
+    branch: ClaimBranch,
+    ordering: DeliveryOrder,
+    plan: &[PlanStep],
+    analyzed: &[PlanStep],
+) {
     let context = format!(
         "{branch:?}/{ordering:?}:\n{}\nANALYZE:\n{}",
         show(plan),
@@ -193,14 +198,18 @@ fn check_mysql(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep], analy
         }
     }
     assert!(claim_step, "no step reads the outbox\n{context}");
-    let expected_probes = if ordering == Ordering::PerRoom { 1 } else { 0 };
+    let expected_probes = if ordering == DeliveryOrder::PerRoom {
+        1
+    } else {
+        0
+    };
     assert_eq!(probe_steps.min(1), expected_probes, "room probe\n{context}");
 }
 
 /// PostgreSQL: no `Seq Scan`; the claim scan (`c`) is an Index Scan / Index Only Scan / Bitmap
 /// scan on the branch's index, the probe (`p`) on the room index; no scan estimates more than
 /// `MAX_ROWS` rows.
-fn check_postgres(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep]) {
+fn check_postgres(branch: ClaimBranch, ordering: DeliveryOrder, plan: &[PlanStep]) {
     let context = format!("{branch:?}/{ordering:?}:\n{}", show(plan));
     assert!(
         !plan.iter().any(|s| s.access.contains("Seq Scan")),
@@ -228,7 +237,7 @@ fn check_postgres(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep]) {
             .split_whitespace()
             .last()
             .unwrap_or("");
-        if alias == "p" || (index != branch_index(branch) && ordering == Ordering::PerRoom) {
+        if alias == "p" || (index != branch_index(branch) && ordering == DeliveryOrder::PerRoom) {
             probe_step = true;
             assert!(
                 probe_indexes().iter().any(|i| i == index),
@@ -254,7 +263,7 @@ fn check_postgres(branch: ClaimBranch, ordering: Ordering, plan: &[PlanStep]) {
     );
     assert_eq!(
         probe_step,
-        ordering == Ordering::PerRoom,
+        ordering == DeliveryOrder::PerRoom,
         "room probe\n{context}"
     );
 }
@@ -272,7 +281,7 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
     );
 
     let statements = Statements::new(backend, &TableName::default());
-    for ordering in [Ordering::None, Ordering::PerRoom] {
+    for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
         for branch in ClaimBranch::ALL {
             let sql = statements.claim_select(branch, ordering);
             let plan = db.explain(sql, &binds(branch)).await;
@@ -300,7 +309,7 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
             lease_ms: 1_000,
             now_ms: NOW,
             max_attempts: 100,
-            ordering: Ordering::None,
+            ordering: DeliveryOrder::None,
         })
         .await
         .expect("claim");

@@ -21,7 +21,7 @@ use outboxd::config::{RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
-use outboxd::store::{Ordering, Store};
+use outboxd::store::{DeliveryOrder, OutboxStore};
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawRow, TestDb, typed_record};
 use tokio_util::sync::CancellationToken;
@@ -118,14 +118,14 @@ fn options(max_attempts: u32) -> WorkerOptions {
             },
             max_attempts,
         },
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
         concurrency: 1,
         node_id: "e2e".into(),
     }
 }
 
 /// Enqueues `(event_id, room, event_type)` rows.
-async fn enqueue(store: &dyn Store, events: &[(&str, &str, &str)]) {
+async fn enqueue(store: &dyn OutboxStore, events: &[(&str, &str, &str)]) {
     let base = now_ms() - 10_000;
     let records: Vec<_> = events
         .iter()

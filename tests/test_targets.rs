@@ -85,10 +85,10 @@ fn every_test_file_is_a_test_target() {
                 .and_then(|c| c.as_os_str().to_str())
                 .map(|first| first.trim_end_matches(".rs").to_string())
                 .expect("file name");
+            let relative = relative.display();
             format!(
-                "tests/{} never runs: add to host/Cargo.toml\n\n[[test]]\nname = \"{name}\"\npath = \"../tests/{}\"\n",
-                relative.display(),
-                relative.display()
+                "tests/{relative} never runs: add to host/Cargo.toml\n\n\
+                 [[test]]\nname = \"{name}\"\npath = \"../tests/{relative}\"\n"
             )
         })
         .collect();

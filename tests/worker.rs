@@ -13,7 +13,8 @@ use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{
-    ClaimParams, CountsParams, Disposition, Mark, MarkParams, Ordering, Store, StoreError,
+    ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore,
+    StoreError,
 };
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
@@ -114,13 +115,13 @@ fn options(node_id: &str) -> WorkerOptions {
             },
             max_attempts: 5,
         },
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
         concurrency: 1,
         node_id: node_id.into(),
     }
 }
 
-async fn enqueue_many(store: &dyn Store, count: usize, rooms: usize) {
+async fn enqueue_many(store: &dyn OutboxStore, count: usize, rooms: usize) {
     let base = now_ms() - 60_000;
     let records: Vec<_> = (0..count)
         .map(|i| {
@@ -137,7 +138,7 @@ async fn enqueue_many(store: &dyn Store, count: usize, rooms: usize) {
     }
 }
 
-async fn counts(store: &dyn Store) -> outboxd::store::StatusCounts {
+async fn counts(store: &dyn OutboxStore) -> outboxd::store::StatusCounts {
     store
         .counts(&CountsParams {
             app_code: Some("app".into()),
@@ -192,7 +193,7 @@ async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
             lease_ms: 300,
             now_ms: now_ms(),
             max_attempts: 5,
-            ordering: Ordering::None,
+            ordering: DeliveryOrder::None,
         })
         .await
         .unwrap();
@@ -413,7 +414,7 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
         }
     });
     let mut opts = options("ordered");
-    opts.ordering = Ordering::PerRoom;
+    opts.ordering = DeliveryOrder::PerRoom;
     opts.concurrency = 4;
     opts.batch_size = 50;
     let worker = Worker::new(store.clone(), recorder.clone(), opts);
@@ -497,7 +498,7 @@ async fn draining_run_reports_a_dead_database(backend: Backend) {
         .run(RunMode::Drain, CancellationToken::new())
         .await
         .unwrap_err();
-    let outboxd::worker::WorkerError::Store(StoreError::Database { op, .. }) = err else {
+    let outboxd::worker::WorkerError::OutboxStore(StoreError::Database { op, .. }) = err else {
         panic!("unexpected error {err}");
     };
     assert_eq!(op, "claim");

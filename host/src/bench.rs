@@ -16,8 +16,8 @@ use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{Record, now_ms};
 use crate::retry::RetryPolicy;
 use crate::store::{
-    self, ClaimParams, ConnectOptions, CountsParams, Disposition, Mark, MarkParams, Ordering,
-    Store, StoreError, TableName,
+    self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams,
+    OutboxStore, StoreError, TableName,
 };
 use crate::worker::{RunMode, Worker, WorkerError, WorkerOptions};
 
@@ -138,7 +138,7 @@ impl fmt::Display for BenchReport {
 pub enum BenchError {
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    OutboxStore(#[from] StoreError),
     /// The worker failed.
     #[error(transparent)]
     Worker(#[from] WorkerError),
@@ -223,7 +223,7 @@ pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport,
 
 /// Enqueues the events of one shape in chunks of 1000; returns the time taken.
 async fn enqueue(
-    store: &dyn Store,
+    store: &dyn OutboxStore,
     app_code: &str,
     options: &BenchOptions,
 ) -> Result<Duration, StoreError> {
@@ -254,7 +254,7 @@ async fn enqueue(
 
 /// Drains with outboxd's worker.
 async fn drain_worker(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     app_code: &str,
     shape: Shape,
     options: &BenchOptions,
@@ -270,9 +270,9 @@ async fn drain_worker(
             publish_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             ordering: if shape == Shape::PerRoom {
-                Ordering::PerRoom
+                DeliveryOrder::PerRoom
             } else {
-                Ordering::None
+                DeliveryOrder::None
             },
             concurrency: options.workers,
             node_id: "bench".into(),
@@ -283,7 +283,7 @@ async fn drain_worker(
 }
 
 /// Drains like the Go version: claim 100, publish, one mark statement per row.
-async fn drain_go_shape(store: &dyn Store, app_code: &str) -> Result<(), StoreError> {
+async fn drain_go_shape(store: &dyn OutboxStore, app_code: &str) -> Result<(), StoreError> {
     let publisher = NoopPublisher;
     loop {
         let batch = store
@@ -294,7 +294,7 @@ async fn drain_go_shape(store: &dyn Store, app_code: &str) -> Result<(), StoreEr
                 lease_ms: 60_000,
                 now_ms: now_ms(),
                 max_attempts: 20,
-                ordering: Ordering::None,
+                ordering: DeliveryOrder::None,
             })
             .await?;
         if batch.events.is_empty() {

@@ -17,7 +17,7 @@ use crate::bench::{self, BenchOptions};
 use crate::config::{Config, LogFormat};
 use crate::record::{Record, now_ms};
 use crate::store::{
-    self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, RequeueParams, Store,
+    self, ConnectOptions, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
 };
 use crate::worker::{RunMode, Worker, WorkerOptions};
 
@@ -378,7 +378,7 @@ fn init_logging(config: &Config) {
     };
 }
 
-async fn connect(config: &Config) -> Result<Arc<dyn Store>> {
+async fn connect(config: &Config) -> Result<Arc<dyn OutboxStore>> {
     let options = ConnectOptions {
         url: config.database.url.clone(),
         table: config.database.table.clone(),

@@ -7,7 +7,7 @@
 //! # Layout
 //! Data flows one way: producer → store → worker → plugin → store.
 //! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope.
-//! - [`store`]: the [`store::Store`] trait and one module per database (SQLite, MySQL/MariaDB,
+//! - [`store`]: the [`store::OutboxStore`] trait and one module per database (SQLite, MySQL/MariaDB,
 //!   PostgreSQL), with the producer `save` functions and embedded migrations.
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.

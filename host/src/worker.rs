@@ -6,7 +6,7 @@
 //! claiming, finish and mark the batch in flight, and return.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -18,8 +18,8 @@ use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{now_ms, truncate_error};
 use crate::retry::{Decision, RetryPolicy};
 use crate::store::{
-    ClaimBatch, ClaimParams, Disposition, Lease, Mark, MarkParams, MarkReport, Ordering, Store,
-    StoreError,
+    ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, MarkParams, MarkReport,
+    OutboxStore, StoreError,
 };
 
 /// Everything a worker needs to know besides its store and publisher.
@@ -38,7 +38,7 @@ pub struct WorkerOptions {
     /// Retry policy and attempt limit.
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
-    pub ordering: Ordering,
+    pub ordering: DeliveryOrder,
     /// Loops (batches in flight) in this process.
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
@@ -99,13 +99,13 @@ pub struct BatchStats {
 pub enum WorkerError {
     /// The store failed (claim or mark).
     #[error(transparent)]
-    Store(#[from] StoreError),
+    OutboxStore(#[from] StoreError),
 }
 
 /// The claim → publish → mark loop over one store and one publisher. Cheap to clone.
 #[derive(Clone)]
 pub struct Worker {
-    store: Arc<dyn Store>,
+    store: Arc<dyn OutboxStore>,
     publisher: Arc<dyn Publisher>,
     options: Arc<WorkerOptions>,
 }
@@ -113,7 +113,7 @@ pub struct Worker {
 impl Worker {
     /// A worker over `store` publishing through `publisher`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn OutboxStore>,
         publisher: Arc<dyn Publisher>,
         options: WorkerOptions,
     ) -> Worker {
@@ -193,7 +193,7 @@ impl Worker {
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
                     }
-                    Err(WorkerError::Store(e))
+                    Err(WorkerError::OutboxStore(e))
                         if e.is_transient() && transient_in_a_row < MAX_TRANSIENT_RETRIES =>
                     {
                         transient_in_a_row += 1;
@@ -386,26 +386,22 @@ struct Totals {
 
 impl Totals {
     fn add(&self, stats: &BatchStats) {
-        self.claimed
-            .fetch_add(stats.claimed, AtomicOrdering::Relaxed);
-        self.rejected
-            .fetch_add(stats.rejected, AtomicOrdering::Relaxed);
-        self.delivered
-            .fetch_add(stats.delivered, AtomicOrdering::Relaxed);
-        self.retried
-            .fetch_add(stats.retried, AtomicOrdering::Relaxed);
-        self.failed.fetch_add(stats.failed, AtomicOrdering::Relaxed);
-        self.stale.fetch_add(stats.stale, AtomicOrdering::Relaxed);
+        self.claimed.fetch_add(stats.claimed, Ordering::Relaxed);
+        self.rejected.fetch_add(stats.rejected, Ordering::Relaxed);
+        self.delivered.fetch_add(stats.delivered, Ordering::Relaxed);
+        self.retried.fetch_add(stats.retried, Ordering::Relaxed);
+        self.failed.fetch_add(stats.failed, Ordering::Relaxed);
+        self.stale.fetch_add(stats.stale, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> BatchStats {
         BatchStats {
-            claimed: self.claimed.load(AtomicOrdering::Relaxed),
-            rejected: self.rejected.load(AtomicOrdering::Relaxed),
-            delivered: self.delivered.load(AtomicOrdering::Relaxed),
-            retried: self.retried.load(AtomicOrdering::Relaxed),
-            failed: self.failed.load(AtomicOrdering::Relaxed),
-            stale: self.stale.load(AtomicOrdering::Relaxed),
+            claimed: self.claimed.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            stale: self.stale.load(Ordering::Relaxed),
         }
     }
 }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use outboxd::record::truncate_error;
-use outboxd::store::{Backend, ClaimBatch, DEFAULT_TABLE, FailedFilter, Lease, MarkReport, Store};
+use outboxd::store::{
+    Backend, ClaimBatch, DEFAULT_TABLE, FailedFilter, Lease, MarkReport, OutboxStore,
+};
 
 use crate::helpers::{
     APP, OTHER, claim, claim_app, counts, delivered, enqueue, ids, list_failed, mark, params,
@@ -62,7 +64,7 @@ async fn claim_orders_pending_by_created_at_then_event_id(backend: Backend) {
 /// and x retryable due 1500 (within a branch the order is the due time, then created_at: equal
 /// due times leave created_at to decide), b retryable due 5000, c delivered, d2/d left
 /// delivering (lease expired at 1100); then p2(950), p1(900) enqueued pending.
-async fn mixed_claim_setup(store: &Arc<dyn Store>) {
+async fn mixed_claim_setup(store: &Arc<dyn OutboxStore>) {
     let names = [
         ("a", 100),
         ("x", 150),

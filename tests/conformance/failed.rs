@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use outboxd::store::{Backend, DEFAULT_TABLE, FailedFilter, ListFailedParams, Mark, Store};
+use outboxd::store::{Backend, DEFAULT_TABLE, FailedFilter, ListFailedParams, Mark, OutboxStore};
 
 use crate::helpers::{
     APP, OTHER, claim, claim_app, enqueue, failed, ids, list_failed, mark, params, requeue, setup,
@@ -19,7 +19,7 @@ crate::support::per_backend!(
 
 /// Failed rows: fa1(T1,r1,100) fa2(T2,r1,200) fa3(T1,r2,300) fa4(T2,r2,400) in APP, fb1(T1,r1,150)
 /// in OTHER, each with last_error `err-<id>` (marked at 1000); plus pending pa(T1,r1,50) in APP.
-async fn failed_rows_setup(store: &Arc<dyn Store>) {
+async fn failed_rows_setup(store: &Arc<dyn OutboxStore>) {
     let a = [
         ("fa1", "T1", "r1", 100),
         ("fa2", "T2", "r1", 200),

@@ -1,13 +1,14 @@
 //! The suite's vocabulary, shared by every operation module: the tenants, a migrated store per
-//! test ([`setup`]), and one-line wrappers of the `Store` calls that panic with context instead of
-//! returning errors the tests would only unwrap.
+//! test ([`setup`]), and one-line wrappers of the `OutboxStore` calls that panic with context
+//! instead of returning errors the tests would only unwrap.
 
 use std::sync::Arc;
 
 use outboxd::record::Record;
 use outboxd::store::{
-    Backend, ClaimBatch, ClaimParams, CountsParams, Disposition, FailedFilter, Lease,
-    ListFailedParams, Mark, MarkParams, MarkReport, Ordering, RequeueParams, StatusCounts, Store,
+    Backend, ClaimBatch, ClaimParams, CountsParams, DeliveryOrder, Disposition, FailedFilter,
+    Lease, ListFailedParams, Mark, MarkParams, MarkReport, OutboxStore, RequeueParams,
+    StatusCounts,
 };
 
 use crate::support::TestDb;
@@ -20,7 +21,7 @@ pub(crate) const OTHER: &str = "app_b";
 pub(crate) const MANY: u32 = 100;
 
 /// A fresh database and a migrated store on `room_outbox`; `None` when the backend is skipped.
-pub(crate) async fn setup(backend: Backend) -> Option<(TestDb, Arc<dyn Store>)> {
+pub(crate) async fn setup(backend: Backend) -> Option<(TestDb, Arc<dyn OutboxStore>)> {
     let db = TestDb::new(backend).await?;
     let store = db.store_default().await;
     Some((db, store))
@@ -42,12 +43,12 @@ pub(crate) fn params(
         lease_ms,
         now_ms,
         max_attempts: MANY,
-        ordering: Ordering::None,
+        ordering: DeliveryOrder::None,
     }
 }
 
 /// Claims with `p`; panics (naming the params) when the store errors.
-pub(crate) async fn claim(store: &Arc<dyn Store>, p: ClaimParams) -> ClaimBatch {
+pub(crate) async fn claim(store: &Arc<dyn OutboxStore>, p: ClaimParams) -> ClaimBatch {
     store
         .claim(&p)
         .await
@@ -56,7 +57,7 @@ pub(crate) async fn claim(store: &Arc<dyn Store>, p: ClaimParams) -> ClaimBatch 
 
 /// Claims for `APP` without ordering.
 pub(crate) async fn claim_app(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     worker: &str,
     limit: u32,
     now_ms: i64,
@@ -110,7 +111,7 @@ pub(crate) fn failed(id: &str, error: &str) -> Mark {
 
 /// Marks `marks` under `lease` at `now_ms`; panics when the store errors.
 pub(crate) async fn mark(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     lease: &Lease,
     marks: &[Mark],
     now_ms: i64,
@@ -126,12 +127,16 @@ pub(crate) async fn mark(
 }
 
 /// Enqueues `records`; returns the rows inserted (duplicates are not counted).
-pub(crate) async fn enqueue(store: &Arc<dyn Store>, records: &[Record]) -> u64 {
+pub(crate) async fn enqueue(store: &Arc<dyn OutboxStore>, records: &[Record]) -> u64 {
     store.enqueue(records).await.expect("enqueue")
 }
 
 /// Status counts of tenant `app` (all tenants for `None`) at `now_ms`.
-pub(crate) async fn counts(store: &Arc<dyn Store>, app: Option<&str>, now_ms: i64) -> StatusCounts {
+pub(crate) async fn counts(
+    store: &Arc<dyn OutboxStore>,
+    app: Option<&str>,
+    now_ms: i64,
+) -> StatusCounts {
     store
         .counts(&CountsParams {
             app_code: app.map(str::to_string),
@@ -151,7 +156,7 @@ pub(crate) async fn status_of(db: &TestDb, app: &str, id: &str) -> String {
 
 /// The event ids of the failed rows matching `filter`, at most `limit`.
 pub(crate) async fn list_failed(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     filter: FailedFilter,
     limit: u32,
 ) -> Vec<String> {
@@ -166,7 +171,7 @@ pub(crate) async fn list_failed(
 
 /// Requeues the failed rows matching `filter` (or counts them, `dry_run`); returns how many.
 pub(crate) async fn requeue(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     filter: FailedFilter,
     dry_run: bool,
     now_ms: i64,

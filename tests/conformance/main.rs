@@ -1,9 +1,9 @@
-//! The `Store` conformance suite: one set of behaviours, written once, run against SQLite, MariaDB
-//! and PostgreSQL.
+//! The `OutboxStore` conformance suite: one set of behaviours, written once, run against SQLite,
+//! MariaDB and PostgreSQL.
 //!
-//! One module per `Store` operation ([`enqueue`], [`claim`], [`ordering`] for per-room claims,
-//! [`mark`], [`counts`], [`failed`] for `list_failed`/`requeue`, [`migrate`]); [`helpers`] holds
-//! the vocabulary they share. Each behaviour is an `async fn(Backend)`, listed at the top of its
+//! One module per `OutboxStore` operation ([`enqueue`], [`claim`], [`ordering`] for per-room
+//! claims, [`mark`], [`counts`], [`failed`] for `list_failed`/`requeue`, [`migrate`]);
+//! [`helpers`] holds the vocabulary they share. Each behaviour is an `async fn(Backend)`, listed at the top of its
 //! module in `support::per_backend!`, which makes one `#[tokio::test]` of it per backend, named
 //! `<operation>::<backend>::<behaviour>` (`cargo test --test conformance mysql::` runs one
 //! backend, `… claim::` one operation). Every test gets its own database (see `support`), so they

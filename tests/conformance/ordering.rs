@@ -1,10 +1,11 @@
-//! `claim` with `Ordering::PerRoom`: only the head of each room is handed out, so one event per
-//! room is in flight and a room's events are delivered in order, even across failures and workers.
+//! `claim` with `DeliveryOrder::PerRoom`: only the head of each room is handed out, so one event
+//! per room is in flight and a room's events are delivered in order, even across failures and
+//! workers.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use outboxd::store::{Backend, ClaimBatch, Mark, MarkParams, Ordering, Store};
+use outboxd::store::{Backend, ClaimBatch, DeliveryOrder, Mark, MarkParams, OutboxStore};
 
 use crate::helpers::{
     APP, OTHER, claim, claim_app, counts, delivered, enqueue, failed, ids, mark, params, retryable,
@@ -24,18 +25,18 @@ crate::support::per_backend!(
 
 /// Claims for `APP` with per-room ordering.
 async fn claim_ordered(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn OutboxStore>,
     worker: &str,
     limit: u32,
     now_ms: i64,
 ) -> ClaimBatch {
     let mut p = params(APP, worker, limit, now_ms, 100);
-    p.ordering = Ordering::PerRoom;
+    p.ordering = DeliveryOrder::PerRoom;
     claim(store, p).await
 }
 
 /// Room A: e1(100) e2(200) e3(300); room B: f1(150) f2(250).
-async fn rooms_setup(store: &Arc<dyn Store>) {
+async fn rooms_setup(store: &Arc<dyn OutboxStore>) {
     enqueue(
         store,
         &[
@@ -147,7 +148,7 @@ async fn claim_per_room_rooms_are_per_tenant(backend: Backend) {
         "another tenant's room A does not block"
     );
     let mut p = params(OTHER, "w2", 10, 1_000, 100);
-    p.ordering = Ordering::PerRoom;
+    p.ordering = DeliveryOrder::PerRoom;
     assert_eq!(ids(&claim(&store, p).await), strs(&["z1"]));
 }
 
@@ -268,7 +269,7 @@ async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(bac
             let mut idle = 0;
             while idle < 50 {
                 let mut p = params(APP, &worker, 3, outboxd::record::now_ms(), 600_000);
-                p.ordering = Ordering::PerRoom;
+                p.ordering = DeliveryOrder::PerRoom;
                 let batch = store
                     .claim(&p)
                     .await

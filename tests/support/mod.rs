@@ -17,7 +17,7 @@
 //! by skipping.
 //!
 //! Besides the store itself ([`TestDb::store`]), the guard offers plain-sqlx access to the table
-//! for what the `Store` trait cannot (or must not) do: insert a hand-made row such as a corrupt
+//! for what the `OutboxStore` trait cannot (or must not) do: insert a hand-made row such as a corrupt
 //! envelope ([`TestDb::insert_raw`]), read a row's columns for assertions ([`TestDb::row`]), run
 //! arbitrary statements ([`TestDb::execute`]), run the backend's `save` inside a transaction the
 //! test owns ([`TestDb::save_in_transaction`]), and read query plans ([`TestDb::explain`]).
@@ -57,7 +57,7 @@ use sqlx::{AssertSqlSafe, Connection, Executor};
 #[allow(unused_imports)]
 pub use outboxd::record::Record;
 #[allow(unused_imports)]
-pub use outboxd::store::{Backend, ConnectOptions, Store, TableName};
+pub use outboxd::store::{Backend, ConnectOptions, OutboxStore, TableName};
 #[allow(unused_imports)]
 pub(crate) use per_backend::per_backend;
 #[allow(unused_imports)]
@@ -268,19 +268,19 @@ impl TestDb {
     }
 
     /// A new store (its own connection pool) on `table`, migrated.
-    pub async fn store(&self, table: &str) -> Arc<dyn Store> {
+    pub async fn store(&self, table: &str) -> Arc<dyn OutboxStore> {
         let store = self.store_unmigrated(table).await;
         store.migrate().await.expect("migrate");
         store
     }
 
     /// A new store on the default table `room_outbox`, migrated.
-    pub async fn store_default(&self) -> Arc<dyn Store> {
+    pub async fn store_default(&self) -> Arc<dyn OutboxStore> {
         self.store(outboxd::store::DEFAULT_TABLE).await
     }
 
     /// A new store (its own connection pool) on `table`, not migrated.
-    pub async fn store_unmigrated(&self, table: &str) -> Arc<dyn Store> {
+    pub async fn store_unmigrated(&self, table: &str) -> Arc<dyn OutboxStore> {
         outboxd::store::connect(&self.options(table))
             .await
             .unwrap_or_else(|e| panic!("connect store to {}: {e}", self.url))

@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer};
 pub use sink::{RouteConfig, SinkConfig, SinkLimits};
 
 use crate::retry::{RetryPolicy, Strategy};
-use crate::store::{Ordering, TableName};
+use crate::store::{DeliveryOrder, TableName};
 
 /// Environment prefix of overrides.
 pub const ENV_PREFIX: &str = "OUTBOXD_";
@@ -71,7 +71,7 @@ pub struct WorkerConfig {
     /// Deadline of one publish call (the whole batch). Default 10s.
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
-    pub ordering: Ordering,
+    pub ordering: DeliveryOrder,
     /// Worker loops in this process (batches in flight). Default 1.
     pub concurrency: u32,
     /// This host's name in worker ids and logs. Default `<hostname>-<pid>`.
@@ -483,8 +483,8 @@ impl RawWorker {
             lease: self.lease,
             publish_timeout: self.publish_timeout,
             ordering: match self.ordering {
-                RawOrdering::None => Ordering::None,
-                RawOrdering::PerRoom => Ordering::PerRoom,
+                RawOrdering::None => DeliveryOrder::None,
+                RawOrdering::PerRoom => DeliveryOrder::PerRoom,
             },
             concurrency: self.concurrency,
             node_id,
@@ -708,7 +708,7 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(config.worker.ordering, Ordering::PerRoom);
+        assert_eq!(config.worker.ordering, DeliveryOrder::PerRoom);
         assert_eq!(config.worker.poll_interval, Duration::from_millis(250));
         assert_eq!(config.retry.max_attempts, 4);
         assert_eq!(

@@ -11,7 +11,7 @@ use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::outbox::publisher::types::{Event as WitEvent, PublishError};
-use super::bindings::{Publisher as WitPublisher, PublisherPre};
+use super::bindings::{PublisherComponent, PublisherComponentPre};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{PluginError, boxed};
 use super::http::HttpPolicy;
@@ -34,7 +34,7 @@ pub struct PluginSink {
     name: Arc<str>,
     shared: Arc<SinkShared>,
     engine: PluginEngine,
-    pre: PublisherPre<HostState>,
+    pre: PublisherComponentPre<HostState>,
     config: Vec<(String, String)>,
     publish_timeout: Duration,
     memory_cap: u64,
@@ -57,7 +57,7 @@ pub struct SinkStats {
 /// One live plugin instance and its store.
 struct Instance {
     store: Store<HostState>,
-    bindings: WitPublisher,
+    bindings: PublisherComponent,
 }
 
 impl PluginSink {
@@ -325,7 +325,7 @@ pub(super) fn prepare(
     engine: &PluginEngine,
     path: &std::path::Path,
     component: &Component,
-) -> Result<(WorldInfo, PublisherPre<HostState>), PluginError> {
+) -> Result<(WorldInfo, PublisherComponentPre<HostState>), PluginError> {
     let info = world::inspect(engine.engine(), path, component)?;
     let pre = world::link(engine.engine(), path, component, true)?;
     Ok((info, pre))

@@ -14,7 +14,7 @@ use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, HasSelf, Linker};
 
-use super::bindings::{Publisher, PublisherPre};
+use super::bindings::{PublisherComponent, PublisherComponentPre};
 use super::error::{PluginError, boxed};
 use super::state::HostState;
 
@@ -143,7 +143,7 @@ pub(super) fn link(
     path: &Path,
     component: &Component,
     http: bool,
-) -> Result<PublisherPre<HostState>, PluginError> {
+) -> Result<PublisherComponentPre<HostState>, PluginError> {
     let link_error = |e: wasmtime::Error| PluginError::Link {
         path: path.to_path_buf(),
         source: boxed(e),
@@ -153,10 +153,10 @@ pub(super) fn link(
     if http {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link_error)?;
     }
-    Publisher::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+    PublisherComponent::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
         .map_err(link_error)?;
     let pre = linker.instantiate_pre(component).map_err(link_error)?;
-    PublisherPre::new(pre).map_err(|e| PluginError::WrongWorld {
+    PublisherComponentPre::new(pre).map_err(|e| PluginError::WrongWorld {
         path: path.to_path_buf(),
         reason: format!("{:#}", e),
     })

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::statement::SqlDialect;
-use super::{Backend, Store, StoreError, TableName, mysql, postgres, sqlite};
+use super::{Backend, OutboxStore, StoreError, TableName, mysql, postgres, sqlite};
 
 impl Backend {
     /// The backend a database URL names, by its scheme.
@@ -60,7 +60,7 @@ impl ConnectOptions {
 }
 
 /// Connects to the database the URL names.
-pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn OutboxStore>, StoreError> {
     Ok(match Backend::from_url(&options.url)? {
         Backend::Sqlite => Arc::new(sqlite::SqliteStore::connect(options).await?),
         Backend::MySql => Arc::new(mysql::MySqlStore::connect(options).await?),

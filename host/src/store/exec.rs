@@ -4,7 +4,7 @@
 //!
 //! A backend supplies its pool, its [`Statements`] and how it begins a write transaction
 //! ([`Driver`]); its connection type runs bound statements ([`Session`], implemented by
-//! [`impl_session!`]); [`impl_store!`] turns the pair into a [`crate::store::Store`].
+//! [`impl_session!`]); [`impl_store!`] turns the pair into a [`crate::store::OutboxStore`].
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -114,12 +114,12 @@ pub(crate) trait Driver: Send + Sync {
     fn statements(&self) -> &Statements;
 }
 
-/// Implements [`crate::store::Store`] for a [`Driver`] with the shared operations:
+/// Implements [`crate::store::OutboxStore`] for a [`Driver`] with the shared operations:
 /// `impl_store!(SqliteStore, Backend::Sqlite);`.
 macro_rules! impl_store {
     ($store:ty, $backend:expr) => {
         #[async_trait::async_trait]
-        impl $crate::store::Store for $store {
+        impl $crate::store::OutboxStore for $store {
             fn backend(&self) -> $crate::store::Backend {
                 $backend
             }

@@ -1,4 +1,4 @@
-//! The database contract: one [`Store`] trait, its params and results, [`StoreError`].
+//! The database contract: one [`OutboxStore`] trait, its params and results, [`StoreError`].
 //!
 //! # Layout
 //! - this file: the contract only;
@@ -133,7 +133,7 @@ impl StoreError {
 
 /// Whether a claim keeps per-room order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ordering {
+pub enum DeliveryOrder {
     /// Any claimable row may be handed out.
     #[default]
     None,
@@ -143,7 +143,7 @@ pub enum Ordering {
     PerRoom,
 }
 
-/// Arguments of [`Store::claim`].
+/// Arguments of [`OutboxStore::claim`].
 #[derive(Debug, Clone)]
 pub struct ClaimParams {
     /// Tenant to claim from; a claim never mixes tenants.
@@ -158,8 +158,8 @@ pub struct ClaimParams {
     pub now_ms: i64,
     /// Attempts allowed; an expired lease at this count goes to `failed`.
     pub max_attempts: u32,
-    /// Ordering mode.
-    pub ordering: Ordering,
+    /// Delivery order: per room or none.
+    pub ordering: DeliveryOrder,
 }
 
 /// The fence of a claimed batch: marks change a row only while these still match it.
@@ -197,7 +197,7 @@ pub struct RejectedRow {
     pub reason: String,
 }
 
-/// Result of [`Store::claim`].
+/// Result of [`OutboxStore::claim`].
 #[derive(Debug, Clone)]
 pub struct ClaimBatch {
     /// The fence for marking this batch.
@@ -236,7 +236,7 @@ pub struct Mark {
     pub disposition: Disposition,
 }
 
-/// Arguments of [`Store::mark`].
+/// Arguments of [`OutboxStore::mark`].
 #[derive(Debug, Clone)]
 pub struct MarkParams<'a> {
     /// The claim's fence.
@@ -247,7 +247,7 @@ pub struct MarkParams<'a> {
     pub now_ms: i64,
 }
 
-/// Result of [`Store::mark`].
+/// Result of [`OutboxStore::mark`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MarkReport {
     /// Rows changed.
@@ -274,7 +274,7 @@ pub struct StatusCounts {
     pub oldest_pending_age_ms: Option<i64>,
 }
 
-/// Arguments of [`Store::counts`].
+/// Arguments of [`OutboxStore::counts`].
 #[derive(Debug, Clone, Default)]
 pub struct CountsParams {
     /// Only this tenant; all tenants when `None`.
@@ -304,7 +304,7 @@ pub struct FailedRow {
     pub updated_at_ms: i64,
 }
 
-/// Which `failed` rows [`Store::list_failed`] and [`Store::requeue`] act on. Every filter given
+/// Which `failed` rows [`OutboxStore::list_failed`] and [`OutboxStore::requeue`] act on. Every filter given
 /// must match (AND); a filter left empty matches everything.
 #[derive(Debug, Clone, Default)]
 pub struct FailedFilter {
@@ -334,7 +334,7 @@ impl FailedFilter {
     }
 }
 
-/// Arguments of [`Store::list_failed`].
+/// Arguments of [`OutboxStore::list_failed`].
 #[derive(Debug, Clone, Default)]
 pub struct ListFailedParams {
     /// Which rows.
@@ -343,7 +343,7 @@ pub struct ListFailedParams {
     pub limit: u32,
 }
 
-/// Arguments of [`Store::requeue`].
+/// Arguments of [`OutboxStore::requeue`].
 #[derive(Debug, Clone, Default)]
 pub struct RequeueParams {
     /// Which `failed` rows go back to `pending` (retry_count 0, lease cleared).
@@ -358,9 +358,9 @@ pub struct RequeueParams {
 ///
 /// Implemented by [`sqlite::SqliteStore`], [`mysql::MySqlStore`] and [`postgres::PostgresStore`].
 /// Producers write with the backend's `save` function inside their own transaction; the trait's
-/// [`Store::enqueue`] is the same insert in a transaction of its own (CLI, benchmarks, tests).
+/// [`OutboxStore::enqueue`] is the same insert in a transaction of its own (CLI, benchmarks, tests).
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait OutboxStore: Send + Sync + 'static {
     /// Which database this is.
     fn backend(&self) -> Backend;
 

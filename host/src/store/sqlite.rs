@@ -173,7 +173,7 @@ impl_store!(SqliteStore, Backend::Sqlite);
 /// use std::time::SystemTime;
 /// use outboxd::record::Record;
 /// use outboxd::store::sqlite::{save, SqliteStore};
-/// use outboxd::store::{ConnectOptions, Store};
+/// use outboxd::store::{ConnectOptions, OutboxStore};
 ///
 /// let store = SqliteStore::connect(&ConnectOptions::new("sqlite::memory:")).await?;
 /// store.migrate().await?;

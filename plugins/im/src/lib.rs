@@ -23,10 +23,10 @@ use std::sync::Mutex;
 use http_util::WasiPlatform;
 use outbox::publisher::logging::{Level, log};
 
-use crate::publish::Publisher;
+use crate::publish::ImSender;
 
 /// The plugin's state once `init` ran: settings and the cached usersig.
-static STATE: Mutex<Option<Publisher>> = Mutex::new(None);
+static STATE: Mutex<Option<ImSender>> = Mutex::new(None);
 
 /// The plugin's implementation of the `publisher` world.
 struct ImPlugin;
@@ -47,7 +47,7 @@ impl Guest for ImPlugin {
         );
         *STATE
             .lock()
-            .map_err(|_| "im plugin: state poisoned".to_string())? = Some(Publisher::new(config));
+            .map_err(|_| "im plugin: state poisoned".to_string())? = Some(ImSender::new(config));
         Ok(())
     }
 

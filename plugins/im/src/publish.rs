@@ -8,18 +8,18 @@ use crate::message::{body, random_for, url};
 use crate::usersig::{CachedSig, generate};
 use crate::{Event, PublishError};
 
-/// The plugin's state: settings and the usersig in use.
-pub struct Publisher {
+/// The plugin's state: settings and the usersig in use; sends one batch to Tencent Cloud IM.
+pub struct ImSender {
     /// The parsed settings.
     config: Config,
     /// The last usersig made, reused while fresh.
     usersig: Option<CachedSig>,
 }
 
-impl Publisher {
-    /// A publisher for `config`, with no usersig made yet.
-    pub fn new(config: Config) -> Publisher {
-        Publisher {
+impl ImSender {
+    /// A sender for `config`, with no usersig made yet.
+    pub fn new(config: Config) -> ImSender {
+        ImSender {
             config,
             usersig: None,
         }
@@ -168,7 +168,7 @@ pub(crate) mod tests {
 
     #[test]
     fn sends_one_request_per_event_with_stable_random() {
-        let mut publisher = Publisher::new(config(Mode::GroupMessage));
+        let mut publisher = ImSender::new(config(Mode::GroupMessage));
         let mut platform = FakePlatform {
             now: 1000,
             code: 0,
@@ -191,7 +191,7 @@ pub(crate) mod tests {
 
     #[test]
     fn usersig_is_cached_until_near_expiry() {
-        let mut publisher = Publisher::new(config(Mode::SystemNotification));
+        let mut publisher = ImSender::new(config(Mode::SystemNotification));
         let mut platform = FakePlatform {
             now: 1000,
             code: 0,
@@ -221,7 +221,7 @@ pub(crate) mod tests {
 
     #[test]
     fn auth_failures_drop_the_cached_usersig() {
-        let mut publisher = Publisher::new(config(Mode::GroupMessage));
+        let mut publisher = ImSender::new(config(Mode::GroupMessage));
         let mut platform = FakePlatform {
             now: 1000,
             code: 70009,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, ClaimParams, Lease, Ordering, RejectedRow, TableName};
+use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease, RejectedRow, TableName};
 
 /// The three sources of a claim, read in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,10 +37,10 @@ impl ClaimBranch {
     }
 }
 
-fn ordering_index(ordering: Ordering) -> usize {
+fn ordering_index(ordering: DeliveryOrder) -> usize {
     match ordering {
-        Ordering::None => 0,
-        Ordering::PerRoom => 1,
+        DeliveryOrder::None => 0,
+        DeliveryOrder::PerRoom => 1,
     }
 }
 
@@ -59,7 +59,7 @@ impl Statements {
     /// Builds the statements for `table` in `backend`.
     pub fn new(backend: Backend, table: &TableName) -> Statements {
         let claim = ClaimBranch::ALL.map(|branch| {
-            [Ordering::None, Ordering::PerRoom]
+            [DeliveryOrder::None, DeliveryOrder::PerRoom]
                 .map(|ordering| claim_select_text(backend, table, branch, ordering))
         });
         let counts = [false, true].map(|by_app| counts_text(backend, table, by_app));
@@ -85,7 +85,7 @@ impl Statements {
     /// event_type, room_id, envelope, created_at_ms, retry_count` and binds, in order:
     /// `app_code` (text), then `now_ms` (bigint) for [`ClaimBranch::Retryable`] and
     /// [`ClaimBranch::ExpiredLease`] only, then the row limit (bigint).
-    pub fn claim_select(&self, branch: ClaimBranch, ordering: Ordering) -> &str {
+    pub fn claim_select(&self, branch: ClaimBranch, ordering: DeliveryOrder) -> &str {
         &self.claim[branch.index()][ordering_index(ordering)]
     }
 
@@ -122,7 +122,7 @@ impl Statements {
     }
 }
 
-/// Statuses that block a later event of the same room under [`Ordering::PerRoom`].
+/// Statuses that block a later event of the same room under [`DeliveryOrder::PerRoom`].
 const ACTIVE_STATUSES: [Status; 3] = [Status::Pending, Status::Retryable, Status::Delivering];
 
 /// Expression that adds the reclaimed-lease attempt: rows still `delivering` when the claim
@@ -138,7 +138,7 @@ fn claim_select_text(
     backend: Backend,
     table: &TableName,
     branch: ClaimBranch,
-    ordering: Ordering,
+    ordering: DeliveryOrder,
 ) -> Arc<str> {
     let mut b = SqlBuilder::new(backend);
     b.push("SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count FROM ")
@@ -164,7 +164,7 @@ fn claim_select_text(
             "c.lock_until_ms, c.created_at_ms, c.event_id"
         }
     };
-    if ordering == Ordering::PerRoom {
+    if ordering == DeliveryOrder::PerRoom {
         // One probe of the (app_code, room_id, status, created_at_ms, event_id) index per active
         // status: is there an earlier event of this room still to deliver? Delivered history sits
         // under other status keys and is never read. One NOT EXISTS per status, each with

@@ -8,7 +8,7 @@ use super::mark::{MarkColumns, lock_fenced_rows, mark_rows};
 use super::{Arg, Bound};
 use crate::record::{Record, Status};
 use crate::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, Disposition, FailedFilter, Lease, Mark, Ordering,
+    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, FailedFilter, Lease, Mark,
     RejectedRow, TableName,
 };
 
@@ -67,7 +67,7 @@ fn assert_placeholders(backend: Backend, bound: &Bound) {
 fn claim_pending_per_dialect() {
     let sqlite = Statements::new(Backend::Sqlite, &table());
     assert_eq!(
-        sqlite.claim_select(ClaimBranch::Pending, Ordering::None),
+        sqlite.claim_select(ClaimBranch::Pending, DeliveryOrder::None),
         "SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
          FROM room_outbox c WHERE c.app_code = ? AND c.status = 'pending' \
          ORDER BY c.created_at_ms, c.event_id LIMIT ?"
@@ -75,18 +75,18 @@ fn claim_pending_per_dialect() {
     let mysql = Statements::new(Backend::MySql, &table());
     assert!(
         mysql
-            .claim_select(ClaimBranch::Pending, Ordering::None)
+            .claim_select(ClaimBranch::Pending, DeliveryOrder::None)
             .ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT ? FOR UPDATE SKIP LOCKED")
     );
     let pg = Statements::new(Backend::Postgres, &table());
     assert_eq!(
-        pg.claim_select(ClaimBranch::Retryable, Ordering::None),
+        pg.claim_select(ClaimBranch::Retryable, DeliveryOrder::None),
         "SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
          FROM room_outbox c WHERE c.app_code = $1 AND c.status = 'retryable' AND c.next_retry_at_ms <= $2 \
          ORDER BY c.next_retry_at_ms, c.created_at_ms, c.event_id LIMIT $3 FOR UPDATE SKIP LOCKED"
     );
     assert!(pg
-        .claim_select(ClaimBranch::ExpiredLease, Ordering::None)
+        .claim_select(ClaimBranch::ExpiredLease, DeliveryOrder::None)
         .contains("c.status = 'delivering' AND c.lock_until_ms <= $2 ORDER BY c.lock_until_ms, c.created_at_ms, c.event_id LIMIT $3"));
 }
 
@@ -94,7 +94,7 @@ fn claim_pending_per_dialect() {
 fn claim_queries_bind_what_their_text_asks() {
     for backend in BACKENDS {
         let statements = Statements::new(backend, &table());
-        for ordering in [Ordering::None, Ordering::PerRoom] {
+        for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
             let params = ClaimParams {
                 app_code: "live".into(),
                 worker_id: "w".into(),
@@ -117,7 +117,7 @@ fn claim_queries_bind_what_their_text_asks() {
 #[test]
 fn per_room_probe_uses_active_statuses_only() {
     let statements = Statements::new(Backend::Postgres, &table());
-    let sql = statements.claim_select(ClaimBranch::Pending, Ordering::PerRoom);
+    let sql = statements.claim_select(ClaimBranch::Pending, DeliveryOrder::PerRoom);
     for status in ["pending", "retryable", "delivering"] {
         assert!(sql.contains(&format!(
             "AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.room_id = c.room_id \
@@ -127,7 +127,7 @@ fn per_room_probe_uses_active_statuses_only() {
     }
     // Only PostgreSQL needs the OFFSET 0 fence against anti-join pull-up.
     let mysql_statements = Statements::new(Backend::MySql, &table());
-    let mysql = mysql_statements.claim_select(ClaimBranch::Pending, Ordering::PerRoom);
+    let mysql = mysql_statements.claim_select(ClaimBranch::Pending, DeliveryOrder::PerRoom);
     assert!(!mysql.contains("OFFSET") && mysql.matches("NOT EXISTS").count() == 3);
     assert_eq!(sql.matches("NOT EXISTS").count(), 3);
     assert!(!sql.contains("'failed'") && !sql.contains("'delivered'"));
