@@ -16,6 +16,9 @@
 /// `cargo test --test NAME mysql::` then runs one backend. Each test runs on a two-thread runtime
 /// (`flavor = "multi_thread", worker_threads = 2`), so behaviours that race workers really race.
 /// A behaviour missing from the list is never called and shows up as an unused-function warning.
+/// The test binary mounts this module at its root (`mod support;`, or
+/// `#[path = "../support/mod.rs"] mod support;` from a `tests/X/main.rs`): the expansion names
+/// `$crate::support::Backend`.
 macro_rules! per_backend {
     ([$($backend:ident),+ $(,)?] => $($behaviour:ident),+ $(,)?) => {
         $crate::support::per_backend!(@modules [$($backend),+] [$($behaviour),+]);
