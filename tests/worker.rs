@@ -498,7 +498,7 @@ async fn draining_run_reports_a_dead_database(backend: Backend) {
         .run(RunMode::Drain, CancellationToken::new())
         .await
         .unwrap_err();
-    let outboxd::worker::WorkerError::OutboxStore(StoreError::Database { op, .. }) = err else {
+    let outboxd::worker::WorkerError::Store(StoreError::Database { op, .. }) = err else {
         panic!("unexpected error {err}");
     };
     assert_eq!(op, "claim");

@@ -138,7 +138,7 @@ impl fmt::Display for BenchReport {
 pub enum BenchError {
     /// The store failed.
     #[error(transparent)]
-    OutboxStore(#[from] StoreError),
+    Store(#[from] StoreError),
     /// The worker failed.
     #[error(transparent)]
     Worker(#[from] WorkerError),

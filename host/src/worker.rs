@@ -3,7 +3,8 @@
 //! A [`Worker`] runs `concurrency` loops ("worker slots"), each with its own worker id
 //! (`<node_id>/<slot>`), over the configured app codes. Idle loops wait the poll interval; a loop
 //! whose claim came back full claims again at once. Shutdown is a [`CancellationToken`]: loops stop
-//! claiming, finish and mark the batch in flight, and return.
+//! claiming, finish and mark the batch in flight, and return. The worker retries no store call
+//! (the store retries transient errors: see `store`'s "Who checks what, who retries what").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,11 +16,10 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
 use crate::publish::{Event, Outcome, Publisher};
-use crate::record::{now_ms, truncate_error};
+use crate::record::now_ms;
 use crate::retry::{Decision, RetryPolicy};
 use crate::store::{
-    ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, MarkParams, MarkReport,
-    OutboxStore, StoreError,
+    ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore, StoreError,
 };
 
 /// Everything a worker needs to know besides its store and publisher.
@@ -73,10 +73,6 @@ pub enum RunMode {
     Drain,
 }
 
-/// Transient database errors (deadlocks, busy SQLite) retried in a row before a draining run gives
-/// up; a run that never ends keeps retrying regardless.
-const MAX_TRANSIENT_RETRIES: u64 = 20;
-
 /// What one claim → publish → mark round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchStats {
@@ -99,7 +95,7 @@ pub struct BatchStats {
 pub enum WorkerError {
     /// The store failed (claim or mark).
     #[error(transparent)]
-    OutboxStore(#[from] StoreError),
+    Store(#[from] StoreError),
 }
 
 /// The claim → publish → mark loop over one store and one publisher. Cheap to clone.
@@ -175,7 +171,6 @@ impl Worker {
         totals: &Totals,
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
-        let mut transient_in_a_row = 0;
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
         while !shutdown.is_cancelled() {
             let mut found_any = false;
@@ -187,20 +182,10 @@ impl Worker {
                 }
                 match self.process_batch(&worker_id, app_code).await {
                     Ok(stats) => {
-                        transient_in_a_row = 0;
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
-                    }
-                    Err(WorkerError::OutboxStore(e))
-                        if e.is_transient() && transient_in_a_row < MAX_TRANSIENT_RETRIES =>
-                    {
-                        transient_in_a_row += 1;
-                        warn!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
-                            status = "batch_retried", error = %e, "transient database error; retrying");
-                        failed = true;
-                        continue;
                     }
                     Err(e) if mode == RunMode::Drain => return Err(e),
                     Err(e) => {
@@ -213,10 +198,7 @@ impl Worker {
             if mode == RunMode::Drain && !found_any && !failed {
                 break;
             }
-            if failed && transient_in_a_row > 0 {
-                // A deadlock or busy database: back off briefly, not a whole poll interval.
-                tokio::time::sleep(Duration::from_millis(10 * transient_in_a_row)).await;
-            } else if !any_full || failed {
+            if !any_full || failed {
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
                     _ = tokio::time::sleep(self.options.poll_interval) => {}
@@ -271,7 +253,16 @@ impl Worker {
                 disposition: self.disposition(event.attempt, outcome, now),
             })
             .collect();
-        let report = self.mark_with_retry(&lease, &marks).await?;
+        // The store retries a transient failure while the lease holds; any error left ends the
+        // round, and the rows come back when the lease expires (counted as an attempt).
+        let report = self
+            .store
+            .mark(&MarkParams {
+                lease: &lease,
+                marks: &marks,
+                now_ms: now_ms(),
+            })
+            .await?;
         for (event, mark) in events.iter().zip(&marks) {
             let stale = report.stale.contains(&mark.event_id);
             let (status, error) = match (&mark.disposition, stale) {
@@ -328,47 +319,19 @@ impl Worker {
     fn disposition(&self, attempt: u32, outcome: Outcome, now: i64) -> Disposition {
         match outcome {
             Outcome::Delivered => Disposition::Delivered,
-            Outcome::Permanent { message } => Disposition::Failed {
-                error: truncate_error(&message),
-            },
+            Outcome::Permanent { message } => Disposition::Failed { error: message },
             Outcome::Retryable {
                 message,
                 retry_after,
             } => match self.options.retry.decide(attempt, retry_after, now) {
                 Decision::RetryAt(next_retry_at_ms) => Disposition::Retryable {
                     next_retry_at_ms,
-                    error: truncate_error(&message),
+                    error: message,
                 },
                 Decision::GiveUp => Disposition::Failed {
-                    error: truncate_error(&format!("gave up after {attempt} attempts: {message}")),
+                    error: format!("gave up after {attempt} attempts: {message}"),
                 },
             },
-        }
-    }
-
-    /// Marks the batch; a failing database is retried while the lease lasts (after it expires
-    /// the rows are reclaimed and counted as an attempt, so nothing is lost either way).
-    async fn mark_with_retry(
-        &self,
-        lease: &Lease,
-        marks: &[Mark],
-    ) -> Result<MarkReport, WorkerError> {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let params = MarkParams {
-                lease,
-                marks,
-                now_ms: now_ms(),
-            };
-            match self.store.mark(&params).await {
-                Ok(report) => return Ok(report),
-                Err(e) if now_ms() + (backoff.as_millis() as i64) < lease.lock_until_ms => {
-                    warn!(worker = %lease.worker_id, error = %e, "mark failed; retrying within the lease");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => return Err(e.into()),
-            }
         }
     }
 }

@@ -77,23 +77,16 @@ impl Publisher for RoutedPublisher {
             }
         }
         let whole_batch = groups.len() == 1 && groups.values().all(|p| p.len() == batch.len());
+        // Each sink answers one outcome per event (the `Publisher` contract; `PluginSink` checks its
+        // plugin's answer); the worker checks the whole batch's count. A position left without an
+        // outcome is retried.
         let published = join_all(groups.into_iter().map(|(sink, positions)| async move {
-            let (name, publisher) = &self.sinks[sink];
+            let (_, publisher) = &self.sinks[sink];
             let results = if whole_batch {
                 publisher.publish(batch).await
             } else {
                 let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
                 publisher.publish(&events).await
-            };
-            let results = if results.len() == positions.len() {
-                results
-            } else {
-                let message = format!(
-                    "sink `{name}` returned {} results for {} events",
-                    results.len(),
-                    positions.len()
-                );
-                vec![Outcome::retryable(message); positions.len()]
             };
             (positions, results)
         }))
@@ -106,7 +99,7 @@ impl Publisher for RoutedPublisher {
         outcomes
             .into_iter()
             .map(|outcome| {
-                outcome.unwrap_or_else(|| Outcome::retryable("event lost by the router"))
+                outcome.unwrap_or_else(|| Outcome::retryable("its sink returned no outcome for it"))
             })
             .collect()
     }

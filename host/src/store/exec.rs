@@ -19,7 +19,7 @@ use super::statement::failed::{count_failed, requeue_failed, select_failed};
 use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
 use super::statement::mark::{lock_fenced_rows, mark_rows};
 use super::statement::{Arg, Bound, MAX_ROWS_PER_STATEMENT};
-use crate::record::Record;
+use crate::record::{self, Record};
 use crate::store::{
     Backend, ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, Mark,
     MarkParams, MarkReport, RequeueParams, StatusCounts, StoreError, TableName,
@@ -309,7 +309,8 @@ pub(crate) async fn claim<D: Driver>(
     driver: &D,
     params: &ClaimParams,
 ) -> Result<ClaimBatch, StoreError> {
-    retry_transient(|| claim_once(driver, params)).await
+    let deadline_ms = record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64;
+    retry_transient(deadline_ms, || claim_once(driver, params)).await
 }
 
 /// One attempt of [`claim`].
@@ -392,9 +393,19 @@ pub(crate) async fn mark<D: Driver>(
             twice.event_id
         )));
     }
+    // The marks hold publish results that exist nowhere else: keep trying while the lease holds
+    // (after it, the rows are reclaimed and the marks would be stale anyway), and for at least the
+    // claim's budget.
+    let deadline_ms = params
+        .lease
+        .lock_until_ms
+        .max(record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64);
     let mut changed = HashSet::with_capacity(params.marks.len());
     for marks in params.marks.chunks(MAX_ROWS_PER_STATEMENT) {
-        let ids = retry_transient(|| mark_once(driver, params.lease, marks, params.now_ms)).await?;
+        let ids = retry_transient(deadline_ms, || {
+            mark_once(driver, params.lease, marks, params.now_ms)
+        })
+        .await?;
         changed.extend(ids.into_iter().map(|EventId(id)| id));
     }
     let stale = params
@@ -438,24 +449,35 @@ async fn mark_once<D: Driver>(
     Ok(ids)
 }
 
-/// Attempts of a claim or mark transaction before its deadlock error is returned.
-const TRANSIENT_ATTEMPTS: u32 = 4;
+/// How long a claim transaction the database aborted as transient is re-run before the error is
+/// returned (wall clock, from the first attempt).
+const CLAIM_RETRY_BUDGET: Duration = Duration::from_secs(2);
 
-/// Runs a claim or mark transaction again when the database aborted it as a deadlock victim or
-/// serialization failure (SQLSTATE 40001, PostgreSQL 40P01): the whole transaction was rolled
+/// Longest pause between two attempts.
+const MAX_RETRY_PAUSE_MS: u64 = 200;
+
+/// Runs a claim or mark transaction again while the database aborts it as transient
+/// ([`StoreError::is_transient`]: deadlock victim, serialization failure, lock wait timeout, busy
+/// SQLite file) and wall-clock time `deadline_ms` is not reached: the whole transaction was rolled
 /// back, so repeating it is safe. Concurrent hosts' `FOR UPDATE SKIP LOCKED` scans and the UPDATEs
 /// moving rows between the status-leading indexes can still meet on an index entry in MariaDB.
-async fn retry_transient<T, F, Fut>(mut attempt: F) -> Result<T, StoreError>
+///
+/// This is the only place that retries a database error: the worker never retries a store call
+/// (see the store's module docs, "Who retries what").
+async fn retry_transient<T, F, Fut>(deadline_ms: i64, mut attempt: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
-    let mut tries = 1;
+    let mut tries: u64 = 1;
     loop {
         match attempt().await {
-            Err(err) if tries < TRANSIENT_ATTEMPTS && err.is_transient() => {
-                let backoff_ms = rand::random_range(1..=10) * u64::from(tries);
-                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            Err(err) if err.is_transient() => {
+                let pause_ms = (rand::random_range(1..=10) * tries).min(MAX_RETRY_PAUSE_MS);
+                if record::now_ms().saturating_add(pause_ms as i64) >= deadline_ms {
+                    return Err(err);
+                }
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
                 tries += 1;
             }
             result => return result,

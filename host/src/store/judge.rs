@@ -7,7 +7,6 @@ use super::row::CandidateRow;
 use super::statement::claim::ClaimBranch;
 use crate::envelope::EventEnvelope;
 use crate::publish::Event;
-use crate::record;
 use crate::store::{ClaimedEvent, RejectedRow};
 
 /// Decides what a claim does with one candidate row of `branch`: hand it out (envelope decoded,
@@ -26,7 +25,7 @@ pub(crate) fn judge(
         event_id: row.event_id,
         event_type: row.event_type,
         room_id: row.room_id,
-        reason: record::truncate_error(&reason),
+        reason,
     };
     if reclaimed && retry_count >= max_attempts {
         return Err(reject(

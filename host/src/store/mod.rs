@@ -31,6 +31,18 @@
 //! # Mark
 //! One statement per batch, fenced on the claim's lease: a row changes only while its
 //! `worker_id` and `lock_until_ms` still equal the [`Lease`]; the others are reported as stale.
+//!
+//! # Who checks what, who retries what
+//! - Transient database errors ([`StoreError::is_transient`]: deadlock victim, serialization
+//!   failure, lock wait timeout, busy SQLite) are retried by the store and only there: a claim
+//!   transaction for up to 2 s, a mark transaction while its lease holds. The worker never
+//!   retries a store call: an error left ends the round (a draining run stops with it; a run
+//!   that never ends waits the poll interval), and a batch whose mark failed comes back when its
+//!   lease expires, counted as an attempt — nothing is lost.
+//! - `last_error` is cut to [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) where
+//!   it is bound into a statement (marks and claim rejects alike), nowhere else.
+//! - The number of outcomes is checked where a list enters from outside: the plugin's answer by
+//!   its sink (`PluginSink`), the publisher's answer by the worker.
 
 mod connect;
 mod exec;

@@ -250,7 +250,7 @@ pub(crate) fn reject_rows(
         b.push(" WHEN ")
             .bind(row.event_id.as_str())
             .push(" THEN ")
-            .bind(row.reason.as_str());
+            .bind_last_error(&row.reason);
     }
     b.push(" ELSE last_error END, updated_at_ms = ")
         .bind(now_ms)

@@ -2,26 +2,26 @@
 //! (without `UPDATE … RETURNING`) the locking SELECT listing the fenced rows first.
 
 use super::{Bound, SqlBuilder};
-use crate::record::{self, Status};
+use crate::record::Status;
 use crate::store::{Backend, Disposition, Lease, Mark, TableName};
 
 /// The column values one [`Disposition`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MarkColumns {
+pub(crate) struct MarkColumns<'a> {
     /// New status.
     pub(crate) status: Status,
     /// Whether `retry_count` goes up by one (a failed attempt).
     pub(crate) failed_attempt: bool,
     /// New `next_retry_at_ms`, when it changes.
     pub(crate) next_retry_at_ms: Option<i64>,
-    /// New `last_error` (cut to 512 bytes); `None` clears it.
-    pub(crate) last_error: Option<String>,
+    /// New `last_error` (cut when bound: [`SqlBuilder::bind_last_error`]); `None` clears it.
+    pub(crate) last_error: Option<&'a str>,
 }
 
-impl MarkColumns {
+impl<'a> MarkColumns<'a> {
     /// The columns `disposition` writes. Every disposition also clears `lock_until_ms` and sets
     /// `updated_at_ms`; `worker_id` keeps the worker that handled the row last.
-    pub(crate) fn of(disposition: &Disposition) -> MarkColumns {
+    pub(crate) fn of(disposition: &'a Disposition) -> MarkColumns<'a> {
         match disposition {
             Disposition::Delivered => MarkColumns {
                 status: Status::Delivered,
@@ -36,13 +36,13 @@ impl MarkColumns {
                 status: Status::Retryable,
                 failed_attempt: true,
                 next_retry_at_ms: Some(*next_retry_at_ms),
-                last_error: Some(record::truncate_error(error)),
+                last_error: Some(error),
             },
             Disposition::Failed { error } => MarkColumns {
                 status: Status::Failed,
                 failed_attempt: true,
                 next_retry_at_ms: None,
-                last_error: Some(record::truncate_error(error)),
+                last_error: Some(error),
             },
         }
     }
@@ -72,7 +72,7 @@ pub(crate) fn mark_rows(
     marks: &[Mark],
     now_ms: i64,
 ) -> Bound {
-    let columns: Vec<(&str, MarkColumns)> = marks
+    let columns: Vec<(&str, MarkColumns<'_>)> = marks
         .iter()
         .map(|m| (m.event_id.as_str(), MarkColumns::of(&m.disposition)))
         .collect();
@@ -113,7 +113,7 @@ pub(crate) fn mark_rows(
                 b.push(" WHEN ")
                     .bind(*event_id)
                     .push(" THEN ")
-                    .bind(error.as_str());
+                    .bind_last_error(error);
             }
         }
         b.push(" ELSE NULL END");

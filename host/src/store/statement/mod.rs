@@ -169,6 +169,13 @@ impl SqlBuilder {
         self
     }
 
+    /// A placeholder and the value written to `last_error`: `text` cut to
+    /// [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) at a character boundary. The
+    /// one place a `last_error` is cut (marks and claim rejects both bind it here).
+    pub(crate) fn bind_last_error(&mut self, text: &str) -> &mut SqlBuilder {
+        self.bind(crate::record::truncate_error(text))
+    }
+
     /// `(?, ?, …)` binding every value.
     pub(crate) fn bind_list<V: Into<Arg>>(
         &mut self,

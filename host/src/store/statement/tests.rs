@@ -233,20 +233,34 @@ fn dispositions_to_columns() {
         }
     );
     let long = "x".repeat(600);
-    let retry = MarkColumns::of(&Disposition::Retryable {
+    let retryable = Disposition::Retryable {
         next_retry_at_ms: 9,
         error: long.clone(),
-    });
+    };
+    let retry = MarkColumns::of(&retryable);
     assert_eq!(retry.status, Status::Retryable);
     assert!(retry.failed_attempt);
     assert_eq!(retry.next_retry_at_ms, Some(9));
-    assert_eq!(retry.last_error.as_deref().map(str::len), Some(512));
-    let failed = MarkColumns::of(&Disposition::Failed {
+    assert_eq!(retry.last_error, Some(long.as_str()));
+    let marks = [Mark {
+        event_id: "a".into(),
+        disposition: Disposition::Retryable {
+            next_retry_at_ms: 9,
+            error: long.clone(),
+        },
+    }];
+    let bound = mark_rows(Backend::Sqlite, &table(), &lease(), &marks, 100);
+    assert!(
+        bound.args.contains(&Arg::from("x".repeat(512))),
+        "last_error cut when bound"
+    );
+    let failed = Disposition::Failed {
         error: "boom".into(),
-    });
+    };
+    let failed = MarkColumns::of(&failed);
     assert_eq!(failed.status, Status::Failed);
     assert_eq!(failed.next_retry_at_ms, None);
-    assert_eq!(failed.last_error.as_deref(), Some("boom"));
+    assert_eq!(failed.last_error, Some("boom"));
 }
 
 fn mixed_marks() -> Vec<Mark> {
