@@ -7,9 +7,10 @@
 mod fixtures;
 mod support;
 
+use std::path::Path;
 use std::time::Duration;
 
-use outboxd::config::{ByteSize, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::config::{ByteSize, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
@@ -85,9 +86,12 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
         route("Limited*", "limited"),
         route("*", "healthy"),
     ];
-    let publisher = load_publisher(&sinks, &routes, &fixtures::settings())
-        .await
-        .expect("sinks start");
+    let publisher = load_publisher(
+        &Publishing::new(sinks.to_vec(), routes.to_vec(), Path::new("")).expect("valid sinks"),
+        &fixtures::settings(),
+    )
+    .await
+    .expect("sinks start");
     let worker = Worker::new(
         store.clone(),
         publisher,

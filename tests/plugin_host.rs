@@ -4,17 +4,16 @@
 
 mod fixtures;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use fixtures::{captured, engine, logs_of, plugin, retryable_message, settings, sink_config};
-use outboxd::config::{ByteSize, PluginSettings, RouteConfig, SinkConfig};
+use outboxd::config::{ByteSize, PluginSettings, Publishing, RouteConfig, SinkConfig, SinkSpec};
 use outboxd::plugin::{
-    CacheOutcome, PluginEngine, PluginError, PluginSink, RoutedPublisher, TestReport, check,
-    load_publisher, parse_config_pair, parse_event_json, start_sinks, test_plugin,
+    CacheOutcome, PluginEngine, PluginError, PluginSink, Route, RoutedPublisher, TestReport, check,
+    load_publisher, parse_config_pair, parse_event_json, test_plugin,
 };
 use outboxd::publish::{Event, Outcome, Publisher};
 
@@ -40,7 +39,7 @@ fn events(count: usize, event_type: &str) -> Vec<Event> {
 }
 
 async fn start(config: SinkConfig) -> PluginSink {
-    PluginSink::start(&engine(), &config)
+    PluginSink::start(&engine(), &SinkSpec::new(config.clone()).unwrap())
         .await
         .unwrap_or_else(|e| panic!("sink {} failed to start: {e}", config.name))
 }
@@ -96,7 +95,7 @@ async fn log_plugin_text_format_and_unknown_format() {
 
     let error = PluginSink::start(
         &engine(),
-        &sink_config("log-xml", "log", &[("format", "xml")]),
+        &SinkSpec::new(sink_config("log-xml", "log", &[("format", "xml")])).unwrap(),
     )
     .await
     .err()
@@ -459,6 +458,11 @@ async fn check_lists_imports_and_exports() {
 // Routing and load-time validation
 // ---------------------------------------------------------------------------------------------
 
+/// `sinks` and `routes` as config loading checks them.
+fn publishing(sinks: &[SinkConfig], routes: &[RouteConfig]) -> Publishing {
+    Publishing::new(sinks.to_vec(), routes.to_vec(), Path::new("")).expect("valid sinks")
+}
+
 fn route(event_type: &str, sink: &str) -> RouteConfig {
     RouteConfig {
         event_type: event_type.to_string(),
@@ -473,7 +477,9 @@ async fn routes_pick_the_first_match_and_unrouted_events_fail_permanently() {
         sink_config("deletions", "chaos", &[("behaviour", "permanent")]),
     ];
     let routes = [route("room.*", "rooms"), route("*.deleted", "deletions")];
-    let publisher = load_publisher(&sinks, &routes, &settings()).await.unwrap();
+    let publisher = load_publisher(&publishing(&sinks, &routes), &settings())
+        .await
+        .unwrap();
     let batch = vec![
         event(0, "room.created"),
         event(1, "user.deleted"),
@@ -497,22 +503,31 @@ async fn routes_pick_the_first_match_and_unrouted_events_fail_permanently() {
 #[tokio::test]
 async fn bad_config_is_one_clear_error_at_start() {
     let s = settings();
-    let duplicate = [sink_config("a", "log", &[]), sink_config("a", "chaos", &[])];
-    let error = load_publisher(&duplicate, &[], &s).await.err().unwrap();
-    assert_eq!(error.to_string(), "sink `a` is defined more than once");
-
-    let error = load_publisher(&[sink_config("a", "log", &[])], &[route("room.*", "b")], &s)
-        .await
-        .err()
-        .unwrap();
+    // Names, routes and limits are checked once, by config loading.
+    let duplicate = vec![sink_config("a", "log", &[]), sink_config("a", "chaos", &[])];
+    let error = Publishing::new(duplicate, Vec::new(), Path::new("")).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "route for event type `room.*` names sink `b`, which no [[sink]] defines"
+        "invalid config key `sink[1].name`: sink `a` is defined twice"
+    );
+
+    let error = Publishing::new(
+        vec![sink_config("a", "log", &[])],
+        vec![route("room.*", "b")],
+        Path::new(""),
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid config key `route[0].sink`: unknown sink `b` (no [[sink]] with that name)"
     );
 
     let mut missing = sink_config("a", "log", &[]);
     missing.plugin = PathBuf::from("/nonexistent/a.wasm");
-    let error = load_publisher(&[missing], &[], &s).await.err().unwrap();
+    let error = load_publisher(&publishing(&[missing], &[]), &s)
+        .await
+        .err()
+        .unwrap();
     assert!(
         error
             .to_string()
@@ -521,7 +536,10 @@ async fn bad_config_is_one_clear_error_at_start() {
     );
 
     let failing = sink_config("a", "chaos", &[("init_error", "missing api key")]);
-    let error = load_publisher(&[failing], &[], &s).await.err().unwrap();
+    let error = load_publisher(&publishing(&[failing], &[]), &s)
+        .await
+        .err()
+        .unwrap();
     assert_eq!(
         error.to_string(),
         "sink `a`: plugin init failed: missing api key"
@@ -529,10 +547,10 @@ async fn bad_config_is_one_clear_error_at_start() {
 
     let mut zero = sink_config("a", "log", &[]);
     zero.limits.max_batch_size = 0;
-    let error = start_sinks(&engine(), &[zero], &[]).await.err().unwrap();
-    assert!(
-        matches!(error, PluginError::InvalidLimits { .. }),
-        "{error:?}"
+    let error = SinkSpec::new(zero).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid config key `sink.limits.max_batch_size`: must be at least 1"
     );
 }
 
@@ -545,8 +563,11 @@ async fn router_works_with_any_publisher() {
             batch.iter().map(|_| Outcome::Delivered).collect()
         }
     }
-    let sinks = BTreeMap::from([("native".to_string(), Arc::new(Native) as Arc<dyn Publisher>)]);
-    let router = RoutedPublisher::new(&[route("*", "native")], sinks).unwrap();
+    let router = RoutedPublisher::new(vec![Route {
+        event_type: "*".into(),
+        sink: "native".into(),
+        publisher: Arc::new(Native),
+    }]);
     assert_eq!(router.route("anything.at.all"), Some("native"));
     assert_eq!(
         router.publish(&events(3, "x")).await,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use fixtures::{captured, engine, logs_of, plugin, retryable_message};
 use http::{Reply, WebhookReceiver};
-use outboxd::config::{ByteSize, SinkConfig, SinkLimits};
+use outboxd::config::{ByteSize, SinkConfig, SinkLimits, SinkSpec};
 use outboxd::plugin::{PluginError, PluginSink};
 use outboxd::publish::{Event, Outcome, Publisher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,7 +63,7 @@ fn events(count: usize) -> Vec<Event> {
 }
 
 async fn start(config: &SinkConfig) -> PluginSink {
-    PluginSink::start(&engine(), config)
+    PluginSink::start(&engine(), &SinkSpec::new(config.clone()).unwrap())
         .await
         .unwrap_or_else(|e| panic!("sink {} failed to start: {e}", config.name))
 }
@@ -256,7 +256,10 @@ async fn responses_over_the_size_cap_fail() {
 #[tokio::test]
 async fn wasi_http_plugins_need_allow_hosts() {
     let config = webhook("no-hosts", "http://127.0.0.1:9/hook", &[]);
-    let error = PluginSink::start(&engine(), &config).await.err().unwrap();
+    let error = PluginSink::start(&engine(), &SinkSpec::new(config.clone()).unwrap())
+        .await
+        .err()
+        .unwrap();
     assert!(
         matches!(error, PluginError::HttpNotAllowed { .. }),
         "{error:?}"
@@ -272,7 +275,10 @@ async fn wasi_http_plugins_need_allow_hosts() {
         "http://127.0.0.1:9/hook",
         &["127.0.0.1:9".to_string()],
     );
-    let error = PluginSink::start(&engine(), &config).await.err().unwrap();
+    let error = PluginSink::start(&engine(), &SinkSpec::new(config.clone()).unwrap())
+        .await
+        .err()
+        .unwrap();
     assert_eq!(
         error.to_string(),
         "sink `bad-entry`: limits.allow_hosts entry `127.0.0.1:9` must look like https://host[:port]"
@@ -300,7 +306,10 @@ async fn secrets_are_redacted_from_plugin_messages() {
             .collect(),
         limits: SinkLimits::default(),
     };
-    let error = PluginSink::start(&engine(), &config).await.err().unwrap();
+    let error = PluginSink::start(&engine(), &SinkSpec::new(config.clone()).unwrap())
+        .await
+        .err()
+        .unwrap();
     let text = error.to_string();
     assert!(!text.contains("tok-very-secret-42"), "{text}");
     assert!(text.contains("api_token = ***"), "{text}");

@@ -13,11 +13,12 @@ mod http;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fixtures::{plugin, settings};
 use http::{FakeIm, Reply, WebhookReceiver};
-use outboxd::config::{RouteConfig, SinkConfig, SinkLimits};
+use outboxd::config::{Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
@@ -140,9 +141,12 @@ async fn enqueue(store: &dyn OutboxStore, events: &[(&str, &str, &str)]) {
 /// Runs a worker with the real publisher until every row is `delivered` or `failed`; returns the
 /// rows.
 async fn run_until_settled(db: &TestDb, sinks: &[SinkConfig], max_attempts: u32) -> Vec<RawRow> {
-    let publisher = load_publisher(sinks, &routes(), &settings())
-        .await
-        .unwrap_or_else(|e| panic!("load publisher: {e}"));
+    let publisher = load_publisher(
+        &Publishing::new(sinks.to_vec(), routes(), Path::new("")).expect("valid sinks"),
+        &settings(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("load publisher: {e}"));
     let worker = Worker::new(db.store_default().await, publisher, options(max_attempts));
     let shutdown = CancellationToken::new();
     let run = tokio::spawn({

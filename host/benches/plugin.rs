@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use outboxd::bench::NoopPublisher;
-use outboxd::config::{PluginSettings, SinkConfig};
+use outboxd::cli::bench::NoopPublisher;
+use outboxd::config::{PluginSettings, SinkConfig, SinkSpec};
 use outboxd::plugin::{PluginEngine, PluginSink};
 use outboxd::publish::{Event, Publisher};
 
@@ -44,9 +44,8 @@ fn bench(c: &mut Criterion) {
     };
     let engine = PluginEngine::new(&settings).unwrap();
     let start = |config: SinkConfig| {
-        runtime
-            .block_on(PluginSink::start(&engine, &config))
-            .unwrap()
+        let spec = SinkSpec::new(config).unwrap();
+        runtime.block_on(PluginSink::start(&engine, &spec)).unwrap()
     };
     let noop = NoopPublisher;
     let chaos = start(sink_config(
@@ -75,10 +74,10 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("instance");
     // Cache hit + link + instantiate + init: what a sink costs to start.
-    let config = sink_config("start", "chaos", &[]);
+    let spec = SinkSpec::new(sink_config("start", "chaos", &[])).unwrap();
     group.bench_function("start-sink-from-cache", |b| {
         b.to_async(&runtime)
-            .iter(|| PluginSink::start(&engine, &config));
+            .iter(|| PluginSink::start(&engine, &spec));
     });
     // A trapping batch (instance discarded) then a one-event batch on a rebuilt instance.
     let trapping = start(sink_config(

@@ -5,20 +5,24 @@
 //! sink plugin), and marks every row `delivered`, `retryable` or `failed` on its own.
 //!
 //! # Layout
-//! Data flows one way: producer → store → worker → plugin → store.
+//! Data flows one way: producer → store → worker → plugin (router → sink) → store. The seams are
+//! [`store::OutboxStore`], [`publish::Publisher`] and the WIT world in `wit/`;
+//! `docs/ARCHITECTURE.md` has the one-page map.
 //! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope.
-//! - [`store`]: the [`store::OutboxStore`] trait and one module per database (SQLite, MySQL/MariaDB,
-//!   PostgreSQL), with the producer `save` functions and embedded migrations.
+//! - [`store`]: the [`store::OutboxStore`] contract; the shared executor, statement building, row
+//!   decoding, envelope judge and schema; one module per database (SQLite, MySQL/MariaDB,
+//!   PostgreSQL) holding its SQL differences and its producer `save`. Its module doc says who
+//!   checks and who retries what.
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
-//! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once.
-//! - [`cli`]: the `outboxd` command line; [`bench`]: `outboxd bench`.
+//! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once (sinks and routes
+//!   included); the worker's and store's options derived from it.
+//! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands, bench).
 
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod envelope;

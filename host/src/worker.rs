@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::config::Config;
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::now_ms;
 use crate::retry::{Decision, RetryPolicy};
@@ -22,7 +21,8 @@ use crate::store::{
     ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore, StoreError,
 };
 
-/// Everything a worker needs to know besides its store and publisher.
+/// Everything a worker needs to know besides its store and publisher (from a configuration:
+/// `Config::worker_options`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerOptions {
     /// Tenants served, claimed in turn.
@@ -43,24 +43,6 @@ pub struct WorkerOptions {
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
     pub node_id: String,
-}
-
-impl WorkerOptions {
-    /// The options of a loaded configuration.
-    pub fn from_config(config: &Config) -> WorkerOptions {
-        let worker = &config.worker;
-        WorkerOptions {
-            app_codes: worker.app_codes.clone(),
-            batch_size: worker.batch_size,
-            poll_interval: worker.poll_interval,
-            lease: worker.lease,
-            publish_timeout: worker.publish_timeout,
-            retry: config.retry.clone(),
-            ordering: worker.ordering,
-            concurrency: worker.concurrency,
-            node_id: worker.node_id.clone(),
-        }
-    }
 }
 
 /// When [`Worker::run`] returns.

@@ -6,6 +6,8 @@
 //! take comma-separated values (`OUTBOXD_WORKER_APP_CODES=live,ktv`). Any mistake is reported as
 //! one [`ConfigError`] naming the key (or variable) at fault.
 
+mod byte_size;
+mod options;
 pub mod sink;
 
 use std::path::{Path, PathBuf};
@@ -13,7 +15,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-pub use sink::{RouteConfig, SinkConfig, SinkLimits};
+pub use byte_size::ByteSize;
+pub use sink::{Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec};
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
@@ -40,10 +43,9 @@ pub struct Config {
     pub plugins: PluginSettings,
     /// `[log]`.
     pub log: LogConfig,
-    /// `[[sink]]`s, plugin paths resolved against the config file's folder.
-    pub sinks: Vec<SinkConfig>,
-    /// `[[route]]`s, in order (first match wins).
-    pub routes: Vec<RouteConfig>,
+    /// `[[sink]]`s (plugin paths resolved against the config file's folder) and `[[route]]`s,
+    /// checked together.
+    pub publishing: Publishing,
 }
 
 /// `[database]`.
@@ -293,7 +295,7 @@ struct RawWorker {
     lease: Duration,
     #[serde(deserialize_with = "duration")]
     publish_timeout: Duration,
-    ordering: RawOrdering,
+    ordering: DeliveryOrder,
     concurrency: u32,
     node_id: Option<String>,
 }
@@ -306,18 +308,11 @@ impl Default for RawWorker {
             poll_interval: Duration::from_secs(1),
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),
-            ordering: RawOrdering::None,
+            ordering: DeliveryOrder::None,
             concurrency: 1,
             node_id: None,
         }
     }
-}
-
-#[derive(Debug, Deserialize, Clone, Copy)]
-#[serde(rename_all = "kebab-case")]
-enum RawOrdering {
-    None,
-    PerRoom,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy)]
@@ -383,8 +378,7 @@ impl RawConfig {
         let database = self.database.validate()?;
         let worker = self.worker.validate()?;
         let retry = self.retry.validate()?;
-        let sinks = validate_sinks(self.sinks, base_dir)?;
-        validate_routes(&self.routes, &sinks)?;
+        let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -399,8 +393,7 @@ impl RawConfig {
                 format: self.log.format,
                 level: self.log.level,
             },
-            sinks,
-            routes: self.routes,
+            publishing,
         })
     }
 }
@@ -482,10 +475,7 @@ impl RawWorker {
             poll_interval: self.poll_interval,
             lease: self.lease,
             publish_timeout: self.publish_timeout,
-            ordering: match self.ordering {
-                RawOrdering::None => DeliveryOrder::None,
-                RawOrdering::PerRoom => DeliveryOrder::PerRoom,
-            },
+            ordering: self.ordering,
             concurrency: self.concurrency,
             node_id,
         })
@@ -532,67 +522,6 @@ impl RawRetry {
     }
 }
 
-fn validate_sinks(
-    mut sinks: Vec<SinkConfig>,
-    base_dir: &Path,
-) -> Result<Vec<SinkConfig>, ConfigError> {
-    let mut names = std::collections::BTreeSet::new();
-    for (index, sink) in sinks.iter_mut().enumerate() {
-        let key = format!("sink[{index}]");
-        if sink.name.trim().is_empty() {
-            return Err(invalid(&format!("{key}.name"), "must not be empty"));
-        }
-        if !names.insert(sink.name.clone()) {
-            return Err(invalid(
-                &format!("{key}.name"),
-                format!("sink `{}` is defined twice", sink.name),
-            ));
-        }
-        if sink.plugin.as_os_str().is_empty() {
-            return Err(invalid(&format!("{key}.plugin"), "must name a .wasm file"));
-        }
-        sink.plugin = base_dir.join(&sink.plugin);
-        let limits = &sink.limits;
-        if limits.publish_timeout.is_zero() {
-            return Err(invalid(
-                &format!("{key}.limits.publish_timeout"),
-                "must be greater than 0",
-            ));
-        }
-        if limits.max_batch_size == 0 {
-            return Err(invalid(
-                &format!("{key}.limits.max_batch_size"),
-                "must be at least 1",
-            ));
-        }
-        if limits.memory.0 < 1 << 20 {
-            return Err(invalid(
-                &format!("{key}.limits.memory"),
-                "must be at least 1MiB",
-            ));
-        }
-    }
-    Ok(sinks)
-}
-
-fn validate_routes(routes: &[RouteConfig], sinks: &[SinkConfig]) -> Result<(), ConfigError> {
-    for (index, route) in routes.iter().enumerate() {
-        if route.event_type.is_empty() {
-            return Err(invalid(
-                &format!("route[{index}].event_type"),
-                "must not be empty (use \"*\" for all)",
-            ));
-        }
-        if !sinks.iter().any(|s| s.name == route.sink) {
-            return Err(invalid(
-                &format!("route[{index}].sink"),
-                format!("unknown sink `{}` (no [[sink]] with that name)", route.sink),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// `<hostname>-<pid>`, the default node id.
 fn default_node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -604,208 +533,5 @@ fn default_node_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// A size in bytes, written in config as a number or a string like `"64MiB"`, `"512KiB"`, `"1GB"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ByteSize(pub u64);
-
-impl ByteSize {
-    /// Parses `"64MiB"`, `"10 MB"`, `"4096"`, … (KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000).
-    pub fn parse(text: &str) -> Result<ByteSize, String> {
-        let text = text.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
-        let (digits, unit) = text.split_at(split);
-        let number: u64 = digits.parse().map_err(|_| {
-            format!("invalid size {text:?}: expected a number with an optional unit like 64MiB")
-        })?;
-        let multiplier: u64 = match unit.trim() {
-            "" | "B" => 1,
-            "KB" | "kB" => 1_000,
-            "KiB" => 1 << 10,
-            "MB" => 1_000_000,
-            "MiB" => 1 << 20,
-            "GB" => 1_000_000_000,
-            "GiB" => 1 << 30,
-            other => {
-                return Err(format!(
-                    "invalid size unit {other:?} in {text:?}: use B, KiB, MiB, GiB, KB, MB or GB"
-                ));
-            }
-        };
-        number
-            .checked_mul(multiplier)
-            .map(ByteSize)
-            .ok_or_else(|| format!("size {text:?} is too large"))
-    }
-}
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        match Raw::deserialize(deserializer)? {
-            Raw::Number(n) => Ok(ByteSize(n)),
-            Raw::Text(text) => ByteSize::parse(&text).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("outboxd.toml");
-        std::fs::write(&path, text).unwrap();
-        Config::load(
-            Some(&path),
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
-        )
-    }
-
-    #[test]
-    fn defaults_are_valid() {
-        let config = Config::defaults();
-        assert_eq!(config.database.url, "sqlite://outboxd.db");
-        assert_eq!(config.database.table.as_str(), "room_outbox");
-        assert_eq!(config.worker.batch_size, 500);
-        assert_eq!(config.worker.app_codes, vec!["default"]);
-        assert_eq!(config.retry.max_attempts, 20);
-    }
-
-    #[test]
-    fn design_example_loads() {
-        let config = load_str(
-            r#"
-            [database]
-            url = "mysql://root@127.0.0.1:3306/app"
-            table = "room_outbox"
-            [worker]
-            app_codes = ["default", "ktv"]
-            batch_size = 200
-            poll_interval = "250ms"
-            lease = "30s"
-            ordering = "per-room"
-            [retry]
-            strategy = "schedule"
-            delays = ["1s", "5s", "1m"]
-            max_attempts = 4
-            [[route]]
-            event_type = "RoomGift*"
-            sink = "log"
-            [[sink]]
-            name = "log"
-            plugin = "plugins/log.wasm"
-            config = { format = "json" }
-            limits = { publish_timeout = "3s", memory = "64MiB" }
-            "#,
-            &[],
-        )
-        .unwrap();
-        assert_eq!(config.worker.ordering, DeliveryOrder::PerRoom);
-        assert_eq!(config.worker.poll_interval, Duration::from_millis(250));
-        assert_eq!(config.retry.max_attempts, 4);
-        assert_eq!(
-            config.retry.strategy,
-            Strategy::Schedule {
-                delays: vec![
-                    Duration::from_secs(1),
-                    Duration::from_secs(5),
-                    Duration::from_secs(60)
-                ]
-            }
-        );
-        assert_eq!(config.sinks[0].limits.memory, ByteSize(64 << 20));
-        assert!(config.sinks[0].plugin.ends_with("plugins/log.wasm"));
-        assert!(config.sinks[0].plugin.is_absolute());
-    }
-
-    #[test]
-    fn unknown_key_is_named() {
-        let err = load_str("[worker]\nbatch_sise = 3\n", &[])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("batch_sise"), "{err}");
-    }
-
-    #[test]
-    fn bad_values_are_named() {
-        let cases = [
-            ("[worker]\nbatch_size = 0\n", "worker.batch_size"),
-            (
-                "[worker]\nlease = \"1s\"\npublish_timeout = \"5s\"\n",
-                "worker.lease",
-            ),
-            ("[database]\ntable = \"x; drop\"\n", "database.table"),
-            ("[database]\nurl = \"redis://x\"\n", "database.url"),
-            ("[retry]\nstrategy = \"schedule\"\n", "retry.delays"),
-            ("[retry]\nmax_attempts = 0\n", "retry.max_attempts"),
-            (
-                "[[route]]\nevent_type = \"*\"\nsink = \"nope\"\n",
-                "route[0].sink",
-            ),
-        ];
-        for (text, key) in cases {
-            let err = load_str(text, &[]).unwrap_err().to_string();
-            assert!(err.contains(key), "{text:?} → {err}");
-        }
-        let err = load_str("[worker]\npoll_interval = \"soon\"\n", &[])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("poll_interval"), "{err}");
-        let err = load_str("[retry]\nstrategy = \"linear\"\n", &[])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("linear"), "{err}");
-    }
-
-    #[test]
-    fn environment_overrides_file() {
-        let config = load_str(
-            "[worker]\nbatch_size = 10\n",
-            &[
-                ("OUTBOXD_WORKER_BATCH_SIZE", "42"),
-                ("OUTBOXD_WORKER_APP_CODES", "live, ktv"),
-                ("OUTBOXD_DATABASE_URL", "postgres://u@h/db"),
-                ("OUTBOXD_RETRY_STRATEGY", "fixed_interval"),
-                ("OUTBOXD_RETRY_INTERVAL", "2s"),
-                ("OUTBOXD_TEST_MYSQL_URL", "ignored"),
-            ],
-        )
-        .unwrap();
-        assert_eq!(config.worker.batch_size, 42);
-        assert_eq!(config.worker.app_codes, vec!["live", "ktv"]);
-        assert_eq!(config.database.url, "postgres://u@h/db");
-        assert_eq!(
-            config.retry.strategy,
-            Strategy::FixedInterval {
-                interval: Duration::from_secs(2)
-            }
-        );
-    }
-
-    #[test]
-    fn unknown_environment_key_is_named() {
-        let err = load_str("", &[("OUTBOXD_WORKER_BATCHSIZE", "1")])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("OUTBOXD_WORKER_BATCHSIZE") && err.contains("batchsize"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn byte_sizes_parse() {
-        assert_eq!(ByteSize::parse("64MiB").unwrap(), ByteSize(64 << 20));
-        assert_eq!(ByteSize::parse("10 MB").unwrap(), ByteSize(10_000_000));
-        assert_eq!(ByteSize::parse("4096").unwrap(), ByteSize(4096));
-        assert!(ByteSize::parse("12 parsecs").is_err());
-    }
-}
+mod tests;

@@ -1,12 +1,16 @@
 //! `[[sink]]` and `[[route]]` sections: which plugin serves which event types, with what limits.
+//!
+//! [`SinkConfig`] and [`RouteConfig`] are the raw sections as written; [`Publishing`] checks them
+//! together, once, into [`SinkSpec`]s and [`RouteSpec`]s, which only it builds. The plugin layer
+//! takes those as given and checks nothing again.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::ByteSize;
+use super::{ByteSize, ConfigError, invalid};
 
 /// One `[[sink]]`: a publisher plugin and its settings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -72,4 +76,166 @@ pub struct RouteConfig {
     pub event_type: String,
     /// Name of a `[[sink]]`.
     pub sink: String,
+}
+
+/// A `[[sink]]` checked by [`Publishing::new`]: a non-empty name unique among the sinks, a plugin
+/// path (resolved against the config file's folder), limits a sink can run with
+/// (`publish_timeout` > 0, `max_batch_size` ≥ 1, `memory` ≥ 1MiB). Built only by those checks
+/// ([`Publishing::new`], [`SinkSpec::new`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkSpec {
+    name: String,
+    plugin: PathBuf,
+    config: BTreeMap<String, String>,
+    limits: SinkLimits,
+}
+
+impl SinkSpec {
+    /// Checks one sink outside a configuration (`outboxd plugin test`, tests, benchmarks): the
+    /// checks of [`Publishing::new`] but uniqueness, errors keyed `sink.…`, the path as given.
+    pub fn new(sink: SinkConfig) -> Result<SinkSpec, ConfigError> {
+        SinkSpec::check(sink, "sink", Path::new(""))
+    }
+
+    /// Checks one sink section; `key` names it in errors (`sink[2]`).
+    fn check(mut sink: SinkConfig, key: &str, base_dir: &Path) -> Result<SinkSpec, ConfigError> {
+        if sink.name.trim().is_empty() {
+            return Err(invalid(&format!("{key}.name"), "must not be empty"));
+        }
+        if sink.plugin.as_os_str().is_empty() {
+            return Err(invalid(&format!("{key}.plugin"), "must name a .wasm file"));
+        }
+        sink.plugin = base_dir.join(&sink.plugin);
+        let limits = &sink.limits;
+        if limits.publish_timeout.is_zero() {
+            return Err(invalid(
+                &format!("{key}.limits.publish_timeout"),
+                "must be greater than 0",
+            ));
+        }
+        if limits.max_batch_size == 0 {
+            return Err(invalid(
+                &format!("{key}.limits.max_batch_size"),
+                "must be at least 1",
+            ));
+        }
+        if limits.memory.0 < 1 << 20 {
+            return Err(invalid(
+                &format!("{key}.limits.memory"),
+                "must be at least 1MiB",
+            ));
+        }
+        Ok(SinkSpec {
+            name: sink.name,
+            plugin: sink.plugin,
+            config: sink.config,
+            limits: sink.limits,
+        })
+    }
+
+    /// Name routes refer to; also tags the plugin's log lines.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Path to the plugin's `.wasm` component.
+    pub fn plugin(&self) -> &Path {
+        &self.plugin
+    }
+
+    /// Settings passed to the plugin's `init`.
+    pub fn config(&self) -> &BTreeMap<String, String> {
+        &self.config
+    }
+
+    /// Resource limits of this sink.
+    pub fn limits(&self) -> &SinkLimits {
+        &self.limits
+    }
+}
+
+/// A `[[route]]` checked by [`Publishing::new`]: a non-empty glob naming a sink that exists. Only
+/// [`Publishing`] builds one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    event_type: String,
+    sink: String,
+}
+
+impl RouteSpec {
+    /// Glob on the event type: `*` matches any run of characters, `?` one character.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// Name of one of the [`Publishing::sinks`].
+    pub fn sink(&self) -> &str {
+        &self.sink
+    }
+}
+
+/// The sinks and routes of a configuration, checked together once: every [`SinkSpec`] valid and
+/// uniquely named, every [`RouteSpec`] naming one of them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Publishing {
+    sinks: Vec<SinkSpec>,
+    routes: Vec<RouteSpec>,
+}
+
+impl Publishing {
+    /// Checks `sinks` and `routes`, resolving plugin paths against `base_dir` (the config file's
+    /// folder; `Path::new("")` keeps them as given). The error names the key at fault
+    /// (`sink[1].name`, `route[0].sink`, …).
+    pub fn new(
+        sinks: Vec<SinkConfig>,
+        routes: Vec<RouteConfig>,
+        base_dir: &Path,
+    ) -> Result<Publishing, ConfigError> {
+        let mut names = BTreeSet::new();
+        let mut specs = Vec::with_capacity(sinks.len());
+        for (index, sink) in sinks.into_iter().enumerate() {
+            let key = format!("sink[{index}]");
+            let spec = SinkSpec::check(sink, &key, base_dir)?;
+            if !names.insert(spec.name.clone()) {
+                return Err(invalid(
+                    &format!("{key}.name"),
+                    format!("sink `{}` is defined twice", spec.name),
+                ));
+            }
+            specs.push(spec);
+        }
+        let mut checked = Vec::with_capacity(routes.len());
+        for (index, route) in routes.into_iter().enumerate() {
+            if route.event_type.is_empty() {
+                return Err(invalid(
+                    &format!("route[{index}].event_type"),
+                    "must not be empty (use \"*\" for all)",
+                ));
+            }
+            if !names.contains(&route.sink) {
+                return Err(invalid(
+                    &format!("route[{index}].sink"),
+                    format!("unknown sink `{}` (no [[sink]] with that name)", route.sink),
+                ));
+            }
+            checked.push(RouteSpec {
+                event_type: route.event_type,
+                sink: route.sink,
+            });
+        }
+        Ok(Publishing {
+            sinks: specs,
+            routes: checked,
+        })
+    }
+
+    /// The sinks, in config order.
+    pub fn sinks(&self) -> &[SinkSpec] {
+        &self.sinks
+    }
+
+    /// The routes, in config order (first match wins).
+    pub fn routes(&self) -> &[RouteSpec] {
+        &self.routes
+    }
 }

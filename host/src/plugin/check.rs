@@ -13,7 +13,7 @@ use super::engine::PluginEngine;
 use super::error::PluginError;
 use super::sink::{PluginSink, prepare};
 use super::world::{SUPPORTED_VERSIONS, WIT_PACKAGE, WorldInfo};
-use crate::config::{PluginSettings, SinkConfig, SinkLimits};
+use crate::config::{PluginSettings, SinkConfig, SinkLimits, SinkSpec};
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::DEFAULT_APP_CODE;
 
@@ -95,6 +95,10 @@ pub async fn test_plugin(
             ..SinkLimits::default()
         },
     };
+    let sink = SinkSpec::new(sink).map_err(|e| PluginError::InvalidLimits {
+        sink: "test".to_string(),
+        reason: e.to_string(),
+    })?;
     let sink = PluginSink::start(&engine, &sink).await?;
     Ok(sink.publish(&events).await)
 }

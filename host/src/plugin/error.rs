@@ -97,7 +97,7 @@ pub enum PluginError {
         #[source]
         source: BoxError,
     },
-    /// A sink's limits are unusable.
+    /// A sink's limits are unusable (an `allow_hosts` entry that is no origin).
     #[error("sink `{sink}`: {reason}")]
     InvalidLimits {
         /// The sink's name.
@@ -116,20 +116,6 @@ pub enum PluginError {
         sink: String,
         /// The plugin's path.
         path: PathBuf,
-    },
-    /// Two `[[sink]]` sections share a name.
-    #[error("sink `{sink}` is defined more than once")]
-    DuplicateSink {
-        /// The duplicated name.
-        sink: String,
-    },
-    /// A `[[route]]` names a sink no `[[sink]]` defines.
-    #[error("route for event type `{event_type}` names sink `{sink}`, which no [[sink]] defines")]
-    UnknownSink {
-        /// The route's glob.
-        event_type: String,
-        /// The unknown sink name.
-        sink: String,
     },
     /// The plugin's `init` returned an error; the sink cannot start.
     #[error("sink `{sink}`: plugin init failed: {message}")]

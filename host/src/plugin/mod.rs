@@ -34,27 +34,26 @@ pub use cache::CacheOutcome;
 pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin};
 pub use engine::{CompiledPlugin, PluginEngine};
 pub use error::{BoxError, PluginError};
-pub use router::RoutedPublisher;
+pub use router::{Route, RoutedPublisher};
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
 
-use crate::config::{PluginSettings, RouteConfig, SinkConfig};
+use crate::config::{PluginSettings, Publishing, SinkSpec};
 use crate::publish::Publisher;
 
 /// Starts every sink and the router: the production [`Publisher`].
 ///
-/// Everything is checked here, before any row is claimed, and the first problem is returned as
-/// one error naming the sink, route or file: duplicate sink names, a route naming an unknown
-/// sink, unusable limits, a missing file, a file that is not a component, a component of the
-/// wrong world or an incompatible version, and any sink whose plugin's `init` fails. Plugin paths
-/// must already be resolved (relative to the config file) by the caller.
+/// `publishing` was checked by config loading (names, routes, limits); what is checked here is
+/// what only loading the plugins can tell, and the first problem is returned as one error naming
+/// the sink or file: a missing file, a file that is not a component, a component of the wrong
+/// world or an incompatible version, outbound HTTP without an allowlist, and any sink whose
+/// plugin's `init` fails.
 pub async fn load_publisher(
-    sinks: &[SinkConfig],
-    routes: &[RouteConfig],
+    publishing: &Publishing,
     settings: &PluginSettings,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
     let engine = PluginEngine::new(settings)?;
-    let started = start_sinks(&engine, sinks, routes).await?;
-    let publishers = started
+    let started = start_sinks(&engine, publishing.sinks()).await?;
+    let sinks: BTreeMap<String, Arc<dyn Publisher>> = started
         .into_iter()
         .map(|sink| {
             (
@@ -63,31 +62,25 @@ pub async fn load_publisher(
             )
         })
         .collect();
-    Ok(Arc::new(RoutedPublisher::new(routes, publishers)?))
+    let routes = publishing
+        .routes()
+        .iter()
+        .filter_map(|route| {
+            // Every route names one of the sinks (`Publishing::new` checked it).
+            sinks.get(route.sink()).map(|publisher| Route {
+                event_type: route.event_type().to_string(),
+                sink: route.sink().to_string(),
+                publisher: publisher.clone(),
+            })
+        })
+        .collect();
+    Ok(Arc::new(RoutedPublisher::new(routes)))
 }
 
-/// Validates names and routes, then starts every sink concurrently on `engine`.
+/// Starts every sink concurrently on `engine`.
 pub async fn start_sinks(
     engine: &PluginEngine,
-    sinks: &[SinkConfig],
-    routes: &[RouteConfig],
+    sinks: &[SinkSpec],
 ) -> Result<Vec<PluginSink>, PluginError> {
-    let mut names = BTreeMap::new();
-    for sink in sinks {
-        if names.insert(sink.name.as_str(), ()).is_some() {
-            return Err(PluginError::DuplicateSink {
-                sink: sink.name.clone(),
-            });
-        }
-    }
-    if let Some(route) = routes
-        .iter()
-        .find(|route| !names.contains_key(route.sink.as_str()))
-    {
-        return Err(PluginError::UnknownSink {
-            event_type: route.event_type.clone(),
-            sink: route.sink.clone(),
-        });
-    }
     try_join_all(sinks.iter().map(|sink| PluginSink::start(engine, sink))).await
 }

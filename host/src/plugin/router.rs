@@ -8,41 +8,47 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use super::error::PluginError;
-use crate::config::RouteConfig;
 use crate::publish::{Event, Outcome, Publisher};
+
+/// One route: events whose type matches `event_type` go to `publisher`, the sink named `sink`.
+#[derive(Clone)]
+pub struct Route {
+    /// Glob on the event type: `*` matches any run of characters, `?` one character.
+    pub event_type: String,
+    /// The sink's name.
+    pub sink: String,
+    /// The sink.
+    pub publisher: Arc<dyn Publisher>,
+}
 
 /// A [`Publisher`] that dispatches each event to the sink its route names.
 pub struct RoutedPublisher {
-    /// `(glob, index into sinks)`, in config order.
+    /// `(glob, index into sinks)`, in route order.
     routes: Vec<(String, usize)>,
-    /// `(name, publisher)` of every sink.
+    /// `(name, publisher)` of every sink a route names.
     sinks: Vec<(String, Arc<dyn Publisher>)>,
 }
 
 impl RoutedPublisher {
-    /// Builds the router; every route must name one of `sinks` ([`PluginError::UnknownSink`]).
-    /// An event type no route matches is answered `Permanent("no route for event type …")`;
-    /// a catch-all route `event_type = "*"` placed last acts as the default sink.
-    pub fn new(
-        routes: &[RouteConfig],
-        sinks: BTreeMap<String, Arc<dyn Publisher>>,
-    ) -> Result<RoutedPublisher, PluginError> {
-        let sinks: Vec<(String, Arc<dyn Publisher>)> = sinks.into_iter().collect();
+    /// The router over `routes`, in order (first match wins). An event type no route matches is
+    /// answered `Permanent("no route for event type …")`; a catch-all route `event_type = "*"`
+    /// placed last acts as the default sink. Routes naming the same sink share its publisher.
+    pub fn new(routes: Vec<Route>) -> RoutedPublisher {
+        let mut sinks: Vec<(String, Arc<dyn Publisher>)> = Vec::new();
         let routes = routes
-            .iter()
+            .into_iter()
             .map(|route| {
-                sinks
-                    .iter()
-                    .position(|(name, _)| *name == route.sink)
-                    .map(|index| (route.event_type.clone(), index))
-                    .ok_or_else(|| PluginError::UnknownSink {
-                        event_type: route.event_type.clone(),
-                        sink: route.sink.clone(),
-                    })
+                let index = match sinks.iter().position(|(name, _)| *name == route.sink) {
+                    Some(index) => index,
+                    None => {
+                        sinks.push((route.sink, route.publisher));
+                        sinks.len() - 1
+                    }
+                };
+                (route.event_type, index)
             })
-            .collect::<Result<_, _>>()?;
-        Ok(RoutedPublisher { routes, sinks })
+            .collect();
+        RoutedPublisher { routes, sinks }
     }
 
     /// The name of the sink `event_type` routes to, if any.

@@ -18,7 +18,7 @@ use super::http::HttpPolicy;
 use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
 use super::world::{self, WorldInfo};
-use crate::config::SinkConfig;
+use crate::config::SinkSpec;
 use crate::publish::{Event, Outcome, Publisher};
 
 /// Slack given to a call beyond its epoch deadline before the outer tokio timeout drops it
@@ -66,40 +66,31 @@ impl PluginSink {
     /// is [`PluginError::Init`] with the plugin's message. wasi:http is linked only when
     /// `limits.allow_hosts` is not empty; a plugin importing it otherwise is
     /// [`PluginError::HttpNotAllowed`].
-    pub async fn start(
-        engine: &PluginEngine,
-        sink: &SinkConfig,
-    ) -> Result<PluginSink, PluginError> {
-        let limits = &sink.limits;
-        let invalid = |reason: &str| PluginError::InvalidLimits {
-            sink: sink.name.clone(),
-            reason: reason.to_string(),
-        };
-        if limits.publish_timeout.is_zero() {
-            return Err(invalid("limits.publish_timeout must be greater than zero"));
-        }
-        if limits.max_batch_size == 0 {
-            return Err(invalid("limits.max_batch_size must be at least 1"));
-        }
-        let name: Arc<str> = Arc::from(sink.name.as_str());
-        let http = HttpPolicy::new(name.clone(), limits).map_err(|reason| invalid(&reason))?;
-        let plugin = engine.compile(&sink.plugin).await?;
-        let world = world::inspect(engine.engine(), &sink.plugin, &plugin.component)?;
+    pub async fn start(engine: &PluginEngine, sink: &SinkSpec) -> Result<PluginSink, PluginError> {
+        let limits = sink.limits();
+        let name: Arc<str> = Arc::from(sink.name());
+        let http =
+            HttpPolicy::new(name.clone(), limits).map_err(|reason| PluginError::InvalidLimits {
+                sink: sink.name().to_string(),
+                reason,
+            })?;
+        let plugin = engine.compile(sink.plugin()).await?;
+        let world = world::inspect(engine.engine(), sink.plugin(), &plugin.component)?;
         if world.imports_http() && !http.allows_any() {
             return Err(PluginError::HttpNotAllowed {
-                sink: sink.name.clone(),
-                path: sink.plugin.clone(),
+                sink: sink.name().to_string(),
+                path: sink.plugin().to_path_buf(),
             });
         }
         let pre = world::link(
             engine.engine(),
-            &sink.plugin,
+            sink.plugin(),
             &plugin.component,
             http.allows_any(),
         )?;
         let shared = Arc::new(SinkShared {
             name: name.clone(),
-            redactor: Redactor::new(&sink.config),
+            redactor: Redactor::new(sink.config()),
             http: Arc::new(http),
         });
         let this = PluginSink {
@@ -108,7 +99,7 @@ impl PluginSink {
             engine: engine.clone(),
             pre,
             config: sink
-                .config
+                .config()
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),

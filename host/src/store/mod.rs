@@ -41,6 +41,9 @@
 //!   lease expires, counted as an attempt — nothing is lost.
 //! - `last_error` is cut to [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) where
 //!   it is bound into a statement (marks and claim rejects alike), nowhere else.
+//! - Sinks and routes are checked once, by config loading (`config::Publishing` builds the
+//!   `SinkSpec`s and `RouteSpec`s); the plugin layer takes them as given. What only loading a
+//!   plugin can tell (file, world, version, `init`, `allow_hosts` origins) is checked by its sink.
 //! - The number of outcomes is checked where a list enters from outside: the plugin's answer by
 //!   its sink (`PluginSink`), the publisher's answer by the worker.
 
@@ -56,7 +59,7 @@ pub mod statement;
 mod table_name;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::publish::Event;
 use crate::record::Record;
@@ -143,8 +146,9 @@ impl StoreError {
     }
 }
 
-/// Whether a claim keeps per-room order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Whether a claim keeps per-room order. In config: `worker.ordering = "none" | "per-room"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum DeliveryOrder {
     /// Any claimable row may be handed out.
     #[default]

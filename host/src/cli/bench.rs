@@ -8,9 +8,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use super::BenchArgs;
 use crate::config::Config;
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{Record, now_ms};
@@ -165,12 +167,27 @@ impl Publisher for NoopPublisher {
     }
 }
 
+/// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
+pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
+    let options = BenchOptions {
+        events: args.events,
+        batch_size: args.batch_size,
+        workers: args.workers,
+        rooms: args.rooms,
+        shapes: args.shapes,
+        table: TableName::new(&args.table).context("--table")?,
+    };
+    let report = run(config, &options).await?;
+    print!("{report}");
+    Ok(())
+}
+
 /// Runs every requested shape against the configured database.
 pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let store = store::connect(&ConnectOptions {
-        url: config.database.url.clone(),
         table: options.table.clone(),
         max_connections: config.database.max_connections.max(options.workers + 2),
+        ..config.connect_options()
     })
     .await?;
     store.migrate().await?;

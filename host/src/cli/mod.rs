@@ -1,0 +1,328 @@
+//! The `outboxd` command line: the contract scripts and docs use.
+//!
+//! Global options pick the config file and database; subcommands migrate, enqueue, run, report,
+//! requeue, benchmark, and help plugin authors (`plugin check|test`).
+//!
+//! - this file: the arguments, loading the config, logging, dispatch;
+//! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
+//! - [`plugin`]: `outboxd plugin check|test`;
+//! - [`bench`]: `outboxd bench`.
+
+pub mod bench;
+pub mod ops;
+pub mod plugin;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, LogFormat};
+use crate::store;
+
+/// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
+#[derive(Debug, Parser)]
+#[command(name = "outboxd", version, about)]
+pub struct Cli {
+    /// Config file (TOML). Default: ./outboxd.toml when it exists. Goes before the subcommand
+    /// (`outboxd --config FILE run`), since `plugin test` has a `--config KEY=VALUE` of its own.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Database URL: sqlite://FILE, mysql://USER@HOST:PORT/DB, postgres://USER@HOST:PORT/DB.
+    /// Overrides the config file. Default sqlite://outboxd.db.
+    #[arg(long, global = true, env = "OUTBOXD_DATABASE_URL", value_name = "URL")]
+    pub database_url: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the outbox table (idempotent).
+    Migrate,
+    /// Write sample events (for trying things out and for scripts).
+    Enqueue(EnqueueArgs),
+    /// Deliver events until stopped (SIGINT/SIGTERM finish the batch in flight, then exit 0).
+    Run {
+        /// Exit 0 once nothing is claimable.
+        #[arg(long)]
+        drain: bool,
+    },
+    /// Row counts by status and the age of the oldest pending row.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only this app code.
+        #[arg(long = "app")]
+        app_code: Option<String>,
+    },
+    /// Inspect failed rows.
+    Failed {
+        /// What to do with them.
+        #[command(subcommand)]
+        command: FailedCommand,
+    },
+    /// Move failed rows back to pending (retry count reset).
+    Requeue(RequeueArgs),
+    /// Measure delivery throughput: enqueue N events, drain them with a no-op publisher.
+    Bench(BenchArgs),
+    /// Tools for plugin authors.
+    Plugin {
+        /// What to do.
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+}
+
+/// `outboxd enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// Room id.
+    #[arg(long)]
+    pub room: String,
+    /// Event type.
+    #[arg(long = "type")]
+    pub event_type: String,
+    /// App code (tenant).
+    #[arg(long = "app", default_value = crate::record::DEFAULT_APP_CODE)]
+    pub app_code: String,
+    /// Event body: JSON text, stored as its UTF-8 bytes.
+    #[arg(long, default_value = "{}")]
+    pub body_json: String,
+    /// How many events (room_version counts up from --room-version).
+    #[arg(long, default_value_t = 1)]
+    pub count: u32,
+    /// room_version of the first event.
+    #[arg(long, default_value_t = 1)]
+    pub room_version: i64,
+}
+
+/// `outboxd failed …`.
+#[derive(Debug, Subcommand)]
+pub enum FailedCommand {
+    /// List failed rows, oldest first.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Which rows.
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+}
+
+/// Filters on failed rows (all given must match).
+#[derive(Debug, Args, Default)]
+pub struct FilterArgs {
+    /// Only this app code.
+    #[arg(long = "app")]
+    pub app_code: Option<String>,
+    /// Only these event ids (repeatable).
+    #[arg(long = "event-id")]
+    pub event_ids: Vec<String>,
+    /// Only this event type.
+    #[arg(long = "type")]
+    pub event_type: Option<String>,
+    /// Only this room.
+    #[arg(long = "room")]
+    pub room_id: Option<String>,
+    /// Only rows created at or after this time (RFC 3339, e.g. 2026-11-29T10:00:00Z, or Unix ms).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only rows created before this time (RFC 3339 or Unix ms).
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+/// `outboxd requeue`.
+#[derive(Debug, Args)]
+pub struct RequeueArgs {
+    /// Which rows.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Requeue every failed row (required when no filter is given).
+    #[arg(long)]
+    pub all: bool,
+    /// Only print how many rows would move.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `outboxd bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Events per measured run.
+    #[arg(long, default_value_t = 10_000)]
+    pub events: u32,
+    /// Claim batch size of outboxd's runs.
+    #[arg(long, default_value_t = 500)]
+    pub batch_size: u32,
+    /// Worker loops (batches in flight) of outboxd's runs.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u32,
+    /// Rooms the events are spread over.
+    #[arg(long, default_value_t = 1000)]
+    pub rooms: u32,
+    /// Runs to measure, comma-separated: outboxd, per-room (ordering on), go (the Go version's
+    /// shape: batch 100, one mark statement per row, one batch in flight).
+    #[arg(long, value_delimiter = ',', default_value = "outboxd,per-room,go")]
+    pub shapes: Vec<bench::Shape>,
+    /// Table the benchmark writes (created if missing); keep it away from production data.
+    #[arg(long, default_value = "outboxd_bench")]
+    pub table: String,
+}
+
+/// `outboxd plugin …`.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Load a plugin, check its WIT world and version, list what it imports.
+    Check {
+        /// The `.wasm` component.
+        file: PathBuf,
+    },
+    /// Run init and publish on sample events without a database; print each result.
+    Test {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// A setting passed to init (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        config: Vec<String>,
+        /// Let the plugin make HTTP requests to this origin, `scheme://host[:port]` (repeatable;
+        /// the sink's `limits.allow_hosts` in a real config).
+        #[arg(long = "allow-host", value_name = "ORIGIN")]
+        allow_hosts: Vec<String>,
+        /// A sample event as JSON (repeatable), e.g. '{"event_type":"RoomGiftSent","room_id":"r1","body":"hi"}'
+        /// (fields: app_code, event_id, event_type, room_id, room_version, occurred_at_ms, attempt,
+        /// body or body_base64; all optional). Without --event one sample event is used.
+        #[arg(long = "event", value_name = "JSON")]
+        events: Vec<String>,
+    },
+}
+
+/// Parses the process arguments, runs the command, and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one parsed command line: loads the config, starts logging, dispatches.
+pub async fn execute(cli: Cli) -> Result<()> {
+    let config = load_config(&cli)?;
+    init_logging(&config);
+    match cli.command {
+        Command::Migrate => ops::migrate(&config).await,
+        Command::Enqueue(args) => ops::enqueue(&config, args).await,
+        Command::Run { drain } => ops::run(&config, drain).await,
+        Command::Status { json, app_code } => ops::status(&config, json, app_code).await,
+        Command::Failed {
+            command:
+                FailedCommand::List {
+                    json,
+                    limit,
+                    filter,
+                },
+        } => ops::list_failed(&config, json, limit, &filter).await,
+        Command::Requeue(args) => ops::requeue(&config, args).await,
+        Command::Bench(args) => bench::command(&config, args).await,
+        Command::Plugin { command } => plugin::command(&config, command).await,
+    }
+}
+
+/// Loads `--config` (or ./outboxd.toml when present) and applies `--database-url`.
+fn load_config(cli: &Cli) -> Result<Config> {
+    let default_path = Path::new("outboxd.toml");
+    let path = match &cli.config {
+        Some(path) => Some(path.as_path()),
+        None if default_path.exists() => Some(default_path),
+        None => None,
+    };
+    let mut config = Config::load(path, std::env::vars())?;
+    if let Some(url) = &cli.database_url {
+        store::Backend::from_url(url)?;
+        config.database.url = url.clone();
+    }
+    Ok(config)
+}
+
+/// Logs to stderr in the configured format; `RUST_LOG` overrides the configured level.
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log.format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_parses_the_documented_commands() {
+        Cli::try_parse_from(["outboxd", "--database-url", "sqlite://x.db", "migrate"]).unwrap();
+        Cli::try_parse_from([
+            "outboxd", "enqueue", "--room", "r", "--type", "T", "--count", "3",
+        ])
+        .unwrap();
+        Cli::try_parse_from(["outboxd", "run", "--drain"]).unwrap();
+        Cli::try_parse_from(["outboxd", "status", "--json"]).unwrap();
+        Cli::try_parse_from(["outboxd", "failed", "list", "--json"]).unwrap();
+        Cli::try_parse_from([
+            "outboxd",
+            "requeue",
+            "--event-id",
+            "a",
+            "--event-id",
+            "b",
+            "--dry-run",
+        ])
+        .unwrap();
+        Cli::try_parse_from([
+            "outboxd",
+            "bench",
+            "--events",
+            "10",
+            "--batch-size",
+            "5",
+            "--workers",
+            "2",
+        ])
+        .unwrap();
+        let cli = Cli::try_parse_from([
+            "outboxd",
+            "--config",
+            "a.toml",
+            "plugin",
+            "test",
+            "x.wasm",
+            "--config",
+            "format=json",
+        ])
+        .unwrap();
+        assert_eq!(cli.config, Some(PathBuf::from("a.toml")));
+    }
+}

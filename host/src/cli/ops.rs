@@ -1,0 +1,263 @@
+//! The store operations of the command line: `migrate`, `enqueue`, `run`, `status`,
+//! `failed list`, `requeue`.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use anyhow::{Context, Result, bail};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{EnqueueArgs, FilterArgs, RequeueArgs};
+use crate::config::Config;
+use crate::record::{Record, now_ms};
+use crate::store::{
+    self, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
+};
+use crate::worker::{RunMode, Worker};
+
+/// `outboxd migrate`.
+pub async fn migrate(config: &Config) -> Result<()> {
+    let store = connect(config).await?;
+    let applied = store.migrate().await?;
+    if applied.is_empty() {
+        println!("{} is up to date", config.database.table);
+    } else {
+        println!(
+            "applied migrations {applied:?} to {}",
+            config.database.table
+        );
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// `outboxd status [--json] [--app APP]`.
+pub async fn status(config: &Config, json: bool, app_code: Option<String>) -> Result<()> {
+    let store = connect(config).await?;
+    let counts = store
+        .counts(&CountsParams {
+            app_code,
+            now_ms: now_ms(),
+        })
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string(&counts)?);
+    } else {
+        println!(
+            "pending {}  delivering {}  retryable {}  failed {}  delivered {}  oldest pending age {}",
+            counts.pending,
+            counts.delivering,
+            counts.retryable,
+            counts.failed,
+            counts.delivered,
+            counts
+                .oldest_pending_age_ms
+                .map(
+                    |ms| humantime::format_duration(std::time::Duration::from_millis(
+                        ms.max(0) as u64
+                    ))
+                    .to_string()
+                )
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// `outboxd failed list`.
+pub async fn list_failed(
+    config: &Config,
+    json: bool,
+    limit: u32,
+    filter: &FilterArgs,
+) -> Result<()> {
+    let store = connect(config).await?;
+    let rows = store
+        .list_failed(&ListFailedParams {
+            filter: filter.to_filter()?,
+            limit,
+        })
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string(&rows)?);
+    } else if rows.is_empty() {
+        println!("no failed rows");
+    } else {
+        for row in &rows {
+            println!(
+                "{}\t{}\t{}\troom={}\tretries={}\t{}",
+                row.app_code,
+                row.event_id,
+                row.event_type,
+                row.room_id,
+                row.retry_count,
+                row.last_error.as_deref().unwrap_or("")
+            );
+        }
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// `outboxd requeue`: needs a filter or `--all`.
+pub async fn requeue(config: &Config, args: RequeueArgs) -> Result<()> {
+    let filter = args.filter.to_filter()?;
+    if filter.is_empty() && !args.all {
+        bail!(
+            "requeue needs a filter (--event-id, --type, --room, --since, --until, --app) or --all"
+        );
+    }
+    let store = connect(config).await?;
+    let count = store
+        .requeue(&RequeueParams {
+            filter,
+            dry_run: args.dry_run,
+            now_ms: now_ms(),
+        })
+        .await?;
+    if args.dry_run {
+        println!("{count} failed rows would be requeued");
+    } else {
+        println!("requeued {count} failed rows");
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// Connects to the configured database.
+async fn connect(config: &Config) -> Result<Arc<dyn OutboxStore>> {
+    store::connect(&config.connect_options())
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open database {}",
+                store::redact_url(&config.database.url)
+            )
+        })
+}
+
+/// `outboxd enqueue`: sample events, in chunks of 1000.
+pub async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
+    serde_json::from_str::<serde_json::Value>(&args.body_json)
+        .context("--body-json is not valid JSON")?;
+    let now = SystemTime::now();
+    let records: Vec<Record> = (0..args.count)
+        .map(|i| {
+            let mut record = Record::build(
+                &args.room,
+                &args.event_type,
+                args.room_version + i64::from(i),
+                now,
+                &(),
+            )
+            .with_app_code(&args.app_code);
+            record.envelope.body = args.body_json.as_bytes().to_vec();
+            record
+        })
+        .collect();
+    let store = connect(config).await?;
+    let mut inserted = 0;
+    for chunk in records.chunks(1000) {
+        inserted += store.enqueue(chunk).await?;
+    }
+    println!(
+        "enqueued {inserted} events (room {}, type {})",
+        args.room, args.event_type
+    );
+    store.close().await;
+    Ok(())
+}
+
+/// `outboxd run [--drain]`: loads the sinks, then runs the worker until a signal (or drained).
+pub async fn run(config: &Config, drain: bool) -> Result<()> {
+    let publisher = crate::plugin::load_publisher(&config.publishing, &config.plugins)
+        .await
+        .context("cannot load sink plugins")?;
+    let store = connect(config).await?;
+    let worker = Worker::new(store.clone(), publisher, config.worker_options());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let mode = if drain {
+        RunMode::Drain
+    } else {
+        RunMode::Forever
+    };
+    info!(node_id = %config.worker.node_id, database = %store::redact_url(&config.database.url),
+        app_codes = ?config.worker.app_codes, "outboxd running");
+    let result = worker.run(mode, shutdown).await;
+    store.close().await;
+    let stats = result?;
+    info!(
+        claimed = stats.claimed,
+        delivered = stats.delivered,
+        retried = stats.retried,
+        failed = stats.failed + stats.rejected,
+        stale = stats.stale,
+        "outboxd stopped"
+    );
+    Ok(())
+}
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM; a second signal exits at once (130).
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        warn!("cannot install signal handlers; stop outboxd with SIGKILL");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    info!("shutdown requested: finishing batches in flight (signal again to exit at once)");
+    shutdown.cancel();
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    std::process::exit(130);
+}
+
+impl FilterArgs {
+    /// The store filter these flags describe.
+    pub fn to_filter(&self) -> Result<FailedFilter> {
+        Ok(FailedFilter {
+            app_code: self.app_code.clone(),
+            event_ids: self.event_ids.clone(),
+            event_type: self.event_type.clone(),
+            room_id: self.room_id.clone(),
+            since_ms: self
+                .since
+                .as_deref()
+                .map(|t| parse_time(t).context("--since"))
+                .transpose()?,
+            until_ms: self
+                .until
+                .as_deref()
+                .map(|t| parse_time(t).context("--until"))
+                .transpose()?,
+        })
+    }
+}
+
+/// RFC 3339 (`2026-11-29T10:00:00Z`) or Unix milliseconds.
+fn parse_time(text: &str) -> Result<i64> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    let time = humantime::parse_rfc3339_weak(text).with_context(|| {
+        format!("{text:?} is neither RFC 3339 (2026-11-29T10:00:00Z) nor Unix milliseconds")
+    })?;
+    Ok(crate::record::system_time_ms(time))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse() {
+        assert_eq!(parse_time("1700000000000").unwrap(), 1_700_000_000_000);
+        assert_eq!(parse_time("1970-01-01T00:00:01Z").unwrap(), 1_000);
+        assert!(parse_time("yesterday").is_err());
+    }
+}

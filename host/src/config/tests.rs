@@ -1,0 +1,154 @@
+//! Unit tests of config loading: defaults, file, environment, and the errors naming the key.
+
+use super::*;
+
+fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outboxd.toml");
+    std::fs::write(&path, text).unwrap();
+    Config::load(
+        Some(&path),
+        env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+}
+
+#[test]
+fn defaults_are_valid() {
+    let config = Config::defaults();
+    assert_eq!(config.database.url, "sqlite://outboxd.db");
+    assert_eq!(config.database.table.as_str(), "room_outbox");
+    assert_eq!(config.worker.batch_size, 500);
+    assert_eq!(config.worker.app_codes, vec!["default"]);
+    assert_eq!(config.retry.max_attempts, 20);
+}
+
+#[test]
+fn design_example_loads() {
+    let config = load_str(
+        r#"
+        [database]
+        url = "mysql://root@127.0.0.1:3306/app"
+        table = "room_outbox"
+        [worker]
+        app_codes = ["default", "ktv"]
+        batch_size = 200
+        poll_interval = "250ms"
+        lease = "30s"
+        ordering = "per-room"
+        [retry]
+        strategy = "schedule"
+        delays = ["1s", "5s", "1m"]
+        max_attempts = 4
+        [[route]]
+        event_type = "RoomGift*"
+        sink = "log"
+        [[sink]]
+        name = "log"
+        plugin = "plugins/log.wasm"
+        config = { format = "json" }
+        limits = { publish_timeout = "3s", memory = "64MiB" }
+        "#,
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.worker.ordering, DeliveryOrder::PerRoom);
+    assert_eq!(config.worker.poll_interval, Duration::from_millis(250));
+    assert_eq!(config.retry.max_attempts, 4);
+    assert_eq!(
+        config.retry.strategy,
+        Strategy::Schedule {
+            delays: vec![
+                Duration::from_secs(1),
+                Duration::from_secs(5),
+                Duration::from_secs(60)
+            ]
+        }
+    );
+    let sink = &config.publishing.sinks()[0];
+    assert_eq!(sink.limits().memory, ByteSize(64 << 20));
+    assert!(sink.plugin().ends_with("plugins/log.wasm"));
+    assert!(sink.plugin().is_absolute());
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let err = load_str("[worker]\nbatch_sise = 3\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("batch_sise"), "{err}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let cases = [
+        ("[worker]\nbatch_size = 0\n", "worker.batch_size"),
+        (
+            "[worker]\nlease = \"1s\"\npublish_timeout = \"5s\"\n",
+            "worker.lease",
+        ),
+        ("[database]\ntable = \"x; drop\"\n", "database.table"),
+        ("[database]\nurl = \"redis://x\"\n", "database.url"),
+        ("[retry]\nstrategy = \"schedule\"\n", "retry.delays"),
+        ("[retry]\nmax_attempts = 0\n", "retry.max_attempts"),
+        (
+            "[[route]]\nevent_type = \"*\"\nsink = \"nope\"\n",
+            "route[0].sink",
+        ),
+    ];
+    for (text, key) in cases {
+        let err = load_str(text, &[]).unwrap_err().to_string();
+        assert!(err.contains(key), "{text:?} → {err}");
+    }
+    let err = load_str("[worker]\npoll_interval = \"soon\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("poll_interval"), "{err}");
+    let err = load_str("[retry]\nstrategy = \"linear\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("linear"), "{err}");
+}
+
+#[test]
+fn environment_overrides_file() {
+    let config = load_str(
+        "[worker]\nbatch_size = 10\n",
+        &[
+            ("OUTBOXD_WORKER_BATCH_SIZE", "42"),
+            ("OUTBOXD_WORKER_APP_CODES", "live, ktv"),
+            ("OUTBOXD_DATABASE_URL", "postgres://u@h/db"),
+            ("OUTBOXD_RETRY_STRATEGY", "fixed_interval"),
+            ("OUTBOXD_RETRY_INTERVAL", "2s"),
+            ("OUTBOXD_TEST_MYSQL_URL", "ignored"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.worker.batch_size, 42);
+    assert_eq!(config.worker.app_codes, vec!["live", "ktv"]);
+    assert_eq!(config.database.url, "postgres://u@h/db");
+    assert_eq!(
+        config.retry.strategy,
+        Strategy::FixedInterval {
+            interval: Duration::from_secs(2)
+        }
+    );
+}
+
+#[test]
+fn unknown_environment_key_is_named() {
+    let err = load_str("", &[("OUTBOXD_WORKER_BATCHSIZE", "1")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("OUTBOXD_WORKER_BATCHSIZE") && err.contains("batchsize"),
+        "{err}"
+    );
+}
+
+#[test]
+fn byte_sizes_parse() {
+    assert_eq!(ByteSize::parse("64MiB").unwrap(), ByteSize(64 << 20));
+    assert_eq!(ByteSize::parse("10 MB").unwrap(), ByteSize(10_000_000));
+    assert_eq!(ByteSize::parse("4096").unwrap(), ByteSize(4096));
+    assert!(ByteSize::parse("12 parsecs").is_err());
+}
