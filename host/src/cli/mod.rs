@@ -6,7 +6,7 @@
 //! - this file: the arguments, loading the config, logging, dispatch;
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
 //! - [`plugin`]: `outboxd plugin check|test`;
-//! - [`bench`]: `outboxd bench`.
+//! - `bench`: `outboxd bench`.
 
 pub mod bench;
 pub mod ops;

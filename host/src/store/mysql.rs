@@ -4,7 +4,7 @@
 //! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
 //! `UPDATE … RETURNING`, so a mark first locks and lists the rows still under its lease
 //! (`SELECT … FOR UPDATE`) and then updates them, in one transaction. The store's own connections
-//! run at `READ COMMITTED` ([`SESSION_SETUP`] explains why); `save` runs at the caller's level.
+//! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
 
 use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
@@ -104,7 +104,8 @@ const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMIT
 /// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
 /// (a mark locks and lists its fenced rows first), `ON DUPLICATE KEY UPDATE` upserts whose
 /// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
-/// tables in `utf8mb4_bin`.
+/// tables in `utf8mb4_bin`; no migration lock (DDL commits implicitly, every step of `migrate`
+/// is idempotent instead).
 #[derive(Debug)]
 pub(crate) struct MySqlDialect;
 
@@ -116,14 +117,6 @@ const MIGRATIONS: &[Migration] = &[Migration::new(
 )];
 
 impl SqlDialect for MySqlDialect {
-    fn placeholder(&self, sql: &mut String, _n: usize) {
-        sql.push('?');
-    }
-
-    fn row_lock(&self) -> &'static str {
-        " FOR UPDATE SKIP LOCKED"
-    }
-
     /// `FORCE INDEX (PRIMARY)`: MySQL/MariaDB otherwise may walk a secondary index on the
     /// `app_code` prefix (small tables) or on the lease (`status`, `lock_until_ms`) and lock the
     /// entries of other workers' rows on the way: two claims' lease UPDATEs then deadlock (seen in
@@ -146,10 +139,6 @@ impl SqlDialect for MySqlDialect {
         true
     }
 
-    fn probe_end(&self) -> &'static str {
-        ")"
-    }
-
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
     }
@@ -160,11 +149,6 @@ impl SqlDialect for MySqlDialect {
 
     fn ignore_duplicate_version(&self) -> &'static str {
         " ON DUPLICATE KEY UPDATE version = version"
-    }
-
-    /// None: DDL commits implicitly here, and every step of `migrate` is idempotent instead.
-    fn migration_lock(&self) -> Option<&'static str> {
-        None
     }
 
     fn table_columns(&self, table: &TableName) -> Bound {

@@ -60,26 +60,6 @@ impl SqlDialect for PostgresDialect {
         sql.push_str(&n.to_string());
     }
 
-    fn row_lock(&self) -> &'static str {
-        " FOR UPDATE SKIP LOCKED"
-    }
-
-    fn primary_key_access(&self) -> &'static str {
-        ""
-    }
-
-    fn ignore_duplicate_key(&self) -> &'static str {
-        " ON CONFLICT (app_code, event_id) DO NOTHING"
-    }
-
-    fn has_update_returning(&self) -> bool {
-        true
-    }
-
-    fn insert_counts_duplicates(&self) -> bool {
-        false
-    }
-
     /// `OFFSET 0` keeps the `NOT EXISTS` a correlated subplan (the planner never pulls a sublink
     /// with an OFFSET up into an anti-join), so each candidate probes the room index with its own
     /// (app_code, room_id) instead of the planner joining against every active row of the tenant
@@ -91,14 +71,6 @@ impl SqlDialect for PostgresDialect {
 
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
-    }
-
-    fn bookkeeping_table_options(&self) -> &'static str {
-        ""
-    }
-
-    fn ignore_duplicate_version(&self) -> &'static str {
-        " ON CONFLICT (table_name, version) DO NOTHING"
     }
 
     /// `CREATE TABLE IF NOT EXISTS` races between concurrent transactions: a transaction-scoped
@@ -131,10 +103,6 @@ impl SqlDialect for PostgresDialect {
         .bind(catalog_name(table))
         .push(" AND k.ord <= x.indnkeyatts ORDER BY i.relname, k.ord");
         b.finish()
-    }
-
-    fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
-        format!("DROP INDEX {name}")
     }
 }
 

@@ -2,7 +2,7 @@
 //! needs, and `migrate` itself (apply what is missing, then check and complete an adopted table).
 //!
 //! What differs per database (the migration files, the bookkeeping DDL, catalog queries, the
-//! migration lock) comes from the backend's [`SqlDialect`](super::statement::SqlDialect).
+//! migration lock) comes from the backend's `SqlDialect`.
 
 use std::collections::HashSet;
 

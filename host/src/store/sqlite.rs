@@ -77,49 +77,14 @@ const MIGRATIONS: &[Migration] = &[Migration::new(
 )];
 
 impl SqlDialect for SqliteDialect {
-    fn placeholder(&self, sql: &mut String, _n: usize) {
-        sql.push('?');
-    }
-
+    /// None: a claim (like `migrate`) runs in `BEGIN IMMEDIATE`, which excludes every other
+    /// writer.
     fn row_lock(&self) -> &'static str {
         ""
     }
 
-    fn primary_key_access(&self) -> &'static str {
-        ""
-    }
-
-    fn ignore_duplicate_key(&self) -> &'static str {
-        " ON CONFLICT (app_code, event_id) DO NOTHING"
-    }
-
-    fn has_update_returning(&self) -> bool {
-        true
-    }
-
-    fn insert_counts_duplicates(&self) -> bool {
-        false
-    }
-
-    fn probe_end(&self) -> &'static str {
-        ")"
-    }
-
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
-    }
-
-    fn bookkeeping_table_options(&self) -> &'static str {
-        ""
-    }
-
-    fn ignore_duplicate_version(&self) -> &'static str {
-        " ON CONFLICT (table_name, version) DO NOTHING"
-    }
-
-    /// None: `migrate` runs in `BEGIN IMMEDIATE`, which already excludes other writers.
-    fn migration_lock(&self) -> Option<&'static str> {
-        None
     }
 
     fn table_columns(&self, table: &TableName) -> Bound {
@@ -136,10 +101,6 @@ impl SqlDialect for SqliteDialect {
             .bind(table.as_str())
             .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
         b.finish()
-    }
-
-    fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
-        format!("DROP INDEX {name}")
     }
 }
 

@@ -199,6 +199,19 @@ fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
     b.text()
 }
 
+/// `UPDATE <table> SET retry_count = <reclaim attempt>, status = '<status>'` by primary key: the
+/// head of the claim's two UPDATEs.
+fn claimed_rows_update(backend: Backend, table: &TableName, status: Status) -> SqlBuilder {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access())
+        .push(" SET ");
+    retry_count_after_reclaim(&mut b);
+    b.push(", status = ").status(status);
+    b
+}
+
 /// Leases claimed rows to the worker (one UPDATE; `event_ids` at most [`super::MAX_ROWS_PER_STATEMENT`]).
 pub(crate) fn lease_rows(
     backend: Backend,
@@ -207,15 +220,8 @@ pub(crate) fn lease_rows(
     now_ms: i64,
     event_ids: &[&str],
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
-        .push(" SET ");
-    retry_count_after_reclaim(&mut b);
-    b.push(", status = ")
-        .status(Status::Delivering)
-        .push(", worker_id = ")
+    let mut b = claimed_rows_update(backend, table, Status::Delivering);
+    b.push(", worker_id = ")
         .bind(lease.worker_id.as_str())
         .push(", lock_until_ms = ")
         .bind(lease.lock_until_ms)
@@ -237,15 +243,8 @@ pub(crate) fn reject_rows(
     now_ms: i64,
     rejected: &[RejectedRow],
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
-        .push(" SET ");
-    retry_count_after_reclaim(&mut b);
-    b.push(", status = ")
-        .status(Status::Failed)
-        .push(", lock_until_ms = NULL, last_error = CASE event_id");
+    let mut b = claimed_rows_update(backend, table, Status::Failed);
+    b.push(", lock_until_ms = NULL, last_error = CASE event_id");
     for row in rejected {
         b.push(" WHEN ")
             .bind(row.event_id.as_str())

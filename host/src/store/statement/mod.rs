@@ -1,11 +1,11 @@
-//! Statement building shared by every backend: a [`SqlBuilder`] writes the text and its bound
-//! [`Arg`]s together, asking the backend's [`SqlDialect`] for what differs (placeholders, row
+//! Statement building shared by every backend: a `SqlBuilder` writes the text and its bound
+//! `Arg`s together, asking the backend's `SqlDialect` for what differs (placeholders, row
 //! locks, upserts, …).
 //!
 //! Every statement text is built from static fragments and the validated [`TableName`] only;
 //! every value is a bound parameter. The statements themselves are grouped by operation:
-//! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), [`insert`] (the producer
-//! insert), [`mark`] (the fenced mark) and [`failed`] (list, count and requeue `failed` rows).
+//! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), `insert` (the producer
+//! insert), `mark` (the fenced mark) and `failed` (list, count and requeue `failed` rows).
 //! Schema statements live in [`super::schema`]. Statements of fixed shape are built once per store
 //! ([`claim::Statements`]); those carrying an IN list or a VALUES list are built per call.
 
@@ -25,47 +25,69 @@ use crate::record::Status;
 /// 7 values per row, an insert 7.
 pub const MAX_ROWS_PER_STATEMENT: usize = 1000;
 
-/// What one database's SQL differs in. Each backend file (`sqlite.rs`, `mysql.rs`, `postgres.rs`)
-/// implements it next to its store, so what PostgreSQL does differently is read in `postgres.rs`;
-/// the shared builders ask it instead of matching on the backend.
+/// What one database's SQL differs in. The provided methods are the standard SQL that at least
+/// two backends share; each backend file (`sqlite.rs`, `mysql.rs`, `postgres.rs`) implements the
+/// trait next to its store, overriding only what its database does differently — so what
+/// PostgreSQL does differently is read in `postgres.rs`. The shared builders ask this trait
+/// instead of matching on the backend.
 pub(crate) trait SqlDialect: Send + Sync + 'static {
-    /// Writes placeholder number `n` (1-based) of a statement.
-    fn placeholder(&self, sql: &mut String, n: usize);
+    /// Writes placeholder number `n` (1-based) of a statement: `?`.
+    fn placeholder(&self, sql: &mut String, _n: usize) {
+        sql.push('?');
+    }
 
     /// Appended to a claim SELECT so concurrent claimers skip each other's rows.
-    fn row_lock(&self) -> &'static str;
+    fn row_lock(&self) -> &'static str {
+        " FOR UPDATE SKIP LOCKED"
+    }
 
     /// Written after the table name of a statement that addresses rows by primary key
-    /// (`app_code = ? AND event_id IN (…)`).
-    fn primary_key_access(&self) -> &'static str;
+    /// (`app_code = ? AND event_id IN (…)`): nothing.
+    fn primary_key_access(&self) -> &'static str {
+        ""
+    }
 
     /// Appended to the outbox INSERT: ignore a duplicate (app_code, event_id) and nothing else
     /// (`INSERT IGNORE` / `INSERT OR IGNORE` would also swallow other errors).
-    fn ignore_duplicate_key(&self) -> &'static str;
+    fn ignore_duplicate_key(&self) -> &'static str {
+        " ON CONFLICT (app_code, event_id) DO NOTHING"
+    }
 
     /// Whether `UPDATE … RETURNING` exists; without it a mark locks and lists the fenced rows with
     /// `SELECT … FOR UPDATE` first.
-    fn has_update_returning(&self) -> bool;
+    fn has_update_returning(&self) -> bool {
+        true
+    }
 
     /// Whether an INSERT's affected-row count includes ignored duplicates; `save` then subtracts
     /// the ids that already existed.
-    fn insert_counts_duplicates(&self) -> bool;
+    fn insert_counts_duplicates(&self) -> bool {
+        false
+    }
 
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
-    fn probe_end(&self) -> &'static str;
+    fn probe_end(&self) -> &'static str {
+        ")"
+    }
 
     /// The embedded migrations (`migrations/<backend>/`), oldest first.
     fn migrations(&self) -> &'static [Migration];
 
     /// Table options written after the bookkeeping table's `CREATE TABLE` (engine, charset).
-    fn bookkeeping_table_options(&self) -> &'static str;
+    fn bookkeeping_table_options(&self) -> &'static str {
+        ""
+    }
 
     /// Appended to the INSERT recording a migration: ignore one already recorded.
-    fn ignore_duplicate_version(&self) -> &'static str;
+    fn ignore_duplicate_version(&self) -> &'static str {
+        " ON CONFLICT (table_name, version) DO NOTHING"
+    }
 
     /// Taken inside the migration transaction when the transaction alone does not serialize
-    /// concurrent `migrate` runs.
-    fn migration_lock(&self) -> Option<&'static str>;
+    /// concurrent `migrate` runs: none.
+    fn migration_lock(&self) -> Option<&'static str> {
+        None
+    }
 
     /// The column names of `table` (no rows when it does not exist).
     fn table_columns(&self, table: &TableName) -> Bound;
@@ -75,7 +97,9 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     fn table_index_columns(&self, table: &TableName) -> Bound;
 
     /// The statement that drops index `name` of `table`, for an operator to run.
-    fn drop_index_hint(&self, table: &TableName, name: &str) -> String;
+    fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
+        format!("DROP INDEX {name}")
+    }
 }
 
 /// A value bound to a placeholder.
