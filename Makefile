@@ -6,7 +6,7 @@ DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
 
-.PHONY: all build plugins demo test bench clean
+.PHONY: all build plugins demo test chaos bench clean
 
 all: build
 
@@ -47,6 +47,12 @@ demo: build
 test: plugins
 	cd plugins && $(CARGO) test --no-fail-fast
 	$(CARGO) test --workspace --no-fail-fast
+
+## chaos: the bigger kill-chaos run (20,000 events, 4 hosts, 8 kill -9s, one database restart,
+## on a private PostgreSQL and a private MariaDB the test starts itself). `make test` runs a
+## bounded form of the same test.
+chaos: plugins
+	OUTBOXD_CHAOS=full $(CARGO) test -p outboxd --test kill_chaos -- --nocapture --test-threads=1
 
 ## bench: delivery throughput on the configured database (default SQLite), vs the Go shape.
 bench: build

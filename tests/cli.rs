@@ -41,6 +41,7 @@ sink = "log"
 name = "log"
 plugin = "{plugin}"
 config = {{ format = "json" }}
+limits = {{ log_lines_per_second = 1000000 }}
 "#,
         cache = dir.join("cache").display(),
         plugin = fixtures::plugin("log").display(),
@@ -110,6 +111,10 @@ async fn drain_10k_through_the_log_plugin(backend: Backend) {
     assert_eq!(status(&config, url)["pending"], 10_000);
     let output = run_ok(base().args(["run", "--drain"]));
     let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !log.contains('\u{1b}'),
+        "text logs to a pipe carry no ANSI colour codes"
+    );
     let gift_lines = log.lines().filter(|l| l.contains("RoomGiftSent")).count();
     let mic_lines = log.lines().filter(|l| l.contains("RoomMicChanged")).count();
     assert_eq!(
@@ -243,9 +248,270 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     assert_eq!(status(&config, url)["delivering"], 0);
 }
 
+/// `run` with no `[[sink]]` (no config file at all, or one without sinks) refuses to start with
+/// one line saying what to configure, and leaves every row pending.
+async fn run_without_a_sink_refuses_and_loses_nothing(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = db.url.as_str();
+    let config = write_config(dir.path(), "");
+    run_ok(with(&config, url).arg("migrate"));
+    run_ok(with(&config, url).args([
+        "enqueue",
+        "--room",
+        "r",
+        "--type",
+        "RoomGiftSent",
+        "--count",
+        "5",
+    ]));
+    let no_sink = dir.path().join("no-sink.toml");
+    std::fs::write(&no_sink, "[worker]\npoll_interval = \"50ms\"\n").unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let no_file = || {
+        let mut command = outboxd();
+        command.current_dir(&empty).args(["--database-url", url]);
+        command
+    };
+    for (mut command, expected) in [
+        (no_file(), "no [[sink]] configured"),
+        (with(&no_sink, url), "no [[sink]] configured"),
+    ] {
+        let output = command.args(["run", "--drain"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert_eq!(
+            stderr.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "{stderr}"
+        );
+    }
+    let s = status(&config, url);
+    assert_eq!(
+        (s["pending"].as_u64(), s["failed"].as_u64()),
+        (Some(5), Some(0)),
+        "{s}"
+    );
+}
+
+/// GNU `timeout` signals outboxd and then its process group: the two SIGTERMs are one shutdown
+/// request, the batch in flight is finished and marked, exit status 0. SIGQUIT exits at once
+/// (131); so does a second SIGTERM more than 2 s after the first (130).
+async fn a_repeated_sigterm_is_one_request(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let url = db.url.as_str();
+    run_ok(with(&config, url).arg("migrate"));
+    run_ok(with(&config, url).args([
+        "enqueue",
+        "--room",
+        "r",
+        "--type",
+        "RoomGiftSent",
+        "--count",
+        "3000",
+    ]));
+    let output = Command::new("timeout")
+        .args(["--preserve-status", "-s", "TERM", "1.5"])
+        .arg(env!("CARGO_BIN_EXE_outboxd"))
+        .env_remove("OUTBOXD_DATABASE_URL")
+        .arg("--config")
+        .arg(&config)
+        .args(["--database-url", url, "run"])
+        .output()
+        .expect("GNU timeout runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(status(&config, url)["delivering"], 0);
+
+    let mut child = with(&config, url)
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-QUIT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let exit = child.wait().unwrap();
+    assert_eq!(exit.code(), Some(131), "{exit:?}");
+
+    // A second SIGTERM more than 2 s after the first, while a batch is still in flight (its
+    // plugin loops until its 8 s deadline): outboxd exits at once with 130.
+    let slow = dir.path().join("slow.toml");
+    std::fs::write(
+        &slow,
+        format!(
+            r#"
+[worker]
+poll_interval = "50ms"
+
+[plugins]
+cache_dir = "{cache}"
+
+[[route]]
+event_type = "*"
+sink = "slow"
+
+[[sink]]
+name = "slow"
+plugin = "{plugin}"
+config = {{ behaviour = "loop", quiet = "true" }}
+limits = {{ publish_timeout = "8s" }}
+"#,
+            cache = dir.path().join("cache").display(),
+            plugin = fixtures::plugin("chaos").display(),
+        ),
+    )
+    .unwrap();
+    run_ok(with(&slow, url).args(["enqueue", "--room", "r", "--type", "RoomGiftSent"]));
+    let mut child = with(&slow, url)
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while status(&slow, url)["delivering"] == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    let term = || {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    term();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still finishing the looping batch"
+    );
+    term();
+    let second = std::time::Instant::now();
+    let exit = child.wait().unwrap();
+    assert_eq!(exit.code(), Some(130), "{exit:?}");
+    assert!(
+        second.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        second.elapsed()
+    );
+}
+
+/// An unreachable database fails every command within the connect timeout, saying why once:
+/// a closed port is "Connection refused", a server that never answers is "no answer within 1s
+/// (database.connect_timeout)", a missing database or an unknown user is the server's own
+/// "does not exist" / "Unknown database" / "Access denied".
+async fn database_errors_are_fast_and_say_why(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let (scheme, missing) = match backend {
+        Backend::Sqlite => ("sqlite", None),
+        Backend::MySql => (
+            "mysql",
+            Some((
+                support::with_database(&db.url, "outboxd_no_such_db"),
+                "Unknown database",
+            )),
+        ),
+        Backend::Postgres => (
+            "postgres",
+            Some((
+                support::with_database(&db.url, "outboxd_no_such_db"),
+                "does not exist",
+            )),
+        ),
+    };
+    let mut cases = vec![];
+    if backend == Backend::Sqlite {
+        let missing_dir = "sqlite:///nonexistent-outboxd-dir/x.db".to_string();
+        cases.push((missing_dir, "unable to open database file".to_string()));
+    } else {
+        cases.push((
+            format!("{scheme}://root@127.0.0.1:{closed_port}/x"),
+            "Connection refused".to_string(),
+        ));
+        cases.push((
+            format!("{scheme}://root@127.0.0.1:{silent_port}/x"),
+            "no answer within 1s (database.connect_timeout)".to_string(),
+        ));
+    }
+    if let Some((url, expected)) = missing {
+        cases.push((url, expected.to_string()));
+    }
+    // A user the server does not know: the server's own refusal.
+    match backend {
+        Backend::MySql => cases.push((
+            db.url
+                .replacen("://root@", "://outboxd_no_such_user:wrong@", 1),
+            "Access denied".to_string(),
+        )),
+        Backend::Postgres => cases.push((
+            db.url
+                .replacen("://postgres@", "://outboxd_no_such_role@", 1),
+            "role \"outboxd_no_such_role\" does not exist".to_string(),
+        )),
+        Backend::Sqlite => {}
+    }
+    for (url, expected) in cases {
+        for command in ["status", "migrate"] {
+            let started = std::time::Instant::now();
+            let output = outboxd()
+                .env("OUTBOXD_DATABASE_CONNECT_TIMEOUT", "1s")
+                .args(["--database-url", &url, command])
+                .output()
+                .unwrap();
+            let elapsed = started.elapsed();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{url} {command}: {stderr}");
+            assert_eq!(
+                stderr.matches(expected.as_str()).count(),
+                1,
+                "{url} {command}: {stderr}"
+            );
+            assert!(!stderr.contains("pool timed out"), "{stderr}");
+            assert!(
+                elapsed < Duration::from_secs(10),
+                "{url} {command} took {elapsed:?}"
+            );
+        }
+    }
+    drop(silent);
+}
+
 support::per_backend!(
     drain_10k_through_the_log_plugin,
     no_route_fails_then_requeue_delivers,
+    run_without_a_sink_refuses_and_loses_nothing,
+    a_repeated_sigterm_is_one_request,
+    database_errors_are_fast_and_say_why,
     sigterm_finishes_in_flight_and_exits_zero,
 );
 

@@ -575,6 +575,68 @@ async fn router_works_with_any_publisher() {
     );
 }
 
+/// A plugin writing 3 × 4,000 lines and a 1 MiB line per call is held to the sink's
+/// `log_lines_per_second` (burst = the rate) and `log_line_max`; the dropped lines are reported
+/// as "N plugin log lines suppressed"; the events are still delivered.
+#[tokio::test]
+async fn a_flooding_plugin_is_held_to_its_log_limits() {
+    captured();
+    let mut config = sink_config("chaos-flood", "chaos", &[("flood", "4000")]);
+    config.limits.log_lines_per_second = 20;
+    config.limits.log_line_max = ByteSize(256);
+    let sink = start(config).await;
+    let started = Instant::now();
+    for _ in 0..2 {
+        assert_eq!(
+            sink.publish(&events(3, "x")).await,
+            vec![Outcome::Delivered; 3]
+        );
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let logs = logs_of("chaos-flood");
+    let (reports, lines): (Vec<_>, Vec<_>) = logs
+        .iter()
+        .partition(|fields| fields["suppressed"].is_u64());
+    // The burst of 20, then 20 a second while the two calls of ~12,001 lines each run.
+    let allowed = 20 + (20.0 * elapsed).ceil() as usize + 1;
+    assert!(
+        (20..=allowed).contains(&lines.len()),
+        "{} lines got through in {elapsed:.1}s (allowed {allowed})",
+        lines.len()
+    );
+    let suppressed: u64 = reports
+        .iter()
+        .map(|f| f["suppressed"].as_u64().unwrap())
+        .sum();
+    assert!(
+        suppressed + lines.len() as u64 >= 2 * 12_001 - 4,
+        "{suppressed} suppressed"
+    );
+    assert!(reports.iter().all(|f| {
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("plugin log lines suppressed (limits.log_lines_per_second = 20)")
+    }));
+    for fields in &lines {
+        let message = fields["message"].as_str().unwrap();
+        assert!(message.len() <= 256 + 40, "{} bytes", message.len());
+    }
+    let cut = lines
+        .iter()
+        .filter(|f| {
+            f["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("… [rest of line dropped]")
+        })
+        .count();
+    assert!(
+        cut >= 1,
+        "the 1 MiB line of the first call, cut to 256 bytes"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Precompiled-artifact cache
 // ---------------------------------------------------------------------------------------------
@@ -616,9 +678,30 @@ async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
         .unwrap();
     assert_eq!(third.cache, CacheOutcome::Stored);
 
-    // A directory this host did not create is refused.
+    // An existing empty directory (systemd's `CacheDirectory=` makes one, mode 0755) is adopted:
+    // marker written, made private, artifacts stored.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let adopted = PluginEngine::new(&PluginSettings {
+            cache_dir: Some(empty.clone()),
+        })
+        .unwrap()
+        .compile(&plugin("log"))
+        .await
+        .unwrap();
+        assert_eq!(adopted.cache, CacheOutcome::Stored);
+        let mode = std::fs::metadata(&empty).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(empty.join("OUTBOXD_PLUGIN_CACHE").is_file());
+    }
+
+    // A directory with files this host did not create is refused, the reason said once.
     let foreign = dir.path().join("foreign");
     std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("something.cwasm"), b"not ours").unwrap();
     let error = PluginEngine::new(&PluginSettings {
         cache_dir: Some(foreign),
     })

@@ -187,6 +187,80 @@ async fn the_rate_limit_paces_requests_without_refusing_any() {
     );
 }
 
+/// A raw HTTP/1.1 server answering every request `200` after `delay`, recording the most
+/// requests it ever had open at once (a request counts from its accept until its answer starts).
+async fn concurrency_server(delay: Duration) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let open = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let seen = most.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            let open = open.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                open.fetch_sub(1, Ordering::SeqCst);
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// `max_concurrent_requests = 3`: a batch of 24 events (the webhook plugin sends them all at
+/// once) never has more than 3 requests open at the receiver, and every event is delivered;
+/// the default (16) lets more through at once.
+#[tokio::test]
+async fn concurrent_requests_are_capped_per_sink() {
+    let (addr, most) = concurrency_server(Duration::from_millis(50)).await;
+    let url = format!("http://{addr}/hook");
+    let mut config = webhook("capped", &url, &[origin(addr)]);
+    config.limits.max_concurrent_requests = 3;
+    let sink = start(&config).await;
+    let outcomes = sink.publish(&events(24)).await;
+    assert!(
+        outcomes.iter().all(|o| *o == Outcome::Delivered),
+        "{outcomes:?}"
+    );
+    assert_eq!(most.load(Ordering::SeqCst), 3);
+
+    let (addr, most) = concurrency_server(Duration::from_millis(50)).await;
+    let url = format!("http://{addr}/hook");
+    let sink = start(&webhook("default-cap", &url, &[origin(addr)])).await;
+    let outcomes = sink.publish(&events(24)).await;
+    assert!(
+        outcomes.iter().all(|o| *o == Outcome::Delivered),
+        "{outcomes:?}"
+    );
+    let seen = most.load(Ordering::SeqCst);
+    assert!((4..=16).contains(&seen), "{seen} at once");
+}
+
 /// A server that stalls past the sink's `first_byte_timeout` fails the request quickly, even
 /// though the plugin itself would wait 10 s.
 #[tokio::test]

@@ -375,7 +375,7 @@ async fn timeout_and_wrong_result_count_are_retryable(backend: Backend) {
     let row = db.row("app", "e000000").await.unwrap();
     assert_eq!(
         row.last_error.as_deref(),
-        Some("publish timed out after 100ms")
+        Some("publish timed out after 100ms (worker.publish_timeout)")
     );
     let stats = Worker::new(store.clone(), Arc::new(Short), opts)
         .process_batch("w/0", "app")
@@ -485,6 +485,143 @@ async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
     assert_eq!(c.pending, 2_000 - c.delivered);
 }
 
+/// A sink that answers when the test says so (or never).
+struct Held {
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Publisher for Held {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        self.release.notified().await;
+        vec![Outcome::Delivered; batch.len()]
+    }
+}
+
+/// Polls until `check` holds for the rows' statuses, or panics after 20 s with `what`.
+async fn wait_for_statuses(db: &TestDb, ids: &[String], status: &str, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut all = true;
+        for id in ids {
+            all &= db.row("app", id).await.unwrap().status == status;
+        }
+        if all {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sinks are isolated: a quick sink's events are marked `delivered` (and an unrouted event
+/// `failed`) while another sink of the same batch is still publishing; when the worker's publish
+/// deadline passes, only the events still unanswered become retryable — results already
+/// obtained are kept.
+async fn a_slow_sink_never_holds_up_another(backend: Backend) {
+    use outboxd::plugin::RoutedPublisher;
+    use outboxd::plugin::router::Route;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let base = now_ms() - 60_000;
+    let mut records = Vec::new();
+    let (mut quick_ids, mut held_ids) = (Vec::new(), Vec::new());
+    for i in 0..30 {
+        let (event_type, ids) = if i % 3 == 0 {
+            ("Held.x", &mut held_ids)
+        } else {
+            ("Quick.x", &mut quick_ids)
+        };
+        let id = format!("e{i:03}");
+        records.push(support::typed_record(
+            "app",
+            &id,
+            "room",
+            event_type,
+            base + i,
+        ));
+        ids.push(id);
+    }
+    records.push(support::typed_record(
+        "app",
+        "lost",
+        "room",
+        "Nowhere",
+        base + 99,
+    ));
+    store.enqueue(&records).await.unwrap();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let route = |event_type: &str, sink: &str, publisher: Arc<dyn Publisher>| Route {
+        event_type: event_type.into(),
+        sink: sink.into(),
+        publisher,
+    };
+    let held: Arc<dyn Publisher> = Arc::new(Held {
+        release: release.clone(),
+    });
+    let router = RoutedPublisher::new(vec![
+        route("Quick*", "quick", Recorder::new(|_| None)),
+        route("Held*", "held", held),
+    ]);
+    let router = Arc::new(router);
+
+    // 1. While `held` has not answered, `quick`'s rows are delivered and `lost` has failed.
+    let mut opts = options("w");
+    opts.publish_timeout = Duration::from_secs(60);
+    let worker = Worker::new(store.clone(), router.clone(), opts.clone());
+    let batch = tokio::spawn(async move { worker.process_batch("w/0", "app").await });
+    wait_for_statuses(
+        &db,
+        &quick_ids,
+        "delivered",
+        "quick sink's rows held up by the held sink",
+    )
+    .await;
+    wait_for_statuses(&db, &["lost".to_string()], "failed", "unrouted row held up").await;
+    for id in &held_ids {
+        assert_eq!(db.row("app", id).await.unwrap().status, "delivering");
+    }
+    release.notify_waiters();
+    let stats = batch.await.unwrap().unwrap();
+    assert_eq!((stats.delivered, stats.failed, stats.retried), (30, 1, 0));
+    assert_eq!(
+        db.row("app", "lost").await.unwrap().last_error.as_deref(),
+        Some("no route for event type `Nowhere`")
+    );
+
+    // 2. A sink that never answers: the worker deadline makes only its rows retryable.
+    let more: Vec<_> = (0..6)
+        .map(|i| {
+            let event_type = if i % 2 == 0 { "Held.y" } else { "Quick.y" };
+            support::typed_record("app", &format!("f{i}"), "room", event_type, base + 200 + i)
+        })
+        .collect();
+    store.enqueue(&more).await.unwrap();
+    opts.publish_timeout = Duration::from_millis(700);
+    let stats = Worker::new(store.clone(), router, opts)
+        .process_batch("w/0", "app")
+        .await
+        .unwrap();
+    assert_eq!((stats.delivered, stats.retried), (3, 3));
+    for i in 0..6 {
+        let row = db.row("app", &format!("f{i}")).await.unwrap();
+        if i % 2 == 0 {
+            assert_eq!(row.status, "retryable");
+            assert_eq!(
+                row.last_error.as_deref(),
+                Some("publish timed out after 700ms (worker.publish_timeout)")
+            );
+        } else {
+            assert_eq!(
+                row.status, "delivered",
+                "an answered result was thrown away"
+            );
+        }
+    }
+}
+
 /// A database that goes away mid-run: a draining run reports the error instead of hanging.
 async fn draining_run_reports_a_dead_database(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
@@ -513,5 +650,6 @@ support::per_backend!(
     timeout_and_wrong_result_count_are_retryable,
     per_room_ordering_survives_failures,
     graceful_shutdown_leaves_nothing_delivering,
+    a_slow_sink_never_holds_up_another,
     draining_run_reports_a_dead_database,
 );

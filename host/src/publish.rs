@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::stream::{self, BoxStream, StreamExt};
 
 /// One event as a sink sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,14 +65,44 @@ impl Outcome {
     }
 }
 
+/// Outcomes of part of a batch: `(position in the batch, outcome)` pairs, as one sink answered.
+pub type Answered = Vec<(usize, Outcome)>;
+
 /// Delivers batches of events to a sink.
 ///
 /// `publish` returns exactly one [`Outcome`] per event, in order. A publisher that cannot deliver
 /// the batch at all reports every event as retryable with the reason; it never panics to signal
-/// failure. The worker applies the publish timeout around the call and treats a result list of the
-/// wrong length as a retryable failure of the whole batch.
+/// failure.
+///
+/// The worker calls [`Publisher::publish_parts`], which hands results back in parts as they come
+/// (the router: one part per sink, as soon as that sink answers), and marks each part at once.
+/// The worker's publish deadline bounds the whole stream: events no part answered by then are
+/// retryable, and parts already answered are kept.
 #[async_trait]
 pub trait Publisher: Send + Sync {
     /// Delivers `batch`, returning one outcome per event in the same order.
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome>;
+
+    /// Delivers `batch`, yielding outcomes in parts as they are known; every position of the
+    /// batch appears in exactly one part. The default is one part from [`Publisher::publish`]; a
+    /// result list of the wrong length becomes a retryable failure of the whole batch.
+    fn publish_parts<'a>(&'a self, batch: &'a [Event]) -> BoxStream<'a, Answered> {
+        stream::once(async move {
+            let outcomes = self.publish(batch).await;
+            whole_batch(batch.len(), outcomes, "publisher")
+        })
+        .boxed()
+    }
+}
+
+/// `outcomes` of a batch of `len` events as one part; a list of the wrong length from `who`
+/// becomes a retryable outcome for every event.
+pub fn whole_batch(len: usize, outcomes: Vec<Outcome>, who: &str) -> Answered {
+    if outcomes.len() == len {
+        return outcomes.into_iter().enumerate().collect();
+    }
+    let message = format!("{who} returned {} results for {len} events", outcomes.len());
+    (0..len)
+        .map(|position| (position, Outcome::retryable(message.clone())))
+        .collect()
 }

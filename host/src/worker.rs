@@ -1,24 +1,33 @@
 //! The delivery loop: claim a leased batch → publish it → mark every row, fenced on the lease.
 //!
+//! Each sink's results are marked as soon as that sink answers ([`Publisher::publish_parts`]), so
+//! a slow sink never holds up another sink's rows; the worker's publish deadline only turns the
+//! events still unanswered into retryable ones.
+//!
+//! A database that cannot be reached is logged once when the outage begins (a claim or a mark
+//! cannot connect) and once when it ends, not at every retry.
+//!
 //! A [`Worker`] runs `concurrency` loops ("worker slots"), each with its own worker id
 //! (`<node_id>/<slot>`), over the configured app codes. Idle loops wait the poll interval; a loop
 //! whose claim came back full claims again at once. Shutdown is a [`CancellationToken`]: loops stop
 //! claiming, finish and mark the batch in flight, and return. The worker retries no store call
 //! (the store retries transient errors: see `store`'s "Who checks what, who retries what").
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::publish::{Event, Outcome, Publisher};
+use crate::publish::{Answered, Event, Outcome, Publisher};
 use crate::record::now_ms;
 use crate::retry::{Decision, RetryPolicy};
 use crate::store::{
-    ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore, StoreError,
+    ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, MarkParams, OutboxStore,
+    StoreError,
 };
 
 /// Everything a worker needs to know besides its store and publisher (from a configuration:
@@ -33,7 +42,8 @@ pub struct WorkerOptions {
     pub poll_interval: Duration,
     /// Lease of a claim.
     pub lease: Duration,
-    /// Deadline of one publish call.
+    /// Deadline of one batch's publish: events no sink answered by then are retryable; results
+    /// already answered are kept. Must exceed every sink's `limits.publish_timeout`.
     pub publish_timeout: Duration,
     /// Retry policy and attempt limit.
     pub retry: RetryPolicy,
@@ -86,6 +96,8 @@ pub struct Worker {
     store: Arc<dyn OutboxStore>,
     publisher: Arc<dyn Publisher>,
     options: Arc<WorkerOptions>,
+    /// When the current database outage began (shared by the loops, logged once each way).
+    outage: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Worker {
@@ -99,6 +111,7 @@ impl Worker {
             store,
             publisher,
             options: Arc::new(options),
+            outage: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -164,12 +177,17 @@ impl Worker {
                 }
                 match self.process_batch(&worker_id, app_code).await {
                     Ok(stats) => {
+                        self.outage_over();
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
                     }
                     Err(e) if mode == RunMode::Drain => return Err(e),
+                    Err(WorkerError::Store(e)) if e.is_unreachable() => {
+                        self.outage_began(&e);
+                        failed = true;
+                    }
                     Err(e) => {
                         error!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
                             status = "batch_failed", error = %e, "round failed; retrying after the poll interval");
@@ -189,6 +207,26 @@ impl Worker {
         }
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "stopped", "worker stopped");
         Ok(())
+    }
+
+    /// Logs the start of a database outage once (the loops go on retrying every poll interval).
+    fn outage_began(&self, error: &StoreError) {
+        let mut outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
+        if outage.is_none() {
+            *outage = Some(Instant::now());
+            error!(node_id = %self.options.node_id, status = "database_unreachable", error = %error,
+                "database unreachable; retrying every poll interval until it answers");
+        }
+    }
+
+    /// Logs the end of a database outage, once, with its length.
+    fn outage_over(&self) {
+        let mut outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(since) = outage.take() {
+            let lasted = Duration::from_millis(since.elapsed().as_millis() as u64);
+            info!(node_id = %self.options.node_id, status = "database_reachable",
+                outage = %humantime::format_duration(lasted), "database reachable again");
+        }
     }
 
     /// One round for one app code: claim, publish, mark. Returns what happened to the rows.
@@ -225,27 +263,118 @@ impl Worker {
         }
         let ClaimBatch { lease, events, .. } = batch;
         let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
-        let outcomes = self.publish(&events).await;
+        self.publish_and_mark(worker_id, app_code, &lease, &events, &mut stats)
+            .await?;
+        Ok(stats)
+    }
+
+    /// Publishes `events` and marks each part of the results as soon as the publisher hands it
+    /// back (the router: each sink's events when that sink answers), while the other sinks go on.
+    /// When the publish deadline passes, the events not answered yet are marked retryable; the
+    /// parts already answered (and marked) are kept.
+    async fn publish_and_mark(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        lease: &Lease,
+        events: &[Event],
+        stats: &mut BatchStats,
+    ) -> Result<(), WorkerError> {
+        let timeout = self.options.publish_timeout;
+        let mut parts = Some(self.publisher.publish_parts(events));
+        let mut answered = vec![false; events.len()];
+        let mut marking = FuturesUnordered::new();
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                part = next_part(&mut parts), if parts.is_some() => {
+                    let part = match part {
+                        Some(part) => part,
+                        None => {
+                            parts = None;
+                            unanswered(&answered, "the publisher gave no result for this event")
+                        }
+                    };
+                    let (positions, marks) = self.marks_for(events, part, &mut answered);
+                    if !marks.is_empty() {
+                        marking.push(self.mark_and_log(worker_id, app_code, lease, events, positions, marks));
+                    }
+                },
+                _ = &mut deadline, if parts.is_some() => {
+                    parts = None; // drops what is still publishing
+                    let reason = format!(
+                        "publish timed out after {} (worker.publish_timeout)",
+                        humantime::format_duration(timeout)
+                    );
+                    let (positions, marks) =
+                        self.marks_for(events, unanswered(&answered, &reason), &mut answered);
+                    if !marks.is_empty() {
+                        marking.push(self.mark_and_log(worker_id, app_code, lease, events, positions, marks));
+                    }
+                },
+                Some(marked) = marking.next() => stats.add_marks(&marked?),
+                else => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The marks of one answered part, skipping positions out of range or answered before.
+    fn marks_for(
+        &self,
+        events: &[Event],
+        part: Answered,
+        answered: &mut [bool],
+    ) -> (Vec<usize>, Vec<Mark>) {
         let now = now_ms();
-        let marks: Vec<Mark> = events
-            .iter()
-            .zip(outcomes)
-            .map(|(event, outcome)| Mark {
-                event_id: event.event_id.clone(),
-                disposition: self.disposition(event.attempt, outcome, now),
+        part.into_iter()
+            .filter(|(position, _)| {
+                answered
+                    .get_mut(*position)
+                    .is_some_and(|seen| !std::mem::replace(seen, true))
             })
-            .collect();
-        // The store retries a transient failure while the lease holds; any error left ends the
-        // round, and the rows come back when the lease expires (counted as an attempt).
-        let report = self
+            .map(|(position, outcome)| {
+                let event = &events[position];
+                let mark = Mark {
+                    event_id: event.event_id.clone(),
+                    disposition: self.disposition(event.attempt, outcome, now),
+                };
+                (position, mark)
+            })
+            .unzip()
+    }
+
+    /// Marks one part (fenced on the lease) and logs every event that was not delivered.
+    async fn mark_and_log(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        lease: &Lease,
+        events: &[Event],
+        positions: Vec<usize>,
+        marks: Vec<Mark>,
+    ) -> Result<BatchStats, WorkerError> {
+        let options = &*self.options;
+        // The store retries a transient or unreachable database while the lease holds; any error
+        // left ends the round, and the rows come back when the lease expires (an attempt).
+        let marked = self
             .store
             .mark(&MarkParams {
-                lease: &lease,
+                lease,
                 marks: &marks,
                 now_ms: now_ms(),
             })
-            .await?;
-        for (event, mark) in events.iter().zip(&marks) {
+            .await;
+        match &marked {
+            Ok(_) => self.outage_over(),
+            Err(e) if e.is_unreachable() => self.outage_began(e),
+            Err(_) => {}
+        }
+        let report = marked?;
+        let mut stats = BatchStats::default();
+        for (position, mark) in positions.into_iter().zip(&marks) {
+            let event = &events[position];
             let stale = report.stale.contains(&mark.event_id);
             let (status, error) = match (&mark.disposition, stale) {
                 (_, true) => ("stale", None),
@@ -273,30 +402,6 @@ impl Worker {
         Ok(stats)
     }
 
-    /// Publishes with the publish timeout; a timeout or a result list of the wrong length fails
-    /// the whole batch as retryable.
-    async fn publish(&self, events: &[Event]) -> Vec<Outcome> {
-        let timeout = self.options.publish_timeout;
-        match tokio::time::timeout(timeout, self.publisher.publish(events)).await {
-            Ok(outcomes) if outcomes.len() == events.len() => outcomes,
-            Ok(outcomes) => {
-                let reason = format!(
-                    "publisher returned {} results for {} events",
-                    outcomes.len(),
-                    events.len()
-                );
-                vec![Outcome::retryable(reason); events.len()]
-            }
-            Err(_) => {
-                let reason = format!(
-                    "publish timed out after {}",
-                    humantime::format_duration(timeout)
-                );
-                vec![Outcome::retryable(reason); events.len()]
-            }
-        }
-    }
-
     /// Maps a publish outcome of attempt `attempt` to the row's new state via the retry policy.
     fn disposition(&self, attempt: u32, outcome: Outcome, now: i64) -> Disposition {
         match outcome {
@@ -316,6 +421,34 @@ impl Worker {
             },
         }
     }
+}
+
+impl BatchStats {
+    /// Adds the mark counters (delivered, retried, failed, stale) of `other`.
+    fn add_marks(&mut self, other: &BatchStats) {
+        self.delivered += other.delivered;
+        self.retried += other.retried;
+        self.failed += other.failed;
+        self.stale += other.stale;
+    }
+}
+
+/// The next part of a publish, or `None` when the publisher is done.
+async fn next_part(parts: &mut Option<BoxStream<'_, Answered>>) -> Option<Answered> {
+    match parts {
+        Some(parts) => parts.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A retryable outcome with `reason` for every position not answered yet.
+fn unanswered(answered: &[bool], reason: &str) -> Answered {
+    answered
+        .iter()
+        .enumerate()
+        .filter(|(_, seen)| !**seen)
+        .map(|(position, _)| (position, Outcome::retryable(reason)))
+        .collect()
 }
 
 /// Counters shared by the loops of one run.

@@ -26,6 +26,7 @@ crate::support::per_backend!(
     claim_fails_an_expired_lease_at_max_attempts,
     claim_isolates_a_corrupt_envelope,
     claim_rejects_an_envelope_of_another_tenant,
+    claim_rejects_an_envelope_disagreeing_with_its_row,
     claim_concurrent_claims_never_share_a_row,
 );
 
@@ -342,6 +343,71 @@ async fn claim_rejects_an_envelope_of_another_tenant(backend: Backend) {
     );
     assert_eq!(status_of(&db, APP, "e1").await, "failed");
     assert!(db.row(APP, "e1").await.unwrap().last_error.is_some());
+}
+
+/// Every identity field of the envelope must agree with its row (or be empty: then the row's
+/// value fills it); a disagreement or a zero-byte envelope fails the row naming the field, and the
+/// CLI filters (which read the columns) find it.
+async fn claim_rejects_an_envelope_disagreeing_with_its_row(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    let with = |event_id: &str, change: &dyn Fn(&mut outboxd::record::Record)| {
+        let mut r = record(APP, event_id, "r1", 100);
+        change(&mut r);
+        r.encoded_envelope()
+    };
+    let other_type = with("e1", &|r| r.envelope.event_type = "OtherType".into());
+    let other_room = with("e2", &|r| r.envelope.room_id = "r9".into());
+    let blank_identity = with("e5", &|r| {
+        r.envelope.event_type.clear();
+        r.envelope.room_id.clear();
+    });
+    db.insert_raw(
+        DEFAULT_TABLE,
+        &[
+            RawInsert::pending(APP, "e1", "r1", 100).with_envelope(other_type),
+            RawInsert::pending(APP, "e2", "r1", 200).with_envelope(other_room),
+            RawInsert::pending(APP, "e3", "r1", 300).with_envelope(Vec::new()),
+            RawInsert::pending(APP, "e4", "r1", 400),
+            RawInsert::pending(APP, "e5", "r1", 500).with_envelope(blank_identity),
+        ],
+    )
+    .await;
+    let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    assert_eq!(ids(&batch), strs(&["e4", "e5"]));
+    let e5 = &batch.events[1].event;
+    assert_eq!(
+        (e5.event_type.as_str(), e5.room_id.as_str()),
+        ("T.r1", "r1"),
+        "empty envelope fields take the row's values"
+    );
+    assert_eq!(rejected_ids(&batch), strs(&["e1", "e2", "e3"]));
+    for (event_id, expected) in [
+        (
+            "e1",
+            "envelope event_type \"OtherType\" does not match the row's event_type \"T.r1\"",
+        ),
+        (
+            "e2",
+            "envelope room_id \"r9\" does not match the row's room_id \"r1\"",
+        ),
+        ("e3", "envelope is empty"),
+    ] {
+        let row = db.row(APP, event_id).await.unwrap();
+        assert_eq!(row.status, "failed", "{event_id}");
+        let last_error = row.last_error.unwrap_or_default();
+        assert!(last_error.contains(expected), "{event_id}: {last_error}");
+    }
+    let by_type = FailedFilter {
+        event_type: Some("T.r1".into()),
+        ..FailedFilter::default()
+    };
+    assert_eq!(
+        list_failed(&store, by_type, 10).await,
+        strs(&["e1", "e2", "e3"]),
+        "the row's event_type is the one filters see"
+    );
 }
 
 async fn claim_concurrent_claims_never_share_a_row(backend: Backend) {

@@ -264,6 +264,7 @@ impl TestDb {
             url: self.url.clone(),
             table: TableName::new(table).expect("valid table name"),
             max_connections: 4,
+            ..ConnectOptions::new(self.url.clone())
         }
     }
 

@@ -6,11 +6,13 @@
 //! - this file: the arguments, loading the config, logging, dispatch;
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
 //! - [`plugin`]: `outboxd plugin check|test`;
-//! - `bench`: `outboxd bench`.
+//! - `bench`: `outboxd bench`;
+//! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 pub mod bench;
 pub mod ops;
 pub mod plugin;
+pub mod signals;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -45,7 +47,8 @@ pub enum Command {
     Migrate,
     /// Write sample events (for trying things out and for scripts).
     Enqueue(EnqueueArgs),
-    /// Deliver events until stopped (SIGINT/SIGTERM finish the batch in flight, then exit 0).
+    /// Deliver events until stopped (SIGINT/SIGTERM finish the batches in flight, then exit 0; a
+    /// second one more than 2s later, or SIGQUIT, exits at once with 130 / 131).
     Run {
         /// Exit 0 once nothing is claimable.
         #[arg(long)]
@@ -219,10 +222,26 @@ pub fn main() -> ExitCode {
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_line(e.as_ref()));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text the line already
+/// holds (errors that print their source in their own message) is not repeated.
+pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = next.source();
+    }
+    line
 }
 
 /// Runs one parsed command line: loads the config, starts logging, dispatches.
@@ -268,8 +287,10 @@ fn load_config(cli: &Cli) -> Result<Config> {
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match config.log.format {
         LogFormat::Text => builder.try_init(),
@@ -280,6 +301,25 @@ fn init_logging(config: &Config) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_lines_say_each_cause_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = io.to_string();
+        let error = anyhow::Error::new(crate::plugin::PluginError::Cache {
+            dir: PathBuf::from("/var/cache/outboxd"),
+            source: io,
+        })
+        .context("cannot load sink plugins");
+        let line = error_line(error.as_ref());
+        assert_eq!(line.matches(&text).count(), 1, "{line}");
+        assert!(
+            line.starts_with(
+                "cannot load sink plugins: plugin cache directory /var/cache/outboxd: "
+            ),
+            "{line}"
+        );
+    }
 
     #[test]
     fn cli_parses_the_documented_commands() {

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{EnqueueArgs, FilterArgs, RequeueArgs};
 use crate::config::Config;
@@ -172,13 +172,14 @@ pub async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
 
 /// `outboxd run [--drain]`: loads the sinks, then runs the worker until a signal (or drained).
 pub async fn run(config: &Config, drain: bool) -> Result<()> {
+    config.check_deliverable()?;
     let publisher = crate::plugin::load_publisher(&config.publishing, &config.plugins)
         .await
         .context("cannot load sink plugins")?;
     let store = connect(config).await?;
     let worker = Worker::new(store.clone(), publisher, config.worker_options());
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    tokio::spawn(super::signals::stop_on_signal(shutdown.clone()));
     let mode = if drain {
         RunMode::Drain
     } else {
@@ -198,23 +199,6 @@ pub async fn run(config: &Config, drain: bool) -> Result<()> {
         "outboxd stopped"
     );
     Ok(())
-}
-
-/// Cancels `shutdown` on the first SIGINT or SIGTERM; a second signal exits at once (130).
-async fn stop_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        warn!("cannot install signal handlers; stop outboxd with SIGKILL");
-        return;
-    };
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    info!("shutdown requested: finishing batches in flight (signal again to exit at once)");
-    shutdown.cancel();
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    std::process::exit(130);
 }
 
 impl FilterArgs {

@@ -7,6 +7,7 @@
 //! one [`ConfigError`] naming the key (or variable) at fault.
 
 mod byte_size;
+mod deadlines;
 mod options;
 pub mod sink;
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 pub use byte_size::ByteSize;
+pub use deadlines::DEADLINE_MARGIN;
 pub use sink::{Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec};
 
 use crate::retry::{RetryPolicy, Strategy};
@@ -57,6 +59,9 @@ pub struct DatabaseConfig {
     pub table: TableName,
     /// Connection pool size. Default 8.
     pub max_connections: u32,
+    /// Longest wait for a new connection or a pool checkout; the database's own error ("connection
+    /// refused", "access denied", …) is reported as soon as it comes. Default 5s.
+    pub connect_timeout: Duration,
 }
 
 /// `[worker]`.
@@ -68,9 +73,11 @@ pub struct WorkerConfig {
     pub batch_size: u32,
     /// Wait between claims when idle. Default 1s.
     pub poll_interval: Duration,
-    /// Lease length of a claim. Default 30s; must exceed `publish_timeout`.
+    /// Lease length of a claim. Default 30s; at least `publish_timeout` + [`DEADLINE_MARGIN`].
     pub lease: Duration,
-    /// Deadline of one publish call (the whole batch). Default 10s.
+    /// Deadline of one batch's publish: events no sink answered by then are retryable, results
+    /// already answered are kept. Default 20s; at least every sink's `limits.publish_timeout`
+    /// (times its calls per batch) + [`DEADLINE_MARGIN`].
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
     pub ordering: DeliveryOrder,
@@ -178,6 +185,30 @@ impl Config {
         raw.validate(base_dir)
     }
 
+    /// Checks that `outboxd run` has somewhere to deliver: at least one `[[sink]]` and one
+    /// `[[route]]`. Without them every claimed row would go to `failed` with "no route", so `run`
+    /// refuses to start with one line saying what to configure.
+    pub fn check_deliverable(&self) -> Result<(), ConfigError> {
+        let Some(first) = self.publishing.sinks().first() else {
+            return Err(invalid(
+                "sink",
+                "no [[sink]] configured: nothing to deliver to; add a [[sink]] (name, plugin) and \
+                 a [[route]] (event_type, sink) to the config file (--config, or ./outboxd.toml)",
+            ));
+        };
+        if self.publishing.routes().is_empty() {
+            return Err(invalid(
+                "route",
+                format!(
+                    "no [[route]] configured: every event would fail with \"no route\"; add e.g. \
+                     [[route]] event_type = \"*\" sink = \"{}\"",
+                    first.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Defaults only (no file, no environment).
     pub fn defaults() -> Config {
         Config::load(None, std::iter::empty()).expect("built-in defaults are valid")
@@ -272,6 +303,8 @@ struct RawDatabase {
     url: String,
     table: String,
     max_connections: u32,
+    #[serde(deserialize_with = "duration")]
+    connect_timeout: Duration,
 }
 
 impl Default for RawDatabase {
@@ -280,6 +313,7 @@ impl Default for RawDatabase {
             url: "sqlite://outboxd.db".into(),
             table: crate::store::DEFAULT_TABLE.into(),
             max_connections: 8,
+            connect_timeout: crate::store::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
@@ -307,7 +341,7 @@ impl Default for RawWorker {
             batch_size: 500,
             poll_interval: Duration::from_secs(1),
             lease: Duration::from_secs(30),
-            publish_timeout: Duration::from_secs(10),
+            publish_timeout: Duration::from_secs(20),
             ordering: DeliveryOrder::None,
             concurrency: 1,
             node_id: None,
@@ -379,6 +413,7 @@ impl RawConfig {
         let worker = self.worker.validate()?;
         let retry = self.retry.validate()?;
         let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
+        deadlines::check(&worker, &publishing)?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -410,10 +445,17 @@ impl RawDatabase {
                 format!("must be 1..=1000, got {}", self.max_connections),
             ));
         }
+        if self.connect_timeout.is_zero() {
+            return Err(invalid(
+                "database.connect_timeout",
+                "must be greater than 0",
+            ));
+        }
         Ok(DatabaseConfig {
             url: self.url,
             table,
             max_connections: self.max_connections,
+            connect_timeout: self.connect_timeout,
         })
     }
 }
@@ -446,12 +488,13 @@ impl RawWorker {
         if self.publish_timeout.is_zero() {
             return Err(invalid("worker.publish_timeout", "must be greater than 0"));
         }
-        if self.lease <= self.publish_timeout {
+        if self.lease < self.publish_timeout + DEADLINE_MARGIN {
             return Err(invalid(
                 "worker.lease",
                 format!(
-                    "must be longer than worker.publish_timeout ({}), got {}",
+                    "must be at least worker.publish_timeout ({}) + {}, got {}",
                     humantime::format_duration(self.publish_timeout),
+                    humantime::format_duration(DEADLINE_MARGIN),
                     humantime::format_duration(self.lease)
                 ),
             ));

@@ -12,6 +12,7 @@ impl Config {
             url: self.database.url.clone(),
             table: self.database.table.clone(),
             max_connections: self.database.max_connections,
+            connect_timeout: self.database.connect_timeout,
         }
     }
 

@@ -32,7 +32,8 @@ pub struct SinkConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SinkLimits {
-    /// Deadline of one `publish` call (epoch interruption); an overrun fails the batch as retryable.
+    /// Deadline of one `publish` call (epoch interruption); an overrun fails the call's events as
+    /// retryable. Default 15s (above the shipped plugins' own 10s request timeout).
     #[serde(with = "humantime_serde")]
     pub publish_timeout: Duration,
     /// Linear-memory cap of one plugin instance.
@@ -43,6 +44,9 @@ pub struct SinkLimits {
     pub allow_hosts: Vec<String>,
     /// Token-bucket rate limit on outbound requests; 0 = unlimited.
     pub max_requests_per_second: u32,
+    /// Most outbound requests of this sink (all its instances and batches together) between
+    /// sending and the response head; more wait for a slot. Default 16, at least 1.
+    pub max_concurrent_requests: u32,
     /// Connect timeout of one outbound request.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
@@ -51,19 +55,28 @@ pub struct SinkLimits {
     pub first_byte_timeout: Duration,
     /// Largest response body a plugin may read.
     pub max_response_size: ByteSize,
+    /// Most lines per second the plugin may write to the host log (stdout, stderr and the
+    /// `logging` import together; burst = the rate); the rest are counted and reported as
+    /// "N plugin log lines suppressed". Default 100.
+    pub log_lines_per_second: u32,
+    /// Longest plugin log line kept; the rest of a longer line is dropped. Default 2KiB.
+    pub log_line_max: ByteSize,
 }
 
 impl Default for SinkLimits {
     fn default() -> Self {
         SinkLimits {
-            publish_timeout: Duration::from_secs(10),
+            publish_timeout: Duration::from_secs(15),
             memory: ByteSize(64 * 1024 * 1024),
             max_batch_size: 1000,
             allow_hosts: Vec::new(),
             max_requests_per_second: 0,
+            max_concurrent_requests: 16,
             connect_timeout: Duration::from_secs(5),
             first_byte_timeout: Duration::from_secs(10),
             max_response_size: ByteSize(1024 * 1024),
+            log_lines_per_second: 100,
+            log_line_max: ByteSize(2048),
         }
     }
 }
@@ -80,7 +93,8 @@ pub struct RouteConfig {
 
 /// A `[[sink]]` checked by [`Publishing::new`]: a non-empty name unique among the sinks, a plugin
 /// path (resolved against the config file's folder), limits a sink can run with
-/// (`publish_timeout` > 0, `max_batch_size` ≥ 1, `memory` ≥ 1MiB). Built only by those checks
+/// (`publish_timeout` > 0, `max_batch_size` ≥ 1, `memory` ≥ 1MiB, `max_concurrent_requests` ≥ 1,
+/// `log_lines_per_second` ≥ 1, `log_line_max` ≥ 16 bytes). Built only by those checks
 /// ([`Publishing::new`], [`SinkSpec::new`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SinkSpec {
@@ -123,6 +137,24 @@ impl SinkSpec {
             return Err(invalid(
                 &format!("{key}.limits.memory"),
                 "must be at least 1MiB",
+            ));
+        }
+        if limits.max_concurrent_requests == 0 {
+            return Err(invalid(
+                &format!("{key}.limits.max_concurrent_requests"),
+                "must be at least 1",
+            ));
+        }
+        if limits.log_lines_per_second == 0 {
+            return Err(invalid(
+                &format!("{key}.limits.log_lines_per_second"),
+                "must be at least 1",
+            ));
+        }
+        if limits.log_line_max.0 < 16 {
+            return Err(invalid(
+                &format!("{key}.limits.log_line_max"),
+                "must be at least 16 bytes",
             ));
         }
         Ok(SinkSpec {

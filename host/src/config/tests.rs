@@ -110,6 +110,73 @@ fn bad_values_are_named() {
 }
 
 #[test]
+fn deadlines_must_nest_with_margins() {
+    let sink = |limits: &str, config: &str| {
+        format!(
+            "[[sink]]\nname = \"s\"\nplugin = \"s.wasm\"\nlimits = {{ {limits} }}\nconfig = {{ {config} }}\n"
+        )
+    };
+    // Defaults nest: a plugin's 10s timeout < sink 15s < worker 20s < lease 30s.
+    let config = load_str(&sink("", "timeout_ms = \"10000\""), &[]).unwrap();
+    assert_eq!(
+        config.publishing.sinks()[0].limits().publish_timeout,
+        Duration::from_secs(15)
+    );
+    assert_eq!(config.worker.publish_timeout, Duration::from_secs(20));
+    assert_eq!(config.worker.lease, Duration::from_secs(30));
+    let cases = [
+        (
+            sink("publish_timeout = \"20s\"", ""),
+            "sink[0].limits.publish_timeout",
+            "worker.publish_timeout (20s)",
+        ),
+        (
+            sink("", "timeout_ms = \"15000\""),
+            "sink[0].config.timeout_ms",
+            "sink[0].limits.publish_timeout (15s)",
+        ),
+        (
+            sink("max_batch_size = 100", ""),
+            "sink[0].limits.publish_timeout",
+            "× 5 calls",
+        ),
+        (
+            "[worker]\nlease = \"20s\"\n".to_string(),
+            "worker.lease",
+            "worker.publish_timeout (20s) + 1s",
+        ),
+    ];
+    for (text, key, detail) in cases {
+        let err = load_str(&text, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains(key) && err.contains(detail),
+            "{text:?} → {err}"
+        );
+    }
+}
+
+#[test]
+fn run_needs_a_sink_and_a_route() {
+    let err = Config::defaults()
+        .check_deliverable()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no [[sink]] configured"), "{err}");
+    let sink_only = load_str("[[sink]]\nname = \"log\"\nplugin = \"log.wasm\"\n", &[]).unwrap();
+    let err = sink_only.check_deliverable().unwrap_err().to_string();
+    assert!(
+        err.contains("no [[route]] configured") && err.contains("sink = \"log\""),
+        "{err}"
+    );
+    let both = load_str(
+        "[[sink]]\nname = \"log\"\nplugin = \"log.wasm\"\n[[route]]\nevent_type = \"*\"\nsink = \"log\"\n",
+        &[],
+    )
+    .unwrap();
+    both.check_deliverable().unwrap();
+}
+
+#[test]
 fn environment_overrides_file() {
     let config = load_str(
         "[worker]\nbatch_size = 10\n",

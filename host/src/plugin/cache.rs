@@ -123,7 +123,8 @@ fn default_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// Creates `dir` with its marker if it does not exist; checks an existing one is ours.
+/// Creates `dir` with its marker if it does not exist, adopts an existing empty one (writing the
+/// marker, mode 0700), and checks any other existing one is ours.
 ///
 /// The directory appears with its marker already inside (made under a temporary name, then
 /// renamed into place), so hosts starting at the same moment never see it half made.
@@ -151,12 +152,39 @@ fn prepare(dir: &Path) -> io::Result<()> {
             } // else another host made it first: check theirs below
         }
     }
+    if !dir.join(MARKER).is_file() && is_empty_dir(dir)? {
+        // An empty directory made for us (systemd's `CacheDirectory=`, `install -d`): adopt it.
+        // The marker is written by this host; `check_private` below then requires the directory
+        // to belong to the marker's owner.
+        fs::write(
+            dir.join(MARKER),
+            b"outboxd precompiled plugin artifacts; safe to delete\n",
+        )?;
+        make_private(dir)?;
+    }
     if !dir.join(MARKER).is_file() {
         return Err(io::Error::other(format!(
             "exists but was not created by outboxd (no {MARKER} file); refusing to load native code from it"
         )));
     }
     check_private(dir)
+}
+
+/// Whether `dir` has no entries at all.
+fn is_empty_dir(dir: &Path) -> io::Result<bool> {
+    Ok(fs::read_dir(dir)?.next().is_none())
+}
+
+/// Restricts `dir` to its owner (mode 0700 on Unix).
+#[cfg(unix)]
+fn make_private(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+#[cfg(not(unix))]
+fn make_private(_dir: &Path) -> io::Result<()> {
+    Ok(())
 }
 
 #[cfg(unix)]

@@ -3,8 +3,9 @@
 //!
 //! Before a request leaves the host: its origin (scheme, host, port) must be in the allowlist,
 //! else it fails with `HttpRequestDenied` and a warning naming the sink and the URL (without its
-//! query string, which may carry credentials); then it waits for a token of the sink's
-//! [`TokenBucket`] (never refused). It is sent with the sink's connect and first-byte timeouts
+//! query string, which may carry credentials); then it waits for one of the sink's
+//! `max_concurrent_requests` slots (held until the response head arrives) and for a token of the
+//! sink's [`TokenBucket`] (never refused). It is sent with the sink's connect and first-byte timeouts
 //! (capping what the plugin asks for), and its response fails with `HttpResponseBodySize` once
 //! the body exceeds `max_response_size` (at once when `content-length` announces more).
 
@@ -124,6 +125,8 @@ pub struct HttpPolicy {
     first_byte_timeout: Duration,
     max_response_size: u64,
     rate: Option<TokenBucket>,
+    /// `limits.max_concurrent_requests` permits, shared by all the sink's instances.
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl HttpPolicy {
@@ -146,6 +149,9 @@ impl HttpPolicy {
                 return Err("limits.max_response_size must be greater than zero".into());
             }
         }
+        if limits.max_concurrent_requests == 0 {
+            return Err("limits.max_concurrent_requests must be at least 1".into());
+        }
         Ok(HttpPolicy {
             sink,
             allow,
@@ -154,6 +160,9 @@ impl HttpPolicy {
             max_response_size: limits.max_response_size.0,
             rate: (limits.max_requests_per_second > 0)
                 .then(|| TokenBucket::new(limits.max_requests_per_second)),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(
+                limits.max_concurrent_requests as usize,
+            )),
         })
     }
 
@@ -194,11 +203,21 @@ impl HttpPolicy {
             );
             return Err(HttpError::HttpRequestDenied);
         }
+        // One of `max_concurrent_requests` slots from sending until the response head arrives
+        // (a plugin may hold responses unread while it sends more, so the body does not keep it).
+        let permit = self
+            .in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| HttpError::InternalError(Some("request slots closed".into())))?;
         if let Some(bucket) = &self.rate {
             bucket.acquire().await;
         }
         let url = loggable(request.uri());
-        let (response, io) = default_send_request(request, Some(self.options(options))).await?;
+        let sent = default_send_request(request, Some(self.options(options))).await;
+        drop(permit);
+        let (response, io) = sent?;
         let announced = response
             .headers()
             .get(http::header::CONTENT_LENGTH)

@@ -8,6 +8,7 @@
 //!   + wasi:http for sinks with `limits.allow_hosts`);
 //! - [`http`]: a sink's outbound-HTTP policy: allowlist, timeouts, response-size cap, rate limit;
 //! - [`redact`]: secret config values kept out of logs and `last_error`;
+//! - `log_limit`: a sink's cap on its plugin's log lines (rate and length);
 //! - [`state`]: per-instance store state, memory limiter, logging and stdio → `tracing`;
 //! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool;
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
@@ -19,6 +20,7 @@ pub mod check;
 pub mod engine;
 mod error;
 mod http;
+mod log_limit;
 mod redact;
 pub mod router;
 pub mod sink;

@@ -1,14 +1,16 @@
 //! Routing: `[[route]]` globs on the event type pick a sink (first match wins); the
-//! [`RoutedPublisher`] splits a batch by sink, publishes the groups concurrently and puts the
-//! outcomes back in batch order.
+//! [`RoutedPublisher`] splits a batch by sink, publishes the groups concurrently, and hands each
+//! sink's outcomes back (by batch position) as soon as that sink answers.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::future::join_all;
+use futures::FutureExt;
+use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
+use tokio_util::task::AbortOnDropHandle;
 
-use crate::publish::{Event, Outcome, Publisher};
+use crate::publish::{Answered, Event, Outcome, Publisher};
 
 /// One route: events whose type matches `event_type` go to `publisher`, the sink named `sink`.
 #[derive(Clone)]
@@ -69,36 +71,9 @@ impl RoutedPublisher {
 impl Publisher for RoutedPublisher {
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        // Event positions per sink, in batch order.
-        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (position, event) in batch.iter().enumerate() {
-            match self.sink_index(&event.event_type) {
-                Some(sink) => groups.entry(sink).or_default().push(position),
-                None => {
-                    outcomes[position] = Some(Outcome::permanent(format!(
-                        "no route for event type `{}`",
-                        event.event_type
-                    )))
-                }
-            }
-        }
-        let whole_batch = groups.len() == 1 && groups.values().all(|p| p.len() == batch.len());
-        // Each sink answers one outcome per event (the `Publisher` contract; `PluginSink` checks its
-        // plugin's answer); the worker checks the whole batch's count. A position left without an
-        // outcome is retried.
-        let published = join_all(groups.into_iter().map(|(sink, positions)| async move {
-            let (_, publisher) = &self.sinks[sink];
-            let results = if whole_batch {
-                publisher.publish(batch).await
-            } else {
-                let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
-                publisher.publish(&events).await
-            };
-            (positions, results)
-        }))
-        .await;
-        for (positions, results) in published {
-            for (position, outcome) in positions.into_iter().zip(results) {
+        let mut parts = self.publish_parts(batch);
+        while let Some(part) = parts.next().await {
+            for (position, outcome) in part {
                 outcomes[position] = Some(outcome);
             }
         }
@@ -109,6 +84,81 @@ impl Publisher for RoutedPublisher {
             })
             .collect()
     }
+
+    /// One part for the events no route takes (at once), then one part per sink as soon as that
+    /// sink answers: a slow sink never holds up the others' results.
+    fn publish_parts<'a>(&'a self, batch: &'a [Event]) -> BoxStream<'a, Answered> {
+        // Event positions per sink, in batch order.
+        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut unrouted = Vec::new();
+        for (position, event) in batch.iter().enumerate() {
+            match self.sink_index(&event.event_type) {
+                Some(sink) => groups.entry(sink).or_default().push(position),
+                None => unrouted.push((
+                    position,
+                    Outcome::permanent(format!("no route for event type `{}`", event.event_type)),
+                )),
+            }
+        }
+        let sinks: FuturesUnordered<_> = if groups.len() == 1 && unrouted.is_empty() {
+            // One sink takes the whole batch: publish it in place, no copy, no task.
+            groups
+                .into_iter()
+                .map(|(sink, positions)| {
+                    let (name, publisher) = &self.sinks[sink];
+                    async move {
+                        let results = publisher.publish(batch).await;
+                        answered(name, positions, results)
+                    }
+                    .boxed()
+                })
+                .collect()
+        } else {
+            // Several sinks: each publishes in a task of its own, so a sink that keeps its
+            // thread busy (a looping plugin until its deadline) never slows another one down.
+            // Dropping the stream (the worker's deadline) aborts the tasks still running.
+            groups
+                .into_iter()
+                .map(|(sink, positions)| {
+                    let (name, publisher) = &self.sinks[sink];
+                    let publisher = publisher.clone();
+                    let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
+                    let task = AbortOnDropHandle::new(tokio::spawn(async move {
+                        publisher.publish(&events).await
+                    }));
+                    async move {
+                        let results = match task.await {
+                            Ok(results) => results,
+                            Err(join) => {
+                                let message = format!("sink `{name}` failed: {join}");
+                                vec![Outcome::retryable(message); positions.len()]
+                            }
+                        };
+                        answered(name, positions, results)
+                    }
+                    .boxed()
+                })
+                .collect()
+        };
+        let first = (!unrouted.is_empty()).then_some(unrouted);
+        stream::iter(first).chain(sinks).boxed()
+    }
+}
+
+/// A sink's results by batch position; a list of the wrong length fails all of them as retryable.
+fn answered(name: &str, positions: Vec<usize>, results: Vec<Outcome>) -> Answered {
+    if results.len() == positions.len() {
+        return positions.into_iter().zip(results).collect();
+    }
+    let message = format!(
+        "sink `{name}` returned {} results for {} events",
+        results.len(),
+        positions.len()
+    );
+    positions
+        .into_iter()
+        .map(|position| (position, Outcome::retryable(message.clone())))
+        .collect()
 }
 
 /// Whether `text` matches `glob`: `*` matches any run of characters (including none), `?`

@@ -15,6 +15,7 @@ use super::bindings::{PublisherComponent, PublisherComponentPre};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{PluginError, boxed};
 use super::http::HttpPolicy;
+use super::log_limit::LogLimit;
 use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
 use super::world::{self, WorldInfo};
@@ -92,6 +93,11 @@ impl PluginSink {
             name: name.clone(),
             redactor: Redactor::new(sink.config()),
             http: Arc::new(http),
+            log_limit: LogLimit::new(
+                name.clone(),
+                limits.log_lines_per_second,
+                usize::try_from(limits.log_line_max.0).unwrap_or(usize::MAX),
+            ),
         });
         let this = PluginSink {
             name,
@@ -251,6 +257,7 @@ impl PluginSink {
         )
         .await;
         instance.store.data_mut().disarm();
+        self.shared.log_limit.flush();
         let results = match called {
             Err(_elapsed) => return Err(self.deadline_error()),
             Ok(Err(error)) => return Err(self.failure(instance.store.data(), error)),

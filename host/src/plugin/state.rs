@@ -18,10 +18,9 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::outbox::publisher::logging::{self, Level};
 use super::bindings::outbox::publisher::types;
 use super::http::{HttpPolicy, SinkHttpHooks};
+use super::log_limit::LogLimit;
 use super::redact::Redactor;
 
-/// Longest guest stdout/stderr line kept; longer lines are logged in pieces.
-const MAX_LINE: usize = 8 * 1024;
 /// Stderr lines of one call kept for a trap's reason.
 const TAIL_LINES: usize = 3;
 /// Longest stderr line kept for a trap's reason.
@@ -35,6 +34,8 @@ pub(super) struct SinkShared {
     pub(super) redactor: Redactor,
     /// Allowlist, timeouts, size cap and rate limit of its wasi:http requests.
     pub(super) http: Arc<HttpPolicy>,
+    /// Line rate and length cap of everything its plugin logs.
+    pub(super) log_limit: LogLimit,
 }
 
 /// The data of one plugin instance's `Store`.
@@ -127,8 +128,12 @@ impl WasiHttpView for HostState {
 
 impl logging::Host for HostState {
     fn log(&mut self, level: Level, message: String) {
+        if !self.sink.log_limit.admit() {
+            return;
+        }
         let sink = &*self.sink.name;
         let message = self.sink.redactor.redact(&message);
+        let message = self.sink.log_limit.cut(&message);
         match level {
             Level::Trace => tracing::trace!(target: "outboxd::plugin", sink, "{message}"),
             Level::Debug => tracing::debug!(target: "outboxd::plugin", sink, "{message}"),
@@ -214,12 +219,13 @@ enum Stream {
 }
 
 /// A guest's stdout or stderr: complete lines go to `tracing` (stdout at info, stderr at warn)
-/// tagged with the sink. All handles the guest opens share one line buffer.
+/// tagged with the sink, within the sink's [`LogLimit`] (a line longer than its byte cap is cut
+/// and the rest of it dropped). All handles the guest opens share one line buffer.
 #[derive(Clone)]
 struct GuestOutput {
     sink: Arc<SinkShared>,
     stream: Stream,
-    pending: Arc<Mutex<Vec<u8>>>,
+    pending: Arc<Mutex<PendingLine>>,
     /// Where the last lines are kept (stderr only), skipping Rust's `note: …` hints.
     tail: Option<Arc<Mutex<Vec<String>>>>,
 }
@@ -238,27 +244,46 @@ impl GuestOutput {
         }
     }
 
-    /// Appends `bytes` and logs every complete line (and any over-long partial line).
-    fn write(&self, bytes: &[u8]) {
+    /// Logs every complete line of `bytes`; a line reaching the byte cap is logged cut at once
+    /// and the rest of it, up to its newline, dropped.
+    fn write(&self, mut bytes: &[u8]) {
         let Ok(mut pending) = self.pending.lock() else {
             return;
         };
-        pending.extend_from_slice(bytes);
-        while let Some(end) = pending
-            .iter()
-            .position(|&b| b == b'\n')
-            .or_else(|| (pending.len() >= MAX_LINE).then_some(MAX_LINE))
-        {
-            let line: Vec<u8> = pending.drain(..end).collect();
-            if pending.first() == Some(&b'\n') {
-                pending.remove(0);
+        let max_line = self.sink.log_limit.max_line();
+        while !bytes.is_empty() {
+            let newline = bytes.iter().position(|&b| b == b'\n');
+            let (piece, rest) = match newline {
+                Some(end) => (&bytes[..end], &bytes[end + 1..]),
+                None => (bytes, &[][..]),
+            };
+            bytes = rest;
+            if !pending.skipping {
+                let room = (max_line + 1).saturating_sub(pending.line.len());
+                pending
+                    .line
+                    .extend_from_slice(&piece[..piece.len().min(room)]);
+                if pending.line.len() > max_line {
+                    // Over the cap: log what is kept (marked as cut), drop the rest of the line.
+                    let line = std::mem::take(&mut pending.line);
+                    pending.skipping = true;
+                    self.emit(&line, true);
+                }
             }
-            self.emit(&line);
+            if newline.is_some() {
+                if !pending.skipping {
+                    let line = std::mem::take(&mut pending.line);
+                    self.emit(&line, false);
+                }
+                pending.skipping = false;
+            }
         }
     }
 
-    fn emit(&self, line: &[u8]) {
-        let line = String::from_utf8_lossy(line);
+    /// Logs one line (`cut`: the start of a line over the byte cap).
+    fn emit(&self, line: &[u8], cut: bool) {
+        let max_line = self.sink.log_limit.max_line();
+        let line = String::from_utf8_lossy(&line[..line.len().min(max_line)]);
         let line = self.sink.redactor.redact(line.trim_end_matches('\r'));
         let line = line.as_ref();
         if let Some(Ok(mut tail)) = self.tail.as_ref().map(|t| t.lock())
@@ -270,16 +295,31 @@ impl GuestOutput {
             }
             tail.push(line.chars().take(TAIL_LINE_CHARS).collect());
         }
+        if !self.sink.log_limit.admit() {
+            return;
+        }
+        let marker = if cut {
+            "… [rest of line dropped]"
+        } else {
+            ""
+        };
         let sink = &*self.sink.name;
         match self.stream {
             Stream::Stdout => {
-                tracing::info!(target: "outboxd::plugin", sink, stream = "stdout", "{line}")
+                tracing::info!(target: "outboxd::plugin", sink, stream = "stdout", "{line}{marker}")
             }
             Stream::Stderr => {
-                tracing::warn!(target: "outboxd::plugin", sink, stream = "stderr", "{line}")
+                tracing::warn!(target: "outboxd::plugin", sink, stream = "stderr", "{line}{marker}")
             }
         }
     }
+}
+
+/// The line a guest stream is writing, and whether the rest of an over-long line is being dropped.
+#[derive(Default)]
+struct PendingLine {
+    line: Vec<u8>,
+    skipping: bool,
 }
 
 impl IsTerminal for GuestOutput {

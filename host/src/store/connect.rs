@@ -1,7 +1,12 @@
 //! From a database URL to a connected store: the URL's scheme names the [`Backend`], the backend's
 //! module connects. The only place in the store that names every backend.
+//!
+//! Every backend first makes one direct connection within `connect_timeout` ([`probe`]): a pool
+//! retries a refused connection until its acquire timeout and then reports only "pool timed
+//! out", hiding "Connection refused", "Access denied" or "Unknown database".
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::statement::SqlDialect;
 use super::{Backend, OutboxStore, StoreError, TableName, mysql, postgres, sqlite};
@@ -46,7 +51,13 @@ pub struct ConnectOptions {
     pub table: TableName,
     /// Pool size.
     pub max_connections: u32,
+    /// Longest wait for a new connection or a pool checkout ([`DEFAULT_CONNECT_TIMEOUT`]).
+    pub connect_timeout: Duration,
 }
+
+/// Default of `database.connect_timeout`: how long a connection attempt (and a pool checkout)
+/// may take before the database counts as unreachable.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ConnectOptions {
     /// Options for `url` with the default table and pool size.
@@ -55,6 +66,7 @@ impl ConnectOptions {
             url: url.into(),
             table: TableName::default(),
             max_connections: 8,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
@@ -66,6 +78,26 @@ pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn OutboxStore>, S
         Backend::MySql => Arc::new(mysql::MySqlStore::connect(options).await?),
         Backend::Postgres => Arc::new(postgres::PostgresStore::connect(options).await?),
     })
+}
+
+/// Opens and closes one connection of type `C` to `url` within `timeout`, returning the driver's
+/// own error ("connection refused", "access denied", "unknown database") or
+/// [`StoreError::ConnectTimeout`].
+pub(crate) async fn probe<C: sqlx::Connection>(
+    url: &str,
+    timeout: Duration,
+) -> Result<(), StoreError> {
+    match tokio::time::timeout(timeout, C::connect(url)).await {
+        Err(_elapsed) => Err(StoreError::ConnectTimeout(timeout)),
+        Ok(Err(source)) => Err(StoreError::Database {
+            op: "connect",
+            source,
+        }),
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+    }
 }
 
 /// The URL with any password replaced by `***`, for messages and logs.

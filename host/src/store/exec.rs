@@ -310,7 +310,10 @@ pub(crate) async fn claim<D: Driver>(
     params: &ClaimParams,
 ) -> Result<ClaimBatch, StoreError> {
     let deadline_ms = record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64;
-    retry_transient(deadline_ms, || claim_once(driver, params)).await
+    retry_transient(deadline_ms, StoreError::is_transient, || {
+        claim_once(driver, params)
+    })
+    .await
 }
 
 /// One attempt of [`claim`].
@@ -402,7 +405,11 @@ pub(crate) async fn mark<D: Driver>(
         .max(record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64);
     let mut changed = HashSet::with_capacity(params.marks.len());
     for marks in params.marks.chunks(MAX_ROWS_PER_STATEMENT) {
-        let ids = retry_transient(deadline_ms, || {
+        // A mark is also retried while the database cannot be reached (a restart, a dropped
+        // connection): its results exist nowhere else. Repeating a mark that did commit changes
+        // nothing (the fence no longer matches) and reports its rows as stale.
+        let retry_on = |err: &StoreError| err.is_transient() || err.is_unreachable();
+        let ids = retry_transient(deadline_ms, retry_on, || {
             mark_once(driver, params.lease, marks, params.now_ms)
         })
         .await?;
@@ -456,7 +463,8 @@ const CLAIM_RETRY_BUDGET: Duration = Duration::from_secs(2);
 /// Longest pause between two attempts.
 const MAX_RETRY_PAUSE_MS: u64 = 200;
 
-/// Runs a claim or mark transaction again while the database aborts it as transient
+/// Runs a claim or mark transaction again while `retry_on` holds for its error — the database
+/// aborted it as transient (and, for marks, the database cannot be reached)
 /// ([`StoreError::is_transient`]: deadlock victim, serialization failure, lock wait timeout, busy
 /// SQLite file) and wall-clock time `deadline_ms` is not reached: the whole transaction was rolled
 /// back, so repeating it is safe. Concurrent hosts' `FOR UPDATE SKIP LOCKED` scans and the UPDATEs
@@ -464,7 +472,11 @@ const MAX_RETRY_PAUSE_MS: u64 = 200;
 ///
 /// This is the only place that retries a database error: the worker never retries a store call
 /// (see the store's module docs, "Who retries what").
-async fn retry_transient<T, F, Fut>(deadline_ms: i64, mut attempt: F) -> Result<T, StoreError>
+async fn retry_transient<T, F, Fut>(
+    deadline_ms: i64,
+    retry_on: impl Fn(&StoreError) -> bool,
+    mut attempt: F,
+) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
@@ -472,7 +484,7 @@ where
     let mut tries: u64 = 1;
     loop {
         match attempt().await {
-            Err(err) if err.is_transient() => {
+            Err(err) if retry_on(&err) => {
                 let pause_ms = (rand::random_range(1..=10) * tries).min(MAX_RETRY_PAUSE_MS);
                 if record::now_ms().saturating_add(pause_ms as i64) >= deadline_ms {
                     return Err(err);

@@ -11,8 +11,8 @@ use crate::store::{ClaimedEvent, RejectedRow};
 
 /// Decides what a claim does with one candidate row of `branch`: hand it out (envelope decoded,
 /// empty envelope fields filled from the row, `attempt = retry_count + 1`) or reject it to
-/// `failed` (envelope does not decode, names another tenant or event, or a reclaimed lease used
-/// the last attempt).
+/// `failed` (envelope empty or not decoding, an identity field — app_code, event_id, event_type,
+/// room_id — other than the row's, or a reclaimed lease used the last attempt).
 pub(crate) fn judge(
     app_code: &str,
     row: CandidateRow,
@@ -36,29 +36,40 @@ pub(crate) fn judge(
             ),
         ));
     }
+    if row.envelope.is_empty() {
+        return Err(reject(row, "envelope is empty (0 bytes)".to_string()));
+    }
     let mut envelope = match EventEnvelope::decode(row.envelope.as_slice()) {
         Ok(envelope) => envelope,
         Err(err) => return Err(reject(row, format!("envelope does not decode: {err}"))),
     };
-    if !envelope.app_code.is_empty() && envelope.app_code != app_code {
-        let reason = format!(
-            "envelope app_code {:?} does not match the row's {:?}",
-            envelope.app_code, app_code
-        );
+    // Every identity field the row also holds must agree: routing, CLI filters and logs all use
+    // one value. An envelope field left empty takes the row's value.
+    let mismatch = [
+        ("app_code", &mut envelope.app_code, app_code),
+        ("event_id", &mut envelope.event_id, row.event_id.as_str()),
+        (
+            "event_type",
+            &mut envelope.event_type,
+            row.event_type.as_str(),
+        ),
+        ("room_id", &mut envelope.room_id, row.room_id.as_str()),
+    ]
+    .into_iter()
+    .find_map(|(field, in_envelope, in_row)| {
+        if in_envelope.is_empty() {
+            *in_envelope = in_row.to_string();
+            None
+        } else if in_envelope != in_row {
+            Some(format!(
+                "envelope {field} {in_envelope:?} does not match the row's {field} {in_row:?}"
+            ))
+        } else {
+            None
+        }
+    });
+    if let Some(reason) = mismatch {
         return Err(reject(row, reason));
-    }
-    if !envelope.event_id.is_empty() && envelope.event_id != row.event_id {
-        let reason = format!(
-            "envelope event_id {:?} does not match the row's {:?}",
-            envelope.event_id, row.event_id
-        );
-        return Err(reject(row, reason));
-    }
-    if envelope.room_id.is_empty() {
-        envelope.room_id = row.room_id;
-    }
-    if envelope.event_type.is_empty() {
-        envelope.event_type = row.event_type;
     }
     Ok(ClaimedEvent {
         event: Event {
@@ -169,7 +180,11 @@ mod tests {
 
     #[test]
     fn judge_counts_reclaimed_leases_as_attempts() {
-        let ok = EventEnvelope::default().encode_to_vec();
+        let ok = EventEnvelope {
+            body: b"x".to_vec(),
+            ..EventEnvelope::default()
+        }
+        .encode_to_vec();
         let claimed = judge(
             "live",
             candidate(ok.clone(), 1),

@@ -25,27 +25,35 @@
 //! 3. `delivering` rows whose lease expired (a crashed worker's). Reclaiming counts as an attempt:
 //!    `retry_count + 1`, and a row at `max_attempts` goes to `failed` instead of being handed out.
 //!
-//! Rows whose envelope does not decode go to `failed` with the decode error in the same
+//! Rows whose envelope is empty, does not decode, or disagrees with the row on an identity field
+//! (app_code, event_id, event_type, room_id) go to `failed` with the reason in the same
 //! transaction and are reported in [`ClaimBatch::rejected`]; the rest of the batch flows.
 //!
 //! # Mark
-//! One statement per batch, fenced on the claim's lease: a row changes only while its
+//! One statement per call, fenced on the claim's lease: a row changes only while its
 //! `worker_id` and `lock_until_ms` still equal the [`Lease`]; the others are reported as stale.
+//! The worker marks a claimed batch in parts (each sink's results as that sink answers), so one
+//! claim may take several mark calls.
 //!
 //! # Who checks what, who retries what
 //! - Transient database errors ([`StoreError::is_transient`]: deadlock victim, serialization
 //!   failure, lock wait timeout, busy SQLite) are retried by the store and only there: a claim
-//!   transaction for up to 2 s, a mark transaction while its lease holds. The worker never
+//!   transaction for up to 2 s, a mark transaction while its lease holds. A mark is also retried
+//!   while its lease holds when the database cannot be reached ([`StoreError::is_unreachable`]:
+//!   a restart, a dropped connection), since its results exist nowhere else. The worker never
 //!   retries a store call: an error left ends the round (a draining run stops with it; a run
 //!   that never ends waits the poll interval), and a batch whose mark failed comes back when its
 //!   lease expires, counted as an attempt — nothing is lost.
+//! - Connecting: one direct connection attempt within `database.connect_timeout` before a pool
+//!   is built ([`connect`](connect())), so the driver's own error is reported at once.
 //! - `last_error` is cut to [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) where
 //!   it is bound into a statement (marks and claim rejects alike), nowhere else.
 //! - Sinks and routes are checked once, by config loading (`config::Publishing` builds the
 //!   `SinkSpec`s and `RouteSpec`s); the plugin layer takes them as given. What only loading a
 //!   plugin can tell (file, world, version, `init`, `allow_hosts` origins) is checked by its sink.
 //! - The number of outcomes is checked where a list enters from outside: the plugin's answer by
-//!   its sink (`PluginSink`), the publisher's answer by the worker.
+//!   its sink (`PluginSink`), each sink's answer by the router, the publisher's answer by the
+//!   worker.
 
 mod connect;
 mod exec;
@@ -64,7 +72,7 @@ use serde::{Deserialize, Serialize};
 use crate::publish::Event;
 use crate::record::Record;
 
-pub use connect::{ConnectOptions, connect, redact_url};
+pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
 pub use table_name::TableName;
 
 /// Default name of the outbox table.
@@ -115,6 +123,12 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// No connection to the database within `database.connect_timeout`.
+    #[error(
+        "connect: no answer within {} (database.connect_timeout)",
+        humantime::format_duration(*.0)
+    )]
+    ConnectTimeout(std::time::Duration),
     /// A caller passed something the store cannot act on.
     #[error("invalid request: {0}")]
     Invalid(String),
@@ -138,6 +152,34 @@ impl StoreError {
         let code = db.code();
         matches!(code.as_deref(), Some("40001" | "40P01" | "5" | "6" | "517"))
             || db.message().contains("Lock wait timeout exceeded")
+    }
+
+    /// True when the database could not be reached at all (refused or broken connection, TLS
+    /// failure, no connection within the timeout), as opposed to a statement that failed.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            StoreError::ConnectTimeout(_) => true,
+            StoreError::Database {
+                source: sqlx::Error::Database(db),
+                ..
+            } => {
+                // SQLSTATE class 08 (connection exception); 57P01..57P03: the server is
+                // shutting down or starting up.
+                let code = db.code();
+                let code = code.as_deref().unwrap_or("");
+                code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+            }
+            StoreError::Database { source, .. } => matches!(
+                source,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+                    | sqlx::Error::Protocol(_)
+            ),
+            _ => false,
+        }
     }
 
     /// Wraps a driver error with the operation it happened in.

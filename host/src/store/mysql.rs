@@ -27,8 +27,11 @@ impl MySqlStore {
     /// Connects to `options.url` (`mysql://user:password@host:3306/db`) and checks that the
     /// server supports `SKIP LOCKED` ([`StoreError::UnsupportedServer`] otherwise).
     pub async fn connect(options: &ConnectOptions) -> Result<MySqlStore, StoreError> {
+        super::connect::probe::<sqlx::MySqlConnection>(&options.url, options.connect_timeout)
+            .await?;
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.connect_timeout)
             // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
             // and marks do not deadlock on the secondary index entries they move (under
             // REPEATABLE READ, per-room claims beside marks did: tests/conformance/ordering.rs).

@@ -24,8 +24,10 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Connects to `options.url` (`postgres://user:password@host/db?options=-c%20search_path%3Dschema`).
     pub async fn connect(options: &ConnectOptions) -> Result<PostgresStore, StoreError> {
+        super::connect::probe::<sqlx::PgConnection>(&options.url, options.connect_timeout).await?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.connect_timeout)
             .connect(&options.url)
             .await
             .map_err(StoreError::db("connect"))?;

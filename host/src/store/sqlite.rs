@@ -48,6 +48,7 @@ impl SqliteStore {
         } else {
             SqlitePoolOptions::new().max_connections(options.max_connections.max(1))
         }
+        .acquire_timeout(options.connect_timeout)
         .connect_with(connect)
         .await
         .map_err(StoreError::db("connect"))?;

@@ -7,7 +7,9 @@
 //! - `rate_limited = MS`: every event is rate-limited with `retry-after-ms = MS`;
 //! - `trap_on_type = T`: panics (a trap) when an event of type `T` is in the batch;
 //! - `init_error = MESSAGE`: `init` fails with `MESSAGE`;
-//! - `quiet = true`: no logging line and no stdout line per call (for benchmarks).
+//! - `quiet = true`: no logging line and no stdout line per call (for benchmarks);
+//! - `flood = N`: every call writes one 1 MiB stdout line, then N logging lines, N stdout lines
+//!   and N stderr lines (to prove the host caps a plugin's log output).
 //!
 //! Every `publish` call counts per instance; the count appears in `retryable`, `permanent` and
 //! rate-limited messages (`call N`), in a logging line and on stdout, so tests can tell a reused
@@ -40,6 +42,7 @@ struct State {
     behaviour: Behaviour,
     trap_on_type: Option<String>,
     quiet: bool,
+    flood: u64,
     calls: u64,
 }
 
@@ -55,6 +58,7 @@ impl Guest for Chaos {
             behaviour: Behaviour::Ok,
             trap_on_type: None,
             quiet: false,
+            flood: 0,
             calls: 0,
         };
         for (key, value) in config {
@@ -77,6 +81,12 @@ impl Guest for Chaos {
                         state.quiet = flag == "true";
                         continue;
                     }
+                    ("flood", lines) => {
+                        state.flood = lines.parse().map_err(|_| {
+                            format!("chaos: flood wants a line count, got `{lines}`")
+                        })?;
+                        continue;
+                    }
                     ("init_error", message) => return Err(message.to_string()),
                     (key, value) => return Err(format!("chaos: unknown setting {key} = {value}")),
                 };
@@ -96,6 +106,14 @@ impl Guest for Chaos {
                 &format!("chaos call {call} with {} events", batch.len()),
             );
             println!("chaos stdout: call {call}");
+        }
+        if state.flood > 0 {
+            println!("{}", "x".repeat(1 << 20));
+        }
+        for line in 0..state.flood {
+            log(Level::Info, &format!("chaos flood log {line}"));
+            println!("chaos flood stdout {line}");
+            eprintln!("chaos flood stderr {line}");
         }
         if let Some(trap_type) = &state.trap_on_type
             && batch.iter().any(|event| &event.event_type == trap_type)
