@@ -1,35 +1,87 @@
 # outboxd — `make demo` runs the main job on embedded SQLite; `make test` runs every test.
-# Both install what they need (the wasm32-wasip2 target) and build the plugins first.
+# Both install what they need and build the plugins first: `make build`/`make demo` the Rust
+# ones (the wasm32-wasip2 target is all they need), `make plugins`/`make test` all of them (the
+# Python and JavaScript toolchains installed once into .toolchains/).
 
 CARGO ?= cargo
 DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
 
-.PHONY: all build plugins demo test chaos bench clean
+.PHONY: all build plugins rust-plugins wasm-target demo test chaos bench clean
+.SECONDEXPANSION:
 
 all: build
 
-build: plugins
+build: rust-plugins
 	$(CARGO) build --bin outboxd
 
 # ---------------------------------------------------------------------------------------------
-# plugins: every guest plugin (plugins/*) and test guest (tests/plugins/*) built for
-# wasm32-wasip2 (each workspace in its own target/, whatever CARGO_TARGET_DIR says), each `.wasm`
-# copied into plugins/out/ (e.g. plugins/out/log.wasm,
-# plugins/out/chaos.wasm). Guest workspaces keep their own target dirs.
+# plugins: every guest plugin into plugins/out/*.wasm:
+# - Rust: the plugins/ workspace (shipped sinks, on the SDK in plugins/sdk) and tests/plugins/
+#   (the `chaos` test guest), built for wasm32-wasip2, each workspace in its own target/
+#   (whatever CARGO_TARGET_DIR says): plugins/out/log.wasm, webhook.wasm, im.wasm, chaos.wasm;
+# - Python: plugins/python/NAME/app.py with componentize-py → plugins/out/NAME.wasm (with `_`
+#   written `-`), e.g. plugins/out/jsonl-log.wasm;
+# - JavaScript: plugins/js/NAME/NAME.js with componentize-js → plugins/out/NAME-js.wasm, e.g.
+#   plugins/out/webhook-js.wasm.
+# The Python and JavaScript toolchains are installed once into $(TOOLCHAINS) (inside the repo,
+# ignored by git) from the pinned plugins/toolchain/requirements.txt and package-lock.json;
+# reinstalled only when those files change. Nothing outside the repository is needed but rustup,
+# python3 (3.11+, with venv) and node (20+) with npm.
 # ---------------------------------------------------------------------------------------------
 GUEST_WORKSPACES := plugins tests/plugins
 PLUGIN_OUT := plugins/out
+TOOLCHAINS := .toolchains
+PYTHON ?= python3
+WASM_TARGET_BUNDLE := ../shared/toolchain/install-wasm-target
+PY_TOOLCHAIN := $(TOOLCHAINS)/python/installed.stamp
+JS_TOOLCHAIN := $(TOOLCHAINS)/js/installed.stamp
+COMPONENTIZE_PY := $(TOOLCHAINS)/python/bin/componentize-py
+COMPONENTIZE_JS := $(TOOLCHAINS)/js/node_modules/.bin/componentize-js
+PY_PLUGINS := $(patsubst plugins/python/%/app.py,$(PLUGIN_OUT)/%.wasm,$(wildcard plugins/python/*/app.py))
+JS_PLUGINS := $(foreach dir,$(wildcard plugins/js/*/),$(PLUGIN_OUT)/$(notdir $(dir:/=))-js.wasm)
+PY_PLUGINS := $(subst _,-,$(PY_PLUGINS))
 
-plugins:
-	bash ../shared/toolchain/install-wasm-target
+plugins: rust-plugins $(PY_PLUGINS) $(JS_PLUGINS)
+	@ls -l $(PLUGIN_OUT)/*.wasm
+
+## wasm-target: the wasm32-wasip2 Rust target when the active toolchain lacks it: from rustup,
+## or from the bundled installer beside the repository (../shared/toolchain, offline machines)
+## only when that exists.
+wasm-target:
+	@if ls "$$(rustc --print sysroot)"/lib/rustlib/wasm32-wasip2/lib/libstd-*.rlib >/dev/null 2>&1; then :; \
+	elif [ -f $(WASM_TARGET_BUNDLE) ]; then bash $(WASM_TARGET_BUNDLE); \
+	else rustup target add wasm32-wasip2; fi
+
+rust-plugins: wasm-target
 	@mkdir -p $(PLUGIN_OUT)
 	@set -e; for ws in $(GUEST_WORKSPACES); do \
 		(cd $$ws && $(CARGO) build --release --target wasm32-wasip2 --target-dir target); \
 		cp $$ws/target/wasm32-wasip2/release/*.wasm $(PLUGIN_OUT)/; \
 	done
-	@ls -l $(PLUGIN_OUT)/*.wasm
+
+$(PY_TOOLCHAIN): plugins/toolchain/requirements.txt
+	rm -rf $(TOOLCHAINS)/python
+	$(PYTHON) -m venv $(TOOLCHAINS)/python
+	$(TOOLCHAINS)/python/bin/pip install --quiet --disable-pip-version-check -r $<
+	touch $@
+
+$(JS_TOOLCHAIN): plugins/toolchain/package.json plugins/toolchain/package-lock.json
+	rm -rf $(TOOLCHAINS)/js && mkdir -p $(TOOLCHAINS)/js
+	cp $^ $(TOOLCHAINS)/js/
+	cd $(TOOLCHAINS)/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# One Python plugin: plugins/python/NAME/*.py → plugins/out/NAME.wasm (NAME's `_` as `-`).
+$(PY_PLUGINS): $(PLUGIN_OUT)/%.wasm: $(PY_TOOLCHAIN) wit/publisher.wit $$(wildcard plugins/python/$$(subst -,_,$$*)/*.py)
+	@mkdir -p $(PLUGIN_OUT)
+	$(COMPONENTIZE_PY) -d wit -w publisher componentize -p plugins/python/$(subst -,_,$*) app -o $@
+
+# One JavaScript plugin: plugins/js/NAME/NAME.js → plugins/out/NAME-js.wasm.
+$(JS_PLUGINS): $(PLUGIN_OUT)/%-js.wasm: $(JS_TOOLCHAIN) wit/publisher.wit $$(wildcard plugins/js/$$*/*.js)
+	@mkdir -p $(PLUGIN_OUT)
+	$(COMPONENTIZE_JS) plugins/js/$*/$*.js --wit wit --world-name publisher --disable fetch-event -o $@
 
 ## demo: migrate a fresh SQLite file, enqueue sample room events, deliver them through the log
 ## plugin until drained, print the status.
@@ -61,3 +113,4 @@ bench: build
 clean:
 	$(CARGO) clean
 	rm -rf plugins/target tests/plugins/target $(PLUGIN_OUT) $(DEMO_DIR)
+# The installed Python/JS toolchains stay: `rm -rf .toolchains` to reinstall them.

@@ -542,7 +542,7 @@ async fn bad_config_is_one_clear_error_at_start() {
         .unwrap();
     assert_eq!(
         error.to_string(),
-        "sink `a`: plugin init failed: missing api key"
+        "sink `a`: plugin init failed: chaos plugin: missing api key"
     );
 
     let mut zero = sink_config("a", "log", &[]);

@@ -375,9 +375,16 @@ async fn secrets_are_redacted_from_plugin_messages() {
     let config = SinkConfig {
         name: "leaky".into(),
         plugin: plugin("chaos"),
-        config: [("api_token".to_string(), "tok-very-secret-42".to_string())]
-            .into_iter()
-            .collect(),
+        config: [
+            ("api_token".to_string(), "tok-very-secret-42".to_string()),
+            // chaos's init fails with this text, quoting the secret.
+            (
+                "init_error".to_string(),
+                "api_token = tok-very-secret-42".to_string(),
+            ),
+        ]
+        .into_iter()
+        .collect(),
         limits: SinkLimits::default(),
     };
     let error = PluginSink::start(&engine(), &SinkSpec::new(config.clone()).unwrap())

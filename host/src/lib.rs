@@ -19,7 +19,8 @@
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once (sinks and routes
 //!   included); the worker's and store's options derived from it.
-//! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands, bench).
+//! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands with
+//!   plugin authors' `plugin new` scaffolding and `plugin bench`, bench).
 
 #![warn(missing_docs)]
 

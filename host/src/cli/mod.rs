@@ -1,17 +1,20 @@
 //! The `outboxd` command line: the contract scripts and docs use.
 //!
 //! Global options pick the config file and database; subcommands migrate, enqueue, run, report,
-//! requeue, benchmark, and help plugin authors (`plugin check|test`).
+//! requeue, benchmark, and help plugin authors (`plugin check|test|new|bench`).
 //!
 //! - this file: the arguments, loading the config, logging, dispatch;
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
-//! - [`plugin`]: `outboxd plugin check|test`;
+//! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_new`] (scaffolding from
+//!   `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no database);
 //! - `bench`: `outboxd bench`;
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 pub mod bench;
 pub mod ops;
 pub mod plugin;
+pub mod plugin_bench;
+pub mod plugin_new;
 pub mod signals;
 
 use std::path::{Path, PathBuf};
@@ -207,6 +210,43 @@ pub enum PluginCommand {
         #[arg(long = "event", value_name = "JSON")]
         events: Vec<String>,
     },
+    /// Write a new plugin project (Rust, Python or JavaScript) that builds with `make` and
+    /// passes `outboxd plugin test`.
+    New {
+        /// The plugin's name (lower-case letters, digits, `-`).
+        name: String,
+        /// Its language.
+        #[arg(long, value_enum)]
+        lang: plugin_new::Lang,
+        /// The project directory to create (default: ./NAME).
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        /// Rust: the guest SDK crate, an outboxd checkout's `plugins/sdk` (default: the one this
+        /// outboxd was built from).
+        #[arg(long, value_name = "PATH")]
+        sdk_path: Option<PathBuf>,
+    },
+    /// Measure a plugin without a database: events/s and cost per event on sample events.
+    Bench {
+        /// The `.wasm` component.
+        file: PathBuf,
+        /// A setting passed to init (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        config: Vec<String>,
+        /// Let the plugin make HTTP requests to this origin (repeatable).
+        #[arg(long = "allow-host", value_name = "ORIGIN")]
+        allow_hosts: Vec<String>,
+        /// A sample event as JSON (repeatable; as for `plugin test`), cycled to fill the batches.
+        /// Default: one event with a 256-byte body.
+        #[arg(long = "event", value_name = "JSON")]
+        events: Vec<String>,
+        /// Events published in the measured run (after one warm-up batch).
+        #[arg(long = "events", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+        /// Events per publish call.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=5000))]
+        batch_size: u32,
+    },
 }
 
 /// Parses the process arguments, runs the command, and returns the exit code.
@@ -247,7 +287,16 @@ pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
 /// Runs one parsed command line: loads the config, starts logging, dispatches.
 pub async fn execute(cli: Cli) -> Result<()> {
     let config = load_config(&cli)?;
-    init_logging(&config);
+    if let Command::Plugin {
+        command: PluginCommand::Bench { .. },
+    } = &cli.command
+    {
+        // The plugin's own log lines would flood the terminal and time the terminal, not the
+        // plugin: only outboxd's own warnings and errors are shown.
+        init_logging_filter(&config, "warn,outboxd::plugin=off");
+    } else {
+        init_logging_filter(&config, &config.log.level);
+    }
     match cli.command {
         Command::Migrate => ops::migrate(&config).await,
         Command::Enqueue(args) => ops::enqueue(&config, args).await,
@@ -283,10 +332,11 @@ fn load_config(cli: &Cli) -> Result<Config> {
     Ok(config)
 }
 
-/// Logs to stderr in the configured format; `RUST_LOG` overrides the configured level.
-fn init_logging(config: &Config) {
+/// Logs to stderr in the configured format with `filter` (the configured level, normally);
+/// `RUST_LOG` overrides it.
+fn init_logging_filter(config: &Config, filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -1,18 +1,15 @@
 //! Turns an IM REST answer into a publish result.
 //!
-//! HTTP first: 2xx answers are read as JSON (`ActionStatus`, `ErrorCode`, `ErrorInfo`); 429 and
-//! 5xx are retryable (rate-limited when `Retry-After` says how long), other 4xx and 3xx permanent.
+//! HTTP first, by the SDK's `http::classify` (429 and 5xx retryable, rate-limited when
+//! `Retry-After` says how long; other 4xx and 3xx permanent); 2xx answers are then read as JSON
+//! (`ActionStatus`, `ErrorCode`, `ErrorInfo`).
 //! Then the error code, by the table in [`code_class`]. A code outside the table is retryable, so
 //! an unknown transient error never loses an event (outboxd's retry policy bounds the attempts).
 
-use http_util::{HttpError, Response, retry_after_ms, snippet};
+use outboxd_plugin::http::{self, HttpError, Response, SNIPPET_CHARS, snippet};
+use outboxd_plugin::{PublishError, RateLimit};
 use serde_json::Value;
 
-use crate::PublishError;
-use crate::outbox::publisher::types::RateLimit;
-
-/// Characters of a non-JSON response body quoted in an error message.
-const SNIPPET_CHARS: usize = 200;
 /// Delay asked for after an IM rate-limit code (IM's limits are per second).
 const RATE_LIMIT_DELAY_MS: u64 = 1000;
 
@@ -71,39 +68,18 @@ pub fn classify(outcome: Result<Response, HttpError>, now_unix_secs: u64) -> Ver
         result,
         auth_failed: false,
     };
-    let response = match outcome {
+    let response = match http::classify(outcome, now_unix_secs, "im") {
         Ok(response) => response,
-        Err(error) if error.is_permanent() => {
-            return verdict(Err(PublishError::Permanent(format!("im: {error}"))));
-        }
-        Err(error) => return verdict(Err(PublishError::Retryable(format!("im: {error}")))),
+        Err(error) => return verdict(Err(error)),
     };
-    let status = response.status;
     let http_message = || {
         let body = snippet(&response.body, SNIPPET_CHARS);
         if body.is_empty() {
-            format!("im: HTTP {status}")
+            format!("im: HTTP {}", response.status)
         } else {
-            format!("im: HTTP {status}: {body}")
+            format!("im: HTTP {}: {body}", response.status)
         }
     };
-    match status {
-        200..=299 => {}
-        429 | 500..=599 => {
-            let delay = response
-                .header("retry-after")
-                .and_then(|value| retry_after_ms(value, now_unix_secs));
-            return verdict(Err(match delay {
-                Some(retry_after_ms) => PublishError::RateLimited(RateLimit {
-                    message: http_message(),
-                    retry_after_ms,
-                }),
-                None => PublishError::Retryable(http_message()),
-            }));
-        }
-        300..=499 => return verdict(Err(PublishError::Permanent(http_message()))),
-        _ => return verdict(Err(PublishError::Retryable(http_message()))),
-    }
     let Ok(answer) = serde_json::from_slice::<Value>(&response.body) else {
         return verdict(Err(PublishError::Retryable(format!(
             "{} (not a JSON answer)",

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use http_util::Target;
+use outboxd_plugin::http::Target;
 
 /// The public API host used when `endpoint` is not set (China region).
 pub const DEFAULT_ENDPOINT: &str = "https://console.tim.qq.com";
@@ -60,62 +60,43 @@ pub struct Config {
 }
 
 impl Config {
-    /// Parses the `(key, value)` pairs given to `init`; the error names the bad setting (never
-    /// the secret key's value).
-    pub fn parse(pairs: &[(String, String)]) -> Result<Config, String> {
-        let mut endpoint = DEFAULT_ENDPOINT.to_string();
-        let mut sdkappid = None;
-        let mut identifier = None;
-        let mut secret_key = None;
-        let mut group_prefix = String::new();
-        let mut mode = Mode::GroupMessage;
-        let mut usersig_expire_secs = DEFAULT_USERSIG_EXPIRE_SECS;
-        let mut timeout = DEFAULT_TIMEOUT;
-        for (key, value) in pairs {
-            match key.as_str() {
-                "endpoint" => {
-                    let trimmed = value.trim_end_matches('/');
-                    let target = Target::parse(trimmed)
-                        .map_err(|why| format!("im plugin: bad `endpoint`: {why}"))?;
-                    if target.path_with_query.contains('?') {
-                        return Err(
-                            "im plugin: `endpoint` must not carry a query string".to_string()
-                        );
-                    }
-                    endpoint = trimmed.to_string();
+    /// Parses the sink's settings; the error names the bad setting (never the secret key's
+    /// value).
+    pub fn parse(mut settings: outboxd_plugin::Config) -> Result<Config, String> {
+        let endpoint = match settings.optional("endpoint") {
+            None => DEFAULT_ENDPOINT.to_string(),
+            Some(value) => {
+                let trimmed = value.trim_end_matches('/');
+                let target =
+                    Target::parse(trimmed).map_err(|why| format!("bad `endpoint`: {why}"))?;
+                if target.path_with_query.contains('?') {
+                    return Err("`endpoint` must not carry a query string".to_string());
                 }
-                "sdkappid" => sdkappid = Some(positive(key, value)?),
-                "identifier" if !value.is_empty() => identifier = Some(value.clone()),
-                "secret_key" if !value.is_empty() => secret_key = Some(value.clone()),
-                "identifier" | "secret_key" => {
-                    return Err(format!("im plugin: `{key}` must not be empty"));
-                }
-                "group_prefix" => group_prefix = value.clone(),
-                "mode" => {
-                    mode = match value.as_str() {
-                        "group_message" => Mode::GroupMessage,
-                        "system_notification" => Mode::SystemNotification,
-                        other => {
-                            return Err(format!(
-                                "im plugin: unknown mode `{other}`: use `group_message` or `system_notification`"
-                            ));
-                        }
-                    }
-                }
-                "usersig_expire_secs" => usersig_expire_secs = positive(key, value)?,
-                "timeout_ms" => timeout = Duration::from_millis(positive(key, value)?),
-                other => {
-                    return Err(format!(
-                        "im plugin: unknown setting `{other}`: the settings are endpoint, sdkappid, identifier, secret_key, group_prefix, mode, usersig_expire_secs, timeout_ms"
-                    ));
-                }
+                trimmed.to_string()
             }
-        }
+        };
+        let sdkappid = settings
+            .positive("sdkappid")?
+            .ok_or("the `sdkappid` setting is required")?;
+        let identifier = settings.required("identifier")?;
+        let secret_key = settings.required("secret_key")?;
+        let group_prefix = settings.optional("group_prefix").unwrap_or_default();
+        let mode = match settings.choice("mode", &["group_message", "system_notification"])? {
+            Some("system_notification") => Mode::SystemNotification,
+            _ => Mode::GroupMessage,
+        };
+        let usersig_expire_secs = settings
+            .positive("usersig_expire_secs")?
+            .unwrap_or(DEFAULT_USERSIG_EXPIRE_SECS);
+        let timeout = settings
+            .positive("timeout_ms")?
+            .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        settings.finish()?;
         Ok(Config {
             endpoint,
-            sdkappid: sdkappid.ok_or("im plugin: the `sdkappid` setting is required")?,
-            identifier: identifier.ok_or("im plugin: the `identifier` setting is required")?,
-            secret_key: secret_key.ok_or("im plugin: the `secret_key` setting is required")?,
+            sdkappid,
+            identifier,
+            secret_key,
             group_prefix,
             mode,
             usersig_expire_secs,
@@ -124,24 +105,12 @@ impl Config {
     }
 }
 
-/// `value` as a positive integer, or an error naming setting `key`.
-fn positive(key: &str, value: &str) -> Result<u64, String> {
-    value
-        .parse()
-        .ok()
-        .filter(|&n: &u64| n > 0)
-        .ok_or_else(|| format!("im plugin: `{key}` must be a positive integer, not `{value}`"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-        items
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn pairs(items: &[(&str, &str)]) -> outboxd_plugin::Config {
+        outboxd_plugin::Config::from_pairs(items)
     }
 
     const REQUIRED: [(&str, &str); 3] = [
@@ -152,7 +121,7 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let config = Config::parse(&pairs(&REQUIRED)).unwrap();
+        let config = Config::parse(pairs(&REQUIRED)).unwrap();
         assert_eq!(config.endpoint, DEFAULT_ENDPOINT);
         assert_eq!(config.sdkappid, 1_400_000_000);
         assert_eq!(config.identifier, "admin");
@@ -172,7 +141,7 @@ mod tests {
             ("timeout_ms", "1500"),
             ("usersig_expire_secs", "600"),
         ]);
-        let config = Config::parse(&pairs(&items)).unwrap();
+        let config = Config::parse(pairs(&items)).unwrap();
         assert_eq!(config.endpoint, "http://127.0.0.1:8080");
         assert_eq!(config.group_prefix, "room_");
         assert_eq!(config.mode, Mode::SystemNotification);
@@ -201,7 +170,7 @@ mod tests {
             let mut items = REQUIRED.to_vec();
             items.retain(|(key, _)| key != &item.0);
             items.push(*item);
-            let error = Config::parse(&pairs(&items)).unwrap_err();
+            let error = Config::parse(pairs(&items)).unwrap_err();
             assert!(!error.contains("s3cr3t"), "{error}");
         }
         for missing in ["identifier", "sdkappid", "secret_key"] {
@@ -210,7 +179,7 @@ mod tests {
                 .copied()
                 .filter(|(key, _)| *key != missing)
                 .collect();
-            assert!(Config::parse(&pairs(&items)).unwrap_err().contains(missing));
+            assert!(Config::parse(pairs(&items)).unwrap_err().contains(missing));
         }
     }
 }

@@ -1,11 +1,9 @@
 //! Request building: the dedupe `Random`, the group id, the URL and the JSON body per mode.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use outboxd_plugin::Event;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::Event;
 use crate::config::{Config, Mode};
 
 /// A stable 32-bit value derived from `event_id`: the first four bytes of its SHA-256, big
@@ -21,20 +19,10 @@ pub fn group_id(config: &Config, event: &Event) -> String {
     format!("{}{}", config.group_prefix, event.room_id)
 }
 
-/// The event as a JSON object (every field, body base64): the message's `Data` or the
+/// The event's JSON form (the SDK's `event_json`), as text: the message's `Data` or the
 /// notification's `Content`.
 pub fn event_json(event: &Event) -> String {
-    json!({
-        "app_code": event.app_code,
-        "event_id": event.event_id,
-        "event_type": event.event_type,
-        "room_id": event.room_id,
-        "room_version": event.room_version,
-        "occurred_at_ms": event.occurred_at_ms,
-        "attempt": event.attempt,
-        "body": STANDARD.encode(&event.body),
-    })
-    .to_string()
+    outboxd_plugin::event_json::to_string(event)
 }
 
 /// The request body for `event` in `config.mode`.

@@ -1,12 +1,12 @@
 //! One batch: a request per event (all sharing the cached usersig), sent at once, classified.
 
-use http_util::{Platform, Request};
+use outboxd_plugin::http::{Platform, Request};
+use outboxd_plugin::{Event, PublishError};
 
 use crate::classify::classify;
 use crate::config::Config;
 use crate::message::{body, random_for, url};
 use crate::usersig::{CachedSig, generate};
-use crate::{Event, PublishError};
 
 /// The plugin's state: settings and the usersig in use; sends one batch to Tencent Cloud IM.
 pub struct ImSender {
@@ -88,7 +88,7 @@ impl ImSender {
 pub(crate) mod tests {
     use std::time::Duration;
 
-    use http_util::{HttpError, Response};
+    use outboxd_plugin::http::{HttpError, Response};
 
     use super::*;
     use crate::config::Mode;

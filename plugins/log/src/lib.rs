@@ -1,156 +1,105 @@
 //! The `log` publisher plugin: writes one line per event through outboxd's logging import.
 //!
-//! Config: `format = "json" | "text"` (default `json`). JSON lines carry every event field, the
-//! body base64-encoded; text lines are `key=value` pairs with the body's length.
+//! Config: `format = "json" | "text"` (default `json`). JSON lines are the event's JSON form
+//! (every field, the body base64); text lines are `key=value` pairs with the body's length.
 
-wit_bindgen::generate!({
-    world: "publisher",
-    path: "../../wit",
-});
-
-use std::sync::Mutex;
-
-use outbox::publisher::logging::{Level, log};
+use outboxd_plugin::{Config, Event, Plugin, PublishError, event_json, export_plugin, log};
 
 /// Line format, chosen by the `format` setting.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Format {
     Json,
     Text,
 }
 
-/// The format `init` chose; `None` until `init` ran.
-static FORMAT: Mutex<Option<Format>> = Mutex::new(None);
+/// The plugin: the format `init` chose.
+struct LogPlugin {
+    format: Format,
+}
 
-/// The plugin's implementation of the `publisher` world.
-struct LogPlugin;
+impl Plugin for LogPlugin {
+    const NAME: &'static str = "log";
 
-impl Guest for LogPlugin {
-    fn init(config: Vec<(String, String)>) -> Result<(), String> {
-        let mut format = Format::Json;
-        for (key, value) in config {
-            match (key.as_str(), value.as_str()) {
-                ("format", "json") => format = Format::Json,
-                ("format", "text") => format = Format::Text,
-                ("format", other) => {
-                    return Err(format!(
-                        "log plugin: unknown format `{other}`: use `json` or `text`"
-                    ));
-                }
-                (other, _) => {
-                    return Err(format!(
-                        "log plugin: unknown setting `{other}`: the only setting is `format`"
-                    ));
-                }
-            }
-        }
-        *FORMAT
-            .lock()
-            .map_err(|_| "log plugin: state poisoned".to_string())? = Some(format);
-        Ok(())
+    fn init(mut config: Config) -> Result<Self, String> {
+        let format = match config.choice("format", &["json", "text"])? {
+            Some("text") => Format::Text,
+            _ => Format::Json,
+        };
+        config.finish()?;
+        Ok(LogPlugin { format })
     }
 
-    fn publish(batch: Vec<Event>) -> Vec<Result<(), PublishError>> {
-        let format = FORMAT.lock().ok().and_then(|guard| *guard);
-        let Some(format) = format else {
-            return batch
-                .iter()
-                .map(|_| {
-                    Err(PublishError::Retryable(
-                        "log plugin: publish before init".to_string(),
-                    ))
-                })
-                .collect();
-        };
+    fn publish(&mut self, batch: &[Event]) -> Vec<Result<(), PublishError>> {
         batch
             .iter()
             .map(|event| {
-                let line = match format {
-                    Format::Json => json_line(event),
-                    Format::Text => text_line(event),
-                };
-                log(Level::Info, &line);
+                log::info(&line(self.format, event));
                 Ok(())
             })
             .collect()
     }
 }
 
-/// One JSON object with every field of `event`, body base64 (standard alphabet, padded).
-fn json_line(event: &Event) -> String {
-    let mut line = String::with_capacity(160 + event.body.len() * 4 / 3);
-    line.push_str("{\"app_code\":");
-    push_json_string(&mut line, &event.app_code);
-    line.push_str(",\"event_id\":");
-    push_json_string(&mut line, &event.event_id);
-    line.push_str(",\"event_type\":");
-    push_json_string(&mut line, &event.event_type);
-    line.push_str(",\"room_id\":");
-    push_json_string(&mut line, &event.room_id);
-    line.push_str(&format!(
-        ",\"room_version\":{},\"occurred_at_ms\":{},\"attempt\":{},\"body\":\"",
-        event.room_version, event.occurred_at_ms, event.attempt
-    ));
-    push_base64(&mut line, &event.body);
-    line.push_str("\"}");
-    line
+/// The log line of `event` in `format`.
+fn line(format: Format, event: &Event) -> String {
+    match format {
+        Format::Json => event_json::to_string(event),
+        Format::Text => format!(
+            "event_id={:?} event_type={:?} app_code={:?} room_id={:?} room_version={} occurred_at_ms={} attempt={} body_bytes={}",
+            event.event_id,
+            event.event_type,
+            event.app_code,
+            event.room_id,
+            event.room_version,
+            event.occurred_at_ms,
+            event.attempt,
+            event.body.len()
+        ),
+    }
 }
 
-/// `key=value` pairs, strings quoted with Rust's debug escaping, the body as its length.
-fn text_line(event: &Event) -> String {
-    format!(
-        "event_id={:?} event_type={:?} app_code={:?} room_id={:?} room_version={} occurred_at_ms={} attempt={} body_bytes={}",
-        event.event_id,
-        event.event_type,
-        event.app_code,
-        event.room_id,
-        event.room_version,
-        event.occurred_at_ms,
-        event.attempt,
-        event.body.len()
-    )
-}
+export_plugin!(LogPlugin);
 
-/// Appends `text` as a JSON string literal.
-fn push_json_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> Event {
+        Event {
+            app_code: "app".into(),
+            event_id: "e-1".into(),
+            event_type: "RoomGiftSent".into(),
+            room_id: "r-1".into(),
+            room_version: 3,
+            occurred_at_ms: 1_700_000_000_000,
+            body: b"hi".to_vec(),
+            attempt: 1,
         }
     }
-    out.push('"');
-}
 
-/// Appends `bytes` base64-encoded (RFC 4648 standard alphabet, with padding).
-fn push_base64(out: &mut String, bytes: &[u8]) {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        out.push(ALPHABET[(n >> 18) as usize & 63] as char);
-        out.push(ALPHABET[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 {
-            ALPHABET[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if chunk.len() > 2 {
-            ALPHABET[n as usize & 63] as char
-        } else {
-            '='
-        });
+    #[test]
+    fn formats_and_settings() {
+        let plugin = LogPlugin::init(Config::from_pairs(&[("format", "text")])).unwrap();
+        assert_eq!(plugin.format, Format::Text);
+        assert_eq!(
+            line(Format::Text, &event()),
+            r#"event_id="e-1" event_type="RoomGiftSent" app_code="app" room_id="r-1" room_version=3 occurred_at_ms=1700000000000 attempt=1 body_bytes=2"#
+        );
+        let json: serde_json::Value = serde_json::from_str(&line(Format::Json, &event())).unwrap();
+        assert_eq!(json["body"], "aGk=");
+        assert_eq!(
+            LogPlugin::init(Config::default()).unwrap().format,
+            Format::Json
+        );
+        assert_eq!(
+            LogPlugin::init(Config::from_pairs(&[("format", "xml")])).err(),
+            Some("unknown format `xml`: use `json` or `text`".to_string())
+        );
+        assert!(
+            LogPlugin::init(Config::from_pairs(&[("colour", "red")]))
+                .err()
+                .unwrap()
+                .contains("unknown setting `colour`")
+        );
     }
 }
-
-export!(LogPlugin);

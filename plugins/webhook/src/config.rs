@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use http_util::Target;
+use outboxd_plugin::http::Target;
 
 /// Timeout per batch of requests when `timeout_ms` is not set.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,59 +32,29 @@ pub struct Config {
 }
 
 impl Config {
-    /// Parses the `(key, value)` pairs given to `init`; the error names the bad setting (never
-    /// a secret's value).
-    pub fn parse(pairs: &[(String, String)]) -> Result<Config, String> {
-        let mut url = None;
-        let mut secrets = None;
-        let mut content_type = "json";
-        let mut raw_content_type = None;
-        let mut timeout = DEFAULT_TIMEOUT;
-        for (key, value) in pairs {
-            match key.as_str() {
-                "url" => {
-                    Target::parse(value)
-                        .map_err(|why| format!("webhook plugin: bad `url`: {why}"))?;
-                    url = Some(value.clone());
-                }
-                "secret" => secrets = Some(parse_secrets(value)?),
-                "content_type" => content_type = value.as_str(),
-                "raw_content_type" => raw_content_type = Some(value.clone()),
-                "timeout_ms" => {
-                    let ms: u64 = value.parse().ok().filter(|&ms| ms > 0).ok_or_else(|| {
-                        format!(
-                            "webhook plugin: `timeout_ms` must be a positive integer, not `{value}`"
-                        )
-                    })?;
-                    timeout = Duration::from_millis(ms);
-                }
-                other => {
-                    return Err(format!(
-                        "webhook plugin: unknown setting `{other}`: the settings are url, secret, content_type, raw_content_type, timeout_ms"
-                    ));
-                }
+    /// Parses the sink's settings; the error names the bad setting (never a secret's value).
+    pub fn parse(mut settings: outboxd_plugin::Config) -> Result<Config, String> {
+        let url = settings.required("url")?;
+        Target::parse(&url).map_err(|why| format!("bad `url`: {why}"))?;
+        let secrets = parse_secrets(&settings.required("secret")?)?;
+        let content_type = settings.choice("content_type", &["json", "raw"])?;
+        let raw_content_type = settings.optional("raw_content_type");
+        let timeout = settings
+            .positive("timeout_ms")?
+            .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        settings.finish()?;
+        let content = match (content_type, raw_content_type) {
+            (Some("raw"), raw) => {
+                Content::Raw(raw.unwrap_or_else(|| "application/octet-stream".to_string()))
             }
-        }
-        let content = match content_type {
-            "json" if raw_content_type.is_some() => {
-                return Err(
-                    "webhook plugin: `raw_content_type` needs `content_type = \"raw\"`".to_string(),
-                );
+            (_, Some(_)) => {
+                return Err("`raw_content_type` needs `content_type = \"raw\"`".to_string());
             }
-            "json" => Content::Json,
-            "raw" => Content::Raw(
-                raw_content_type.unwrap_or_else(|| "application/octet-stream".to_string()),
-            ),
-            other => {
-                return Err(format!(
-                    "webhook plugin: unknown content_type `{other}`: use `json` or `raw`"
-                ));
-            }
+            (_, None) => Content::Json,
         };
         Ok(Config {
-            url: url.ok_or("webhook plugin: the `url` setting is required")?,
-            secrets: secrets
-                .ok_or("webhook plugin: the `secret` setting is required (whsec_<base64>)")?,
+            url,
+            secrets,
             content,
             timeout,
         })
@@ -101,14 +71,14 @@ fn parse_secrets(value: &str) -> Result<Vec<Vec<u8>>, String> {
             match STANDARD.decode(encoded) {
                 Ok(bytes) if !bytes.is_empty() => Ok(bytes),
                 _ => Err(format!(
-                    "webhook plugin: secret #{} is not `whsec_` followed by base64",
+                    "secret #{} is not `whsec_` followed by base64",
                     index + 1
                 )),
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
     if secrets.is_empty() {
-        return Err("webhook plugin: `secret` is empty".to_string());
+        return Err("`secret` is empty".to_string());
     }
     Ok(secrets)
 }
@@ -117,16 +87,13 @@ fn parse_secrets(value: &str) -> Result<Vec<Vec<u8>>, String> {
 mod tests {
     use super::*;
 
-    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
-        items
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn pairs(items: &[(&str, &str)]) -> outboxd_plugin::Config {
+        outboxd_plugin::Config::from_pairs(items)
     }
 
     #[test]
     fn minimal_config_uses_defaults() {
-        let config = Config::parse(&pairs(&[
+        let config = Config::parse(pairs(&[
             ("secret", "whsec_c2VjcmV0"),
             ("url", "http://127.0.0.1:9/h"),
         ]))
@@ -139,7 +106,7 @@ mod tests {
 
     #[test]
     fn rotation_raw_and_timeout() {
-        let config = Config::parse(&pairs(&[
+        let config = Config::parse(pairs(&[
             ("content_type", "raw"),
             ("raw_content_type", "application/x-protobuf"),
             ("secret", "whsec_b2xk  whsec_bmV3"),
@@ -153,7 +120,7 @@ mod tests {
             Content::Raw("application/x-protobuf".into())
         );
         assert_eq!(config.timeout, Duration::from_millis(2500));
-        let raw = Config::parse(&pairs(&[
+        let raw = Config::parse(pairs(&[
             ("content_type", "raw"),
             ("secret", "c2VjcmV0"),
             ("url", "http://h/"),
@@ -192,7 +159,7 @@ mod tests {
             ],
         ];
         for case in cases {
-            let error = Config::parse(&pairs(case)).unwrap_err();
+            let error = Config::parse(pairs(case)).unwrap_err();
             assert!(!error.contains("not*base64"), "{error}");
         }
     }

@@ -1,34 +1,18 @@
-//! Request bodies: the event as a JSON object (body base64) or the raw body bytes.
+//! Request bodies: the event's JSON form (the SDK's `event_json`) or the raw body bytes.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use serde_json::json;
+use outboxd_plugin::{Event, event_json};
 
-use crate::Event;
 use crate::config::Content;
 
 /// The body to send for `event` and its `content-type`.
 pub fn body(content: &Content, event: &Event) -> (Vec<u8>, String) {
     match content {
-        Content::Json => (json_body(event), "application/json".to_string()),
+        Content::Json => (
+            event_json::to_string(event).into_bytes(),
+            "application/json".to_string(),
+        ),
         Content::Raw(content_type) => (event.body.clone(), content_type.clone()),
     }
-}
-
-/// A JSON object with every field of `event`, the body base64 (standard alphabet, padded).
-fn json_body(event: &Event) -> Vec<u8> {
-    json!({
-        "app_code": event.app_code,
-        "event_id": event.event_id,
-        "event_type": event.event_type,
-        "room_id": event.room_id,
-        "room_version": event.room_version,
-        "occurred_at_ms": event.occurred_at_ms,
-        "attempt": event.attempt,
-        "body": STANDARD.encode(&event.body),
-    })
-    .to_string()
-    .into_bytes()
 }
 
 #[cfg(test)]

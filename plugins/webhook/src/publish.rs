@@ -1,11 +1,11 @@
 //! One batch: build a signed request per event, send them all at once, classify the answers.
 
-use http_util::{Platform, Request};
+use outboxd_plugin::http::{Platform, Request, classify};
+use outboxd_plugin::{Event, PublishError};
 
 use crate::config::Config;
 use crate::payload::body;
 use crate::signature::signature_header;
-use crate::{Event, PublishError};
 
 /// Publishes `batch` through `platform`; one result per event, in order.
 pub fn publish_batch(
@@ -22,7 +22,7 @@ pub fn publish_batch(
     batch
         .iter()
         .map(|_| match outcomes.next() {
-            Some(outcome) => crate::classify::classify(outcome, timestamp),
+            Some(outcome) => classify(outcome, timestamp, "webhook").map(|_| ()),
             None => Err(PublishError::Retryable(
                 "webhook: no response recorded for this event".to_string(),
             )),
@@ -50,7 +50,7 @@ pub fn request(config: &Config, event: &Event, timestamp: u64) -> Request {
 pub(crate) mod tests {
     use std::time::Duration;
 
-    use http_util::{HttpError, Response};
+    use outboxd_plugin::http::{HttpError, Response};
 
     use super::*;
     use crate::config::Content;

@@ -6,7 +6,7 @@
 //!   `alloc` (allocates until memory runs out) | `too_few` (returns one result fewer);
 //! - `rate_limited = MS`: every event is rate-limited with `retry-after-ms = MS`;
 //! - `trap_on_type = T`: panics (a trap) when an event of type `T` is in the batch;
-//! - `init_error = MESSAGE`: `init` fails with `MESSAGE`;
+//! - `init_error = MESSAGE`: `init` fails with `chaos plugin: MESSAGE`;
 //! - `quiet = true`: no logging line and no stdout line per call (for benchmarks);
 //! - `flood = N`: every call writes one 1 MiB stdout line, then N logging lines, N stdout lines
 //!   and N stderr lines (to prove the host caps a plugin's log output).
@@ -15,15 +15,7 @@
 //! rate-limited messages (`call N`), in a logging line and on stdout, so tests can tell a reused
 //! instance (count goes up) from a rebuilt one (count restarts at 1).
 
-wit_bindgen::generate!({
-    world: "publisher",
-    path: "../../../wit",
-});
-
-use std::sync::Mutex;
-
-use outbox::publisher::logging::{Level, log};
-use outbox::publisher::types::RateLimit;
+use outboxd_plugin::{Config, Event, Plugin, PublishError, RateLimit, export_plugin, log};
 
 /// What `publish` does.
 #[derive(Clone, PartialEq)]
@@ -38,7 +30,7 @@ enum Behaviour {
 }
 
 /// This instance's settings and publish-call count.
-struct State {
+struct Chaos {
     behaviour: Behaviour,
     trap_on_type: Option<String>,
     quiet: bool,
@@ -46,81 +38,61 @@ struct State {
     calls: u64,
 }
 
-/// Set by `init`.
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+impl Plugin for Chaos {
+    const NAME: &'static str = "chaos";
 
-/// The plugin's implementation of the `publisher` world.
-struct Chaos;
-
-impl Guest for Chaos {
-    fn init(config: Vec<(String, String)>) -> Result<(), String> {
-        let mut state = State {
-            behaviour: Behaviour::Ok,
-            trap_on_type: None,
-            quiet: false,
-            flood: 0,
-            calls: 0,
-        };
-        for (key, value) in config {
-            state.behaviour =
-                match (key.as_str(), value.as_str()) {
-                    ("behaviour", "ok") => Behaviour::Ok,
-                    ("behaviour", "retryable") => Behaviour::Retryable,
-                    ("behaviour", "permanent") => Behaviour::Permanent,
-                    ("behaviour", "loop") => Behaviour::Loop,
-                    ("behaviour", "alloc") => Behaviour::Alloc,
-                    ("behaviour", "too_few") => Behaviour::TooFew,
-                    ("rate_limited", ms) => Behaviour::RateLimited(ms.parse().map_err(|_| {
-                        format!("chaos: rate_limited wants milliseconds, got `{ms}`")
-                    })?),
-                    ("trap_on_type", event_type) => {
-                        state.trap_on_type = Some(event_type.to_string());
-                        continue;
-                    }
-                    ("quiet", flag) => {
-                        state.quiet = flag == "true";
-                        continue;
-                    }
-                    ("flood", lines) => {
-                        state.flood = lines.parse().map_err(|_| {
-                            format!("chaos: flood wants a line count, got `{lines}`")
-                        })?;
-                        continue;
-                    }
-                    ("init_error", message) => return Err(message.to_string()),
-                    (key, value) => return Err(format!("chaos: unknown setting {key} = {value}")),
-                };
+    fn init(mut config: Config) -> Result<Self, String> {
+        if let Some(message) = config.optional("init_error") {
+            return Err(message);
         }
-        *STATE.lock().unwrap() = Some(state);
-        Ok(())
+        let mut behaviour = match config.choice(
+            "behaviour",
+            &["ok", "retryable", "permanent", "loop", "alloc", "too_few"],
+        )? {
+            Some("retryable") => Behaviour::Retryable,
+            Some("permanent") => Behaviour::Permanent,
+            Some("loop") => Behaviour::Loop,
+            Some("alloc") => Behaviour::Alloc,
+            Some("too_few") => Behaviour::TooFew,
+            _ => Behaviour::Ok,
+        };
+        if let Some(ms) = config.parse("rate_limited", "milliseconds")? {
+            behaviour = Behaviour::RateLimited(ms);
+        }
+        let trap_on_type = config.optional("trap_on_type");
+        let quiet = config.flag("quiet")?.unwrap_or(false);
+        let flood = config.parse("flood", "a line count")?.unwrap_or(0);
+        config.finish()?;
+        Ok(Chaos {
+            behaviour,
+            trap_on_type,
+            quiet,
+            flood,
+            calls: 0,
+        })
     }
 
-    fn publish(batch: Vec<Event>) -> Vec<Result<(), PublishError>> {
-        let mut guard = STATE.lock().unwrap();
-        let state = guard.as_mut().expect("chaos: publish before init");
-        state.calls += 1;
-        let call = state.calls;
-        if !state.quiet {
-            log(
-                Level::Info,
-                &format!("chaos call {call} with {} events", batch.len()),
-            );
+    fn publish(&mut self, batch: &[Event]) -> Vec<Result<(), PublishError>> {
+        self.calls += 1;
+        let call = self.calls;
+        if !self.quiet {
+            log::info(&format!("chaos call {call} with {} events", batch.len()));
             println!("chaos stdout: call {call}");
         }
-        if state.flood > 0 {
+        if self.flood > 0 {
             println!("{}", "x".repeat(1 << 20));
         }
-        for line in 0..state.flood {
-            log(Level::Info, &format!("chaos flood log {line}"));
+        for line in 0..self.flood {
+            log::info(&format!("chaos flood log {line}"));
             println!("chaos flood stdout {line}");
             eprintln!("chaos flood stderr {line}");
         }
-        if let Some(trap_type) = &state.trap_on_type
+        if let Some(trap_type) = &self.trap_on_type
             && batch.iter().any(|event| &event.event_type == trap_type)
         {
             panic!("chaos: event type {trap_type} in the batch");
         }
-        let result = |_: &Event| match &state.behaviour {
+        let result = |_: &Event| match &self.behaviour {
             Behaviour::Retryable => Err(PublishError::Retryable(format!(
                 "chaos retryable, call {call}"
             ))),
@@ -133,7 +105,7 @@ impl Guest for Chaos {
             })),
             _ => Ok(()),
         };
-        match state.behaviour {
+        match self.behaviour {
             Behaviour::Loop => {
                 let mut spins = 0u64;
                 loop {
@@ -152,4 +124,4 @@ impl Guest for Chaos {
     }
 }
 
-export!(Chaos);
+export_plugin!(Chaos);

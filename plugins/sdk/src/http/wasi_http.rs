@@ -13,7 +13,7 @@ use wasi::http::types::{
 use wasi::io::poll::{Pollable, poll};
 use wasi::io::streams::StreamError;
 
-use crate::{HttpError, MAX_RESPONSE_BODY, Platform, Request, Response, Scheme, Target};
+use super::{HttpError, MAX_RESPONSE_BODY, Platform, Request, Response, Scheme, Target};
 
 /// The most bytes `blocking-write-and-flush` accepts per call.
 const WRITE_CHUNK: usize = 4096;

@@ -1,18 +1,24 @@
-//! Outbound HTTP for outboxd's guest plugins: a batch of POST requests sent concurrently.
+//! Outbound HTTP for plugins (feature `http`): a batch of POST requests sent concurrently over
+//! wasi:http, with one deadline, and the classification of answers into publish results.
 //!
-//! The plugins' publishing logic talks to the outside world only through the [`Platform`] trait
+//! The plugin's publishing logic talks to the outside world only through the [`Platform`] trait
 //! (send a batch of requests, read the wall clock), so it runs and is unit-tested natively with a
 //! fake platform. [`WasiPlatform`] is the real one, over wasi:http 0.2: every request of a batch
 //! is started with `outgoing-handler.handle` before any is waited for, then all of them are
 //! awaited together with `wasi:io/poll.poll` over their pollables and one deadline.
 //!
-//! The pure helpers ([`Target::parse`], [`Response::header`], [`snippet`], [`retry_after_ms`])
-//! are shared by both plugins so they read answers and word their error messages alike.
+//! [`classify`] turns one request's outcome into a publish result the same way for every plugin
+//! (2xx delivered, 429/5xx retryable or rate-limited by `Retry-After`, other 4xx and 3xx
+//! permanent, timeouts and transport errors retryable, a request refused by the host's allowlist
+//! permanent). The pure helpers ([`Target::parse`], [`Response::header`], [`snippet`],
+//! [`retry_after_ms`]) word error messages alike across plugins.
 
 mod wasi_http;
 
 use std::fmt;
 use std::time::Duration;
+
+use crate::{PublishError, RateLimit};
 
 pub use wasi_http::WasiPlatform;
 
@@ -246,6 +252,70 @@ fn parse_http_date(value: &str) -> Option<u64> {
     Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
 }
 
+/// Characters of a response body quoted in an error message.
+pub const SNIPPET_CHARS: usize = 200;
+
+/// Classifies one request's outcome, messages prefixed with `prefix` (e.g. `webhook`):
+///
+/// | outcome | result |
+/// |---|---|
+/// | 2xx | `Ok(response)`: delivered, or for the plugin to read further |
+/// | 429, 5xx | rate-limited with the delay when `Retry-After` is given, else retryable |
+/// | 410 | permanent (the endpoint is gone) |
+/// | 3xx (redirects are not followed), other 4xx | permanent |
+/// | 1xx, timeout, transport error | retryable |
+/// | refused by the host's allowlist | permanent |
+///
+/// `now_unix_secs` resolves an HTTP-date `Retry-After`. Messages quote the status and at most
+/// [`SNIPPET_CHARS`] characters of the body: `webhook: HTTP 503: busy`.
+pub fn classify(
+    outcome: Result<Response, HttpError>,
+    now_unix_secs: u64,
+    prefix: &str,
+) -> Result<Response, PublishError> {
+    let response = match outcome {
+        Ok(response) => response,
+        Err(error) if error.is_permanent() => {
+            return Err(PublishError::Permanent(format!("{prefix}: {error}")));
+        }
+        Err(error) => return Err(PublishError::Retryable(format!("{prefix}: {error}"))),
+    };
+    let status = response.status;
+    let message = || {
+        let body = snippet(&response.body, SNIPPET_CHARS);
+        if body.is_empty() {
+            format!("{prefix}: HTTP {status}")
+        } else {
+            format!("{prefix}: HTTP {status}: {body}")
+        }
+    };
+    match status {
+        200..=299 => Ok(response),
+        410 => Err(PublishError::Permanent(format!(
+            "{} (the endpoint is gone)",
+            message()
+        ))),
+        429 | 500..=599 => {
+            let delay = response
+                .header("retry-after")
+                .and_then(|value| retry_after_ms(value, now_unix_secs));
+            Err(match delay {
+                Some(retry_after_ms) => PublishError::RateLimited(RateLimit {
+                    message: message(),
+                    retry_after_ms,
+                }),
+                None => PublishError::Retryable(message()),
+            })
+        }
+        300..=399 => Err(PublishError::Permanent(format!(
+            "{} (redirects are not followed: configure the final URL)",
+            message()
+        ))),
+        400..=499 => Err(PublishError::Permanent(message())),
+        _ => Err(PublishError::Retryable(message())),
+    }
+}
+
 /// Days from 1970-01-01 to the given proleptic Gregorian date (year ≥ 1970).
 fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     let year = if month <= 2 { year - 1 } else { year };
@@ -362,5 +432,108 @@ mod tests {
             HttpError::Transport("refused".into()).to_string(),
             "transport error: refused"
         );
+    }
+
+    /// The webhook plugin's use of [`classify`]: only delivered or not.
+    fn webhook(outcome: Result<Response, HttpError>, now: u64) -> Result<(), PublishError> {
+        classify(outcome, now, "webhook").map(|_| ())
+    }
+
+    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Response, HttpError> {
+        Ok(Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        })
+    }
+
+    fn kind(result: &Result<(), PublishError>) -> &'static str {
+        match result {
+            Ok(()) => "ok",
+            Err(PublishError::Retryable(_)) => "retryable",
+            Err(PublishError::Permanent(_)) => "permanent",
+            Err(PublishError::RateLimited(_)) => "rate-limited",
+        }
+    }
+
+    #[test]
+    fn statuses() {
+        let cases = [
+            (200, "ok"),
+            (202, "ok"),
+            (204, "ok"),
+            (429, "retryable"),
+            (502, "retryable"),
+            (503, "retryable"),
+            (504, "retryable"),
+            (500, "retryable"),
+            (507, "retryable"),
+            (410, "permanent"),
+            (400, "permanent"),
+            (401, "permanent"),
+            (404, "permanent"),
+            (413, "permanent"),
+            (301, "permanent"),
+            (101, "retryable"),
+        ];
+        for (status, expected) in cases {
+            assert_eq!(
+                kind(&webhook(answer(status, &[], ""), 0)),
+                expected,
+                "HTTP {status}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_makes_it_rate_limited() {
+        let result = webhook(answer(503, &[("Retry-After", "1")], "busy"), 0);
+        let Err(PublishError::RateLimited(limit)) = result else {
+            panic!("{result:?}")
+        };
+        assert_eq!(limit.retry_after_ms, 1000);
+        assert_eq!(limit.message, "webhook: HTTP 503: busy");
+
+        let result = webhook(
+            answer(429, &[("retry-after", "Thu, 01 Jan 1970 00:01:40 GMT")], ""),
+            40,
+        );
+        let Err(PublishError::RateLimited(limit)) = result else {
+            panic!("{result:?}")
+        };
+        assert_eq!(limit.retry_after_ms, 60_000);
+
+        assert_eq!(
+            kind(&webhook(answer(503, &[("Retry-After", "later")], ""), 0)),
+            "retryable"
+        );
+    }
+
+    #[test]
+    fn transport_errors_and_timeouts_are_retryable() {
+        assert_eq!(kind(&webhook(Err(HttpError::Timeout), 0)), "retryable");
+        assert_eq!(kind(&webhook(Err(HttpError::Denied), 0)), "permanent");
+        let result = webhook(Err(HttpError::Transport("ConnectionRefused".into())), 0);
+        let Err(PublishError::Retryable(message)) = result else {
+            panic!("{result:?}")
+        };
+        assert_eq!(message, "webhook: transport error: ConnectionRefused");
+    }
+
+    #[test]
+    fn messages_quote_status_and_a_short_body() {
+        let long = "x".repeat(500);
+        let Err(PublishError::Permanent(message)) = webhook(answer(422, &[], &long), 0) else {
+            panic!()
+        };
+        assert!(message.starts_with("webhook: HTTP 422: xxx"), "{message}");
+        assert!(message.chars().count() < 230, "{message}");
+        let Err(PublishError::Permanent(message)) = webhook(answer(410, &[], ""), 0) else {
+            panic!()
+        };
+        assert_eq!(message, "webhook: HTTP 410 (the endpoint is gone)");
     }
 }
