@@ -14,6 +14,8 @@ fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     command
         .env_remove("OUTBOXD_DATABASE_URL")
+        // Tests run in parallel: no admin listener on the fixed default port.
+        .env("OUTBOXD_ADMIN_LISTEN", "")
         .env("RUST_LOG", "info");
     command
 }
@@ -322,6 +324,7 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
         .args(["--preserve-status", "-s", "TERM", "1.5"])
         .arg(env!("CARGO_BIN_EXE_outboxd"))
         .env_remove("OUTBOXD_DATABASE_URL")
+        .env("OUTBOXD_ADMIN_LISTEN", "")
         .arg("--config")
         .arg(&config)
         .args(["--database-url", url, "run"])
@@ -514,6 +517,83 @@ support::per_backend!(
     database_errors_are_fast_and_say_why,
     sigterm_finishes_in_flight_and_exits_zero,
 );
+
+/// A child process killed when dropped (a failing test leaves no `outboxd run` behind).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// SIGHUP reloads the sinks (one `reloaded` line) and the process keeps running; a broken
+/// config on the next SIGHUP is refused with one line; SIGTERM then stops it with exit 0.
+#[test]
+fn sighup_reloads_and_keeps_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    run_ok(with(&config, &url).arg("migrate"));
+    let log = dir.path().join("stderr.log");
+    let child = with(&config, &url)
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Killed if an assertion fails before the SIGTERM below.
+    let mut child = KillOnDrop(child);
+    let pid = child.0.id().to_string();
+    let wait_for = |text: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+            if stderr.contains(text) {
+                return stderr;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {text:?} in stderr:\n{stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let signal = |name: &str| {
+        assert!(
+            Command::new("kill")
+                .args([name, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    wait_for("worker started");
+    signal("-HUP");
+    wait_for("reloaded: 1 sinks (log), 1 routes");
+    std::fs::write(&config, "[worker]\nbatch_sise = 1\n").unwrap();
+    signal("-HUP");
+    let stderr = wait_for("reload refused");
+    assert!(stderr.contains("batch_sise"), "{stderr}");
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "SIGHUP stopped outboxd"
+    );
+    signal("-TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+}
 
 #[test]
 fn bad_config_is_one_clear_error_naming_the_key() {

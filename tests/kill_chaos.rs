@@ -394,6 +394,8 @@ fn outboxd(config: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     command
         .env_remove("OUTBOXD_DATABASE_URL")
+        // Several hosts at once: no admin listener on the fixed default port.
+        .env("OUTBOXD_ADMIN_LISTEN", "")
         .env("RUST_LOG", "info")
         .arg("--config")
         .arg(config);

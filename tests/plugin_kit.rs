@@ -35,6 +35,8 @@ fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     command
         .env_remove("OUTBOXD_DATABASE_URL")
+        // Tests run in parallel: no admin listener on the fixed default port.
+        .env("OUTBOXD_ADMIN_LISTEN", "")
         .env("XDG_CACHE_HOME", cache_home())
         .env("RUST_LOG", "info");
     command

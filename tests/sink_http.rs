@@ -29,6 +29,7 @@ const SECRET: &str = "whsec_c2luay1odHRwLXRlc3Qtc2VjcmV0";
 /// A webhook sink POSTing to `url`, allowing `allow` hosts.
 fn webhook(name: &str, url: &str, allow: &[String]) -> SinkConfig {
     SinkConfig {
+        breaker: Default::default(),
         name: name.to_string(),
         plugin: plugin("webhook"),
         config: [("url", url), ("secret", SECRET)]
@@ -360,6 +361,7 @@ async fn wasi_http_plugins_need_allow_hosts() {
 
     // A plugin without wasi:http still starts without allow_hosts.
     let log = SinkConfig {
+        breaker: Default::default(),
         name: "plain".into(),
         plugin: plugin("log"),
         config: Default::default(),
@@ -373,6 +375,7 @@ async fn wasi_http_plugins_need_allow_hosts() {
 #[tokio::test]
 async fn secrets_are_redacted_from_plugin_messages() {
     let config = SinkConfig {
+        breaker: Default::default(),
         name: "leaky".into(),
         plugin: plugin("chaos"),
         config: [

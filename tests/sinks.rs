@@ -50,6 +50,7 @@ fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// The `webhook` sink POSTing to `url`, allowing `allow`.
 fn webhook_sink(url: &str, allow: &str) -> SinkConfig {
     SinkConfig {
+        breaker: Default::default(),
         name: "webhook".into(),
         plugin: plugin("webhook"),
         config: config(&[
@@ -71,6 +72,7 @@ fn webhook_sink(url: &str, allow: &str) -> SinkConfig {
 fn im_sink(im: &FakeIm) -> SinkConfig {
     let sdkappid = SDKAPPID.to_string();
     SinkConfig {
+        breaker: Default::default(),
         name: "im".into(),
         plugin: plugin("im"),
         config: config(&[

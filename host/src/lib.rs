@@ -13,23 +13,38 @@
 //!   decoding, envelope judge and schema; one module per database (SQLite, MySQL/MariaDB,
 //!   PostgreSQL) holding its SQL differences and its producer `save`. Its module doc says who
 //!   checks and who retries what.
+//! - [`retention`]: bounded batched deletes of old `delivered`/`failed` rows.
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once (sinks and routes
 //!   included); the worker's and store's options derived from it.
+//! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
+//!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
+//!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`).
+//! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
+//! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
+//! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
+//!   shutdown.
 //! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands with
 //!   plugin authors' `plugin new` scaffolding and `plugin bench`, bench).
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod envelope;
+pub mod metrics;
+pub mod monitor;
 pub mod plugin;
+pub mod progress;
 pub mod publish;
 pub mod record;
+pub mod reload;
+pub mod retention;
 pub mod retry;
+pub mod service;
 pub mod store;
 pub mod worker;

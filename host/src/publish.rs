@@ -46,6 +46,14 @@ pub enum Outcome {
         /// Why (stored in `last_error`).
         message: String,
     },
+    /// Not attempted (the sink's circuit breaker is open): back to `retryable` after `wait`
+    /// **without spending an attempt**.
+    Deferred {
+        /// Why (stored in `last_error`).
+        message: String,
+        /// When to try again.
+        wait: Duration,
+    },
 }
 
 impl Outcome {
@@ -54,6 +62,14 @@ impl Outcome {
         Outcome::Retryable {
             message: message.into(),
             retry_after: None,
+        }
+    }
+
+    /// A deferred outcome (no attempt spent).
+    pub fn deferred(message: impl Into<String>, wait: Duration) -> Outcome {
+        Outcome::Deferred {
+            message: message.into(),
+            wait,
         }
     }
 

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+use crate::metrics::{Metrics, RowOutcome};
 use crate::publish::{Answered, Event, Outcome, Publisher};
 use crate::record::now_ms;
 use crate::retry::{Decision, RetryPolicy};
@@ -74,8 +75,10 @@ pub struct BatchStats {
     pub rejected: u64,
     /// Rows marked `delivered`.
     pub delivered: u64,
-    /// Rows marked `retryable`.
+    /// Rows marked `retryable` (an attempt spent).
     pub retried: u64,
+    /// Rows put back `retryable` by an open circuit breaker (no attempt spent).
+    pub deferred: u64,
     /// Rows marked `failed`.
     pub failed: u64,
     /// Rows whose lease had been taken over when marking (left untouched).
@@ -98,6 +101,7 @@ pub struct Worker {
     options: Arc<WorkerOptions>,
     /// When the current database outage began (shared by the loops, logged once each way).
     outage: Arc<Mutex<Option<Instant>>>,
+    metrics: Metrics,
 }
 
 impl Worker {
@@ -112,7 +116,14 @@ impl Worker {
             publisher,
             options: Arc::new(options),
             outage: Arc::new(Mutex::new(None)),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// The same worker reporting rows, latencies and database errors to `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Worker {
+        self.metrics = metrics;
+        self
     }
 
     /// The options this worker runs with.
@@ -247,7 +258,8 @@ impl Worker {
                 max_attempts: options.retry.max_attempts,
                 ordering: options.ordering,
             })
-            .await?;
+            .await
+            .inspect_err(|e| self.metrics.count_database_error(e))?;
         let mut stats = BatchStats {
             claimed: batch.events.len() as u64,
             rejected: batch.rejected.len() as u64,
@@ -258,13 +270,25 @@ impl Worker {
                 event_type = %row.event_type, room_id = %row.room_id, status = "failed", error = %row.reason,
                 "row failed at claim");
         }
+        self.metrics
+            .count_rows(app_code, RowOutcome::claimed, stats.claimed);
+        self.metrics
+            .count_rows(app_code, RowOutcome::rejected, stats.rejected);
         if batch.events.is_empty() {
             return Ok(stats);
         }
         let ClaimBatch { lease, events, .. } = batch;
+        let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
         let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
-        self.publish_and_mark(worker_id, app_code, &lease, &events, &mut stats)
-            .await?;
+        self.publish_and_mark(
+            worker_id,
+            app_code,
+            &lease,
+            &events,
+            &created_at_ms,
+            &mut stats,
+        )
+        .await?;
         Ok(stats)
     }
 
@@ -278,6 +302,7 @@ impl Worker {
         app_code: &str,
         lease: &Lease,
         events: &[Event],
+        created_at_ms: &[i64],
         stats: &mut BatchStats,
     ) -> Result<(), WorkerError> {
         let timeout = self.options.publish_timeout;
@@ -298,7 +323,7 @@ impl Worker {
                     };
                     let (positions, marks) = self.marks_for(events, part, &mut answered);
                     if !marks.is_empty() {
-                        marking.push(self.mark_and_log(worker_id, app_code, lease, events, positions, marks));
+                        marking.push(self.mark_and_log(worker_id, app_code, lease, ClaimedRows { events, created_at_ms }, positions, marks));
                     }
                 },
                 _ = &mut deadline, if parts.is_some() => {
@@ -310,7 +335,7 @@ impl Worker {
                     let (positions, marks) =
                         self.marks_for(events, unanswered(&answered, &reason), &mut answered);
                     if !marks.is_empty() {
-                        marking.push(self.mark_and_log(worker_id, app_code, lease, events, positions, marks));
+                        marking.push(self.mark_and_log(worker_id, app_code, lease, ClaimedRows { events, created_at_ms }, positions, marks));
                     }
                 },
                 Some(marked) = marking.next() => stats.add_marks(&marked?),
@@ -351,10 +376,14 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
         lease: &Lease,
-        events: &[Event],
+        rows: ClaimedRows<'_>,
         positions: Vec<usize>,
         marks: Vec<Mark>,
     ) -> Result<BatchStats, WorkerError> {
+        let ClaimedRows {
+            events,
+            created_at_ms,
+        } = rows;
         let options = &*self.options;
         // The store retries a transient or unreachable database while the lease holds; any error
         // left ends the round, and the rows come back when the lease expires (an attempt).
@@ -371,7 +400,11 @@ impl Worker {
             Err(e) if e.is_unreachable() => self.outage_began(e),
             Err(_) => {}
         }
+        if let Err(e) = &marked {
+            self.metrics.count_database_error(e);
+        }
         let report = marked?;
+        let marked_at = now_ms();
         let mut stats = BatchStats::default();
         for (position, mark) in positions.into_iter().zip(&marks) {
             let event = &events[position];
@@ -380,24 +413,42 @@ impl Worker {
                 (_, true) => ("stale", None),
                 (Disposition::Delivered, _) => ("delivered", None),
                 (Disposition::Retryable { error, .. }, _) => ("retryable", Some(error.as_str())),
+                (Disposition::Deferred { error, .. }, _) => ("deferred", Some(error.as_str())),
                 (Disposition::Failed { error }, _) => ("failed", Some(error.as_str())),
             };
             match status {
                 "delivered" => stats.delivered += 1,
                 "retryable" => stats.retried += 1,
+                "deferred" => stats.deferred += 1,
                 "failed" => stats.failed += 1,
                 _ => stats.stale += 1,
             }
             if status == "delivered" {
+                self.metrics
+                    .observe_delivery_latency(app_code, marked_at - created_at_ms[position]);
                 debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
                     event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
                     status, "event delivered");
+            } else if status == "deferred" {
+                // The breaker logs the outage once; one line per deferred event would flood.
+                debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                    status, error = error.unwrap_or(""), "event deferred");
             } else {
                 warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
                     event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
                     status, error = error.unwrap_or("lease taken over by another worker; left untouched"),
                     "event not delivered");
             }
+        }
+        for (outcome, count) in [
+            (RowOutcome::delivered, stats.delivered),
+            (RowOutcome::retried, stats.retried),
+            (RowOutcome::deferred, stats.deferred),
+            (RowOutcome::failed, stats.failed),
+            (RowOutcome::stale, stats.stale),
+        ] {
+            self.metrics.count_rows(app_code, outcome, count);
         }
         Ok(stats)
     }
@@ -407,6 +458,11 @@ impl Worker {
         match outcome {
             Outcome::Delivered => Disposition::Delivered,
             Outcome::Permanent { message } => Disposition::Failed { error: message },
+            Outcome::Deferred { message, wait } => Disposition::Deferred {
+                next_retry_at_ms: now
+                    .saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+                error: message,
+            },
             Outcome::Retryable {
                 message,
                 retry_after,
@@ -424,10 +480,11 @@ impl Worker {
 }
 
 impl BatchStats {
-    /// Adds the mark counters (delivered, retried, failed, stale) of `other`.
+    /// Adds the mark counters (delivered, retried, deferred, failed, stale) of `other`.
     fn add_marks(&mut self, other: &BatchStats) {
         self.delivered += other.delivered;
         self.retried += other.retried;
+        self.deferred += other.deferred;
         self.failed += other.failed;
         self.stale += other.stale;
     }
@@ -451,6 +508,14 @@ fn unanswered(answered: &[bool], reason: &str) -> Answered {
         .collect()
 }
 
+/// The events of a claimed batch and their rows' `created_at_ms` (for the delivery latency),
+/// by position.
+#[derive(Clone, Copy)]
+struct ClaimedRows<'a> {
+    events: &'a [Event],
+    created_at_ms: &'a [i64],
+}
+
 /// Counters shared by the loops of one run.
 #[derive(Default)]
 struct Totals {
@@ -458,6 +523,7 @@ struct Totals {
     rejected: AtomicU64,
     delivered: AtomicU64,
     retried: AtomicU64,
+    deferred: AtomicU64,
     failed: AtomicU64,
     stale: AtomicU64,
 }
@@ -468,6 +534,7 @@ impl Totals {
         self.rejected.fetch_add(stats.rejected, Ordering::Relaxed);
         self.delivered.fetch_add(stats.delivered, Ordering::Relaxed);
         self.retried.fetch_add(stats.retried, Ordering::Relaxed);
+        self.deferred.fetch_add(stats.deferred, Ordering::Relaxed);
         self.failed.fetch_add(stats.failed, Ordering::Relaxed);
         self.stale.fetch_add(stats.stale, Ordering::Relaxed);
     }
@@ -478,6 +545,7 @@ impl Totals {
             rejected: self.rejected.load(Ordering::Relaxed),
             delivered: self.delivered.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
+            deferred: self.deferred.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             stale: self.stale.load(Ordering::Relaxed),
         }

@@ -99,6 +99,18 @@ pub(crate) fn retryable(id: &str, next_retry_at_ms: i64, error: &str) -> Mark {
     }
 }
 
+/// Mark `id` deferred to `next_retry_at_ms` with `error` (its sink's breaker was open: no attempt
+/// spent).
+pub(crate) fn deferred(id: &str, next_retry_at_ms: i64, error: &str) -> Mark {
+    Mark {
+        event_id: id.into(),
+        disposition: Disposition::Deferred {
+            next_retry_at_ms,
+            error: error.into(),
+        },
+    }
+}
+
 /// Mark `id` failed with `error`.
 pub(crate) fn failed(id: &str, error: &str) -> Mark {
     Mark {

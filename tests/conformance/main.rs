@@ -2,7 +2,7 @@
 //! MariaDB and PostgreSQL.
 //!
 //! One module per `OutboxStore` operation ([`enqueue`], [`claim`], [`ordering`] for per-room
-//! claims, [`mark`], [`counts`], [`failed`] for `list_failed`/`requeue`, [`migrate`]);
+//! claims, [`mark`], [`counts`], [`failed`] for `list_failed`/`requeue`, [`purge`], [`migrate`]);
 //! [`helpers`] holds the vocabulary they share. Each behaviour is an `async fn(Backend)`, listed at the top of its
 //! module in `support::per_backend!`, which makes one `#[tokio::test]` of it per backend, named
 //! `<operation>::<backend>::<behaviour>` (`cargo test --test conformance mysql::` runs one
@@ -25,3 +25,4 @@ mod failed;
 mod mark;
 mod migrate;
 mod ordering;
+mod purge;

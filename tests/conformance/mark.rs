@@ -3,22 +3,93 @@
 use std::collections::BTreeSet;
 
 use outboxd::record::{LAST_ERROR_MAX_BYTES, truncate_error};
-use outboxd::store::{Backend, FailedFilter, MarkParams, MarkReport, StoreError};
+use outboxd::store::{Backend, ClaimParams, FailedFilter, MarkParams, MarkReport, StoreError};
 
 use crate::helpers::{
-    APP, claim_app, counts, delivered, enqueue, failed, ids, mark, requeue, retryable, setup,
-    status_of, strs,
+    APP, claim, claim_app, counts, deferred, delivered, enqueue, failed, ids, mark, params,
+    requeue, retryable, setup, status_of, strs,
 };
 use crate::support::record;
 
 crate::support::per_backend!(
     mark_applies_a_mix_in_one_call,
+    mark_deferred_spends_no_attempt,
     mark_is_fenced_against_a_reclaimed_row,
     mark_reports_only_the_stale_rows,
     mark_is_fenced_against_a_requeued_or_finished_row,
     mark_cuts_last_error_at_a_utf8_boundary,
     mark_rejects_duplicate_ids,
 );
+
+/// A deferred row (its sink's breaker was open) goes back to `retryable` at its time without
+/// spending an attempt, beside a retried row that does spend one, in the same statement.
+async fn mark_deferred_spends_no_attempt(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(
+        &store,
+        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r2", 200)],
+    )
+    .await;
+    let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    let report = mark(
+        &store,
+        &batch.lease,
+        &[
+            retryable("e1", 2_000, "boom"),
+            deferred("e2", 5_000, "breaker open"),
+        ],
+        1_100,
+    )
+    .await;
+    assert_eq!(report.applied, 2);
+    let e2 = db.row(APP, "e2").await.unwrap();
+    assert_eq!(e2.status, "retryable");
+    assert_eq!(e2.retry_count, 0);
+    assert_eq!(e2.next_retry_at_ms, Some(5_000));
+    assert_eq!(e2.last_error.as_deref(), Some("breaker open"));
+    assert!(e2.lease_cleared(), "{e2:?}");
+    assert_eq!(db.row(APP, "e1").await.unwrap().retry_count, 1);
+
+    // Not due before its time; handed out at it as the same (first) attempt.
+    let early = claim_app(&store, "w2", 10, 4_999, 1_000).await;
+    assert_eq!(ids(&early), strs(&["e1"]));
+    let due = claim_app(&store, "w3", 10, 5_000, 1_000).await;
+    assert_eq!(ids(&due), strs(&["e2"]));
+    assert_eq!(due.events[0].retry_count, 0);
+    assert_eq!(due.events[0].event.attempt, 1);
+
+    // Deferring again and again never moves it towards max_attempts.
+    let mut now = 5_000;
+    let mut lease = due.lease;
+    for _ in 0..5 {
+        mark(
+            &store,
+            &lease,
+            &[deferred("e2", now + 10, "still open")],
+            now,
+        )
+        .await;
+        now += 10;
+        let again = claim(
+            &store,
+            ClaimParams {
+                max_attempts: 1,
+                ..params(APP, "w4", 10, now, 1_000)
+            },
+        )
+        .await;
+        assert_eq!(
+            ids(&again),
+            strs(&["e2"]),
+            "deferred row not handed out at {now}"
+        );
+        assert!(again.rejected.is_empty());
+        lease = again.lease;
+    }
+    assert_eq!(db.row(APP, "e2").await.unwrap().retry_count, 0);
+}
 
 async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {

@@ -19,6 +19,7 @@
 /// The test binary mounts this module at its root (`mod support;`, or
 /// `#[path = "../support/mod.rs"] mod support;` from a `tests/X/main.rs`): the expansion names
 /// `$crate::support::Backend`.
+#[allow(unused_macros)] // not every test binary has per-backend tests
 macro_rules! per_backend {
     ([$($backend:ident),+ $(,)?] => $($behaviour:ident),+ $(,)?) => {
         $crate::support::per_backend!(@modules [$($backend),+] [$($behaviour),+]);

@@ -19,11 +19,13 @@ pub mod signals;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, LogFormat};
+use crate::reload::ConfigSource;
 use crate::store;
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
@@ -51,7 +53,8 @@ pub enum Command {
     /// Write sample events (for trying things out and for scripts).
     Enqueue(EnqueueArgs),
     /// Deliver events until stopped (SIGINT/SIGTERM finish the batches in flight, then exit 0; a
-    /// second one more than 2s later, or SIGQUIT, exits at once with 130 / 131).
+    /// second one more than 2s later, or SIGQUIT, exits at once with 130 / 131; SIGHUP reloads
+    /// sinks and routes).
     Run {
         /// Exit 0 once nothing is claimable.
         #[arg(long)]
@@ -74,6 +77,15 @@ pub enum Command {
     },
     /// Move failed rows back to pending (retry count reset).
     Requeue(RequeueArgs),
+    /// Delete delivered and failed rows older than `[retention]` allows, in bounded batches.
+    Purge {
+        /// Only print how many rows would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only this app code (default: worker.app_codes).
+        #[arg(long = "app")]
+        app_code: Option<String>,
+    },
     /// Measure delivery throughput: enqueue N events, drain them with a no-op publisher.
     Bench(BenchArgs),
     /// Tools for plugin authors.
@@ -300,7 +312,14 @@ pub async fn execute(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Migrate => ops::migrate(&config).await,
         Command::Enqueue(args) => ops::enqueue(&config, args).await,
-        Command::Run { drain } => ops::run(&config, drain).await,
+        Command::Run { drain } => {
+            let (path, url) = (cli.config.clone(), cli.database_url.clone());
+            let source: ConfigSource = Arc::new(move || {
+                load_config_from(path.as_deref(), url.as_deref()).map_err(|e| format!("{e:#}"))
+            });
+            ops::run(&config, drain, source).await
+        }
+        Command::Purge { dry_run, app_code } => ops::purge(&config, dry_run, app_code).await,
         Command::Status { json, app_code } => ops::status(&config, json, app_code).await,
         Command::Failed {
             command:
@@ -318,16 +337,21 @@ pub async fn execute(cli: Cli) -> Result<()> {
 
 /// Loads `--config` (or ./outboxd.toml when present) and applies `--database-url`.
 fn load_config(cli: &Cli) -> Result<Config> {
+    load_config_from(cli.config.as_deref(), cli.database_url.as_deref())
+}
+
+/// [`load_config`] from its parts (also what a hot reload re-reads).
+fn load_config_from(config: Option<&Path>, database_url: Option<&str>) -> Result<Config> {
     let default_path = Path::new("outboxd.toml");
-    let path = match &cli.config {
-        Some(path) => Some(path.as_path()),
+    let path = match config {
+        Some(path) => Some(path),
         None if default_path.exists() => Some(default_path),
         None => None,
     };
     let mut config = Config::load(path, std::env::vars())?;
-    if let Some(url) = &cli.database_url {
+    if let Some(url) = database_url {
         store::Backend::from_url(url)?;
-        config.database.url = url.clone();
+        config.database.url = url.to_string();
     }
     Ok(config)
 }
@@ -380,6 +404,7 @@ mod tests {
         .unwrap();
         Cli::try_parse_from(["outboxd", "run", "--drain"]).unwrap();
         Cli::try_parse_from(["outboxd", "status", "--json"]).unwrap();
+        Cli::try_parse_from(["outboxd", "purge", "--dry-run", "--app", "live"]).unwrap();
         Cli::try_parse_from(["outboxd", "failed", "list", "--json"]).unwrap();
         Cli::try_parse_from([
             "outboxd",

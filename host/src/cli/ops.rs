@@ -10,11 +10,15 @@ use tracing::info;
 
 use super::{EnqueueArgs, FilterArgs, RequeueArgs};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::record::{Record, now_ms};
+use crate::reload::ConfigSource;
+use crate::retention::Retention;
+use crate::service::Service;
 use crate::store::{
     self, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
 };
-use crate::worker::{RunMode, Worker};
+use crate::worker::RunMode;
 
 /// `outboxd migrate`.
 pub async fn migrate(config: &Config) -> Result<()> {
@@ -170,14 +174,14 @@ pub async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
     Ok(())
 }
 
-/// `outboxd run [--drain]`: loads the sinks, then runs the worker until a signal (or drained).
-pub async fn run(config: &Config, drain: bool) -> Result<()> {
+/// `outboxd run [--drain]`: the service (admin listener, retention, sinks, worker) until a
+/// signal (or drained); `source` re-reads the config on a hot reload.
+pub async fn run(config: &Config, drain: bool, source: ConfigSource) -> Result<()> {
     config.check_deliverable()?;
-    let publisher = crate::plugin::load_publisher(&config.publishing, &config.plugins)
-        .await
-        .context("cannot load sink plugins")?;
     let store = connect(config).await?;
-    let worker = Worker::new(store.clone(), publisher, config.worker_options());
+    let service = Service::bind(config.clone(), store.clone())
+        .await?
+        .with_reload(source);
     let shutdown = CancellationToken::new();
     tokio::spawn(super::signals::stop_on_signal(shutdown.clone()));
     let mode = if drain {
@@ -186,17 +190,58 @@ pub async fn run(config: &Config, drain: bool) -> Result<()> {
         RunMode::Forever
     };
     info!(node_id = %config.worker.node_id, database = %store::redact_url(&config.database.url),
-        app_codes = ?config.worker.app_codes, "outboxd running");
-    let result = worker.run(mode, shutdown).await;
+        app_codes = ?config.worker.app_codes, admin = ?service.admin_addr(), "outboxd running");
+    let result = service.run(mode, shutdown).await;
     store.close().await;
     let stats = result?;
     info!(
         claimed = stats.claimed,
         delivered = stats.delivered,
         retried = stats.retried,
+        deferred = stats.deferred,
         failed = stats.failed + stats.rejected,
         stale = stats.stale,
         "outboxd stopped"
+    );
+    Ok(())
+}
+
+/// `outboxd purge [--dry-run] [--app A]`: one retention pass (or its count).
+pub async fn purge(config: &Config, dry_run: bool, app_code: Option<String>) -> Result<()> {
+    let retention = &config.retention;
+    if !retention.enabled() {
+        bail!(
+            "retention is off (retention.delivered and retention.failed are both \"off\"): nothing to purge"
+        );
+    }
+    let store = connect(config).await?;
+    let cleanup = Retention {
+        store: store.clone(),
+        app_codes: app_code.map_or_else(|| config.worker.app_codes.clone(), |app| vec![app]),
+        config: retention.clone(),
+        metrics: Metrics::default(),
+    };
+    let age = |age: Option<std::time::Duration>| {
+        age.map_or_else(
+            || "kept (off)".to_string(),
+            |age| format!("older than {}", humantime::format_duration(age)),
+        )
+    };
+    let totals = if dry_run {
+        cleanup.dry_run().await
+    } else {
+        cleanup.pass(&CancellationToken::new()).await
+    };
+    store.close().await;
+    let totals = totals?;
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    println!(
+        "{verb} {} delivered rows ({}) and {} failed rows ({}) of {}",
+        totals.delivered,
+        age(retention.delivered),
+        totals.failed,
+        age(retention.failed),
+        cleanup.app_codes.join(", ")
     );
     Ok(())
 }

@@ -6,9 +6,11 @@
 //! take comma-separated values (`OUTBOXD_WORKER_APP_CODES=live,ktv`). Any mistake is reported as
 //! one [`ConfigError`] naming the key (or variable) at fault.
 
+pub mod admin;
 mod byte_size;
 mod deadlines;
 mod options;
+pub mod retention;
 pub mod sink;
 
 use std::path::{Path, PathBuf};
@@ -16,9 +18,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use byte_size::ByteSize;
 pub use deadlines::DEADLINE_MARGIN;
-pub use sink::{Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec};
+pub use retention::RetentionConfig;
+pub use sink::{
+    BreakerSettings, Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec,
+};
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
@@ -27,7 +33,15 @@ use crate::store::{DeliveryOrder, TableName};
 pub const ENV_PREFIX: &str = "OUTBOXD_";
 
 /// Sections that take environment overrides.
-const ENV_SECTIONS: [&str; 5] = ["database", "worker", "retry", "plugins", "log"];
+const ENV_SECTIONS: [&str; 7] = [
+    "database",
+    "worker",
+    "retry",
+    "plugins",
+    "log",
+    "admin",
+    "retention",
+];
 
 /// Keys whose environment override is a comma-separated list.
 const LIST_KEYS: [&str; 2] = ["app_codes", "delays"];
@@ -45,6 +59,10 @@ pub struct Config {
     pub plugins: PluginSettings,
     /// `[log]`.
     pub log: LogConfig,
+    /// `[admin]`.
+    pub admin: AdminConfig,
+    /// `[retention]`.
+    pub retention: RetentionConfig,
     /// `[[sink]]`s (plugin paths resolved against the config file's folder) and `[[route]]`s,
     /// checked together.
     pub publishing: Publishing,
@@ -101,6 +119,9 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// A tracing filter (`info`, `outboxd=debug`, …); `RUST_LOG` wins when set. Default `info`.
     pub level: String,
+    /// Interval of `run`'s summary line (delivered, retried, failed, events/s, backlog, oldest
+    /// pending age); `None` (`"0s"`) turns it off. Default 1m.
+    pub summary_interval: Option<Duration>,
 }
 
 /// Log line format.
@@ -291,6 +312,8 @@ struct RawConfig {
     retry: RawRetry,
     plugins: RawPlugins,
     log: RawLog,
+    admin: admin::RawAdmin,
+    retention: retention::RawRetention,
     #[serde(rename = "sink")]
     sinks: Vec<SinkConfig>,
     #[serde(rename = "route")]
@@ -396,6 +419,8 @@ struct RawPlugins {
 struct RawLog {
     format: LogFormat,
     level: String,
+    #[serde(deserialize_with = "duration")]
+    summary_interval: Duration,
 }
 
 impl Default for RawLog {
@@ -403,6 +428,7 @@ impl Default for RawLog {
         RawLog {
             format: LogFormat::Text,
             level: "info".into(),
+            summary_interval: Duration::from_secs(60),
         }
     }
 }
@@ -414,6 +440,8 @@ impl RawConfig {
         let retry = self.retry.validate()?;
         let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
         deadlines::check(&worker, &publishing)?;
+        let admin = self.admin.validate()?;
+        let retention = self.retention.validate()?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -427,7 +455,10 @@ impl RawConfig {
             log: LogConfig {
                 format: self.log.format,
                 level: self.log.level,
+                summary_interval: Some(self.log.summary_interval).filter(|i| !i.is_zero()),
             },
+            admin,
+            retention,
             publishing,
         })
     }

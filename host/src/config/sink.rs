@@ -26,6 +26,30 @@ pub struct SinkConfig {
     /// Resource limits of this sink.
     #[serde(default)]
     pub limits: SinkLimits,
+    /// Circuit breaker of this sink.
+    #[serde(default)]
+    pub breaker: BreakerSettings,
+}
+
+/// Per-sink circuit breaker (`breaker = { failures = 5, cool_down = "30s" }` in a `[[sink]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerSettings {
+    /// Batches failing as retryable (or timing out) in a row that open the breaker; 0 turns it
+    /// off. Default 5.
+    pub failures: u32,
+    /// How long an open breaker defers the sink's events before one probe batch. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        BreakerSettings {
+            failures: 5,
+            cool_down: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Per-sink limits (`limits = { … }` in a `[[sink]]`).
@@ -102,6 +126,7 @@ pub struct SinkSpec {
     plugin: PathBuf,
     config: BTreeMap<String, String>,
     limits: SinkLimits,
+    breaker: BreakerSettings,
 }
 
 impl SinkSpec {
@@ -157,11 +182,18 @@ impl SinkSpec {
                 "must be at least 16 bytes",
             ));
         }
+        if sink.breaker.failures > 0 && sink.breaker.cool_down.is_zero() {
+            return Err(invalid(
+                &format!("{key}.breaker.cool_down"),
+                "must be greater than 0 (set breaker.failures = 0 to turn the breaker off)",
+            ));
+        }
         Ok(SinkSpec {
             name: sink.name,
             plugin: sink.plugin,
             config: sink.config,
             limits: sink.limits,
+            breaker: sink.breaker,
         })
     }
 
@@ -178,6 +210,11 @@ impl SinkSpec {
     /// Settings passed to the plugin's `init`.
     pub fn config(&self) -> &BTreeMap<String, String> {
         &self.config
+    }
+
+    /// The sink's circuit breaker settings.
+    pub fn breaker(&self) -> BreakerSettings {
+        self.breaker
     }
 
     /// Resource limits of this sink.

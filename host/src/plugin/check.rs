@@ -87,6 +87,7 @@ pub async fn test_plugin(
 ) -> Result<Vec<Outcome>, PluginError> {
     let engine = PluginEngine::new(settings)?;
     let sink = SinkConfig {
+        breaker: Default::default(),
         name: "test".to_string(),
         plugin: path.to_path_buf(),
         config: config.into_iter().collect(),
@@ -189,6 +190,11 @@ impl fmt::Display for TestReport<'_> {
                     humantime::format_duration(*after)
                 )?,
                 Outcome::Permanent { message } => write!(f, "failed (permanent): {message}")?,
+                Outcome::Deferred { message, wait } => write!(
+                    f,
+                    "deferred for {}: {message}",
+                    humantime::format_duration(*wait)
+                )?,
             }
         }
         Ok(())

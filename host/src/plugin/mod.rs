@@ -11,10 +11,14 @@
 //! - `log_limit`: a sink's cap on its plugin's log lines (rate and length);
 //! - [`state`]: per-instance store state, memory limiter, logging and stdio → `tracing`;
 //! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool;
+//! - [`breaker`]: [`BreakerSink`], a sink's circuit breaker (defers events without spending an
+//!   attempt while the sink is down);
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
+//! - [`swap`]: [`SwappablePublisher`], the set the worker holds across hot reloads;
 //! - [`check`]: `outboxd plugin check|test`.
 
 mod bindings;
+pub mod breaker;
 pub mod cache;
 pub mod check;
 pub mod engine;
@@ -25,6 +29,7 @@ mod redact;
 pub mod router;
 pub mod sink;
 mod state;
+pub mod swap;
 pub mod world;
 
 use std::collections::BTreeMap;
@@ -32,17 +37,21 @@ use std::sync::Arc;
 
 use futures::future::try_join_all;
 
+pub use breaker::{BreakerSink, BreakerState};
 pub use cache::CacheOutcome;
 pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin};
 pub use engine::{CompiledPlugin, PluginEngine};
 pub use error::{BoxError, PluginError};
 pub use router::{Route, RoutedPublisher};
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
+pub use swap::SwappablePublisher;
 
 use crate::config::{PluginSettings, Publishing, SinkSpec};
+use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
-/// Starts every sink and the router: the production [`Publisher`].
+/// Starts every sink, each behind its circuit breaker, and the router: the production
+/// [`Publisher`].
 ///
 /// `publishing` was checked by config loading (names, routes, limits); what is checked here is
 /// what only loading the plugins can tell, and the first problem is returned as one error naming
@@ -53,15 +62,25 @@ pub async fn load_publisher(
     publishing: &Publishing,
     settings: &PluginSettings,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
+    load_publisher_with_metrics(publishing, settings, &Metrics::default()).await
+}
+
+/// [`load_publisher`] reporting publish durations and plugin failures to `metrics`.
+pub async fn load_publisher_with_metrics(
+    publishing: &Publishing,
+    settings: &PluginSettings,
+    metrics: &Metrics,
+) -> Result<Arc<dyn Publisher>, PluginError> {
     let engine = PluginEngine::new(settings)?;
     let started = start_sinks(&engine, publishing.sinks()).await?;
     let sinks: BTreeMap<String, Arc<dyn Publisher>> = started
         .into_iter()
-        .map(|sink| {
-            (
-                sink.name().to_string(),
-                Arc::new(sink) as Arc<dyn Publisher>,
-            )
+        .zip(publishing.sinks())
+        .map(|(sink, spec)| {
+            let name = sink.name().to_string();
+            let plugin = Arc::new(sink.with_metrics(metrics.clone())) as Arc<dyn Publisher>;
+            let guarded = BreakerSink::new(&name, plugin, spec.breaker(), metrics.clone());
+            (name, Arc::new(guarded) as Arc<dyn Publisher>)
         })
         .collect();
     let routes = publishing
@@ -76,7 +95,9 @@ pub async fn load_publisher(
             })
         })
         .collect();
-    Ok(Arc::new(RoutedPublisher::new(routes)))
+    Ok(Arc::new(
+        RoutedPublisher::new(routes).with_metrics(metrics.clone()),
+    ))
 }
 
 /// Starts every sink concurrently on `engine`.

@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::metrics::Metrics;
 use crate::publish::{Answered, Event, Outcome, Publisher};
 
 /// One route: events whose type matches `event_type` go to `publisher`, the sink named `sink`.
@@ -29,6 +31,8 @@ pub struct RoutedPublisher {
     routes: Vec<(String, usize)>,
     /// `(name, publisher)` of every sink a route names.
     sinks: Vec<(String, Arc<dyn Publisher>)>,
+    /// Publish durations per sink go here.
+    metrics: Metrics,
 }
 
 impl RoutedPublisher {
@@ -50,7 +54,17 @@ impl RoutedPublisher {
                 (route.event_type, index)
             })
             .collect();
-        RoutedPublisher { routes, sinks }
+        RoutedPublisher {
+            routes,
+            sinks,
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// The same router timing each sink's publishes into `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> RoutedPublisher {
+        self.metrics = metrics;
+        self
     }
 
     /// The name of the sink `event_type` routes to, if any.
@@ -107,7 +121,9 @@ impl Publisher for RoutedPublisher {
                 .map(|(sink, positions)| {
                     let (name, publisher) = &self.sinks[sink];
                     async move {
+                        let started = Instant::now();
                         let results = publisher.publish(batch).await;
+                        self.metrics.observe_publish(name, started.elapsed());
                         answered(name, positions, results)
                     }
                     .boxed()
@@ -123,8 +139,12 @@ impl Publisher for RoutedPublisher {
                     let (name, publisher) = &self.sinks[sink];
                     let publisher = publisher.clone();
                     let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
+                    let (metrics, sink_name) = (self.metrics.clone(), name.clone());
                     let task = AbortOnDropHandle::new(tokio::spawn(async move {
-                        publisher.publish(&events).await
+                        let started = Instant::now();
+                        let results = publisher.publish(&events).await;
+                        metrics.observe_publish(&sink_name, started.elapsed());
+                        results
                     }));
                     async move {
                         let results = match task.await {

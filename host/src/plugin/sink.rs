@@ -20,6 +20,7 @@ use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
 use super::world::{self, WorldInfo};
 use crate::config::SinkSpec;
+use crate::metrics::{Metrics, PluginFailure};
 use crate::publish::{Event, Outcome, Publisher};
 
 /// Slack given to a call beyond its epoch deadline before the outer tokio timeout drops it
@@ -44,6 +45,7 @@ pub struct PluginSink {
     instances_built: AtomicU64,
     plugin: CompiledPlugin,
     world: WorldInfo,
+    metrics: Metrics,
 }
 
 /// Counters of a sink's instance pool.
@@ -116,10 +118,18 @@ impl PluginSink {
             instances_built: AtomicU64::new(0),
             plugin,
             world,
+            metrics: Metrics::default(),
         };
         let first = this.instantiate().await?;
         this.check_in(first);
         Ok(this)
+    }
+
+    /// The same sink counting its traps, deadline overruns, memory-cap hits and instance
+    /// rebuilds in `metrics`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> PluginSink {
+        self.metrics = metrics;
+        self
     }
 
     /// The sink's name.
@@ -231,6 +241,12 @@ impl PluginSink {
                 .map(|result| to_outcome(result, &self.shared.redactor))
                 .collect(),
             Err(error) => {
+                let kind = match error {
+                    PluginError::Deadline { .. } => PluginFailure::deadline,
+                    PluginError::MemoryCap { .. } => PluginFailure::memory_limit,
+                    _ => PluginFailure::trap,
+                };
+                self.metrics.count_plugin_failure(&self.name, kind);
                 tracing::warn!(sink = %self.name, error = %error, events = events.len(), "plugin batch failed; instance discarded");
                 let message = error.to_string();
                 events

@@ -18,11 +18,12 @@ use super::statement::claim::{ClaimBranch, Statements, lease_rows, reject_rows};
 use super::statement::failed::{count_failed, requeue_failed, select_failed};
 use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
 use super::statement::mark::{lock_fenced_rows, mark_rows};
+use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeable};
 use super::statement::{Arg, Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record::{self, Record};
 use crate::store::{
     Backend, ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, Mark,
-    MarkParams, MarkReport, RequeueParams, StatusCounts, StoreError, TableName,
+    MarkParams, MarkReport, PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
 };
 
 /// A connection (or open transaction) that runs [`Bound`] statements.
@@ -172,6 +173,13 @@ macro_rules! impl_store {
                 params: &$crate::store::RequeueParams,
             ) -> Result<u64, $crate::store::StoreError> {
                 $crate::store::exec::requeue(self, params).await
+            }
+
+            async fn purge(
+                &self,
+                params: &$crate::store::PurgeParams,
+            ) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::exec::purge(self, params).await
             }
 
             async fn close(&self) {
@@ -558,4 +566,34 @@ pub(crate) async fn requeue<D: Driver>(
         .map_err(db(OP))?;
     tx.commit().await.map_err(db(OP))?;
     Ok(moved)
+}
+
+/// One batch of [`crate::store::OutboxStore::purge`] (or, dry, the count of every purgeable row).
+pub(crate) async fn purge<D: Driver>(driver: &D, params: &PurgeParams) -> Result<u64, StoreError> {
+    const OP: &str = "purge";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    if params.dry_run {
+        let rows = conn
+            .rows::<Int>(count_purgeable(backend, table, params))
+            .await
+            .map_err(db(OP))?;
+        return Ok(rows
+            .first()
+            .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
+    }
+    let ids: Vec<String> = conn
+        .rows::<EventId>(select_purgeable(backend, table, params))
+        .await
+        .map_err(db(OP))?
+        .into_iter()
+        .map(|EventId(id)| id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    conn.run(delete_purgeable(backend, table, params, &ids))
+        .await
+        .map_err(db(OP))
 }

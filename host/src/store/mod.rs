@@ -278,6 +278,14 @@ pub enum Disposition {
         /// Stored in `last_error` (cut to 512 bytes).
         error: String,
     },
+    /// → `retryable` at `next_retry_at_ms` **without** spending an attempt (`retry_count`
+    /// unchanged): the event was not tried (its sink's circuit breaker is open).
+    Deferred {
+        /// When the row becomes claimable again.
+        next_retry_at_ms: i64,
+        /// Stored in `last_error` (cut to 512 bytes).
+        error: String,
+    },
     /// → `failed`; `retry_count + 1`.
     Failed {
         /// Stored in `last_error` (cut to 512 bytes).
@@ -412,6 +420,41 @@ pub struct RequeueParams {
     pub now_ms: i64,
 }
 
+/// The finished statuses retention deletes; live rows (`pending`, `delivering`, `retryable`)
+/// are never purged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PurgeStatus {
+    /// `delivered` rows.
+    Delivered,
+    /// `failed` rows (dead letters).
+    Failed,
+}
+
+impl PurgeStatus {
+    /// The status column value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PurgeStatus::Delivered => "delivered",
+            PurgeStatus::Failed => "failed",
+        }
+    }
+}
+
+/// Arguments of [`OutboxStore::purge`].
+#[derive(Debug, Clone)]
+pub struct PurgeParams {
+    /// Tenant (the purge walks the tenant's `(app_code, status, created_at_ms)` index range).
+    pub app_code: String,
+    /// Which finished rows.
+    pub status: PurgeStatus,
+    /// Only rows created **and** last changed before this time (UTC ms).
+    pub before_ms: i64,
+    /// Most rows deleted by one call (oldest first); ignored by a dry run.
+    pub limit: u32,
+    /// Count every matching row instead of deleting.
+    pub dry_run: bool,
+}
+
 /// The outbox table in one database.
 ///
 /// Implemented by [`sqlite::SqliteStore`], [`mysql::MySqlStore`] and [`postgres::PostgresStore`].
@@ -445,6 +488,12 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     /// Moves matching `failed` rows back to `pending`; returns how many (would) move.
     async fn requeue(&self, params: &RequeueParams) -> Result<u64, StoreError>;
+
+    /// Deletes up to `limit` old finished rows of one status, oldest first, by primary key after
+    /// reading their ids from the tenant's status index (never a table scan); returns how many
+    /// went (a dry run: how many match in all). Safe with many hosts purging at once: a row
+    /// deleted by another host (or requeued meanwhile) is simply not counted.
+    async fn purge(&self, params: &PurgeParams) -> Result<u64, StoreError>;
 
     /// Closes the connection pool.
     async fn close(&self);

@@ -38,6 +38,15 @@ impl<'a> MarkColumns<'a> {
                 next_retry_at_ms: Some(*next_retry_at_ms),
                 last_error: Some(error),
             },
+            Disposition::Deferred {
+                next_retry_at_ms,
+                error,
+            } => MarkColumns {
+                status: Status::Retryable,
+                failed_attempt: false,
+                next_retry_at_ms: Some(*next_retry_at_ms),
+                last_error: Some(error),
+            },
             Disposition::Failed { error } => MarkColumns {
                 status: Status::Failed,
                 failed_attempt: true,

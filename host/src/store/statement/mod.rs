@@ -5,7 +5,8 @@
 //! Every statement text is built from static fragments and the validated [`TableName`] only;
 //! every value is a bound parameter. The statements themselves are grouped by operation:
 //! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), `insert` (the producer
-//! insert), `mark` (the fenced mark) and `failed` (list, count and requeue `failed` rows).
+//! insert), `mark` (the fenced mark), `failed` (list, count and requeue `failed` rows) and
+//! [`purge`] (retention's batched deletes).
 //! Schema statements live in [`super::schema`]. Statements of fixed shape are built once per store
 //! ([`claim::Statements`]); those carrying an IN list or a VALUES list are built per call.
 
@@ -13,6 +14,7 @@ pub mod claim;
 pub(crate) mod failed;
 pub(crate) mod insert;
 pub(crate) mod mark;
+pub mod purge;
 
 use std::sync::Arc;
 

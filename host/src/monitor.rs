@@ -1,0 +1,168 @@
+//! Background watchers of a running host: the status refresher (row gauges, oldest pending age,
+//! database readiness) and `run`'s periodic summary line.
+//!
+//! The refresher runs one `counts` query per app code per `admin.refresh_interval`, whatever the
+//! scrape rate; scrapes read the gauges it left.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::admin::Readiness;
+use crate::metrics::{Metrics, RowOutcome};
+use crate::record::now_ms;
+use crate::store::{CountsParams, OutboxStore, StatusCounts};
+
+/// The latest counts per app code, shared by the refresher and the summary line.
+#[derive(Debug, Default, Clone)]
+pub struct StatusSnapshot {
+    latest: Arc<Mutex<BTreeMap<String, StatusCounts>>>,
+}
+
+impl StatusSnapshot {
+    /// Backlog (`pending` + `retryable` + `delivering`) and the oldest pending age over every app
+    /// code, as of the last refresh; `None` before the first one.
+    pub fn backlog(&self) -> Option<(u64, Option<i64>)> {
+        let latest = self.latest.lock().ok()?;
+        if latest.is_empty() {
+            return None;
+        }
+        let backlog = latest
+            .values()
+            .map(|c| c.pending + c.retryable + c.delivering)
+            .sum();
+        let oldest = latest
+            .values()
+            .filter_map(|c| c.oldest_pending_age_ms)
+            .max();
+        Some((backlog, oldest))
+    }
+}
+
+/// Everything the refresher touches.
+pub struct StatusRefresher {
+    /// The table to count.
+    pub store: Arc<dyn OutboxStore>,
+    /// Tenants to count (one query each).
+    pub app_codes: Vec<String>,
+    /// Time between refreshes.
+    pub interval: Duration,
+    /// Where the gauges go.
+    pub metrics: Metrics,
+    /// Database readiness is set from each refresh.
+    pub readiness: Arc<Readiness>,
+    /// The latest counts, for the summary line.
+    pub snapshot: StatusSnapshot,
+}
+
+impl StatusRefresher {
+    /// Refreshes once now, then every interval, until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut was_failing = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            match self.refresh_once().await {
+                Ok(()) => {
+                    if was_failing {
+                        info!("database reachable again");
+                    }
+                    was_failing = false;
+                    self.readiness.set_database(Ok(()));
+                }
+                Err(reason) => {
+                    if !was_failing {
+                        warn!(error = %reason, "status refresh failed: not ready");
+                    }
+                    was_failing = true;
+                    self.readiness.set_database(Err(reason));
+                }
+            }
+        }
+    }
+
+    /// One `counts` query per app code; the first error is returned as text.
+    pub async fn refresh_once(&self) -> Result<(), String> {
+        for app_code in &self.app_codes {
+            let params = CountsParams {
+                app_code: Some(app_code.clone()),
+                now_ms: now_ms(),
+            };
+            match self.store.counts(&params).await {
+                Ok(counts) => {
+                    self.metrics.set_status_counts(app_code, &counts);
+                    if let Ok(mut latest) = self.snapshot.latest.lock() {
+                        latest.insert(app_code.clone(), counts);
+                    }
+                }
+                Err(error) => {
+                    self.metrics.count_database_error(&error);
+                    return Err(error.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Logs one summary line every `interval` until `shutdown`: rows delivered, retried, deferred
+/// and failed since the previous line, delivery rate, backlog and oldest pending age.
+pub async fn log_summaries(
+    metrics: Metrics,
+    app_codes: Vec<String>,
+    snapshot: StatusSnapshot,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let totals = |outcome| -> u64 {
+        app_codes
+            .iter()
+            .map(|app| metrics.rows_counted(app, outcome))
+            .sum()
+    };
+    let read = || {
+        [
+            totals(RowOutcome::delivered),
+            totals(RowOutcome::retried),
+            totals(RowOutcome::deferred),
+            totals(RowOutcome::failed) + totals(RowOutcome::rejected),
+        ]
+    };
+    let mut previous = read();
+    let mut since = Instant::now();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let now = read();
+        let elapsed = since.elapsed().as_secs_f64().max(0.001);
+        since = Instant::now();
+        let [delivered, retried, deferred, failed] =
+            std::array::from_fn(|i| now[i].saturating_sub(previous[i]));
+        previous = now;
+        let (backlog, oldest) = snapshot.backlog().unzip();
+        let oldest_pending_age = oldest
+            .flatten()
+            .map(|ms| humantime::format_duration(Duration::from_secs((ms.max(0) / 1000) as u64)))
+            .map_or_else(|| "-".to_string(), |age| age.to_string());
+        info!(
+            delivered,
+            retried,
+            deferred,
+            failed,
+            events_per_second = format!("{:.1}", delivered as f64 / elapsed),
+            backlog = backlog.map_or_else(|| "-".to_string(), |b| b.to_string()),
+            oldest_pending_age,
+            "summary"
+        );
+    }
+}

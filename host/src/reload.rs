@@ -1,0 +1,170 @@
+//! Hot reload (`SIGHUP`, `POST /reload`): re-read the config file and the plugin files, start
+//! the new sink set beside the running one, and swap it in atomically.
+//!
+//! Sinks (plugins, their config, limits and breakers) and routes may change. Every other setting
+//! needs a restart; a reload that changes one is refused naming the keys. A config that does not
+//! validate, or a plugin that does not load or whose `init` fails, is refused with one error line
+//! and the running set keeps serving. Batches in flight finish on the set they started with
+//! ([`SwappablePublisher`]). Breaker state starts afresh with the new set.
+
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tracing::{error, info};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::plugin::{SwappablePublisher, load_publisher_with_metrics};
+
+/// Reads the configuration again (file, environment, command-line overrides), or says why not.
+pub type ConfigSource = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// Reloads the sinks of one running service.
+pub struct Reloader {
+    source: ConfigSource,
+    running: Mutex<Config>,
+    publisher: Arc<SwappablePublisher>,
+    metrics: Metrics,
+}
+
+impl Reloader {
+    /// A reloader for a service running `config` through `publisher`.
+    pub fn new(
+        source: ConfigSource,
+        config: Config,
+        publisher: Arc<SwappablePublisher>,
+        metrics: Metrics,
+    ) -> Reloader {
+        Reloader {
+            source,
+            running: Mutex::new(config),
+            publisher,
+            metrics,
+        }
+    }
+
+    /// One reload: `Ok(summary)` once the new set serves, `Err(reason)` (one line, logged) when
+    /// refused. Reloads run one at a time.
+    pub async fn reload(&self) -> Result<String, String> {
+        let mut running = self.running.lock().await;
+        let outcome = self.try_reload(&running).await;
+        match outcome {
+            Ok(next) => {
+                let summary = format!(
+                    "reloaded: {} sinks ({}), {} routes",
+                    next.publishing.sinks().len(),
+                    next.publishing
+                        .sinks()
+                        .iter()
+                        .map(|s| s.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    next.publishing.routes().len()
+                );
+                info!("{summary}");
+                *running = next;
+                Ok(summary)
+            }
+            Err(reason) => {
+                error!(error = %reason, "reload refused; the running sinks keep serving");
+                Err(reason)
+            }
+        }
+    }
+
+    async fn try_reload(&self, running: &Config) -> Result<Config, String> {
+        let next = (self.source)()?;
+        let changed = restart_only_changes(running, &next);
+        if !changed.is_empty() {
+            return Err(format!(
+                "settings that need a restart changed: {} (restart outboxd to apply them)",
+                changed.join(", ")
+            ));
+        }
+        let publisher = load_publisher_with_metrics(&next.publishing, &next.plugins, &self.metrics)
+            .await
+            .map_err(|e| one_line(&e))?;
+        self.publisher.swap(publisher);
+        Ok(next)
+    }
+}
+
+/// The error and its sources on one line.
+fn one_line(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
+/// The keys (or sections) outside `[[sink]]` and `[[route]]` that differ.
+pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
+    let (a, b) = (running, next);
+    let checks: [(&'static str, bool); 16] = [
+        ("database.url", a.database.url != b.database.url),
+        ("database.table", a.database.table != b.database.table),
+        (
+            "database.max_connections",
+            a.database.max_connections != b.database.max_connections,
+        ),
+        ("worker.app_codes", a.worker.app_codes != b.worker.app_codes),
+        (
+            "worker.batch_size",
+            a.worker.batch_size != b.worker.batch_size,
+        ),
+        (
+            "worker.poll_interval",
+            a.worker.poll_interval != b.worker.poll_interval,
+        ),
+        ("worker.lease", a.worker.lease != b.worker.lease),
+        (
+            "worker.publish_timeout",
+            a.worker.publish_timeout != b.worker.publish_timeout,
+        ),
+        ("worker.ordering", a.worker.ordering != b.worker.ordering),
+        (
+            "worker.concurrency",
+            a.worker.concurrency != b.worker.concurrency,
+        ),
+        ("worker.node_id", a.worker.node_id != b.worker.node_id),
+        ("retry", a.retry != b.retry),
+        ("plugins.cache_dir", a.plugins != b.plugins),
+        ("log", a.log != b.log),
+        ("admin", a.admin != b.admin),
+        ("retention", a.retention != b.retention),
+    ];
+    checks
+        .into_iter()
+        .filter(|(_, changed)| *changed)
+        .map(|(key, _)| key)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_only_settings_are_named() {
+        let running = Config::defaults();
+        let mut next = running.clone();
+        assert!(restart_only_changes(&running, &next).is_empty());
+        next.publishing =
+            crate::config::Publishing::new(Vec::new(), Vec::new(), std::path::Path::new(""))
+                .expect("an empty publishing section is valid");
+        assert!(restart_only_changes(&running, &next).is_empty());
+        next.database.url = "postgres://db/x".into();
+        next.worker.app_codes = vec!["other".into()];
+        assert_eq!(
+            restart_only_changes(&running, &next),
+            vec!["database.url", "worker.app_codes"]
+        );
+    }
+}

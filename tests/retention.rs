@@ -1,0 +1,216 @@
+//! Proof that a retention batch never scans the table: 100k old `delivered` rows plus live rows,
+//! then `EXPLAIN` of the exact purge statements the store runs
+//! (`store::statement::purge::statement_texts`) on MariaDB and PostgreSQL. The id SELECT must
+//! read a range of the `(app_code, status, created_at_ms, event_id)` index and (run with ANALYZE)
+//! about `LIMIT` rows, the DELETE must address rows by primary key. No planner setting is forced.
+//! Then a real purge pass over the same table deletes exactly the old finished rows.
+
+mod support;
+
+use outboxd::store::statement::purge::statement_texts;
+use outboxd::store::{Backend, DEFAULT_TABLE, PurgeParams, PurgeStatus, TableName};
+use support::{Bind, PlanStep, RawInsert, TestDb};
+
+/// Old delivered rows.
+const HISTORY: i64 = 100_000;
+/// Tenant.
+const APP: &str = "app_a";
+/// Rows per purge batch explained.
+const LIMIT: i64 = 500;
+/// Rows created (and changed) before this are purgeable: half the history.
+const BEFORE: i64 = HISTORY / 2;
+
+/// `HISTORY` delivered rows `h<n>` created and changed at `n`, then 20 live rows of each live
+/// status, created at 0 (older than everything: retention must still leave them).
+async fn seed(db: &TestDb) {
+    let envelope = support::record(APP, "h", "room0", 0).encoded_envelope();
+    let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+                  UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+                  UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    let sql = format!(
+        "INSERT INTO {DEFAULT_TABLE} (app_code, event_id, event_type, room_id, status, envelope, \
+         created_at_ms, updated_at_ms) \
+         SELECT '{APP}', CONCAT('h', n), 'History', CONCAT('room', n % 100), 'delivered', {ph}, n, n \
+         FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n \
+               FROM {digits} a CROSS JOIN {digits} b CROSS JOIN {digits} c CROSS JOIN {digits} e \
+               CROSS JOIN {digits} f) s \
+         WHERE n < {HISTORY}",
+        ph = db.placeholder(1),
+    );
+    assert_eq!(
+        db.execute(&sql, &[Bind::Bytes(envelope)]).await,
+        HISTORY as u64
+    );
+    let mut live = Vec::new();
+    for status in ["pending", "retryable", "delivering"] {
+        for i in 0..20 {
+            let mut row =
+                RawInsert::pending(APP, &format!("{status}{i}"), "room1", 0).with_status(status);
+            row.updated_at_ms = Some(0);
+            live.push(row);
+        }
+    }
+    db.insert_raw(DEFAULT_TABLE, &live).await;
+    db.analyze(DEFAULT_TABLE).await;
+}
+
+fn show(plan: &[PlanStep]) -> String {
+    plan.iter()
+        .map(|s| format!("  {}", s.text.replace('\n', "\n    ")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn select_binds() -> Vec<Bind> {
+    vec![
+        Bind::Str(APP.into()),
+        Bind::I64(BEFORE),
+        Bind::I64(BEFORE),
+        Bind::I64(LIMIT),
+    ]
+}
+
+fn delete_binds(ids: usize) -> Vec<Bind> {
+    let mut binds = vec![Bind::Str(APP.into())];
+    binds.extend((0..ids).map(|i| Bind::Str(format!("h{i}"))));
+    binds.push(Bind::I64(BEFORE));
+    binds
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_purge_reads_an_index_range_and_deletes_by_primary_key() {
+    let Some(db) = TestDb::new_server_only(Backend::MySql).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    seed(&db).await;
+    let (select, delete) = statement_texts(
+        Backend::MySql,
+        &TableName::default(),
+        PurgeStatus::Delivered,
+        100,
+    );
+    let pending_index = format!("idx_{DEFAULT_TABLE}_pending");
+
+    let plan = db.explain(&select, &select_binds()).await;
+    let analyzed = db.explain_analyze(&select, &select_binds()).await;
+    let context = format!("{select}\n{}\nANALYZE:\n{}", show(&plan), show(&analyzed));
+    let step = plan
+        .iter()
+        .find(|s| s.table.is_some())
+        .unwrap_or_else(|| panic!("no table step\n{context}"));
+    assert!(
+        matches!(step.access.as_str(), "range" | "ref"),
+        "not an index range\n{context}"
+    );
+    assert_eq!(
+        step.index.as_deref(),
+        Some(pending_index.as_str()),
+        "{context}"
+    );
+    let read = analyzed
+        .iter()
+        .find(|s| s.table.is_some())
+        .and_then(|s| s.actual_rows)
+        .unwrap_or_else(|| panic!("no r_rows\n{context}"));
+    assert!(
+        read <= 2.0 * LIMIT as f64,
+        "read {read} rows for LIMIT {LIMIT}\n{context}"
+    );
+
+    let plan = db.explain(&delete, &delete_binds(100)).await;
+    let context = format!("{delete}\n{}", show(&plan));
+    let step = plan
+        .iter()
+        .find(|s| s.table.is_some())
+        .unwrap_or_else(|| panic!("no table step\n{context}"));
+    assert_eq!(step.access, "range", "{context}");
+    assert_eq!(step.index.as_deref(), Some("PRIMARY"), "{context}");
+
+    purge_pass_deletes_exactly_the_old_rows(&db, &store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_purge_reads_an_index_range_and_deletes_by_primary_key() {
+    let Some(db) = TestDb::new_server_only(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    seed(&db).await;
+    let (select, delete) = statement_texts(
+        Backend::Postgres,
+        &TableName::default(),
+        PurgeStatus::Delivered,
+        100,
+    );
+    let pending_index = format!("idx_{DEFAULT_TABLE}_pending");
+
+    let plan = db.explain_analyze(&select, &select_binds()).await;
+    let context = format!("{select}\n{}", show(&plan));
+    assert!(
+        !plan.iter().any(|s| s.access.contains("Seq Scan")),
+        "sequential scan\n{context}"
+    );
+    let scan = plan
+        .iter()
+        .find(|s| s.access.contains("Index"))
+        .unwrap_or_else(|| panic!("no index scan\n{context}"));
+    assert_eq!(
+        scan.index.as_deref(),
+        Some(pending_index.as_str()),
+        "{context}"
+    );
+    let read = scan.actual_rows.unwrap_or(f64::INFINITY);
+    assert!(
+        read <= 2.0 * LIMIT as f64,
+        "read {read} rows for LIMIT {LIMIT}\n{context}"
+    );
+
+    let plan = db.explain(&delete, &delete_binds(100)).await;
+    let context = format!("{delete}\n{}", show(&plan));
+    assert!(
+        !plan.iter().any(|s| s.access.contains("Seq Scan")),
+        "sequential scan\n{context}"
+    );
+    assert!(
+        plan.iter().any(
+            |s| s.access.contains("Index") && s.text.contains(&format!("{DEFAULT_TABLE}_pkey"))
+        ),
+        "not by primary key\n{context}"
+    );
+
+    purge_pass_deletes_exactly_the_old_rows(&db, &store).await;
+}
+
+/// Batches of `LIMIT` until a short one: every delivered row created before `BEFORE` goes, the
+/// rest of the history and every live row (older still) stay.
+async fn purge_pass_deletes_exactly_the_old_rows(
+    db: &TestDb,
+    store: &std::sync::Arc<dyn outboxd::store::OutboxStore>,
+) {
+    let params = |dry_run| PurgeParams {
+        app_code: APP.into(),
+        status: PurgeStatus::Delivered,
+        before_ms: BEFORE,
+        limit: LIMIT as u32,
+        dry_run,
+    };
+    assert_eq!(store.purge(&params(true)).await.unwrap(), BEFORE as u64);
+    let mut deleted = 0;
+    loop {
+        let batch = store.purge(&params(false)).await.unwrap();
+        assert!(batch <= LIMIT as u64);
+        deleted += batch;
+        if batch < LIMIT as u64 {
+            break;
+        }
+    }
+    assert_eq!(deleted, BEFORE as u64);
+    let rows = db.all_rows(DEFAULT_TABLE).await;
+    assert_eq!(rows.len() as i64, HISTORY - BEFORE + 60);
+    assert!(
+        rows.iter()
+            .filter(|r| r.status == "delivered")
+            .all(|r| r.created_at_ms >= BEFORE)
+    );
+}
