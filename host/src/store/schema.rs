@@ -144,6 +144,18 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 4] = [
     },
 ];
 
+/// The catalog query `migrate` reads a table's indexes with, for tools and tests that read them
+/// on their own connection: the statement (one row per key column, `index name, column name`,
+/// the column NULL for an expression, ordered by index and position) and the one value to bind to
+/// its placeholder, `table`'s name as the catalog stores it.
+pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, String) {
+    let Bound { sql, args } = backend.dialect().table_index_columns(table);
+    let [Arg::Text(catalog_name)] = args.as_slice() else {
+        unreachable!("the catalog query binds the table name only: {args:?}")
+    };
+    (sql.to_string(), catalog_name.clone())
+}
+
 /// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table).
 pub(crate) fn create_claim_index(table: &TableName, index: &ClaimIndex) -> String {
     format!(
