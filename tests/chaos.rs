@@ -205,17 +205,4 @@ async fn expect(db: &TestDb, id: &str, status: &str, reason: &str) -> support::R
     row
 }
 
-macro_rules! chaos_tests {
-    ($($module:ident => $backend:expr),*) => {
-        $(
-            mod $module {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn misbehaving_sinks_are_contained() {
-                    super::misbehaving_sinks_are_contained($backend).await;
-                }
-            }
-        )*
-    };
-}
-
-chaos_tests!(sqlite => super::Backend::Sqlite, mysql => super::Backend::MySql, postgres => super::Backend::Postgres);
+support::per_backend!(misbehaving_sinks_are_contained);

@@ -509,32 +509,14 @@ async fn database_errors_are_fast_and_say_why(backend: Backend) {
     drop(silent);
 }
 
-macro_rules! cli_tests {
-    ($module:ident, $backend:expr) => {
-        mod $module {
-            use super::*;
-            cli_tests!(@tests $backend;
-                drain_10k_through_the_log_plugin,
-                no_route_fails_then_requeue_delivers,
-                run_without_a_sink_refuses_and_loses_nothing,
-                a_repeated_sigterm_is_one_request,
-                database_errors_are_fast_and_say_why,
-                sigterm_finishes_in_flight_and_exits_zero);
-        }
-    };
-    (@tests $backend:expr; $($name:ident),*) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name($backend).await;
-            }
-        )*
-    };
-}
-
-cli_tests!(sqlite, Backend::Sqlite);
-cli_tests!(mysql, Backend::MySql);
-cli_tests!(postgres, Backend::Postgres);
+support::per_backend!(
+    drain_10k_through_the_log_plugin,
+    no_route_fails_then_requeue_delivers,
+    run_without_a_sink_refuses_and_loses_nothing,
+    a_repeated_sigterm_is_one_request,
+    database_errors_are_fast_and_say_why,
+    sigterm_finishes_in_flight_and_exits_zero,
+);
 
 /// A child process killed when dropped (a failing test leaves no `outboxd run` behind).
 struct KillOnDrop(std::process::Child);

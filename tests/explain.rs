@@ -338,12 +338,4 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
     db.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_claim_branches_read_only_what_they_return() {
-    claim_branches_read_only_what_they_return(Backend::MySql).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_claim_branches_read_only_what_they_return() {
-    claim_branches_read_only_what_they_return(Backend::Postgres).await
-}
+support::per_backend!([mysql, postgres] => claim_branches_read_only_what_they_return);

@@ -259,12 +259,4 @@ limits = {{ allow_hosts = ["http://{addr}"] }}"#,
     running.await.unwrap().expect("service stops cleanly");
 }
 
-macro_rules! per_backend {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sqlite).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::MySql).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Postgres).await } )* }
-    };
-}
-
-per_backend!(swap_a_plugin_file_under_load);
+support::per_backend!(swap_a_plugin_file_under_load);

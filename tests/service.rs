@@ -318,15 +318,7 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
     );
 }
 
-macro_rules! per_backend {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sqlite).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::MySql).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Postgres).await } )* }
-    };
-}
-
-per_backend!(
+support::per_backend!(
     admin_serves_metrics_health_and_readiness,
     breaker_outlasts_an_outage_longer_than_max_attempts,
 );

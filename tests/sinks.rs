@@ -389,26 +389,8 @@ async fn urls_outside_the_allowlist_are_refused(backend: Backend) {
     db.cleanup().await;
 }
 
-macro_rules! sink_tests {
-    ($module:ident, $backend:expr) => {
-        mod $module {
-            use super::*;
-            sink_tests!(@tests $backend;
-                routed_retried_and_delivered_once,
-                permanent_errors_fail_with_the_reason,
-                urls_outside_the_allowlist_are_refused);
-        }
-    };
-    (@tests $backend:expr; $($name:ident),*) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name($backend).await;
-            }
-        )*
-    };
-}
-
-sink_tests!(sqlite, Backend::Sqlite);
-sink_tests!(mysql, Backend::MySql);
-sink_tests!(postgres, Backend::Postgres);
+support::per_backend!(
+    routed_retried_and_delivered_once,
+    permanent_errors_fail_with_the_reason,
+    urls_outside_the_allowlist_are_refused,
+);

@@ -641,33 +641,15 @@ async fn draining_run_reports_a_dead_database(backend: Backend) {
     assert_eq!(op, "claim");
 }
 
-macro_rules! worker_tests {
-    ($module:ident, $backend:expr) => {
-        mod $module {
-            use super::*;
-            worker_tests!(@tests $backend;
-                three_hosts_drain_10k_exactly_once,
-                crashed_worker_batch_is_finished_by_another,
-                retries_then_fails_at_max_attempts,
-                permanent_fails_and_retry_after_wins,
-                corrupt_envelope_is_isolated,
-                timeout_and_wrong_result_count_are_retryable,
-                per_room_ordering_survives_failures,
-                graceful_shutdown_leaves_nothing_delivering,
-                a_slow_sink_never_holds_up_another,
-                draining_run_reports_a_dead_database);
-        }
-    };
-    (@tests $backend:expr; $($name:ident),*) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name($backend).await;
-            }
-        )*
-    };
-}
-
-worker_tests!(sqlite, Backend::Sqlite);
-worker_tests!(mysql, Backend::MySql);
-worker_tests!(postgres, Backend::Postgres);
+support::per_backend!(
+    three_hosts_drain_10k_exactly_once,
+    crashed_worker_batch_is_finished_by_another,
+    retries_then_fails_at_max_attempts,
+    permanent_fails_and_retry_after_wins,
+    corrupt_envelope_is_isolated,
+    timeout_and_wrong_result_count_are_retryable,
+    per_room_ordering_survives_failures,
+    graceful_shutdown_leaves_nothing_delivering,
+    a_slow_sink_never_holds_up_another,
+    draining_run_reports_a_dead_database,
+);

@@ -17,6 +17,8 @@
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
+//! - [`wake`]: what wakes idle loops: commit feeds (PostgreSQL `LISTEN`, SQLite
+//!   `data_version`), producers in the same process, adaptive probing where neither exists.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once (sinks and routes
 //!   included); the worker's and store's options derived from it.
@@ -28,7 +30,7 @@
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
 //!   shutdown.
 //! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands with
-//!   plugin authors' `plugin new` scaffolding and `plugin bench`, bench).
+//!   plugin authors' `plugin new` scaffolding and `plugin bench`, bench and its latency mode).
 
 #![warn(missing_docs)]
 
@@ -47,4 +49,5 @@ pub mod retention;
 pub mod retry;
 pub mod service;
 pub mod store;
+pub mod wake;
 pub mod worker;

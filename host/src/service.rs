@@ -20,6 +20,7 @@ use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_metrics
 use crate::reload::{ConfigSource, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
+use crate::wake::Wake;
 use crate::worker::{BatchStats, RunMode, Worker, WorkerError};
 
 /// Why the service could not start or stopped with an error.
@@ -44,6 +45,7 @@ pub struct Service {
     readiness: Arc<Readiness>,
     admin: Option<AdminListener>,
     reload_source: Option<ConfigSource>,
+    wake: Wake,
 }
 
 impl Service {
@@ -63,6 +65,7 @@ impl Service {
             readiness: Readiness::new(),
             admin,
             reload_source: None,
+            wake: Wake::new(),
         })
     }
 
@@ -70,6 +73,13 @@ impl Service {
     /// `source`.
     pub fn with_reload(mut self, source: ConfigSource) -> Service {
         self.reload_source = Some(source);
+        self
+    }
+
+    /// Wakes the worker's idle loops through `wake` (fed by a commit feed,
+    /// [`crate::wake::start_commit_feed`]).
+    pub fn with_wake(mut self, wake: Wake) -> Service {
+        self.wake = wake;
         self
     }
 
@@ -113,6 +123,7 @@ impl Service {
             readiness,
             admin,
             reload_source,
+            wake,
         } = self;
         // Set once the sinks have started; reload requests before that are refused.
         let reloader: Arc<OnceLock<Arc<Reloader>>> = Arc::new(OnceLock::new());
@@ -173,7 +184,9 @@ impl Service {
                 background.clone(),
             ));
         }
-        let worker = Worker::new(store, publisher, config.worker_options()).with_metrics(metrics);
+        let worker = Worker::new(store, publisher, config.worker_options())
+            .with_metrics(metrics)
+            .with_wake(wake);
         Ok(worker.run(mode, shutdown).await?)
     }
 }

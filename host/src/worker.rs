@@ -8,10 +8,12 @@
 //! cannot connect) and once when it ends, not at every retry.
 //!
 //! A [`Worker`] runs `concurrency` loops ("worker slots"), each with its own worker id
-//! (`<node_id>/<slot>`), over the configured app codes. Idle loops wait the poll interval; a loop
-//! whose claim came back full claims again at once. Shutdown is a [`CancellationToken`]: loops stop
-//! claiming, finish and mark the batch in flight, and return. The worker retries no store call
-//! (the store retries transient errors: see `store`'s "Who checks what, who retries what").
+//! (`<node_id>/<slot>`), over the configured app codes. A loop whose claim came back full claims
+//! again at once; an idle loop waits for a [`Wake`] (a commit to the outbox, or a producer in this
+//! process) or the poll interval, whichever comes first; without a commit feed it probes
+//! adaptively ([`IdleBackoff`]). Shutdown is a [`CancellationToken`]: loops stop claiming, finish
+//! and mark the batch in flight, and return. The worker retries no store call (the store retries
+//! transient errors: see `store`'s "Who checks what, who retries what").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +32,7 @@ use crate::store::{
     ClaimBatch, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, MarkParams, OutboxStore,
     StoreError,
 };
+use crate::wake::{IdleBackoff, Wake};
 
 /// Everything a worker needs to know besides its store and publisher (from a configuration:
 /// `Config::worker_options`).
@@ -99,6 +102,7 @@ pub struct Worker {
     store: Arc<dyn OutboxStore>,
     publisher: Arc<dyn Publisher>,
     options: Arc<WorkerOptions>,
+    wake: Wake,
     /// When the current database outage began (shared by the loops, logged once each way).
     outage: Arc<Mutex<Option<Instant>>>,
     metrics: Metrics,
@@ -115,9 +119,23 @@ impl Worker {
             store,
             publisher,
             options: Arc::new(options),
+            wake: Wake::new(),
             outage: Arc::new(Mutex::new(None)),
             metrics: Metrics::default(),
         }
+    }
+
+    /// The same worker woken by `wake` (shared with a commit feed, [`crate::wake::start_commit_feed`],
+    /// or a producer in this process).
+    pub fn with_wake(mut self, wake: Wake) -> Worker {
+        self.wake = wake;
+        self
+    }
+
+    /// What wakes this worker's idle loops: call [`Wake::wake`] after committing outbox rows in
+    /// this process to have them delivered at once.
+    pub fn wake(&self) -> &Wake {
+        &self.wake
     }
 
     /// The same worker reporting rows, latencies and database errors to `metrics`.
@@ -177,6 +195,7 @@ impl Worker {
         totals: &Totals,
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
+        let mut backoff = IdleBackoff::new(self.options.poll_interval);
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
         while !shutdown.is_cancelled() {
             let mut found_any = false;
@@ -210,9 +229,18 @@ impl Worker {
                 break;
             }
             if !any_full || failed {
+                // With a commit feed a commit wakes the loop, so it may sleep the poll interval
+                // (the safety net); without one it probes sooner while rows keep arriving.
+                let probe = backoff.after_round(found_any);
+                let wait = if failed || self.wake.has_commit_feed() {
+                    self.options.poll_interval
+                } else {
+                    probe
+                };
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(self.options.poll_interval) => {}
+                    _ = self.wake.woken() => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
             }
         }

@@ -1,4 +1,5 @@
-//! `outboxd bench`: enqueue N events, drain them with a no-op publisher, report events/s.
+//! `outboxd bench`: enqueue N events, drain them through a publisher (a no-op, or a plugin with
+//! `--plugin`), report events/s.
 //!
 //! Each shape runs on its own app code in the benchmark table, so runs never see each other's
 //! rows. The `go` shape replays the Go version's delivery shape on the same store (claim 100, one
@@ -13,7 +14,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
-use crate::config::Config;
+use crate::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{Record, now_ms};
 use crate::retry::RetryPolicy;
@@ -169,6 +170,18 @@ impl Publisher for NoopPublisher {
 
 /// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
+    let publisher = publisher(config, &args).await?;
+    if let Some(rate) = args.rate {
+        let options = super::bench_latency::LatencyOptions {
+            rate: rate.max(1),
+            seconds: args.seconds.unwrap_or(1),
+            producers: args.producers,
+            table: TableName::new(&args.table).context("--table")?,
+        };
+        let report = super::bench_latency::run(config, &options, publisher).await?;
+        print!("{report}");
+        return Ok(());
+    }
     let options = BenchOptions {
         events: args.events,
         batch_size: args.batch_size,
@@ -177,13 +190,51 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
         shapes: args.shapes,
         table: TableName::new(&args.table).context("--table")?,
     };
-    let report = run(config, &options).await?;
+    let report = run(config, &options, publisher).await?;
     print!("{report}");
     Ok(())
 }
 
+/// The publisher of a benchmark: the `--plugin` component with every event routed to it, or a
+/// native no-op.
+async fn publisher(config: &Config, args: &BenchArgs) -> anyhow::Result<Arc<dyn Publisher>> {
+    let Some(plugin) = &args.plugin else {
+        return Ok(Arc::new(NoopPublisher));
+    };
+    let mut settings = std::collections::BTreeMap::new();
+    for pair in &args.plugin_config {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--plugin-config {pair:?}: expected KEY=VALUE"))?;
+        settings.insert(key.to_string(), value.to_string());
+    }
+    let sink = SinkConfig {
+        name: "bench".into(),
+        plugin: plugin.clone(),
+        config: settings,
+        limits: SinkLimits::default(),
+        breaker: Default::default(),
+    };
+    let route = RouteConfig {
+        event_type: "*".into(),
+        sink: "bench".into(),
+    };
+    let publishing =
+        Publishing::new(vec![sink], vec![route], std::path::Path::new("")).context("--plugin")?;
+    crate::plugin::load_publisher(&publishing, &config.plugins)
+        .await
+        .with_context(|| format!("cannot load the plugin {}", plugin.display()))
+}
+
 /// Runs every requested shape against the configured database.
-pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport, BenchError> {
+///
+/// Every shape publishes through `publisher`: [`NoopPublisher`] measures the host and the
+/// database; a plugin (`outboxd bench --plugin FILE`) measures what users run.
+pub async fn run(
+    config: &Config,
+    options: &BenchOptions,
+    publisher: Arc<dyn Publisher>,
+) -> Result<BenchReport, BenchError> {
     let store = store::connect(&ConnectOptions {
         table: options.table.clone(),
         max_connections: config.database.max_connections.max(options.workers + 2),
@@ -199,11 +250,11 @@ pub async fn run(config: &Config, options: &BenchOptions) -> Result<BenchReport,
         let started = Instant::now();
         let (batch_size, workers) = match shape {
             Shape::Go => {
-                drain_go_shape(&*store, &app_code).await?;
+                drain_go_shape(&*store, &app_code, &*publisher).await?;
                 (100, 1)
             }
             Shape::Outboxd | Shape::PerRoom => {
-                drain_worker(&store, &app_code, shape, options).await?;
+                drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
             }
         };
@@ -275,10 +326,11 @@ async fn drain_worker(
     app_code: &str,
     shape: Shape,
     options: &BenchOptions,
+    publisher: Arc<dyn Publisher>,
 ) -> Result<(), WorkerError> {
     let worker = Worker::new(
         store.clone(),
-        Arc::new(NoopPublisher),
+        publisher,
         WorkerOptions {
             app_codes: vec![app_code.to_string()],
             batch_size: options.batch_size,
@@ -300,8 +352,11 @@ async fn drain_worker(
 }
 
 /// Drains like the Go version: claim 100, publish, one mark statement per row.
-async fn drain_go_shape(store: &dyn OutboxStore, app_code: &str) -> Result<(), StoreError> {
-    let publisher = NoopPublisher;
+async fn drain_go_shape(
+    store: &dyn OutboxStore,
+    app_code: &str,
+    publisher: &dyn Publisher,
+) -> Result<(), StoreError> {
     loop {
         let batch = store
             .claim(&ClaimParams {

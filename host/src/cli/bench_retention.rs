@@ -40,8 +40,8 @@ const LOAD_CHUNK: u32 = 1000;
 #[derive(Debug, Clone, clap::Args)]
 pub struct RetentionBenchArgs {
     /// Measure claim latency quiet vs while retention deletes `--history` old delivered rows
-    /// (instead of the delivery shapes).
-    #[arg(long)]
+    /// (instead of the delivery shapes or the `--rate` latency mode).
+    #[arg(long, conflicts_with = "rate")]
     pub retention: bool,
     /// Old `delivered` rows loaded before measuring (`--retention`).
     #[arg(long, default_value_t = 1_000_000)]

@@ -12,6 +12,7 @@
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 pub mod bench;
+pub mod bench_latency;
 pub mod bench_retention;
 pub mod ops;
 pub mod plugin;
@@ -200,6 +201,24 @@ pub struct BenchArgs {
     /// `--retention` and its options.
     #[command(flatten)]
     pub retention: bench_retention::RetentionBenchArgs,
+    /// Latency mode: producers commit this many rows per second, one per transaction, and the
+    /// worker (configured as `outboxd run` would be) delivers them; prints commit → delivered
+    /// p50/p90/p99. Needs `--seconds`.
+    #[arg(long, requires = "seconds")]
+    pub rate: Option<u32>,
+    /// Latency mode: how long the producers write.
+    #[arg(long, requires = "rate")]
+    pub seconds: Option<u32>,
+    /// Latency mode: producer tasks, each on its own database connection.
+    #[arg(long, default_value_t = 4)]
+    pub producers: u32,
+    /// Publish through this plugin (`.wasm` component; every event routed to it) instead of a
+    /// native no-op publisher.
+    #[arg(long, value_name = "FILE")]
+    pub plugin: Option<PathBuf>,
+    /// A setting passed to the plugin's init (repeatable), e.g. `quiet=true`.
+    #[arg(long = "plugin-config", value_name = "KEY=VALUE")]
+    pub plugin_config: Vec<String>,
 }
 
 /// `outboxd plugin …`.

@@ -18,6 +18,7 @@ use crate::service::Service;
 use crate::store::{
     self, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
 };
+use crate::wake::{self, Wake};
 use crate::worker::RunMode;
 
 /// `outboxd migrate`.
@@ -183,15 +184,33 @@ pub async fn run(config: &Config, drain: bool, source: ConfigSource) -> Result<(
         .await?
         .with_reload(source);
     let shutdown = CancellationToken::new();
-    tokio::spawn(super::signals::stop_on_signal(shutdown.clone()));
     let mode = if drain {
         RunMode::Drain
     } else {
         RunMode::Forever
     };
+    let wake = Wake::new();
+    // A draining run stops at the first empty claim: a feed would wake nothing.
+    let feed = match mode {
+        RunMode::Forever => wake::start_commit_feed(
+            &config.database.url,
+            &config.database.table,
+            &wake,
+            shutdown.child_token(),
+        )
+        .await
+        .context("cannot start the commit feed")?,
+        RunMode::Drain => None,
+    };
+    let service = service.with_wake(wake);
+    tokio::spawn(super::signals::stop_on_signal(shutdown.clone()));
     info!(node_id = %config.worker.node_id, database = %store::redact_url(&config.database.url),
         app_codes = ?config.worker.app_codes, admin = ?service.admin_addr(), "outboxd running");
-    let result = service.run(mode, shutdown).await;
+    let result = service.run(mode, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(feed) = feed {
+        let _ = feed.await;
+    }
     store.close().await;
     let stats = result?;
     info!(

@@ -13,8 +13,12 @@ use async_trait::async_trait;
 use sqlx::Database;
 
 use super::judge::judge;
-use super::row::{CandidateRow, EventId, FromColumns, Int, StatusCountRow, status_counts};
-use super::statement::claim::{ClaimBranch, Statements, lease_rows, reject_rows};
+use super::row::{
+    CandidateRow, EventId, FromColumns, Int, LeasedRow, StatusCountRow, status_counts,
+};
+use super::statement::claim::{
+    ClaimBranch, Statements, lease_rows, reject_leased_rows, reject_rows,
+};
 use super::statement::failed::{count_failed, requeue_failed, select_failed};
 use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
 use super::statement::mark::{lock_fenced_rows, mark_rows};
@@ -343,6 +347,11 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         return Ok(batch);
     }
     let mut tx = begin_write(driver, OP).await?;
+    if statements.leases_in_claim() {
+        claim_and_lease(&mut *tx, statements, params, &mut batch).await?;
+        tx.commit().await.map_err(db(OP))?;
+        return Ok(batch);
+    }
     let mut taken = 0;
     for branch in ClaimBranch::ALL {
         let remaining = limit - taken;
@@ -384,6 +393,52 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     }
     tx.commit().await.map_err(db(OP))?;
     Ok(batch)
+}
+
+/// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
+/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
+/// order, then the rejected rows failed under the new lease.
+async fn claim_and_lease<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    params: &ClaimParams,
+    batch: &mut ClaimBatch,
+) -> Result<(), StoreError> {
+    const OP: &str = "claim";
+    let limit = params.limit as usize;
+    let mut taken = 0;
+    for branch in ClaimBranch::ALL {
+        let remaining = limit - taken;
+        if remaining == 0 {
+            break;
+        }
+        let Some(query) = statements.claim_lease_query(branch, params, &batch.lease, remaining)
+        else {
+            unreachable!("leases_in_claim() said the dialect has the statement")
+        };
+        let mut rows = session.rows::<LeasedRow>(query).await.map_err(db(OP))?;
+        rows.sort_by_key(|row| row.position);
+        taken += rows.len();
+        for row in rows {
+            match judge(&params.app_code, row.candidate, branch, params.max_attempts) {
+                Ok(event) => batch.events.push(event),
+                Err(rejected) => batch.rejected.push(rejected),
+            }
+        }
+    }
+    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+        session
+            .run(reject_leased_rows(
+                statements.backend(),
+                statements.table(),
+                &batch.lease,
+                params.now_ms,
+                rejected,
+            ))
+            .await
+            .map_err(db(OP))?;
+    }
+    Ok(())
 }
 
 /// Applies a batch's marks: one fenced UPDATE (per [`MAX_ROWS_PER_STATEMENT`] marks); the ids it

@@ -12,7 +12,7 @@
 //!   behaviour that differ for its database (its `SqlDialect`) — to see what PostgreSQL does
 //!   differently, open `postgres.rs`.
 //!
-//! Every backend passes the same conformance suite (`tests/conformance.rs`). Methods take one
+//! Every backend passes the same conformance suite (`tests/conformance/`). Methods take one
 //! params struct and an explicit `now_ms`, so behaviour that depends on time (leases, due retries)
 //! is tested without sleeping. SQL is built once per store from a validated [`TableName`]; every
 //! value is a bound parameter.

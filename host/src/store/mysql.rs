@@ -34,7 +34,7 @@ impl MySqlStore {
             .acquire_timeout(options.connect_timeout)
             // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
             // and marks do not deadlock on the secondary index entries they move (under
-            // REPEATABLE READ, per-room claims beside marks did: tests/conformance.rs).
+            // REPEATABLE READ, per-room claims beside marks did: tests/conformance/ordering.rs).
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::Executor::execute(&mut *conn, SESSION_SETUP).await?;
@@ -123,7 +123,7 @@ impl SqlDialect for MySqlDialect {
     /// `FORCE INDEX (PRIMARY)`: MySQL/MariaDB otherwise may walk a secondary index on the
     /// `app_code` prefix (small tables) or on the lease (`status`, `lock_until_ms`) and lock the
     /// entries of other workers' rows on the way: two claims' lease UPDATEs then deadlock (seen in
-    /// tests/conformance.rs). By primary key a statement locks only its own rows.
+    /// tests/conformance/claim.rs). By primary key a statement locks only its own rows.
     fn primary_key_access(&self) -> &'static str {
         " FORCE INDEX (PRIMARY)"
     }

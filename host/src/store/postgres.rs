@@ -1,7 +1,9 @@
 //! The PostgreSQL backend: [`PostgresStore`] and the producer [`save`].
 //!
 //! Claims lock rows with `FOR UPDATE SKIP LOCKED`, so any number of hosts claim concurrently
-//! without waiting on each other; marks use `UPDATE … RETURNING`. The URL is passed to sqlx
+//! without waiting on each other, and lease them in the same statement (addressed by `ctid`);
+//! marks use `UPDATE … RETURNING`. Migration 0002 adds the trigger that notifies
+//! `outboxd_<table>` on every INSERT statement ([`crate::wake::postgres`] listens). The URL is passed to sqlx
 //! unchanged, so `?options=-c search_path=…` selects the schema holding the outbox table.
 
 use sqlx::Postgres;
@@ -50,11 +52,18 @@ impl PostgresStore {
 pub(crate) struct PostgresDialect;
 
 /// The embedded migrations (`migrations/postgres/`).
-const MIGRATIONS: &[Migration] = &[Migration::new(
-    1,
-    "0001_room_outbox",
-    include_str!("../../../migrations/postgres/0001_room_outbox.sql"),
-)];
+const MIGRATIONS: &[Migration] = &[
+    Migration::new(
+        1,
+        "0001_room_outbox",
+        include_str!("../../../migrations/postgres/0001_room_outbox.sql"),
+    ),
+    Migration::new(
+        2,
+        "0002_commit_notify",
+        include_str!("../../../migrations/postgres/0002_commit_notify.sql"),
+    ),
+];
 
 impl SqlDialect for PostgresDialect {
     fn placeholder(&self, sql: &mut String, n: usize) {
@@ -69,6 +78,16 @@ impl SqlDialect for PostgresDialect {
     /// claim of 500 with 20k fresh rows.
     fn probe_end(&self) -> &'static str {
         " OFFSET 0)"
+    }
+
+    /// A separate lease `UPDATE … WHERE app_code = $1 AND event_id IN ($2 … $501)` is planned
+    /// from statistics: on a table filled after its last ANALYZE (autovacuum lagging behind a
+    /// backlog, or off) the planner reads every row of the tenant through the primary key's first
+    /// column and filters the ids (4.9 s per claim of 500 on 200k never-analyzed rows). Addressed
+    /// by `ctid`, the rows the claim SELECT locked are reached by a TID scan whatever the
+    /// statistics say (and in one statement instead of two).
+    fn claim_row_address(&self) -> Option<&'static str> {
+        Some("ctid")
     }
 
     fn migrations(&self) -> &'static [Migration] {

@@ -93,6 +93,22 @@ impl FromColumns for CandidateRow {
     }
 }
 
+/// One row of a claim that leased in the same statement ([`super::statement::claim::Statements::claim_lease_query`]):
+/// the candidate as it was before the claim, and its position in the branch's order.
+pub(crate) struct LeasedRow {
+    pub(crate) candidate: CandidateRow,
+    pub(crate) position: i64,
+}
+
+impl FromColumns for LeasedRow {
+    fn from_columns(row: &dyn Columns) -> Result<LeasedRow, sqlx::Error> {
+        Ok(LeasedRow {
+            candidate: CandidateRow::from_columns(row)?,
+            position: row.int(6)?,
+        })
+    }
+}
+
 /// One row of the counts query: status, rows, oldest `created_at_ms`.
 pub(crate) struct StatusCountRow {
     status: String,

@@ -144,6 +144,18 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 4] = [
     },
 ];
 
+/// The catalog query `migrate` reads a table's indexes with, for tools and tests that read them
+/// on their own connection: the statement (one row per key column, `index name, column name`,
+/// the column NULL for an expression, ordered by index and position) and the one value to bind to
+/// its placeholder, `table`'s name as the catalog stores it.
+pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, String) {
+    let Bound { sql, args } = backend.dialect().table_index_columns(table);
+    let [Arg::Text(catalog_name)] = args.as_slice() else {
+        unreachable!("the catalog query binds the table name only: {args:?}")
+    };
+    (sql.to_string(), catalog_name.clone())
+}
+
 /// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table).
 pub(crate) fn create_claim_index(table: &TableName, index: &ClaimIndex) -> String {
     format!(
@@ -455,12 +467,17 @@ mod tests {
         for backend in DIALECTS {
             let all = migrations(backend);
             assert_eq!(all.first().map(|m| m.version), Some(1));
+            let first = all[0].sql(&custom);
+            assert!(first.contains("CREATE TABLE IF NOT EXISTS orders_outbox"));
+            assert!(first.contains("idx_orders_outbox_room"));
             for migration in all {
                 let sql = migration.sql(&custom);
                 assert!(!sql.contains("{{"), "{}", migration.name);
-                assert!(sql.contains("CREATE TABLE IF NOT EXISTS orders_outbox"));
-                assert!(sql.contains("idx_orders_outbox_room"));
+                assert!(sql.contains("orders_outbox"), "{}", migration.name);
             }
+            let versions: Vec<i64> = all.iter().map(|m| m.version).collect();
+            let expected: Vec<i64> = (1..=all.len() as i64).collect();
+            assert_eq!(versions, expected, "{backend:?}: versions 1, 2, … in order");
         }
         let record = record_version(Backend::Postgres, &table(), 1, 2);
         assert!(

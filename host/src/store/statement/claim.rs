@@ -1,12 +1,17 @@
 //! The claim's statements: the three branch SELECTs (built once per store in [`Statements`]),
 //! the UPDATE leasing the rows handed out, the UPDATE failing the rows the claim rejected, and the
-//! status counts.
+//! status counts. Where the dialect addresses locked rows ([`super::SqlDialect::claim_row_address`],
+//! PostgreSQL), each branch is instead one UPDATE that locks, leases and returns its rows, and
+//! rejected rows are failed fenced on the new lease.
 
 use std::sync::Arc;
 
+use super::mark::{lock_fenced_rows, mark_rows};
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease, RejectedRow, TableName};
+use crate::store::{
+    Backend, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, RejectedRow, TableName,
+};
 
 /// The three sources of a claim, read in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,6 +56,8 @@ pub struct Statements {
     table: TableName,
     /// `[branch][ordering]`.
     claim: [[Arc<str>; 2]; 3],
+    /// `[branch][ordering]`: the branch's one-statement claim and lease, where the dialect has it.
+    claim_lease: Option<[[Arc<str>; 2]; 3]>,
     /// `[all tenants, one tenant]`.
     counts: [Arc<str>; 2],
 }
@@ -62,11 +69,18 @@ impl Statements {
             [DeliveryOrder::None, DeliveryOrder::PerRoom]
                 .map(|ordering| claim_select_text(backend, table, branch, ordering))
         });
+        let claim_lease = backend.dialect().claim_row_address().map(|address| {
+            ClaimBranch::ALL.map(|branch| {
+                [DeliveryOrder::None, DeliveryOrder::PerRoom]
+                    .map(|ordering| claim_lease_text(backend, table, branch, ordering, address))
+            })
+        });
         let counts = [false, true].map(|by_app| counts_text(backend, table, by_app));
         Statements {
             backend,
             table: table.clone(),
             claim,
+            claim_lease,
             counts,
         }
     }
@@ -87,6 +101,101 @@ impl Statements {
     /// [`ClaimBranch::ExpiredLease`] only, then the row limit (bigint).
     pub fn claim_select(&self, branch: ClaimBranch, ordering: DeliveryOrder) -> &str {
         &self.claim[branch.index()][ordering_index(ordering)]
+    }
+
+    /// Whether a claim leases each branch's rows in the statement that locks them
+    /// ([`Statements::claim_lease_query`]) instead of SELECT then lease UPDATE.
+    pub fn leases_in_claim(&self) -> bool {
+        self.claim_lease.is_some()
+    }
+
+    /// The statement a claim runs for one branch, e.g. for `EXPLAIN` in tests: the one-statement
+    /// claim and lease where the dialect has it, else [`Statements::claim_select`]. The
+    /// one-statement form binds, in order: `worker_id` (text), `lock_until_ms`, `now_ms` (the
+    /// lease), then what the SELECT binds; it returns the SELECT's columns (with `retry_count` as
+    /// it was before the claim) and the row's position in the branch's order.
+    pub fn claim_statement(&self, branch: ClaimBranch, ordering: DeliveryOrder) -> &str {
+        match &self.claim_lease {
+            Some(texts) => &texts[branch.index()][ordering_index(ordering)],
+            None => self.claim_select(branch, ordering),
+        }
+    }
+
+    /// One branch's one-statement claim and lease with its arguments; `None` where the dialect
+    /// has no such statement.
+    pub(crate) fn claim_lease_query(
+        &self,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        lease: &Lease,
+        limit: usize,
+    ) -> Option<Bound> {
+        let texts = self.claim_lease.as_ref()?;
+        let select = self.claim_query(branch, params, limit);
+        let mut args = vec![
+            Arg::from(lease.worker_id.as_str()),
+            Arg::Int(lease.lock_until_ms),
+            Arg::Int(params.now_ms),
+        ];
+        args.extend(select.args);
+        Some(Bound {
+            sql: texts[branch.index()][ordering_index(params.ordering)].clone(),
+            args,
+        })
+    }
+
+    /// Every statement besides the branch statements ([`Statements::claim_statement`]) that a
+    /// claim handing out `event_ids` under `lease` (rejecting the first of them) and the mark of
+    /// those rows as delivered run, named `lease`, `reject`, `lock_fenced` and `mark` (those the
+    /// dialect needs), with their arguments: e.g. for `EXPLAIN` in tests.
+    pub fn follow_up_statements(
+        &self,
+        lease: &Lease,
+        now_ms: i64,
+        event_ids: &[&str],
+    ) -> Vec<(&'static str, Bound)> {
+        let (backend, table) = (self.backend, &self.table);
+        let rejected: Vec<RejectedRow> = event_ids
+            .iter()
+            .take(1)
+            .map(|id| RejectedRow {
+                event_id: id.to_string(),
+                event_type: String::new(),
+                room_id: String::new(),
+                reason: "envelope does not decode".into(),
+            })
+            .collect();
+        let marks: Vec<Mark> = event_ids
+            .iter()
+            .map(|id| Mark {
+                event_id: id.to_string(),
+                disposition: Disposition::Delivered,
+            })
+            .collect();
+        let mut statements = Vec::new();
+        if self.leases_in_claim() {
+            statements.push((
+                "reject",
+                reject_leased_rows(backend, table, lease, now_ms, &rejected),
+            ));
+        } else {
+            statements.push((
+                "lease",
+                lease_rows(backend, table, lease, now_ms, event_ids),
+            ));
+            statements.push((
+                "reject",
+                reject_rows(backend, table, &lease.app_code, now_ms, &rejected),
+            ));
+        }
+        if !backend.dialect().has_update_returning() {
+            statements.push((
+                "lock_fenced",
+                lock_fenced_rows(backend, table, lease, &marks),
+            ));
+        }
+        statements.push(("mark", mark_rows(backend, table, lease, &marks, now_ms)));
+        statements
     }
 
     /// One claim branch with its arguments.
@@ -141,7 +250,87 @@ fn claim_select_text(
     ordering: DeliveryOrder,
 ) -> Arc<str> {
     let mut b = SqlBuilder::new(backend);
-    b.push("SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count FROM ")
+    write_claim_select(
+        &mut b,
+        backend,
+        table,
+        branch,
+        ordering,
+        "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count",
+    );
+    b.text()
+}
+
+/// One branch claimed and leased in one statement (dialects with a row address): the branch's
+/// locking SELECT lists the addresses of its rows in claim order; the UPDATE reaches each by its
+/// address (a TID scan on PostgreSQL, whatever the statistics), leases it exactly like
+/// [`lease_rows`], and returns the candidate columns with the position. `retry_count` is returned
+/// as it was before the claim, so a reclaimed row is judged like one read by the SELECT.
+fn claim_lease_text(
+    backend: Backend,
+    table: &TableName,
+    branch: ClaimBranch,
+    ordering: DeliveryOrder,
+    address: &str,
+) -> Arc<str> {
+    let t = table.as_str();
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ").push(t).push(" SET ");
+    retry_count_after_reclaim(&mut b);
+    b.push(", status = ")
+        .status(Status::Delivering)
+        .push(", worker_id = ")
+        .placeholder()
+        .push(", lock_until_ms = ")
+        .placeholder()
+        .push(", updated_at_ms = ")
+        .placeholder()
+        .push(" FROM unnest(ARRAY(");
+    write_claim_select(
+        &mut b,
+        backend,
+        table,
+        branch,
+        ordering,
+        &format!("c.{address}"),
+    );
+    let retry_count_before = match branch {
+        ClaimBranch::ExpiredLease => " - 1",
+        ClaimBranch::Pending | ClaimBranch::Retryable => "",
+    };
+    b.push(")) WITH ORDINALITY AS claimed(address, position) WHERE ")
+        .push(t)
+        .push(".")
+        .push(address)
+        .push(" = claimed.address RETURNING ");
+    for column in [
+        "event_id",
+        "event_type",
+        "room_id",
+        "envelope",
+        "created_at_ms",
+    ] {
+        b.push(t).push(".").push(column).push(", ");
+    }
+    b.push(t)
+        .push(".retry_count")
+        .push(retry_count_before)
+        .push(", claimed.position");
+    b.text()
+}
+
+/// Writes the locking SELECT of one claim branch returning `columns` (of alias `c`).
+fn write_claim_select(
+    b: &mut SqlBuilder,
+    backend: Backend,
+    table: &TableName,
+    branch: ClaimBranch,
+    ordering: DeliveryOrder,
+    columns: &str,
+) {
+    b.push("SELECT ")
+        .push(columns)
+        .push(" FROM ")
         .push(table.as_str())
         .push(" c WHERE c.app_code = ")
         .placeholder()
@@ -185,7 +374,6 @@ fn claim_select_text(
         .push(" LIMIT ")
         .placeholder()
         .push(backend.dialect().row_lock());
-    b.text()
 }
 
 fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
@@ -231,6 +419,44 @@ pub(crate) fn lease_rows(
         .bind(lease.app_code.as_str())
         .push(" AND event_id IN ")
         .bind_list(event_ids.iter().copied());
+    b.finish()
+}
+
+/// Moves rows a one-statement claim leased and then rejected to `failed` with their reason,
+/// fenced on the new lease like a mark (the reclaimed attempt is already counted; `worker_id` is
+/// the claiming worker's). The lease columns lead the lease index, so the rows are found through
+/// it whatever the statistics say.
+pub(crate) fn reject_leased_rows(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    now_ms: i64,
+    rejected: &[RejectedRow],
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(" SET status = ")
+        .status(Status::Failed)
+        .push(", lock_until_ms = NULL, last_error = CASE event_id");
+    for row in rejected {
+        b.push(" WHEN ")
+            .bind(row.event_id.as_str())
+            .push(" THEN ")
+            .bind(row.reason.as_str());
+    }
+    b.push(" ELSE last_error END, updated_at_ms = ")
+        .bind(now_ms)
+        .push(" WHERE app_code = ")
+        .bind(lease.app_code.as_str())
+        .push(" AND status = ")
+        .status(Status::Delivering)
+        .push(" AND worker_id = ")
+        .bind(lease.worker_id.as_str())
+        .push(" AND lock_until_ms = ")
+        .bind(lease.lock_until_ms)
+        .push(" AND event_id IN ")
+        .bind_list(rejected.iter().map(|r| r.event_id.as_str()));
     b.finish()
 }
 

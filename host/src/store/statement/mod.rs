@@ -72,6 +72,16 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         ")"
     }
 
+    /// The system column addressing a locked row version for the rest of its transaction
+    /// (PostgreSQL `ctid`), when the claim leases each branch's rows in the statement that locks
+    /// them (`UPDATE … FROM unnest(ARRAY(SELECT <address> … FOR UPDATE SKIP LOCKED)) WITH
+    /// ORDINALITY … RETURNING`): one statement per branch, and the lease reaches each row by
+    /// its address, a plan no statistics can change. `None`: the claim SELECTs, then leases by
+    /// primary key in a second statement.
+    fn claim_row_address(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The embedded migrations (`migrations/<backend>/`), oldest first.
     fn migrations(&self) -> &'static [Migration];
 
@@ -106,7 +116,7 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
 
 /// A value bound to a placeholder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Arg {
+pub enum Arg {
     /// A string (ids, types, error text).
     Text(String),
     /// A 64-bit integer (times, limits, versions).
@@ -141,11 +151,11 @@ impl From<Vec<u8>> for Arg {
 
 /// A statement text with its arguments, in placeholder order.
 #[derive(Debug, Clone)]
-pub(crate) struct Bound {
+pub struct Bound {
     /// The SQL text.
-    pub(crate) sql: Arc<str>,
+    pub sql: Arc<str>,
     /// One value per placeholder.
-    pub(crate) args: Vec<Arg>,
+    pub args: Vec<Arg>,
 }
 
 /// Writes a statement and its arguments together, so placeholders and values cannot drift apart.

@@ -1,0 +1,356 @@
+//! `outboxd bench --rate N --seconds S`: commit → delivered latency with the configured worker.
+//!
+//! Producers on connections of their own (a separate pool, like services writing the outbox)
+//! commit one row per transaction at `N` rows/s for `S` seconds; the worker runs with the loaded
+//! configuration (batch size, poll interval, concurrency: the defaults unless a config file says
+//! otherwise) and the commit feed of the database ([`crate::wake`]), as `outboxd run` does. An
+//! event's latency is from the moment its producer's `COMMIT` returned to the moment the mark
+//! that set it `delivered` returned, both read from the same monotonic clock in this process.
+//! Producers do not wake the worker themselves: the database's feed (or adaptive probing) must.
+//!
+//! The rows of the first second ([`WARM_UP`]) are delivered but not counted when the run is
+//! longer than that: they measure the step from idle to busy (without a commit feed, an idle
+//! worker probes only every `poll_interval`), not the steady rate asked for.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::publish::Publisher;
+use crate::record::{Record, now_ms};
+use crate::store::{
+    self, Backend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, Disposition, FailedRow,
+    ListFailedParams, MarkParams, MarkReport, OutboxStore, PurgeParams, RequeueParams,
+    StatusCounts, StoreError, TableName,
+};
+use crate::wake::{self, Wake};
+use crate::worker::{RunMode, Worker, WorkerError};
+
+/// Rows committed during this first part of a run are not counted in the percentiles.
+pub const WARM_UP: Duration = Duration::from_secs(1);
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct LatencyOptions {
+    /// Rows committed per second, all producers together.
+    pub rate: u32,
+    /// How long the producers write.
+    pub seconds: u32,
+    /// Producer tasks, each on its own connection.
+    pub producers: u32,
+    /// Benchmark table (created if missing).
+    pub table: TableName,
+}
+
+/// Latency percentiles of one run.
+#[derive(Debug, Clone)]
+pub struct LatencyReport {
+    /// The database (password redacted).
+    pub database: String,
+    /// Rows/s asked for.
+    pub rate: u32,
+    /// Rows committed.
+    pub events: usize,
+    /// Rows counted in the percentiles (those committed after [`WARM_UP`]).
+    pub counted: usize,
+    /// Rows/s the producers reached.
+    pub achieved_rate: f64,
+    /// The worker's poll interval.
+    pub poll_interval: Duration,
+    /// Whether a commit feed was connected when the producers started.
+    pub commit_feed: bool,
+    /// Commit → delivered, sorted ascending.
+    pub latencies: Vec<Duration>,
+}
+
+impl LatencyReport {
+    /// The `p`-th percentile (0–100) of the latencies (nearest rank).
+    pub fn percentile(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
+        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+    }
+}
+
+impl fmt::Display for LatencyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        writeln!(
+            f,
+            "database: {}  poll_interval: {}  commit feed: {}",
+            self.database,
+            humantime::format_duration(self.poll_interval),
+            if self.commit_feed {
+                "yes"
+            } else {
+                "no (adaptive probe)"
+            }
+        )?;
+        writeln!(
+            f,
+            "{:>6} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}",
+            "rate", "events", "counted", "actual/s", "p50 ms", "p90 ms", "p99 ms", "max ms"
+        )?;
+        writeln!(
+            f,
+            "{:>6} {:>8} {:>8} {:>9.0} {:>8.1} {:>8.1} {:>8.1} {:>8.1}",
+            self.rate,
+            self.events,
+            self.counted,
+            self.achieved_rate,
+            ms(self.percentile(50.0)),
+            ms(self.percentile(90.0)),
+            ms(self.percentile(99.0)),
+            ms(self.percentile(100.0)),
+        )
+    }
+}
+
+/// Errors of a latency run.
+#[derive(Debug, thiserror::Error)]
+pub enum LatencyError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The worker failed.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// Rows were still undelivered long after the producers stopped.
+    #[error("{undelivered} of {events} events were not delivered 30 s after the producers stopped")]
+    Incomplete {
+        /// Rows not delivered.
+        undelivered: usize,
+        /// Rows committed.
+        events: usize,
+    },
+}
+
+/// Runs the producers and a worker publishing through `publisher`; returns the latencies.
+pub async fn run(
+    config: &Config,
+    options: &LatencyOptions,
+    publisher: Arc<dyn Publisher>,
+) -> Result<LatencyReport, LatencyError> {
+    let connect = |max_connections| ConnectOptions {
+        table: options.table.clone(),
+        max_connections,
+        ..config.connect_options()
+    };
+    let inner = store::connect(&connect(config.database.max_connections)).await?;
+    inner.migrate().await?;
+    let producers = options.producers.max(1);
+    let producer_store = store::connect(&connect(producers)).await?;
+    let timed = Arc::new(TimedStore {
+        inner,
+        delivered_at: Mutex::new(HashMap::new()),
+    });
+    let app_code = format!("latency-{}", now_ms());
+
+    let shutdown = CancellationToken::new();
+    let wake = Wake::new();
+    let feed = wake::start_commit_feed(
+        &config.database.url,
+        &options.table,
+        &wake,
+        shutdown.child_token(),
+    )
+    .await?;
+    // The PostgreSQL listener connects in the background: give it a moment before measuring.
+    let feed_deadline = Instant::now() + Duration::from_secs(2);
+    while feed.is_some() && !wake.has_commit_feed() && Instant::now() < feed_deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let commit_feed = wake.has_commit_feed();
+    let mut worker_options = config.worker_options();
+    worker_options.app_codes = vec![app_code.clone()];
+    worker_options.node_id = "bench-latency".into();
+    let store: Arc<dyn OutboxStore> = timed.clone();
+    let worker = Worker::new(store, publisher, worker_options).with_wake(wake);
+    let worker_run = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { worker.run(RunMode::Forever, shutdown).await })
+    };
+
+    let started = Instant::now();
+    let committed = produce(&*producer_store, &app_code, options).await?;
+    let produce_secs = f64::from(options.seconds).max(1e-9);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let delivered = timed.delivered_at.lock().expect("poisoned").len();
+        if delivered >= committed.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            shutdown.cancel();
+            return Err(LatencyError::Incomplete {
+                undelivered: committed.len() - delivered,
+                events: committed.len(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    worker_run.await.expect("worker task panicked")?;
+    if let Some(feed) = feed {
+        let _ = feed.await;
+    }
+    producer_store.close().await;
+    timed.inner.close().await;
+
+    let delivered_at = timed.delivered_at.lock().expect("poisoned");
+    let warm_up = if options.seconds > 1 {
+        WARM_UP
+    } else {
+        Duration::ZERO
+    };
+    let mut latencies: Vec<Duration> = committed
+        .iter()
+        .filter(|(_, committed_at)| committed_at.duration_since(started) >= warm_up)
+        .filter_map(|(event_id, committed_at)| {
+            delivered_at
+                .get(event_id)
+                .map(|at| at.saturating_duration_since(*committed_at))
+        })
+        .collect();
+    latencies.sort();
+    Ok(LatencyReport {
+        database: store::redact_url(&config.database.url),
+        rate: options.rate,
+        events: committed.len(),
+        counted: latencies.len(),
+        achieved_rate: committed.len() as f64 / produce_secs,
+        poll_interval: config.worker.poll_interval,
+        commit_feed,
+        latencies,
+    })
+}
+
+/// Commits `rate × seconds` rows, one per transaction, spread over the producer tasks on a fixed
+/// schedule (row `i` is due at `i / rate` s); returns each row's id and commit time.
+async fn produce(
+    store: &dyn OutboxStore,
+    app_code: &str,
+    options: &LatencyOptions,
+) -> Result<Vec<(String, Instant)>, StoreError> {
+    let total = u64::from(options.rate) * u64::from(options.seconds);
+    let producers = u64::from(options.producers.max(1));
+    let interval = Duration::from_secs_f64(1.0 / f64::from(options.rate.max(1)));
+    let started = tokio::time::Instant::now();
+    let tasks = (0..producers).map(|producer| async move {
+        let mut committed = Vec::new();
+        let mut i = producer;
+        while i < total {
+            tokio::time::sleep_until(started + interval * i as u32).await;
+            let record = Record::build(
+                format!("room-{}", i % 100),
+                "RoomGiftSent",
+                i as i64,
+                SystemTime::now(),
+                &(),
+            )
+            .with_app_code(app_code);
+            let event_id = record.event_id.clone();
+            store.enqueue(std::slice::from_ref(&record)).await?;
+            committed.push((event_id, Instant::now()));
+            i += producers;
+        }
+        Ok::<_, StoreError>(committed)
+    });
+    let mut all = Vec::with_capacity(total as usize);
+    for result in futures::future::join_all(tasks).await {
+        all.extend(result?);
+    }
+    Ok(all)
+}
+
+/// The store the worker uses, noting when each row's `delivered` mark returned.
+struct TimedStore {
+    inner: Arc<dyn OutboxStore>,
+    delivered_at: Mutex<HashMap<String, Instant>>,
+}
+
+#[async_trait]
+impl OutboxStore for TimedStore {
+    fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
+
+    fn table(&self) -> &TableName {
+        self.inner.table()
+    }
+
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate().await
+    }
+
+    async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError> {
+        self.inner.enqueue(records).await
+    }
+
+    async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+        self.inner.claim(params).await
+    }
+
+    async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError> {
+        let report = self.inner.mark(params).await?;
+        let now = Instant::now();
+        let mut delivered_at = self.delivered_at.lock().expect("poisoned");
+        for mark in params.marks {
+            if mark.disposition == Disposition::Delivered && !report.stale.contains(&mark.event_id)
+            {
+                delivered_at.insert(mark.event_id.clone(), now);
+            }
+        }
+        Ok(report)
+    }
+
+    async fn counts(&self, params: &CountsParams) -> Result<StatusCounts, StoreError> {
+        self.inner.counts(params).await
+    }
+
+    async fn list_failed(&self, params: &ListFailedParams) -> Result<Vec<FailedRow>, StoreError> {
+        self.inner.list_failed(params).await
+    }
+
+    async fn requeue(&self, params: &RequeueParams) -> Result<u64, StoreError> {
+        self.inner.requeue(params).await
+    }
+
+    async fn purge(&self, params: &PurgeParams) -> Result<u64, StoreError> {
+        self.inner.purge(params).await
+    }
+
+    async fn close(&self) {
+        self.inner.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let report = LatencyReport {
+            database: "x".into(),
+            rate: 1,
+            events: 100,
+            counted: 100,
+            achieved_rate: 1.0,
+            poll_interval: Duration::from_secs(1),
+            commit_feed: true,
+            latencies: (1..=100).map(Duration::from_millis).collect(),
+        };
+        assert_eq!(report.percentile(50.0), Duration::from_millis(50));
+        assert_eq!(report.percentile(99.0), Duration::from_millis(99));
+        assert_eq!(report.percentile(100.0), Duration::from_millis(100));
+        assert!(report.to_string().contains("p99 ms"));
+    }
+}

@@ -1,0 +1,82 @@
+//! PostgreSQL commit feed: one dedicated connection `LISTEN`s on the outbox table's channel,
+//! which the statement-level trigger of migration 0002 notifies once per INSERT statement (and
+//! PostgreSQL folds repeats within one transaction into one), so any producer that writes rows
+//! directly (the Go service, any language) wakes the hosts with no code change.
+//!
+//! The listener reconnects on its own (backing off up to [`MAX_RECONNECT_WAIT`]); while it is
+//! down the loops probe adaptively, and after every (re)connect it wakes a loop once, since
+//! notifications sent while it was away are gone.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Wake;
+use crate::store::{TableName, redact_url};
+
+/// Longest wait between two reconnect attempts.
+pub const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// The channel the trigger of `table` notifies: `outboxd_<table>` in lower case (PostgreSQL
+/// folds the unquoted table name the same way).
+pub fn channel(table: &TableName) -> String {
+    format!("outboxd_{}", table.as_str().to_ascii_lowercase())
+}
+
+/// Spawns the listener task; it runs until `shutdown`.
+pub fn spawn_listener(
+    url: String,
+    table: &TableName,
+    wake: Wake,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    let channel = channel(table);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = listen_forever(&url, &channel, &wake) => {}
+        }
+        wake.set_commit_feed(false);
+    })
+}
+
+/// Connects, listens and forwards notifications; reconnects after any error.
+async fn listen_forever(url: &str, channel: &str, wake: &Wake) {
+    let mut reconnect_wait = Duration::from_millis(100);
+    loop {
+        match listen_once(url, channel, wake).await {
+            Ok(()) => {
+                // The connection was lost after it had worked: try again soon.
+                reconnect_wait = Duration::from_millis(100);
+                warn!(database = %redact_url(url), channel, "commit feed lost its connection; reconnecting");
+            }
+            Err(err) => {
+                warn!(database = %redact_url(url), channel, error = %err,
+                    retry_in = ?reconnect_wait, "commit feed cannot listen; probing until it reconnects");
+            }
+        }
+        wake.set_commit_feed(false);
+        tokio::time::sleep(reconnect_wait).await;
+        reconnect_wait = (reconnect_wait * 2).min(MAX_RECONNECT_WAIT);
+    }
+}
+
+/// One connection's life: `Ok(())` when it was lost after listening, `Err` when it failed.
+async fn listen_once(url: &str, channel: &str, wake: &Wake) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect(url).await?;
+    listener.eager_reconnect(false);
+    listener.listen(channel).await?;
+    info!(database = %redact_url(url), channel, "commit feed listening");
+    wake.set_commit_feed(true);
+    // Rows committed while no one listened have no notification coming.
+    wake.wake();
+    loop {
+        match listener.try_recv().await? {
+            Some(_) => wake.wake(),
+            None => return Ok(()),
+        }
+    }
+}

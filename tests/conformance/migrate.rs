@@ -1,0 +1,302 @@
+//! `migrate`: creating the outbox table and its claim indexes, table names, and adopting (or
+//! refusing) a table another program created.
+
+use outboxd::store::{Backend, DEFAULT_TABLE, StoreError, TableName};
+
+use crate::helpers::{APP, claim_app, delivered, enqueue, ids, mark, status_of, strs};
+use crate::support::{Bind, RawInsert, TestDb, record};
+
+crate::support::per_backend!(
+    migrate_is_idempotent,
+    migrate_rejects_invalid_table_names,
+    migrate_custom_table_names_work,
+    migrate_adopts_a_foreign_table,
+    migrate_refuses_a_claim_index_name_with_other_columns,
+    migrate_refuses_a_table_missing_columns,
+);
+
+async fn migrate_is_idempotent(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_unmigrated(DEFAULT_TABLE).await;
+    let applied = store.migrate().await.expect("first migrate");
+    assert!(!applied.is_empty(), "a fresh database needs migrations");
+    assert!(db.table_exists(DEFAULT_TABLE).await);
+    assert_eq!(
+        store.migrate().await.expect("second migrate"),
+        Vec::<i64>::new()
+    );
+    let other = db.store_unmigrated(DEFAULT_TABLE).await;
+    assert_eq!(
+        other.migrate().await.expect("migrate from another pool"),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        enqueue(&other, &[record(APP, "e1", "r", 1)]).await,
+        1,
+        "table usable"
+    );
+    assert_eq!(store.backend(), backend);
+    assert_eq!(store.table().as_str(), DEFAULT_TABLE);
+}
+
+async fn migrate_rejects_invalid_table_names(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    for bad in [
+        "",
+        "9lives",
+        "room-outbox",
+        "room outbox",
+        "x;drop table y",
+        "t`",
+        "t\"q",
+        "ünï",
+    ] {
+        let err = TableName::new(bad).expect_err(bad);
+        assert!(
+            matches!(err, StoreError::InvalidTableName(_)),
+            "{bad}: {err:?}"
+        );
+    }
+    assert!(
+        TableName::new(&"t".repeat(49)).is_err(),
+        "longer than 48 bytes"
+    );
+    for reserved in ["select", "ORDER", "Table", "where", "group"] {
+        assert!(
+            TableName::new(reserved).is_err(),
+            "reserved word {reserved:?} accepted"
+        );
+    }
+    // Every name that is accepted must work: reserved words are either refused or usable.
+    for word in ["select", "order", "user", "table"] {
+        if TableName::new(word).is_ok() {
+            let store = db.store_unmigrated(word).await;
+            let result = store.migrate().await;
+            assert!(
+                result.is_ok(),
+                "TableName accepted {word:?} but migrate failed: {result:?}"
+            );
+        }
+    }
+    // A URL the store does not know is refused, not guessed.
+    let bad_url = outboxd::store::ConnectOptions::new("redis://127.0.0.1/0");
+    assert!(matches!(
+        outboxd::store::connect(&bad_url).await,
+        Err(StoreError::UnsupportedUrl(_))
+    ));
+}
+
+async fn migrate_custom_table_names_work(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let longest = format!("t{}", "x".repeat(47));
+    assert_eq!(longest.len(), 48);
+    let default = db.store_default().await;
+    enqueue(&default, &[record(APP, "e1", "r", 1)]).await;
+    for table in ["custom_outbox", longest.as_str()] {
+        let store = db.store(table).await;
+        assert_eq!(store.table().as_str(), table);
+        assert!(
+            store.migrate().await.unwrap().is_empty(),
+            "{table}: second migrate"
+        );
+        assert_eq!(
+            enqueue(
+                &store,
+                &[record(APP, "e1", "r", 1), record(APP, "e2", "r", 2)]
+            )
+            .await,
+            2,
+            "{table}"
+        );
+        let saved = db
+            .save_in_transaction(table, &[vec![record(APP, "e3", "r", 3)]], true)
+            .await;
+        assert_eq!(saved[0].as_ref().ok(), Some(&1), "{table}: {saved:?}");
+        let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+        assert_eq!(ids(&batch), strs(&["e1", "e2", "e3"]), "{table}");
+        assert_eq!(
+            mark(&store, &batch.lease, &[delivered("e1")], 1_001)
+                .await
+                .applied,
+            1
+        );
+        assert_eq!(
+            db.row_in(table, APP, "e1").await.unwrap().status,
+            "delivered"
+        );
+        assert_eq!(db.all_rows(table).await.len(), 3);
+    }
+    // The default table saw none of it.
+    assert_eq!(db.all_rows(DEFAULT_TABLE).await.len(), 1);
+    assert_eq!(status_of(&db, APP, "e1").await, "pending");
+}
+
+/// The key columns of outboxd's claim indexes (migration 0001).
+const CLAIM_INDEX_COLUMNS: [&str; 4] = [
+    "app_code,status,created_at_ms,event_id",
+    "app_code,status,next_retry_at_ms,created_at_ms,event_id",
+    "app_code,status,lock_until_ms,created_at_ms,event_id",
+    "app_code,room_id,status,created_at_ms,event_id",
+];
+
+/// Whether `table` has every claim index (under any name).
+async fn has_claim_indexes(db: &TestDb, table: &str) -> bool {
+    let indexes = db.index_columns(table).await;
+    CLAIM_INDEX_COLUMNS
+        .iter()
+        .all(|wanted| indexes.values().any(|columns| columns.join(",") == *wanted))
+}
+
+/// The versions of every embedded migration of `backend`, oldest first.
+fn all_migrations(backend: Backend) -> Vec<i64> {
+    outboxd::store::schema::migrations(backend)
+        .iter()
+        .map(|m| m.version)
+        .collect()
+}
+
+async fn migrate_adopts_a_foreign_table(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    // The Go room-service's table: same columns, its own indexes, none of outboxd's.
+    db.create_foreign_table(
+        DEFAULT_TABLE,
+        &[],
+        &[("idx_go_legacy", "room_id, created_at_ms")],
+    )
+    .await;
+    db.insert_raw(DEFAULT_TABLE, &[RawInsert::pending(APP, "e1", "r", 1)])
+        .await;
+    assert!(!has_claim_indexes(&db, DEFAULT_TABLE).await);
+    let store = db.store_unmigrated(DEFAULT_TABLE).await;
+    assert_eq!(
+        store.migrate().await.expect("adopting migrate"),
+        all_migrations(backend),
+        "every migration, from 1"
+    );
+    let indexes = db.index_columns(DEFAULT_TABLE).await;
+    assert!(has_claim_indexes(&db, DEFAULT_TABLE).await, "{indexes:?}");
+    assert_eq!(
+        indexes.get("idx_go_legacy"),
+        Some(&strs(&["room_id", "created_at_ms"])),
+        "unrelated index kept"
+    );
+    assert_eq!(
+        store.migrate().await.expect("second migrate"),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        db.index_columns(DEFAULT_TABLE).await,
+        indexes,
+        "second migrate changed the indexes"
+    );
+    assert_eq!(
+        ids(&claim_app(&store, "w1", 10, 1_000, 1_000).await),
+        strs(&["e1"])
+    );
+
+    // Already recorded as migrated (an earlier outboxd version) but without the indexes: the next
+    // migrate still creates them, under any name the columns are not already indexed by.
+    let table = "adopted_outbox";
+    db.create_foreign_table(
+        table,
+        &[],
+        &[("go_claim", "app_code, status, created_at_ms, event_id")],
+    )
+    .await;
+    db.execute(
+        &format!(
+            "INSERT INTO outboxd_migrations (table_name, version, applied_at_ms) VALUES ({}, 1, 0)",
+            db.placeholder(1)
+        ),
+        &[Bind::Str(table.into())],
+    )
+    .await;
+    let adopted = db.store_unmigrated(table).await;
+    assert_eq!(
+        adopted.migrate().await.expect("verify-only migrate"),
+        all_migrations(backend)[1..].to_vec(),
+        "only the migrations after the recorded one"
+    );
+    let indexes = db.index_columns(table).await;
+    assert!(has_claim_indexes(&db, table).await, "{indexes:?}");
+    assert!(
+        !indexes.contains_key("idx_adopted_outbox_pending"),
+        "pending columns were indexed already: {indexes:?}"
+    );
+}
+
+async fn migrate_refuses_a_claim_index_name_with_other_columns(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    db.create_foreign_table(
+        DEFAULT_TABLE,
+        &[],
+        &[(
+            "idx_room_outbox_pending",
+            "app_code, status, next_retry_at_ms",
+        )],
+    )
+    .await;
+    let store = db.store_unmigrated(DEFAULT_TABLE).await;
+    let err = store
+        .migrate()
+        .await
+        .expect_err("same-named index of other columns");
+    assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "index idx_room_outbox_pending on room_outbox has columns (app_code, status, next_retry_at_ms) \
+             but outboxd needs (app_code, status, created_at_ms, event_id)"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("run `outboxd migrate` again"), "{message}");
+    // Nothing was recorded; the DROP the message names clears the way.
+    let drop = message
+        .split_once("drop it (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(drop, _)| drop.to_string())
+        .unwrap_or_else(|| panic!("no DROP INDEX in {message}"));
+    assert!(
+        drop.starts_with("DROP INDEX idx_room_outbox_pending"),
+        "{drop}"
+    );
+    db.execute(&drop, &[]).await;
+    assert_eq!(
+        store.migrate().await.expect("migrate after the drop"),
+        all_migrations(backend)
+    );
+    assert!(has_claim_indexes(&db, DEFAULT_TABLE).await);
+}
+
+async fn migrate_refuses_a_table_missing_columns(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    db.create_foreign_table(DEFAULT_TABLE, &["worker_id", "lock_until_ms"], &[])
+        .await;
+    let store = db.store_unmigrated(DEFAULT_TABLE).await;
+    let err = store.migrate().await.expect_err("table missing columns");
+    assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "table room_outbox lacks the column(s) worker_id, lock_until_ms that outboxd needs"
+        ),
+        "{message}"
+    );
+    assert!(
+        !has_claim_indexes(&db, DEFAULT_TABLE).await,
+        "nothing created"
+    );
+}

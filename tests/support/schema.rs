@@ -1,0 +1,87 @@
+//! Schema helpers: tables made by hand the way another program made them
+//! ([`TestDb::create_foreign_table`]) and the indexes a table has ([`TestDb::index_columns`]).
+
+use std::collections::BTreeMap;
+
+use outboxd::store::schema::index_columns_query;
+use sqlx::Row;
+
+use super::raw::{Bind, RawPool, bound_query, on_pool};
+use super::{Backend, TableName, TestDb};
+
+impl TestDb {
+    /// Creates `table` by hand the way another program (the Go room-service) did: the outbox
+    /// columns except `without`, primary key (app_code, event_id), none of outboxd's claim
+    /// indexes, and the `indexes` given as (name, comma-separated columns).
+    pub async fn create_foreign_table(
+        &self,
+        table: &str,
+        without: &[&str],
+        indexes: &[(&str, &str)],
+    ) {
+        let bytes = match self.backend {
+            Backend::Sqlite => "BLOB",
+            Backend::MySql => "LONGBLOB",
+            Backend::Postgres => "BYTEA",
+        };
+        let columns = [
+            ("app_code", "VARCHAR(64) NOT NULL"),
+            ("event_id", "VARCHAR(128) NOT NULL"),
+            ("event_type", "VARCHAR(128) NOT NULL"),
+            ("room_id", "VARCHAR(128) NOT NULL"),
+            ("status", "VARCHAR(16) NOT NULL DEFAULT 'pending'"),
+            ("envelope", bytes),
+            ("created_at_ms", "BIGINT NOT NULL"),
+            ("retry_count", "INT NOT NULL DEFAULT 0"),
+            ("last_error", "VARCHAR(512) NULL"),
+            ("worker_id", "VARCHAR(128) NOT NULL DEFAULT ''"),
+            ("lock_until_ms", "BIGINT NULL"),
+            ("next_retry_at_ms", "BIGINT NOT NULL DEFAULT 0"),
+            ("updated_at_ms", "BIGINT NOT NULL"),
+        ];
+        let columns: Vec<String> = columns
+            .iter()
+            .filter(|(name, _)| !without.contains(name))
+            .map(|(name, ty)| format!("{name} {ty}"))
+            .collect();
+        self.execute(
+            &format!(
+                "CREATE TABLE {table} ({}, PRIMARY KEY (app_code, event_id))",
+                columns.join(", ")
+            ),
+            &[],
+        )
+        .await;
+        for (name, columns) in indexes {
+            self.execute(&format!("CREATE INDEX {name} ON {table} ({columns})"), &[])
+                .await;
+        }
+    }
+
+    /// The indexes of `table` from the catalog: lower-case index name → key columns in order
+    /// (`(expression)` for an expression key). Runs the store's own catalog query
+    /// ([`outboxd::store::schema::index_columns_query`], the one migrate checks the claim indexes
+    /// with) on this test's plain pool.
+    pub async fn index_columns(&self, table: &str) -> BTreeMap<String, Vec<String>> {
+        let table = TableName::new(table).expect("valid table name");
+        let (sql, catalog_name) = index_columns_query(self.backend, &table);
+        let rows: Vec<(String, Option<String>)> = on_pool!(&self.pool, |pool: DB| {
+            bound_query::<DB>(&sql, &[Bind::Str(catalog_name)])
+                .fetch_all(pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect()
+        });
+        let mut indexes = BTreeMap::<String, Vec<String>>::new();
+        for (index, column) in rows {
+            let column = column.unwrap_or_else(|| "(expression)".into());
+            indexes
+                .entry(index.to_lowercase())
+                .or_default()
+                .push(column.to_lowercase());
+        }
+        indexes
+    }
+}

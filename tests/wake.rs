@@ -1,0 +1,331 @@
+//! Wake on commit: an idle worker claims rows committed by another connection (PostgreSQL
+//! `LISTEN`/`NOTIFY` fed by the outbox trigger, SQLite `PRAGMA data_version`) or by a producer in
+//! the same process ([`Wake::wake`]) at once, not after its poll interval; where the database
+//! has no commit feed (MySQL / MariaDB), a busy table is probed every few milliseconds.
+//!
+//! Every worker here polls every 30 s, so a row delivered within a few seconds was delivered by a
+//! wake-up, never by the poll. Tests ask the database for its capability (whether
+//! `start_commit_feed` returned a feed); none branches on the backend's name.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::record::now_ms;
+use outboxd::retry::RetryPolicy;
+use outboxd::store::{DeliveryOrder, OutboxStore, TableName};
+use outboxd::wake::{self, Wake};
+use outboxd::worker::{RunMode, Worker, WorkerOptions};
+use support::{Backend, RawInsert, TestDb, record};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Longer than any test waits: a delivery inside a test's deadline came from a wake-up.
+const POLL: Duration = Duration::from_secs(30);
+/// How long a woken delivery may take (generous: the machine is shared).
+const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Sends the id of every event it delivers.
+struct Deliveries(mpsc::UnboundedSender<String>);
+
+#[async_trait]
+impl Publisher for Deliveries {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        for event in batch {
+            let _ = self.0.send(event.event_id.clone());
+        }
+        vec![Outcome::Delivered; batch.len()]
+    }
+}
+
+fn options() -> WorkerOptions {
+    WorkerOptions {
+        app_codes: vec!["app".into()],
+        batch_size: 100,
+        poll_interval: POLL,
+        lease: Duration::from_secs(60),
+        publish_timeout: Duration::from_secs(10),
+        retry: RetryPolicy::default(),
+        ordering: DeliveryOrder::None,
+        concurrency: 2,
+        node_id: "wake-test".into(),
+    }
+}
+
+/// A running worker over `store`, woken by `wake`; the receiver yields delivered ids.
+struct Running {
+    shutdown: CancellationToken,
+    run: tokio::task::JoinHandle<()>,
+    delivered: mpsc::UnboundedReceiver<String>,
+}
+
+impl Running {
+    fn start(store: Arc<dyn OutboxStore>, wake: Wake) -> Running {
+        let (tx, delivered) = mpsc::unbounded_channel();
+        let worker = Worker::new(store, Arc::new(Deliveries(tx)), options()).with_wake(wake);
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let run = tokio::spawn(async move {
+            worker
+                .run(RunMode::Forever, token)
+                .await
+                .expect("worker run");
+        });
+        Running {
+            shutdown,
+            run,
+            delivered,
+        }
+    }
+
+    /// The next delivered id, or a panic naming `what` after [`DEADLINE`].
+    async fn next(&mut self, what: &str) -> String {
+        tokio::time::timeout(DEADLINE, self.delivered.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: not delivered within {DEADLINE:?}"))
+            .expect("worker stopped")
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.run.await.expect("worker task");
+    }
+}
+
+/// Lets the worker's first (empty) round pass, so its loops are idle, waiting the poll interval.
+async fn until_idle() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+async fn raw_row(db: &TestDb, event_id: &str) {
+    db.insert_raw(
+        outboxd::store::DEFAULT_TABLE,
+        &[RawInsert::pending("app", event_id, "room-1", now_ms())],
+    )
+    .await;
+}
+
+async fn commit_feed_wakes_an_idle_worker(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let wake = Wake::new();
+    let shutdown = CancellationToken::new();
+    let feed = wake::start_commit_feed(&db.url, &TableName::default(), &wake, shutdown.clone())
+        .await
+        .expect("start commit feed");
+    let Some(feed) = feed else {
+        eprintln!("{backend:?}: no commit feed; adaptive probing is tested below");
+        db.cleanup().await;
+        return;
+    };
+    let connected = tokio::time::timeout(DEADLINE, async {
+        while !wake.has_commit_feed() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(connected.is_ok(), "the commit feed never connected");
+    let mut running = Running::start(store.clone(), wake.clone());
+    until_idle().await;
+    // Written by another connection, the way the Go service writes it.
+    raw_row(&db, "from-another-connection").await;
+    assert_eq!(
+        running.next("a row committed by another connection").await,
+        "from-another-connection"
+    );
+    until_idle().await;
+    raw_row(&db, "second").await;
+    assert_eq!(running.next("a second row").await, "second");
+    running.stop().await;
+    shutdown.cancel();
+    feed.await.expect("feed task");
+    assert!(!wake.has_commit_feed(), "the feed reports itself stopped");
+    store.close().await;
+    db.cleanup().await;
+}
+
+async fn a_busy_table_is_probed_without_a_feed(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    store
+        .enqueue(&[record("app", "first", "room-1", now_ms())])
+        .await
+        .expect("enqueue");
+    // No feed: only the adaptive probe can find rows before the 30 s poll.
+    let mut running = Running::start(store.clone(), Wake::new());
+    assert_eq!(running.next("the row waiting at start").await, "first");
+    for i in 0..10 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let id = format!("busy-{i}");
+        store
+            .enqueue(&[record("app", &id, "room-1", now_ms())])
+            .await
+            .expect("enqueue");
+        assert_eq!(running.next(&id).await, id);
+    }
+    running.stop().await;
+    store.close().await;
+    db.cleanup().await;
+}
+
+async fn a_producer_in_this_process_wakes_the_worker(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let wake = Wake::new();
+    let mut running = Running::start(store.clone(), wake.clone());
+    until_idle().await;
+    store
+        .enqueue(&[record("app", "in-process", "room-1", now_ms())])
+        .await
+        .expect("enqueue");
+    wake.wake();
+    assert_eq!(
+        running.next("a row saved in this process").await,
+        "in-process"
+    );
+    running.stop().await;
+    store.close().await;
+    db.cleanup().await;
+}
+
+macro_rules! per_backend {
+    ($name:ident) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(Backend::Sqlite).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                super::$name(Backend::MySql).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(Backend::Postgres).await
+            }
+        }
+    };
+}
+
+per_backend!(commit_feed_wakes_an_idle_worker);
+per_backend!(a_busy_table_is_probed_without_a_feed);
+per_backend!(a_producer_in_this_process_wakes_the_worker);
+
+/// PostgreSQL's trigger notifies once per INSERT statement (not per row), only on commit, and the
+/// host's listener comes back after its connection is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
+    use sqlx::postgres::PgListener;
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let table = TableName::default();
+    let mut listener = PgListener::connect(&db.url).await.expect("listen");
+    listener
+        .listen(&wake::postgres::channel(&table))
+        .await
+        .expect("listen");
+    let quiet = Duration::from_millis(300);
+
+    let rows: Vec<RawInsert> = (0..50)
+        .map(|i| RawInsert::pending("other-app", &format!("bulk-{i}"), "room-1", now_ms()))
+        .collect();
+    db.insert_raw(outboxd::store::DEFAULT_TABLE, &rows).await;
+    tokio::time::timeout(DEADLINE, listener.recv())
+        .await
+        .expect("a notification for the INSERT")
+        .expect("recv");
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "one INSERT of 50 rows notifies once"
+    );
+
+    let support::RawPool::Postgres(pool) = &db.pool else {
+        unreachable!("a PostgreSQL test database")
+    };
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query(
+        "INSERT INTO room_outbox (app_code, event_id, event_type, room_id, envelope, created_at_ms, updated_at_ms) \
+         VALUES ('app', 'rolled-back', 'T', 'room-1', '\\x00', 1, 1)",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect("insert");
+    tx.rollback().await.expect("rollback");
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "a rolled-back INSERT notifies no one"
+    );
+
+    // The host's listener: kill its connection, then a commit must still wake the worker. (This
+    // test's own listener stops listening first, so `LISTEN%` below finds the host's only.)
+    listener.unlisten_all().await.expect("unlisten");
+    let wake = Wake::new();
+    let shutdown = CancellationToken::new();
+    let feed = wake::start_commit_feed(&db.url, &table, &wake, shutdown.clone())
+        .await
+        .expect("feed")
+        .expect("PostgreSQL has a commit feed");
+    let listener_pid = || async {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1",
+        )
+        .fetch_optional(pool)
+        .await
+        .expect("pg_stat_activity")
+    };
+    let first_pid = tokio::time::timeout(DEADLINE, async {
+        loop {
+            if let (true, Some(pid)) = (wake.has_commit_feed(), listener_pid().await) {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the host's listener connects");
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(first_pid)
+        .execute(pool)
+        .await
+        .expect("terminate the listener's backend");
+    let second_pid = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match listener_pid().await {
+                Some(pid) if pid != first_pid && wake.has_commit_feed() => return pid,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("the listener reconnects");
+    assert_ne!(first_pid, second_pid);
+    let mut running = Running::start(store.clone(), wake.clone());
+    until_idle().await;
+    raw_row(&db, "after-reconnect").await;
+    assert_eq!(
+        running.next("a row after the reconnect").await,
+        "after-reconnect"
+    );
+    running.stop().await;
+    shutdown.cancel();
+    feed.await.expect("feed task");
+    drop(listener);
+    store.close().await;
+    db.cleanup().await;
+}
