@@ -18,19 +18,8 @@ pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
             allow_hosts,
             events,
         } => {
-            let settings = settings
-                .iter()
-                .map(|pair| crate::plugin::parse_config_pair(pair))
-                .collect::<Result<Vec<_>, _>>()?;
-            let events = if events.is_empty() {
-                vec![crate::plugin::parse_event_json(0, "{}")?]
-            } else {
-                events
-                    .iter()
-                    .enumerate()
-                    .map(|(i, json)| crate::plugin::parse_event_json(i, json))
-                    .collect::<Result<Vec<_>, _>>()?
-            };
+            let settings = parse_settings(&settings)?;
+            let events = parse_events(&events, |_| {})?;
             let outcomes = crate::plugin::test_plugin(
                 &file,
                 settings,
@@ -77,21 +66,8 @@ pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
             count,
             batch_size,
         } => {
-            let settings = settings
-                .iter()
-                .map(|pair| crate::plugin::parse_config_pair(pair))
-                .collect::<Result<Vec<_>, _>>()?;
-            let samples = if events.is_empty() {
-                let mut sample = crate::plugin::parse_event_json(0, "{}")?;
-                sample.body = vec![b'x'; 256];
-                vec![sample]
-            } else {
-                events
-                    .iter()
-                    .enumerate()
-                    .map(|(i, json)| crate::plugin::parse_event_json(i, json))
-                    .collect::<Result<Vec<_>, _>>()?
-            };
+            let settings = parse_settings(&settings)?;
+            let samples = parse_events(&events, |sample| sample.body = vec![b'x'; 256])?;
             let report = plugin_bench::bench_plugin(&plugin_bench::PluginBenchOptions {
                 path: file,
                 config: settings,
@@ -106,4 +82,29 @@ pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `--config key=value` pairs of `plugin test` and `plugin bench`.
+fn parse_settings(pairs: &[String]) -> Result<Vec<(String, String)>> {
+    Ok(pairs
+        .iter()
+        .map(|pair| crate::plugin::parse_config_pair(pair))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The `--event JSON` arguments as events; with none, one default event, adjusted by `default`.
+fn parse_events(
+    jsons: &[String],
+    default: impl FnOnce(&mut crate::publish::Event),
+) -> Result<Vec<crate::publish::Event>> {
+    if jsons.is_empty() {
+        let mut sample = crate::plugin::parse_event_json(0, "{}")?;
+        default(&mut sample);
+        return Ok(vec![sample]);
+    }
+    Ok(jsons
+        .iter()
+        .enumerate()
+        .map(|(i, json)| crate::plugin::parse_event_json(i, json))
+        .collect::<Result<Vec<_>, _>>()?)
 }
