@@ -70,7 +70,12 @@ $(PY_TOOLCHAIN): plugins/toolchain/requirements.txt
 $(JS_TOOLCHAIN): plugins/toolchain/package.json plugins/toolchain/package-lock.json
 	rm -rf $(TOOLCHAINS)/js && mkdir -p $(TOOLCHAINS)/js
 	cp $^ $(TOOLCHAINS)/js/
-	cd $(TOOLCHAINS)/js && npm ci --no-audit --no-fund --loglevel=error
+	@# Retried: a registry hiccup must not fail a cold CI run; the last failure prints npm's reason.
+	cd $(TOOLCHAINS)/js && for try in 1 2 3; do \
+		npm ci --no-audit --no-fund --loglevel=warn && break; \
+		if [ $$try = 3 ]; then npm --version; node --version; exit 1; fi; \
+		echo "npm ci failed (try $$try of 3); retrying in $$((try * 5))s" >&2; sleep $$((try * 5)); \
+	done
 	touch $@
 
 # One Python plugin: plugins/python/NAME/*.py → plugins/out/NAME.wasm (NAME's `_` as `-`).
