@@ -196,10 +196,7 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
         .await
         .expect("requeue");
     assert_eq!(requeued, 1, "the failed row was requeued");
-    assert_eq!(
-        running.next("a requeued row").await,
-        "dead-letter"
-    );
+    assert_eq!(running.next("a requeued row").await, "dead-letter");
     running.stop().await;
     shutdown.cancel();
     feed.await.expect("feed task");

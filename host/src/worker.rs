@@ -254,7 +254,13 @@ impl Worker {
                         }
                     }
                     Err(e) => {
-                        failed |= self.settle(&worker_id, mode, (app_code, Err(e)), totals, &mut first_error);
+                        failed |= self.settle(
+                            &worker_id,
+                            mode,
+                            (app_code, Err(e)),
+                            totals,
+                            &mut first_error,
+                        );
                     }
                 }
                 if first_error.is_some() {

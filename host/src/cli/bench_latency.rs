@@ -86,7 +86,12 @@ impl fmt::Display for RoundTimes {
         claim_times.sort();
         let mut mark_times = self.marks.clone();
         mark_times.sort();
-        let busy: Vec<usize> = self.claims.iter().map(|(_, n)| *n).filter(|n| *n > 0).collect();
+        let busy: Vec<usize> = self
+            .claims
+            .iter()
+            .map(|(_, n)| *n)
+            .filter(|n| *n > 0)
+            .collect();
         let rows: usize = busy.iter().sum();
         write!(
             f,
@@ -345,7 +350,11 @@ impl OutboxStore for TimedStore {
         let batch = self.inner.claim(params).await?;
         let took = started.elapsed();
         let rows = batch.events.len() + batch.rejected.len();
-        self.rounds.lock().expect("poisoned").claims.push((took, rows));
+        self.rounds
+            .lock()
+            .expect("poisoned")
+            .claims
+            .push((took, rows));
         Ok(batch)
     }
 
