@@ -54,7 +54,8 @@ pub struct WorkerOptions {
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
     pub ordering: DeliveryOrder,
-    /// Loops (batches in flight) in this process.
+    /// Loops in this process; each claims its next batch while the current one is delivered
+    /// where the database runs writers side by side (see `run_slot`).
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
     pub node_id: String,
