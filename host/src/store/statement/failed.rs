@@ -29,6 +29,25 @@ fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
     }
 }
 
+/// `SELECT columns` of the oldest `limit` `failed` rows matching `filter`.
+fn oldest_failed(
+    backend: Backend,
+    table: &TableName,
+    columns: &str,
+    filter: &FailedFilter,
+    limit: u32,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT ")
+        .push(columns)
+        .push(" FROM ")
+        .push(table.as_str());
+    failed_where(&mut b, filter);
+    b.push(" ORDER BY created_at_ms, event_id LIMIT ")
+        .bind(i64::from(limit.max(1)));
+    b.finish()
+}
+
 /// `failed` rows matching `filter`, oldest first.
 pub(crate) fn select_failed(
     backend: Backend,
@@ -36,15 +55,13 @@ pub(crate) fn select_failed(
     filter: &FailedFilter,
     limit: u32,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push(
-        "SELECT app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms FROM ",
+    oldest_failed(
+        backend,
+        table,
+        "app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms",
+        filter,
+        limit,
     )
-    .push(table.as_str());
-    failed_where(&mut b, filter);
-    b.push(" ORDER BY created_at_ms, event_id LIMIT ")
-        .bind(i64::from(limit));
-    b.finish()
 }
 
 /// How many `failed` rows match `filter` (a dry-run requeue).
@@ -87,13 +104,7 @@ pub(crate) fn select_requeue_chunk(
     filter: &FailedFilter,
     limit: u32,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("SELECT app_code, event_id FROM ")
-        .push(table.as_str());
-    failed_where(&mut b, filter);
-    b.push(" ORDER BY created_at_ms, event_id LIMIT ")
-        .bind(i64::from(limit.max(1)));
-    b.finish()
+    oldest_failed(backend, table, "app_code, event_id", filter, limit)
 }
 
 /// Moves the tenant's `event_ids` back to `pending` by primary key, while still `failed` (a row
