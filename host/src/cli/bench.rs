@@ -66,6 +66,8 @@ pub struct BenchOptions {
     pub workers: u32,
     /// Concurrent clients of the raw shapes.
     pub raw_clients: u32,
+    /// Rows per claim of the raw shapes.
+    pub raw_batch_size: u32,
     /// Rooms the events are spread over (round robin).
     pub rooms: u32,
     /// Shapes to run, in order.
@@ -214,6 +216,7 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
         batch_size: args.batch_size,
         workers: args.workers,
         raw_clients: args.raw_clients,
+        raw_batch_size: args.raw_batch_size.unwrap_or(args.batch_size),
         rooms: args.rooms,
         shapes: args.shapes,
         table: TableName::new(&args.table).context("--table")?,
@@ -296,11 +299,11 @@ pub async fn run(
                     table: options.table.clone(),
                     app_code: app_code.clone(),
                     clients: options.raw_clients,
-                    batch_size: options.batch_size,
+                    batch_size: options.raw_batch_size,
                     connect_timeout: config.database.connect_timeout,
                 };
                 super::bench_raw::drain(raw, &raw_options).await?;
-                (options.batch_size, options.raw_clients.max(1))
+                (options.raw_batch_size.max(1), options.raw_clients.max(1))
             }
         };
         let drain = started.elapsed();

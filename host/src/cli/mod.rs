@@ -193,6 +193,10 @@ pub struct BenchArgs {
     /// Concurrent clients (connections) of the raw SQL loops (`raw`, `raw-held`).
     #[arg(long, default_value_t = 2)]
     pub raw_clients: u32,
+    /// Rows per claim of the raw SQL loops (default: `--batch-size`), e.g. to sweep outboxd's
+    /// batch size against issue 10's fixed raw baseline (batch 500) in one run.
+    #[arg(long)]
+    pub raw_batch_size: Option<u32>,
     /// Rooms the events are spread over.
     #[arg(long, default_value_t = 1000)]
     pub rooms: u32,
