@@ -164,18 +164,18 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
         "--type",
         "RoomRankChanged",
         "--count",
-        "2",
+        "5",
     ]));
     run_ok(with(&narrow, url).args(["run", "--drain"]));
     let s = status(&narrow, url);
     assert_eq!(
         (s["delivered"].as_u64(), s["failed"].as_u64()),
-        (Some(3), Some(2)),
+        (Some(3), Some(5)),
         "{s}"
     );
     let listed = run_ok(with(&narrow, url).args(["failed", "list", "--json"]));
     let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(rows.as_array().unwrap().len(), 2);
+    assert_eq!(rows.as_array().unwrap().len(), 5);
     assert!(
         rows[0]["last_error"]
             .as_str()
@@ -184,19 +184,29 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
         "{rows}"
     );
     let dry = run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged", "--dry-run"]));
-    assert!(String::from_utf8_lossy(&dry.stdout).contains("2 failed rows would be requeued"));
-    assert_eq!(status(&wide, url)["failed"], 2);
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("5 failed rows would be requeued"));
+    assert_eq!(status(&wide, url)["failed"], 5);
     let refused = with(&wide, url).arg("requeue").output().unwrap();
     assert!(
         !refused.status.success(),
         "requeue without a filter needs --all"
     );
-    run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged"]));
+    // In chunks of 2 (three transactions), with a progress line when stderr is not a terminal.
+    let requeued =
+        run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged", "--chunk", "2"]));
+    assert!(
+        String::from_utf8_lossy(&requeued.stdout).contains("requeued 5 failed rows"),
+        "{requeued:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&requeued.stderr).contains("requeue progress"),
+        "{requeued:?}"
+    );
     run_ok(with(&wide, url).args(["run", "--drain"]));
     let s = status(&wide, url);
     assert_eq!(
         (s["delivered"].as_u64(), s["failed"].as_u64()),
-        (Some(5), Some(0)),
+        (Some(8), Some(0)),
         "{s}"
     );
 }

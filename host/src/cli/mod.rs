@@ -176,6 +176,9 @@ pub struct RequeueArgs {
     /// Only print how many rows would move.
     #[arg(long)]
     pub dry_run: bool,
+    /// Rows moved per transaction (oldest first), so a large requeue never holds a long lock.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub chunk: u32,
 }
 
 /// `outboxd bench`.
