@@ -18,7 +18,7 @@
 use std::str::FromStr as _;
 use std::time::{Duration, SystemTime};
 
-use sqlx::Connection as _;
+use sqlx::{ConnectOptions as _, Connection as _};
 
 use crate::record::Record;
 use crate::store::{Backend, StoreError, TableName};
@@ -72,7 +72,8 @@ pub struct HistoryArgs {
     pub after_load: AfterLoad,
 }
 
-/// One connection of the benchmark's database.
+/// One connection of the benchmark's database (statement logging off: every load statement
+/// is "slow" by design).
 enum Conn {
     Sqlite(sqlx::SqliteConnection),
     MySql(sqlx::MySqlConnection),
@@ -118,23 +119,22 @@ impl HistoryWriter {
             Backend::Sqlite => {
                 let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
                     .map_err(db("history connect"))?
-                    .busy_timeout(Duration::from_secs(30));
-                Conn::Sqlite(
-                    sqlx::SqliteConnection::connect_with(&options)
-                        .await
-                        .map_err(db("history connect"))?,
-                )
+                    .busy_timeout(Duration::from_secs(30))
+                    .disable_statement_logging();
+                Conn::Sqlite(options.connect().await.map_err(db("history connect"))?)
             }
-            Backend::MySql => Conn::MySql(
-                sqlx::MySqlConnection::connect(url)
-                    .await
-                    .map_err(db("history connect"))?,
-            ),
-            Backend::Postgres => Conn::Postgres(
-                sqlx::PgConnection::connect(url)
-                    .await
-                    .map_err(db("history connect"))?,
-            ),
+            Backend::MySql => {
+                let options = sqlx::mysql::MySqlConnectOptions::from_str(url)
+                    .map_err(db("history connect"))?
+                    .disable_statement_logging();
+                Conn::MySql(options.connect().await.map_err(db("history connect"))?)
+            }
+            Backend::Postgres => {
+                let options = sqlx::postgres::PgConnectOptions::from_str(url)
+                    .map_err(db("history connect"))?
+                    .disable_statement_logging();
+                Conn::Postgres(options.connect().await.map_err(db("history connect"))?)
+            }
         };
         Ok(HistoryWriter {
             conn,

@@ -195,11 +195,20 @@ pub async fn run(
                 .push(call(&*store, &app_code, batch, &next_fresh).await?);
         }
         calls.elapsed = measured.elapsed();
-        rows.push(ScalingRow {
+        let row = ScalingRow {
             history: size,
             load,
             calls,
-        });
+        };
+        // Each size as it is measured, so a long run's early figures are not lost.
+        eprintln!(
+            "history {size}: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, {:.0} ev/s",
+            ms(row.calls.percentile(50.0)),
+            ms(row.calls.percentile(90.0)),
+            ms(row.calls.percentile(99.0)),
+            row.events_per_sec(batch)
+        );
+        rows.push(row);
     }
     writer.close().await;
     store.close().await;
