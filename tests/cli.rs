@@ -839,3 +839,36 @@ fn bench_history_scaling_reports_each_size() {
     );
     assert_eq!(status["pending"].as_u64(), Some(0), "{status}");
 }
+
+/// `outboxd bench --retention --loader store` still loads its history through the store (enqueue,
+/// claim, mark), and the cleanup deletes all of it.
+#[test]
+fn bench_retention_loads_through_the_store_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let output = run_ok(outboxd().current_dir(dir.path()).args([
+        "--database-url",
+        &url,
+        "bench",
+        "--retention",
+        "--history",
+        "1200",
+        "--loader",
+        "store",
+        "--after-load",
+        "none",
+        "--window",
+        "200ms",
+        "--windows",
+        "1",
+    ]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "history: 1200 delivered rows",
+        "loader store, after load: none",
+        "deleted 1200 rows",
+        ", 0 left",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
+    }
+}

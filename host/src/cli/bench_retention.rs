@@ -275,17 +275,17 @@ pub async fn run(
     let app_code = format!("bench-retention-{}", now_ms());
     let started = Instant::now();
     let base = now_ms() - HISTORY_AGE.as_millis() as i64;
+    let mut writer = HistoryWriter::connect(
+        &config.database.url,
+        &options.table,
+        &app_code,
+        &format!("{app_code}-h"),
+        base,
+    )
+    .await?;
     match options.loader {
         Loader::Store => load_history(&*store, &app_code, options.history, base).await?,
         Loader::Sql => {
-            let mut writer = HistoryWriter::connect(
-                &config.database.url,
-                &options.table,
-                &app_code,
-                &format!("{app_code}-h"),
-                base,
-            )
-            .await?;
             let history = u64::from(options.history);
             writer
                 .load(0, history, |n| {
@@ -294,10 +294,11 @@ pub async fn run(
                     }
                 })
                 .await?;
-            writer.after_load(options.after_load).await?;
-            writer.close().await;
         }
     }
+    // Either loader: the same statistics maintenance afterwards.
+    writer.after_load(options.after_load).await?;
+    writer.close().await;
     let load = started.elapsed();
 
     let next_fresh = AtomicU64::new(0);
