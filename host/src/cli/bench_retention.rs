@@ -370,7 +370,13 @@ pub async fn run(
 
 /// Rows `from..to` of the bench tenant, event ids `{app_code}-{kind}{i}`, created at
 /// `created_at_ms + i`.
-pub(super) fn records(app_code: &str, kind: &str, from: u64, to: u64, created_at_ms: i64) -> Vec<Record> {
+pub(super) fn records(
+    app_code: &str,
+    kind: &str,
+    from: u64,
+    to: u64,
+    created_at_ms: i64,
+) -> Vec<Record> {
     (from..to)
         .map(|i| {
             let mut record = Record::build(

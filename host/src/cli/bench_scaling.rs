@@ -183,7 +183,10 @@ pub async fn run(
         writer.after_load(after_load).await?;
         loaded = size;
         let load = started.elapsed();
-        eprintln!("history: {size} rows ({:.1}s); measuring", load.as_secs_f64());
+        eprintln!(
+            "history: {size} rows ({:.1}s); measuring",
+            load.as_secs_f64()
+        );
         for _ in 0..WARM_UP {
             call(&*store, &app_code, batch, &next_fresh).await?;
         }
