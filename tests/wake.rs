@@ -192,6 +192,7 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
             },
             dry_run: false,
             now_ms: now_ms(),
+            limit: Some(1000),
         })
         .await
         .expect("requeue");
