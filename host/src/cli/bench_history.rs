@@ -16,7 +16,7 @@
 //! ("History does not slow claims") for why `analyze` is the default.
 
 use std::str::FromStr as _;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use sqlx::{ConnectOptions as _, Connection as _};
 
@@ -117,9 +117,7 @@ impl HistoryWriter {
     ) -> Result<HistoryWriter, StoreError> {
         let conn = match Backend::from_url(url)? {
             Backend::Sqlite => {
-                let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
-                    .map_err(db("history connect"))?
-                    .busy_timeout(Duration::from_secs(30))
+                let options = crate::store::sqlite::connect_options(url)?
                     .disable_statement_logging();
                 Conn::Sqlite(options.connect().await.map_err(db("history connect"))?)
             }

@@ -28,13 +28,12 @@
 //! - SQLite (no row locks): the PostgreSQL-shaped claim without `FOR UPDATE SKIP LOCKED`, in one
 //!   `BEGIN IMMEDIATE` transaction (the write lock serializes the clients).
 
-use std::str::FromStr as _;
 use std::time::Duration;
 
 use sqlx::AssertSqlSafe;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 use tokio::task::JoinSet;
 
 use crate::record::now_ms;
@@ -43,8 +42,6 @@ use crate::store::{Backend, StoreError, TableName};
 /// Lease the two-write loop writes into `lock_until_ms` (never expires within a run).
 const LEASE_MS: i64 = 60_000;
 
-/// SQLite's busy timeout for the raw clients (the store uses the same order of magnitude).
-const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Which raw loop to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,10 +133,7 @@ pub async fn drain(raw: RawLoop, options: &RawOptions) -> Result<(), RawError> {
             }
         }
         Backend::Sqlite => {
-            let connect = SqliteConnectOptions::from_str(&options.url)
-                .map_err(StoreError::db("raw connect"))?
-                .journal_mode(SqliteJournalMode::Wal)
-                .busy_timeout(SQLITE_BUSY_TIMEOUT);
+            let connect = crate::store::sqlite::connect_options(&options.url)?;
             let pool = SqlitePoolOptions::new()
                 .max_connections(clients)
                 .acquire_timeout(options.connect_timeout)

@@ -25,6 +25,19 @@ use crate::record::Record;
 /// How long a statement waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How outboxd opens a SQLite database URL, for every connection it makes to the file (the
+/// store's pool, the commit watcher, the benchmarks' plain clients): created if missing, WAL,
+/// the busy timeout, and the URL's `synchronous` ([`synchronous_from_url`]).
+pub fn connect_options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
+    let (url, synchronous) = synchronous_from_url(url)?;
+    Ok(SqliteConnectOptions::from_str(&url)
+        .map_err(StoreError::db("connect"))?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(synchronous)
+        .busy_timeout(BUSY_TIMEOUT))
+}
+
 /// Takes outboxd's own `synchronous` parameter out of a SQLite URL (sqlx does not know it):
 /// `off`, `normal` (the default) or `full` / `extra`, SQLite's `PRAGMA synchronous` for this
 /// store's connections.
@@ -81,13 +94,7 @@ impl SqliteStore {
     /// Opens (creating if missing) the database `options.url` names (`sqlite://path`,
     /// `sqlite::memory:`).
     pub async fn connect(options: &ConnectOptions) -> Result<SqliteStore, StoreError> {
-        let (url, synchronous) = synchronous_from_url(&options.url)?;
-        let connect = SqliteConnectOptions::from_str(&url)
-            .map_err(StoreError::db("connect"))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(synchronous)
-            .busy_timeout(BUSY_TIMEOUT);
+        let connect = connect_options(&options.url)?;
         let in_memory = options.url.contains(":memory:") || options.url.contains("mode=memory");
         let pool = if in_memory {
             SqlitePoolOptions::new()

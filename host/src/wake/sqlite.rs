@@ -3,11 +3,10 @@
 //! file; reading it touches only the WAL index in shared memory, so an unchanged database costs no
 //! I/O.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::Connection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
+use sqlx::sqlite::SqliteConnection;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -28,10 +27,7 @@ pub async fn spawn_watcher(
     if url.contains(":memory:") || url.contains("mode=memory") {
         return Ok(None);
     }
-    let options = SqliteConnectOptions::from_str(url)
-        .map_err(StoreError::db("watch"))?
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal);
+    let options = crate::store::sqlite::connect_options(url)?;
     let mut conn = SqliteConnection::connect_with(&options)
         .await
         .map_err(StoreError::db("watch"))?;
