@@ -90,6 +90,16 @@ impl SqlDialect for PostgresDialect {
         Some("ctid")
     }
 
+    /// `idle_in_transaction_session_timeout` for this transaction only (`set_config(…, true)` is
+    /// `SET LOCAL`): the server ends the session of a held transaction idle that long.
+    fn held_idle_limit(&self, limit_ms: i64) -> Option<Bound> {
+        let mut b = SqlBuilder::new(Backend::Postgres);
+        b.push("SELECT set_config('idle_in_transaction_session_timeout', ")
+            .bind(limit_ms.max(1).to_string())
+            .push(", true)");
+        Some(b.finish())
+    }
+
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
     }

@@ -12,6 +12,7 @@
 
 pub mod claim;
 pub(crate) mod failed;
+pub(crate) mod held;
 pub(crate) mod insert;
 pub(crate) mod mark;
 pub mod purge;
@@ -79,6 +80,16 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// its address, a plan no statistics can change. `None`: the claim SELECTs, then leases by
     /// primary key in a second statement.
     fn claim_row_address(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The statement run first in a held claim's transaction
+    /// ([`crate::store::OutboxStore::claim_held`]) that makes the database itself end the
+    /// transaction (rolling it back, releasing its row locks) once it has sat idle for
+    /// `limit_ms`, so a host that hangs mid-publish without dying cannot hold rows forever. `None`:
+    /// the database has no such per-transaction limit (see docs/OPERATIONS.md for what to set on
+    /// the server instead).
+    fn held_idle_limit(&self, _limit_ms: i64) -> Option<Bound> {
         None
     }
 
