@@ -34,6 +34,10 @@ use crate::store::{
 };
 use crate::wake::{IdleBackoff, Wake};
 
+mod held;
+
+pub use held::WorkerMode;
+
 /// Everything a worker needs to know besides its store and publisher (from a configuration:
 /// `Config::worker_options`).
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +57,9 @@ pub struct WorkerOptions {
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
     pub ordering: DeliveryOrder,
+    /// How a batch is claimed and marked: leased (the default) or held in an open transaction
+    /// ([`WorkerMode`]).
+    pub mode: WorkerMode,
     /// Loops (batches in flight) in this process.
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
@@ -274,6 +281,9 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
+        if self.options.mode == WorkerMode::Held {
+            return self.process_held_batch(worker_id, app_code).await;
+        }
         let options = &*self.options;
         let batch = self
             .store
@@ -408,11 +418,6 @@ impl Worker {
         positions: Vec<usize>,
         marks: Vec<Mark>,
     ) -> Result<BatchStats, WorkerError> {
-        let ClaimedRows {
-            events,
-            created_at_ms,
-        } = rows;
-        let options = &*self.options;
         // The store retries a transient or unreachable database while the lease holds; any error
         // left ends the round, and the rows come back when the lease expires (an attempt).
         let marked = self
@@ -432,9 +437,27 @@ impl Worker {
             self.metrics.count_database_error(e);
         }
         let report = marked?;
+        Ok(self.report_marks(worker_id, app_code, rows, positions, &marks, &report))
+    }
+
+    /// Counts, logs and reports to the metrics what one mark did to each row of a part.
+    fn report_marks(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        rows: ClaimedRows<'_>,
+        positions: Vec<usize>,
+        marks: &[Mark],
+        report: &crate::store::MarkReport,
+    ) -> BatchStats {
+        let ClaimedRows {
+            events,
+            created_at_ms,
+        } = rows;
+        let options = &*self.options;
         let marked_at = now_ms();
         let mut stats = BatchStats::default();
-        for (position, mark) in positions.into_iter().zip(&marks) {
+        for (position, mark) in positions.into_iter().zip(marks) {
             let event = &events[position];
             let stale = report.stale.contains(&mark.event_id);
             let (status, error) = match (&mark.disposition, stale) {
@@ -478,7 +501,7 @@ impl Worker {
         ] {
             self.metrics.count_rows(app_code, outcome, count);
         }
-        Ok(stats)
+        stats
     }
 
     /// Maps a publish outcome of attempt `attempt` to the row's new state via the retry policy.

@@ -22,7 +22,7 @@ use crate::store::{
     self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams,
     OutboxStore, StoreError, TableName,
 };
-use crate::worker::{RunMode, Worker, WorkerError, WorkerOptions};
+use crate::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
 
 /// A delivery shape to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -33,6 +33,9 @@ pub enum Shape {
     PerRoom,
     /// The Go version's shape: claim 100, one mark statement per row, one batch in flight.
     Go,
+    /// outboxd's worker in held mode (`worker.mode = "held"`): rows locked in the claim's open
+    /// transaction while they publish, one mark UPDATE per batch, no lease written.
+    Held,
 }
 
 impl Shape {
@@ -41,6 +44,7 @@ impl Shape {
             Shape::Outboxd => "outboxd",
             Shape::PerRoom => "per-room",
             Shape::Go => "go",
+            Shape::Held => "held",
         }
     }
 }
@@ -253,7 +257,7 @@ pub async fn run(
                 drain_go_shape(&*store, &app_code, &*publisher).await?;
                 (100, 1)
             }
-            Shape::Outboxd | Shape::PerRoom => {
+            Shape::Outboxd | Shape::PerRoom | Shape::Held => {
                 drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
             }
@@ -342,6 +346,11 @@ async fn drain_worker(
                 DeliveryOrder::PerRoom
             } else {
                 DeliveryOrder::None
+            },
+            mode: if shape == Shape::Held {
+                WorkerMode::Held
+            } else {
+                WorkerMode::Leased
             },
             concurrency: options.workers,
             node_id: "bench".into(),

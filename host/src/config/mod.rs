@@ -9,6 +9,7 @@
 pub mod admin;
 mod byte_size;
 mod deadlines;
+mod held;
 mod options;
 pub mod retention;
 pub mod sink;
@@ -28,6 +29,7 @@ pub use sink::{
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
+use crate::worker::WorkerMode;
 
 /// Environment prefix of overrides.
 pub const ENV_PREFIX: &str = "OUTBOXD_";
@@ -99,6 +101,9 @@ pub struct WorkerConfig {
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
     pub ordering: DeliveryOrder,
+    /// `leased` or `held` (rows locked in an open transaction while they publish; not on
+    /// SQLite). Default `leased`.
+    pub mode: WorkerMode,
     /// Worker loops in this process (batches in flight). Default 1.
     pub concurrency: u32,
     /// This host's name in worker ids and logs. Default `<hostname>-<pid>`.
@@ -353,6 +358,7 @@ struct RawWorker {
     #[serde(deserialize_with = "duration")]
     publish_timeout: Duration,
     ordering: DeliveryOrder,
+    mode: WorkerMode,
     concurrency: u32,
     node_id: Option<String>,
 }
@@ -366,6 +372,7 @@ impl Default for RawWorker {
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(20),
             ordering: DeliveryOrder::None,
+            mode: WorkerMode::Leased,
             concurrency: 1,
             node_id: None,
         }
@@ -440,6 +447,7 @@ impl RawConfig {
         let retry = self.retry.validate()?;
         let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
         deadlines::check(&worker, &publishing)?;
+        held::check(&worker, &database)?;
         let admin = self.admin.validate()?;
         let retention = self.retention.validate()?;
         if self.log.level.trim().is_empty() {
@@ -550,6 +558,7 @@ impl RawWorker {
             lease: self.lease,
             publish_timeout: self.publish_timeout,
             ordering: self.ordering,
+            mode: self.mode,
             concurrency: self.concurrency,
             node_id,
         })
