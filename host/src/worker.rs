@@ -203,7 +203,7 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
         let mut backoff = IdleBackoff::new(self.options.poll_interval);
-        info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
+        info!(worker = %worker_id, node_id = %self.options.node_id, mode = self.options.mode.as_str(), status = "started", "worker started");
         while !shutdown.is_cancelled() {
             let mut found_any = false;
             let mut any_full = false;
