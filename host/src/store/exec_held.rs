@@ -3,12 +3,14 @@
 //! IMMEDIATE`) in a transaction that the returned [`HeldBatch`] keeps open, rejected rows failed
 //! in it, no lease written; the mark ([`mark_held_rows`]) and the commit when the batch is marked.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 
 use super::exec::{Driver, Session, begin_write, db, retry_transient};
 use super::held::{HeldBatch, HeldTransaction};
 use super::judge::judge;
-use super::row::CandidateRow;
+use super::row::{AddressedRow, CandidateRow};
 use super::statement::MAX_ROWS_PER_STATEMENT;
 use super::statement::claim::{ClaimBranch, reject_rows};
 use super::statement::held::mark_held_rows;
@@ -47,6 +49,9 @@ where
     let (backend, table) = (statements.backend(), statements.table());
     let limit = params.limit as usize;
     let (mut events, mut rejected) = (Vec::new(), Vec::new());
+    let address = backend.dialect().held_row_address();
+    // event_id → address of the rows handed out, where the dialect addresses rows.
+    let mut addresses = HashMap::new();
     if limit == 0 {
         return Ok(HeldBatch::new(
             params.app_code.clone(),
@@ -66,14 +71,36 @@ where
         if remaining == 0 {
             break;
         }
-        let rows = tx
-            .rows::<CandidateRow>(statements.claim_query(branch, params, remaining))
-            .await
-            .map_err(db(OP))?;
+        let rows: Vec<(CandidateRow, Option<String>)> = match address {
+            Some(address) => tx
+                .rows::<AddressedRow>(statements.claim_query_with_address(
+                    branch,
+                    params,
+                    remaining,
+                    address.select,
+                ))
+                .await
+                .map_err(db(OP))?
+                .into_iter()
+                .map(|row| (row.candidate, Some(row.address)))
+                .collect(),
+            None => tx
+                .rows::<CandidateRow>(statements.claim_query(branch, params, remaining))
+                .await
+                .map_err(db(OP))?
+                .into_iter()
+                .map(|row| (row, None))
+                .collect(),
+        };
         taken += rows.len();
-        for row in rows {
+        for (row, address) in rows {
             match judge(&params.app_code, row, branch, params.max_attempts) {
-                Ok(event) => events.push(event),
+                Ok(event) => {
+                    if let Some(address) = address {
+                        addresses.insert(event.event.event_id.clone(), address);
+                    }
+                    events.push(event);
+                }
                 Err(row) => rejected.push(row),
             }
         }
@@ -104,6 +131,7 @@ where
         tx,
         backend,
         table: table.clone(),
+        addresses,
     };
     Ok(HeldBatch::new(
         params.app_code.clone(),
@@ -120,6 +148,8 @@ struct OpenTransaction<DB: sqlx::Database> {
     tx: sqlx::Transaction<'static, DB>,
     backend: Backend,
     table: TableName,
+    /// event_id → the row's address, where the dialect addresses rows (else empty).
+    addresses: HashMap<String, String>,
 }
 
 #[async_trait]
@@ -138,16 +168,22 @@ where
         const OP: &str = "mark (held)";
         let mut applied = 0;
         for chunk in marks.chunks(MAX_ROWS_PER_STATEMENT) {
+            let addresses: Option<Vec<&str>> = chunk
+                .iter()
+                .map(|m| self.addresses.get(&m.event_id).map(String::as_str))
+                .collect();
+            let update = mark_held_rows(
+                self.backend,
+                &self.table,
+                app_code,
+                worker_id,
+                chunk,
+                addresses.as_deref(),
+                now_ms,
+            );
             applied += self
                 .tx
-                .run(mark_held_rows(
-                    self.backend,
-                    &self.table,
-                    app_code,
-                    worker_id,
-                    chunk,
-                    now_ms,
-                ))
+                .run(update)
                 .await
                 .map_err(db(OP))?;
         }

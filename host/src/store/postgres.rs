@@ -12,6 +12,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use super::exec::{self, Driver, impl_session, impl_store};
 use super::schema::Migration;
 use super::statement::claim::Statements;
+use super::statement::held::HeldRowAddress;
 use super::statement::{Bound, SqlBuilder, SqlDialect};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
@@ -98,6 +99,18 @@ impl SqlDialect for PostgresDialect {
             .bind(limit_ms.max(1).to_string())
             .push(", true)");
         Some(b.finish())
+    }
+
+    /// The held mark reaches its rows by `ctid` (locked by the same transaction, so the address
+    /// cannot change under it): a TID scan whatever the statistics, where `app_code = $1 AND
+    /// event_id IN (…)` reads every row of the tenant on a never-analyzed table (see
+    /// `claim_row_address`).
+    fn held_row_address(&self) -> Option<HeldRowAddress> {
+        Some(HeldRowAddress {
+            select: "c.ctid::text",
+            match_start: "ctid = ANY(",
+            match_end: "::tid[])",
+        })
     }
 
     fn migrations(&self) -> &'static [Migration] {

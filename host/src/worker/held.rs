@@ -94,6 +94,15 @@ impl Worker {
         }
         if let Err(e) = &marked {
             self.metrics.count_database_error(e);
+            if e.is_transient() {
+                // A deadlock victim or serialization failure: the database rolled the whole
+                // transaction back. Nothing was written; the rows are claimable again at once
+                // (published once more: at least once), no attempt spent. Not a round failure.
+                warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code,
+                    rows = events.len(), status = "rolled_back", error = %e,
+                    "held batch rolled back by the database; its rows will be delivered again");
+                return Ok(stats);
+            }
         }
         let report = marked?;
         let rows = ClaimedRows {

@@ -216,6 +216,33 @@ impl Statements {
         }
     }
 
+    /// One claim branch's locking SELECT with `address` (an expression of alias `c`) as a
+    /// seventh column, for the held claim ([`super::SqlDialect::held_row_address`]); binds like
+    /// [`Statements::claim_select`].
+    pub(crate) fn claim_query_with_address(
+        &self,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        limit: usize,
+        address: &str,
+    ) -> Bound {
+        let mut b = SqlBuilder::new(self.backend);
+        write_claim_select(
+            &mut b,
+            self.backend,
+            &self.table,
+            branch,
+            params.ordering,
+            &format!(
+                "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count, {address}"
+            ),
+        );
+        Bound {
+            sql: b.text(),
+            args: self.claim_query(branch, params, limit).args,
+        }
+    }
+
     /// `status, COUNT(*), MIN(created_at_ms)` per status, for every tenant or one.
     pub(crate) fn counts_query(&self, app_code: Option<&str>) -> Bound {
         match app_code {

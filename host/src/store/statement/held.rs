@@ -11,7 +11,29 @@ use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, Mark, TableName};
 
-/// Writes the marks of rows a held transaction locked, by primary key, in one UPDATE (`marks` at
+/// How a dialect addresses the rows a held transaction locked
+/// ([`super::SqlDialect::held_row_address`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeldRowAddress {
+    /// Appended to the held claim's SELECT list (alias `c`): the row's address as text.
+    pub(crate) select: &'static str,
+    /// Written before the bound text array literal of addresses in the mark's WHERE.
+    pub(crate) match_start: &'static str,
+    /// Written after it.
+    pub(crate) match_end: &'static str,
+}
+
+/// The text array literal of `addresses` (`{"(0,1)","(0,2)"}`), bound as one text value.
+fn array_literal(addresses: &[&str]) -> String {
+    let quoted: Vec<String> = addresses
+        .iter()
+        .map(|a| format!("\"{}\"", a.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
+    format!("{{{}}}", quoted.join(","))
+}
+
+/// Writes the marks of rows a held transaction locked, by primary key (or by the addresses the
+/// claim read, where the dialect has them: `addresses`, one per mark, in the same order), in one UPDATE (`marks` at
 /// most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids): the same column values per
 /// [`crate::store::Disposition`] as the leased mark, `last_error` cut where bound, plus
 /// `worker_id` (the worker that handled the row). A row still `delivering` was reclaimed from a
@@ -23,6 +45,7 @@ pub(crate) fn mark_held_rows(
     app_code: &str,
     worker_id: &str,
     marks: &[Mark],
+    addresses: Option<&[&str]>,
     now_ms: i64,
 ) -> Bound {
     let columns: Vec<(&str, MarkColumns<'_>)> = marks
@@ -79,9 +102,21 @@ pub(crate) fn mark_held_rows(
         .bind(worker_id)
         .push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms)
-        .push(" WHERE app_code = ")
-        .bind(app_code)
-        .push(" AND event_id IN ")
-        .bind_list(marks.iter().map(|m| m.event_id.as_str()));
+        .push(" WHERE ");
+    match (addresses, backend.dialect().held_row_address()) {
+        // By address alone: with `app_code = ?` beside it, a never-analyzed table's estimate for
+        // the tenant looks selective and PostgreSQL reads the tenant through the primary key.
+        (Some(addresses), Some(address)) => {
+            b.push(address.match_start)
+                .bind(array_literal(addresses))
+                .push(address.match_end);
+        }
+        _ => {
+            b.push("app_code = ")
+                .bind(app_code)
+                .push(" AND event_id IN ")
+                .bind_list(marks.iter().map(|m| m.event_id.as_str()));
+        }
+    }
     b.finish()
 }

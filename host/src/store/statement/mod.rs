@@ -93,6 +93,13 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         None
     }
 
+    /// How a held mark reaches the rows its claim locked by their address instead of the primary
+    /// key, when a primary-key `event_id IN (…)` plan depends on statistics (PostgreSQL: `ctid`,
+    /// a TID scan). `None`: by primary key.
+    fn held_row_address(&self) -> Option<held::HeldRowAddress> {
+        None
+    }
+
     /// The embedded migrations (`migrations/<backend>/`), oldest first.
     fn migrations(&self) -> &'static [Migration];
 
