@@ -258,13 +258,16 @@ async fn held_concurrent_claims_never_share_a_row(backend: Backend) {
         tokio::spawn(async move { claim_app(&store, "c", 6, 1_000, 30_000).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // A marks in a task of its own: on MariaDB its UPDATE may wait for B's open transaction
+    // (B's scan passed A's rows), so B must be able to finish meanwhile.
     let a_ids = held_ids(&a);
     let marks: Vec<_> = a_ids.iter().map(|id| delivered(id)).collect();
-    a.mark(&marks, 1_100).await.expect("mark A");
+    let a_marked = tokio::spawn(async move { a.mark(&marks, 1_100).await });
     let b = b.await.expect("claim B");
     let b_ids = held_ids(&b);
     let marks: Vec<_> = b_ids.iter().map(|id| delivered(id)).collect();
     b.mark(&marks, 1_200).await.expect("mark B");
+    a_marked.await.expect("task A").expect("mark A");
     let c = leased.await.expect("leased claim C");
     let c_ids: Vec<String> = c.events.iter().map(|e| e.event.event_id.clone()).collect();
     mark(

@@ -181,11 +181,7 @@ where
                 addresses.as_deref(),
                 now_ms,
             );
-            applied += self
-                .tx
-                .run(update)
-                .await
-                .map_err(db(OP))?;
+            applied += self.tx.run(update).await.map_err(db(OP))?;
         }
         self.tx.commit().await.map_err(db(OP))?;
         Ok(applied)
