@@ -650,7 +650,12 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
     back.release().await.expect("release");
 }
 
-support::per_backend!([mysql, postgres] => held_mode_drains_and_a_killed_host_costs_no_attempt);
+/// Held mode is refused on SQLite (`bad_config_is_one_clear_error_naming_the_key`).
+mod held {
+    use super::held_mode_drains_and_a_killed_host_costs_no_attempt;
+
+    crate::support::per_backend!([mysql, postgres] => held_mode_drains_and_a_killed_host_costs_no_attempt);
+}
 
 support::per_backend!(
     drain_10k_through_the_log_plugin,

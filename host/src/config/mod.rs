@@ -182,6 +182,17 @@ impl Config {
         path: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
+        Config::load_with_database_url(path, env, None)
+    }
+
+    /// [`Config::load`], then `database_url` (the command line's `--database-url`, the top
+    /// layer) over `database.url` when given, before validation: checks that depend on the
+    /// database (`worker.mode`) see the URL outboxd will use.
+    pub fn load_with_database_url(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        database_url: Option<&str>,
+    ) -> Result<Config, ConfigError> {
         let (mut table, origin) = match path {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -197,6 +208,17 @@ impl Config {
             None => (toml::Table::new(), "defaults".to_string()),
         };
         let applied = apply_env(&mut table, env)?;
+        if let Some(url) = database_url {
+            let database = table
+                .entry("database")
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            match database {
+                toml::Value::Table(database) => {
+                    database.insert("url".into(), toml::Value::String(url.to_string()));
+                }
+                _ => return Err(invalid("database", "must be a table")),
+            }
+        }
         let origin = if applied.is_empty() {
             origin
         } else {
