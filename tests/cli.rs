@@ -164,18 +164,18 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
         "--type",
         "RoomRankChanged",
         "--count",
-        "2",
+        "5",
     ]));
     run_ok(with(&narrow, url).args(["run", "--drain"]));
     let s = status(&narrow, url);
     assert_eq!(
         (s["delivered"].as_u64(), s["failed"].as_u64()),
-        (Some(3), Some(2)),
+        (Some(3), Some(5)),
         "{s}"
     );
     let listed = run_ok(with(&narrow, url).args(["failed", "list", "--json"]));
     let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(rows.as_array().unwrap().len(), 2);
+    assert_eq!(rows.as_array().unwrap().len(), 5);
     assert!(
         rows[0]["last_error"]
             .as_str()
@@ -184,19 +184,29 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
         "{rows}"
     );
     let dry = run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged", "--dry-run"]));
-    assert!(String::from_utf8_lossy(&dry.stdout).contains("2 failed rows would be requeued"));
-    assert_eq!(status(&wide, url)["failed"], 2);
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("5 failed rows would be requeued"));
+    assert_eq!(status(&wide, url)["failed"], 5);
     let refused = with(&wide, url).arg("requeue").output().unwrap();
     assert!(
         !refused.status.success(),
         "requeue without a filter needs --all"
     );
-    run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged"]));
+    // In chunks of 2 (three transactions), with a progress line when stderr is not a terminal.
+    let requeued =
+        run_ok(with(&wide, url).args(["requeue", "--type", "RoomRankChanged", "--chunk", "2"]));
+    assert!(
+        String::from_utf8_lossy(&requeued.stdout).contains("requeued 5 failed rows"),
+        "{requeued:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&requeued.stderr).contains("requeue progress"),
+        "{requeued:?}"
+    );
     run_ok(with(&wide, url).args(["run", "--drain"]));
     let s = status(&wide, url);
     assert_eq!(
         (s["delivered"].as_u64(), s["failed"].as_u64()),
-        (Some(5), Some(0)),
+        (Some(8), Some(0)),
         "{s}"
     );
 }
@@ -509,6 +519,116 @@ async fn database_errors_are_fast_and_say_why(backend: Backend) {
     drop(silent);
 }
 
+/// The report line of `shape` in `outboxd bench`'s output, split into columns.
+fn bench_line<'a>(stdout: &'a str, shape: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|columns| columns.first() == Some(&shape))
+        .unwrap_or_else(|| panic!("no {shape:?} line in:\n{stdout}"))
+}
+
+/// `outboxd bench` runs the raw SQL loops beside outboxd on the same table: every row of every
+/// shape ends `delivered`, the raw loop's rows were leased by its own clients (`raw-N`, so no
+/// outboxd code claimed them), the lock-held loop's rows were never leased (written once), and
+/// every shape's line carries its ratio to the raw loop (the `go` shape, one mark per row, is
+/// left to the SQLite-only default run below: on MariaDB it alone would take ~20 s here).
+async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let output = run_ok(outboxd().current_dir(dir.path()).args([
+        "--database-url",
+        &db.url,
+        "bench",
+        "--events",
+        "1500",
+        "--batch-size",
+        "100",
+        "--workers",
+        "2",
+        "--raw-clients",
+        "3",
+        "--shapes",
+        "outboxd,raw,raw-held",
+        "--table",
+        "bench_raw_t",
+    ]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let header = bench_line(&stdout, "shape");
+    assert_eq!(
+        header[header.len() - 4..],
+        ["vs", "go", "vs", "raw"],
+        "{stdout}"
+    );
+    let raw = bench_line(&stdout, "raw");
+    assert_eq!(
+        raw[1..4],
+        ["100", "3", "1500"],
+        "batch, clients, events: {stdout}"
+    );
+    assert_eq!(raw.last(), Some(&"1.00x"), "{stdout}");
+    for shape in ["outboxd", "raw-held"] {
+        let line = bench_line(&stdout, shape);
+        let ratio = line.last().unwrap();
+        let value: f64 = ratio.trim_end_matches('x').parse().unwrap_or_else(|_| {
+            panic!("{shape}: vs raw column {ratio:?} is not a ratio: {stdout}")
+        });
+        assert!(value > 0.0, "{stdout}");
+    }
+    let rows = db.rows_where("bench_raw_t", "1 = 1", &[]).await;
+    assert_eq!(rows.len(), 3 * 1500);
+    assert!(rows.iter().all(|r| r.status == "delivered"));
+    let of = |shape: &str| {
+        let prefix = format!("bench-{shape}-");
+        let rows: Vec<_> = rows
+            .iter()
+            .filter(|r| {
+                r.app_code
+                    .strip_prefix(&prefix)
+                    .is_some_and(|run| run.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .collect();
+        assert_eq!(rows.len(), 1500, "{shape}");
+        rows
+    };
+    assert!(
+        of("raw").iter().all(|r| r
+            .worker_id
+            .as_deref()
+            .is_some_and(|w| w.starts_with("raw-"))),
+        "the raw loop leases with its own clients' worker ids"
+    );
+    assert!(
+        of("raw-held").iter().all(|r| r.worker_id.is_none()),
+        "the lock-held loop writes each row once, never leasing it"
+    );
+    assert!(of("outboxd").iter().all(|r| r.worker_id.is_some()));
+    db.cleanup().await;
+}
+
+/// Without `--shapes` the report holds the raw loop, so every default run prints the ratio to it.
+#[test]
+fn bench_runs_the_raw_loop_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let output = run_ok(outboxd().current_dir(dir.path()).args([
+        "--database-url",
+        &url,
+        "bench",
+        "--events",
+        "300",
+    ]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for shape in ["outboxd", "per-room", "go"] {
+        let line = bench_line(&stdout, shape);
+        assert_eq!(line[3], "300", "{stdout}");
+    }
+    let raw = bench_line(&stdout, "raw");
+    assert_eq!(raw[1..4], ["500", "2", "300"], "{stdout}");
+}
+
 /// `worker.mode = "held"` end to end: `run --drain` delivers everything once and isolates a
 /// corrupt row; then a host killed (SIGKILL) while a batch publishes leaves its rows `pending`
 /// with no attempt spent, claimable again at once — the one guarantee held mode relaxes
@@ -658,6 +778,7 @@ mod held {
 }
 
 support::per_backend!(
+    bench_compares_every_shape_with_the_raw_loop,
     drain_10k_through_the_log_plugin,
     no_route_fails_then_requeue_delivers,
     run_without_a_sink_refuses_and_loses_nothing,

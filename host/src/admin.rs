@@ -89,15 +89,27 @@ pub struct AdminListener {
     listener: TcpListener,
 }
 
-/// The listener could not bind.
+/// The listener could not bind. When the port is taken (a second host on the same machine) the
+/// message says how to move or turn off the listener.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on admin.listen {addr}: {source}")]
+#[error(
+    "cannot listen on admin.listen {addr}: {source}{}",
+    in_use_hint(source)
+)]
 pub struct BindError {
     /// The configured address.
     pub addr: SocketAddr,
     /// Why.
     #[source]
     pub source: std::io::Error,
+}
+
+fn in_use_hint(source: &std::io::Error) -> &'static str {
+    if source.kind() == std::io::ErrorKind::AddrInUse {
+        " (another outboxd on this machine? give each host its own [admin] listen port, or \"\" to turn the listener off; env OUTBOXD_ADMIN_LISTEN)"
+    } else {
+        ""
+    }
 }
 
 impl AdminListener {
@@ -202,6 +214,21 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_taken_port_is_named_with_the_way_out() {
+        let first = AdminListener::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = first.local_addr().unwrap();
+        let error = AdminListener::bind(addr).await.err().expect("port taken");
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!("cannot listen on admin.listen {addr}: ")),
+            "{message}"
+        );
+        assert!(message.contains("[admin] listen"), "{message}");
+    }
 
     #[test]
     fn readiness_needs_database_and_sinks() {

@@ -1,5 +1,6 @@
-//! `run --drain` progress: on a terminal a bar with rows done, rate and ETA (indicatif); when
-//! stderr is not a terminal, one plain log line every few seconds.
+//! Progress of long work: `run --drain` ([`drain_progress`]) and one-off jobs over a known
+//! number of rows such as `requeue` ([`RowsProgress`]). On a terminal a bar with rows done, rate
+//! and ETA (indicatif); when stderr is not a terminal, one plain log line every few seconds.
 //!
 //! The total is the backlog (`pending` + `retryable` + `delivering`) when the drain starts; rows
 //! done are the ones this process marked `delivered` or `failed` (or the claim rejected).
@@ -88,5 +89,81 @@ pub async fn drain_progress(
                 "drain progress"
             );
         }
+    }
+}
+
+/// Progress of a one-off job over a known number of rows (`outboxd requeue`): on a terminal a
+/// bar with rows done, rate and ETA; otherwise a plain log line at most every few seconds, and
+/// one at the end.
+pub struct RowsProgress {
+    label: &'static str,
+    total: u64,
+    done: u64,
+    started: Instant,
+    last_line: Instant,
+    bar: Option<ProgressBar>,
+}
+
+impl RowsProgress {
+    /// Starts showing progress of `total` rows, labelled `label` (e.g. `requeue`).
+    pub fn new(label: &'static str, total: u64) -> RowsProgress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let template = format!(
+                "{label} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} rows  {{per_sec}}  ETA {{eta}}"
+            );
+            let style = ProgressStyle::with_template(&template)
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            ProgressBar::new(total).with_style(style)
+        });
+        let now = Instant::now();
+        RowsProgress {
+            label,
+            total,
+            done: 0,
+            started: now,
+            last_line: now,
+            bar,
+        }
+    }
+
+    /// Counts `rows` more rows done.
+    pub fn add(&mut self, rows: u64) {
+        self.done += rows;
+        self.total = self.total.max(self.done);
+        match &self.bar {
+            Some(bar) => {
+                bar.set_length(self.total);
+                bar.set_position(self.done);
+            }
+            None if self.last_line.elapsed() >= PLAIN_INTERVAL => {
+                self.last_line = Instant::now();
+                self.log_line();
+            }
+            None => {}
+        }
+    }
+
+    /// Rows done so far.
+    pub fn done(&self) -> u64 {
+        self.done
+    }
+
+    /// Clears the bar (or writes the last plain line).
+    pub fn finish(self) {
+        match &self.bar {
+            Some(bar) => bar.finish_and_clear(),
+            None => self.log_line(),
+        }
+    }
+
+    fn log_line(&self) {
+        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
+        info!(
+            done = self.done,
+            total = self.total,
+            rows_per_second = format!("{:.1}", self.done as f64 / elapsed),
+            "{} progress",
+            self.label
+        );
     }
 }

@@ -141,11 +141,27 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         ("admin", a.admin != b.admin),
         ("retention", a.retention != b.retention),
     ];
-    checks
+    let mut changed: Vec<&'static str> = checks
         .into_iter()
         .filter(|(_, changed)| *changed)
         .map(|(key, _)| key)
-        .collect()
+        .collect();
+    // A key not named above (e.g. database.connect_timeout, or one added later) is still never
+    // applied silently: its section is named instead.
+    let sections = [
+        ("database", a.database != b.database),
+        ("worker", a.worker != b.worker),
+    ];
+    for (section, differs) in sections {
+        let named = changed.iter().any(|key| {
+            key.strip_prefix(section)
+                .is_some_and(|k| k.starts_with('.'))
+        });
+        if differs && !named {
+            changed.push(section);
+        }
+    }
+    changed
 }
 
 #[cfg(test)]
@@ -166,6 +182,13 @@ mod tests {
         assert_eq!(
             restart_only_changes(&running, &next),
             vec!["database.url", "worker.app_codes"]
+        );
+        let mut timeout_only = running.clone();
+        timeout_only.database.connect_timeout += std::time::Duration::from_secs(1);
+        assert_eq!(
+            restart_only_changes(&running, &timeout_only),
+            vec!["database"],
+            "a key without its own check is refused by its section"
         );
     }
 }

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use outboxd::store::{Backend, DEFAULT_TABLE, FailedFilter, ListFailedParams, Mark, OutboxStore};
+use outboxd::store::{
+    Backend, DEFAULT_TABLE, FailedFilter, ListFailedParams, Mark, OutboxStore, RequeueParams,
+};
 
 use crate::helpers::{
     APP, OTHER, claim, claim_app, enqueue, failed, ids, list_failed, mark, params, requeue, setup,
@@ -15,6 +17,7 @@ crate::support::per_backend!(
     requeue_by_filters,
     requeue_by_created_at_range,
     requeue_dry_run_changes_nothing,
+    requeue_in_chunks_moves_the_oldest_first,
 );
 
 /// Failed rows: fa1(T1,r1,100) fa2(T2,r1,200) fa3(T1,r2,300) fa4(T2,r2,400) in APP, fb1(T1,r1,150)
@@ -253,4 +256,39 @@ async fn requeue_dry_run_changes_nothing(backend: Backend) {
     );
     assert_eq!(requeue(&store, filter(), false, 2_000).await, 5);
     assert!(list_failed(&store, filter(), 100).await.is_empty());
+}
+
+async fn requeue_in_chunks_moves_the_oldest_first(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    failed_rows_setup(&store).await;
+    let chunk = |filter: FailedFilter| RequeueParams {
+        filter,
+        dry_run: false,
+        now_ms: 2_000,
+        limit: Some(2),
+    };
+    // Across tenants: fa1(100), fb1(150) first, by created_at_ms.
+    assert_eq!(store.requeue(&chunk(filter())).await.expect("chunk"), 2);
+    assert_eq!(status_of(&db, APP, "fa1").await, "pending");
+    assert_eq!(status_of(&db, OTHER, "fb1").await, "pending");
+    assert_eq!(
+        list_failed(&store, filter(), 100).await,
+        strs(&["fa2", "fa3", "fa4"])
+    );
+    // One tenant: its oldest two, then the last one, then nothing.
+    let app = FailedFilter {
+        app_code: Some(APP.into()),
+        ..filter()
+    };
+    assert_eq!(store.requeue(&chunk(app.clone())).await.expect("chunk"), 2);
+    assert_eq!(list_failed(&store, filter(), 100).await, strs(&["fa4"]));
+    assert_eq!(store.requeue(&chunk(app.clone())).await.expect("chunk"), 1);
+    assert_eq!(store.requeue(&chunk(app)).await.expect("chunk"), 0);
+    assert!(list_failed(&store, filter(), 100).await.is_empty());
+    // A requeued row starts over: no attempts, no lease, claimable.
+    let batch = claim_app(&store, "w9", 10, 3_000, 1_000).await;
+    assert_eq!(ids(&batch), strs(&["pa", "fa1", "fa2", "fa3", "fa4"]));
+    assert!(batch.events.iter().all(|e| e.retry_count == 0));
 }

@@ -193,6 +193,7 @@ pub(crate) async fn requeue(
             filter,
             dry_run,
             now_ms,
+            limit: None,
         })
         .await
         .expect("requeue")

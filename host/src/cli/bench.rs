@@ -3,7 +3,8 @@
 //!
 //! Each shape runs on its own app code in the benchmark table, so runs never see each other's
 //! rows. The `go` shape replays the Go version's delivery shape on the same store (claim 100, one
-//! mark statement per row, one batch in flight), so the ratio to it is measured in the same run.
+//! mark statement per row, one batch in flight), and the `raw` shape is a plain SQL client with no
+//! outboxd code in its loop (`bench_raw.rs`), so the ratios to both are measured in the same run.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
+use super::bench_raw::{RawError, RawLoop, RawOptions};
 use crate::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::{Record, now_ms};
@@ -33,6 +35,12 @@ pub enum Shape {
     PerRoom,
     /// The Go version's shape: claim 100, one mark statement per row, one batch in flight.
     Go,
+    /// Issue 10's raw two-write SQL loop: a plain sqlx client, claim then fenced mark, no outboxd
+    /// code in the loop (`--raw-clients` clients, `--batch-size` rows per claim).
+    Raw,
+    /// The raw ceiling: lock with `SELECT … FOR UPDATE SKIP LOCKED`, one UPDATE to delivered,
+    /// commit, in one transaction (each row written once; not at-least-once safe as outboxd is).
+    RawHeld,
     /// outboxd's worker in held mode (`worker.mode = "held"`): rows locked in the claim's open
     /// transaction while they publish, one mark UPDATE per batch, no lease written.
     Held,
@@ -44,6 +52,8 @@ impl Shape {
             Shape::Outboxd => "outboxd",
             Shape::PerRoom => "per-room",
             Shape::Go => "go",
+            Shape::Raw => "raw",
+            Shape::RawHeld => "raw-held",
             Shape::Held => "held",
         }
     }
@@ -58,6 +68,10 @@ pub struct BenchOptions {
     pub batch_size: u32,
     /// Worker loops of the outboxd shapes.
     pub workers: u32,
+    /// Concurrent clients of the raw shapes.
+    pub raw_clients: u32,
+    /// Rows per claim of the raw shapes.
+    pub raw_batch_size: u32,
     /// Rooms the events are spread over (round robin).
     pub rooms: u32,
     /// Shapes to run, in order.
@@ -108,24 +122,35 @@ pub struct BenchReport {
 
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let go = self
-            .rows
-            .iter()
-            .find(|r| r.shape == Shape::Go)
-            .map(BenchRow::drain_rate);
+        let rate_of = |shape| {
+            self.rows
+                .iter()
+                .find(|r| r.shape == shape)
+                .map(BenchRow::drain_rate)
+        };
+        let (go, raw) = (rate_of(Shape::Go), rate_of(Shape::Raw));
         writeln!(f, "database: {}  rooms: {}", self.database, self.rooms)?;
         writeln!(
             f,
-            "{:<9} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7}",
-            "shape", "batch", "workers", "events", "enqueue ev/s", "drain s", "drain ev/s", "vs go"
+            "{:<9} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>7}",
+            "shape",
+            "batch",
+            "workers",
+            "events",
+            "enqueue ev/s",
+            "drain s",
+            "drain ev/s",
+            "vs go",
+            "vs raw"
         )?;
         for row in &self.rows {
-            let ratio = go
-                .map(|go| format!("{:.1}x", row.drain_rate() / go))
-                .unwrap_or_else(|| "-".into());
+            let ratio = |base: Option<f64>| {
+                base.map(|base| format!("{:.2}x", row.drain_rate() / base))
+                    .unwrap_or_else(|| "-".into())
+            };
             writeln!(
                 f,
-                "{:<9} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7}",
+                "{:<9} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>7}",
                 row.shape.name(),
                 row.batch_size,
                 row.workers,
@@ -133,7 +158,8 @@ impl fmt::Display for BenchReport {
                 row.enqueue_rate(),
                 row.drain.as_secs_f64(),
                 row.drain_rate(),
-                ratio
+                ratio(go),
+                ratio(raw)
             )?;
         }
         Ok(())
@@ -149,6 +175,9 @@ pub enum BenchError {
     /// The worker failed.
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// A raw SQL loop failed.
+    #[error(transparent)]
+    Raw(#[from] RawError),
     /// A shape finished without delivering every event.
     #[error("{shape} run delivered {delivered} of {expected} events")]
     Incomplete {
@@ -190,6 +219,8 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
         events: args.events,
         batch_size: args.batch_size,
         workers: args.workers,
+        raw_clients: args.raw_clients,
+        raw_batch_size: args.raw_batch_size.unwrap_or(args.batch_size),
         rooms: args.rooms,
         shapes: args.shapes,
         table: TableName::new(&args.table).context("--table")?,
@@ -260,6 +291,23 @@ pub async fn run(
             Shape::Outboxd | Shape::PerRoom | Shape::Held => {
                 drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
+            }
+            Shape::Raw | Shape::RawHeld => {
+                let raw = if shape == Shape::Raw {
+                    RawLoop::TwoWrite
+                } else {
+                    RawLoop::Held
+                };
+                let raw_options = RawOptions {
+                    url: config.database.url.clone(),
+                    table: options.table.clone(),
+                    app_code: app_code.clone(),
+                    clients: options.raw_clients,
+                    batch_size: options.raw_batch_size,
+                    connect_timeout: config.database.connect_timeout,
+                };
+                super::bench_raw::drain(raw, &raw_options).await?;
+                (options.raw_batch_size.max(1), options.raw_clients.max(1))
             }
         };
         let drain = started.elapsed();

@@ -7,12 +7,14 @@
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
 //! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_new`] (scaffolding from
 //!   `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no database);
-//! - `bench`: `outboxd bench`; [`bench_retention`]: `outboxd bench --retention` (claim latency
+//! - `bench`: `outboxd bench`, with [`bench_raw`] (the raw SQL baselines it compares against);
+//!   [`bench_retention`]: `outboxd bench --retention` (claim latency
 //!   while retention cleans old rows);
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 pub mod bench;
 pub mod bench_latency;
+pub mod bench_raw;
 pub mod bench_retention;
 pub mod ops;
 pub mod plugin;
@@ -174,6 +176,9 @@ pub struct RequeueArgs {
     /// Only print how many rows would move.
     #[arg(long)]
     pub dry_run: bool,
+    /// Rows moved per transaction (oldest first), so a large requeue never holds a long lock.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub chunk: u32,
 }
 
 /// `outboxd bench`.
@@ -188,12 +193,22 @@ pub struct BenchArgs {
     /// Worker loops (batches in flight) of outboxd's runs.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
+    /// Concurrent clients (connections) of the raw SQL loops (`raw`, `raw-held`).
+    #[arg(long, default_value_t = 2)]
+    pub raw_clients: u32,
+    /// Rows per claim of the raw SQL loops (default: `--batch-size`), e.g. to sweep outboxd's
+    /// batch size against issue 10's fixed raw baseline (batch 500) in one run.
+    #[arg(long)]
+    pub raw_batch_size: Option<u32>,
     /// Rooms the events are spread over.
     #[arg(long, default_value_t = 1000)]
     pub rooms: u32,
     /// Runs to measure, comma-separated: outboxd, per-room (ordering on), go (the Go version's
-    /// shape: batch 100, one mark statement per row, one batch in flight).
-    #[arg(long, value_delimiter = ',', default_value = "outboxd,per-room,go")]
+    /// shape: batch 100, one mark statement per row, one batch in flight), raw (a plain SQL
+    /// client, no outboxd code: claim with FOR UPDATE SKIP LOCKED, then one fenced mark per
+    /// batch; `--batch-size`, `--raw-clients`), raw-held (the ceiling: lock, mark delivered,
+    /// commit in one transaction; each row written once).
+    #[arg(long, value_delimiter = ',', default_value = "outboxd,per-room,go,raw")]
     pub shapes: Vec<bench::Shape>,
     /// Table the benchmark writes (created if missing); keep it away from production data.
     #[arg(long, default_value = "outboxd_bench")]

@@ -11,6 +11,7 @@ use tracing::info;
 use super::{EnqueueArgs, FilterArgs, RequeueArgs};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::progress::RowsProgress;
 use crate::record::{Record, now_ms};
 use crate::reload::ConfigSource;
 use crate::retention::Retention;
@@ -106,7 +107,7 @@ pub async fn list_failed(
     Ok(())
 }
 
-/// `outboxd requeue`: needs a filter or `--all`.
+/// `outboxd requeue`: needs a filter or `--all`; moves the rows in chunks with a progress bar.
 pub async fn requeue(config: &Config, args: RequeueArgs) -> Result<()> {
     let filter = args.filter.to_filter()?;
     if filter.is_empty() && !args.all {
@@ -115,18 +116,57 @@ pub async fn requeue(config: &Config, args: RequeueArgs) -> Result<()> {
         );
     }
     let store = connect(config).await?;
-    let count = store
-        .requeue(&RequeueParams {
-            filter,
-            dry_run: args.dry_run,
-            now_ms: now_ms(),
-        })
-        .await?;
+    let now_ms = now_ms();
+    let count = |filter: FailedFilter| RequeueParams {
+        filter,
+        dry_run: true,
+        now_ms,
+        limit: None,
+    };
+    let total = store.requeue(&count(filter.clone())).await?;
     if args.dry_run {
-        println!("{count} failed rows would be requeued");
-    } else {
-        println!("requeued {count} failed rows");
+        println!("{total} failed rows would be requeued");
+        store.close().await;
+        return Ok(());
     }
+    // Chunks of `--chunk` rows, one short transaction each, tenant by tenant (each chunk a
+    // range of the tenant's status index); then one statement for whatever is left (tenants
+    // outside worker.app_codes, rows that failed meanwhile).
+    let mut progress = RowsProgress::new("requeue", total);
+    let tenants = match &filter.app_code {
+        Some(app_code) => vec![app_code.clone()],
+        None => config.worker.app_codes.clone(),
+    };
+    for app_code in tenants {
+        let params = RequeueParams {
+            filter: FailedFilter {
+                app_code: Some(app_code),
+                ..filter.clone()
+            },
+            dry_run: false,
+            now_ms,
+            limit: Some(args.chunk),
+        };
+        loop {
+            let moved = store.requeue(&params).await?;
+            progress.add(moved);
+            if moved < u64::from(args.chunk) {
+                break;
+            }
+        }
+    }
+    if filter.app_code.is_none() {
+        let rest = store
+            .requeue(&RequeueParams {
+                dry_run: false,
+                ..count(filter)
+            })
+            .await?;
+        progress.add(rest);
+    }
+    let moved = progress.done();
+    progress.finish();
+    println!("requeued {moved} failed rows");
     store.close().await;
     Ok(())
 }

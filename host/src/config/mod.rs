@@ -104,7 +104,8 @@ pub struct WorkerConfig {
     /// `leased` or `held` (rows locked in an open transaction while they publish; not on
     /// SQLite). Default `leased`.
     pub mode: WorkerMode,
-    /// Worker loops in this process (batches in flight). Default 1.
+    /// Worker loops in this process (each claims one batch ahead where the database runs
+    /// writers side by side: see `Worker`). Default 1.
     pub concurrency: u32,
     /// This host's name in worker ids and logs. Default `<hostname>-<pid>`.
     pub node_id: String,

@@ -6,10 +6,10 @@
 //!   ticker, and compiling through the precompiled-artifact [`cache`];
 //! - [`world`]: the world/version check and linking (WASI p2 granting nothing + `logging`,
 //!   + wasi:http for sinks with `limits.allow_hosts`);
-//! - [`http`]: a sink's outbound-HTTP policy: allowlist, timeouts, response-size cap, rate limit;
-//! - [`redact`]: secret config values kept out of logs and `last_error`;
+//! - `http`: a sink's outbound-HTTP policy: allowlist, timeouts, response-size cap, rate limit;
+//! - `redact`: secret config values kept out of logs and `last_error`;
 //! - `log_limit`: a sink's cap on its plugin's log lines (rate and length);
-//! - [`state`]: per-instance store state, memory limiter, logging and stdio → `tracing`;
+//! - `state`: per-instance store state, memory limiter, logging and stdio → `tracing`;
 //! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool;
 //! - [`breaker`]: [`BreakerSink`], a sink's circuit breaker (defers events without spending an
 //!   attempt while the sink is down);

@@ -6,7 +6,7 @@
 //! ([`Driver`]); its connection type runs bound statements ([`Session`], implemented by
 //! [`impl_session!`]); [`impl_store!`] turns the pair into a [`crate::store::OutboxStore`].
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,12 +14,14 @@ use sqlx::Database;
 
 use super::judge::judge;
 use super::row::{
-    CandidateRow, EventId, FromColumns, Int, LeasedRow, StatusCountRow, status_counts,
+    CandidateRow, EventId, FromColumns, Int, Key, LeasedRow, StatusCountRow, status_counts,
 };
 use super::statement::claim::{
     ClaimBranch, Statements, lease_rows, reject_leased_rows, reject_rows,
 };
-use super::statement::failed::{count_failed, requeue_failed, select_failed};
+use super::statement::failed::{
+    count_failed, requeue_failed, requeue_keys, select_failed, select_requeue_chunk,
+};
 use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
 use super::statement::mark::{lock_fenced_rows, mark_rows};
 use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeable};
@@ -617,15 +619,41 @@ pub(crate) async fn requeue<D: Driver>(
             .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
     }
     let mut tx = begin_write(driver, OP).await?;
-    let moved = tx
-        .run(requeue_failed(
-            backend,
-            table,
-            &params.filter,
-            params.now_ms,
-        ))
-        .await
-        .map_err(db(OP))?;
+    let moved = match params.limit {
+        None => tx
+            .run(requeue_failed(
+                backend,
+                table,
+                &params.filter,
+                params.now_ms,
+            ))
+            .await
+            .map_err(db(OP))?,
+        Some(limit) => {
+            let keys = tx
+                .rows::<Key>(select_requeue_chunk(backend, table, &params.filter, limit))
+                .await
+                .map_err(db(OP))?;
+            let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for Key { app_code, event_id } in keys {
+                by_tenant.entry(app_code).or_default().push(event_id);
+            }
+            let mut moved = 0;
+            for (app_code, event_ids) in &by_tenant {
+                moved += tx
+                    .run(requeue_keys(
+                        backend,
+                        table,
+                        app_code,
+                        event_ids,
+                        params.now_ms,
+                    ))
+                    .await
+                    .map_err(db(OP))?;
+            }
+            moved
+        }
+    };
     tx.commit().await.map_err(db(OP))?;
     Ok(moved)
 }

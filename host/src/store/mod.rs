@@ -421,6 +421,10 @@ pub struct RequeueParams {
     pub dry_run: bool,
     /// The current time (`updated_at_ms`).
     pub now_ms: i64,
+    /// Most rows moved by this call: the oldest matches (`created_at_ms`, `event_id`), in one
+    /// short transaction, so a large requeue can run in chunks beside live traffic. `None` moves
+    /// every match in one statement. Ignored by a dry run.
+    pub limit: Option<u32>,
 }
 
 /// The finished statuses retention deletes; live rows (`pending`, `delivering`, `retryable`)

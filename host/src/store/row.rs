@@ -69,6 +69,21 @@ impl FromColumns for EventId {
     }
 }
 
+/// A primary key: `app_code`, `event_id`.
+pub(crate) struct Key {
+    pub(crate) app_code: String,
+    pub(crate) event_id: String,
+}
+
+impl FromColumns for Key {
+    fn from_columns(row: &dyn Columns) -> Result<Key, sqlx::Error> {
+        Ok(Key {
+            app_code: row.text(0)?,
+            event_id: row.text(1)?,
+        })
+    }
+}
+
 /// One row of a claim branch ([`Statements::claim_select`]).
 #[derive(Debug, Clone)]
 pub(crate) struct CandidateRow {

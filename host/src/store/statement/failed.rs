@@ -29,6 +29,25 @@ fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
     }
 }
 
+/// `SELECT columns` of the oldest `limit` `failed` rows matching `filter`.
+fn oldest_failed(
+    backend: Backend,
+    table: &TableName,
+    columns: &str,
+    filter: &FailedFilter,
+    limit: u32,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT ")
+        .push(columns)
+        .push(" FROM ")
+        .push(table.as_str());
+    failed_where(&mut b, filter);
+    b.push(" ORDER BY created_at_ms, event_id LIMIT ")
+        .bind(i64::from(limit.max(1)));
+    b.finish()
+}
+
 /// `failed` rows matching `filter`, oldest first.
 pub(crate) fn select_failed(
     backend: Backend,
@@ -36,15 +55,13 @@ pub(crate) fn select_failed(
     filter: &FailedFilter,
     limit: u32,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push(
-        "SELECT app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms FROM ",
+    oldest_failed(
+        backend,
+        table,
+        "app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms",
+        filter,
+        limit,
     )
-    .push(table.as_str());
-    failed_where(&mut b, filter);
-    b.push(" ORDER BY created_at_ms, event_id LIMIT ")
-        .bind(i64::from(limit));
-    b.finish()
 }
 
 /// How many `failed` rows match `filter` (a dry-run requeue).
@@ -55,7 +72,17 @@ pub(crate) fn count_failed(backend: Backend, table: &TableName, filter: &FailedF
     b.finish()
 }
 
-/// Moves `failed` rows matching `filter` back to `pending` as if new, keeping `last_error`.
+/// ` SET status = 'pending', …` of a requeue: the row starts over as if new, keeping `last_error`.
+fn requeue_set(b: &mut SqlBuilder, table: &TableName, now_ms: i64) {
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(" SET status = ")
+        .status(Status::Pending)
+        .push(", retry_count = 0, next_retry_at_ms = 0, worker_id = '', lock_until_ms = NULL, updated_at_ms = ")
+        .bind(now_ms);
+}
+
+/// Moves every `failed` row matching `filter` back to `pending` in one statement.
 pub(crate) fn requeue_failed(
     backend: Backend,
     table: &TableName,
@@ -63,12 +90,39 @@ pub(crate) fn requeue_failed(
     now_ms: i64,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(" SET status = ")
-        .status(Status::Pending)
-        .push(", retry_count = 0, next_retry_at_ms = 0, worker_id = '', lock_until_ms = NULL, updated_at_ms = ")
-        .bind(now_ms);
+    requeue_set(&mut b, table, now_ms);
     failed_where(&mut b, filter);
+    b.finish()
+}
+
+/// The keys `(app_code, event_id)` of the oldest `limit` `failed` rows matching `filter`: one
+/// chunk of a bounded requeue. With a tenant in the filter this is a range of the
+/// `(app_code, status, created_at_ms, event_id)` index, read in order.
+pub(crate) fn select_requeue_chunk(
+    backend: Backend,
+    table: &TableName,
+    filter: &FailedFilter,
+    limit: u32,
+) -> Bound {
+    oldest_failed(backend, table, "app_code, event_id", filter, limit)
+}
+
+/// Moves the tenant's `event_ids` back to `pending` by primary key, while still `failed` (a row
+/// requeued or purged by someone else in between is left alone).
+pub(crate) fn requeue_keys(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    event_ids: &[String],
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    requeue_set(&mut b, table, now_ms);
+    b.push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND event_id IN ")
+        .bind_list(event_ids.iter().map(String::as_str))
+        .push(" AND status = ")
+        .status(Status::Failed);
     b.finish()
 }
