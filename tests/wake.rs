@@ -193,6 +193,7 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
             },
             dry_run: false,
             now_ms: now_ms(),
+            // In chunks, as `outboxd requeue` does.
             limit: Some(1000),
         })
         .await
