@@ -629,6 +629,154 @@ fn bench_runs_the_raw_loop_by_default() {
     assert_eq!(raw[1..4], ["500", "2", "300"], "{stdout}");
 }
 
+/// `worker.mode = "held"` end to end: `run --drain` delivers everything once and isolates a
+/// corrupt row; then a host killed (SIGKILL) while a batch publishes leaves its rows `pending`
+/// with no attempt spent, claimable again at once — the one guarantee held mode relaxes
+/// (docs/OPERATIONS.md, "Held mode").
+async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "mode = \"held\"");
+    let url = db.url.as_str();
+    let base = || with(&config, url);
+    run_ok(base().arg("migrate"));
+    for (room, kind, count) in [
+        ("room-1", "RoomGiftSent", "2000"),
+        ("room-2", "RoomMicChanged", "1000"),
+    ] {
+        run_ok(base().args(["enqueue", "--room", room, "--type", kind, "--count", count]));
+    }
+    db.insert_raw(
+        outboxd::store::DEFAULT_TABLE,
+        &[
+            support::RawInsert::pending("default", "corrupt", "room-3", 1)
+                .with_envelope(vec![0xff; 12]),
+        ],
+    )
+    .await;
+    let output = run_ok(base().args(["run", "--drain"]));
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        log.contains("mode=\"held\"") || log.contains("mode=held"),
+        "the worker says its mode: {log:.2000}"
+    );
+    let delivered_lines = log
+        .lines()
+        .filter(|l| l.contains("RoomGiftSent") || l.contains("RoomMicChanged"))
+        .filter(|l| !l.contains("not delivered"))
+        .count();
+    assert_eq!(delivered_lines, 3_000, "one log line per event, each once");
+    let s = status(&config, url);
+    assert_eq!(
+        (s["delivered"].as_u64(), s["failed"].as_u64()),
+        (Some(3_000), Some(1)),
+        "{s}"
+    );
+    assert_eq!(
+        (s["pending"].as_u64(), s["delivering"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+
+    // A plugin that never returns: the host holds its batch until it is killed.
+    let hang_dir = tempfile::tempdir().unwrap();
+    let hang = hang_dir.path().join("outboxd.toml");
+    std::fs::write(
+        &hang,
+        format!(
+            "[worker]\nmode = \"held\"\npoll_interval = \"50ms\"\n\n[plugins]\ncache_dir = \"{cache}\"\n\n\
+             [[route]]\nevent_type = \"*\"\nsink = \"hang\"\n\n[[sink]]\nname = \"hang\"\nplugin = \"{plugin}\"\n\
+             config = {{ behaviour = \"loop\", quiet = \"true\" }}\n",
+            cache = hang_dir.path().join("cache").display(),
+            plugin = fixtures::plugin("chaos").display(),
+        ),
+    )
+    .unwrap();
+    run_ok(with(&hang, url).args([
+        "enqueue",
+        "--room",
+        "room-9",
+        "--type",
+        "RoomGiftSent",
+        "--count",
+        "10",
+    ]));
+    let store = db.store_default().await;
+    let claim = |worker: &str| outboxd::store::ClaimParams {
+        app_code: "default".into(),
+        worker_id: worker.into(),
+        limit: 100,
+        lease_ms: 30_000,
+        now_ms: outboxd::record::now_ms(),
+        max_attempts: 20,
+        ordering: outboxd::store::DeliveryOrder::None,
+    };
+    let child = KillOnDrop(
+        with(&hang, url)
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Wait until the host holds the 10 rows (a held claim of ours then finds none).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let probe = store
+            .claim_held(&claim("probe"))
+            .await
+            .expect("probe claim");
+        let free = probe.events.len();
+        probe.release().await.expect("release probe");
+        if free == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the host never claimed the rows"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = status(&hang, url);
+    assert_eq!(
+        (s["pending"].as_u64(), s["delivering"].as_u64()),
+        (Some(10), Some(0)),
+        "held: no lease written: {s}"
+    );
+    drop(child); // SIGKILL mid-publish
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let back = loop {
+        let batch = store
+            .claim_held(&claim("after"))
+            .await
+            .expect("claim after the kill");
+        if batch.events.len() == 10 || std::time::Instant::now() > deadline {
+            break batch;
+        }
+        batch.release().await.expect("release");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        back.events.len(),
+        10,
+        "rows claimable again once the connection is gone"
+    );
+    assert!(
+        back.events.iter().all(|e| e.event.attempt == 1),
+        "the killed host spent no attempt"
+    );
+    back.release().await.expect("release");
+}
+
+/// Held mode is refused on SQLite (`bad_config_is_one_clear_error_naming_the_key`).
+mod held {
+    use super::held_mode_drains_and_a_killed_host_costs_no_attempt;
+
+    crate::support::per_backend!([mysql, postgres] => held_mode_drains_and_a_killed_host_costs_no_attempt);
+}
+
 support::per_backend!(
     bench_compares_every_shape_with_the_raw_loop,
     drain_10k_through_the_log_plugin,
@@ -729,6 +877,10 @@ fn bad_config_is_one_clear_error_naming_the_key() {
         (
             "[[sink]]\nname = \"log\"\nplugin = \"missing.wasm\"\n[[route]]\nevent_type = \"*\"\nsink = \"log\"\n",
             "missing.wasm",
+        ),
+        (
+            "[worker]\nmode = \"held\"\n",
+            "invalid config key `worker.mode`: \"held\" needs row locks",
         ),
     ];
     for (text, expected) in cases {

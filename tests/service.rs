@@ -20,7 +20,7 @@ use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::service::Service;
 use outboxd::store::{CountsParams, DeliveryOrder, OutboxStore, StatusCounts};
-use outboxd::worker::{RunMode, Worker, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, TestDb, record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -268,6 +268,7 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
             max_attempts: 3,
         },
         ordering: DeliveryOrder::None,
+        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: "breaker-test".into(),
     };

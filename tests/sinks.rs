@@ -23,7 +23,7 @@ use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{DeliveryOrder, OutboxStore};
-use outboxd::worker::{RunMode, Worker, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, RawRow, TestDb, typed_record};
 use tokio_util::sync::CancellationToken;
 
@@ -122,6 +122,7 @@ fn options(max_attempts: u32) -> WorkerOptions {
             max_attempts,
         },
         ordering: DeliveryOrder::None,
+        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: "e2e".into(),
     }

@@ -219,6 +219,12 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
         let plan = db.explain(&sql, &binds(&args)).await;
         check(backend, name, false, &plan);
     }
+    // The held mode's mark (worker.mode = "held"), at addresses of the shape a held claim reads.
+    let addresses: Vec<String> = (1..=ids.len()).map(|i| format!("(0,{i})")).collect();
+    let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    let Bound { sql, args } = statements.held_mark_statement(APP, "w-held", now, &ids, &addresses);
+    let plan = db.explain(&sql, &binds(&args)).await;
+    check(backend, "held mark", false, &plan);
 
     // The statements explained run: the claimed batch marks, and claims go on in order.
     let marks: Vec<Mark> = ids

@@ -18,7 +18,7 @@ use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{DeliveryOrder, FailedFilter, OutboxStore, RequeueParams, TableName};
 use outboxd::wake::{self, Wake};
-use outboxd::worker::{RunMode, Worker, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -50,6 +50,7 @@ fn options() -> WorkerOptions {
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy::default(),
         ordering: DeliveryOrder::None,
+        mode: WorkerMode::Leased,
         concurrency: 2,
         node_id: "wake-test".into(),
     }

@@ -16,7 +16,7 @@ use outboxd::store::{
     ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore,
     StoreError,
 };
-use outboxd::worker::{RunMode, Worker, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
 use tokio_util::sync::CancellationToken;
 
@@ -116,6 +116,7 @@ fn options(node_id: &str) -> WorkerOptions {
             max_attempts: 5,
         },
         ordering: DeliveryOrder::None,
+        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: node_id.into(),
     }

@@ -35,6 +35,10 @@ use crate::store::{
 };
 use crate::wake::{IdleBackoff, Wake};
 
+mod held;
+
+pub use held::WorkerMode;
+
 /// Everything a worker needs to know besides its store and publisher (from a configuration:
 /// `Config::worker_options`).
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +58,9 @@ pub struct WorkerOptions {
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
     pub ordering: DeliveryOrder,
+    /// How a batch is claimed and marked: leased (the default) or held in an open transaction
+    /// ([`WorkerMode`]).
+    pub mode: WorkerMode,
     /// Loops in this process; each claims its next batch while the current one is delivered
     /// where the database runs writers side by side (see `run_slot`).
     pub concurrency: u32,
@@ -210,7 +217,7 @@ impl Worker {
         let ahead = usize::from(self.store.backend().concurrent_writers());
         let mut delivering: FuturesUnordered<Delivery<'_>> = FuturesUnordered::new();
         let mut first_error: Option<WorkerError> = None;
-        info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
+        info!(worker = %worker_id, node_id = %self.options.node_id, mode = self.options.mode.as_str(), status = "started", "worker started");
         'rounds: while !shutdown.is_cancelled() {
             let mut found_any = false;
             let mut any_full = false;
@@ -390,6 +397,11 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
     ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+        if self.options.mode == WorkerMode::Held {
+            // A held round claims, publishes and marks in one go (its transaction cannot outlive
+            // it): it hands no batch on, so nothing is claimed ahead of it.
+            return Ok((self.process_held_batch(worker_id, app_code).await?, None));
+        }
         let options = &*self.options;
         let batch = self
             .store
@@ -532,11 +544,6 @@ impl Worker {
         positions: Vec<usize>,
         marks: Vec<Mark>,
     ) -> Result<BatchStats, WorkerError> {
-        let ClaimedRows {
-            events,
-            created_at_ms,
-        } = rows;
-        let options = &*self.options;
         // The store retries a transient or unreachable database while the lease holds; any error
         // left ends the round, and the rows come back when the lease expires (an attempt).
         let marked = self
@@ -556,9 +563,27 @@ impl Worker {
             self.metrics.count_database_error(e);
         }
         let report = marked?;
+        Ok(self.report_marks(worker_id, app_code, rows, positions, &marks, &report))
+    }
+
+    /// Counts, logs and reports to the metrics what one mark did to each row of a part.
+    fn report_marks(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        rows: ClaimedRows<'_>,
+        positions: Vec<usize>,
+        marks: &[Mark],
+        report: &crate::store::MarkReport,
+    ) -> BatchStats {
+        let ClaimedRows {
+            events,
+            created_at_ms,
+        } = rows;
+        let options = &*self.options;
         let marked_at = now_ms();
         let mut stats = BatchStats::default();
-        for (position, mark) in positions.into_iter().zip(&marks) {
+        for (position, mark) in positions.into_iter().zip(marks) {
             let event = &events[position];
             let stale = report.stale.contains(&mark.event_id);
             let (status, error) = match (&mark.disposition, stale) {
@@ -602,7 +627,7 @@ impl Worker {
         ] {
             self.metrics.count_rows(app_code, outcome, count);
         }
-        Ok(stats)
+        stats
     }
 
     /// Maps a publish outcome of attempt `attempt` to the row's new state via the retry policy.

@@ -22,6 +22,7 @@ mod claim;
 mod counts;
 mod enqueue;
 mod failed;
+mod held;
 mod mark;
 mod migrate;
 mod ordering;

@@ -24,7 +24,7 @@ use crate::store::{
     self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams,
     OutboxStore, StoreError, TableName,
 };
-use crate::worker::{RunMode, Worker, WorkerError, WorkerOptions};
+use crate::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
 
 /// A delivery shape to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -41,6 +41,9 @@ pub enum Shape {
     /// The raw ceiling: lock with `SELECT … FOR UPDATE SKIP LOCKED`, one UPDATE to delivered,
     /// commit, in one transaction (each row written once; not at-least-once safe as outboxd is).
     RawHeld,
+    /// outboxd's worker in held mode (`worker.mode = "held"`): rows locked in the claim's open
+    /// transaction while they publish, one mark UPDATE per batch, no lease written.
+    Held,
 }
 
 impl Shape {
@@ -51,6 +54,7 @@ impl Shape {
             Shape::Go => "go",
             Shape::Raw => "raw",
             Shape::RawHeld => "raw-held",
+            Shape::Held => "held",
         }
     }
 }
@@ -284,7 +288,7 @@ pub async fn run(
                 drain_go_shape(&*store, &app_code, &*publisher).await?;
                 (100, 1)
             }
-            Shape::Outboxd | Shape::PerRoom => {
+            Shape::Outboxd | Shape::PerRoom | Shape::Held => {
                 drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
             }
@@ -390,6 +394,11 @@ async fn drain_worker(
                 DeliveryOrder::PerRoom
             } else {
                 DeliveryOrder::None
+            },
+            mode: if shape == Shape::Held {
+                WorkerMode::Held
+            } else {
+                WorkerMode::Leased
             },
             concurrency: options.workers,
             node_id: "bench".into(),

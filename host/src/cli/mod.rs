@@ -402,12 +402,14 @@ fn load_config_from(config: Option<&Path>, database_url: Option<&str>) -> Result
         None if default_path.exists() => Some(default_path),
         None => None,
     };
-    let mut config = Config::load(path, std::env::vars())?;
     if let Some(url) = database_url {
         store::Backend::from_url(url)?;
-        config.database.url = url.to_string();
     }
-    Ok(config)
+    Ok(Config::load_with_database_url(
+        path,
+        std::env::vars(),
+        database_url,
+    )?)
 }
 
 /// Logs to stderr in the configured format with `filter` (the configured level, normally);

@@ -9,6 +9,7 @@
 pub mod admin;
 mod byte_size;
 mod deadlines;
+mod held;
 mod options;
 pub mod retention;
 pub mod sink;
@@ -28,6 +29,7 @@ pub use sink::{
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
+use crate::worker::WorkerMode;
 
 /// Environment prefix of overrides.
 pub const ENV_PREFIX: &str = "OUTBOXD_";
@@ -99,6 +101,9 @@ pub struct WorkerConfig {
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
     pub ordering: DeliveryOrder,
+    /// `leased` or `held` (rows locked in an open transaction while they publish; not on
+    /// SQLite). Default `leased`.
+    pub mode: WorkerMode,
     /// Worker loops in this process (each claims one batch ahead where the database runs
     /// writers side by side: see `Worker`). Default 1.
     pub concurrency: u32,
@@ -178,6 +183,17 @@ impl Config {
         path: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
+        Config::load_with_database_url(path, env, None)
+    }
+
+    /// [`Config::load`], then `database_url` (the command line's `--database-url`, the top
+    /// layer) over `database.url` when given, before validation: checks that depend on the
+    /// database (`worker.mode`) see the URL outboxd will use.
+    pub fn load_with_database_url(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        database_url: Option<&str>,
+    ) -> Result<Config, ConfigError> {
         let (mut table, origin) = match path {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -193,6 +209,17 @@ impl Config {
             None => (toml::Table::new(), "defaults".to_string()),
         };
         let applied = apply_env(&mut table, env)?;
+        if let Some(url) = database_url {
+            let database = table
+                .entry("database")
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            match database {
+                toml::Value::Table(database) => {
+                    database.insert("url".into(), toml::Value::String(url.to_string()));
+                }
+                _ => return Err(invalid("database", "must be a table")),
+            }
+        }
         let origin = if applied.is_empty() {
             origin
         } else {
@@ -354,6 +381,7 @@ struct RawWorker {
     #[serde(deserialize_with = "duration")]
     publish_timeout: Duration,
     ordering: DeliveryOrder,
+    mode: WorkerMode,
     concurrency: u32,
     node_id: Option<String>,
 }
@@ -367,6 +395,7 @@ impl Default for RawWorker {
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(20),
             ordering: DeliveryOrder::None,
+            mode: WorkerMode::Leased,
             concurrency: 1,
             node_id: None,
         }
@@ -441,6 +470,7 @@ impl RawConfig {
         let retry = self.retry.validate()?;
         let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
         deadlines::check(&worker, &publishing)?;
+        held::check(&worker, &database)?;
         let admin = self.admin.validate()?;
         let retention = self.retention.validate()?;
         if self.log.level.trim().is_empty() {
@@ -551,6 +581,7 @@ impl RawWorker {
             lease: self.lease,
             publish_timeout: self.publish_timeout,
             ordering: self.ordering,
+            mode: self.mode,
             concurrency: self.concurrency,
             node_id,
         })

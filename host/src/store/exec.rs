@@ -153,6 +153,13 @@ macro_rules! impl_store {
                 $crate::store::exec::claim(self, params).await
             }
 
+            async fn claim_held(
+                &self,
+                params: &$crate::store::ClaimParams,
+            ) -> Result<$crate::store::HeldBatch, $crate::store::StoreError> {
+                $crate::store::exec_held::claim_held(self, params).await
+            }
+
             async fn mark(
                 &self,
                 params: &$crate::store::MarkParams<'_>,
@@ -523,7 +530,7 @@ async fn mark_once<D: Driver>(
 
 /// How long a claim transaction the database aborted as transient is re-run before the error is
 /// returned (wall clock, from the first attempt).
-const CLAIM_RETRY_BUDGET: Duration = Duration::from_secs(2);
+pub(crate) const CLAIM_RETRY_BUDGET: Duration = Duration::from_secs(2);
 
 /// Longest pause between two attempts.
 const MAX_RETRY_PAUSE_MS: u64 = 200;
@@ -537,7 +544,7 @@ const MAX_RETRY_PAUSE_MS: u64 = 200;
 ///
 /// This is the only place that retries a database error: the worker never retries a store call
 /// (see the store's module docs, "Who retries what").
-async fn retry_transient<T, F, Fut>(
+pub(crate) async fn retry_transient<T, F, Fut>(
     deadline_ms: i64,
     retry_on: impl Fn(&StoreError) -> bool,
     mut attempt: F,

@@ -57,6 +57,8 @@
 
 mod connect;
 mod exec;
+mod exec_held;
+mod held;
 mod judge;
 pub mod mysql;
 pub mod postgres;
@@ -73,6 +75,7 @@ use crate::publish::Event;
 use crate::record::Record;
 
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
+pub use held::HeldBatch;
 pub use table_name::TableName;
 
 /// Default name of the outbox table.
@@ -480,6 +483,22 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     /// Leases up to `limit` claimable rows to a worker (see the module docs for the order).
     async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError>;
+
+    /// Claims like [`OutboxStore::claim`] (same branches, order, limit, rejections) but writes no
+    /// lease: the rows stay locked by a transaction the returned [`HeldBatch`] keeps open until
+    /// it is marked (one UPDATE per 1000 rows, then commit) or dropped (rollback: no attempt
+    /// spent). `lease_ms` is the longest the transaction may sit idle where the database enforces
+    /// it (PostgreSQL). On SQLite the open transaction holds the database's only write lock, so
+    /// every other writer (producers included) waits until the batch is marked. What this mode
+    /// relaxes: see [`HeldBatch`]. The default refuses: a store that cannot hold a claim (a
+    /// wrapper in a benchmark) says so.
+    async fn claim_held(&self, params: &ClaimParams) -> Result<HeldBatch, StoreError> {
+        let _ = params;
+        Err(StoreError::Invalid(format!(
+            "this {} store cannot hold a claim open (worker.mode = \"held\")",
+            self.backend().name()
+        )))
+    }
 
     /// Applies the marks of one claimed batch in one statement, fenced on its lease.
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError>;

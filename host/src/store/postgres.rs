@@ -13,6 +13,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use super::exec::{self, Driver, impl_session, impl_store};
 use super::schema::Migration;
 use super::statement::claim::Statements;
+use super::statement::held::HeldRowAddress;
 use super::statement::{Bound, SqlBuilder, SqlDialect};
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
@@ -94,6 +95,28 @@ impl SqlDialect for PostgresDialect {
     /// statistics say (and in one statement instead of two).
     fn claim_row_address(&self) -> Option<&'static str> {
         Some("ctid")
+    }
+
+    /// `idle_in_transaction_session_timeout` for this transaction only (`set_config(…, true)` is
+    /// `SET LOCAL`): the server ends the session of a held transaction idle that long.
+    fn held_idle_limit(&self, limit_ms: i64) -> Option<Bound> {
+        let mut b = SqlBuilder::new(Backend::Postgres);
+        b.push("SELECT set_config('idle_in_transaction_session_timeout', ")
+            .bind(limit_ms.max(1).to_string())
+            .push(", true)");
+        Some(b.finish())
+    }
+
+    /// The held mark reaches its rows by `ctid` (locked by the same transaction, so the address
+    /// cannot change under it): a TID scan whatever the statistics, where `app_code = $1 AND
+    /// event_id IN (…)` reads every row of the tenant on a never-analyzed table (see
+    /// `claim_row_address`).
+    fn held_row_address(&self) -> Option<HeldRowAddress> {
+        Some(HeldRowAddress {
+            select: "c.ctid::text",
+            match_start: "ctid = ANY(",
+            match_end: "::tid[])",
+        })
     }
 
     fn migrations(&self) -> &'static [Migration] {

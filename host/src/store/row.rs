@@ -124,6 +124,22 @@ impl FromColumns for LeasedRow {
     }
 }
 
+/// One row of a held claim where the dialect addresses rows
+/// ([`super::statement::SqlDialect::held_row_address`]): the candidate and its address as text.
+pub(crate) struct AddressedRow {
+    pub(crate) candidate: CandidateRow,
+    pub(crate) address: String,
+}
+
+impl FromColumns for AddressedRow {
+    fn from_columns(row: &dyn Columns) -> Result<AddressedRow, sqlx::Error> {
+        Ok(AddressedRow {
+            candidate: CandidateRow::from_columns(row)?,
+            address: row.text(6)?,
+        })
+    }
+}
+
 /// One row of the counts query: status, rows, oldest `created_at_ms`.
 pub(crate) struct StatusCountRow {
     status: String,

@@ -216,6 +216,62 @@ impl Statements {
         }
     }
 
+    /// The mark a held batch ([`crate::store::HeldBatch::mark`]) runs for rows `event_ids`
+    /// (marked delivered) at `addresses` (one per id, as the held claim read them; ignored where
+    /// the dialect marks by primary key), with its arguments: e.g. for `EXPLAIN` in tests.
+    pub fn held_mark_statement(
+        &self,
+        app_code: &str,
+        worker_id: &str,
+        now_ms: i64,
+        event_ids: &[&str],
+        addresses: &[&str],
+    ) -> Bound {
+        let marks: Vec<Mark> = event_ids
+            .iter()
+            .map(|id| Mark {
+                event_id: id.to_string(),
+                disposition: Disposition::Delivered,
+            })
+            .collect();
+        super::held::mark_held_rows(
+            self.backend,
+            &self.table,
+            app_code,
+            worker_id,
+            &marks,
+            Some(addresses),
+            now_ms,
+        )
+    }
+
+    /// One claim branch's locking SELECT with `address` (an expression of alias `c`) as a
+    /// seventh column, for the held claim ([`super::SqlDialect::held_row_address`]); binds like
+    /// [`Statements::claim_select`].
+    pub(crate) fn claim_query_with_address(
+        &self,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        limit: usize,
+        address: &str,
+    ) -> Bound {
+        let mut b = SqlBuilder::new(self.backend);
+        write_claim_select(
+            &mut b,
+            self.backend,
+            &self.table,
+            branch,
+            params.ordering,
+            &format!(
+                "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count, {address}"
+            ),
+        );
+        Bound {
+            sql: b.text(),
+            args: self.claim_query(branch, params, limit).args,
+        }
+    }
+
     /// `status, COUNT(*), MIN(created_at_ms)` per status, for every tenant or one.
     pub(crate) fn counts_query(&self, app_code: Option<&str>) -> Bound {
         match app_code {
