@@ -557,9 +557,17 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
     ]));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let header = bench_line(&stdout, "shape");
-    assert_eq!(header[header.len() - 4..], ["vs", "go", "vs", "raw"], "{stdout}");
+    assert_eq!(
+        header[header.len() - 4..],
+        ["vs", "go", "vs", "raw"],
+        "{stdout}"
+    );
     let raw = bench_line(&stdout, "raw");
-    assert_eq!(raw[1..4], ["100", "3", "1500"], "batch, clients, events: {stdout}");
+    assert_eq!(
+        raw[1..4],
+        ["100", "3", "1500"],
+        "batch, clients, events: {stdout}"
+    );
     assert_eq!(raw.last(), Some(&"1.00x"), "{stdout}");
     for shape in ["outboxd", "raw-held"] {
         let line = bench_line(&stdout, shape);
@@ -586,9 +594,10 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
         rows
     };
     assert!(
-        of("raw")
-            .iter()
-            .all(|r| r.worker_id.as_deref().is_some_and(|w| w.starts_with("raw-"))),
+        of("raw").iter().all(|r| r
+            .worker_id
+            .as_deref()
+            .is_some_and(|w| w.starts_with("raw-"))),
         "the raw loop leases with its own clients' worker ids"
     );
     assert!(

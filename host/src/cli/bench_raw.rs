@@ -31,10 +31,10 @@
 use std::str::FromStr as _;
 use std::time::Duration;
 
+use sqlx::AssertSqlSafe;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::AssertSqlSafe;
 use tokio::task::JoinSet;
 
 use crate::record::now_ms;
@@ -79,7 +79,9 @@ pub enum RawError {
     #[error("raw loop: {0}")]
     Store(#[from] StoreError),
     /// The fenced mark changed fewer rows than the client had claimed.
-    #[error("raw loop: client {client} claimed {claimed} rows but its fenced mark changed {marked}")]
+    #[error(
+        "raw loop: client {client} claimed {claimed} rows but its fenced mark changed {marked}"
+    )]
     Fence {
         /// The client's `worker_id`.
         client: String,
