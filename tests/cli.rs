@@ -784,6 +784,7 @@ fn bench_retention_measures_claims_while_the_history_is_deleted() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     for expected in [
         "history: 2500 delivered rows",
+        "loader sql, after load: analyze",
         "retention.batch_size 1000 pause 100ms: deleted 2500 rows",
         ", 0 left",
         "quiet 1 ",
@@ -795,4 +796,88 @@ fn bench_retention_measures_claims_while_the_history_is_deleted() {
         assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
     }
     assert!(!stdout.contains("quiet 3 "), "{stdout}");
+}
+
+/// `outboxd bench --history-scaling` end to end on SQLite with tiny sizes: the history is grown
+/// set-based in two steps, each size is measured, and the report has one row per size with its
+/// ratio to the first (the mode cannot rot unnoticed).
+#[test]
+fn bench_history_scaling_reports_each_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let output = run_ok(outboxd().current_dir(dir.path()).args([
+        "--database-url",
+        &url,
+        "bench",
+        "--history-scaling",
+        "1000,102000",
+        "--rounds",
+        "3",
+        "--scaling-batch",
+        "20",
+    ]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("claim + mark of 20 fresh rows  after load: analyze"),
+        "{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|cols: &Vec<&str>| cols.first().is_some_and(|c| c.parse::<u64>().is_ok()))
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert_eq!(rows[0][0], "1000", "{stdout}");
+    assert_eq!(rows[1][0], "102000", "{stdout}");
+    // calls measured, and the first row is its own reference.
+    assert_eq!(rows[0][2], "3", "{stdout}");
+    assert_eq!(&rows[0][7..9], ["1.00", "1.00"], "{stdout}");
+    // The history really is in the table (two load statements for the second size): 102000 old rows plus (5 warm-up + 3 measured) × 20
+    // fresh ones per size, all delivered.
+    let output = run_ok(
+        outboxd()
+            .current_dir(dir.path())
+            .env("OUTBOXD_DATABASE_TABLE", "outboxd_bench")
+            .args(["--database-url", &url, "status", "--json"]),
+    );
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        status["delivered"].as_u64(),
+        Some(102_000 + 2 * 8 * 20),
+        "{status}"
+    );
+    assert_eq!(status["pending"].as_u64(), Some(0), "{status}");
+}
+
+/// `outboxd bench --retention --loader store` still loads its history through the store (enqueue,
+/// claim, mark), and the cleanup deletes all of it.
+#[test]
+fn bench_retention_loads_through_the_store_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let output = run_ok(outboxd().current_dir(dir.path()).args([
+        "--database-url",
+        &url,
+        "bench",
+        "--retention",
+        "--history",
+        "1200",
+        "--loader",
+        "store",
+        "--after-load",
+        "none",
+        "--window",
+        "200ms",
+        "--windows",
+        "1",
+    ]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "history: 1200 delivered rows",
+        "loader store, after load: none",
+        "deleted 1200 rows",
+        ", 0 left",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
+    }
 }

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
-use outboxd::store::{DeliveryOrder, OutboxStore, TableName};
+use outboxd::store::{DeliveryOrder, FailedFilter, OutboxStore, RequeueParams, TableName};
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
@@ -149,6 +149,64 @@ async fn commit_feed_wakes_an_idle_worker(backend: Backend) {
     db.cleanup().await;
 }
 
+/// `outboxd requeue` (another pool, as another process) puts a `failed` row back to `pending`: a
+/// running worker with a commit feed delivers it at once, not at its next poll (PostgreSQL: the
+/// requeue trigger of migration 0003; SQLite: the write changes `data_version`).
+async fn requeue_wakes_a_running_worker(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let wake = Wake::new();
+    let shutdown = CancellationToken::new();
+    let feed = wake::start_commit_feed(&db.url, &TableName::default(), &wake, shutdown.clone())
+        .await
+        .expect("start commit feed");
+    let Some(feed) = feed else {
+        eprintln!("{backend:?}: no commit feed; a requeued row waits for the adaptive probe");
+        db.cleanup().await;
+        return;
+    };
+    let connected = tokio::time::timeout(DEADLINE, async {
+        while !wake.has_commit_feed() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(connected.is_ok(), "the commit feed never connected");
+    let mut running = Running::start(store.clone(), wake.clone());
+    db.insert_raw(
+        outboxd::store::DEFAULT_TABLE,
+        &[RawInsert::pending("app", "dead-letter", "room-1", now_ms()).with_status("failed")],
+    )
+    .await;
+    // The insert's own wake finds nothing to claim (the row is failed); the loops go idle.
+    until_idle().await;
+    until_idle().await;
+    let operator = db.store_default().await;
+    let requeued = operator
+        .requeue(&RequeueParams {
+            filter: FailedFilter {
+                app_code: Some("app".into()),
+                ..FailedFilter::default()
+            },
+            dry_run: false,
+            now_ms: now_ms(),
+            // In chunks, as `outboxd requeue` does.
+            limit: Some(1000),
+        })
+        .await
+        .expect("requeue");
+    assert_eq!(requeued, 1, "the failed row was requeued");
+    assert_eq!(running.next("a requeued row").await, "dead-letter");
+    running.stop().await;
+    shutdown.cancel();
+    feed.await.expect("feed task");
+    operator.close().await;
+    store.close().await;
+    db.cleanup().await;
+}
+
 async fn a_busy_table_is_probed_without_a_feed(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -221,6 +279,7 @@ macro_rules! per_backend {
 }
 
 per_backend!(commit_feed_wakes_an_idle_worker);
+per_backend!(requeue_wakes_a_running_worker);
 per_backend!(a_busy_table_is_probed_without_a_feed);
 per_backend!(a_producer_in_this_process_wakes_the_worker);
 

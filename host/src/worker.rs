@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -53,7 +54,8 @@ pub struct WorkerOptions {
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
     pub ordering: DeliveryOrder,
-    /// Loops (batches in flight) in this process.
+    /// Loops in this process; each claims its next batch while the current one is delivered
+    /// where the database runs writers side by side (see `run_slot`).
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
     pub node_id: String,
@@ -187,6 +189,14 @@ impl Worker {
     }
 
     /// One loop: worker id `<node_id>/<slot>`.
+    ///
+    /// **Claim-ahead.** Where the database runs writers side by side
+    /// ([`crate::store::Backend::concurrent_writers`]), the loop claims its next batch while the
+    /// current one is still publishing and marking: at most one batch is delivering when a claim
+    /// starts, so at most two are in flight per loop (each publishes within its own lease, which
+    /// starts at its claim). A row committed during a round is claimed without waiting for the
+    /// round's marks. On SQLite (one writer at a time) a claim would only queue behind the mark,
+    /// so the loop claims after its batch is marked, as before.
     async fn run_slot(
         &self,
         slot: u32,
@@ -196,37 +206,81 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
         let mut backoff = IdleBackoff::new(self.options.poll_interval);
+        // Deliveries a claim may overlap: one where writers run side by side, none on SQLite.
+        let ahead = usize::from(self.store.backend().concurrent_writers());
+        let mut delivering: FuturesUnordered<Delivery<'_>> = FuturesUnordered::new();
+        let mut first_error: Option<WorkerError> = None;
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "started", "worker started");
-        while !shutdown.is_cancelled() {
+        'rounds: while !shutdown.is_cancelled() {
             let mut found_any = false;
             let mut any_full = false;
             let mut failed = false;
+            // Whether a claim of this round ran beside a delivery (whose marks it may not see).
+            let mut overlapped = false;
             for app_code in &self.options.app_codes {
                 if shutdown.is_cancelled() {
                     break;
                 }
-                match self.process_batch(&worker_id, app_code).await {
-                    Ok(stats) => {
+                while delivering.len() > ahead {
+                    let done = delivering.next().await.expect("a delivery in flight");
+                    failed |= self.settle(&worker_id, mode, done, totals, &mut first_error);
+                }
+                if first_error.is_some() {
+                    break 'rounds;
+                }
+                overlapped |= !delivering.is_empty();
+                let claim = self.claim_batch(&worker_id, app_code);
+                tokio::pin!(claim);
+                let claimed = loop {
+                    tokio::select! {
+                        claimed = &mut claim => break claimed,
+                        Some(done) = delivering.next() => {
+                            failed |= self.settle(&worker_id, mode, done, totals, &mut first_error);
+                        }
+                    }
+                };
+                match claimed {
+                    Ok((stats, batch)) => {
                         self.outage_over();
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
-                    }
-                    Err(e) if mode == RunMode::Drain => return Err(e),
-                    Err(WorkerError::Store(e)) if e.is_unreachable() => {
-                        self.outage_began(&e);
-                        failed = true;
+                        if let Some(batch) = batch {
+                            let worker_id = worker_id.as_str();
+                            delivering.push(Box::pin(async move {
+                                let delivered = self.deliver(worker_id, app_code, batch).await;
+                                (app_code.as_str(), delivered)
+                            }));
+                        }
                     }
                     Err(e) => {
-                        error!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
-                            status = "batch_failed", error = %e, "round failed; retrying after the poll interval");
-                        failed = true;
+                        failed |= self.settle(
+                            &worker_id,
+                            mode,
+                            (app_code, Err(e)),
+                            totals,
+                            &mut first_error,
+                        );
                     }
+                }
+                if first_error.is_some() {
+                    break 'rounds;
                 }
             }
             if mode == RunMode::Drain && !found_any && !failed {
-                break;
+                if !overlapped && delivering.is_empty() {
+                    break;
+                }
+                // A delivery ran beside this round's claims: its marks (e.g. a retry due at once)
+                // may make rows claimable again, so finish it and look once more.
+                while let Some(done) = delivering.next().await {
+                    self.settle(&worker_id, mode, done, totals, &mut first_error);
+                }
+                if first_error.is_some() {
+                    break;
+                }
+                continue;
             }
             if !any_full || failed {
                 // With a commit feed a commit wakes the loop, so it may sleep the poll interval
@@ -237,15 +291,63 @@ impl Worker {
                 } else {
                     probe
                 };
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = self.wake.woken() => {}
-                    _ = tokio::time::sleep(wait) => {}
+                let sleep = tokio::time::sleep(wait);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = self.wake.woken() => break,
+                        _ = &mut sleep => break,
+                        Some(done) = delivering.next() => {
+                            self.settle(&worker_id, mode, done, totals, &mut first_error);
+                            if first_error.is_some() {
+                                break 'rounds;
+                            }
+                        }
+                    }
                 }
             }
         }
+        // Shutdown (or a draining run's error): the batches in flight are published and marked.
+        while let Some(done) = delivering.next().await {
+            self.settle(&worker_id, mode, done, totals, &mut first_error);
+        }
         info!(worker = %worker_id, node_id = %self.options.node_id, status = "stopped", "worker stopped");
-        Ok(())
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Books what a claim or a delivery of `app_code` did; returns whether it failed. A failure
+    /// ends a draining run (kept in `first_error`); otherwise it is logged (an unreachable
+    /// database once per outage) and the loop waits the poll interval.
+    fn settle(
+        &self,
+        worker_id: &str,
+        mode: RunMode,
+        (app_code, result): (&str, Result<BatchStats, WorkerError>),
+        totals: &Totals,
+        first_error: &mut Option<WorkerError>,
+    ) -> bool {
+        let e = match result {
+            Ok(stats) => {
+                totals.add(&stats);
+                return false;
+            }
+            Err(e) => e,
+        };
+        match e {
+            e if mode == RunMode::Drain => {
+                first_error.get_or_insert(e);
+            }
+            WorkerError::Store(e) if e.is_unreachable() => self.outage_began(&e),
+            e => {
+                error!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
+                    status = "batch_failed", error = %e, "round failed; retrying after the poll interval");
+            }
+        }
+        true
     }
 
     /// Logs the start of a database outage once (the loops go on retrying every poll interval).
@@ -274,6 +376,20 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
+        let (mut stats, batch) = self.claim_batch(worker_id, app_code).await?;
+        if let Some(batch) = batch {
+            stats.add_marks(&self.deliver(worker_id, app_code, batch).await?);
+        }
+        Ok(stats)
+    }
+
+    /// Claims a batch of `app_code`: the claim's counters, and the rows to publish (`None` when
+    /// the claim handed out nothing).
+    async fn claim_batch(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
         let options = &*self.options;
         let batch = self
             .store
@@ -288,7 +404,7 @@ impl Worker {
             })
             .await
             .inspect_err(|e| self.metrics.count_database_error(e))?;
-        let mut stats = BatchStats {
+        let stats = BatchStats {
             claimed: batch.events.len() as u64,
             rejected: batch.rejected.len() as u64,
             ..BatchStats::default()
@@ -302,12 +418,20 @@ impl Worker {
             .count_rows(app_code, RowOutcome::claimed, stats.claimed);
         self.metrics
             .count_rows(app_code, RowOutcome::rejected, stats.rejected);
-        if batch.events.is_empty() {
-            return Ok(stats);
-        }
+        Ok((stats, (!batch.events.is_empty()).then_some(batch)))
+    }
+
+    /// Publishes a claimed batch and marks its rows: the mark counters (delivered, retried, …).
+    async fn deliver(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        batch: ClaimBatch,
+    ) -> Result<BatchStats, WorkerError> {
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
         let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let mut stats = BatchStats::default();
         self.publish_and_mark(
             worker_id,
             app_code,
@@ -543,6 +667,9 @@ struct ClaimedRows<'a> {
     events: &'a [Event],
     created_at_ms: &'a [i64],
 }
+
+/// A batch being published and marked by a loop: its app code and what the marks did.
+type Delivery<'a> = BoxFuture<'a, (&'a str, Result<BatchStats, WorkerError>)>;
 
 /// Counters shared by the loops of one run.
 #[derive(Default)]

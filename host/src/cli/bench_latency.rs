@@ -66,16 +66,61 @@ pub struct LatencyReport {
     pub commit_feed: bool,
     /// Commit → delivered, sorted ascending.
     pub latencies: Vec<Duration>,
+    /// Where a round's time went: every claim and mark the worker made during the run.
+    pub rounds: RoundTimes,
+}
+
+/// The worker's store calls of one run, timed (claims that found nothing included).
+#[derive(Debug, Clone, Default)]
+pub struct RoundTimes {
+    /// Each claim's duration and the rows it handed out.
+    pub claims: Vec<(Duration, usize)>,
+    /// Each mark's duration.
+    pub marks: Vec<Duration>,
+}
+
+impl fmt::Display for RoundTimes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let mut claim_times: Vec<Duration> = self.claims.iter().map(|(d, _)| *d).collect();
+        claim_times.sort();
+        let mut mark_times = self.marks.clone();
+        mark_times.sort();
+        let busy: Vec<usize> = self
+            .claims
+            .iter()
+            .map(|(_, n)| *n)
+            .filter(|n| *n > 0)
+            .collect();
+        let rows: usize = busy.iter().sum();
+        write!(
+            f,
+            "claims: {} ({} found rows, {:.1} rows each), claim ms p50/p99 {:.1}/{:.1}; marks: {}, mark ms p50/p99 {:.1}/{:.1}",
+            self.claims.len(),
+            busy.len(),
+            rows as f64 / busy.len().max(1) as f64,
+            ms(nearest_rank(&claim_times, 50.0)),
+            ms(nearest_rank(&claim_times, 99.0)),
+            mark_times.len(),
+            ms(nearest_rank(&mark_times, 50.0)),
+            ms(nearest_rank(&mark_times, 99.0)),
+        )
+    }
+}
+
+/// The `p`-th percentile (0–100) of ascending `sorted` (nearest rank); zero when empty.
+fn nearest_rank(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 impl LatencyReport {
     /// The `p`-th percentile (0–100) of the latencies (nearest rank).
     pub fn percentile(&self, p: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
-        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+        nearest_rank(&self.latencies, p)
     }
 }
 
@@ -109,7 +154,8 @@ impl fmt::Display for LatencyReport {
             ms(self.percentile(90.0)),
             ms(self.percentile(99.0)),
             ms(self.percentile(100.0)),
-        )
+        )?;
+        writeln!(f, "{}", self.rounds)
     }
 }
 
@@ -150,6 +196,7 @@ pub async fn run(
     let timed = Arc::new(TimedStore {
         inner,
         delivered_at: Mutex::new(HashMap::new()),
+        rounds: Mutex::new(RoundTimes::default()),
     });
     let app_code = format!("latency-{}", now_ms());
 
@@ -204,6 +251,7 @@ pub async fn run(
     producer_store.close().await;
     timed.inner.close().await;
 
+    let rounds = timed.rounds.lock().expect("poisoned").clone();
     let delivered_at = timed.delivered_at.lock().expect("poisoned");
     let warm_up = if options.seconds > 1 {
         WARM_UP
@@ -229,6 +277,7 @@ pub async fn run(
         poll_interval: config.worker.poll_interval,
         commit_feed,
         latencies,
+        rounds,
     })
 }
 
@@ -270,10 +319,12 @@ async fn produce(
     Ok(all)
 }
 
-/// The store the worker uses, noting when each row's `delivered` mark returned.
+/// The store the worker uses, noting when each row's `delivered` mark returned and how long each
+/// claim and mark took.
 struct TimedStore {
     inner: Arc<dyn OutboxStore>,
     delivered_at: Mutex<HashMap<String, Instant>>,
+    rounds: Mutex<RoundTimes>,
 }
 
 #[async_trait]
@@ -295,12 +346,27 @@ impl OutboxStore for TimedStore {
     }
 
     async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
-        self.inner.claim(params).await
+        let started = Instant::now();
+        let batch = self.inner.claim(params).await?;
+        let took = started.elapsed();
+        let rows = batch.events.len() + batch.rejected.len();
+        self.rounds
+            .lock()
+            .expect("poisoned")
+            .claims
+            .push((took, rows));
+        Ok(batch)
     }
 
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError> {
+        let started = Instant::now();
         let report = self.inner.mark(params).await?;
         let now = Instant::now();
+        self.rounds
+            .lock()
+            .expect("poisoned")
+            .marks
+            .push(now - started);
         let mut delivered_at = self.delivered_at.lock().expect("poisoned");
         for mark in params.marks {
             if mark.disposition == Disposition::Delivered && !report.stale.contains(&mark.event_id)
@@ -347,10 +413,19 @@ mod tests {
             poll_interval: Duration::from_secs(1),
             commit_feed: true,
             latencies: (1..=100).map(Duration::from_millis).collect(),
+            rounds: RoundTimes {
+                claims: vec![(Duration::from_millis(2), 4), (Duration::from_millis(1), 0)],
+                marks: vec![Duration::from_millis(3)],
+            },
         };
         assert_eq!(report.percentile(50.0), Duration::from_millis(50));
         assert_eq!(report.percentile(99.0), Duration::from_millis(99));
         assert_eq!(report.percentile(100.0), Duration::from_millis(100));
-        assert!(report.to_string().contains("p99 ms"));
+        let text = report.to_string();
+        assert!(text.contains("p99 ms"));
+        assert!(
+            text.contains("claims: 2 (1 found rows, 4.0 rows each)"),
+            "{text}"
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! `outboxd bench --retention`: claim latency on a table holding N old `delivered` rows, quiet
 //! versus while the retention cleanup deletes them, side by side from one run.
 //!
-//! 1. Loads the history through the store itself (enqueue, claim, mark `delivered`, 1000 rows a
-//!    chunk, every timestamp 30 days in the past), so it works unchanged on every backend.
+//! 1. Loads the history, every timestamp 30 days in the past: set-based by default
+//!    ([`HistoryWriter`], 100k rows a statement, then the `--after-load` statistics maintenance),
+//!    or with `--loader store` through the store itself (enqueue, claim, mark `delivered`, 1000
+//!    rows a chunk).
 //! 2. Quiet: `--windows` windows of `--window` each, while nothing else touches the table.
 //! 3. Cleanup: the same [`Retention::pass`] that `outboxd run` and `outboxd purge` use (batch
 //!    size and pause from `[retention]`, so its defaults unless configured) deletes the history,
@@ -20,6 +22,7 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
+use super::bench_history::{AfterLoad, HistoryWriter, Loader};
 use crate::config::{Config, RetentionConfig};
 use crate::metrics::Metrics;
 use crate::record::{Record, now_ms};
@@ -75,6 +78,10 @@ pub struct RetentionBenchOptions {
     pub max_cleanup: Duration,
     /// Benchmark table (created if missing).
     pub table: TableName,
+    /// How the history is loaded.
+    pub loader: Loader,
+    /// Statistics maintenance after the load.
+    pub after_load: AfterLoad,
 }
 
 /// Timed claim + mark calls of one window.
@@ -120,8 +127,10 @@ impl LatencyWindow {
 pub struct RetentionBenchReport {
     /// The database (password redacted).
     pub database: String,
-    /// History rows loaded, and how long that took.
+    /// History rows loaded.
     pub history: u32,
+    /// How they were loaded, and the statistics maintenance after.
+    pub loader: (Loader, AfterLoad),
     /// Wall time of the load.
     pub load: Duration,
     /// Cleanup batch size and pause used.
@@ -162,10 +171,15 @@ impl fmt::Display for RetentionBenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "database: {}  history: {} delivered rows (loaded in {:.1}s)  claim batch: {}",
+            "database: {}  history: {} delivered rows (loaded in {:.1}s, loader {}, after load: {})  claim batch: {}",
             self.database,
             self.history,
             self.load.as_secs_f64(),
+            match self.loader.0 {
+                Loader::Sql => "sql",
+                Loader::Store => "store",
+            },
+            self.loader.1.name(),
             self.claim_batch
         )?;
         writeln!(
@@ -238,6 +252,8 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
         quiet_windows: r.windows,
         max_cleanup: r.max_cleanup,
         table: TableName::new(&args.table).context("--table")?,
+        loader: args.history.loader,
+        after_load: args.history.after_load,
     };
     let report = run(config, &options).await?;
     print!("{report}");
@@ -258,7 +274,31 @@ pub async fn run(
     store.migrate().await?;
     let app_code = format!("bench-retention-{}", now_ms());
     let started = Instant::now();
-    load_history(&*store, &app_code, options.history).await?;
+    let base = now_ms() - HISTORY_AGE.as_millis() as i64;
+    let mut writer = HistoryWriter::connect(
+        &config.database.url,
+        &options.table,
+        &app_code,
+        &format!("{app_code}-h"),
+        base,
+    )
+    .await?;
+    match options.loader {
+        Loader::Store => load_history(&*store, &app_code, options.history, base).await?,
+        Loader::Sql => {
+            let history = u64::from(options.history);
+            writer
+                .load(0, history, |n| {
+                    if n % 1_000_000 == 0 {
+                        eprintln!("history: {n} of {history} rows loaded");
+                    }
+                })
+                .await?;
+        }
+    }
+    // Either loader: the same statistics maintenance afterwards.
+    writer.after_load(options.after_load).await?;
+    writer.close().await;
     let load = started.elapsed();
 
     let next_fresh = AtomicU64::new(0);
@@ -316,6 +356,7 @@ pub async fn run(
     Ok(RetentionBenchReport {
         database: store::redact_url(&config.database.url),
         history: options.history,
+        loader: (options.loader, options.after_load),
         load,
         retention,
         claim_batch: options.claim_batch,
@@ -329,7 +370,13 @@ pub async fn run(
 
 /// Rows `from..to` of the bench tenant, event ids `{app_code}-{kind}{i}`, created at
 /// `created_at_ms + i`.
-fn records(app_code: &str, kind: &str, from: u64, to: u64, created_at_ms: i64) -> Vec<Record> {
+pub(super) fn records(
+    app_code: &str,
+    kind: &str,
+    from: u64,
+    to: u64,
+    created_at_ms: i64,
+) -> Vec<Record> {
     (from..to)
         .map(|i| {
             let mut record = Record::build(
@@ -350,7 +397,7 @@ fn records(app_code: &str, kind: &str, from: u64, to: u64, created_at_ms: i64) -
 }
 
 /// Claims exactly `expected` rows at `at_ms` and marks them delivered at `at_ms`.
-async fn claim_and_deliver(
+pub(super) async fn claim_and_deliver(
     store: &dyn OutboxStore,
     app_code: &str,
     expected: u32,
@@ -394,13 +441,14 @@ async fn claim_and_deliver(
     Ok(())
 }
 
-/// Loads `history` rows delivered [`HISTORY_AGE`] ago, a chunk at a time through the store.
+/// Loads `history` rows delivered long ago (created from `base` on), a chunk at a time through
+/// the store (`--loader store`).
 async fn load_history(
     store: &dyn OutboxStore,
     app_code: &str,
     history: u32,
+    base: i64,
 ) -> Result<(), RetentionBenchError> {
-    let base = now_ms() - HISTORY_AGE.as_millis() as i64;
     let mut next_report = 100_000;
     for from in (0..history).step_by(LOAD_CHUNK as usize) {
         let to = history.min(from + LOAD_CHUNK);

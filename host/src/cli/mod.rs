@@ -8,14 +8,17 @@
 //! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_new`] (scaffolding from
 //!   `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no database);
 //! - `bench`: `outboxd bench`, with [`bench_raw`] (the raw SQL baselines it compares against);
-//!   [`bench_retention`]: `outboxd bench --retention` (claim latency
-//!   while retention cleans old rows);
+//!   [`bench_retention`]: `outboxd bench --retention` (claim latency while retention cleans old
+//!   rows); [`bench_scaling`]: `outboxd bench --history-scaling` (claim cost as the delivered
+//!   history grows); [`bench_history`]: the set-based history loader both use;
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 pub mod bench;
+pub mod bench_history;
 pub mod bench_latency;
 pub mod bench_raw;
 pub mod bench_retention;
+pub mod bench_scaling;
 pub mod ops;
 pub mod plugin;
 pub mod plugin_bench;
@@ -216,6 +219,12 @@ pub struct BenchArgs {
     /// `--retention` and its options.
     #[command(flatten)]
     pub retention: bench_retention::RetentionBenchArgs,
+    /// `--history-scaling` and its options.
+    #[command(flatten)]
+    pub scaling: bench_scaling::ScalingBenchArgs,
+    /// How `--retention` and `--history-scaling` load their history.
+    #[command(flatten)]
+    pub history: bench_history::HistoryArgs,
     /// Latency mode: producers commit this many rows per second, one per transaction, and the
     /// worker (configured as `outboxd run` would be) delivers them; prints commit → delivered
     /// p50/p90/p99. Needs `--seconds`.
@@ -371,6 +380,9 @@ pub async fn execute(cli: Cli) -> Result<()> {
         Command::Requeue(args) => ops::requeue(&config, args).await,
         Command::Bench(args) if args.retention.retention => {
             bench_retention::command(&config, args).await
+        }
+        Command::Bench(args) if args.scaling.history_scaling.is_some() => {
+            bench_scaling::command(&config, args).await
         }
         Command::Bench(args) => bench::command(&config, args).await,
         Command::Plugin { command } => plugin::command(&config, command).await,

@@ -99,7 +99,8 @@ pub struct WorkerConfig {
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
     pub ordering: DeliveryOrder,
-    /// Worker loops in this process (batches in flight). Default 1.
+    /// Worker loops in this process (each claims one batch ahead where the database runs
+    /// writers side by side: see `Worker`). Default 1.
     pub concurrency: u32,
     /// This host's name in worker ids and logs. Default `<hostname>-<pid>`.
     pub node_id: String,

@@ -32,6 +32,13 @@ impl Backend {
         }
     }
 
+    /// Whether write transactions on the outbox run side by side (row locks: MySQL / MariaDB,
+    /// PostgreSQL) rather than one at a time (SQLite's single write lock). The worker claims its
+    /// next batch while the current one is marked only where they do.
+    pub fn concurrent_writers(self) -> bool {
+        self.dialect().concurrent_writers()
+    }
+
     /// Short lowercase name (`sqlite`, `mysql`, `postgres`), also the migrations folder name.
     pub fn name(self) -> &'static str {
         match self {

@@ -3,7 +3,8 @@
 //! Claims lock rows with `FOR UPDATE SKIP LOCKED`, so any number of hosts claim concurrently
 //! without waiting on each other, and lease them in the same statement (addressed by `ctid`);
 //! marks use `UPDATE … RETURNING`. Migration 0002 adds the trigger that notifies
-//! `outboxd_<table>` on every INSERT statement ([`crate::wake::postgres`] listens). The URL is passed to sqlx
+//! `outboxd_<table>` on every INSERT statement, migration 0003 one that notifies when an UPDATE
+//! puts a row back to `pending` (`outboxd requeue`); [`crate::wake::postgres`] listens. The URL is passed to sqlx
 //! unchanged, so `?options=-c search_path=…` selects the schema holding the outbox table.
 
 use sqlx::Postgres;
@@ -62,6 +63,11 @@ const MIGRATIONS: &[Migration] = &[
         2,
         "0002_commit_notify",
         include_str!("../../../migrations/postgres/0002_commit_notify.sql"),
+    ),
+    Migration::new(
+        3,
+        "0003_requeue_notify",
+        include_str!("../../../migrations/postgres/0003_requeue_notify.sql"),
     ),
 ];
 

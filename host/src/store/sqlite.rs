@@ -84,6 +84,12 @@ impl SqlDialect for SqliteDialect {
         ""
     }
 
+    /// No: one writer at a time holds the file's write lock; a second `BEGIN IMMEDIATE` waits in
+    /// the busy handler (sleeping 1, 2, 5, 10 … ms between tries).
+    fn concurrent_writers(&self) -> bool {
+        false
+    }
+
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
     }

@@ -1,7 +1,9 @@
 //! PostgreSQL commit feed: one dedicated connection `LISTEN`s on the outbox table's channel,
 //! which the statement-level trigger of migration 0002 notifies once per INSERT statement (and
 //! PostgreSQL folds repeats within one transaction into one), so any producer that writes rows
-//! directly (the Go service, any language) wakes the hosts with no code change.
+//! directly (the Go service, any language) wakes the hosts with no code change. Migration 0003's
+//! row trigger notifies the same channel when an UPDATE puts a row back to `pending`
+//! (`outboxd requeue` from any host), so requeued rows are delivered at once too.
 //!
 //! The listener reconnects on its own (backing off up to [`MAX_RECONNECT_WAIT`]); while it is
 //! down the loops probe adaptively, and after every (re)connect it wakes a loop once, since

@@ -43,6 +43,12 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         " FOR UPDATE SKIP LOCKED"
     }
 
+    /// Whether two write transactions on the table proceed side by side (row locks), so a claim
+    /// gains from running while a mark of the same host is open.
+    fn concurrent_writers(&self) -> bool {
+        true
+    }
+
     /// Written after the table name of a statement that addresses rows by primary key
     /// (`app_code = ? AND event_id IN (…)`): nothing.
     fn primary_key_access(&self) -> &'static str {

@@ -1,0 +1,246 @@
+//! `outboxd bench --history-scaling 10000,100000,…`: the cost of a claim as the delivered
+//! history grows, from one run on one table.
+//!
+//! For each size, in ascending order, the same tenant's history is grown to that many old
+//! `delivered` rows (set-based, [`HistoryWriter`]; statistics maintenance per `--after-load`),
+//! then `--rounds` calls are measured after a few untimed warm-up calls. A call is one
+//! [`OutboxStore::claim`] of `--scaling-batch` fresh `pending` rows (enqueued untimed just before)
+//! plus the [`OutboxStore::mark`] of all of them as delivered. The report prints p50/p90/p99, the
+//! events/s of the calls alone, and each figure's ratio to the smallest size.
+
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use super::BenchArgs;
+use super::bench_history::{AfterLoad, HistoryWriter};
+use super::bench_retention::{LatencyWindow, RetentionBenchError, claim_and_deliver, records};
+use crate::config::Config;
+use crate::record::now_ms;
+use crate::store::{self, ConnectOptions, TableName};
+
+/// Untimed claim + mark calls before each size's measured rounds.
+const WARM_UP: u32 = 5;
+/// How far in the past the history rows were created.
+const HISTORY_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The `--history-scaling` options of `outboxd bench` (flattened into [`BenchArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScalingBenchArgs {
+    /// Measure claim + mark cost at each of these delivered-history sizes, comma-separated and
+    /// ascending (the same table grows), e.g. `10000,100000,1000000,10000000`.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["rate", "retention"])]
+    pub history_scaling: Option<Vec<u64>>,
+    /// Measured claim + mark calls per size (`--history-scaling`).
+    #[arg(long, default_value_t = 100)]
+    pub rounds: u32,
+    /// Fresh rows per measured claim + mark (`--history-scaling`).
+    #[arg(long, default_value_t = 500)]
+    pub scaling_batch: u32,
+}
+
+/// One measured size.
+#[derive(Debug, Clone)]
+pub struct ScalingRow {
+    /// Delivered history rows in the table when measured.
+    pub history: u64,
+    /// Wall time of growing the history to this size (statistics maintenance included).
+    pub load: Duration,
+    /// The measured calls.
+    pub calls: LatencyWindow,
+}
+
+impl ScalingRow {
+    /// Events per second of the measured calls alone (rows claimed and marked / time in calls).
+    pub fn events_per_sec(&self, batch: u32) -> f64 {
+        let busy: Duration = self.calls.calls.iter().sum();
+        self.calls.calls.len() as f64 * f64::from(batch) / busy.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The result of one run.
+#[derive(Debug, Clone)]
+pub struct ScalingReport {
+    /// The database (password redacted).
+    pub database: String,
+    /// Rows per call.
+    pub batch: u32,
+    /// Statistics maintenance after each load.
+    pub after_load: AfterLoad,
+    /// One row per size, ascending.
+    pub rows: Vec<ScalingRow>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl fmt::Display for ScalingReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "database: {}  claim + mark of {} fresh rows  after load: {}",
+            self.database,
+            self.batch,
+            self.after_load.name()
+        )?;
+        writeln!(
+            f,
+            "{:>10} {:>8} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9}",
+            "history", "load s", "calls", "p50 ms", "p90 ms", "p99 ms", "ev/s", "p50 ×", "ev/s ×"
+        )?;
+        let Some(first) = self.rows.first() else {
+            return Ok(());
+        };
+        let (p50_0, rate_0) = (
+            ms(first.calls.percentile(50.0)),
+            first.events_per_sec(self.batch),
+        );
+        for row in &self.rows {
+            let p50 = ms(row.calls.percentile(50.0));
+            let rate = row.events_per_sec(self.batch);
+            writeln!(
+                f,
+                "{:>10} {:>8.1} {:>6} {:>8.2} {:>8.2} {:>8.2} {:>9.0} {:>9.2} {:>9.2}",
+                row.history,
+                row.load.as_secs_f64(),
+                row.calls.calls.len(),
+                p50,
+                ms(row.calls.percentile(90.0)),
+                ms(row.calls.percentile(99.0)),
+                rate,
+                p50 / p50_0.max(1e-9),
+                rate / rate_0.max(1e-9)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `outboxd bench --history-scaling`: runs the measurement and prints the report.
+pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
+    let sizes = args.scaling.history_scaling.clone().unwrap_or_default();
+    if sizes.is_empty() || sizes.windows(2).any(|w| w[0] >= w[1]) {
+        anyhow::bail!("--history-scaling takes ascending sizes, e.g. 10000,100000,1000000");
+    }
+    if args.scaling.rounds == 0 || args.scaling.scaling_batch == 0 {
+        anyhow::bail!("--rounds and --scaling-batch must be greater than 0");
+    }
+    let table = TableName::new(&args.table).context("--table")?;
+    let report = run(
+        config,
+        &table,
+        &sizes,
+        args.scaling.rounds,
+        args.scaling.scaling_batch,
+        args.history.after_load,
+    )
+    .await?;
+    print!("{report}");
+    Ok(())
+}
+
+/// Grows the history through `sizes` and measures each.
+pub async fn run(
+    config: &Config,
+    table: &TableName,
+    sizes: &[u64],
+    rounds: u32,
+    batch: u32,
+    after_load: AfterLoad,
+) -> Result<ScalingReport, RetentionBenchError> {
+    let store = store::connect(&ConnectOptions {
+        table: table.clone(),
+        max_connections: config.database.max_connections.max(2),
+        ..config.connect_options()
+    })
+    .await?;
+    store.migrate().await?;
+    let app_code = format!("bench-scaling-{}", now_ms());
+    let base_ms = now_ms() - HISTORY_AGE.as_millis() as i64;
+    let mut writer = HistoryWriter::connect(
+        &config.database.url,
+        table,
+        &app_code,
+        &format!("{app_code}-h"),
+        base_ms,
+    )
+    .await?;
+    let next_fresh = AtomicU64::new(0);
+    let mut loaded = 0u64;
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let started = Instant::now();
+        writer
+            .load(loaded, size, |n| {
+                if n % 1_000_000 == 0 {
+                    eprintln!("history: {n} of {size} rows loaded");
+                }
+            })
+            .await?;
+        writer.after_load(after_load).await?;
+        loaded = size;
+        let load = started.elapsed();
+        eprintln!(
+            "history: {size} rows ({:.1}s); measuring",
+            load.as_secs_f64()
+        );
+        for _ in 0..WARM_UP {
+            call(&*store, &app_code, batch, &next_fresh).await?;
+        }
+        let mut calls = LatencyWindow::default();
+        let measured = Instant::now();
+        for _ in 0..rounds {
+            calls
+                .calls
+                .push(call(&*store, &app_code, batch, &next_fresh).await?);
+        }
+        calls.elapsed = measured.elapsed();
+        let row = ScalingRow {
+            history: size,
+            load,
+            calls,
+        };
+        // Each size as it is measured, so a long run's early figures are not lost.
+        eprintln!(
+            "history {size}: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, {:.0} ev/s",
+            ms(row.calls.percentile(50.0)),
+            ms(row.calls.percentile(90.0)),
+            ms(row.calls.percentile(99.0)),
+            row.events_per_sec(batch)
+        );
+        rows.push(row);
+    }
+    writer.close().await;
+    store.close().await;
+    Ok(ScalingReport {
+        database: store::redact_url(&config.database.url),
+        batch,
+        after_load,
+        rows,
+    })
+}
+
+/// Enqueues `batch` fresh rows (untimed), then times one claim + mark of them.
+async fn call(
+    store: &dyn store::OutboxStore,
+    app_code: &str,
+    batch: u32,
+    next_fresh: &AtomicU64,
+) -> Result<Duration, RetentionBenchError> {
+    let from = next_fresh.fetch_add(u64::from(batch), std::sync::atomic::Ordering::Relaxed);
+    store
+        .enqueue(&records(
+            app_code,
+            "f",
+            from,
+            from + u64::from(batch),
+            now_ms(),
+        ))
+        .await?;
+    let started = Instant::now();
+    claim_and_deliver(store, app_code, batch, now_ms(), "measure").await?;
+    Ok(started.elapsed())
+}
