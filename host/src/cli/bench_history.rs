@@ -117,8 +117,8 @@ impl HistoryWriter {
     ) -> Result<HistoryWriter, StoreError> {
         let conn = match Backend::from_url(url)? {
             Backend::Sqlite => {
-                let options = crate::store::sqlite::connect_options(url)?
-                    .disable_statement_logging();
+                let options =
+                    crate::store::sqlite::connect_options(url)?.disable_statement_logging();
                 Conn::Sqlite(options.connect().await.map_err(db("history connect"))?)
             }
             Backend::MySql => {

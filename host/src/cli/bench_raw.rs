@@ -42,7 +42,6 @@ use crate::store::{Backend, StoreError, TableName};
 /// Lease the two-write loop writes into `lock_until_ms` (never expires within a run).
 const LEASE_MS: i64 = 60_000;
 
-
 /// Which raw loop to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RawLoop {
