@@ -499,20 +499,11 @@ pub(crate) fn reject_leased_rows(
         b.push(" WHEN ")
             .bind(row.event_id.as_str())
             .push(" THEN ")
-            .bind(row.reason.as_str());
+            .bind_last_error(&row.reason);
     }
     b.push(" ELSE last_error END, updated_at_ms = ")
-        .bind(now_ms)
-        .push(" WHERE app_code = ")
-        .bind(lease.app_code.as_str())
-        .push(" AND status = ")
-        .status(Status::Delivering)
-        .push(" AND worker_id = ")
-        .bind(lease.worker_id.as_str())
-        .push(" AND lock_until_ms = ")
-        .bind(lease.lock_until_ms)
-        .push(" AND event_id IN ")
-        .bind_list(rejected.iter().map(|r| r.event_id.as_str()));
+        .bind(now_ms);
+    super::mark::lease_fence(&mut b, lease, rejected.iter().map(|r| r.event_id.as_str()));
     b.finish()
 }
 

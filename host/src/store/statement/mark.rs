@@ -59,7 +59,11 @@ impl<'a> MarkColumns<'a> {
 
 /// `app_code = ? AND status = 'delivering' AND worker_id = ? AND lock_until_ms = ? AND event_id IN (…)`:
 /// a row changes only while the claim's lease is still on it.
-fn lease_fence(b: &mut SqlBuilder, lease: &Lease, marks: &[Mark]) {
+pub(crate) fn lease_fence<'a>(
+    b: &mut SqlBuilder,
+    lease: &Lease,
+    event_ids: impl IntoIterator<Item = &'a str>,
+) {
     b.push(" WHERE app_code = ")
         .bind(lease.app_code.as_str())
         .push(" AND status = ")
@@ -69,7 +73,7 @@ fn lease_fence(b: &mut SqlBuilder, lease: &Lease, marks: &[Mark]) {
         .push(" AND lock_until_ms = ")
         .bind(lease.lock_until_ms)
         .push(" AND event_id IN ")
-        .bind_list(marks.iter().map(|m| m.event_id.as_str()));
+        .bind_list(event_ids);
 }
 
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
@@ -131,7 +135,7 @@ pub(crate) fn mark_rows(
     }
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms);
-    lease_fence(&mut b, lease, marks);
+    lease_fence(&mut b, lease, marks.iter().map(|m| m.event_id.as_str()));
     if backend.dialect().has_update_returning() {
         b.push(" RETURNING event_id");
     }
@@ -149,7 +153,7 @@ pub(crate) fn lock_fenced_rows(
     b.push("SELECT event_id FROM ")
         .push(table.as_str())
         .push(backend.dialect().primary_key_access());
-    lease_fence(&mut b, lease, marks);
+    lease_fence(&mut b, lease, marks.iter().map(|m| m.event_id.as_str()));
     b.push(" FOR UPDATE");
     b.finish()
 }

@@ -429,4 +429,22 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
          ELSE last_error END, updated_at_ms = $3 WHERE app_code = $4 AND status = 'delivering' AND worker_id = $5 \
          AND lock_until_ms = $6 AND event_id IN ($7)"
     );
+    // The reason is bound as a `last_error`: cut to the column's size, like every other one.
+    let long = [RejectedRow {
+        reason: "x".repeat(3 * crate::record::LAST_ERROR_MAX_BYTES),
+        ..rejected[0].clone()
+    }];
+    for reject in [
+        reject_leased_rows(Backend::MySql, &table(), &lease(), 100, &long),
+        reject_rows(Backend::MySql, &table(), "live", 100, &long),
+    ] {
+        let Arg::Text(reason) = &reject.args[1] else {
+            panic!("reason bound as {:?}", reject.args[1]);
+        };
+        assert!(
+            reason.len() <= crate::record::LAST_ERROR_MAX_BYTES,
+            "{}",
+            reason.len()
+        );
+    }
 }
