@@ -9,11 +9,11 @@
 use serde::Deserialize;
 use tracing::warn;
 
-use super::{BatchStats, ClaimedRows, Worker, WorkerError, next_part, unanswered};
-use crate::metrics::RowOutcome;
+use super::deliver::{ClaimedRows, next_part, unanswered};
+use super::{BatchStats, Worker, WorkerError};
 use crate::publish::Event;
 use crate::record::now_ms;
-use crate::store::{ClaimParams, HeldBatch, Mark};
+use crate::store::{HeldBatch, Mark};
 
 /// How a worker claims and marks a batch. In config: `worker.mode = "leased" | "held"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -49,36 +49,12 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
-        let options = &*self.options;
         let batch = self
             .store
-            .claim_held(&ClaimParams {
-                app_code: app_code.to_string(),
-                worker_id: worker_id.to_string(),
-                limit: options.batch_size,
-                // The longest the held transaction may sit idle (PostgreSQL enforces it); the
-                // publish deadline is at least 1 s shorter (config).
-                lease_ms: options.lease.as_millis() as i64,
-                now_ms: now_ms(),
-                max_attempts: options.retry.max_attempts,
-                ordering: options.ordering,
-            })
+            .claim_held(&self.claim_params(worker_id, app_code))
             .await
             .inspect_err(|e| self.metrics.count_database_error(e))?;
-        let mut stats = BatchStats {
-            claimed: batch.events.len() as u64,
-            rejected: batch.rejected.len() as u64,
-            ..BatchStats::default()
-        };
-        for row in &batch.rejected {
-            warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %row.event_id,
-                event_type = %row.event_type, room_id = %row.room_id, status = "failed", error = %row.reason,
-                "row failed at claim");
-        }
-        self.metrics
-            .count_rows(app_code, RowOutcome::claimed, stats.claimed);
-        self.metrics
-            .count_rows(app_code, RowOutcome::rejected, stats.rejected);
+        let mut stats = self.book_claim(worker_id, app_code, batch.events.len(), &batch.rejected);
         if batch.events.is_empty() {
             batch.release().await?;
             return Ok(stats);
@@ -98,7 +74,7 @@ impl Worker {
                 // A deadlock victim or serialization failure: the database rolled the whole
                 // transaction back. Nothing was written; the rows are claimable again at once
                 // (published once more: at least once), no attempt spent. Not a round failure.
-                warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code,
+                warn!(worker = %worker_id, node_id = %self.options.node_id, app_code = %app_code,
                     rows = events.len(), status = "rolled_back", error = %e,
                     "held batch rolled back by the database; its rows will be delivered again");
                 return Ok(stats);

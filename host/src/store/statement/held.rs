@@ -75,29 +75,7 @@ pub(crate) fn mark_held_rows(
             .status(cols.status);
     }
     b.push(" ELSE status END");
-    if columns.iter().any(|(_, c)| c.next_retry_at_ms.is_some()) {
-        b.push(", next_retry_at_ms = CASE event_id");
-        for (event_id, cols) in &columns {
-            if let Some(at) = cols.next_retry_at_ms {
-                b.push(" WHEN ").bind(*event_id).push(" THEN ").bind(at);
-            }
-        }
-        b.push(" ELSE next_retry_at_ms END");
-    }
-    if columns.iter().any(|(_, c)| c.last_error.is_some()) {
-        b.push(", last_error = CASE event_id");
-        for (event_id, cols) in &columns {
-            if let Some(error) = &cols.last_error {
-                b.push(" WHEN ")
-                    .bind(*event_id)
-                    .push(" THEN ")
-                    .bind_last_error(error);
-            }
-        }
-        b.push(" ELSE NULL END");
-    } else {
-        b.push(", last_error = NULL");
-    }
+    super::mark::retry_and_error_columns(&mut b, &columns);
     b.push(", worker_id = ")
         .bind(worker_id)
         .push(", lock_until_ms = NULL, updated_at_ms = ")

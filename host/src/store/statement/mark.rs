@@ -76,6 +76,34 @@ pub(crate) fn lease_fence<'a>(
         .bind_list(event_ids);
 }
 
+/// `, next_retry_at_ms = CASE event_id …` (only when a row gets one) and `, last_error = …` (cut
+/// when bound), shared by the leased mark and the held mark.
+pub(crate) fn retry_and_error_columns(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_>)]) {
+    if columns.iter().any(|(_, c)| c.next_retry_at_ms.is_some()) {
+        b.push(", next_retry_at_ms = CASE event_id");
+        for (event_id, cols) in columns {
+            if let Some(at) = cols.next_retry_at_ms {
+                b.push(" WHEN ").bind(*event_id).push(" THEN ").bind(at);
+            }
+        }
+        b.push(" ELSE next_retry_at_ms END");
+    }
+    if columns.iter().any(|(_, c)| c.last_error.is_some()) {
+        b.push(", last_error = CASE event_id");
+        for (event_id, cols) in columns {
+            if let Some(error) = &cols.last_error {
+                b.push(" WHEN ")
+                    .bind(*event_id)
+                    .push(" THEN ")
+                    .bind_last_error(error);
+            }
+        }
+        b.push(" ELSE NULL END");
+    } else {
+        b.push(", last_error = NULL");
+    }
+}
+
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
 /// with `RETURNING event_id` where the backend has it.
 pub(crate) fn mark_rows(
@@ -110,29 +138,7 @@ pub(crate) fn mark_rows(
         }
         b.push(" ELSE retry_count END");
     }
-    if columns.iter().any(|(_, c)| c.next_retry_at_ms.is_some()) {
-        b.push(", next_retry_at_ms = CASE event_id");
-        for (event_id, cols) in &columns {
-            if let Some(at) = cols.next_retry_at_ms {
-                b.push(" WHEN ").bind(*event_id).push(" THEN ").bind(at);
-            }
-        }
-        b.push(" ELSE next_retry_at_ms END");
-    }
-    if columns.iter().any(|(_, c)| c.last_error.is_some()) {
-        b.push(", last_error = CASE event_id");
-        for (event_id, cols) in &columns {
-            if let Some(error) = &cols.last_error {
-                b.push(" WHEN ")
-                    .bind(*event_id)
-                    .push(" THEN ")
-                    .bind_last_error(error);
-            }
-        }
-        b.push(" ELSE NULL END");
-    } else {
-        b.push(", last_error = NULL");
-    }
+    retry_and_error_columns(&mut b, &columns);
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms);
     lease_fence(&mut b, lease, marks.iter().map(|m| m.event_id.as_str()));
