@@ -198,8 +198,9 @@ impl Worker {
     /// **Claim-ahead.** Where the database runs writers side by side
     /// ([`crate::store::Backend::concurrent_writers`]), the loop claims its next batch while the
     /// current one is still publishing and marking: at most one batch is delivering when a claim
-    /// starts, so at most two are in flight per loop (each publishes within its own lease, which
-    /// starts at its claim). A row committed during a round is claimed without waiting for the
+    /// starts, so at most two are leased per loop, and the one claimed ahead starts publishing
+    /// when the one before it is marked (each publishes within its own lease, which starts at its
+    /// claim). A row committed during a round is claimed without waiting for the
     /// round's marks. On SQLite (one writer at a time) a claim would only queue behind the mark,
     /// so the loop claims after its batch is marked, as before.
     async fn run_slot(
@@ -213,6 +214,11 @@ impl Worker {
         let mut backoff = IdleBackoff::new(self.options.poll_interval);
         // Deliveries a claim may overlap: one where writers run side by side, none on SQLite.
         let ahead = usize::from(self.store.backend().concurrent_writers());
+        // A batch claimed ahead publishes only once the one before it is marked: per loop at
+        // most one batch is published and not yet marked, so a host killed at any moment
+        // redelivers at most one batch per loop (the one claimed ahead waits out its lease
+        // unpublished, counted as an attempt). FIFO, so batches publish in claim order.
+        let publishing = tokio::sync::Semaphore::new(1);
         let mut delivering: FuturesUnordered<Delivery<'_>> = FuturesUnordered::new();
         let mut first_error: Option<WorkerError> = None;
         info!(worker = %worker_id, node_id = %self.options.node_id, mode = self.options.mode.as_str(), status = "started", "worker started");
@@ -253,8 +259,15 @@ impl Worker {
                         any_full |= taken >= u64::from(self.options.batch_size);
                         if let Some(batch) = batch {
                             let worker_id = worker_id.as_str();
+                            let publishing = &publishing;
                             delivering.push(Box::pin(async move {
-                                let delivered = self.deliver(worker_id, app_code, batch).await;
+                                // Never closed, so acquiring cannot fail.
+                                let (_turn, queued) = match publishing.try_acquire() {
+                                    Ok(turn) => (Some(turn), false),
+                                    Err(_) => (publishing.acquire().await.ok(), true),
+                                };
+                                let delivered =
+                                    self.deliver(worker_id, app_code, batch, queued).await;
                                 (app_code.as_str(), delivered)
                             }));
                         }
@@ -383,7 +396,7 @@ impl Worker {
     ) -> Result<BatchStats, WorkerError> {
         let (mut stats, batch) = self.claim_batch(worker_id, app_code).await?;
         if let Some(batch) = batch {
-            stats.add_marks(&self.deliver(worker_id, app_code, batch).await?);
+            stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
         }
         Ok(stats)
     }

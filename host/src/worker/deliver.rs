@@ -2,6 +2,8 @@
 //! as that sink answers), turn every answer into a mark, mark it fenced on the lease, and count
 //! and log what the marks did.
 
+use std::time::Duration;
+
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use tracing::{debug, warn};
 
@@ -12,13 +14,19 @@ use crate::record::now_ms;
 use crate::retry::Decision;
 use crate::store::{ClaimBatch, Disposition, Lease, Mark, MarkParams};
 
+/// What a batch's lease must hold beyond the publish deadline: time to mark (the configured
+/// `worker.publish_timeout` is at least this much shorter than `worker.lease`).
+const LEASE_MARGIN: Duration = Duration::from_secs(1);
+
 impl Worker {
     /// Publishes a claimed batch and marks its rows: the mark counters (delivered, retried, …).
+    /// `queued`: the batch was claimed ahead and waited for the one before it to be marked.
     pub(super) async fn deliver(
         &self,
         worker_id: &str,
         app_code: &str,
         batch: ClaimBatch,
+        queued: bool,
     ) -> Result<BatchStats, WorkerError> {
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
@@ -30,6 +38,7 @@ impl Worker {
             &lease,
             &events,
             &created_at_ms,
+            queued,
             &mut stats,
         )
         .await?;
@@ -47,12 +56,44 @@ impl Worker {
         lease: &Lease,
         events: &[Event],
         created_at_ms: &[i64],
+        queued: bool,
         stats: &mut BatchStats,
     ) -> Result<(), WorkerError> {
-        let timeout = self.options.publish_timeout;
-        let mut parts = Some(self.publisher.publish_parts(events));
         let mut answered = vec![false; events.len()];
         let mut marking = FuturesUnordered::new();
+        // A batch claimed ahead that waited for the one before it: if what is left of its lease
+        // cannot hold a whole publish (and the mark after it), it goes back untried, no attempt
+        // spent, to be claimed again with a fresh lease. (A batch that did not wait has the
+        // lease config checked: publish_timeout + margin <= lease.)
+        let timeout = self.options.publish_timeout;
+        let lease_left = Duration::from_millis(
+            u64::try_from(lease.lock_until_ms.saturating_sub(now_ms())).unwrap_or(0),
+        );
+        let mut parts = if !queued || lease_left >= timeout + LEASE_MARGIN {
+            Some(self.publisher.publish_parts(events))
+        } else {
+            let back = events
+                .iter()
+                .enumerate()
+                .map(|(position, _)| {
+                    let reason = "claimed ahead, and too little of its lease was left to publish after the batch before it; not tried";
+                    (position, Outcome::deferred(reason, Duration::ZERO))
+                })
+                .collect();
+            let (positions, marks) = self.marks_for(events, back, &mut answered);
+            marking.push(self.mark_and_log(
+                worker_id,
+                app_code,
+                lease,
+                ClaimedRows {
+                    events,
+                    created_at_ms,
+                },
+                positions,
+                marks,
+            ));
+            None
+        };
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         loop {
