@@ -5,6 +5,7 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -642,6 +643,91 @@ async fn draining_run_reports_a_dead_database(backend: Backend) {
     assert_eq!(op, "claim");
 }
 
+/// A loop claims its next batch while one publishes, but publishes it only after the one before
+/// it is marked (never two of a loop's batches publishing at once), and a batch that waited so
+/// long that its lease could not hold a publish goes back untried, no attempt spent: published
+/// past its lease, a second host (B, polling) would take the expired rows over and publish them
+/// again.
+async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend) {
+    #[derive(Default)]
+    struct Paced {
+        active: AtomicUsize,
+        most_active: AtomicUsize,
+        attempts: Arc<Mutex<HashMap<String, Vec<u32>>>>,
+    }
+    #[async_trait]
+    impl Publisher for Paced {
+        async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+            let now = self.active.fetch_add(1, AtomicOrdering::SeqCst) + 1;
+            self.most_active.fetch_max(now, AtomicOrdering::SeqCst);
+            for event in batch {
+                let mut attempts = self.attempts.lock().unwrap();
+                attempts
+                    .entry(event.event_id.clone())
+                    .or_default()
+                    .push(event.attempt);
+            }
+            tokio::time::sleep(Duration::from_millis(1_450)).await;
+            self.active.fetch_sub(1, AtomicOrdering::SeqCst);
+            vec![Outcome::Delivered; batch.len()]
+        }
+    }
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 4, 4).await;
+    let attempts = Arc::new(Mutex::new(HashMap::new()));
+    let paced = |attempts: &Arc<Mutex<HashMap<String, Vec<u32>>>>| {
+        Arc::new(Paced {
+            attempts: attempts.clone(),
+            ..Paced::default()
+        })
+    };
+    let (a, b) = (paced(&attempts), paced(&attempts));
+    let mut opts = options("a");
+    opts.batch_size = 2;
+    // A batch that waited ~1.45 s for its turn has ~1 s of lease left: too little for a publish
+    // of up to 1.5 s plus its mark.
+    opts.lease = Duration::from_millis(2_500);
+    opts.publish_timeout = Duration::from_millis(1_500);
+    let host_a = Worker::new(store.clone(), a.clone(), opts.clone());
+    let run_a =
+        tokio::spawn(async move { host_a.run(RunMode::Drain, CancellationToken::new()).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shutdown = CancellationToken::new();
+    opts.node_id = "b".into();
+    let host_b = Worker::new(db.store_default().await, b.clone(), opts);
+    let run_b = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { host_b.run(RunMode::Forever, shutdown).await }
+    });
+    run_a.await.unwrap().unwrap();
+    let ids: Vec<String> = (0..4).map(|i| format!("e{i:06}")).collect();
+    wait_for_statuses(&db, &ids, "delivered", "all four delivered").await;
+    shutdown.cancel();
+    run_b.await.unwrap().unwrap();
+    for host in [&a, &b] {
+        assert!(
+            host.most_active.load(AtomicOrdering::SeqCst) <= 1,
+            "two batches of one loop published at once"
+        );
+    }
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(attempts.len(), 4);
+    assert!(
+        attempts.values().all(|a| a == &vec![1]),
+        "each event published once, at attempt 1: {attempts:?}"
+    );
+    for id in &ids {
+        assert_eq!(
+            db.row("app", id).await.unwrap().retry_count,
+            0,
+            "{id}"
+        );
+    }
+}
+
 support::per_backend!(
     three_hosts_drain_10k_exactly_once,
     crashed_worker_batch_is_finished_by_another,
@@ -653,4 +739,5 @@ support::per_backend!(
     graceful_shutdown_leaves_nothing_delivering,
     a_slow_sink_never_holds_up_another,
     draining_run_reports_a_dead_database,
+    a_batch_claimed_ahead_waits_its_turn_within_its_lease,
 );
