@@ -67,14 +67,8 @@ pub(crate) fn mark_held_rows(
         }
         b.push(" ELSE 0 END");
     }
-    b.push(", status = CASE event_id");
-    for (event_id, cols) in &columns {
-        b.push(" WHEN ")
-            .bind(*event_id)
-            .push(" THEN ")
-            .status(cols.status);
-    }
-    b.push(" ELSE status END");
+    b.push(",");
+    super::mark::status_column(&mut b, &columns);
     super::mark::retry_and_error_columns(&mut b, &columns);
     b.push(", worker_id = ")
         .bind(worker_id)

@@ -76,6 +76,25 @@ pub(crate) fn lease_fence<'a>(
         .bind_list(event_ids);
 }
 
+/// ` status = …`: one literal when every row gets the same status (a batch that was delivered:
+/// the common case, and a `CASE` of 500 branches costs the database ~3 ms per 500 rows), else
+/// `CASE event_id WHEN … END`.
+pub(crate) fn status_column(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_>)]) {
+    let first = columns.first().map(|(_, c)| c.status);
+    if let Some(status) = first.filter(|s| columns.iter().all(|(_, c)| c.status == *s)) {
+        b.push(" status = ").status(status);
+        return;
+    }
+    b.push(" status = CASE event_id");
+    for (event_id, cols) in columns {
+        b.push(" WHEN ")
+            .bind(*event_id)
+            .push(" THEN ")
+            .status(cols.status);
+    }
+    b.push(" ELSE status END");
+}
+
 /// `, next_retry_at_ms = CASE event_id …` (only when a row gets one) and `, last_error = …` (cut
 /// when bound), shared by the leased mark and the held mark.
 pub(crate) fn retry_and_error_columns(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_>)]) {
@@ -121,14 +140,8 @@ pub(crate) fn mark_rows(
     b.push("UPDATE ")
         .push(table.as_str())
         .push(backend.dialect().primary_key_access())
-        .push(" SET status = CASE event_id");
-    for (event_id, cols) in &columns {
-        b.push(" WHEN ")
-            .bind(*event_id)
-            .push(" THEN ")
-            .status(cols.status);
-    }
-    b.push(" ELSE status END");
+        .push(" SET");
+    status_column(&mut b, &columns);
     if columns.iter().any(|(_, c)| c.failed_attempt) {
         b.push(", retry_count = CASE event_id");
         for (event_id, _) in columns.iter().filter(|(_, c)| c.failed_attempt) {

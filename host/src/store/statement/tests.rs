@@ -320,11 +320,12 @@ fn mark_is_one_fenced_statement() {
          AND lock_until_ms = ? AND event_id IN (?, ?, ?) FOR UPDATE"
     );
 
+    // A batch whose rows all get one status sets it as a literal, no CASE.
     let delivered = &marks[..1];
     let sqlite = mark_rows(Backend::Sqlite, &table(), &lease(), delivered, 100);
     assert_eq!(
         &*sqlite.sql,
-        "UPDATE room_outbox SET status = CASE event_id WHEN ? THEN 'delivered' ELSE status END, \
+        "UPDATE room_outbox SET status = 'delivered', \
          last_error = NULL, lock_until_ms = NULL, updated_at_ms = ? \
          WHERE app_code = ? AND status = 'delivering' AND worker_id = ? AND lock_until_ms = ? \
          AND event_id IN (?) RETURNING event_id"
