@@ -720,11 +720,7 @@ async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend)
         "each event published once, at attempt 1: {attempts:?}"
     );
     for id in &ids {
-        assert_eq!(
-            db.row("app", id).await.unwrap().retry_count,
-            0,
-            "{id}"
-        );
+        assert_eq!(db.row("app", id).await.unwrap().retry_count, 0, "{id}");
     }
 }
 
