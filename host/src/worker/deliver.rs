@@ -36,8 +36,10 @@ impl Worker {
             worker_id,
             app_code,
             &lease,
-            &events,
-            &created_at_ms,
+            ClaimedRows {
+                events: &events,
+                created_at_ms: &created_at_ms,
+            },
             queued,
             &mut stats,
         )
@@ -54,11 +56,14 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
         lease: &Lease,
-        events: &[Event],
-        created_at_ms: &[i64],
+        rows: ClaimedRows<'_>,
         queued: bool,
         stats: &mut BatchStats,
     ) -> Result<(), WorkerError> {
+        let ClaimedRows {
+            events,
+            created_at_ms,
+        } = rows;
         let mut answered = vec![false; events.len()];
         let mut marking = FuturesUnordered::new();
         // A batch claimed ahead that waited for the one before it: if what is left of its lease
