@@ -6,8 +6,7 @@
 //! `reject_rows`; it writes no lease. Its mark needs no lease fence: the rows are locked by the
 //! very transaction that marks them, so no other claim, mark or requeue can have changed them.
 
-use super::mark::MarkColumns;
-use super::{Bound, SqlBuilder};
+use super::Bound;
 use crate::record::Status;
 use crate::store::{Backend, Mark, TableName};
 
@@ -48,14 +47,9 @@ pub(crate) fn mark_held_rows(
     addresses: Option<&[&str]>,
     now_ms: i64,
 ) -> Bound {
-    let columns: Vec<(&str, MarkColumns<'_>)> = marks
-        .iter()
-        .map(|m| (m.event_id.as_str(), MarkColumns::of(&m.disposition)))
-        .collect();
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
+    let columns = super::mark::mark_columns(marks);
+    let mut b = super::mark::update_by_key(backend, table);
+    b
         // First assignment: MySQL evaluates SET left to right, and `status` changes below.
         .push(" SET retry_count = retry_count + CASE WHEN status = ")
         .status(Status::Delivering)

@@ -123,6 +123,23 @@ pub(crate) fn retry_and_error_columns(b: &mut SqlBuilder, columns: &[(&str, Mark
     }
 }
 
+/// Each mark's event id with the columns its disposition writes.
+pub(crate) fn mark_columns(marks: &[Mark]) -> Vec<(&str, MarkColumns<'_>)> {
+    marks
+        .iter()
+        .map(|m| (m.event_id.as_str(), MarkColumns::of(&m.disposition)))
+        .collect()
+}
+
+/// `UPDATE <table>` reached by primary key (MariaDB's `FORCE INDEX (PRIMARY)`), as every mark is.
+pub(crate) fn update_by_key(backend: Backend, table: &TableName) -> SqlBuilder {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access());
+    b
+}
+
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
 /// with `RETURNING event_id` where the backend has it.
 pub(crate) fn mark_rows(
@@ -132,15 +149,9 @@ pub(crate) fn mark_rows(
     marks: &[Mark],
     now_ms: i64,
 ) -> Bound {
-    let columns: Vec<(&str, MarkColumns<'_>)> = marks
-        .iter()
-        .map(|m| (m.event_id.as_str(), MarkColumns::of(&m.disposition)))
-        .collect();
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
-        .push(" SET");
+    let columns = mark_columns(marks);
+    let mut b = update_by_key(backend, table);
+    b.push(" SET");
     status_column(&mut b, &columns);
     if columns.iter().any(|(_, c)| c.failed_attempt) {
         b.push(", retry_count = CASE event_id");
