@@ -68,6 +68,74 @@ pub struct LatencyReport {
     pub latencies: Vec<Duration>,
     /// Where a round's time went: every claim and mark the worker made during the run.
     pub rounds: RoundTimes,
+    /// Where the counted rows' latency went, phase by phase.
+    pub phases: Phases,
+}
+
+/// A counted row's latency cut at the worker's store calls, each phase sorted ascending: commit
+/// → the start of the claim that handed it out (waiting for a claim: the wake, or a claim or
+/// delivery already under way), that claim, its end → the start of the row's mark (waiting for
+/// the batch before it to be marked, then the publish), and the mark.
+#[derive(Debug, Clone, Default)]
+pub struct Phases {
+    /// Commit → claim start (zero when the claim began before the commit returned).
+    pub to_claim: Vec<Duration>,
+    /// The claim's own duration.
+    pub claim: Vec<Duration>,
+    /// Claim end → mark start.
+    pub to_mark: Vec<Duration>,
+    /// The mark's own duration.
+    pub mark: Vec<Duration>,
+}
+
+impl Phases {
+    fn push(&mut self, committed: Instant, row: &RowTimes) {
+        self.to_claim
+            .push(row.claim.0.saturating_duration_since(committed));
+        self.claim.push(row.claim.1 - row.claim.0);
+        self.to_mark.push(row.mark.0.saturating_duration_since(row.claim.1));
+        self.mark.push(row.mark.1 - row.mark.0);
+    }
+
+    fn sort(&mut self) {
+        for phase in [
+            &mut self.to_claim,
+            &mut self.claim,
+            &mut self.to_mark,
+            &mut self.mark,
+        ] {
+            phase.sort();
+        }
+    }
+}
+
+impl fmt::Display for Phases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        write!(f, "per row p50/p90/p99 ms:")?;
+        for (name, phase) in [
+            ("commit→claim", &self.to_claim),
+            ("claim", &self.claim),
+            ("claim→mark", &self.to_mark),
+            ("mark", &self.mark),
+        ] {
+            write!(
+                f,
+                " {name} {:.1}/{:.1}/{:.1};",
+                ms(nearest_rank(phase, 50.0)),
+                ms(nearest_rank(phase, 90.0)),
+                ms(nearest_rank(phase, 99.0)),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// When a delivered row's claim and mark started and returned.
+#[derive(Debug, Clone, Copy)]
+struct RowTimes {
+    claim: (Instant, Instant),
+    mark: (Instant, Instant),
 }
 
 /// The worker's store calls of one run, timed (claims that found nothing included).
@@ -155,7 +223,8 @@ impl fmt::Display for LatencyReport {
             ms(self.percentile(99.0)),
             ms(self.percentile(100.0)),
         )?;
-        writeln!(f, "{}", self.rounds)
+        writeln!(f, "{}", self.rounds)?;
+        writeln!(f, "{}", self.phases)
     }
 }
 
@@ -196,6 +265,7 @@ pub async fn run(
     let timed = Arc::new(TimedStore {
         inner,
         delivered_at: Mutex::new(HashMap::new()),
+        claimed_at: Mutex::new(HashMap::new()),
         rounds: Mutex::new(RoundTimes::default()),
     });
     let app_code = format!("latency-{}", now_ms());
@@ -266,16 +336,27 @@ pub async fn run(
     } else {
         Duration::ZERO
     };
+    let claimed_at = timed.claimed_at.lock().expect("poisoned");
+    let mut phases = Phases::default();
     let mut latencies: Vec<Duration> = committed
         .iter()
         .filter(|(_, committed_at)| committed_at.duration_since(started) >= warm_up)
         .filter_map(|(event_id, committed_at)| {
-            delivered_at
-                .get(event_id)
-                .map(|at| at.saturating_duration_since(*committed_at))
+            let mark = delivered_at.get(event_id)?;
+            if let Some(claim) = claimed_at.get(event_id) {
+                phases.push(
+                    *committed_at,
+                    &RowTimes {
+                        claim: *claim,
+                        mark: *mark,
+                    },
+                );
+            }
+            Some(mark.1.saturating_duration_since(*committed_at))
         })
         .collect();
     latencies.sort();
+    phases.sort();
     Ok(LatencyReport {
         database: store::redact_url(&config.database.url),
         rate: options.rate,
@@ -286,6 +367,7 @@ pub async fn run(
         commit_feed,
         latencies,
         rounds,
+        phases,
     })
 }
 
@@ -327,11 +409,14 @@ async fn produce(
     Ok(all)
 }
 
-/// The store the worker uses, noting when each row's `delivered` mark returned and how long each
-/// claim and mark took.
+/// The store the worker uses, noting when each row's claim and `delivered` mark started and
+/// returned, and how long each claim and mark took.
 struct TimedStore {
     inner: Arc<dyn OutboxStore>,
-    delivered_at: Mutex<HashMap<String, Instant>>,
+    /// Event id → its `delivered` mark's start and return.
+    delivered_at: Mutex<HashMap<String, (Instant, Instant)>>,
+    /// Event id → the start and return of the (last) claim that handed it out.
+    claimed_at: Mutex<HashMap<String, (Instant, Instant)>>,
     rounds: Mutex<RoundTimes>,
 }
 
@@ -356,8 +441,14 @@ impl OutboxStore for TimedStore {
     async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
         let started = Instant::now();
         let batch = self.inner.claim(params).await?;
-        let took = started.elapsed();
+        let now = Instant::now();
+        let took = now - started;
         let rows = batch.events.len() + batch.rejected.len();
+        let mut claimed_at = self.claimed_at.lock().expect("poisoned");
+        for claimed in &batch.events {
+            claimed_at.insert(claimed.event.event_id.clone(), (started, now));
+        }
+        drop(claimed_at);
         self.rounds
             .lock()
             .expect("poisoned")
@@ -379,7 +470,7 @@ impl OutboxStore for TimedStore {
         for mark in params.marks {
             if mark.disposition == Disposition::Delivered && !report.stale.contains(&mark.event_id)
             {
-                delivered_at.insert(mark.event_id.clone(), now);
+                delivered_at.insert(mark.event_id.clone(), (started, now));
             }
         }
         Ok(report)
@@ -425,6 +516,7 @@ mod tests {
                 claims: vec![(Duration::from_millis(2), 4), (Duration::from_millis(1), 0)],
                 marks: vec![Duration::from_millis(3)],
             },
+            phases: Phases::default(),
         };
         assert_eq!(report.percentile(50.0), Duration::from_millis(50));
         assert_eq!(report.percentile(99.0), Duration::from_millis(99));
