@@ -712,6 +712,7 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
         now_ms: outboxd::record::now_ms(),
         max_attempts: 20,
         ordering: outboxd::store::DeliveryOrder::None,
+        scan_due: true,
     };
     let child = KillOnDrop(
         with(&hang, url)

@@ -310,6 +310,7 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
             now_ms: NOW,
             max_attempts: 100,
             ordering: DeliveryOrder::None,
+            scan_due: true,
         })
         .await
         .expect("claim");

@@ -191,6 +191,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
             now_ms: now,
             max_attempts: 20,
             ordering: DeliveryOrder::None,
+            scan_due: true,
         })
         .await
         .expect("claim");
@@ -253,6 +254,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
             now_ms: now_ms(),
             max_attempts: 20,
             ordering: DeliveryOrder::None,
+            scan_due: true,
         })
         .await
         .expect("second claim");

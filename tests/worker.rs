@@ -7,7 +7,7 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outboxd::publish::{Event, Outcome, Publisher};
@@ -17,7 +17,7 @@ use outboxd::store::{
     ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore,
     StoreError,
 };
-use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
 use tokio_util::sync::CancellationToken;
 
@@ -196,6 +196,7 @@ async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
             now_ms: now_ms(),
             max_attempts: 5,
             ordering: DeliveryOrder::None,
+            scan_due: true,
         })
         .await
         .unwrap();
@@ -724,6 +725,165 @@ async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend)
     }
 }
 
+/// The store of a worker under test, noting when each claim started and whether it asked for
+/// the due branches ([`ClaimParams::scan_due`]).
+struct ScanRecorder {
+    inner: Arc<dyn OutboxStore>,
+    claims: Mutex<Vec<(Instant, bool)>>,
+}
+
+#[async_trait]
+impl OutboxStore for ScanRecorder {
+    fn backend(&self) -> outboxd::store::Backend {
+        self.inner.backend()
+    }
+    fn table(&self) -> &outboxd::store::TableName {
+        self.inner.table()
+    }
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate().await
+    }
+    async fn enqueue(&self, records: &[outboxd::record::Record]) -> Result<u64, StoreError> {
+        self.inner.enqueue(records).await
+    }
+    async fn claim(&self, params: &ClaimParams) -> Result<outboxd::store::ClaimBatch, StoreError> {
+        self.claims
+            .lock()
+            .unwrap()
+            .push((Instant::now(), params.scan_due));
+        self.inner.claim(params).await
+    }
+    async fn mark(
+        &self,
+        params: &MarkParams<'_>,
+    ) -> Result<outboxd::store::MarkReport, StoreError> {
+        self.inner.mark(params).await
+    }
+    async fn counts(
+        &self,
+        params: &CountsParams,
+    ) -> Result<outboxd::store::StatusCounts, StoreError> {
+        self.inner.counts(params).await
+    }
+    async fn list_failed(
+        &self,
+        params: &outboxd::store::ListFailedParams,
+    ) -> Result<Vec<outboxd::store::FailedRow>, StoreError> {
+        self.inner.list_failed(params).await
+    }
+    async fn requeue(&self, params: &outboxd::store::RequeueParams) -> Result<u64, StoreError> {
+        self.inner.requeue(params).await
+    }
+    async fn purge(&self, params: &outboxd::store::PurgeParams) -> Result<u64, StoreError> {
+        self.inner.purge(params).await
+    }
+    async fn close(&self) {
+        self.inner.close().await
+    }
+}
+
+/// While new rows keep arriving (so claims find pending rows and may skip the due branches), a
+/// retryable row that is due and a dead worker's expired lease are still claimed, the lease as
+/// an attempt, before the stream stops; and no claim skipped the due branches longer than
+/// [`DUE_SCAN_INTERVAL`] after the last one that read them.
+async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = Arc::new(ScanRecorder {
+        inner: db.store_default().await,
+        claims: Mutex::default(),
+    });
+    let recorder = Recorder::new(|_| None);
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(store.clone(), recorder.clone(), options("w"));
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { worker.run(RunMode::Forever, shutdown).await }
+    });
+    // A new row every 2 ms for 4 s.
+    let producer = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(2));
+            let started = Instant::now();
+            let mut i = 0;
+            while started.elapsed() < Duration::from_secs(4) {
+                tick.tick().await;
+                let rec = record("app", &format!("new{i:05}"), "room", now_ms());
+                store.enqueue(&[rec]).await.expect("enqueue");
+                i += 1;
+            }
+            Instant::now()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let now = now_ms();
+    db.insert_raw(
+        outboxd::store::DEFAULT_TABLE,
+        &[
+            RawInsert {
+                retry_count: Some(1),
+                next_retry_at_ms: Some(now),
+                ..RawInsert::pending("app", "due-retry", "room-r", now - 10_000)
+            }
+            .with_status("retryable"),
+            RawInsert {
+                worker_id: Some("dead/0".into()),
+                lock_until_ms: Some(now - 1),
+                ..RawInsert::pending("app", "dead-lease", "room-d", now - 10_000)
+            }
+            .with_status("delivering"),
+        ],
+    )
+    .await;
+    let inserted = Instant::now();
+    let due = ["due-retry".to_string(), "dead-lease".to_string()];
+    let delivered_at = loop {
+        let delivered = recorder.delivered_ids();
+        if due.iter().all(|id| delivered.contains(id)) {
+            break Instant::now();
+        }
+        assert!(
+            inserted.elapsed() < Duration::from_secs(30),
+            "due rows not delivered: {delivered:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let stream_stopped = producer.await.unwrap();
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    assert!(
+        delivered_at < stream_stopped,
+        "the due rows waited {:?}, until new rows stopped coming",
+        delivered_at - inserted
+    );
+    let attempts = recorder.attempts.lock().unwrap().clone();
+    assert_eq!(attempts["due-retry"], vec![2]);
+    assert_eq!(
+        attempts["dead-lease"],
+        vec![2],
+        "the reclaimed lease is an attempt"
+    );
+    let claims = store.claims.lock().unwrap().clone();
+    assert!(
+        claims.iter().any(|(_, scan_due)| !scan_due),
+        "no claim skipped the due branches: the test did not exercise the skip"
+    );
+    let mut last_scan = None;
+    for (at, scan_due) in claims {
+        if scan_due {
+            last_scan = Some(at);
+        } else {
+            let since = at - last_scan.expect("the first claim reads the due branches");
+            assert!(
+                since < DUE_SCAN_INTERVAL,
+                "a claim skipped the due branches {since:?} after the last scan"
+            );
+        }
+    }
+}
+
 support::per_backend!(
     three_hosts_drain_10k_exactly_once,
     crashed_worker_batch_is_finished_by_another,
@@ -736,4 +896,5 @@ support::per_backend!(
     a_slow_sink_never_holds_up_another,
     draining_run_reports_a_dead_database,
     a_batch_claimed_ahead_waits_its_turn_within_its_lease,
+    due_rows_are_claimed_while_new_rows_keep_coming,
 );

@@ -37,6 +37,12 @@ mod held;
 
 pub use held::WorkerMode;
 
+/// How often a busy loop's claim also reads the due branches (retryable rows whose retry is due,
+/// expired leases) of an app code while the pending branch keeps handing out rows
+/// ([`ClaimParams::scan_due`]): a due row waits at most this long plus one round for a busy loop.
+/// A claim that finds no pending row always reads them.
+pub const DUE_SCAN_INTERVAL: Duration = Duration::from_millis(50);
+
 /// Everything a worker needs to know besides its store and publisher (from a configuration:
 /// `Config::worker_options`).
 #[derive(Debug, Clone, PartialEq)]
@@ -221,14 +227,17 @@ impl Worker {
         let publishing = tokio::sync::Semaphore::new(1);
         let mut delivering: FuturesUnordered<Delivery<'_>> = FuturesUnordered::new();
         let mut first_error: Option<WorkerError> = None;
+        // Per app code (same order as the options): when a claim last read the due branches.
+        let mut due_scanned: Vec<Option<Instant>> = vec![None; self.options.app_codes.len()];
         info!(worker = %worker_id, node_id = %self.options.node_id, mode = self.options.mode.as_str(), status = "started", "worker started");
         'rounds: while !shutdown.is_cancelled() {
+            let round_started = tokio::time::Instant::now();
             let mut found_any = false;
             let mut any_full = false;
             let mut failed = false;
             // Whether a claim of this round ran beside a delivery (whose marks it may not see).
             let mut overlapped = false;
-            for app_code in &self.options.app_codes {
+            for (app_index, app_code) in self.options.app_codes.iter().enumerate() {
                 if shutdown.is_cancelled() {
                     break;
                 }
@@ -240,7 +249,10 @@ impl Worker {
                     break 'rounds;
                 }
                 overlapped |= !delivering.is_empty();
-                let claim = self.claim_batch(&worker_id, app_code);
+                let claim_started = Instant::now();
+                let scan_due = due_scanned[app_index]
+                    .is_none_or(|at| claim_started.duration_since(at) >= DUE_SCAN_INTERVAL);
+                let claim = self.claim_batch(&worker_id, app_code, scan_due);
                 tokio::pin!(claim);
                 let claimed = loop {
                     tokio::select! {
@@ -253,6 +265,9 @@ impl Worker {
                 match claimed {
                     Ok((stats, batch)) => {
                         self.outage_over();
+                        if scan_due {
+                            due_scanned[app_index] = Some(claim_started);
+                        }
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         found_any |= taken > 0;
@@ -303,13 +318,16 @@ impl Worker {
             if !any_full || failed {
                 // With a commit feed a commit wakes the loop, so it may sleep the poll interval
                 // (the safety net); without one it probes sooner while rows keep arriving.
+                // The probe's wait counts from the start of the round (the claims took part of
+                // it), so a busy table is claimed at most every PROBE_MIN, not every PROBE_MIN
+                // plus a round.
                 let probe = backoff.after_round(found_any);
-                let wait = if failed || self.wake.has_commit_feed() {
-                    self.options.poll_interval
+                let wake_at = if failed || self.wake.has_commit_feed() {
+                    tokio::time::Instant::now() + self.options.poll_interval
                 } else {
-                    probe
+                    round_started + probe
                 };
-                let sleep = tokio::time::sleep(wait);
+                let sleep = tokio::time::sleep_until(wake_at);
                 tokio::pin!(sleep);
                 loop {
                     tokio::select! {
@@ -394,7 +412,7 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
-        let (mut stats, batch) = self.claim_batch(worker_id, app_code).await?;
+        let (mut stats, batch) = self.claim_batch(worker_id, app_code, true).await?;
         if let Some(batch) = batch {
             stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
         }
@@ -402,11 +420,13 @@ impl Worker {
     }
 
     /// Claims a batch of `app_code`: the claim's counters, and the rows to publish (`None` when
-    /// the claim handed out nothing).
+    /// the claim handed out nothing). `scan_due`: read the due branches even if pending rows are
+    /// handed out ([`ClaimParams::scan_due`]).
     async fn claim_batch(
         &self,
         worker_id: &str,
         app_code: &str,
+        scan_due: bool,
     ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
         if self.options.mode == WorkerMode::Held {
             // A held round claims, publishes and marks in one go (its transaction cannot outlive
@@ -415,7 +435,7 @@ impl Worker {
         }
         let batch = self
             .store
-            .claim(&self.claim_params(worker_id, app_code))
+            .claim(&self.claim_params(worker_id, app_code, scan_due))
             .await
             .inspect_err(|e| self.metrics.count_database_error(e))?;
         let stats = self.book_claim(worker_id, app_code, batch.events.len(), &batch.rejected);
@@ -425,7 +445,7 @@ impl Worker {
     /// The claim of one batch for `app_code` as `worker_id`, from the options; `lease_ms` is the
     /// lease (held mode: how long its transaction may sit idle; the publish deadline is at least
     /// 1 s shorter, by config).
-    fn claim_params(&self, worker_id: &str, app_code: &str) -> ClaimParams {
+    fn claim_params(&self, worker_id: &str, app_code: &str, scan_due: bool) -> ClaimParams {
         let options = &*self.options;
         ClaimParams {
             app_code: app_code.to_string(),
@@ -435,6 +455,7 @@ impl Worker {
             now_ms: now_ms(),
             max_attempts: options.retry.max_attempts,
             ordering: options.ordering,
+            scan_due,
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use outboxd::record::truncate_error;
 use outboxd::store::{
-    Backend, ClaimBatch, DEFAULT_TABLE, FailedFilter, Lease, MarkReport, OutboxStore,
+    Backend, ClaimBatch, ClaimParams, DEFAULT_TABLE, FailedFilter, Lease, MarkReport, OutboxStore,
 };
 
 use crate::helpers::{
@@ -19,6 +19,7 @@ crate::support::per_backend!(
     claim_orders_pending_by_created_at_then_event_id,
     claim_takes_pending_then_due_retryable_then_expired_leases,
     claim_limit_takes_branches_in_order,
+    claim_without_scan_due_reads_due_rows_only_when_nothing_is_pending,
     claim_honours_limit,
     claim_writes_the_lease,
     claim_skips_live_leases,
@@ -149,6 +150,54 @@ async fn claim_limit_takes_branches_in_order(backend: Backend) {
         ids(&claim_app(&store, "w9", 10, 5_000, 100).await),
         strs(&["b"])
     );
+}
+
+/// A claim with `scan_due = false` (a busy worker loop between two scans) hands out the pending
+/// rows alone, leaving due retryable rows and expired leases untouched; the next claim that finds
+/// nothing pending takes them, the reclaimed leases as an attempt; and one with `scan_due = true`
+/// reads every branch as before.
+async fn claim_without_scan_due_reads_due_rows_only_when_nothing_is_pending(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    mixed_claim_setup(&store).await;
+    let busy = |worker: &str| ClaimParams {
+        scan_due: false,
+        ..params(APP, worker, 10, 2_000, 100)
+    };
+    let pending_only = claim(&store, busy("w2")).await;
+    assert_eq!(
+        ids(&pending_only),
+        strs(&["p1", "p2"]),
+        "pending rows were handed out: the due branches are not read"
+    );
+    assert_eq!(status_of(&db, APP, "a").await, "retryable");
+    let row = db.row(APP, "d").await.unwrap();
+    assert_eq!(
+        (
+            row.status.as_str(),
+            row.worker_id.as_deref(),
+            row.retry_count
+        ),
+        ("delivering", Some("w1"), 0),
+        "the expired lease is left as it was"
+    );
+    let due = claim(&store, busy("w3")).await;
+    assert_eq!(
+        ids(&due),
+        strs(&["a", "x", "d2", "d"]),
+        "nothing pending: due retryable rows, then expired leases"
+    );
+    let attempts: Vec<u32> = due.events.iter().map(|e| e.event.attempt).collect();
+    assert_eq!(attempts, vec![2, 2, 2, 2]);
+
+    // The same table state again, read by a scanning claim: every branch at once.
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    mixed_claim_setup(&store).await;
+    let all = claim(&store, params(APP, "w2", 10, 2_000, 100)).await;
+    assert_eq!(ids(&all), strs(&["p1", "p2", "a", "x", "d2", "d"]));
 }
 
 async fn claim_honours_limit(backend: Backend) {

@@ -44,6 +44,7 @@ pub(crate) fn params(
         now_ms,
         max_attempts: MANY,
         ordering: DeliveryOrder::None,
+        scan_due: true,
     }
 }
 

@@ -424,6 +424,7 @@ async fn drain_go_shape(
                 now_ms: now_ms(),
                 max_attempts: 20,
                 ordering: DeliveryOrder::None,
+                scan_due: true,
             })
             .await?;
         if batch.events.is_empty() {

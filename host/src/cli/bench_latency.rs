@@ -93,7 +93,8 @@ impl Phases {
         self.to_claim
             .push(row.claim.0.saturating_duration_since(committed));
         self.claim.push(row.claim.1 - row.claim.0);
-        self.to_mark.push(row.mark.0.saturating_duration_since(row.claim.1));
+        self.to_mark
+            .push(row.mark.0.saturating_duration_since(row.claim.1));
         self.mark.push(row.mark.1 - row.mark.0);
     }
 

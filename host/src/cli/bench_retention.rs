@@ -413,6 +413,7 @@ pub(super) async fn claim_and_deliver(
             now_ms: at_ms,
             max_attempts: 20,
             ordering: DeliveryOrder::None,
+            scan_due: true,
         })
         .await?;
     if batch.events.len() != expected as usize {

@@ -355,12 +355,27 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     if limit == 0 {
         return Ok(batch);
     }
-    let mut tx = begin_write(driver, OP).await?;
     if statements.leases_in_claim() {
-        claim_and_lease(&mut *tx, statements, params, &mut batch).await?;
+        let mut branches = &ClaimBranch::ALL[..];
+        if !params.scan_due {
+            // A busy loop's claim reads the due branches only if no pending row is handed out,
+            // and the pending branch is one self-contained UPDATE … RETURNING: it runs on its own
+            // (autocommit: one round trip instead of BEGIN, UPDATE, COMMIT). Rejected rows are
+            // failed by a second statement fenced on the new lease; should that one fail, the
+            // batch's rows come back when the lease expires (an attempt), like a failed mark.
+            let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+            claim_and_lease(&mut *conn, statements, params, &mut batch, &branches[..1]).await?;
+            if !batch.events.is_empty() || !batch.rejected.is_empty() {
+                return Ok(batch);
+            }
+            branches = &branches[1..];
+        }
+        let mut tx = begin_write(driver, OP).await?;
+        claim_and_lease(&mut *tx, statements, params, &mut batch, branches).await?;
         tx.commit().await.map_err(db(OP))?;
         return Ok(batch);
     }
+    let mut tx = begin_write(driver, OP).await?;
     let mut taken = 0;
     for branch in ClaimBranch::ALL {
         let remaining = limit - taken;
@@ -377,6 +392,9 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
                 Ok(event) => batch.events.push(event),
                 Err(rejected) => batch.rejected.push(rejected),
             }
+        }
+        if skips_due_after(branch, params, taken) {
+            break;
         }
     }
     let leased: Vec<&str> = batch
@@ -404,19 +422,26 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     Ok(batch)
 }
 
+/// Whether a claim stops after `branch`, having taken `taken` rows so far: after the pending
+/// branch handed out rows, unless the claim asks for the due branches ([`ClaimParams::scan_due`]).
+fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> bool {
+    branch == ClaimBranch::Pending && taken > 0 && !params.scan_due
+}
+
 /// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
-/// order, then the rejected rows failed under the new lease.
+/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into
+/// the branch's order, then the rejected rows failed under the new lease.
 async fn claim_and_lease<S: Session>(
     session: &mut S,
     statements: &Statements,
     params: &ClaimParams,
     batch: &mut ClaimBatch,
+    branches: &[ClaimBranch],
 ) -> Result<(), StoreError> {
     const OP: &str = "claim";
     let limit = params.limit as usize;
     let mut taken = 0;
-    for branch in ClaimBranch::ALL {
+    for &branch in branches {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
@@ -433,6 +458,9 @@ async fn claim_and_lease<S: Session>(
                 Ok(event) => batch.events.push(event),
                 Err(rejected) => batch.rejected.push(rejected),
             }
+        }
+        if skips_due_after(branch, params, taken) {
+            break;
         }
     }
     for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
@@ -511,6 +539,12 @@ async fn mark_once<D: Driver>(
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     let update = mark_rows(backend, table, lease, marks, now_ms);
+    if backend.dialect().has_update_returning() && D::BEGIN_WRITE.is_none() {
+        // One self-contained UPDATE … RETURNING: autocommit, one round trip instead of three
+        // (not SQLite, whose write transactions take the lock up front: `BEGIN IMMEDIATE`).
+        let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+        return conn.rows::<EventId>(update).await.map_err(db(OP));
+    }
     let mut tx = begin_write(driver, OP).await?;
     let ids = if backend.dialect().has_update_returning() {
         tx.rows::<EventId>(update).await.map_err(db(OP))?

@@ -221,6 +221,13 @@ pub struct ClaimParams {
     pub max_attempts: u32,
     /// Delivery order: per room or none.
     pub ordering: DeliveryOrder,
+    /// Whether the claim reads the due branches — `retryable` rows whose retry is due, leases
+    /// that expired — even when the `pending` branch hands out rows. With `false` it reads them
+    /// only when no pending row was handed out, so a steady stream of new rows costs one
+    /// statement per claim instead of three; whoever claims with `false` must claim with `true`
+    /// often enough that a due row does not wait (the worker: every
+    /// [`crate::worker::DUE_SCAN_INTERVAL`]). A held claim always reads every branch.
+    pub scan_due: bool,
 }
 
 /// The fence of a claimed batch: marks change a row only while these still match it.

@@ -72,7 +72,9 @@ impl Wake {
 pub const PROBE_MIN: Duration = Duration::from_millis(5);
 
 /// The idle wait of a loop without a commit feed: [`PROBE_MIN`] after a round that found rows,
-/// doubling with every empty round up to the poll interval. A table that is idle costs one claim
+/// doubling with every empty round up to the poll interval (the worker counts each wait from the
+/// start of the round, so a busy table is claimed every `PROBE_MIN`, not every `PROBE_MIN` plus
+/// a round). A table that is idle costs one claim
 /// per `poll_interval` per loop (after about ten empty rounds); one that is busy is probed every
 /// few milliseconds.
 #[derive(Debug, Clone)]

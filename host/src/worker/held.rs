@@ -51,7 +51,7 @@ impl Worker {
     ) -> Result<BatchStats, WorkerError> {
         let batch = self
             .store
-            .claim_held(&self.claim_params(worker_id, app_code))
+            .claim_held(&self.claim_params(worker_id, app_code, true))
             .await
             .inspect_err(|e| self.metrics.count_database_error(e))?;
         let mut stats = self.book_claim(worker_id, app_code, batch.events.len(), &batch.rejected);

@@ -103,6 +103,7 @@ fn claim_queries_bind_what_their_text_asks() {
                 now_ms: 7,
                 max_attempts: 3,
                 ordering,
+                scan_due: true,
             };
             for branch in ClaimBranch::ALL {
                 let bound = statements.claim_query(branch, &params, 4);
@@ -391,6 +392,7 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
         now_ms: 7,
         max_attempts: 3,
         ordering: DeliveryOrder::PerRoom,
+        scan_due: true,
     };
     for branch in ClaimBranch::ALL {
         let bound = pg
