@@ -146,6 +146,9 @@ pub struct RoundTimes {
     pub claims: Vec<(Duration, usize)>,
     /// Each mark's duration.
     pub marks: Vec<Duration>,
+    /// From each claim's return to the next claim's start: the loop waiting (for the wake or the
+    /// probe, or for a delivery to be marked before it may claim again).
+    pub gaps: Vec<Duration>,
 }
 
 impl fmt::Display for RoundTimes {
@@ -155,6 +158,8 @@ impl fmt::Display for RoundTimes {
         claim_times.sort();
         let mut mark_times = self.marks.clone();
         mark_times.sort();
+        let mut gaps = self.gaps.clone();
+        gaps.sort();
         let busy: Vec<usize> = self
             .claims
             .iter()
@@ -164,12 +169,15 @@ impl fmt::Display for RoundTimes {
         let rows: usize = busy.iter().sum();
         write!(
             f,
-            "claims: {} ({} found rows, {:.1} rows each), claim ms p50/p99 {:.1}/{:.1}; marks: {}, mark ms p50/p99 {:.1}/{:.1}",
+            "claims: {} ({} found rows, {:.1} rows each), claim ms p50/p99 {:.1}/{:.1}, between claims ms p50/p99/max {:.1}/{:.1}/{:.1}; marks: {}, mark ms p50/p99 {:.1}/{:.1}",
             self.claims.len(),
             busy.len(),
             rows as f64 / busy.len().max(1) as f64,
             ms(nearest_rank(&claim_times, 50.0)),
             ms(nearest_rank(&claim_times, 99.0)),
+            ms(nearest_rank(&gaps, 50.0)),
+            ms(nearest_rank(&gaps, 99.0)),
+            ms(nearest_rank(&gaps, 100.0)),
             mark_times.len(),
             ms(nearest_rank(&mark_times, 50.0)),
             ms(nearest_rank(&mark_times, 99.0)),
@@ -267,6 +275,7 @@ pub async fn run(
         inner,
         delivered_at: Mutex::new(HashMap::new()),
         claimed_at: Mutex::new(HashMap::new()),
+        last_claim_end: Mutex::new(None),
         rounds: Mutex::new(RoundTimes::default()),
     });
     let app_code = format!("latency-{}", now_ms());
@@ -418,6 +427,9 @@ struct TimedStore {
     delivered_at: Mutex<HashMap<String, (Instant, Instant)>>,
     /// Event id → the start and return of the (last) claim that handed it out.
     claimed_at: Mutex<HashMap<String, (Instant, Instant)>>,
+    /// When the last claim returned (the worker runs one loop in the default config; with more,
+    /// the gaps interleave the loops' claims).
+    last_claim_end: Mutex<Option<Instant>>,
     rounds: Mutex<RoundTimes>,
 }
 
@@ -450,11 +462,12 @@ impl OutboxStore for TimedStore {
             claimed_at.insert(claimed.event.event_id.clone(), (started, now));
         }
         drop(claimed_at);
-        self.rounds
-            .lock()
-            .expect("poisoned")
-            .claims
-            .push((took, rows));
+        let mut rounds = self.rounds.lock().expect("poisoned");
+        let mut last_claim_end = self.last_claim_end.lock().expect("poisoned");
+        if let Some(end) = last_claim_end.replace(now) {
+            rounds.gaps.push(started.saturating_duration_since(end));
+        }
+        rounds.claims.push((took, rows));
         Ok(batch)
     }
 
@@ -516,6 +529,7 @@ mod tests {
             rounds: RoundTimes {
                 claims: vec![(Duration::from_millis(2), 4), (Duration::from_millis(1), 0)],
                 marks: vec![Duration::from_millis(3)],
+                gaps: vec![Duration::from_millis(1)],
             },
             phases: Phases::default(),
         };
