@@ -114,6 +114,11 @@ pub(crate) trait Driver: Send + Sync {
     /// instead of failing to upgrade).
     const BEGIN_WRITE: Option<&'static str>;
 
+    /// The statement beginning a claim's transaction, when it differs from
+    /// [`Driver::BEGIN_WRITE`] (PostgreSQL: the claim commits without waiting for its WAL flush,
+    /// see `postgres.rs`).
+    const BEGIN_CLAIM: Option<&'static str> = None;
+
     /// The connection pool.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
@@ -355,27 +360,15 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     if limit == 0 {
         return Ok(batch);
     }
+    let mut tx = match D::BEGIN_CLAIM {
+        Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
+        None => begin_write(driver, OP).await?,
+    };
     if statements.leases_in_claim() {
-        let mut branches = &ClaimBranch::ALL[..];
-        if !params.scan_due {
-            // A busy loop's claim reads the due branches only if no pending row is handed out,
-            // and the pending branch is one self-contained UPDATE … RETURNING: it runs on its own
-            // (autocommit: one round trip instead of BEGIN, UPDATE, COMMIT). Rejected rows are
-            // failed by a second statement fenced on the new lease; should that one fail, the
-            // batch's rows come back when the lease expires (an attempt), like a failed mark.
-            let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-            claim_and_lease(&mut *conn, statements, params, &mut batch, &branches[..1]).await?;
-            if !batch.events.is_empty() || !batch.rejected.is_empty() {
-                return Ok(batch);
-            }
-            branches = &branches[1..];
-        }
-        let mut tx = begin_write(driver, OP).await?;
-        claim_and_lease(&mut *tx, statements, params, &mut batch, branches).await?;
+        claim_and_lease(&mut *tx, statements, params, &mut batch).await?;
         tx.commit().await.map_err(db(OP))?;
         return Ok(batch);
     }
-    let mut tx = begin_write(driver, OP).await?;
     let mut taken = 0;
     for branch in ClaimBranch::ALL {
         let remaining = limit - taken;
@@ -429,19 +422,18 @@ fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> b
 }
 
 /// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into
-/// the branch's order, then the rejected rows failed under the new lease.
+/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
+/// order, then the rejected rows failed under the new lease.
 async fn claim_and_lease<S: Session>(
     session: &mut S,
     statements: &Statements,
     params: &ClaimParams,
     batch: &mut ClaimBatch,
-    branches: &[ClaimBranch],
 ) -> Result<(), StoreError> {
     const OP: &str = "claim";
     let limit = params.limit as usize;
     let mut taken = 0;
-    for &branch in branches {
+    for branch in ClaimBranch::ALL {
         let remaining = limit - taken;
         if remaining == 0 {
             break;

@@ -166,6 +166,12 @@ impl_session!(sqlx::PgConnection, Postgres);
 impl Driver for PostgresStore {
     type Db = Postgres;
     const BEGIN_WRITE: Option<&'static str> = None;
+    /// A claim commits without waiting for the WAL flush (one simple query, one round trip): on
+    /// this project's disk a flush is ~3.5 ms, half of a round's database time. Only a lease is
+    /// at stake: a server crash may forget the last claims (their rows are claimed again,
+    /// published twice at worst, and a reclaimed lease's attempt may go uncounted), never a
+    /// mark, since the WAL is flushed in order and a mark's commit waits for its flush.
+    const BEGIN_CLAIM: Option<&'static str> = Some("BEGIN; SET LOCAL synchronous_commit = off");
 
     fn pool(&self) -> &PgPool {
         &self.pool
