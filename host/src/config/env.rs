@@ -17,7 +17,6 @@ const ENV_SECTIONS: [&str; 7] = [
 /// Keys whose environment override is a comma-separated list.
 const LIST_KEYS: [&str; 2] = ["app_codes", "delays"];
 
-
 /// Applies `OUTBOXD_<SECTION>_<KEY>` variables to `table`; returns the variable names used.
 pub(super) fn apply_env(
     table: &mut toml::Table,

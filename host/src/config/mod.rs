@@ -255,6 +255,5 @@ impl Config {
     }
 }
 
-
 #[cfg(test)]
 mod tests;
