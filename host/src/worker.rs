@@ -437,15 +437,16 @@ impl Worker {
             // of held mode (its crash guard) run the same way.
             return Ok((self.held_mode_round(worker_id, app_code).await?, None));
         }
-        self.claim_leased(worker_id, app_code).await
+        self.claim_leased(worker_id, app_code, scan_due).await
     }
 
     /// A leased claim of `app_code`: the claim's counters, and the rows to publish (`None` when
-    /// the claim handed out nothing).
+    /// the claim handed out nothing). `scan_due` as in [`Worker::claim_batch`].
     async fn claim_leased(
         &self,
         worker_id: &str,
         app_code: &str,
+        scan_due: bool,
     ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
         let batch = self
             .store

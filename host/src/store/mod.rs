@@ -226,7 +226,8 @@ pub struct ClaimParams {
     /// only when no pending row was handed out, so a steady stream of new rows costs one
     /// statement per claim instead of three; whoever claims with `false` must claim with `true`
     /// often enough that a due row does not wait (the worker: every
-    /// [`crate::worker::DUE_SCAN_INTERVAL`]). A held claim always reads every branch.
+    /// [`crate::worker::DUE_SCAN_INTERVAL`]). A held claim ignores it (it always reads the
+    /// branches it has).
     pub scan_due: bool,
 }
 

@@ -125,7 +125,7 @@ impl Worker {
                 return Ok(stats);
             }
         }
-        let (leased, batch) = self.claim_leased(worker_id, app_code).await?;
+        let (leased, batch) = self.claim_leased(worker_id, app_code, true).await?;
         schedule.leased_claimed(leased.claimed + leased.rejected, now_ms());
         stats.claimed += leased.claimed;
         stats.rejected += leased.rejected;
