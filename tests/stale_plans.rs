@@ -66,6 +66,7 @@ fn binds(args: &[Arg]) -> Vec<Bind> {
             Arg::Text(v) => Bind::Str(v.clone()),
             Arg::Int(v) => Bind::I64(*v),
             Arg::Bytes(v) => Bind::Bytes(v.clone()),
+            Arg::TextList(v) => Bind::StrList(v.clone()),
         })
         .collect()
 }

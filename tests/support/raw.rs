@@ -30,7 +30,44 @@ pub enum Bind {
     NullI64,
     /// SQL NULL for a text column.
     NullStr,
+    /// A list of strings as one array parameter (PostgreSQL's `text[]`; the store writes one only
+    /// for a dialect with arrays).
+    StrList(Vec<String>),
 }
+
+/// How a database binds a [`Bind::StrList`]: as one array where it has arrays.
+pub trait BindList: sqlx::Database {
+    /// `query` with `values` bound as the next parameter.
+    fn bind_list<'q>(
+        query: Query<'q, Self, Self::Arguments>,
+        values: Vec<String>,
+    ) -> Query<'q, Self, Self::Arguments>;
+}
+
+impl BindList for sqlx::Postgres {
+    fn bind_list<'q>(
+        query: Query<'q, Self, Self::Arguments>,
+        values: Vec<String>,
+    ) -> Query<'q, Self, Self::Arguments> {
+        query.bind(values)
+    }
+}
+
+/// MySQL and SQLite have no array parameter (no statement of theirs carries a list).
+macro_rules! no_list {
+    ($database:ty) => {
+        impl BindList for $database {
+            fn bind_list<'q>(
+                _query: Query<'q, Self, Self::Arguments>,
+                _values: Vec<String>,
+            ) -> Query<'q, Self, Self::Arguments> {
+                panic!("{} has no array parameter", stringify!($database))
+            }
+        }
+    };
+}
+no_list!(sqlx::MySql);
+no_list!(sqlx::Sqlite);
 
 /// Evaluates `$body` with `$pool` bound to the sqlx pool a [`RawPool`] holds and `$db` to that
 /// pool's database type (`sqlx::Sqlite`, `sqlx::MySql`, `sqlx::Postgres`): one generic body
@@ -61,7 +98,7 @@ pub(super) use on_pool;
 /// `sql` as a query with `binds` bound in order: the one place a [`Bind`] becomes a sqlx argument.
 pub(super) fn bound_query<'q, DB>(sql: &str, binds: &[Bind]) -> Query<'q, DB, DB::Arguments>
 where
-    DB: sqlx::Database,
+    DB: BindList,
     for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     for<'t> String: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     for<'t> Vec<u8>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
@@ -76,6 +113,7 @@ where
             Bind::Bytes(v) => query.bind(v.clone()),
             Bind::NullI64 => query.bind(None::<i64>),
             Bind::NullStr => query.bind(None::<String>),
+            Bind::StrList(v) => DB::bind_list(query, v.clone()),
         };
     }
     query
