@@ -86,19 +86,17 @@ impl Worker {
                 })
                 .collect();
             let (positions, marks) = self.marks_for(events, back, &mut answered);
-            for (positions, marks) in self.mark_statements(positions, marks) {
-                marking.push(self.mark_and_log(
-                    worker_id,
-                    app_code,
-                    lease,
-                    ClaimedRows {
-                        events,
-                        created_at_ms,
-                    },
-                    positions,
-                    marks,
-                ));
-            }
+            marking.push(self.mark_and_log(
+                worker_id,
+                app_code,
+                lease,
+                ClaimedRows {
+                    events,
+                    created_at_ms,
+                },
+                positions,
+                marks,
+            ));
             None
         };
         let deadline = tokio::time::sleep(timeout);
@@ -114,7 +112,7 @@ impl Worker {
                         }
                     };
                     let (positions, marks) = self.marks_for(events, part, &mut answered);
-                    for (positions, marks) in self.mark_statements(positions, marks) {
+                    if !marks.is_empty() {
                         marking.push(self.mark_and_log(worker_id, app_code, lease, ClaimedRows { events, created_at_ms }, positions, marks));
                     }
                 },
@@ -126,7 +124,7 @@ impl Worker {
                     );
                     let (positions, marks) =
                         self.marks_for(events, unanswered(&answered, &reason), &mut answered);
-                    for (positions, marks) in self.mark_statements(positions, marks) {
+                    if !marks.is_empty() {
                         marking.push(self.mark_and_log(worker_id, app_code, lease, ClaimedRows { events, created_at_ms }, positions, marks));
                     }
                 },
@@ -160,29 +158,6 @@ impl Worker {
                 (position, mark)
             })
             .unzip()
-    }
-
-    /// The marks of one answered part as the mark statements to run side by side: where the
-    /// database runs writers side by side ([`crate::store::Backend::concurrent_writers`]), a part
-    /// of at least `2 × MIN_ROWS_PER_MARK` rows goes as [`MARKS_SIDE_BY_SIDE`] statements of
-    /// about equal size, each on its own connection (a mark of 500 rows is one database core
-    /// busy for its whole length, while the loop's next claim takes the other); else one.
-    /// Every statement is fenced on the lease like the whole, so what each row ends as is the
-    /// same; an empty part gives none.
-    pub(super) fn mark_statements(
-        &self,
-        positions: Vec<usize>,
-        marks: Vec<Mark>,
-    ) -> Vec<(Vec<usize>, Vec<Mark>)> {
-        if marks.is_empty() {
-            return Vec::new();
-        }
-        let side_by_side = if self.store.backend().concurrent_writers() {
-            (marks.len() / MIN_ROWS_PER_MARK).clamp(1, MARKS_SIDE_BY_SIDE)
-        } else {
-            1
-        };
-        split_evenly(positions, marks, side_by_side)
     }
 
     /// Marks one part (fenced on the lease) and logs every event that was not delivered.
@@ -307,26 +282,6 @@ impl Worker {
     }
 }
 
-/// Most mark statements one answered part is split into ([`Worker::mark_statements`]).
-const MARKS_SIDE_BY_SIDE: usize = 2;
-
-/// Fewest rows a mark statement of a split part carries.
-const MIN_ROWS_PER_MARK: usize = 100;
-
-/// `positions` and their `marks` (the same length) in `n` consecutive runs of about equal size.
-fn split_evenly(positions: Vec<usize>, marks: Vec<Mark>, n: usize) -> Vec<(Vec<usize>, Vec<Mark>)> {
-    let size = marks.len().div_ceil(n.max(1)).max(1);
-    let mut positions = positions.into_iter();
-    let mut runs = Vec::with_capacity(n);
-    let mut marks = marks.into_iter().peekable();
-    while marks.peek().is_some() {
-        let run_marks: Vec<Mark> = marks.by_ref().take(size).collect();
-        let run_positions: Vec<usize> = positions.by_ref().take(run_marks.len()).collect();
-        runs.push((run_positions, run_marks));
-    }
-    runs
-}
-
 /// The next part of a publish, or `None` when the publisher is done.
 pub(super) async fn next_part(parts: &mut Option<BoxStream<'_, Answered>>) -> Option<Answered> {
     match parts {
@@ -351,39 +306,4 @@ pub(super) fn unanswered(answered: &[bool], reason: &str) -> Answered {
 pub(super) struct ClaimedRows<'a> {
     pub(super) events: &'a [Event],
     pub(super) created_at_ms: &'a [i64],
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::Disposition;
-
-    fn marks(n: usize) -> (Vec<usize>, Vec<Mark>) {
-        let marks = (0..n)
-            .map(|i| Mark {
-                event_id: format!("e{i}"),
-                disposition: Disposition::Delivered,
-            })
-            .collect();
-        ((0..n).map(|i| i * 10).collect(), marks)
-    }
-
-    #[test]
-    fn split_evenly_keeps_every_mark_with_its_position_in_order() {
-        let (positions, all) = marks(501);
-        let runs = split_evenly(positions, all.clone(), 2);
-        assert_eq!(runs.len(), 2);
-        assert_eq!((runs[0].1.len(), runs[1].1.len()), (251, 250));
-        let mut seen = Vec::new();
-        for (positions, marks) in &runs {
-            assert_eq!(positions.len(), marks.len());
-            for (position, mark) in positions.iter().zip(marks) {
-                assert_eq!(format!("e{}", position / 10), mark.event_id);
-                seen.push(mark.clone());
-            }
-        }
-        assert_eq!(seen, all);
-        let (positions, one) = marks(3);
-        assert_eq!(split_evenly(positions, one, 1).len(), 1);
-    }
 }
