@@ -104,6 +104,8 @@ demo: build
 test: plugins
 	cd plugins && $(CARGO) test --no-fail-fast
 	$(CARGO) test --workspace --no-fail-fast
+	@# The criterion benches are not run here, but they must keep compiling.
+	$(CARGO) test --workspace --benches --no-run
 
 ## chaos: the bigger kill-chaos run (20,000 events, 4 hosts, 8 kill -9s, one database restart,
 ## on a private PostgreSQL and a private MariaDB the test starts itself). `make test` runs a

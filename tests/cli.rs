@@ -632,7 +632,8 @@ fn bench_runs_the_raw_loop_by_default() {
 /// `worker.mode = "held"` end to end: `run --drain` delivers everything once and isolates a
 /// corrupt row; then a host killed (SIGKILL) while a batch publishes leaves its rows `pending`
 /// with no attempt spent, claimable again at once — the one guarantee held mode relaxes
-/// (docs/OPERATIONS.md, "Held mode").
+/// (docs/OPERATIONS.md, "Held mode"); and its crash guard: a restarted host's first claim is
+/// leased, so when it dies on the same rows again, their reclaim counts an attempt.
 async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -687,22 +688,20 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
         &hang,
         format!(
             "[worker]\nmode = \"held\"\npoll_interval = \"50ms\"\n\n[plugins]\ncache_dir = \"{cache}\"\n\n\
+             [[route]]\nevent_type = \"Warmup\"\nsink = \"quick\"\n\n\
              [[route]]\nevent_type = \"*\"\nsink = \"hang\"\n\n[[sink]]\nname = \"hang\"\nplugin = \"{plugin}\"\n\
-             config = {{ behaviour = \"loop\", quiet = \"true\" }}\n",
+             config = {{ behaviour = \"loop\", quiet = \"true\" }}\n\n\
+             [[sink]]\nname = \"quick\"\nplugin = \"{plugin}\"\nconfig = {{ quiet = \"true\" }}\n",
             cache = hang_dir.path().join("cache").display(),
             plugin = fixtures::plugin("chaos").display(),
         ),
     )
     .unwrap();
-    run_ok(with(&hang, url).args([
-        "enqueue",
-        "--room",
-        "room-9",
-        "--type",
-        "RoomGiftSent",
-        "--count",
-        "10",
-    ]));
+    let enqueue = |kind: &str, count: &str| {
+        run_ok(with(&hang, url).args([
+            "enqueue", "--room", "room-9", "--type", kind, "--count", count,
+        ]));
+    };
     let store = db.store_default().await;
     let claim = |worker: &str| outboxd::store::ClaimParams {
         app_code: "default".into(),
@@ -713,14 +712,41 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
         max_attempts: 20,
         ordering: outboxd::store::DeliveryOrder::None,
     };
-    let child = KillOnDrop(
-        with(&hang, url)
-            .arg("run")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let start_host = || {
+        KillOnDrop(
+            with(&hang, url)
+                .arg("run")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let wait_for_status = |what: &str, expected: (u64, u64, u64)| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = status(&hang, url);
+            let got = (
+                s["pending"].as_u64().unwrap_or(0),
+                s["delivering"].as_u64().unwrap_or(0),
+                s["delivered"].as_u64().unwrap_or(0).saturating_sub(3_000),
+            );
+            if got == expected {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: (pending, delivering, delivered) {got:?}, expected {expected:?}: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The crash guard's warm-up: the host's first claim with rows is leased (one loop: one
+    // claim). A quickly delivered row ends it; the next claims hold their rows.
+    let child = start_host();
+    enqueue("Warmup", "1");
+    wait_for_status("the warm-up row is delivered", (0, 0, 1));
+    enqueue("RoomGiftSent", "10");
     // Wait until the host holds the 10 rows (a held claim of ours then finds none).
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -768,6 +794,31 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
         "the killed host spent no attempt"
     );
     back.release().await.expect("release");
+
+    // The crash guard: restarted, the host's first claim is leased, so the 10 rows it crashed on
+    // are written `delivering` under a lease before they publish again ...
+    let child = start_host();
+    wait_for_status("the restarted host leases its first claim", (0, 10, 1));
+    drop(child); // ... and when it dies on them again, their reclaim after the lease is an attempt.
+    let reclaim = outboxd::store::ClaimParams {
+        now_ms: outboxd::record::now_ms() + 60_000,
+        ..claim("reclaimer")
+    };
+    let reclaimed = store.claim(&reclaim).await.expect("reclaim");
+    assert_eq!(
+        reclaimed.events.len(),
+        10,
+        "the dead lease's rows are reclaimed"
+    );
+    assert!(
+        reclaimed.events.iter().all(|e| e.event.attempt == 2),
+        "the second crash spent an attempt: {:?}",
+        reclaimed
+            .events
+            .iter()
+            .map(|e| e.event.attempt)
+            .collect::<Vec<_>>()
+    );
 }
 
 /// Held mode is refused on SQLite (`bad_config_is_one_clear_error_naming_the_key`).

@@ -113,6 +113,8 @@ pub struct Worker {
     /// When the current database outage began (shared by the loops, logged once each way).
     outage: Arc<Mutex<Option<Instant>>>,
     metrics: Metrics,
+    /// Which claims of a held-mode worker are leased (its crash guard; unused in leased mode).
+    held_schedule: Arc<held::HeldSchedule>,
 }
 
 impl Worker {
@@ -125,10 +127,11 @@ impl Worker {
         Worker {
             store,
             publisher,
-            options: Arc::new(options),
             wake: Wake::new(),
             outage: Arc::new(Mutex::new(None)),
             metrics: Metrics::default(),
+            held_schedule: Arc::new(held::HeldSchedule::new(options.concurrency)),
+            options: Arc::new(options),
         }
     }
 
@@ -410,9 +413,20 @@ impl Worker {
     ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
         if self.options.mode == WorkerMode::Held {
             // A held round claims, publishes and marks in one go (its transaction cannot outlive
-            // it): it hands no batch on, so nothing is claimed ahead of it.
-            return Ok((self.process_held_batch(worker_id, app_code).await?, None));
+            // it): it hands no batch on, so nothing is claimed ahead of it. The few leased rounds
+            // of held mode (its crash guard) run the same way.
+            return Ok((self.held_mode_round(worker_id, app_code).await?, None));
         }
+        self.claim_leased(worker_id, app_code).await
+    }
+
+    /// A leased claim of `app_code`: the claim's counters, and the rows to publish (`None` when
+    /// the claim handed out nothing).
+    async fn claim_leased(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
         let batch = self
             .store
             .claim(&self.claim_params(worker_id, app_code))

@@ -1,7 +1,8 @@
 //! `claim_held`: rows claimed with their locks held in an open transaction (`worker.mode =
 //! "held"`), marked and committed in one go. What the mode keeps (marks land with the leased
-//! mark's dispositions, concurrent claims never share a row, bad rows are isolated, a reclaimed
-//! dead lease counts as an attempt, a batch marks only its own rows) and the one thing it relaxes
+//! mark's dispositions, concurrent claims never share a row, bad rows are isolated, a dead lease
+//! is left to a leased claim whose reclaim counts an attempt, a batch marks only its own rows)
+//! and the one thing it relaxes
 //! as documented (a batch given up — released, dropped — costs no attempt: its rows are claimable
 //! again at once, unchanged).
 
@@ -25,7 +26,7 @@ crate::support::per_backend!(
     held_drop_rolls_back,
     held_concurrent_claims_never_share_a_row,
     held_claim_isolates_a_corrupt_envelope,
-    held_reclaim_of_a_dead_lease_counts_an_attempt,
+    held_claim_leaves_a_dead_lease_to_a_leased_reclaim,
     held_batch_marks_only_its_own_rows,
 );
 
@@ -325,32 +326,56 @@ async fn held_claim_isolates_a_corrupt_envelope(backend: Backend) {
     assert_eq!(status_of(&db, APP, "g1").await, "delivered");
 }
 
-async fn held_reclaim_of_a_dead_lease_counts_an_attempt(backend: Backend) {
+/// A dead lease may be a row that killed the host publishing it: a held claim never takes it
+/// (a second crash would roll the reclaim back, spending no attempt). A leased claim reclaims it
+/// with the attempt committed before the publish; the dead worker's late mark is fenced out.
+async fn held_claim_leaves_a_dead_lease_to_a_leased_reclaim(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {
         return;
     };
-    enqueue(&store, &[record(APP, "e1", "r1", 100)]).await;
-    // A leased worker claims and dies; its lease ends at 1_100.
-    let dead = claim_app(&store, "dead", 10, 1_000, 100).await;
+    enqueue(
+        &store,
+        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r1", 200)],
+    )
+    .await;
+    // A leased worker claims e1 and dies; its lease ends at 1_100.
+    let dead = claim_app(&store, "dead", 1, 1_000, 100).await;
+    assert_eq!(crate::helpers::ids(&dead), strs(&["e1"]));
     let held = claim_held(&store, "w1", 10, 2_000).await;
-    assert_eq!(held_ids(&held), strs(&["e1"]));
     assert_eq!(
-        held.events[0].event.attempt, 2,
+        held_ids(&held),
+        strs(&["e2"]),
+        "the expired lease is not held"
+    );
+    held.mark(&[delivered("e2")], 2_100).await.expect("mark");
+    let row = db.row(APP, "e1").await.unwrap();
+    assert_eq!(
+        (row.status.as_str(), row.retry_count),
+        ("delivering", 0),
+        "untouched by the held claim"
+    );
+    let reclaim = claim_app(&store, "w2", 10, 2_200, 30_000).await;
+    assert_eq!(crate::helpers::ids(&reclaim), strs(&["e1"]));
+    assert_eq!(
+        reclaim.events[0].event.attempt, 2,
         "the dead lease was an attempt"
     );
-    held.mark(&[delivered("e1")], 2_100).await.expect("mark");
     let row = db.row(APP, "e1").await.unwrap();
-    assert_eq!((row.status.as_str(), row.retry_count), ("delivered", 1));
+    assert_eq!(
+        (row.status.as_str(), row.retry_count),
+        ("delivering", 1),
+        "the reclaim's attempt is committed before the publish"
+    );
     // The dead worker's late mark is fenced out.
     let late = mark(
         &store,
         &dead.lease,
         &[retryable("e1", 9_000, "late")],
-        2_200,
+        2_300,
     )
     .await;
     assert_eq!((late.applied, late.stale), (0, strs(&["e1"])));
-    assert_eq!(status_of(&db, APP, "e1").await, "delivered");
+    assert_eq!(status_of(&db, APP, "e1").await, "delivering");
 }
 
 async fn held_batch_marks_only_its_own_rows(backend: Backend) {

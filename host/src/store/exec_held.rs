@@ -17,8 +17,9 @@ use super::statement::held::mark_held_rows;
 use crate::record;
 use crate::store::{Backend, ClaimParams, StoreError, TableName};
 
-/// Claims up to `params.limit` rows (pending, then due retryable, then expired leases, like the
-/// leased claim) and keeps them locked in the returned batch's open transaction. `lease_ms`
+/// Claims up to `params.limit` rows (pending, then due retryable, in the leased claim's order;
+/// never an expired lease: see [`HELD_BRANCHES`]) and keeps them locked in the returned batch's
+/// open transaction. `lease_ms`
 /// bounds how long the transaction may sit idle where the database can enforce it
 /// ([`super::statement::SqlDialect::held_idle_limit`]). A transaction the database aborts as
 /// transient before the rows are handed out is run again, as a leased claim is.
@@ -35,6 +36,13 @@ where
     })
     .await
 }
+
+/// The branches a held claim reads: pending and due retryable rows. A `delivering` row whose
+/// lease expired may be one that killed the host publishing it; reclaimed by a held claim, a
+/// second crash would roll the reclaim back and spend no attempt, so it is left to a leased
+/// claim, whose reclaim is committed before the publish (a held-mode worker runs leased claims
+/// for that: `worker/held.rs`).
+pub(crate) const HELD_BRANCHES: [ClaimBranch; 2] = [ClaimBranch::Pending, ClaimBranch::Retryable];
 
 /// One attempt of [`claim_held`].
 async fn claim_held_once<D: Driver>(
@@ -66,7 +74,7 @@ where
         tx.run(limit).await.map_err(db(OP))?;
     }
     let mut taken = 0;
-    for branch in ClaimBranch::ALL {
+    for branch in HELD_BRANCHES {
         let remaining = limit - taken;
         if remaining == 0 {
             break;

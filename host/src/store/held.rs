@@ -24,8 +24,9 @@
 //!   [`HeldBatch::rejected`]; it is committed with the mark (or with [`HeldBatch::release`]:
 //!   rejected rows are committed as failed even when the batch is given up, so a corrupt row is
 //!   never handed out forever).
-//! - **Dead leased workers' rows** (`delivering`, lease expired) are claimed too, and their
-//!   reclaim counts as an attempt when the batch is marked.
+//! - **Dead leased workers' rows** (`delivering`, lease expired) are never held: a leased claim
+//!   reclaims them, committing the attempt before they publish, so a row that killed its host
+//!   cannot kill the next one for free.
 
 use async_trait::async_trait;
 

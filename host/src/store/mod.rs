@@ -484,8 +484,9 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// Leases up to `limit` claimable rows to a worker (see the module docs for the order).
     async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError>;
 
-    /// Claims like [`OutboxStore::claim`] (same branches, order, limit, rejections) but writes no
-    /// lease: the rows stay locked by a transaction the returned [`HeldBatch`] keeps open until
+    /// Claims like [`OutboxStore::claim`] (same order, limit, rejections; pending and due
+    /// retryable rows only, never an expired lease, which only a leased claim reclaims) but
+    /// writes no lease: the rows stay locked by a transaction the returned [`HeldBatch`] keeps open until
     /// it is marked (one UPDATE per 1000 rows, then commit) or dropped (rollback: no attempt
     /// spent). `lease_ms` is the longest the transaction may sit idle where the database enforces
     /// it (PostgreSQL). On SQLite the open transaction holds the database's only write lock, so

@@ -5,6 +5,23 @@
 //! lease), at the cost documented in docs/OPERATIONS.md ("Held mode"): a host that dies or hangs
 //! mid-publish spends no attempt, and a slow sink holds the marks of the other sinks' rows of the
 //! same batch until it answers or the deadline passes.
+//!
+//! **Crash guard ([`HeldSchedule`]).** Because a held batch that dies with its host spends no
+//! attempt, a row that crashes the host process itself would be handed out forever. So a
+//! held-mode worker claims *leased* (the lease and any reclaim attempt committed before the
+//! publish, exactly as in leased mode) where a crash must count:
+//! - **after a start**, its first `concurrency` claims that hand out rows: the rows a crashed
+//!   run held went back to `pending` at the head of the queue, and the restarted host publishes
+//!   them under a lease, so the next crash they cause leaves them leased and the reclaim after
+//!   the lease counts an attempt;
+//! - **expired leases** are never held (the store's held claim skips them): when a held claim
+//!   comes back with fewer rows than asked, a leased claim follows in the same round (at most
+//!   once per `poll_interval` while such claims find nothing), reclaiming them with the attempt
+//!   counted. A row that keeps killing its host therefore ends `failed` after
+//!   `retry.max_attempts`, as in leased mode.
+
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::time::Duration;
 
 use serde::Deserialize;
 use tracing::warn;
@@ -41,7 +58,83 @@ impl WorkerMode {
     }
 }
 
+/// Which claims of a held-mode worker are leased: the crash guard (module docs). Shared by the
+/// worker's loops.
+#[derive(Debug)]
+pub(super) struct HeldSchedule {
+    /// Leased claims that hand out rows still to run before the first held claim (one per loop).
+    warmup_left: AtomicU32,
+    /// When the last leased claim that handed out nothing ran (UTC ms; `i64::MIN` when the last
+    /// leased claim found rows, or none ran yet).
+    last_empty_leased_ms: AtomicI64,
+}
+
+impl HeldSchedule {
+    /// The schedule of a worker with `concurrency` loops, just started.
+    pub(super) fn new(concurrency: u32) -> HeldSchedule {
+        HeldSchedule {
+            warmup_left: AtomicU32::new(concurrency.max(1)),
+            last_empty_leased_ms: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    /// Whether claims are still leased because the worker has just started.
+    fn warming_up(&self) -> bool {
+        self.warmup_left.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether a held claim that came back short is followed by a leased claim (to reclaim
+    /// expired leases): unless a leased claim found nothing within `poll_interval`.
+    fn reclaim_due(&self, now_ms: i64, poll_interval: Duration) -> bool {
+        let last = self.last_empty_leased_ms.load(Ordering::Acquire);
+        now_ms.saturating_sub(last) >= poll_interval.as_millis() as i64
+    }
+
+    /// Records a leased claim that handed out (or rejected) `taken` rows at `now_ms`.
+    fn leased_claimed(&self, taken: u64, now_ms: i64) {
+        if taken == 0 {
+            self.last_empty_leased_ms.store(now_ms, Ordering::Release);
+            return;
+        }
+        self.last_empty_leased_ms.store(i64::MIN, Ordering::Release);
+        // Saturating: loops racing at the end of the warm-up must not wrap it around.
+        let _ = self
+            .warmup_left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
 impl Worker {
+    /// One round of a held-mode worker for one app code: a held round, or a leased one where
+    /// the crash guard ([`HeldSchedule`]) says so — right after the start, and after a held
+    /// claim that came back short (expired leases are reclaimed leased only). Leased rounds here
+    /// publish and mark before returning, like held ones: nothing is claimed ahead.
+    pub(super) async fn held_mode_round(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+    ) -> Result<BatchStats, WorkerError> {
+        let schedule = &self.held_schedule;
+        let mut stats = BatchStats::default();
+        if !schedule.warming_up() {
+            stats = self.process_held_batch(worker_id, app_code).await?;
+            let taken = stats.claimed + stats.rejected;
+            if taken >= u64::from(self.options.batch_size)
+                || !schedule.reclaim_due(now_ms(), self.options.poll_interval)
+            {
+                return Ok(stats);
+            }
+        }
+        let (leased, batch) = self.claim_leased(worker_id, app_code).await?;
+        schedule.leased_claimed(leased.claimed + leased.rejected, now_ms());
+        stats.claimed += leased.claimed;
+        stats.rejected += leased.rejected;
+        if let Some(batch) = batch {
+            stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
+        }
+        Ok(stats)
+    }
+
     /// One held round for one app code: claim (rows locked, nothing written but rejections),
     /// publish within `publish_timeout`, then mark every row and commit.
     pub(super) async fn process_held_batch(
@@ -132,4 +225,35 @@ async fn mark_held(
     marks: &[Mark],
 ) -> Result<crate::store::MarkReport, crate::store::StoreError> {
     batch.mark(marks, now_ms()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warm_up_ends_after_one_claim_with_rows_per_loop() {
+        let schedule = HeldSchedule::new(2);
+        assert!(schedule.warming_up());
+        schedule.leased_claimed(0, 1_000); // an empty claim does not count
+        assert!(schedule.warming_up());
+        schedule.leased_claimed(5, 1_001);
+        assert!(schedule.warming_up(), "one loop of two warmed up");
+        schedule.leased_claimed(1, 1_002);
+        assert!(!schedule.warming_up());
+        schedule.leased_claimed(1, 1_003); // never wraps around
+        assert!(!schedule.warming_up());
+    }
+
+    #[test]
+    fn a_short_held_claim_reclaims_leased_unless_one_found_nothing_within_the_poll_interval() {
+        let poll = Duration::from_millis(500);
+        let schedule = HeldSchedule::new(1);
+        assert!(schedule.reclaim_due(1_000, poll), "no leased claim ran yet");
+        schedule.leased_claimed(0, 1_000);
+        assert!(!schedule.reclaim_due(1_499, poll));
+        assert!(schedule.reclaim_due(1_500, poll));
+        schedule.leased_claimed(3, 1_600); // it found rows: the next short claim looks again
+        assert!(schedule.reclaim_due(1_601, poll));
+    }
 }
