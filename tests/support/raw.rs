@@ -184,6 +184,42 @@ impl RawInsert {
         self
     }
 
+    /// The live rows the plan tests (`explain`, `sqlite_plans`) put beside a history: `live` rows
+    /// each of pending (`p00`, …), retryable due at 1_000 (`rd…`), retryable due at `later`
+    /// (`rn…`), delivering with a lease ended at 1_000 (`dx…`), delivering leased until `later`
+    /// (`dl…`) and failed (`f…`), of tenant `app`, in rooms `room0..room4`, created from
+    /// `after + 1_000` on (each kind 100 ms after the previous one).
+    pub fn live_rows_of_each_kind(app: &str, live: i64, after: i64, later: i64) -> Vec<RawInsert> {
+        let kinds: [(&str, &str, Option<i64>, Option<i64>); 6] = [
+            ("p", "pending", None, None),
+            ("rd", "retryable", Some(1_000), None),
+            ("rn", "retryable", Some(later), None),
+            ("dx", "delivering", None, Some(1_000)),
+            ("dl", "delivering", None, Some(later)),
+            ("f", "failed", None, None),
+        ];
+        let mut rows = Vec::new();
+        for (k, (prefix, status, next_retry, lock_until)) in kinds.iter().enumerate() {
+            for i in 0..live {
+                let created = after + 1_000 + (k as i64) * 100 + i;
+                let mut row = RawInsert::pending(
+                    app,
+                    &format!("{prefix}{i:02}"),
+                    &format!("room{}", i % 5),
+                    created,
+                )
+                .with_status(status);
+                row.next_retry_at_ms = *next_retry;
+                row.lock_until_ms = *lock_until;
+                if lock_until.is_some() {
+                    row.worker_id = Some("w-old".into());
+                }
+                rows.push(row);
+            }
+        }
+        rows
+    }
+
     /// Column names and values of this row, in insert order (only the columns that are set).
     fn columns(&self) -> Vec<(&'static str, Bind)> {
         let mut cols = vec![
