@@ -69,6 +69,8 @@ async fn plan(db: &TestDb, sql: &str, args: &[Arg]) -> Vec<String> {
             Arg::Text(v) => query.bind(v.clone()),
             Arg::Int(v) => query.bind(*v),
             Arg::Bytes(v) => query.bind(v.clone()),
+            // Only a dialect with array parameters (PostgreSQL) writes one.
+            Arg::TextList(v) => panic!("SQLite statement with a list bound as an array: {v:?}"),
         };
     }
     query
