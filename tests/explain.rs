@@ -60,33 +60,7 @@ async fn seed(db: &TestDb) {
     let inserted = db.execute(&sql, &[Bind::Bytes(envelope)]).await;
     assert_eq!(inserted, HISTORY as u64);
 
-    let kinds: [(&str, &str, Option<i64>, Option<i64>); 6] = [
-        ("p", "pending", None, None),
-        ("rd", "retryable", Some(1_000), None),
-        ("rn", "retryable", Some(LATER), None),
-        ("dx", "delivering", None, Some(1_000)),
-        ("dl", "delivering", None, Some(LATER)),
-        ("f", "failed", None, None),
-    ];
-    let mut live = Vec::new();
-    for (k, (prefix, status, next_retry, lock_until)) in kinds.iter().enumerate() {
-        for i in 0..LIVE {
-            let created = HISTORY + 1_000 + (k as i64) * 100 + i;
-            let mut row = RawInsert::pending(
-                APP,
-                &format!("{prefix}{i:02}"),
-                &format!("room{}", i % 5),
-                created,
-            )
-            .with_status(status);
-            row.next_retry_at_ms = *next_retry;
-            row.lock_until_ms = *lock_until;
-            if lock_until.is_some() {
-                row.worker_id = Some("w-old".into());
-            }
-            live.push(row);
-        }
-    }
+    let live = RawInsert::live_rows_of_each_kind(APP, LIVE, HISTORY, LATER);
     db.insert_raw(DEFAULT_TABLE, &live).await;
     db.analyze(DEFAULT_TABLE).await;
 }

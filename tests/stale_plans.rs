@@ -66,6 +66,7 @@ fn binds(args: &[Arg]) -> Vec<Bind> {
             Arg::Text(v) => Bind::Str(v.clone()),
             Arg::Int(v) => Bind::I64(*v),
             Arg::Bytes(v) => Bind::Bytes(v.clone()),
+            Arg::TextList(v) => Bind::StrList(v.clone()),
         })
         .collect()
 }
@@ -215,6 +216,14 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
                 &plan,
             );
         }
+    }
+    // The pending branch read from a claim position (where the store remembers one): the
+    // position goes after `app_code`.
+    if let Some(sql) = statements.claim_statement_from_position() {
+        let mut binds = claim_binds(&statements, ClaimBranch::Pending, now);
+        binds.insert(binds.len() - 1, Bind::I64(0));
+        let plan = db.explain(sql, &binds).await;
+        check(backend, "claim Pending from a position", true, &plan);
     }
     for (name, Bound { sql, args }) in statements.follow_up_statements(&batch.lease, now, &ids) {
         let plan = db.explain(&sql, &binds(&args)).await;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use outboxd::record::truncate_error;
+use outboxd::store::claim_position::HEAD_SCAN_EVERY_MS;
 use outboxd::store::{
     Backend, ClaimBatch, ClaimParams, DEFAULT_TABLE, FailedFilter, Lease, MarkReport, OutboxStore,
 };
@@ -29,6 +30,8 @@ crate::support::per_backend!(
     claim_rejects_an_envelope_of_another_tenant,
     claim_rejects_an_envelope_disagreeing_with_its_row,
     claim_concurrent_claims_never_share_a_row,
+    claim_never_comes_back_short_while_an_older_row_waits,
+    claim_reads_the_head_again_within_a_second_of_a_full_backlog,
 );
 
 /// The event ids a claim rejected (undecodable or foreign envelopes), in claim order.
@@ -513,4 +516,71 @@ async fn claim_concurrent_claims_never_share_a_row(backend: Backend) {
         assert_eq!(row.status, "delivering");
         assert_eq!(row.worker_id.as_ref(), owner.get(&row.event_id), "{row:?}");
     }
+}
+
+/// Rows `e00..` (created 100, 101, …) enqueued, the first `limit` claimed (a full claim), then a
+/// row created earlier than all of them ("late": a long producer transaction, a requeue)
+/// committed.
+async fn backlog_then_a_late_row(
+    store: &Arc<dyn OutboxStore>,
+    rows: i64,
+    limit: u32,
+) -> Vec<String> {
+    let recs: Vec<_> = (0..rows)
+        .map(|i| record(APP, &format!("e{i:02}"), "r", 100 + i))
+        .collect();
+    enqueue(store, &recs).await;
+    let first = claim_app(store, "w0", limit, 1_000, 100_000).await;
+    assert_eq!(
+        first.events.len(),
+        limit as usize,
+        "the first claim is full"
+    );
+    enqueue(store, &[record(APP, "late", "r", 50)]).await;
+    ids(&first)
+}
+
+/// A claim may read a backlog from where the last full claim stopped (a store remembering its
+/// position), but a claim that comes back with fewer rows than it asked for has read the older
+/// rows too: the late row is handed out by the first claim that is not full, at the latest.
+async fn claim_never_comes_back_short_while_an_older_row_waits(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let mut seen = backlog_then_a_late_row(&store, 10, 3).await;
+    for i in 1.. {
+        let batch = claim_app(&store, &format!("w{i}"), 3, 1_000, 100_000).await;
+        seen.extend(ids(&batch));
+        if batch.events.len() < 3 {
+            assert!(
+                seen.iter().any(|id| id == "late"),
+                "claim {i} came back with {} rows while the late row waits: {seen:?}",
+                batch.events.len()
+            );
+            break;
+        }
+    }
+    let mut all = seen.clone();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), seen.len(), "a row handed out twice: {seen:?}");
+    assert_eq!(seen.len(), 11, "{seen:?}");
+}
+
+/// While a backlog keeps every claim full, a row below where the claims read is reached within
+/// [`HEAD_SCAN_EVERY_MS`] of the claims' clock: the claim that late hands it out first.
+async fn claim_reads_the_head_again_within_a_second_of_a_full_backlog(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    backlog_then_a_late_row(&store, 20, 3).await;
+    let later = 1_000 + HEAD_SCAN_EVERY_MS;
+    let batch = claim_app(&store, "w1", 3, later, 100_000).await;
+    assert_eq!(
+        ids(&batch).first().map(String::as_str),
+        Some("late"),
+        "{:?}",
+        ids(&batch)
+    );
+    assert_eq!(batch.events.len(), 3);
 }

@@ -30,7 +30,44 @@ pub enum Bind {
     NullI64,
     /// SQL NULL for a text column.
     NullStr,
+    /// A list of strings as one array parameter (PostgreSQL's `text[]`; the store writes one only
+    /// for a dialect with arrays).
+    StrList(Vec<String>),
 }
+
+/// How a database binds a [`Bind::StrList`]: as one array where it has arrays.
+pub trait BindList: sqlx::Database {
+    /// `query` with `values` bound as the next parameter.
+    fn bind_list<'q>(
+        query: Query<'q, Self, Self::Arguments>,
+        values: Vec<String>,
+    ) -> Query<'q, Self, Self::Arguments>;
+}
+
+impl BindList for sqlx::Postgres {
+    fn bind_list<'q>(
+        query: Query<'q, Self, Self::Arguments>,
+        values: Vec<String>,
+    ) -> Query<'q, Self, Self::Arguments> {
+        query.bind(values)
+    }
+}
+
+/// MySQL and SQLite have no array parameter (no statement of theirs carries a list).
+macro_rules! no_list {
+    ($database:ty) => {
+        impl BindList for $database {
+            fn bind_list<'q>(
+                _query: Query<'q, Self, Self::Arguments>,
+                _values: Vec<String>,
+            ) -> Query<'q, Self, Self::Arguments> {
+                panic!("{} has no array parameter", stringify!($database))
+            }
+        }
+    };
+}
+no_list!(sqlx::MySql);
+no_list!(sqlx::Sqlite);
 
 /// Evaluates `$body` with `$pool` bound to the sqlx pool a [`RawPool`] holds and `$db` to that
 /// pool's database type (`sqlx::Sqlite`, `sqlx::MySql`, `sqlx::Postgres`): one generic body
@@ -61,7 +98,7 @@ pub(super) use on_pool;
 /// `sql` as a query with `binds` bound in order: the one place a [`Bind`] becomes a sqlx argument.
 pub(super) fn bound_query<'q, DB>(sql: &str, binds: &[Bind]) -> Query<'q, DB, DB::Arguments>
 where
-    DB: sqlx::Database,
+    DB: BindList,
     for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     for<'t> String: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
     for<'t> Vec<u8>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
@@ -76,6 +113,7 @@ where
             Bind::Bytes(v) => query.bind(v.clone()),
             Bind::NullI64 => query.bind(None::<i64>),
             Bind::NullStr => query.bind(None::<String>),
+            Bind::StrList(v) => DB::bind_list(query, v.clone()),
         };
     }
     query
@@ -144,6 +182,42 @@ impl RawInsert {
     pub fn with_envelope(mut self, envelope: Vec<u8>) -> RawInsert {
         self.envelope = envelope;
         self
+    }
+
+    /// The live rows the plan tests (`explain`, `sqlite_plans`) put beside a history: `live` rows
+    /// each of pending (`p00`, …), retryable due at 1_000 (`rd…`), retryable due at `later`
+    /// (`rn…`), delivering with a lease ended at 1_000 (`dx…`), delivering leased until `later`
+    /// (`dl…`) and failed (`f…`), of tenant `app`, in rooms `room0..room4`, created from
+    /// `after + 1_000` on (each kind 100 ms after the previous one).
+    pub fn live_rows_of_each_kind(app: &str, live: i64, after: i64, later: i64) -> Vec<RawInsert> {
+        let kinds: [(&str, &str, Option<i64>, Option<i64>); 6] = [
+            ("p", "pending", None, None),
+            ("rd", "retryable", Some(1_000), None),
+            ("rn", "retryable", Some(later), None),
+            ("dx", "delivering", None, Some(1_000)),
+            ("dl", "delivering", None, Some(later)),
+            ("f", "failed", None, None),
+        ];
+        let mut rows = Vec::new();
+        for (k, (prefix, status, next_retry, lock_until)) in kinds.iter().enumerate() {
+            for i in 0..live {
+                let created = after + 1_000 + (k as i64) * 100 + i;
+                let mut row = RawInsert::pending(
+                    app,
+                    &format!("{prefix}{i:02}"),
+                    &format!("room{}", i % 5),
+                    created,
+                )
+                .with_status(status);
+                row.next_retry_at_ms = *next_retry;
+                row.lock_until_ms = *lock_until;
+                if lock_until.is_some() {
+                    row.worker_id = Some("w-old".into());
+                }
+                rows.push(row);
+            }
+        }
+        rows
     }
 
     /// Column names and values of this row, in insert order (only the columns that are set).

@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::Database;
 
+use super::claim_position::{ClaimPositions, PendingStart};
 use super::judge::judge;
 use super::row::{
     CandidateRow, EventId, FromColumns, Int, Key, LeasedRow, StatusCountRow, status_counts,
@@ -28,8 +29,9 @@ use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeabl
 use super::statement::{Arg, Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record::{self, Record};
 use crate::store::{
-    Backend, ClaimBatch, ClaimParams, CountsParams, FailedRow, Lease, ListFailedParams, Mark,
-    MarkParams, MarkReport, PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
+    Backend, ClaimBatch, ClaimParams, CountsParams, DeliveryOrder, FailedRow, Lease,
+    ListFailedParams, Mark, MarkParams, MarkReport, PurgeParams, RequeueParams, StatusCounts,
+    StoreError, TableName,
 };
 
 /// A connection (or open transaction) that runs [`Bound`] statements.
@@ -48,12 +50,48 @@ pub(crate) trait Session: Send {
     async fn script(&mut self, sql: String) -> Result<(), sqlx::Error>;
 }
 
+/// How a database binds an [`Arg::TextList`]: as one array parameter where it has arrays.
+pub(crate) trait BindTextList: Database {
+    /// `query` with `values` bound as the next parameter.
+    fn bind_text_list(
+        query: sqlx::query::Query<'static, Self, <Self as Database>::Arguments>,
+        values: Vec<String>,
+    ) -> sqlx::query::Query<'static, Self, <Self as Database>::Arguments>;
+}
+
+impl BindTextList for sqlx::Postgres {
+    fn bind_text_list(
+        query: sqlx::query::Query<'static, Self, <Self as Database>::Arguments>,
+        values: Vec<String>,
+    ) -> sqlx::query::Query<'static, Self, <Self as Database>::Arguments> {
+        query.bind(values)
+    }
+}
+
+/// MySQL and SQLite have no array parameter: their dialects write `IN (?, …)`
+/// ([`super::statement::SqlDialect::binds_lists_as_arrays`] is false), so no statement of theirs
+/// carries an [`Arg::TextList`].
+macro_rules! no_text_list {
+    ($database:ty) => {
+        impl BindTextList for $database {
+            fn bind_text_list(
+                _query: sqlx::query::Query<'static, Self, <Self as Database>::Arguments>,
+                _values: Vec<String>,
+            ) -> sqlx::query::Query<'static, Self, <Self as Database>::Arguments> {
+                unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
+            }
+        }
+    };
+}
+no_text_list!(sqlx::MySql);
+no_text_list!(sqlx::Sqlite);
+
 /// The sqlx query for `statement`, its arguments bound in order.
 pub(crate) fn bind_args<DB>(
     statement: Bound,
 ) -> sqlx::query::Query<'static, DB, <DB as Database>::Arguments>
 where
-    DB: Database,
+    DB: BindTextList,
     String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     Vec<u8>: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -65,6 +103,7 @@ where
             Arg::Text(value) => query.bind(value),
             Arg::Int(value) => query.bind(value),
             Arg::Bytes(value) => query.bind(value),
+            Arg::TextList(values) => DB::bind_text_list(query, values),
         };
     }
     query
@@ -124,6 +163,13 @@ pub(crate) trait Driver: Send + Sync {
 
     /// The store's statements (backend and table).
     fn statements(&self) -> &Statements;
+
+    /// The claim positions the store remembers between claims, where its claims read pending
+    /// rows from one ([`super::claim_position`]; only with the one-statement claim,
+    /// [`Statements::leases_in_claim`]); `None`: every claim reads from the head.
+    fn positions(&self) -> Option<&ClaimPositions> {
+        None
+    }
 }
 
 /// Implements [`crate::store::OutboxStore`] for a [`Driver`] with the shared operations:
@@ -365,8 +411,20 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         None => begin_write(driver, OP).await?,
     };
     if statements.leases_in_claim() {
-        claim_and_lease(&mut *tx, statements, params, &mut batch).await?;
+        let positions = driver.positions();
+        let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;
         tx.commit().await.map_err(db(OP))?;
+        // Remembered only once the claim is committed: a rolled-back claim's rows are pending
+        // again, below where it read.
+        if let (Some(positions), Some(read)) = (positions, read) {
+            positions.record(
+                &params.app_code,
+                params.now_ms,
+                read.started,
+                read.full,
+                read.last,
+            );
+        }
         return Ok(batch);
     }
     let mut taken = 0;
@@ -423,27 +481,51 @@ fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> b
 
 /// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
 /// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
-/// order, then the rejected rows failed under the new lease.
+/// order, then the rejected rows failed under the new lease. With `positions`, the pending branch
+/// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
+/// read is returned, to be remembered once the claim commits.
 async fn claim_and_lease<S: Session>(
     session: &mut S,
     statements: &Statements,
+    positions: Option<&ClaimPositions>,
     params: &ClaimParams,
     batch: &mut ClaimBatch,
-) -> Result<(), StoreError> {
+) -> Result<Option<PendingRead>, StoreError> {
     const OP: &str = "claim";
     let limit = params.limit as usize;
     let mut taken = 0;
+    let mut read = None;
     for branch in ClaimBranch::ALL {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
         }
-        let Some(query) = statements.claim_lease_query(branch, params, &batch.lease, remaining)
-        else {
-            unreachable!("leases_in_claim() said the dialect has the statement")
+        let rows = match positions {
+            Some(positions)
+                if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::None =>
+            {
+                let start = positions.start(&params.app_code, params.now_ms);
+                let (rows, pending) = pending_from_position(
+                    session,
+                    statements,
+                    start,
+                    params,
+                    &batch.lease,
+                    remaining,
+                )
+                .await?;
+                read = Some(pending);
+                rows
+            }
+            _ => {
+                let Some(query) =
+                    statements.claim_lease_query(branch, params, &batch.lease, remaining)
+                else {
+                    unreachable!("leases_in_claim() said the dialect has the statement")
+                };
+                leased_rows(session, query).await.map_err(db(OP))?
+            }
         };
-        let mut rows = session.rows::<LeasedRow>(query).await.map_err(db(OP))?;
-        rows.sort_by_key(|row| row.position);
         taken += rows.len();
         for row in rows {
             match judge(&params.app_code, row.candidate, branch, params.max_attempts) {
@@ -467,12 +549,72 @@ async fn claim_and_lease<S: Session>(
             .await
             .map_err(db(OP))?;
     }
-    Ok(())
+    Ok(read)
+}
+
+/// What a claim's pending branch read: where it started, whether it filled what it asked for,
+/// and the `created_at_ms` of the last row it read from there.
+struct PendingRead {
+    started: PendingStart,
+    full: bool,
+    last: Option<i64>,
+}
+
+/// The pending branch (no ordering) from `start`, up to `limit` rows. A read from a claim
+/// position that comes back short reads the head too, in the same transaction, and hands those
+/// (older) rows out first: a claim never comes back short while
+/// older pending rows wait below the position.
+async fn pending_from_position<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    start: PendingStart,
+    params: &ClaimParams,
+    lease: &Lease,
+    limit: usize,
+) -> Result<(Vec<LeasedRow>, PendingRead), StoreError> {
+    const OP: &str = "claim";
+    let head = |limit| {
+        statements
+            .claim_lease_query(ClaimBranch::Pending, params, lease, limit)
+            .expect("leases_in_claim() said the dialect has the statement")
+    };
+    let query = match start {
+        PendingStart::Head => head(limit),
+        PendingStart::From(position) => statements
+            .claim_lease_from_query(params, lease, position, limit)
+            .expect("leases_in_claim() said the dialect has the statement"),
+    };
+    let mut rows = leased_rows(session, query).await.map_err(db(OP))?;
+    let read = PendingRead {
+        started: start,
+        full: rows.len() == limit,
+        last: rows.last().map(|row| row.candidate.created_at_ms),
+    };
+    if matches!(start, PendingStart::From(_)) && !read.full {
+        let mut older = leased_rows(session, head(limit - rows.len()))
+            .await
+            .map_err(db(OP))?;
+        older.append(&mut rows);
+        rows = older;
+    }
+    Ok((rows, read))
+}
+
+/// The rows of one one-statement claim, in the branch's order.
+async fn leased_rows<S: Session>(
+    session: &mut S,
+    query: Bound,
+) -> Result<Vec<LeasedRow>, sqlx::Error> {
+    let mut rows = session.rows::<LeasedRow>(query).await?;
+    rows.sort_by_key(|row| row.position);
+    Ok(rows)
 }
 
 /// Applies a batch's marks: one fenced UPDATE (per [`MAX_ROWS_PER_STATEMENT`] marks); the ids it
-/// did not change are stale. Without `UPDATE … RETURNING` (MySQL) the fenced rows are first
-/// locked and listed with `SELECT … FOR UPDATE` in the same transaction.
+/// did not change are stale. With `UPDATE … RETURNING` the statement lists the ids it changed
+/// (PostgreSQL runs it alone, no BEGIN/COMMIT). Without it (MySQL) the UPDATE runs first in a
+/// transaction and commits when it matched every mark; otherwise it is rolled back and the fenced
+/// rows are locked and listed with `SELECT … FOR UPDATE` before the UPDATE runs again.
 pub(crate) async fn mark<D: Driver>(
     driver: &D,
     params: &MarkParams<'_>,
@@ -532,8 +674,7 @@ async fn mark_once<D: Driver>(
     let (backend, table) = (statements.backend(), statements.table());
     let update = mark_rows(backend, table, lease, marks, now_ms);
     if backend.dialect().has_update_returning() && D::BEGIN_WRITE.is_none() {
-        // One self-contained UPDATE … RETURNING: autocommit, one round trip instead of three
-        // (not SQLite, whose write transactions take the lock up front: `BEGIN IMMEDIATE`).
+        // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
         let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
         return conn.rows::<EventId>(update).await.map_err(db(OP));
     }
@@ -541,6 +682,18 @@ async fn mark_once<D: Driver>(
     let ids = if backend.dialect().has_update_returning() {
         tx.rows::<EventId>(update).await.map_err(db(OP))?
     } else {
+        // Optimistic first: the fenced UPDATE alone. Its affected-row count is the rows its
+        // WHERE matched (sqlx connects with CLIENT_FOUND_ROWS, and every mark changes `status`),
+        // so when it equals the marks, every row was still under the lease and is changed. Only
+        // when some were not does the mark roll back and lock and list the fenced rows first, to
+        // learn which ids are stale.
+        let changed = tx.run(update.clone()).await.map_err(db(OP))?;
+        if changed == marks.len() as u64 {
+            tx.commit().await.map_err(db(OP))?;
+            return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
+        }
+        tx.rollback().await.map_err(db(OP))?;
+        tx = begin_write(driver, OP).await?;
         let locked = tx
             .rows::<EventId>(lock_fenced_rows(backend, table, lease, marks))
             .await

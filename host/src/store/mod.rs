@@ -55,6 +55,7 @@
 //!   its sink (`PluginSink`), each sink's answer by the router, the publisher's answer by the
 //!   worker.
 
+pub mod claim_position;
 mod connect;
 mod exec;
 mod exec_held;

@@ -2,8 +2,9 @@
 //!
 //! Claims lock rows with `FOR UPDATE SKIP LOCKED`, which needs MariaDB ≥ 10.6 or MySQL ≥ 8.0;
 //! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
-//! `UPDATE … RETURNING`, so a mark first locks and lists the rows still under its lease
-//! (`SELECT … FOR UPDATE`) and then updates them, in one transaction. The store's own connections
+//! `UPDATE … RETURNING`: a mark's fenced UPDATE commits when it matched every row; when it
+//! matched fewer, it is rolled back, and the rows still under the lease are locked and listed
+//! (`SELECT … FOR UPDATE`) and then updated, in one transaction. The store's own connections
 //! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
 
 use sqlx::MySql;
@@ -105,7 +106,7 @@ fn check_server_version(version: &str) -> Result<(), StoreError> {
 const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
 /// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
-/// (a mark locks and lists its fenced rows first), `ON DUPLICATE KEY UPDATE` upserts whose
+/// (a mark that did not match every row locks and lists its fenced rows), `ON DUPLICATE KEY UPDATE` upserts whose
 /// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
 /// tables in `utf8mb4_bin`; no migration lock (DDL commits implicitly, every step of `migrate`
 /// is idempotent instead).

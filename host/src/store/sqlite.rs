@@ -128,11 +128,18 @@ impl SqliteStore {
 pub(crate) struct SqliteDialect;
 
 /// The embedded migrations (`migrations/sqlite/`).
-const MIGRATIONS: &[Migration] = &[Migration::new(
-    1,
-    "0001_room_outbox",
-    include_str!("../../../migrations/sqlite/0001_room_outbox.sql"),
-)];
+const MIGRATIONS: &[Migration] = &[
+    Migration::new(
+        1,
+        "0001_room_outbox",
+        include_str!("../../../migrations/sqlite/0001_room_outbox.sql"),
+    ),
+    Migration::new(
+        2,
+        "0002_partial_indexes",
+        include_str!("../../../migrations/sqlite/0002_partial_indexes.sql"),
+    ),
+];
 
 impl SqlDialect for SqliteDialect {
     /// None: a claim (like `migrate`) runs in `BEGIN IMMEDIATE`, which excludes every other

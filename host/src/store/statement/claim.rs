@@ -58,6 +58,9 @@ pub struct Statements {
     claim: [[Arc<str>; 2]; 3],
     /// `[branch][ordering]`: the branch's one-statement claim and lease, where the dialect has it.
     claim_lease: Option<[[Arc<str>; 2]; 3]>,
+    /// The pending branch's one-statement claim without ordering, reading from a claim position
+    /// (`created_at_ms >= $`), where the dialect has the one-statement claim.
+    claim_lease_from: Option<Arc<str>>,
     /// `[all tenants, one tenant]`.
     counts: [Arc<str>; 2],
 }
@@ -71,9 +74,20 @@ impl Statements {
         });
         let claim_lease = backend.dialect().claim_row_address().map(|address| {
             ClaimBranch::ALL.map(|branch| {
-                [DeliveryOrder::None, DeliveryOrder::PerRoom]
-                    .map(|ordering| claim_lease_text(backend, table, branch, ordering, address))
+                [DeliveryOrder::None, DeliveryOrder::PerRoom].map(|ordering| {
+                    claim_lease_text(backend, table, branch, ordering, address, false)
+                })
             })
+        });
+        let claim_lease_from = backend.dialect().claim_row_address().map(|address| {
+            claim_lease_text(
+                backend,
+                table,
+                ClaimBranch::Pending,
+                DeliveryOrder::None,
+                address,
+                true,
+            )
         });
         let counts = [false, true].map(|by_app| counts_text(backend, table, by_app));
         Statements {
@@ -81,6 +95,7 @@ impl Statements {
             table: table.clone(),
             claim,
             claim_lease,
+            claim_lease_from,
             counts,
         }
     }
@@ -119,6 +134,38 @@ impl Statements {
             Some(texts) => &texts[branch.index()][ordering_index(ordering)],
             None => self.claim_select(branch, ordering),
         }
+    }
+
+    /// The pending branch's one-statement claim (no ordering) reading from a claim position
+    /// ([`crate::store::claim_position`]), e.g. for `EXPLAIN` in tests; `None` where the dialect
+    /// has no one-statement claim. It binds like [`Statements::claim_statement`] of
+    /// [`ClaimBranch::Pending`] with the position (`created_at_ms`, bigint) after `app_code`.
+    pub fn claim_statement_from_position(&self) -> Option<&str> {
+        self.claim_lease_from.as_deref()
+    }
+
+    /// The pending branch's one-statement claim and lease from `position` (rows with
+    /// `created_at_ms >= position`) with its arguments; `None` where the dialect has no such
+    /// statement.
+    pub(crate) fn claim_lease_from_query(
+        &self,
+        params: &ClaimParams,
+        lease: &Lease,
+        position: i64,
+        limit: usize,
+    ) -> Option<Bound> {
+        let sql = self.claim_lease_from.clone()?;
+        Some(Bound {
+            sql,
+            args: vec![
+                Arg::from(lease.worker_id.as_str()),
+                Arg::Int(lease.lock_until_ms),
+                Arg::Int(params.now_ms),
+                Arg::from(params.app_code.as_str()),
+                Arg::Int(position),
+                Arg::Int(limit as i64),
+            ],
+        })
     }
 
     /// One branch's one-statement claim and lease with its arguments; `None` where the dialect
@@ -265,6 +312,7 @@ impl Statements {
             &format!(
                 "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count, {address}"
             ),
+            false,
         );
         Bound {
             sql: b.text(),
@@ -313,6 +361,7 @@ fn claim_select_text(
         branch,
         ordering,
         "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count",
+        false,
     );
     b.text()
 }
@@ -328,6 +377,7 @@ fn claim_lease_text(
     branch: ClaimBranch,
     ordering: DeliveryOrder,
     address: &str,
+    from_position: bool,
 ) -> Arc<str> {
     let t = table.as_str();
     let mut b = SqlBuilder::new(backend);
@@ -349,6 +399,7 @@ fn claim_lease_text(
         branch,
         ordering,
         &format!("c.{address}"),
+        from_position,
     );
     let retry_count_before = match branch {
         ClaimBranch::ExpiredLease => " - 1",
@@ -383,6 +434,7 @@ fn write_claim_select(
     branch: ClaimBranch,
     ordering: DeliveryOrder,
     columns: &str,
+    from_position: bool,
 ) {
     b.push("SELECT ")
         .push(columns)
@@ -394,6 +446,9 @@ fn write_claim_select(
     let order_by = match branch {
         ClaimBranch::Pending => {
             b.status(Status::Pending);
+            if from_position {
+                b.push(" AND c.created_at_ms >= ").placeholder();
+            }
             "c.created_at_ms, c.event_id"
         }
         ClaimBranch::Retryable => {

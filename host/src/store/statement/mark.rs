@@ -1,5 +1,6 @@
 //! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease, and
-//! (without `UPDATE … RETURNING`) the locking SELECT listing the fenced rows first.
+//! (without `UPDATE … RETURNING`, when the UPDATE alone did not match every row) the locking
+//! SELECT listing the fenced rows.
 
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
@@ -72,8 +73,8 @@ pub(crate) fn lease_fence<'a>(
         .bind(lease.worker_id.as_str())
         .push(" AND lock_until_ms = ")
         .bind(lease.lock_until_ms)
-        .push(" AND event_id IN ")
-        .bind_list(event_ids);
+        .push(" AND event_id")
+        .bind_in(event_ids);
 }
 
 /// ` status = …`: one literal when every row gets the same status (a batch that was delivered:
@@ -172,7 +173,8 @@ pub(crate) fn mark_rows(
     b.finish()
 }
 
-/// MySQL: locks and lists the rows of `marks` still under the lease, before [`mark_rows`].
+/// MySQL: locks and lists the rows of `marks` still under the lease, before [`mark_rows`] runs
+/// again (after a first run that did not match every mark was rolled back).
 pub(crate) fn lock_fenced_rows(
     backend: Backend,
     table: &TableName,

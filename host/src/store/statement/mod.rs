@@ -74,6 +74,14 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         false
     }
 
+    /// Whether a key list is bound as one array parameter (`column = ANY($n)`, one `text[]`)
+    /// instead of `column IN (?, ?, …)`, one placeholder per value. PostgreSQL: with a cached
+    /// (generic) plan, an `IN` list of 500 placeholders is rebuilt as an array for every row the
+    /// statement reads; one array parameter is not.
+    fn binds_lists_as_arrays(&self) -> bool {
+        false
+    }
+
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
     fn probe_end(&self) -> &'static str {
         ")"
@@ -147,6 +155,9 @@ pub enum Arg {
     Int(i64),
     /// Bytes (the envelope).
     Bytes(Vec<u8>),
+    /// A list of strings bound as one array parameter (`text[]`): only written for a dialect
+    /// whose [`SqlDialect::binds_lists_as_arrays`] says so ([`SqlBuilder::bind_in`]).
+    TextList(Vec<String>),
 }
 
 impl From<&str> for Arg {
@@ -250,6 +261,25 @@ impl SqlBuilder {
         }
         self.sql.push(')');
         self
+    }
+
+    /// ` = ANY(?)` binding `values` as one array where the dialect binds lists as arrays
+    /// ([`SqlDialect::binds_lists_as_arrays`]), else ` IN (?, ?, …)` binding every value: the
+    /// membership test of a key column, written after the column.
+    pub(crate) fn bind_in<'a>(
+        &mut self,
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> &mut SqlBuilder {
+        if self.dialect.binds_lists_as_arrays() {
+            let list: Vec<String> = values.into_iter().map(str::to_string).collect();
+            self.sql.push_str(" = ANY(");
+            self.bind(Arg::TextList(list));
+            self.sql.push(')');
+            self
+        } else {
+            self.sql.push_str(" IN ");
+            self.bind_list(values)
+        }
     }
 
     /// The text of a fixed statement (no values bound yet).

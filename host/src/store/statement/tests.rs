@@ -299,9 +299,14 @@ fn mark_is_one_fenced_statement() {
          last_error = CASE event_id WHEN $8 THEN $9 WHEN $10 THEN $11 ELSE NULL END, \
          lock_until_ms = NULL, updated_at_ms = $12 \
          WHERE app_code = $13 AND status = 'delivering' AND worker_id = $14 AND lock_until_ms = $15 \
-         AND event_id IN ($16, $17, $18) RETURNING event_id"
+         AND event_id = ANY($16) RETURNING event_id"
     );
     assert_eq!(pg.args[6], Arg::Int(700));
+    // PostgreSQL binds the ids as one array: no IN list rebuilt per row under a generic plan.
+    assert_eq!(
+        pg.args[15],
+        Arg::TextList(vec!["a".into(), "b".into(), "c".into()])
+    );
     assert_eq!(pg.args[8], Arg::from("later"));
     assert_placeholders(Backend::Postgres, &pg);
 
@@ -430,7 +435,7 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
         &*reject.sql,
         "UPDATE room_outbox SET status = 'failed', lock_until_ms = NULL, last_error = CASE event_id WHEN $1 THEN $2 \
          ELSE last_error END, updated_at_ms = $3 WHERE app_code = $4 AND status = 'delivering' AND worker_id = $5 \
-         AND lock_until_ms = $6 AND event_id IN ($7)"
+         AND lock_until_ms = $6 AND event_id = ANY($7)"
     );
     // The reason is bound as a `last_error`: cut to the column's size, like every other one.
     let long = [RejectedRow {
