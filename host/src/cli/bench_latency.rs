@@ -169,7 +169,7 @@ impl fmt::Display for RoundTimes {
         let rows: usize = busy.iter().sum();
         write!(
             f,
-            "claims: {} ({} found rows, {:.1} rows each), claim ms p50/p99 {:.1}/{:.1}, between claims ms p50/p99/max {:.1}/{:.1}/{:.1}; marks: {}, mark ms p50/p99 {:.1}/{:.1}",
+            "claims: {} ({} found rows, {:.1} rows each), claim ms p50/p99 {:.1}/{:.1}, between claims ms p50/p99/3rd/2nd/max {:.1}/{:.1}/{:.1}/{:.1}/{:.1}; marks: {}, mark ms p50/p99 {:.1}/{:.1}",
             self.claims.len(),
             busy.len(),
             rows as f64 / busy.len().max(1) as f64,
@@ -177,6 +177,8 @@ impl fmt::Display for RoundTimes {
             ms(nearest_rank(&claim_times, 99.0)),
             ms(nearest_rank(&gaps, 50.0)),
             ms(nearest_rank(&gaps, 99.0)),
+            ms(gaps.iter().rev().nth(2).copied().unwrap_or_default()),
+            ms(gaps.iter().rev().nth(1).copied().unwrap_or_default()),
             ms(nearest_rank(&gaps, 100.0)),
             mark_times.len(),
             ms(nearest_rank(&mark_times, 50.0)),
