@@ -106,6 +106,8 @@ test: plugins
 	$(CARGO) test --workspace --no-fail-fast
 	@# The criterion benches are not run here, but they must keep compiling.
 	$(CARGO) test --workspace --benches --no-run
+	@# The host's API docs build without a broken or private link.
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p outboxd --no-deps
 
 ## chaos: the bigger kill-chaos run (20,000 events, 4 hosts, 8 kill -9s, one database restart,
 ## on a private PostgreSQL and a private MariaDB the test starts itself). `make test` runs a

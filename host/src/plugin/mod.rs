@@ -15,7 +15,7 @@
 //!   attempt while the sink is down);
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
 //! - [`swap`]: [`SwappablePublisher`], the set the worker holds across hot reloads;
-//! - [`check`]: `outboxd plugin check|test`.
+//! - [`check`](mod@check): `outboxd plugin check|test`.
 
 mod bindings;
 pub mod breaker;

@@ -1,36 +1,30 @@
-//! The shared executor: the store operations written once for every backend — claim, mark,
-//! counts, failed rows, requeue and the producer insert (`migrate` is in [`super::schema`]) — and
-//! the one retry of transactions the database aborted as transient.
+//! The shared executor: the store operations written once for every backend — counts, failed
+//! rows, requeue, purge and the producer insert; the claim is in [`super::exec_claim`], the mark
+//! in [`super::exec_mark`], the held claim in [`super::exec_held`], `migrate` in
+//! [`super::schema`] — and the one retry of transactions the database aborted as transient.
 //!
 //! A backend supplies its pool, its [`Statements`] and how it begins a write transaction
 //! ([`Driver`]); its connection type runs bound statements ([`Session`], implemented by
 //! [`impl_session!`]); [`impl_store!`] turns the pair into a [`crate::store::OutboxStore`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Database;
 
-use super::claim_position::{ClaimPositions, PendingStart};
-use super::judge::judge;
-use super::row::{
-    CandidateRow, EventId, FromColumns, Int, Key, LeasedRow, StatusCountRow, status_counts,
-};
-use super::statement::claim::{
-    ClaimBranch, Statements, lease_rows, reject_leased_rows, reject_rows,
-};
+use super::claim_position::ClaimPositions;
+use super::row::{EventId, FromColumns, Int, Key, StatusCountRow, status_counts};
+use super::statement::claim::Statements;
 use super::statement::failed::{
     count_failed, requeue_failed, requeue_keys, select_failed, select_requeue_chunk,
 };
 use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
-use super::statement::mark::{lock_fenced_rows, mark_rows};
 use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeable};
 use super::statement::{Arg, Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record::{self, Record};
 use crate::store::{
-    Backend, ClaimBatch, ClaimParams, CountsParams, DeliveryOrder, FailedRow, Lease,
-    ListFailedParams, Mark, MarkParams, MarkReport, PurgeParams, RequeueParams, StatusCounts,
+    Backend, CountsParams, FailedRow, ListFailedParams, PurgeParams, RequeueParams, StatusCounts,
     StoreError, TableName,
 };
 
@@ -201,7 +195,7 @@ macro_rules! impl_store {
                 &self,
                 params: &$crate::store::ClaimParams,
             ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
-                $crate::store::exec::claim(self, params).await
+                $crate::store::exec_claim::claim(self, params).await
             }
 
             async fn claim_held(
@@ -215,7 +209,7 @@ macro_rules! impl_store {
                 &self,
                 params: &$crate::store::MarkParams<'_>,
             ) -> Result<$crate::store::MarkReport, $crate::store::StoreError> {
-                $crate::store::exec::mark(self, params).await
+                $crate::store::exec_mark::mark(self, params).await
             }
 
             async fn counts(
@@ -372,339 +366,6 @@ pub(crate) async fn enqueue<D: Driver>(driver: &D, records: &[Record]) -> Result
     let inserted = save(&mut *tx, statements.backend(), statements.table(), records).await?;
     tx.commit().await.map_err(db("enqueue"))?;
     Ok(inserted)
-}
-
-/// Reads the claim branches in order (each up to the rows still wanted; rejected rows count),
-/// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction
-/// (repeated when the database picks it as a deadlock victim: [`retry_transient`]).
-pub(crate) async fn claim<D: Driver>(
-    driver: &D,
-    params: &ClaimParams,
-) -> Result<ClaimBatch, StoreError> {
-    let deadline_ms = record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64;
-    retry_transient(deadline_ms, StoreError::is_transient, || {
-        claim_once(driver, params)
-    })
-    .await
-}
-
-/// One attempt of [`claim`].
-async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
-    const OP: &str = "claim";
-    let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
-    let mut batch = ClaimBatch {
-        lease: Lease {
-            app_code: params.app_code.clone(),
-            worker_id: params.worker_id.clone(),
-            lock_until_ms: params.now_ms.saturating_add(params.lease_ms),
-        },
-        events: Vec::new(),
-        rejected: Vec::new(),
-    };
-    let limit = params.limit as usize;
-    if limit == 0 {
-        return Ok(batch);
-    }
-    let mut tx = match D::BEGIN_CLAIM {
-        Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
-        None => begin_write(driver, OP).await?,
-    };
-    if statements.leases_in_claim() {
-        let positions = driver.positions();
-        let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;
-        tx.commit().await.map_err(db(OP))?;
-        // Remembered only once the claim is committed: a rolled-back claim's rows are pending
-        // again, below where it read.
-        if let (Some(positions), Some(read)) = (positions, read) {
-            positions.record(
-                &params.app_code,
-                params.now_ms,
-                read.started,
-                read.full,
-                read.last,
-            );
-        }
-        return Ok(batch);
-    }
-    let mut taken = 0;
-    for branch in ClaimBranch::ALL {
-        let remaining = limit - taken;
-        if remaining == 0 {
-            break;
-        }
-        let rows = tx
-            .rows::<CandidateRow>(statements.claim_query(branch, params, remaining))
-            .await
-            .map_err(db(OP))?;
-        taken += rows.len();
-        for row in rows {
-            match judge(&params.app_code, row, branch, params.max_attempts) {
-                Ok(event) => batch.events.push(event),
-                Err(rejected) => batch.rejected.push(rejected),
-            }
-        }
-        if skips_due_after(branch, params, taken) {
-            break;
-        }
-    }
-    let leased: Vec<&str> = batch
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
-    for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(lease_rows(backend, table, &batch.lease, params.now_ms, ids))
-            .await
-            .map_err(db(OP))?;
-    }
-    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(reject_rows(
-            backend,
-            table,
-            &params.app_code,
-            params.now_ms,
-            rejected,
-        ))
-        .await
-        .map_err(db(OP))?;
-    }
-    tx.commit().await.map_err(db(OP))?;
-    Ok(batch)
-}
-
-/// Whether a claim stops after `branch`, having taken `taken` rows so far: after the pending
-/// branch handed out rows, unless the claim asks for the due branches ([`ClaimParams::scan_due`]).
-fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> bool {
-    branch == ClaimBranch::Pending && taken > 0 && !params.scan_due
-}
-
-/// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
-/// order, then the rejected rows failed under the new lease. With `positions`, the pending branch
-/// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
-/// read is returned, to be remembered once the claim commits.
-async fn claim_and_lease<S: Session>(
-    session: &mut S,
-    statements: &Statements,
-    positions: Option<&ClaimPositions>,
-    params: &ClaimParams,
-    batch: &mut ClaimBatch,
-) -> Result<Option<PendingRead>, StoreError> {
-    const OP: &str = "claim";
-    let limit = params.limit as usize;
-    let mut taken = 0;
-    let mut read = None;
-    for branch in ClaimBranch::ALL {
-        let remaining = limit - taken;
-        if remaining == 0 {
-            break;
-        }
-        let rows = match positions {
-            Some(positions)
-                if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::None =>
-            {
-                let start = positions.start(&params.app_code, params.now_ms);
-                let (rows, pending) = pending_from_position(
-                    session,
-                    statements,
-                    start,
-                    params,
-                    &batch.lease,
-                    remaining,
-                )
-                .await?;
-                read = Some(pending);
-                rows
-            }
-            _ => {
-                let Some(query) =
-                    statements.claim_lease_query(branch, params, &batch.lease, remaining)
-                else {
-                    unreachable!("leases_in_claim() said the dialect has the statement")
-                };
-                leased_rows(session, query).await.map_err(db(OP))?
-            }
-        };
-        taken += rows.len();
-        for row in rows {
-            match judge(&params.app_code, row.candidate, branch, params.max_attempts) {
-                Ok(event) => batch.events.push(event),
-                Err(rejected) => batch.rejected.push(rejected),
-            }
-        }
-        if skips_due_after(branch, params, taken) {
-            break;
-        }
-    }
-    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        session
-            .run(reject_leased_rows(
-                statements.backend(),
-                statements.table(),
-                &batch.lease,
-                params.now_ms,
-                rejected,
-            ))
-            .await
-            .map_err(db(OP))?;
-    }
-    Ok(read)
-}
-
-/// What a claim's pending branch read: where it started, whether it filled what it asked for,
-/// and the `created_at_ms` of the last row it read from there.
-struct PendingRead {
-    started: PendingStart,
-    full: bool,
-    last: Option<i64>,
-}
-
-/// The pending branch (no ordering) from `start`, up to `limit` rows. A read from a claim
-/// position that comes back short reads the head too, in the same transaction, and hands those
-/// (older) rows out first: a claim never comes back short while
-/// older pending rows wait below the position.
-async fn pending_from_position<S: Session>(
-    session: &mut S,
-    statements: &Statements,
-    start: PendingStart,
-    params: &ClaimParams,
-    lease: &Lease,
-    limit: usize,
-) -> Result<(Vec<LeasedRow>, PendingRead), StoreError> {
-    const OP: &str = "claim";
-    let head = |limit| {
-        statements
-            .claim_lease_query(ClaimBranch::Pending, params, lease, limit)
-            .expect("leases_in_claim() said the dialect has the statement")
-    };
-    let query = match start {
-        PendingStart::Head => head(limit),
-        PendingStart::From(position) => statements
-            .claim_lease_from_query(params, lease, position, limit)
-            .expect("leases_in_claim() said the dialect has the statement"),
-    };
-    let mut rows = leased_rows(session, query).await.map_err(db(OP))?;
-    let read = PendingRead {
-        started: start,
-        full: rows.len() == limit,
-        last: rows.last().map(|row| row.candidate.created_at_ms),
-    };
-    if matches!(start, PendingStart::From(_)) && !read.full {
-        let mut older = leased_rows(session, head(limit - rows.len()))
-            .await
-            .map_err(db(OP))?;
-        older.append(&mut rows);
-        rows = older;
-    }
-    Ok((rows, read))
-}
-
-/// The rows of one one-statement claim, in the branch's order.
-async fn leased_rows<S: Session>(
-    session: &mut S,
-    query: Bound,
-) -> Result<Vec<LeasedRow>, sqlx::Error> {
-    let mut rows = session.rows::<LeasedRow>(query).await?;
-    rows.sort_by_key(|row| row.position);
-    Ok(rows)
-}
-
-/// Applies a batch's marks: one fenced UPDATE (per [`MAX_ROWS_PER_STATEMENT`] marks); the ids it
-/// did not change are stale. With `UPDATE … RETURNING` the statement lists the ids it changed
-/// (PostgreSQL runs it alone, no BEGIN/COMMIT). Without it (MySQL) the UPDATE runs first in a
-/// transaction and commits when it matched every mark; otherwise it is rolled back and the fenced
-/// rows are locked and listed with `SELECT … FOR UPDATE` before the UPDATE runs again.
-pub(crate) async fn mark<D: Driver>(
-    driver: &D,
-    params: &MarkParams<'_>,
-) -> Result<MarkReport, StoreError> {
-    let mut seen = HashSet::with_capacity(params.marks.len());
-    if let Some(twice) = params
-        .marks
-        .iter()
-        .find(|m| !seen.insert(m.event_id.as_str()))
-    {
-        return Err(StoreError::Invalid(format!(
-            "event id {:?} is marked twice in one batch",
-            twice.event_id
-        )));
-    }
-    // The marks hold publish results that exist nowhere else: keep trying while the lease holds
-    // (after it, the rows are reclaimed and the marks would be stale anyway), and for at least the
-    // claim's budget.
-    let deadline_ms = params
-        .lease
-        .lock_until_ms
-        .max(record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64);
-    let mut changed = HashSet::with_capacity(params.marks.len());
-    for marks in params.marks.chunks(MAX_ROWS_PER_STATEMENT) {
-        // A mark is also retried while the database cannot be reached (a restart, a dropped
-        // connection): its results exist nowhere else. Repeating a mark that did commit changes
-        // nothing (the fence no longer matches) and reports its rows as stale.
-        let retry_on = |err: &StoreError| err.is_transient() || err.is_unreachable();
-        let ids = retry_transient(deadline_ms, retry_on, || {
-            mark_once(driver, params.lease, marks, params.now_ms)
-        })
-        .await?;
-        changed.extend(ids.into_iter().map(|EventId(id)| id));
-    }
-    let stale = params
-        .marks
-        .iter()
-        .filter(|m| !changed.contains(&m.event_id))
-        .map(|m| m.event_id.clone())
-        .collect();
-    Ok(MarkReport {
-        applied: changed.len() as u64,
-        stale,
-    })
-}
-
-/// One transaction of [`mark`]: applies `marks` (one statement's worth) and returns the ids it
-/// changed.
-async fn mark_once<D: Driver>(
-    driver: &D,
-    lease: &Lease,
-    marks: &[Mark],
-    now_ms: i64,
-) -> Result<Vec<EventId>, StoreError> {
-    const OP: &str = "mark";
-    let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
-    let update = mark_rows(backend, table, lease, marks, now_ms);
-    if backend.dialect().has_update_returning() && D::BEGIN_WRITE.is_none() {
-        // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
-        let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-        return conn.rows::<EventId>(update).await.map_err(db(OP));
-    }
-    let mut tx = begin_write(driver, OP).await?;
-    let ids = if backend.dialect().has_update_returning() {
-        tx.rows::<EventId>(update).await.map_err(db(OP))?
-    } else {
-        // Optimistic first: the fenced UPDATE alone. Its affected-row count is the rows its
-        // WHERE matched (sqlx connects with CLIENT_FOUND_ROWS, and every mark changes `status`),
-        // so when it equals the marks, every row was still under the lease and is changed. Only
-        // when some were not does the mark roll back and lock and list the fenced rows first, to
-        // learn which ids are stale.
-        let changed = tx.run(update.clone()).await.map_err(db(OP))?;
-        if changed == marks.len() as u64 {
-            tx.commit().await.map_err(db(OP))?;
-            return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
-        }
-        tx.rollback().await.map_err(db(OP))?;
-        tx = begin_write(driver, OP).await?;
-        let locked = tx
-            .rows::<EventId>(lock_fenced_rows(backend, table, lease, marks))
-            .await
-            .map_err(db(OP))?;
-        if !locked.is_empty() {
-            tx.run(update).await.map_err(db(OP))?;
-        }
-        locked
-    };
-    tx.commit().await.map_err(db(OP))?;
-    Ok(ids)
 }
 
 /// How long a claim transaction the database aborted as transient is re-run before the error is

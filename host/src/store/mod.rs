@@ -58,7 +58,9 @@
 pub mod claim_position;
 mod connect;
 mod exec;
+mod exec_claim;
 mod exec_held;
+mod exec_mark;
 mod held;
 mod judge;
 pub mod mysql;

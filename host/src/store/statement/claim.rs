@@ -1,6 +1,6 @@
 //! The claim's statements: the three branch SELECTs (built once per store in [`Statements`]),
 //! the UPDATE leasing the rows handed out, the UPDATE failing the rows the claim rejected, and the
-//! status counts. Where the dialect addresses locked rows ([`super::SqlDialect::claim_row_address`],
+//! status counts. Where the dialect addresses locked rows (`SqlDialect::claim_row_address`,
 //! PostgreSQL), each branch is instead one UPDATE that locks, leases and returns its rows, and
 //! rejected rows are failed fenced on the new lease.
 
@@ -119,7 +119,7 @@ impl Statements {
     }
 
     /// Whether a claim leases each branch's rows in the statement that locks them
-    /// ([`Statements::claim_lease_query`]) instead of SELECT then lease UPDATE.
+    /// (`Statements::claim_lease_query`) instead of SELECT then lease UPDATE.
     pub fn leases_in_claim(&self) -> bool {
         self.claim_lease.is_some()
     }

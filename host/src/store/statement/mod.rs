@@ -156,7 +156,7 @@ pub enum Arg {
     /// Bytes (the envelope).
     Bytes(Vec<u8>),
     /// A list of strings bound as one array parameter (`text[]`): only written for a dialect
-    /// whose [`SqlDialect::binds_lists_as_arrays`] says so ([`SqlBuilder::bind_in`]).
+    /// whose `SqlDialect::binds_lists_as_arrays` says so (`SqlBuilder::bind_in`).
     TextList(Vec<String>),
 }
 

@@ -1,0 +1,252 @@
+//! The claim, written once for every backend over the shared executor ([`super::exec`]): the
+//! claim branches read in order in one write transaction, each branch's rows leased (in the
+//! branch's statement where the dialect addresses rows, else one lease UPDATE), rejected rows
+//! failed, and on PostgreSQL the tenant's claim position ([`super::claim_position`]) read and
+//! remembered.
+
+use super::claim_position::{ClaimPositions, PendingStart};
+use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
+use super::judge::judge;
+use super::row::{CandidateRow, LeasedRow};
+use super::statement::claim::{
+    ClaimBranch, Statements, lease_rows, reject_leased_rows, reject_rows,
+};
+use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
+use crate::record;
+use crate::store::{ClaimBatch, ClaimParams, DeliveryOrder, Lease, StoreError};
+
+/// Reads the claim branches in order (each up to the rows still wanted; rejected rows count),
+/// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction
+/// (repeated when the database picks it as a deadlock victim: [`retry_transient`]).
+pub(crate) async fn claim<D: Driver>(
+    driver: &D,
+    params: &ClaimParams,
+) -> Result<ClaimBatch, StoreError> {
+    let deadline_ms = record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64;
+    retry_transient(deadline_ms, StoreError::is_transient, || {
+        claim_once(driver, params)
+    })
+    .await
+}
+
+/// One attempt of [`claim`].
+async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+    const OP: &str = "claim";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let mut batch = ClaimBatch {
+        lease: Lease {
+            app_code: params.app_code.clone(),
+            worker_id: params.worker_id.clone(),
+            lock_until_ms: params.now_ms.saturating_add(params.lease_ms),
+        },
+        events: Vec::new(),
+        rejected: Vec::new(),
+    };
+    let limit = params.limit as usize;
+    if limit == 0 {
+        return Ok(batch);
+    }
+    let mut tx = match D::BEGIN_CLAIM {
+        Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
+        None => begin_write(driver, OP).await?,
+    };
+    if statements.leases_in_claim() {
+        let positions = driver.positions();
+        let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;
+        tx.commit().await.map_err(db(OP))?;
+        // Remembered only once the claim is committed: a rolled-back claim's rows are pending
+        // again, below where it read.
+        if let (Some(positions), Some(read)) = (positions, read) {
+            positions.record(
+                &params.app_code,
+                params.now_ms,
+                read.started,
+                read.full,
+                read.last,
+            );
+        }
+        return Ok(batch);
+    }
+    let mut taken = 0;
+    for branch in ClaimBranch::ALL {
+        let remaining = limit - taken;
+        if remaining == 0 {
+            break;
+        }
+        let rows = tx
+            .rows::<CandidateRow>(statements.claim_query(branch, params, remaining))
+            .await
+            .map_err(db(OP))?;
+        taken += rows.len();
+        for row in rows {
+            match judge(&params.app_code, row, branch, params.max_attempts) {
+                Ok(event) => batch.events.push(event),
+                Err(rejected) => batch.rejected.push(rejected),
+            }
+        }
+        if skips_due_after(branch, params, taken) {
+            break;
+        }
+    }
+    let leased: Vec<&str> = batch
+        .events
+        .iter()
+        .map(|e| e.event.event_id.as_str())
+        .collect();
+    for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
+        tx.run(lease_rows(backend, table, &batch.lease, params.now_ms, ids))
+            .await
+            .map_err(db(OP))?;
+    }
+    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+        tx.run(reject_rows(
+            backend,
+            table,
+            &params.app_code,
+            params.now_ms,
+            rejected,
+        ))
+        .await
+        .map_err(db(OP))?;
+    }
+    tx.commit().await.map_err(db(OP))?;
+    Ok(batch)
+}
+
+/// Whether a claim stops after `branch`, having taken `taken` rows so far: after the pending
+/// branch handed out rows, unless the claim asks for the due branches ([`ClaimParams::scan_due`]).
+fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> bool {
+    branch == ClaimBranch::Pending && taken > 0 && !params.scan_due
+}
+
+/// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
+/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
+/// order, then the rejected rows failed under the new lease. With `positions`, the pending branch
+/// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
+/// read is returned, to be remembered once the claim commits.
+async fn claim_and_lease<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    positions: Option<&ClaimPositions>,
+    params: &ClaimParams,
+    batch: &mut ClaimBatch,
+) -> Result<Option<PendingRead>, StoreError> {
+    const OP: &str = "claim";
+    let limit = params.limit as usize;
+    let mut taken = 0;
+    let mut read = None;
+    for branch in ClaimBranch::ALL {
+        let remaining = limit - taken;
+        if remaining == 0 {
+            break;
+        }
+        let rows = match positions {
+            Some(positions)
+                if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::None =>
+            {
+                let start = positions.start(&params.app_code, params.now_ms);
+                let (rows, pending) = pending_from_position(
+                    session,
+                    statements,
+                    start,
+                    params,
+                    &batch.lease,
+                    remaining,
+                )
+                .await?;
+                read = Some(pending);
+                rows
+            }
+            _ => {
+                let Some(query) =
+                    statements.claim_lease_query(branch, params, &batch.lease, remaining)
+                else {
+                    unreachable!("leases_in_claim() said the dialect has the statement")
+                };
+                leased_rows(session, query).await.map_err(db(OP))?
+            }
+        };
+        taken += rows.len();
+        for row in rows {
+            match judge(&params.app_code, row.candidate, branch, params.max_attempts) {
+                Ok(event) => batch.events.push(event),
+                Err(rejected) => batch.rejected.push(rejected),
+            }
+        }
+        if skips_due_after(branch, params, taken) {
+            break;
+        }
+    }
+    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+        session
+            .run(reject_leased_rows(
+                statements.backend(),
+                statements.table(),
+                &batch.lease,
+                params.now_ms,
+                rejected,
+            ))
+            .await
+            .map_err(db(OP))?;
+    }
+    Ok(read)
+}
+
+/// What a claim's pending branch read: where it started, whether it filled what it asked for,
+/// and the `created_at_ms` of the last row it read from there.
+struct PendingRead {
+    started: PendingStart,
+    full: bool,
+    last: Option<i64>,
+}
+
+/// The pending branch (no ordering) from `start`, up to `limit` rows. A read from a claim
+/// position that comes back short reads the head too, in the same transaction, and hands those
+/// (older) rows out first: a claim never comes back short while
+/// older pending rows wait below the position.
+async fn pending_from_position<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    start: PendingStart,
+    params: &ClaimParams,
+    lease: &Lease,
+    limit: usize,
+) -> Result<(Vec<LeasedRow>, PendingRead), StoreError> {
+    const OP: &str = "claim";
+    let head = |limit| {
+        statements
+            .claim_lease_query(ClaimBranch::Pending, params, lease, limit)
+            .expect("leases_in_claim() said the dialect has the statement")
+    };
+    let query = match start {
+        PendingStart::Head => head(limit),
+        PendingStart::From(position) => statements
+            .claim_lease_from_query(params, lease, position, limit)
+            .expect("leases_in_claim() said the dialect has the statement"),
+    };
+    let mut rows = leased_rows(session, query).await.map_err(db(OP))?;
+    let read = PendingRead {
+        started: start,
+        full: rows.len() == limit,
+        last: rows.last().map(|row| row.candidate.created_at_ms),
+    };
+    if matches!(start, PendingStart::From(_)) && !read.full {
+        let mut older = leased_rows(session, head(limit - rows.len()))
+            .await
+            .map_err(db(OP))?;
+        older.append(&mut rows);
+        rows = older;
+    }
+    Ok((rows, read))
+}
+
+/// The rows of one one-statement claim, in the branch's order.
+async fn leased_rows<S: Session>(
+    session: &mut S,
+    query: Bound,
+) -> Result<Vec<LeasedRow>, sqlx::Error> {
+    let mut rows = session.rows::<LeasedRow>(query).await?;
+    rows.sort_by_key(|row| row.position);
+    Ok(rows)
+}
