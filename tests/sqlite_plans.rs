@@ -15,8 +15,7 @@ use outboxd::store::schema::migrations;
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::statement::{Arg, Bound};
 use outboxd::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, Mark, MarkParams, PurgeStatus,
-    TableName,
+    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, PurgeStatus, TableName,
 };
 use sqlx::{AssertSqlSafe, Row};
 use support::{Bind, RawInsert, RawPool, TestDb};
@@ -242,13 +241,7 @@ async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
     for (name, Bound { sql, args }) in statements.follow_up_statements(&batch.lease, now, &ids) {
         check_by_key(name, &plan(&db, &sql, &args).await);
     }
-    let marks: Vec<Mark> = ids
-        .iter()
-        .map(|id| Mark {
-            event_id: id.to_string(),
-            disposition: Disposition::Delivered,
-        })
-        .collect();
+    let marks: Vec<Mark> = ids.iter().map(|id| Mark::delivered(*id)).collect();
     let report = store
         .mark(&MarkParams {
             lease: &batch.lease,

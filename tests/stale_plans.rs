@@ -22,7 +22,7 @@ use outboxd::record::now_ms;
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::statement::{Arg, Bound};
 use outboxd::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, Mark, MarkParams, TableName,
+    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, TableName,
 };
 use support::{Bind, PlanStep, TestDb};
 
@@ -237,13 +237,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     check(backend, "held mark", false, &plan);
 
     // The statements explained run: the claimed batch marks, and claims go on in order.
-    let marks: Vec<Mark> = ids
-        .iter()
-        .map(|id| Mark {
-            event_id: id.to_string(),
-            disposition: Disposition::Delivered,
-        })
-        .collect();
+    let marks: Vec<Mark> = ids.iter().map(|id| Mark::delivered(*id)).collect();
     let report = store
         .mark(&MarkParams {
             lease: &batch.lease,

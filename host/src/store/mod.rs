@@ -316,6 +316,16 @@ pub struct Mark {
     pub disposition: Disposition,
 }
 
+impl Mark {
+    /// The mark of `event_id` as delivered.
+    pub fn delivered(event_id: impl Into<String>) -> Mark {
+        Mark {
+            event_id: event_id.into(),
+            disposition: Disposition::Delivered,
+        }
+    }
+}
+
 /// Arguments of [`OutboxStore::mark`].
 #[derive(Debug, Clone)]
 pub struct MarkParams<'a> {

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use super::mark::{lock_fenced_rows, mark_rows};
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{
-    Backend, ClaimParams, DeliveryOrder, Disposition, Lease, Mark, RejectedRow, TableName,
-};
+use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease, Mark, RejectedRow, TableName};
 
 /// The three sources of a claim, read in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -212,13 +210,7 @@ impl Statements {
                 reason: "envelope does not decode".into(),
             })
             .collect();
-        let marks: Vec<Mark> = event_ids
-            .iter()
-            .map(|id| Mark {
-                event_id: id.to_string(),
-                disposition: Disposition::Delivered,
-            })
-            .collect();
+        let marks: Vec<Mark> = event_ids.iter().map(|id| Mark::delivered(*id)).collect();
         let mut statements = Vec::new();
         if self.leases_in_claim() {
             statements.push((
@@ -274,13 +266,7 @@ impl Statements {
         event_ids: &[&str],
         addresses: &[&str],
     ) -> Bound {
-        let marks: Vec<Mark> = event_ids
-            .iter()
-            .map(|id| Mark {
-                event_id: id.to_string(),
-                disposition: Disposition::Delivered,
-            })
-            .collect();
+        let marks: Vec<Mark> = event_ids.iter().map(|id| Mark::delivered(*id)).collect();
         super::held::mark_held_rows(
             self.backend,
             &self.table,
