@@ -22,7 +22,6 @@ use super::statement::failed::{
 use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
 use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeable};
 use super::statement::{Arg, Bound, MAX_ROWS_PER_STATEMENT};
-use super::write_gate::{WriteGate, WritePass, WriteTx};
 use crate::record::{self, Record};
 use crate::store::{
     Backend, CountsParams, FailedRow, ListFailedParams, PurgeParams, RequeueParams, StatusCounts,
@@ -156,18 +155,6 @@ pub(crate) trait Driver: Send + Sync {
     /// The connection pool.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
-    /// The pool write transactions begin on (SQLite: one connection, the store's only writer).
-    fn write_pool(&self) -> &sqlx::Pool<Self::Db> {
-        self.pool()
-    }
-
-    /// The in-process queue every write of the store passes through before it begins, where the
-    /// database has one write lock (SQLite: [`super::write_gate`]); `None`: writes run side by
-    /// side.
-    fn write_gate(&self) -> Option<&WriteGate> {
-        None
-    }
-
     /// The store's statements (backend and table).
     fn statements(&self) -> &Statements;
 
@@ -265,40 +252,16 @@ pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     StoreError::db(op)
 }
 
-/// Begins a write transaction, once through the store's write gate where it has one (the pass
-/// is held until the transaction ends).
+/// Begins a write transaction.
 pub(crate) async fn begin_write<D: Driver>(
     driver: &D,
     op: &'static str,
-) -> Result<WriteTx<D::Db>, StoreError> {
-    begin_write_with(driver, op, D::BEGIN_WRITE).await
-}
-
-/// [`begin_write`] with `begin` instead of [`Driver::BEGIN_WRITE`] (`None`: the default `BEGIN`).
-pub(crate) async fn begin_write_with<D: Driver>(
-    driver: &D,
-    op: &'static str,
-    begin: Option<&'static str>,
-) -> Result<WriteTx<D::Db>, StoreError> {
-    let pass = enter_write_gate(driver, op).await?;
-    let tx = match begin {
-        Some(begin) => driver.write_pool().begin_with(begin).await,
-        None => driver.write_pool().begin().await,
+) -> Result<sqlx::Transaction<'static, D::Db>, StoreError> {
+    match D::BEGIN_WRITE {
+        Some(begin) => driver.pool().begin_with(begin).await,
+        None => driver.pool().begin().await,
     }
-    .map_err(db(op))?;
-    Ok(WriteTx::new(tx, pass))
-}
-
-/// This process's turn to write, where the store has a write gate ([`Driver::write_gate`]);
-/// for a write that is not a transaction of its own (purge's DELETE).
-pub(crate) async fn enter_write_gate<D: Driver>(
-    driver: &D,
-    op: &'static str,
-) -> Result<Option<WritePass>, StoreError> {
-    match driver.write_gate() {
-        Some(gate) => Ok(Some(gate.enter(op).await?)),
-        None => Ok(None),
-    }
+    .map_err(db(op))
 }
 
 /// Inserts `records` as `pending` rows inside the caller's transaction, ignoring ids already
@@ -540,12 +503,7 @@ pub(crate) async fn purge<D: Driver>(driver: &D, params: &PurgeParams) -> Result
     const OP: &str = "purge";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
-    // Taken before the connection (a gate holder may be waiting for one), held to the DELETE.
-    let _pass = match params.dry_run {
-        true => None,
-        false => enter_write_gate(driver, OP).await?,
-    };
-    let mut conn = driver.write_pool().acquire().await.map_err(db(OP))?;
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     if params.dry_run {
         let rows = conn
             .rows::<Int>(count_purgeable(backend, table, params))

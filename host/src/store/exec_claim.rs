@@ -5,7 +5,7 @@
 //! remembered.
 
 use super::claim_position::{ClaimPositions, PendingStart};
-use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write_with, db, retry_transient};
+use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
 use super::judge::judge;
 use super::row::{CandidateRow, LeasedRow};
 use super::statement::claim::{
@@ -47,7 +47,10 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     if limit == 0 {
         return Ok(batch);
     }
-    let mut tx = begin_write_with(driver, OP, D::BEGIN_CLAIM.or(D::BEGIN_WRITE)).await?;
+    let mut tx = match D::BEGIN_CLAIM {
+        Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
+        None => begin_write(driver, OP).await?,
+    };
     if statements.leases_in_claim() {
         let positions = driver.positions();
         let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;

@@ -14,7 +14,6 @@ use super::row::{AddressedRow, CandidateRow};
 use super::statement::MAX_ROWS_PER_STATEMENT;
 use super::statement::claim::{ClaimBranch, reject_rows};
 use super::statement::held::mark_held_rows;
-use super::write_gate::WriteTx;
 use crate::record;
 use crate::store::{Backend, ClaimParams, StoreError, TableName};
 
@@ -154,8 +153,7 @@ where
 /// A held claim's open transaction (dropping it rolls back: sqlx queues the ROLLBACK and the
 /// pool sends it when the connection comes back).
 struct OpenTransaction<DB: sqlx::Database> {
-    /// With the write gate's pass (SQLite), so the process's other writes queue behind it.
-    tx: WriteTx<DB>,
+    tx: sqlx::Transaction<'static, DB>,
     backend: Backend,
     table: TableName,
     /// event_id → the row's address, where the dialect addresses rows (else empty).

@@ -70,7 +70,6 @@ pub mod schema;
 pub mod sqlite;
 pub mod statement;
 mod table_name;
-mod write_gate;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -139,18 +138,6 @@ pub enum StoreError {
     /// A caller passed something the store cannot act on.
     #[error("invalid request: {0}")]
     Invalid(String),
-    /// A SQLite write waited longer than the busy timeout for this process's other writes to
-    /// the same database (the store's in-process write gate, `store/write_gate.rs`).
-    #[error(
-        "{op}: waited {} for this process's other writes to the SQLite database",
-        humantime::format_duration(*.waited)
-    )]
-    WriteGateTimeout {
-        /// The store operation that waited (`claim`, `mark`, …).
-        op: &'static str,
-        /// How long it waited.
-        waited: std::time::Duration,
-    },
     /// The outbox table does not fit outboxd (a missing column, or an index named like a claim
     /// index with other columns) and `migrate` will not change it; the message says what to do.
     #[error("outbox table schema: {0}")]
@@ -161,9 +148,6 @@ impl StoreError {
     /// True for errors that a retry of the same operation can clear: a deadlock or serialization
     /// failure (SQLSTATE 40001, 40P01), a lock wait timeout (MySQL 1205), or a busy SQLite file.
     pub fn is_transient(&self) -> bool {
-        if let StoreError::WriteGateTimeout { .. } = self {
-            return true;
-        }
         let StoreError::Database {
             source: sqlx::Error::Database(db),
             ..

@@ -3,10 +3,7 @@
 //! The database file is opened in WAL mode with a 30 s busy timeout, so several processes and
 //! pools can share it, and `synchronous = NORMAL` unless the URL says otherwise
 //! (`?synchronous=full`, see [`synchronous_from_url`]); every write runs in `BEGIN IMMEDIATE`, which takes the write lock up front
-//! (a claim is therefore serialized with other writers instead of using row locks). The store's
-//! own writes (claims, marks, enqueues, requeues, purges, `migrate`) first queue in the process
-//! through one write gate (`store/write_gate.rs`), so its worker loops hand the lock on in order
-//! instead of sleeping in SQLite's busy handler; other processes still wait there. An in-memory
+//! (a claim is therefore serialized with other writers instead of using row locks). An in-memory
 //! URL (`sqlite::memory:`) gets a single, never-recycled connection: the database lives as long
 //! as the store.
 
@@ -22,7 +19,6 @@ use super::exec::{self, Driver, impl_session, impl_store};
 use super::schema::Migration;
 use super::statement::claim::Statements;
 use super::statement::{Bound, SqlBuilder, SqlDialect};
-use super::write_gate::WriteGate;
 use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
 
@@ -92,10 +88,6 @@ pub fn synchronous_from_url(url: &str) -> Result<(String, SqliteSynchronous), St
 pub struct SqliteStore {
     pool: SqlitePool,
     statements: Statements,
-    /// Every write of this store queues here before `BEGIN IMMEDIATE` ([`WriteGate`]).
-    gate: WriteGate,
-    /// The one connection every write of this store runs on.
-    writer: SqlitePool,
 }
 
 impl SqliteStore {
@@ -114,26 +106,12 @@ impl SqliteStore {
             SqlitePoolOptions::new().max_connections(options.max_connections.max(1))
         }
         .acquire_timeout(options.connect_timeout)
-        .connect_with(connect.clone())
+        .connect_with(connect)
         .await
         .map_err(StoreError::db("connect"))?;
-        let writer = if in_memory || std::env::var_os("OUTBOXD_SQLW_POOLWRITE").is_some() {
-            pool.clone()
-        } else {
-            SqlitePoolOptions::new()
-                .max_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None)
-                .acquire_timeout(BUSY_TIMEOUT)
-                .connect_with(connect)
-                .await
-                .map_err(StoreError::db("connect"))?
-        };
         Ok(SqliteStore {
-            writer,
             pool,
             statements: Statements::new(Backend::Sqlite, &options.table),
-            gate: WriteGate::new(BUSY_TIMEOUT),
         })
     }
 
@@ -171,8 +149,7 @@ impl SqlDialect for SqliteDialect {
     }
 
     /// No: one writer at a time holds the file's write lock; a second `BEGIN IMMEDIATE` waits in
-    /// the busy handler (sleeping 1, 2, 5, 10 … ms between tries), which the store's own writes
-    /// avoid by queueing in its write gate first.
+    /// the busy handler (sleeping 1, 2, 5, 10 … ms between tries).
     fn concurrent_writers(&self) -> bool {
         false
     }
@@ -210,14 +187,6 @@ impl Driver for SqliteStore {
 
     fn statements(&self) -> &Statements {
         &self.statements
-    }
-
-    fn write_gate(&self) -> Option<&WriteGate> {
-        std::env::var_os("OUTBOXD_SQLW_GATE").map(|_| &self.gate)
-    }
-
-    fn write_pool(&self) -> &SqlitePool {
-        &self.writer
     }
 }
 
