@@ -888,6 +888,71 @@ async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
     }
 }
 
+/// Where writers run side by side, a loop claims up to two batches ahead while its deliveries
+/// are quick: the third batch is claimed while the first still publishes (so claims and marks
+/// overlap without waiting for each other every round), still with one batch publishing at a
+/// time and each event published once. On SQLite a loop claims only after its batch is marked.
+async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
+    const PUBLISH: Duration = Duration::from_millis(1_000);
+    #[derive(Default)]
+    struct Slow {
+        active: AtomicUsize,
+        most_active: AtomicUsize,
+        published: Mutex<Vec<String>>,
+    }
+    #[async_trait]
+    impl Publisher for Slow {
+        async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+            let now = self.active.fetch_add(1, AtomicOrdering::SeqCst) + 1;
+            self.most_active.fetch_max(now, AtomicOrdering::SeqCst);
+            let ids = batch.iter().map(|event| event.event_id.clone());
+            self.published.lock().unwrap().extend(ids);
+            tokio::time::sleep(PUBLISH).await;
+            self.active.fetch_sub(1, AtomicOrdering::SeqCst);
+            vec![Outcome::Delivered; batch.len()]
+        }
+    }
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = Arc::new(ScanRecorder {
+        inner: db.store_default().await,
+        claims: Mutex::default(),
+    });
+    enqueue_many(&*store, 6, 6).await;
+    let mut opts = options("w");
+    opts.batch_size = 2;
+    let publisher = Arc::new(Slow::default());
+    Worker::new(store.clone(), publisher.clone(), opts)
+        .run(RunMode::Drain, CancellationToken::new())
+        .await
+        .unwrap();
+    let claims = store.claims.lock().unwrap().clone();
+    assert!(claims.len() >= 3, "{} claims", claims.len());
+    let third = claims[2].0 - claims[0].0;
+    if store.backend().concurrent_writers() {
+        assert!(
+            third < PUBLISH,
+            "the third batch was claimed {third:?} after the first, once the first was marked: \
+             only one batch claimed ahead"
+        );
+    } else {
+        assert!(
+            third >= 2 * PUBLISH,
+            "SQLite: the third batch was claimed {third:?} after the first, before two were marked"
+        );
+    }
+    assert_eq!(
+        publisher.most_active.load(AtomicOrdering::SeqCst),
+        1,
+        "two batches of one loop published at once"
+    );
+    let mut published = publisher.published.lock().unwrap().clone();
+    published.sort();
+    let expected: Vec<String> = (0..6).map(|i| format!("e{i:06}")).collect();
+    assert_eq!(published, expected, "each event published once");
+}
+
 support::per_backend!(
     three_hosts_drain_10k_exactly_once,
     crashed_worker_batch_is_finished_by_another,
@@ -900,5 +965,6 @@ support::per_backend!(
     a_slow_sink_never_holds_up_another,
     draining_run_reports_a_dead_database,
     a_batch_claimed_ahead_waits_its_turn_within_its_lease,
+    a_loop_claims_two_batches_ahead_of_quick_deliveries,
     due_rows_are_claimed_while_new_rows_keep_coming,
 );

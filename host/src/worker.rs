@@ -31,7 +31,9 @@ use crate::record::now_ms;
 use crate::retry::RetryPolicy;
 use crate::store::{ClaimBatch, ClaimParams, DeliveryOrder, OutboxStore, RejectedRow, StoreError};
 use crate::wake::{IdleBackoff, Wake};
+use ahead::ClaimAhead;
 
+mod ahead;
 mod deliver;
 mod held;
 
@@ -206,12 +208,13 @@ impl Worker {
     ///
     /// **Claim-ahead.** Where the database runs writers side by side
     /// ([`crate::store::Backend::concurrent_writers`]), the loop claims its next batch while the
-    /// current one is still publishing and marking: at most one batch is delivering when a claim
-    /// starts, so at most two are leased per loop, and the one claimed ahead starts publishing
-    /// when the one before it is marked (each publishes within its own lease, which starts at its
-    /// claim). A row committed during a round is claimed without waiting for the
-    /// round's marks. On SQLite (one writer at a time) a claim would only queue behind the mark,
-    /// so the loop claims after its batch is marked, as before.
+    /// earlier ones are still publishing and marking: at most two batches are delivering when a
+    /// claim starts (one while the last delivery was slow: [`ClaimAhead`]), so at most three are
+    /// leased per loop, and a batch claimed ahead starts publishing when the one before it is
+    /// marked (each publishes within its own lease, which starts at its claim). A row committed
+    /// during a round is claimed without waiting for the round's marks. On SQLite (one writer at
+    /// a time) a claim would only queue behind the mark, so the loop claims after its batch is
+    /// marked.
     async fn run_slot(
         &self,
         slot: u32,
@@ -221,11 +224,17 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
         let mut backoff = IdleBackoff::new(self.options.poll_interval);
-        // Deliveries a claim may overlap: one where writers run side by side, none on SQLite.
-        let ahead = usize::from(self.store.backend().concurrent_writers());
+        // Deliveries a claim may overlap: two where writers run side by side while deliveries
+        // are quick, one behind a slow one, none on SQLite (`ahead.rs`).
+        let ahead = ClaimAhead::new(
+            self.store.backend().concurrent_writers(),
+            self.options
+                .lease
+                .saturating_sub(self.options.publish_timeout + deliver::LEASE_MARGIN),
+        );
         // A batch claimed ahead publishes only once the one before it is marked: per loop at
         // most one batch is published and not yet marked, so a host killed at any moment
-        // redelivers at most one batch per loop (the one claimed ahead waits out its lease
+        // redelivers at most one batch per loop (the ones claimed ahead wait out their leases
         // unpublished, counted as an attempt). FIFO, so batches publish in claim order.
         let publishing = tokio::sync::Semaphore::new(1);
         let mut delivering: FuturesUnordered<Delivery<'_>> = FuturesUnordered::new();
@@ -244,7 +253,7 @@ impl Worker {
                 if shutdown.is_cancelled() {
                     break;
                 }
-                while delivering.len() > ahead {
+                while delivering.len() > ahead.depth() {
                     let done = delivering.next().await.expect("a delivery in flight");
                     failed |= self.settle(&worker_id, mode, done, totals, &mut first_error);
                 }
@@ -277,15 +286,17 @@ impl Worker {
                         any_full |= taken >= u64::from(self.options.batch_size);
                         if let Some(batch) = batch {
                             let worker_id = worker_id.as_str();
-                            let publishing = &publishing;
+                            let (publishing, ahead) = (&publishing, &ahead);
                             delivering.push(Box::pin(async move {
                                 // Never closed, so acquiring cannot fail.
                                 let (_turn, queued) = match publishing.try_acquire() {
                                     Ok(turn) => (Some(turn), false),
                                     Err(_) => (publishing.acquire().await.ok(), true),
                                 };
+                                let turn_began = Instant::now();
                                 let delivered =
                                     self.deliver(worker_id, app_code, batch, queued).await;
+                                ahead.delivered_in(turn_began.elapsed());
                                 (app_code.as_str(), delivered)
                             }));
                         }

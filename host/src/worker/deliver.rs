@@ -16,7 +16,7 @@ use crate::store::{ClaimBatch, Disposition, Lease, Mark, MarkParams};
 
 /// What a batch's lease must hold beyond the publish deadline: time to mark (the configured
 /// `worker.publish_timeout` is at least this much shorter than `worker.lease`).
-const LEASE_MARGIN: Duration = Duration::from_secs(1);
+pub(super) const LEASE_MARGIN: Duration = Duration::from_secs(1);
 
 impl Worker {
     /// Publishes a claimed batch and marks its rows: the mark counters (delivered, retried, …).
