@@ -4,8 +4,11 @@
 //! failed, and on PostgreSQL the tenant's claim position ([`super::claim_position`]) read and
 //! remembered.
 
+use std::time::{Duration, Instant};
+
 use super::claim_position::{ClaimPositions, PendingStart};
 use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
+use super::exec_claim_autocommit::{Autocommit, claim_pending};
 use super::judge::judge;
 use super::row::{CandidateRow, LeasedRow};
 use super::statement::claim::{
@@ -29,6 +32,29 @@ pub(crate) async fn claim<D: Driver>(
     .await
 }
 
+/// A claim that takes at least this long logs, at debug level, where its time went (`outboxd
+/// bench --rate` with `RUST_LOG=outboxd::store::exec_claim=debug`).
+const SLOW_CLAIM: Duration = Duration::from_millis(10);
+
+/// Logs a slow claim's steps at debug level: begin, the reads (and leases where the dialect
+/// leases in them), the separate lease / reject writes, the commit.
+fn log_if_slow(steps: [Instant; 5], rows: usize) {
+    let took = steps[4] - steps[0];
+    if took < SLOW_CLAIM {
+        return;
+    }
+    let ms = |i: usize| (steps[i + 1] - steps[i]).as_secs_f64() * 1000.0;
+    tracing::debug!(
+        took_ms = took.as_secs_f64() * 1000.0,
+        begin_ms = ms(0),
+        read_ms = ms(1),
+        write_ms = ms(2),
+        commit_ms = ms(3),
+        rows,
+        "slow claim"
+    );
+}
+
 /// One attempt of [`claim`].
 async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
@@ -47,14 +73,28 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     if limit == 0 {
         return Ok(batch);
     }
+    let branches: &[ClaimBranch] = match claim_pending(driver, params, &mut batch).await? {
+        Autocommit::Claimed => return Ok(batch),
+        // Nothing was leased: the due branches in a transaction, as they would have followed.
+        Autocommit::NothingPending => &ClaimBranch::ALL[1..],
+        Autocommit::NotTried => &ClaimBranch::ALL,
+    };
+    let mut steps = [Instant::now(); 5];
     let mut tx = match D::BEGIN_CLAIM {
         Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
         None => begin_write(driver, OP).await?,
     };
+    steps[1] = Instant::now();
     if statements.leases_in_claim() {
         let positions = driver.positions();
-        let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;
+        let read = claim_and_lease(
+            &mut *tx, statements, positions, params, branches, &mut batch,
+        )
+        .await?;
+        (steps[2], steps[3]) = (Instant::now(), Instant::now());
         tx.commit().await.map_err(db(OP))?;
+        steps[4] = Instant::now();
+        log_if_slow(steps, batch.events.len() + batch.rejected.len());
         // Remembered only once the claim is committed: a rolled-back claim's rows are pending
         // again, below where it read.
         if let (Some(positions), Some(read)) = (positions, read) {
@@ -69,7 +109,7 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         return Ok(batch);
     }
     let mut taken = 0;
-    for branch in ClaimBranch::ALL {
+    for &branch in branches {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
@@ -89,6 +129,7 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
             break;
         }
     }
+    steps[2] = Instant::now();
     let leased: Vec<&str> = batch
         .events
         .iter()
@@ -110,7 +151,10 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         .await
         .map_err(db(OP))?;
     }
+    steps[3] = Instant::now();
     tx.commit().await.map_err(db(OP))?;
+    steps[4] = Instant::now();
+    log_if_slow(steps, batch.events.len() + batch.rejected.len());
     Ok(batch)
 }
 
@@ -121,7 +165,7 @@ fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> b
 }
 
 /// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
+/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
 /// order, then the rejected rows failed under the new lease. With `positions`, the pending branch
 /// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
 /// read is returned, to be remembered once the claim commits.
@@ -130,13 +174,14 @@ async fn claim_and_lease<S: Session>(
     statements: &Statements,
     positions: Option<&ClaimPositions>,
     params: &ClaimParams,
+    branches: &[ClaimBranch],
     batch: &mut ClaimBatch,
 ) -> Result<Option<PendingRead>, StoreError> {
     const OP: &str = "claim";
     let limit = params.limit as usize;
     let mut taken = 0;
     let mut read = None;
-    for branch in ClaimBranch::ALL {
+    for &branch in branches {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
@@ -242,7 +287,7 @@ async fn pending_from_position<S: Session>(
 }
 
 /// The rows of one one-statement claim, in the branch's order.
-async fn leased_rows<S: Session>(
+pub(super) async fn leased_rows<S: Session>(
     session: &mut S,
     query: Bound,
 ) -> Result<Vec<LeasedRow>, sqlx::Error> {
