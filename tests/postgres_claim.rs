@@ -69,12 +69,6 @@ async fn a_busy_claim_is_one_statement_in_autocommit() {
         "one session's last statement is the claim's UPDATE, not a COMMIT after it: {claims:?}"
     );
     assert_eq!(claims[0].1, "idle", "no transaction left open: {claims:?}");
-    assert!(
-        sessions_whose_last_statement_starts_with(pool, "COMMIT")
-            .await
-            .is_empty(),
-        "the claim ran no COMMIT"
-    );
 
     // The mark runs on the other pool: its session is not the claim's.
     let marks: Vec<Mark> = batch
