@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::bench_trace::{ClaimSpan, RowWait, SlowRows};
+use super::bench_trace::{ClaimSpan, RowWait, SlowRows, caught_up};
 use crate::config::Config;
 use crate::publish::Publisher;
 use crate::record::{Record, now_ms};
@@ -76,6 +76,10 @@ pub struct LatencyReport {
     pub phases: Phases,
     /// The slowest rows' waits for a claim (`--trace-slowest`; empty otherwise).
     pub slow_rows: SlowRows,
+    /// The counted rows committed once the claims had caught up after the warm-up
+    /// ([`super::bench_trace::caught_up`]): from when (after the start), and their latencies,
+    /// sorted.
+    pub steady: Option<(Duration, Vec<Duration>)>,
 }
 
 /// A counted row's latency cut at the worker's store calls, each phase sorted ascending: commit
@@ -240,6 +244,16 @@ impl fmt::Display for LatencyReport {
             ms(self.percentile(99.0)),
             ms(self.percentile(100.0)),
         )?;
+        if let Some((from, steady)) = &self.steady {
+            writeln!(
+                f,
+                "steady: {} rows committed from +{:.0} ms (the first claim after the warm-up that came back short): p50 {:.1} ms, p99 {:.1} ms",
+                steady.len(),
+                ms(*from),
+                ms(nearest_rank(steady, 50.0)),
+                ms(nearest_rank(steady, 99.0)),
+            )?;
+        }
         writeln!(f, "{}", self.rounds)?;
         writeln!(f, "{}", self.phases)?;
         write!(f, "{}", self.slow_rows)
@@ -360,6 +374,9 @@ pub async fn run(
     let claimed_at = timed.claimed_at.lock().expect("poisoned");
     let mut phases = Phases::default();
     let mut waits = Vec::new();
+    let claim_log = timed.claim_log.lock().expect("poisoned");
+    let steady_from = caught_up(&claim_log, started + warm_up).filter(|_| !warm_up.is_zero());
+    let mut steady = Vec::new();
     let mut latencies: Vec<Duration> = committed
         .iter()
         .filter(|(_, committed_at)| committed_at.duration_since(started) >= warm_up)
@@ -378,14 +395,19 @@ pub async fn run(
                     },
                 );
             }
-            Some(mark.1.saturating_duration_since(*committed_at))
+            let latency = mark.1.saturating_duration_since(*committed_at);
+            if steady_from.is_some_and(|from| *committed_at >= from) {
+                steady.push(latency);
+            }
+            Some(latency)
         })
         .collect();
     latencies.sort();
+    steady.sort();
     phases.sort();
     let slow_rows = SlowRows::find(
         &waits,
-        &timed.claim_log.lock().expect("poisoned"),
+        &claim_log,
         &timed.mark_log.lock().expect("poisoned"),
         started,
         options.trace_slowest,
@@ -402,6 +424,7 @@ pub async fn run(
         rounds,
         phases,
         slow_rows,
+        steady: steady_from.map(|from| (from.saturating_duration_since(started), steady)),
     })
 }
 
@@ -568,6 +591,7 @@ mod tests {
             },
             phases: Phases::default(),
             slow_rows: SlowRows::default(),
+            steady: None,
         };
         assert_eq!(report.percentile(50.0), Duration::from_millis(50));
         assert_eq!(report.percentile(99.0), Duration::from_millis(99));

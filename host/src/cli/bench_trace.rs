@@ -38,6 +38,12 @@ pub struct RowWait {
 #[derive(Debug, Clone, Default)]
 pub struct SlowRows {
     rows: Vec<SlowRow>,
+    /// Rows passed over: a claim started after the row's commit and returned short of its
+    /// limit without it (the row was locked or not visible to it), yet a later claim handed it
+    /// out.
+    passed_over: usize,
+    /// Rows looked at.
+    of: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +76,15 @@ impl SlowRows {
         by_wait.sort_by_key(|row| {
             std::cmp::Reverse(row.claimed.saturating_duration_since(row.committed))
         });
+        let passed_over = rows
+            .iter()
+            .filter(|row| {
+                claims.iter().any(|c| {
+                    c.start > row.committed && c.start < row.claimed && c.rows < c.limit as usize
+                })
+            })
+            .count();
+        let of = rows.len();
         let rows = by_wait
             .into_iter()
             .take(count)
@@ -88,13 +103,25 @@ impl SlowRows {
                     .collect(),
             })
             .collect();
-        SlowRows { rows }
+        SlowRows {
+            rows,
+            passed_over,
+            of,
+        }
     }
 }
 
 impl fmt::Display for SlowRows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            f,
+            "rows passed over by a claim that started after their commit and came back short: {} of {}",
+            self.passed_over, self.of
+        )?;
         for row in &self.rows {
             write!(
                 f,
@@ -113,6 +140,16 @@ impl fmt::Display for SlowRows {
         }
         Ok(())
     }
+}
+
+/// When the claims caught up after `from` (the end of the warm-up): the start of the first claim
+/// starting at or after it that came back short of its limit. Rows committed before then queued
+/// behind the step from idle (a backlog claimed in full batches), not at the steady rate.
+pub fn caught_up(claims: &[ClaimSpan], from: Instant) -> Option<Instant> {
+    claims
+        .iter()
+        .find(|c| c.start >= from && c.rows < c.limit as usize)
+        .map(|c| c.start)
 }
 
 #[cfg(test)]
@@ -176,6 +213,32 @@ mod tests {
             text.contains("marks meanwhile (start +ms, took ms): +3.0 6.0;\n"),
             "{text}"
         );
-        assert_eq!(text.lines().count(), 1);
+        assert!(
+            text.contains(
+                "passed over by a claim that started after their commit and came back short: 1 of 2"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 2);
+    }
+
+    #[test]
+    fn caught_up_at_the_first_short_claim_after_the_warm_up() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let claim = |start, rows| ClaimSpan {
+            start: at(start),
+            end: at(start + 1),
+            rows,
+            limit: 500,
+        };
+        let claims = [
+            claim(5, 3),
+            claim(1000, 500),
+            claim(1050, 500),
+            claim(1100, 40),
+        ];
+        assert_eq!(caught_up(&claims, at(1000)), Some(at(1100)));
+        assert_eq!(caught_up(&claims, at(1101)), None);
     }
 }
