@@ -155,13 +155,6 @@ pub(crate) trait Driver: Send + Sync {
     /// The connection pool.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
-    /// Connections whose sessions commit without waiting for the WAL flush, where a busy claim
-    /// runs its one statement in autocommit ([`super::exec_claim_autocommit`]; PostgreSQL);
-    /// `None`: every claim runs in a transaction of [`Driver::pool`].
-    fn claim_pool(&self) -> Option<&sqlx::Pool<Self::Db>> {
-        None
-    }
-
     /// The store's statements (backend and table).
     fn statements(&self) -> &Statements;
 
@@ -248,9 +241,6 @@ macro_rules! impl_store {
             }
 
             async fn close(&self) {
-                if let Some(claims) = $crate::store::exec::Driver::claim_pool(self) {
-                    claims.close().await;
-                }
                 $crate::store::exec::Driver::pool(self).close().await
             }
         }

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use super::claim_position::{ClaimPositions, PendingStart};
 use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
-use super::exec_claim_autocommit::{Autocommit, claim_pending};
 use super::judge::judge;
 use super::row::{CandidateRow, LeasedRow};
 use super::statement::claim::{
@@ -73,12 +72,6 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     if limit == 0 {
         return Ok(batch);
     }
-    let branches: &[ClaimBranch] = match claim_pending(driver, params, &mut batch).await? {
-        Autocommit::Claimed => return Ok(batch),
-        // Nothing was leased: the due branches in a transaction, as they would have followed.
-        Autocommit::NothingPending => &ClaimBranch::ALL[1..],
-        Autocommit::NotTried => &ClaimBranch::ALL,
-    };
     let mut steps = [Instant::now(); 5];
     let mut tx = match D::BEGIN_CLAIM {
         Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
@@ -87,10 +80,7 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     steps[1] = Instant::now();
     if statements.leases_in_claim() {
         let positions = driver.positions();
-        let read = claim_and_lease(
-            &mut *tx, statements, positions, params, branches, &mut batch,
-        )
-        .await?;
+        let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;
         (steps[2], steps[3]) = (Instant::now(), Instant::now());
         tx.commit().await.map_err(db(OP))?;
         steps[4] = Instant::now();
@@ -109,7 +99,7 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         return Ok(batch);
     }
     let mut taken = 0;
-    for &branch in branches {
+    for branch in ClaimBranch::ALL {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
@@ -165,7 +155,7 @@ fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> b
 }
 
 /// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
+/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
 /// order, then the rejected rows failed under the new lease. With `positions`, the pending branch
 /// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
 /// read is returned, to be remembered once the claim commits.
@@ -174,14 +164,13 @@ async fn claim_and_lease<S: Session>(
     statements: &Statements,
     positions: Option<&ClaimPositions>,
     params: &ClaimParams,
-    branches: &[ClaimBranch],
     batch: &mut ClaimBatch,
 ) -> Result<Option<PendingRead>, StoreError> {
     const OP: &str = "claim";
     let limit = params.limit as usize;
     let mut taken = 0;
     let mut read = None;
-    for &branch in branches {
+    for branch in ClaimBranch::ALL {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
@@ -287,7 +276,7 @@ async fn pending_from_position<S: Session>(
 }
 
 /// The rows of one one-statement claim, in the branch's order.
-pub(super) async fn leased_rows<S: Session>(
+async fn leased_rows<S: Session>(
     session: &mut S,
     query: Bound,
 ) -> Result<Vec<LeasedRow>, sqlx::Error> {

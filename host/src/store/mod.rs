@@ -59,7 +59,6 @@ pub mod claim_position;
 mod connect;
 mod exec;
 mod exec_claim;
-mod exec_claim_autocommit;
 mod exec_held;
 mod exec_mark;
 mod held;

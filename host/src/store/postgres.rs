@@ -25,9 +25,6 @@ use crate::record::Record;
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
-    /// The busy claims' connections: `synchronous_commit = off` for the session (see
-    /// [`CLAIM_SESSION_SETUP`]).
-    claim_pool: PgPool,
     statements: Statements,
     positions: Arc<ClaimPositions>,
 }
@@ -42,21 +39,8 @@ impl PostgresStore {
             .connect(&options.url)
             .await
             .map_err(StoreError::db("connect"))?;
-        // Connected on first use: a host makes at most one claim at a time per worker loop.
-        let claim_pool = PgPoolOptions::new()
-            .max_connections(options.max_connections.max(1))
-            .acquire_timeout(options.connect_timeout)
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::Executor::execute(&mut *conn, CLAIM_SESSION_SETUP).await?;
-                    Ok(())
-                })
-            })
-            .connect_lazy(&options.url)
-            .map_err(StoreError::db("connect"))?;
         Ok(PostgresStore {
             pool,
-            claim_pool,
             statements: Statements::new(Backend::Postgres, &options.table),
             positions: Arc::default(),
         })
@@ -67,13 +51,6 @@ impl PostgresStore {
         &self.pool
     }
 }
-
-/// Run once on every connection of a store's claim pool: its sessions commit without waiting
-/// for the WAL flush, so a busy claim is one `UPDATE … RETURNING` in autocommit (one round trip
-/// instead of three: [`super::exec_claim_autocommit`]). Only leases commit there, with the trade
-/// of [`PostgresStore`]'s `BEGIN_CLAIM`; marks and enqueues use the main pool and wait for the
-/// flush.
-const CLAIM_SESSION_SETUP: &str = "SET synchronous_commit = off";
 
 /// PostgreSQL's SQL: `$n` placeholders, `FOR UPDATE SKIP LOCKED`, `UPDATE … RETURNING`,
 /// `ON CONFLICT … DO NOTHING`; per-room probes fenced with `OFFSET 0`; `migrate` serialized with an
@@ -211,10 +188,6 @@ impl Driver for PostgresStore {
 
     fn pool(&self) -> &PgPool {
         &self.pool
-    }
-
-    fn claim_pool(&self) -> Option<&PgPool> {
-        Some(&self.claim_pool)
     }
 
     fn statements(&self) -> &Statements {
