@@ -1002,6 +1002,35 @@ fn bench_retention_measures_claims_while_the_history_is_deleted() {
     assert!(!stdout.contains("quiet 3 "), "{stdout}");
 }
 
+/// `outboxd bench --rate … --trace-slowest K` on SQLite: the report counts the rows claims passed
+/// over, lists the K slowest rows with the claims and marks of their wait, and prints the
+/// steady-state percentiles.
+#[test]
+fn bench_rate_traces_the_slowest_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let output = run_ok(outboxd().current_dir(dir.path()).args([
+        "--database-url",
+        &url,
+        "bench",
+        "--rate",
+        "100",
+        "--seconds",
+        "2",
+        "--trace-slowest",
+        "2",
+    ]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("rows passed over by a claim"), "{stdout}");
+    assert_eq!(
+        stdout.matches("slow row: committed at +").count(),
+        2,
+        "{stdout}"
+    );
+    assert!(stdout.contains("marks meanwhile"), "{stdout}");
+    assert!(stdout.contains("steady: "), "{stdout}");
+}
+
 /// `outboxd bench --history-scaling` end to end on SQLite with tiny sizes: the history is grown
 /// set-based in two steps, each size is measured, and the report has one row per size with its
 /// ratio to the first (the mode cannot rot unnoticed).

@@ -209,6 +209,7 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
             rate: rate.max(1),
             seconds: args.seconds.unwrap_or(1),
             producers: args.producers,
+            trace_slowest: args.trace_slowest,
             table: TableName::new(&args.table).context("--table")?,
         };
         let report = super::bench_latency::run(config, &options, publisher).await?;

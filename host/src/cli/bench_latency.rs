@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use super::bench_trace::{ClaimSpan, RowWait, SlowRows, caught_up};
 use crate::config::Config;
 use crate::publish::Publisher;
 use crate::record::{Record, now_ms};
@@ -45,6 +46,9 @@ pub struct LatencyOptions {
     pub producers: u32,
     /// Benchmark table (created if missing).
     pub table: TableName,
+    /// Print the claims that ran while this many of the slowest rows waited for theirs
+    /// ([`super::bench_trace`]); 0: none.
+    pub trace_slowest: usize,
 }
 
 /// Latency percentiles of one run.
@@ -70,6 +74,12 @@ pub struct LatencyReport {
     pub rounds: RoundTimes,
     /// Where the counted rows' latency went, phase by phase.
     pub phases: Phases,
+    /// The slowest rows' waits for a claim (`--trace-slowest`; empty otherwise).
+    pub slow_rows: SlowRows,
+    /// The counted rows committed once the claims had caught up after the warm-up
+    /// ([`super::bench_trace::caught_up`]): from when (after the start), and their latencies,
+    /// sorted.
+    pub steady: Option<(Duration, Vec<Duration>)>,
 }
 
 /// A counted row's latency cut at the worker's store calls, each phase sorted ascending: commit
@@ -234,8 +244,19 @@ impl fmt::Display for LatencyReport {
             ms(self.percentile(99.0)),
             ms(self.percentile(100.0)),
         )?;
+        if let Some((from, steady)) = &self.steady {
+            writeln!(
+                f,
+                "steady: {} rows committed from +{:.0} ms (the first claim after the warm-up that came back short): p50 {:.1} ms, p99 {:.1} ms",
+                steady.len(),
+                ms(*from),
+                ms(nearest_rank(steady, 50.0)),
+                ms(nearest_rank(steady, 99.0)),
+            )?;
+        }
         writeln!(f, "{}", self.rounds)?;
-        writeln!(f, "{}", self.phases)
+        writeln!(f, "{}", self.phases)?;
+        write!(f, "{}", self.slow_rows)
     }
 }
 
@@ -279,6 +300,8 @@ pub async fn run(
         claimed_at: Mutex::new(HashMap::new()),
         last_claim_end: Mutex::new(None),
         rounds: Mutex::new(RoundTimes::default()),
+        claim_log: Mutex::new(Vec::new()),
+        mark_log: Mutex::new(Vec::new()),
     });
     let app_code = format!("latency-{}", now_ms());
 
@@ -350,12 +373,20 @@ pub async fn run(
     };
     let claimed_at = timed.claimed_at.lock().expect("poisoned");
     let mut phases = Phases::default();
+    let mut waits = Vec::new();
+    let claim_log = timed.claim_log.lock().expect("poisoned");
+    let steady_from = caught_up(&claim_log, started + warm_up).filter(|_| !warm_up.is_zero());
+    let mut steady = Vec::new();
     let mut latencies: Vec<Duration> = committed
         .iter()
         .filter(|(_, committed_at)| committed_at.duration_since(started) >= warm_up)
         .filter_map(|(event_id, committed_at)| {
             let mark = delivered_at.get(event_id)?;
             if let Some(claim) = claimed_at.get(event_id) {
+                waits.push(RowWait {
+                    committed: *committed_at,
+                    claimed: claim.0,
+                });
                 phases.push(
                     *committed_at,
                     &RowTimes {
@@ -364,11 +395,23 @@ pub async fn run(
                     },
                 );
             }
-            Some(mark.1.saturating_duration_since(*committed_at))
+            let latency = mark.1.saturating_duration_since(*committed_at);
+            if steady_from.is_some_and(|from| *committed_at >= from) {
+                steady.push(latency);
+            }
+            Some(latency)
         })
         .collect();
     latencies.sort();
+    steady.sort();
     phases.sort();
+    let slow_rows = SlowRows::find(
+        &waits,
+        &claim_log,
+        &timed.mark_log.lock().expect("poisoned"),
+        started,
+        options.trace_slowest,
+    );
     Ok(LatencyReport {
         database: store::redact_url(&config.database.url),
         rate: options.rate,
@@ -380,6 +423,8 @@ pub async fn run(
         latencies,
         rounds,
         phases,
+        slow_rows,
+        steady: steady_from.map(|from| (from.saturating_duration_since(started), steady)),
     })
 }
 
@@ -433,6 +478,10 @@ struct TimedStore {
     /// the gaps interleave the loops' claims).
     last_claim_end: Mutex<Option<Instant>>,
     rounds: Mutex<RoundTimes>,
+    /// Every claim, for `--trace-slowest`.
+    claim_log: Mutex<Vec<ClaimSpan>>,
+    /// Every mark's start and return, for `--trace-slowest`.
+    mark_log: Mutex<Vec<(Instant, Instant)>>,
 }
 
 #[async_trait]
@@ -470,6 +519,12 @@ impl OutboxStore for TimedStore {
             rounds.gaps.push(started.saturating_duration_since(end));
         }
         rounds.claims.push((took, rows));
+        self.claim_log.lock().expect("poisoned").push(ClaimSpan {
+            start: started,
+            end: now,
+            rows,
+            limit: params.limit,
+        });
         Ok(batch)
     }
 
@@ -482,6 +537,7 @@ impl OutboxStore for TimedStore {
             .expect("poisoned")
             .marks
             .push(now - started);
+        self.mark_log.lock().expect("poisoned").push((started, now));
         let mut delivered_at = self.delivered_at.lock().expect("poisoned");
         for mark in params.marks {
             if mark.disposition == Disposition::Delivered && !report.stale.contains(&mark.event_id)
@@ -534,6 +590,8 @@ mod tests {
                 gaps: vec![Duration::from_millis(1)],
             },
             phases: Phases::default(),
+            slow_rows: SlowRows::default(),
+            steady: None,
         };
         assert_eq!(report.percentile(50.0), Duration::from_millis(50));
         assert_eq!(report.percentile(99.0), Duration::from_millis(99));

@@ -11,6 +11,8 @@
 //!   [`bench_retention`]: `outboxd bench --retention` (claim latency while retention cleans old
 //!   rows); [`bench_scaling`]: `outboxd bench --history-scaling` (claim cost as the delivered
 //!   history grows); [`bench_history`]: the set-based history loader both use;
+//!   [`bench_latency`]: `outboxd bench --rate` (commit → delivered), with [`bench_trace`] (what
+//!   the slowest rows waited for);
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 pub mod bench;
@@ -19,6 +21,7 @@ pub mod bench_latency;
 pub mod bench_raw;
 pub mod bench_retention;
 pub mod bench_scaling;
+pub mod bench_trace;
 pub mod ops;
 pub mod plugin;
 pub mod plugin_bench;
@@ -236,6 +239,10 @@ pub struct BenchArgs {
     /// Latency mode: producer tasks, each on its own database connection.
     #[arg(long, default_value_t = 4)]
     pub producers: u32,
+    /// Latency mode: for this many of the slowest rows, print the claims the worker ran between
+    /// the row's commit and the claim that handed it out (start, duration, rows / limit).
+    #[arg(long, requires = "rate", default_value_t = 0)]
+    pub trace_slowest: usize,
     /// Publish through this plugin (`.wasm` component; every event routed to it) instead of a
     /// native no-op publisher.
     #[arg(long, value_name = "FILE")]

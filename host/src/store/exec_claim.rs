@@ -4,6 +4,8 @@
 //! failed, and on PostgreSQL the tenant's claim position ([`super::claim_position`]) read and
 //! remembered.
 
+use std::time::{Duration, Instant};
+
 use super::claim_position::{ClaimPositions, PendingStart};
 use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
 use super::judge::judge;
@@ -29,6 +31,29 @@ pub(crate) async fn claim<D: Driver>(
     .await
 }
 
+/// A claim that takes at least this long logs, at debug level, where its time went (`outboxd
+/// bench --rate` with `RUST_LOG=outboxd::store::exec_claim=debug`).
+const SLOW_CLAIM: Duration = Duration::from_millis(10);
+
+/// Logs a slow claim's steps at debug level: begin, the reads (and leases where the dialect
+/// leases in them), the separate lease / reject writes, the commit.
+fn log_if_slow(steps: [Instant; 5], rows: usize) {
+    let took = steps[4] - steps[0];
+    if took < SLOW_CLAIM {
+        return;
+    }
+    let ms = |i: usize| (steps[i + 1] - steps[i]).as_secs_f64() * 1000.0;
+    tracing::debug!(
+        took_ms = took.as_secs_f64() * 1000.0,
+        begin_ms = ms(0),
+        read_ms = ms(1),
+        write_ms = ms(2),
+        commit_ms = ms(3),
+        rows,
+        "slow claim"
+    );
+}
+
 /// One attempt of [`claim`].
 async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
@@ -47,14 +72,19 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     if limit == 0 {
         return Ok(batch);
     }
+    let mut steps = [Instant::now(); 5];
     let mut tx = match D::BEGIN_CLAIM {
         Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
         None => begin_write(driver, OP).await?,
     };
+    steps[1] = Instant::now();
     if statements.leases_in_claim() {
         let positions = driver.positions();
         let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;
+        (steps[2], steps[3]) = (Instant::now(), Instant::now());
         tx.commit().await.map_err(db(OP))?;
+        steps[4] = Instant::now();
+        log_if_slow(steps, batch.events.len() + batch.rejected.len());
         // Remembered only once the claim is committed: a rolled-back claim's rows are pending
         // again, below where it read.
         if let (Some(positions), Some(read)) = (positions, read) {
@@ -89,6 +119,7 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
             break;
         }
     }
+    steps[2] = Instant::now();
     let leased: Vec<&str> = batch
         .events
         .iter()
@@ -110,7 +141,10 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         .await
         .map_err(db(OP))?;
     }
+    steps[3] = Instant::now();
     tx.commit().await.map_err(db(OP))?;
+    steps[4] = Instant::now();
+    log_if_slow(steps, batch.events.len() + batch.rejected.len());
     Ok(batch)
 }
 
