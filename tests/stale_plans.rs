@@ -172,7 +172,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let Some(db) = TestDb::new_server_only(backend).await else {
         return;
     };
-    let store = db.store_default().await;
+    let store = db.store_per_room().await;
     let started = std::time::Instant::now();
     load_backlog(&db).await;
     eprintln!(

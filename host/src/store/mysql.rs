@@ -114,11 +114,18 @@ const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMIT
 pub(crate) struct MySqlDialect;
 
 /// The embedded migrations (`migrations/mysql/`).
-const MIGRATIONS: &[Migration] = &[Migration::new(
-    1,
-    "0001_room_outbox",
-    include_str!("../../../migrations/mysql/0001_room_outbox.sql"),
-)];
+const MIGRATIONS: &[Migration] = &[
+    Migration::new(
+        1,
+        "0001_room_outbox",
+        include_str!("../../../migrations/mysql/0001_room_outbox.sql"),
+    ),
+    Migration::new(
+        2,
+        "0002_room_index_on_demand",
+        include_str!("../../../migrations/mysql/0002_room_index_on_demand.sql"),
+    ),
+];
 
 impl SqlDialect for MySqlDialect {
     /// `FORCE INDEX (PRIMARY)`: MySQL/MariaDB otherwise may walk a secondary index on the

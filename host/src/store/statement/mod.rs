@@ -140,6 +140,13 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// NULL for an expression), ordered by index name and position.
     fn table_index_columns(&self, table: &TableName) -> Bound;
 
+    /// The condition of a partial index over the live rows (`pending`, `retryable`,
+    /// `delivering`) that the claims' statements imply, for the indexes `migrate` creates that
+    /// way ([`super::schema::ClaimIndex`]); `None`: the database indexes every row.
+    fn live_rows_predicate(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The statement that drops index `name` of `table`, for an operator to run.
     fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
         format!("DROP INDEX {name}")
