@@ -59,8 +59,8 @@ pub enum Command {
     /// Create or upgrade the outbox table (idempotent); with worker.ordering = "per-room" in the
     /// config (or --room-index), also the room index that per-room claims need.
     Migrate {
-        /// Create the room index idx_<table>_room even when the config's worker.ordering is not
-        /// "per-room" (e.g. before turning per-room ordering on).
+        /// Create the room index that per-room claims need even when the config's
+        /// worker.ordering is not "per-room" (e.g. before turning per-room ordering on).
         #[arg(long)]
         room_index: bool,
     },
