@@ -9,6 +9,10 @@
 -- `worker.ordering = "per-room"` or `--room-index`. A worker with per-room ordering refuses to
 -- start on a table without it.
 --
+-- `outboxd migrate` with the room index (per-room ordering, `--room-index`) records this
+-- migration without running it, so a per-room table keeps its index instead of dropping and
+-- rebuilding it (`Migration::drops_room_index`).
+--
 -- MySQL commits DDL implicitly, so this step must be safe to run again: MySQL 8.0 has no
 -- `DROP INDEX IF EXISTS`, so the DROP runs only when the catalog lists the index (otherwise a
 -- no-op `DO 0`). InnoDB drops a secondary index in place, without copying the table.

@@ -9,6 +9,10 @@
 -- with `worker.ordering = "per-room"` or `--room-index`. A worker with per-room ordering refuses
 -- to start on a table without it.
 --
+-- `outboxd migrate` with the room index (per-room ordering, `--room-index`) records this
+-- migration without running it, so a per-room table keeps its index instead of dropping and
+-- rebuilding it (`Migration::drops_room_index`).
+--
 -- DROP INDEX takes the table's ACCESS EXCLUSIVE lock for a moment (it waits for running
 -- transactions on the table, and producers wait behind it); it does not read the table.
 

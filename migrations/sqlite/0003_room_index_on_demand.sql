@@ -8,6 +8,10 @@
 -- when it runs with `worker.ordering = "per-room"` or `--room-index`. A worker with per-room
 -- ordering refuses to start on a table without it.
 --
+-- `outboxd migrate` with the room index (per-room ordering, `--room-index`) records this
+-- migration without running it, so a per-room table keeps its index instead of dropping and
+-- rebuilding it (`Migration::drops_room_index`).
+--
 -- Dropping an index is quick (its pages go to the free list); nothing else changes.
 
 DROP INDEX IF EXISTS idx_{{table}}_room;

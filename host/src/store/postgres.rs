@@ -79,7 +79,8 @@ const MIGRATIONS: &[Migration] = &[
         4,
         "0004_room_index_on_demand",
         include_str!("../../../migrations/postgres/0004_room_index_on_demand.sql"),
-    ),
+    )
+    .dropping_room_index(),
 ];
 
 impl SqlDialect for PostgresDialect {

@@ -15,10 +15,13 @@ pub(crate) static ROOM_INDEX: ClaimIndex = ClaimIndex {
     suffix: "room",
     columns: &["app_code", "room_id", "status", "created_at_ms", "event_id"],
     live_rows_only: true,
+    named_in_claims: true,
 };
 
 /// Ok when claims with `ordering` find the indexes they read: always without ordering; with
-/// per-room ordering when some index of the table has the room index's columns (any name).
+/// per-room ordering when some index of the table has the room index's columns, under any name
+/// or, where the per-room probes name the index (MySQL/MariaDB `FORCE INDEX`,
+/// [`ClaimIndex::needs_own_name`](super::schema::ClaimIndex::needs_own_name)), under its own.
 pub(crate) async fn check_ordering<D: Driver>(
     driver: &D,
     ordering: DeliveryOrder,
@@ -31,15 +34,22 @@ pub(crate) async fn check_ordering<D: Driver>(
     let (backend, table) = (statements.backend(), statements.table());
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let indexes = table_indexes(&mut *conn, backend, table, OP).await?;
-    if has_index_columns(&indexes, &ROOM_INDEX) {
+    if has_index_columns(backend, table, &indexes, &ROOM_INDEX) {
         return Ok(());
     }
+    let name = ROOM_INDEX.name(table);
+    let columns = ROOM_INDEX.columns.join(", ");
+    let why = if ROOM_INDEX.needs_own_name(backend, table) {
+        format!(
+            "the per-room claims read it by that name (an index of the same columns under              another name does not serve them; drop that one once {name} exists)"
+        )
+    } else {
+        "without it every per-room claim scans the tenant's backlog".to_string()
+    };
     Err(StoreError::Schema(format!(
         "table {table} has no index {name} ({columns}), which worker.ordering = \"per-room\" \
-         needs (without it every per-room claim scans the tenant's backlog): run `outboxd \
-         migrate` with worker.ordering = \"per-room\" (or `outboxd migrate --room-index`) first",
+         needs ({why}): run `outboxd migrate` with worker.ordering = \"per-room\" (or `outboxd \
+         migrate --room-index`) first, which creates it",
         table = table.as_str(),
-        name = ROOM_INDEX.name(table),
-        columns = ROOM_INDEX.columns.join(", "),
     )))
 }

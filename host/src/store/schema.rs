@@ -22,6 +22,11 @@ pub struct Migration {
     /// File name without `.sql`.
     pub name: &'static str,
     template: &'static str,
+    /// Whether the migration only drops the room index (taking it out of the base schema): it
+    /// is skipped, and recorded as applied all the same, when `migrate` runs with the room index
+    /// ([`MigrateOptions::room_index`]), so a per-room table keeps its index instead of dropping
+    /// and rebuilding it.
+    pub drops_room_index: bool,
 }
 
 impl Migration {
@@ -32,7 +37,22 @@ impl Migration {
             version,
             name,
             template,
+            drops_room_index: false,
         }
+    }
+
+    /// This migration, marked as one that only drops the room index
+    /// ([`Migration::drops_room_index`]).
+    pub(crate) const fn dropping_room_index(self) -> Migration {
+        Migration {
+            drops_room_index: true,
+            ..self
+        }
+    }
+
+    /// Whether `migrate` with `options` runs this migration's SQL; otherwise it only records it.
+    pub fn runs_with(&self, options: &MigrateOptions) -> bool {
+        !(self.drops_room_index && options.room_index)
     }
 
     /// The migration's SQL for `table`.
@@ -106,12 +126,25 @@ pub(crate) struct ClaimIndex {
     /// Whether `migrate` creates it over live rows only where the database's claims use such a
     /// partial index (`SqlDialect::live_rows_predicate`).
     pub(crate) live_rows_only: bool,
+    /// Whether the claims' statements name it on databases whose dialect hints the index
+    /// (`SqlDialect::room_probe_index_hint`): there it must exist under its own name.
+    pub(crate) named_in_claims: bool,
 }
 
 impl ClaimIndex {
     /// The index name for `table` (at most 60 bytes: table names have at most 48).
     pub(crate) fn name(&self, table: &TableName) -> String {
         format!("idx_{}_{}", table.as_str(), self.suffix)
+    }
+
+    /// Whether `backend`'s claims name this index, so that only an index of that exact name (and
+    /// columns) serves them; otherwise any index with its columns does.
+    pub(crate) fn needs_own_name(&self, backend: Backend, table: &TableName) -> bool {
+        self.named_in_claims
+            && backend
+                .dialect()
+                .room_probe_index_hint(&self.name(table))
+                .is_some()
     }
 }
 
@@ -123,6 +156,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
         suffix: "pending",
         columns: &["app_code", "status", "created_at_ms", "event_id"],
         live_rows_only: false,
+        named_in_claims: false,
     },
     ClaimIndex {
         suffix: "retry",
@@ -134,6 +168,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
             "event_id",
         ],
         live_rows_only: false,
+        named_in_claims: false,
     },
     ClaimIndex {
         suffix: "lease",
@@ -145,6 +180,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
             "event_id",
         ],
         live_rows_only: false,
+        named_in_claims: false,
     },
 ];
 
@@ -207,13 +243,22 @@ pub(crate) async fn table_indexes<S: Session>(
     Ok(indexes)
 }
 
-/// Whether some index of `existing` has exactly `index`'s key columns, whatever its name.
+/// Whether some index of `existing` has exactly `index`'s key columns: under any name, or under
+/// `index`'s own name where `backend`'s claims name it ([`ClaimIndex::needs_own_name`]).
 pub(crate) fn has_index_columns(
+    backend: Backend,
+    table: &TableName,
     existing: &[(String, Vec<Option<String>>)],
     index: &ClaimIndex,
 ) -> bool {
-    existing.iter().any(|(_, columns)| {
-        columns.len() == index.columns.len()
+    let own_name = index
+        .needs_own_name(backend, table)
+        .then(|| index.name(table));
+    existing.iter().any(|(name, columns)| {
+        own_name
+            .as_deref()
+            .is_none_or(|own| name.eq_ignore_ascii_case(own))
+            && columns.len() == index.columns.len()
             && columns.iter().zip(index.columns).all(|(column, wanted)| {
                 column
                     .as_deref()
@@ -233,7 +278,7 @@ pub(crate) fn plan_claim_indexes(
     let mut create = Vec::new();
     let mut conflicts = Vec::new();
     for &index in wanted {
-        if has_index_columns(existing, index) {
+        if has_index_columns(backend, table, existing, index) {
             continue;
         }
         let name = index.name(table);
@@ -269,7 +314,8 @@ pub(crate) fn plan_claim_indexes(
 }
 
 /// Applies the embedded migrations not yet recorded for the table, in one write transaction
-/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead).
+/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead); with the room
+/// index, the migration dropping it is recorded without running ([`Migration::runs_with`]).
 /// Then checks the table's columns and claim indexes on every run ([`verify_outbox_table`]), so
 /// a table adopted from another program gets the indexes the claims need, and the room index
 /// when `options` asks for it.
@@ -310,13 +356,22 @@ pub(crate) async fn migrate<D: Driver>(
         if applied.contains(&migration.version) {
             continue;
         }
-        tx.script(migration.sql(table))
-            .await
-            .map_err(|source| StoreError::Migration {
-                version: migration.version,
-                name: migration.name,
-                source,
-            })?;
+        if migration.runs_with(options) {
+            tx.script(migration.sql(table))
+                .await
+                .map_err(|source| StoreError::Migration {
+                    version: migration.version,
+                    name: migration.name,
+                    source,
+                })?;
+        } else {
+            tracing::info!(
+                table = table.as_str(),
+                version = migration.version,
+                name = migration.name,
+                "keeping the room index that per-room ordering reads: migration recorded, not run"
+            );
+        }
         applied_now.push(migration.version);
     }
     // Before recording: on MySQL/MariaDB the DDL above already committed, and a table refused
@@ -541,6 +596,19 @@ mod tests {
                 last.contains("DROP INDEX") && last.contains("idx_room_outbox_room"),
                 "{backend:?}: {last}"
             );
+            let drops: Vec<_> = migrations(backend)
+                .iter()
+                .filter(|m| m.drops_room_index)
+                .map(|m| m.version)
+                .collect();
+            assert_eq!(
+                drops,
+                [migrations(backend).last().unwrap().version],
+                "{backend:?}: only the drop is skipped with the room index"
+            );
+            let last = migrations(backend).last().unwrap();
+            assert!(last.runs_with(&MigrateOptions::default()));
+            assert!(!last.runs_with(&MigrateOptions { room_index: true }));
         }
     }
 

@@ -143,7 +143,8 @@ const MIGRATIONS: &[Migration] = &[
         3,
         "0003_room_index_on_demand",
         include_str!("../../../migrations/sqlite/0003_room_index_on_demand.sql"),
-    ),
+    )
+    .dropping_room_index(),
 ];
 
 impl SqlDialect for SqliteDialect {

@@ -82,6 +82,15 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         false
     }
 
+    /// Written after the per-room probe's table alias to make the database read the room index
+    /// `name` (`idx_<table>_room`) whatever its statistics say; `None`: the planner picks. Where
+    /// it names the index, the index must exist under exactly that name: `migrate` with the room
+    /// index creates it so, and a per-room worker's start check requires it
+    /// ([`crate::store::OutboxStore::check_ordering`]).
+    fn room_probe_index_hint(&self, _name: &str) -> Option<String> {
+        None
+    }
+
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
     fn probe_end(&self) -> &'static str {
         ")"
