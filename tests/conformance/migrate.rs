@@ -16,6 +16,7 @@ crate::support::per_backend!(
     migrate_creates_the_room_index_only_when_asked,
     migrate_refuses_a_room_index_name_with_other_columns,
     migrate_drops_the_room_index_of_an_earlier_version,
+    migrate_keeps_the_room_index_of_an_earlier_version_when_asked,
 );
 
 /// `migrate` with the room index (`outboxd migrate` with `worker.ordering = "per-room"`).
@@ -448,37 +449,85 @@ async fn migrate_drops_the_room_index_of_an_earlier_version(backend: Backend) {
     };
     let store = db.store_per_room().await;
     enqueue(&store, &[record(APP, "e1", "r", 1)]).await;
-    let drop_migration = outboxd::store::schema::migrations(backend)
-        .iter()
-        .find(|m| m.name.ends_with("_room_index_on_demand"))
-        .expect("the migration that drops the room index")
-        .version;
     // As an earlier version left it: the room index there, the migration not yet applied.
-    db.execute(
-        &format!(
-            "DELETE FROM outboxd_migrations WHERE table_name = 'room_outbox' AND version = {}",
-            db.placeholder(1)
-        ),
-        &[Bind::I64(drop_migration)],
-    )
-    .await;
+    let drop_migration = forget_room_index_drop(&db, DEFAULT_TABLE).await;
     assert!(has_room_index(&db, DEFAULT_TABLE).await);
     assert_eq!(store.migrate().await.unwrap(), vec![drop_migration]);
     let indexes = db.index_columns(DEFAULT_TABLE).await;
     assert!(!indexes.contains_key("idx_room_outbox_room"), "{indexes:?}");
     assert!(has_claim_indexes(&db, DEFAULT_TABLE).await, "{indexes:?}");
     // Applied again (as after a crash between the DDL and its record on MySQL/MariaDB).
-    db.execute(
-        &format!(
-            "DELETE FROM outboxd_migrations WHERE table_name = 'room_outbox' AND version = {}",
-            db.placeholder(1)
-        ),
-        &[Bind::I64(drop_migration)],
-    )
-    .await;
+    forget_room_index_drop(&db, DEFAULT_TABLE).await;
     assert_eq!(store.migrate().await.unwrap(), vec![drop_migration]);
     assert_eq!(
         ids(&claim_app(&store, "w1", 10, 1_000, 1_000).await),
         strs(&["e1"])
     );
+}
+
+/// Makes `table` look migrated by an earlier version (the room index part of the base schema):
+/// forgets the migration that took the room index out of it. Returns that migration's version.
+async fn forget_room_index_drop(db: &TestDb, table: &str) -> i64 {
+    let version = outboxd::store::schema::migrations(db.backend)
+        .iter()
+        .find(|m| m.name.ends_with("_room_index_on_demand"))
+        .expect("the migration that drops the room index")
+        .version;
+    db.execute(
+        &format!(
+            "DELETE FROM outboxd_migrations WHERE table_name = '{table}' AND version = {}",
+            db.placeholder(1)
+        ),
+        &[Bind::I64(version)],
+    )
+    .await;
+    version
+}
+
+/// Upgrading a per-room table of an earlier version with the room index (`outboxd migrate` with
+/// `worker.ordering = "per-room"`) records the migration that drops the room index without
+/// running it: the very same index stays (not dropped and built again), and a later plain
+/// `migrate` keeps it; per-room claims work throughout.
+async fn migrate_keeps_the_room_index_of_an_earlier_version_when_asked(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_per_room().await;
+    enqueue(
+        &store,
+        &[record(APP, "e1", "r", 1), record(APP, "e2", "r", 2)],
+    )
+    .await;
+    let drop_migration = forget_room_index_drop(&db, DEFAULT_TABLE).await;
+    let before = db
+        .index_identity(DEFAULT_TABLE, "idx_room_outbox_room")
+        .await
+        .expect("the room index, as an earlier version made it");
+    let indexes = db.index_columns(DEFAULT_TABLE).await;
+    assert_eq!(
+        store.migrate_with(&WITH_ROOM_INDEX).await.unwrap(),
+        vec![drop_migration],
+        "recorded as applied"
+    );
+    assert_eq!(
+        db.index_identity(DEFAULT_TABLE, "idx_room_outbox_room")
+            .await,
+        Some(before.clone()),
+        "the very same room index, never dropped nor rebuilt"
+    );
+    assert_eq!(db.index_columns(DEFAULT_TABLE).await, indexes);
+    assert!(store.migrate().await.unwrap().is_empty());
+    assert_eq!(
+        db.index_identity(DEFAULT_TABLE, "idx_room_outbox_room")
+            .await,
+        Some(before),
+        "the drop is recorded: a later plain migrate keeps the index"
+    );
+    store
+        .check_ordering(outboxd::store::DeliveryOrder::PerRoom)
+        .await
+        .expect("per-room ordering");
+    let mut p = crate::helpers::params(APP, "w1", 10, 1_000, 1_000);
+    p.ordering = outboxd::store::DeliveryOrder::PerRoom;
+    assert_eq!(ids(&crate::helpers::claim(&store, p).await), strs(&["e1"]));
 }

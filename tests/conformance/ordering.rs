@@ -35,8 +35,11 @@ async fn setup_per_room(backend: Backend) -> Option<(TestDb, Arc<dyn OutboxStore
 }
 
 /// `check_ordering` (what a worker asks once at start): without the room index per-room ordering
-/// is refused with the index and the fix named, no ordering is fine; once `migrate` created the
-/// index (under any name with its columns) per-room ordering is accepted.
+/// is refused with the index and the fix named, no ordering is fine. An index of its columns
+/// under another name serves where the claims leave the choice to the planner; where they name
+/// `idx_<table>_room` (a dialect's index hint) it is refused with both names, and `migrate` with
+/// the room index then creates the named one. Once `migrate` ran with it, per-room ordering is
+/// accepted and per-room claims run.
 async fn per_room_ordering_is_refused_without_the_room_index(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -51,29 +54,53 @@ async fn per_room_ordering_is_refused_without_the_room_index(backend: Backend) {
         .await
         .expect_err("per-room ordering without the room index");
     assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
-    let message = err.to_string();
-    assert_eq!(
-        message,
-        "outbox table schema: table room_outbox has no index idx_room_outbox_room (app_code, \
-         room_id, status, created_at_ms, event_id), which worker.ordering = \"per-room\" needs \
-         (without it every per-room claim scans the tenant's backlog): run `outboxd migrate` \
-         with worker.ordering = \"per-room\" (or `outboxd migrate --room-index`) first"
-    );
-    // Any name will do, as for `migrate`'s check of the claim indexes.
+    let missing = "outbox table schema: table room_outbox has no index idx_room_outbox_room \
+                   (app_code, room_id, status, created_at_ms, event_id), which worker.ordering = \
+                   \"per-room\" needs (without it every per-room claim scans the tenant's backlog): \
+                   run `outboxd migrate` with worker.ordering = \"per-room\" (or `outboxd migrate \
+                   --room-index`) first";
+    assert_eq!(err.to_string(), missing);
+
     db.execute(
         "CREATE INDEX by_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id)",
         &[],
     )
     .await;
-    store
-        .check_ordering(DeliveryOrder::PerRoom)
-        .await
-        .expect("an index of the room index's columns");
+    let refused = match store.check_ordering(DeliveryOrder::PerRoom).await {
+        Ok(()) => false,
+        Err(err) => {
+            assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{missing}; index by_room has its columns, but the per-room claims name \
+                     idx_room_outbox_room on this database (drop by_room once \
+                     idx_room_outbox_room exists)"
+                )
+            );
+            true
+        }
+    };
     let other = db.store_per_room().await;
-    other
-        .check_ordering(DeliveryOrder::PerRoom)
-        .await
-        .expect("after migrate with the room index");
+    let indexes = db.index_columns("room_outbox").await;
+    assert_eq!(
+        indexes.contains_key("idx_room_outbox_room"),
+        refused,
+        "migrate creates the named index exactly where the other name was refused: {indexes:?}"
+    );
+    assert!(
+        indexes.contains_key("by_room"),
+        "never dropped: {indexes:?}"
+    );
+    for store in [&store, &other] {
+        store
+            .check_ordering(DeliveryOrder::PerRoom)
+            .await
+            .expect("after migrate with the room index");
+    }
+    rooms_setup(&store).await;
+    let batch = claim_ordered(&store, "w1", 10, 1_000).await;
+    assert_eq!(ids(&batch), strs(&["e1", "f1"]), "the rooms' heads");
 }
 
 /// Claims for `APP` with per-room ordering.

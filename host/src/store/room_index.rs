@@ -5,7 +5,7 @@
 //! scan the tenant's backlog.
 
 use super::exec::{Driver, db};
-use super::schema::{ClaimIndex, has_index_columns, table_indexes};
+use super::schema::{ClaimIndex, has_index_columns, same_columns, table_indexes};
 use super::{DeliveryOrder, StoreError};
 
 /// The per-room probes' index ("is an earlier event of this room still pending, retryable or
@@ -38,18 +38,24 @@ pub(crate) async fn check_ordering<D: Driver>(
         return Ok(());
     }
     let name = ROOM_INDEX.name(table);
-    let columns = ROOM_INDEX.columns.join(", ");
-    let why = if ROOM_INDEX.needs_own_name(backend, table) {
-        format!(
-            "the per-room claims read it by that name (an index of the same columns under              another name does not serve them; drop that one once {name} exists)"
-        )
-    } else {
-        "without it every per-room claim scans the tenant's backlog".to_string()
+    // Where the probes name the index, one of its columns under another name does not serve them.
+    let other_name = indexes
+        .iter()
+        .find(|(_, columns)| same_columns(columns, &ROOM_INDEX))
+        .map(|(other, _)| other.as_str());
+    let note = match other_name {
+        Some(other) => format!(
+            "; index {other} has its columns, but the per-room claims name {name} on this \
+             database (drop {other} once {name} exists)"
+        ),
+        None => String::new(),
     };
     Err(StoreError::Schema(format!(
         "table {table} has no index {name} ({columns}), which worker.ordering = \"per-room\" \
-         needs ({why}): run `outboxd migrate` with worker.ordering = \"per-room\" (or `outboxd \
-         migrate --room-index`) first, which creates it",
+         needs (without it every per-room claim scans the tenant's backlog): run `outboxd \
+         migrate` with worker.ordering = \"per-room\" (or `outboxd migrate --room-index`) \
+         first{note}",
         table = table.as_str(),
+        columns = ROOM_INDEX.columns.join(", "),
     )))
 }

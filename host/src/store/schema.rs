@@ -258,13 +258,18 @@ pub(crate) fn has_index_columns(
         own_name
             .as_deref()
             .is_none_or(|own| name.eq_ignore_ascii_case(own))
-            && columns.len() == index.columns.len()
-            && columns.iter().zip(index.columns).all(|(column, wanted)| {
-                column
-                    .as_deref()
-                    .is_some_and(|c| c.eq_ignore_ascii_case(wanted))
-            })
+            && same_columns(columns, index)
     })
+}
+
+/// Whether `columns` (an index's key columns, `None` for an expression) are exactly `index`'s.
+pub(crate) fn same_columns(columns: &[Option<String>], index: &ClaimIndex) -> bool {
+    columns.len() == index.columns.len()
+        && columns.iter().zip(index.columns).all(|(column, wanted)| {
+            column
+                .as_deref()
+                .is_some_and(|c| c.eq_ignore_ascii_case(wanted))
+        })
 }
 
 /// What `migrate` must do about the `wanted` claim indexes of a table, given its indexes (name
