@@ -829,7 +829,68 @@ mod held {
     crate::support::per_backend!([mysql, postgres] => held_mode_drains_and_a_killed_host_costs_no_attempt);
 }
 
+/// Per-room ordering needs the room index, which `migrate` creates only when asked: `run` with
+/// `worker.ordering = "per-room"` on a table migrated without it refuses to start (the error
+/// names the index and the fix) and claims nothing; `migrate --room-index`, or `migrate` with the
+/// per-room config, creates it; then the per-room `run --drain` delivers everything.
+async fn per_room_run_needs_migrate_with_per_room(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = db.url.as_str();
+    let config = write_config(dir.path(), "");
+    let per_room_dir = dir.path().join("per-room");
+    std::fs::create_dir(&per_room_dir).unwrap();
+    let per_room = write_config(&per_room_dir, "ordering = \"per-room\"");
+    let table = outboxd::store::DEFAULT_TABLE;
+    let room_index = "idx_room_outbox_room";
+    run_ok(with(&config, url).arg("migrate"));
+    assert!(!db.index_columns(table).await.contains_key(room_index));
+    run_ok(with(&config, url).args([
+        "enqueue",
+        "--room",
+        "r",
+        "--type",
+        "RoomGiftSent",
+        "--count",
+        "5",
+    ]));
+    let output = with(&per_room, url)
+        .args(["run", "--drain"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("table room_outbox has no index idx_room_outbox_room")
+            && stderr.contains("run `outboxd migrate` with worker.ordering = \"per-room\""),
+        "{stderr}"
+    );
+    assert_eq!(status(&config, url)["pending"].as_u64(), Some(5));
+
+    run_ok(with(&config, url).args(["migrate", "--room-index"]));
+    assert!(db.index_columns(table).await.contains_key(room_index));
+    let drop = match backend {
+        Backend::MySql => format!("DROP INDEX {room_index} ON {table}"),
+        Backend::Sqlite | Backend::Postgres => format!("DROP INDEX {room_index}"),
+    };
+    db.execute(&drop, &[]).await;
+    let output = run_ok(with(&per_room, url).arg("migrate"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("has the room index"), "{stdout}");
+    assert!(db.index_columns(table).await.contains_key(room_index));
+    run_ok(with(&per_room, url).args(["run", "--drain"]));
+    let s = status(&config, url);
+    assert_eq!(
+        (s["pending"].as_u64(), s["delivered"].as_u64()),
+        (Some(0), Some(5)),
+        "{s}"
+    );
+}
+
 support::per_backend!(
+    per_room_run_needs_migrate_with_per_room,
     bench_compares_every_shape_with_the_raw_loop,
     drain_10k_through_the_log_plugin,
     no_route_fails_then_requeue_delivers,

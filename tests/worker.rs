@@ -14,8 +14,8 @@ use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{
-    ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore,
-    StoreError,
+    ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, MigrateOptions,
+    OutboxStore, StoreError,
 };
 use outboxd::worker::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record};
@@ -399,7 +399,7 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = db.store_default().await;
+    let store = db.store_per_room().await;
     enqueue_many(&*store, 400, 20).await;
     let failures = Arc::new(Mutex::new(0u32));
     let failures_in = failures.clone();
@@ -740,8 +740,11 @@ impl OutboxStore for ScanRecorder {
     fn table(&self) -> &outboxd::store::TableName {
         self.inner.table()
     }
-    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-        self.inner.migrate().await
+    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate_with(options).await
+    }
+    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
+        self.inner.check_ordering(ordering).await
     }
     async fn enqueue(&self, records: &[outboxd::record::Record]) -> Result<u64, StoreError> {
         self.inner.enqueue(records).await
@@ -953,7 +956,44 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
     assert_eq!(published, expected, "each event published once");
 }
 
+/// A worker with per-room ordering on a table without the room index refuses to start: the
+/// error names the index and the fix, and nothing is claimed; after `migrate` with the room
+/// index the same worker drains the table.
+async fn per_room_worker_refuses_without_the_room_index(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    enqueue_many(&*store, 6, 2).await;
+    let recorder = Recorder::new(|_| None);
+    let mut opts = options("ordered");
+    opts.ordering = DeliveryOrder::PerRoom;
+    let worker = Worker::new(store.clone(), recorder.clone(), opts);
+    let err = worker
+        .run(RunMode::Drain, CancellationToken::new())
+        .await
+        .expect_err("per-room ordering without the room index");
+    let message = err.to_string();
+    assert!(
+        message.contains("table room_outbox has no index idx_room_outbox_room")
+            && message.contains("run `outboxd migrate` with worker.ordering = \"per-room\""),
+        "{message}"
+    );
+    assert_eq!(counts(&*store).await.pending, 6, "nothing claimed");
+    assert!(recorder.delivered.lock().unwrap().is_empty());
+    store
+        .migrate_with(&MigrateOptions { room_index: true })
+        .await
+        .expect("migrate with the room index");
+    let stats = worker
+        .run(RunMode::Drain, CancellationToken::new())
+        .await
+        .expect("per-room worker with the room index");
+    assert_eq!(stats.delivered, 6);
+}
+
 support::per_backend!(
+    per_room_worker_refuses_without_the_room_index,
     three_hosts_drain_10k_exactly_once,
     crashed_worker_batch_is_finished_by_another,
     retries_then_fails_at_max_attempts,

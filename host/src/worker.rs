@@ -169,11 +169,19 @@ impl Worker {
 
     /// Runs `concurrency` loops until `shutdown` is cancelled (or, in [`RunMode::Drain`], until
     /// nothing is claimable). Batches in flight are always published and marked before returning.
+    ///
+    /// First checks, once, that the table has the indexes its claims read
+    /// ([`OutboxStore::check_ordering`]): with per-room ordering and no room index it returns that
+    /// error before claiming anything.
     pub async fn run(
         &self,
         mode: RunMode,
         shutdown: CancellationToken,
     ) -> Result<BatchStats, WorkerError> {
+        self.store
+            .check_ordering(self.options.ordering)
+            .await
+            .inspect_err(|e| self.metrics.count_database_error(e))?;
         let tracker = TaskTracker::new();
         let totals = Arc::new(Totals::default());
         let mut handles = Vec::new();

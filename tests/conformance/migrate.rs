@@ -1,7 +1,7 @@
 //! `migrate`: creating the outbox table and its claim indexes, table names, and adopting (or
 //! refusing) a table another program created.
 
-use outboxd::store::{Backend, DEFAULT_TABLE, StoreError, TableName};
+use outboxd::store::{Backend, DEFAULT_TABLE, MigrateOptions, StoreError, TableName};
 
 use crate::helpers::{APP, claim_app, delivered, enqueue, ids, mark, status_of, strs};
 use crate::support::{Bind, RawInsert, TestDb, record};
@@ -13,7 +13,14 @@ crate::support::per_backend!(
     migrate_adopts_a_foreign_table,
     migrate_refuses_a_claim_index_name_with_other_columns,
     migrate_refuses_a_table_missing_columns,
+    migrate_creates_the_room_index_only_when_asked,
+    migrate_refuses_a_room_index_name_with_other_columns,
+    migrate_drops_the_room_index_of_an_earlier_version,
+    migrate_keeps_the_room_index_of_an_earlier_version_when_asked,
 );
+
+/// `migrate` with the room index (`outboxd migrate` with `worker.ordering = "per-room"`).
+const WITH_ROOM_INDEX: MigrateOptions = MigrateOptions { room_index: true };
 
 async fn migrate_is_idempotent(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
@@ -137,13 +144,15 @@ async fn migrate_custom_table_names_work(backend: Backend) {
     assert_eq!(status_of(&db, APP, "e1").await, "pending");
 }
 
-/// The key columns of outboxd's claim indexes (migration 0001).
-const CLAIM_INDEX_COLUMNS: [&str; 4] = [
+/// The key columns of outboxd's claim indexes (migration 0001), which every claim reads.
+const CLAIM_INDEX_COLUMNS: [&str; 3] = [
     "app_code,status,created_at_ms,event_id",
     "app_code,status,next_retry_at_ms,created_at_ms,event_id",
     "app_code,status,lock_until_ms,created_at_ms,event_id",
-    "app_code,room_id,status,created_at_ms,event_id",
 ];
+
+/// The key columns of the room index, which only per-room claims read.
+const ROOM_INDEX_COLUMNS: &str = "app_code,room_id,status,created_at_ms,event_id";
 
 /// Whether `table` has every claim index (under any name).
 async fn has_claim_indexes(db: &TestDb, table: &str) -> bool {
@@ -151,6 +160,14 @@ async fn has_claim_indexes(db: &TestDb, table: &str) -> bool {
     CLAIM_INDEX_COLUMNS
         .iter()
         .all(|wanted| indexes.values().any(|columns| columns.join(",") == *wanted))
+}
+
+/// Whether `table` has the room index (under any name).
+async fn has_room_index(db: &TestDb, table: &str) -> bool {
+    let indexes = db.index_columns(table).await;
+    indexes
+        .values()
+        .any(|columns| columns.join(",") == ROOM_INDEX_COLUMNS)
 }
 
 /// The versions of every embedded migration of `backend`, oldest first.
@@ -183,6 +200,10 @@ async fn migrate_adopts_a_foreign_table(backend: Backend) {
     );
     let indexes = db.index_columns(DEFAULT_TABLE).await;
     assert!(has_claim_indexes(&db, DEFAULT_TABLE).await, "{indexes:?}");
+    assert!(
+        !has_room_index(&db, DEFAULT_TABLE).await,
+        "the room index is not part of the base schema: {indexes:?}"
+    );
     assert_eq!(
         indexes.get("idx_go_legacy"),
         Some(&strs(&["room_id", "created_at_ms"])),
@@ -299,4 +320,214 @@ async fn migrate_refuses_a_table_missing_columns(backend: Backend) {
         !has_claim_indexes(&db, DEFAULT_TABLE).await,
         "nothing created"
     );
+}
+
+/// Without options `migrate` leaves the room index out (the base schema); with
+/// [`MigrateOptions::room_index`] it creates `idx_<table>_room` on a migrated table, applying no
+/// migration, idempotently; a later plain `migrate` keeps it. Per-room claims work either way.
+async fn migrate_creates_the_room_index_only_when_asked(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_unmigrated(DEFAULT_TABLE).await;
+    assert_eq!(store.migrate().await.unwrap(), all_migrations(backend));
+    let base = db.index_columns(DEFAULT_TABLE).await;
+    assert!(has_claim_indexes(&db, DEFAULT_TABLE).await, "{base:?}");
+    assert!(!has_room_index(&db, DEFAULT_TABLE).await, "{base:?}");
+    assert!(!base.contains_key("idx_room_outbox_room"), "{base:?}");
+
+    assert_eq!(
+        store.migrate_with(&WITH_ROOM_INDEX).await.unwrap(),
+        Vec::<i64>::new(),
+        "the room index is no migration"
+    );
+    let with_room = db.index_columns(DEFAULT_TABLE).await;
+    assert_eq!(
+        with_room.get("idx_room_outbox_room"),
+        Some(&strs(&[
+            "app_code",
+            "room_id",
+            "status",
+            "created_at_ms",
+            "event_id"
+        ])),
+        "{with_room:?}"
+    );
+    assert_eq!(
+        with_room.len(),
+        base.len() + 1,
+        "only the room index added: {with_room:?}"
+    );
+    assert!(
+        store
+            .migrate_with(&WITH_ROOM_INDEX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        db.index_columns(DEFAULT_TABLE).await,
+        with_room,
+        "second migrate with the room index"
+    );
+    assert!(store.migrate().await.unwrap().is_empty());
+    assert_eq!(
+        db.index_columns(DEFAULT_TABLE).await,
+        with_room,
+        "a plain migrate never drops the room index"
+    );
+
+    // A fresh table migrated with the room index in one go gets the same indexes.
+    let other = db.store_unmigrated("other_outbox").await;
+    assert_eq!(
+        other.migrate_with(&WITH_ROOM_INDEX).await.unwrap(),
+        all_migrations(backend)
+    );
+    assert!(has_claim_indexes(&db, "other_outbox").await);
+    assert!(
+        db.index_columns("other_outbox")
+            .await
+            .contains_key("idx_other_outbox_room")
+    );
+    enqueue(
+        &other,
+        &[record(APP, "e1", "r", 1), record(APP, "e2", "r", 2)],
+    )
+    .await;
+    let mut p = crate::helpers::params(APP, "w1", 10, 1_000, 1_000);
+    p.ordering = outboxd::store::DeliveryOrder::PerRoom;
+    let batch = crate::helpers::claim(&other, p).await;
+    assert_eq!(ids(&batch), strs(&["e1"]), "the room's head only");
+}
+
+/// With the room index asked for, an index named like it but of other columns is refused as the
+/// claim indexes are (the message names the fix); a plain `migrate` does not look at it.
+async fn migrate_refuses_a_room_index_name_with_other_columns(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    db.execute(
+        "CREATE INDEX idx_room_outbox_room ON room_outbox (app_code, room_id)",
+        &[],
+    )
+    .await;
+    let err = store
+        .migrate_with(&WITH_ROOM_INDEX)
+        .await
+        .expect_err("same-named index of other columns");
+    assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "index idx_room_outbox_room on room_outbox has columns (app_code, room_id) \
+             but outboxd needs (app_code, room_id, status, created_at_ms, event_id)"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("run `outboxd migrate` again"), "{message}");
+    assert!(
+        store.migrate().await.unwrap().is_empty(),
+        "the base schema does not need it"
+    );
+    let drop = message
+        .split_once("drop it (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(drop, _)| drop.to_string())
+        .unwrap_or_else(|| panic!("no DROP INDEX in {message}"));
+    db.execute(&drop, &[]).await;
+    store.migrate_with(&WITH_ROOM_INDEX).await.unwrap();
+    assert!(has_room_index(&db, DEFAULT_TABLE).await);
+}
+
+/// A table migrated by an earlier version (the room index part of the base schema) loses the
+/// index in the versioned migration that took it out of the base schema, rows and claims intact;
+/// that migration is safe to run again.
+async fn migrate_drops_the_room_index_of_an_earlier_version(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_per_room().await;
+    enqueue(&store, &[record(APP, "e1", "r", 1)]).await;
+    // As an earlier version left it: the room index there, the migration not yet applied.
+    let drop_migration = forget_room_index_drop(&db, DEFAULT_TABLE).await;
+    assert!(has_room_index(&db, DEFAULT_TABLE).await);
+    assert_eq!(store.migrate().await.unwrap(), vec![drop_migration]);
+    let indexes = db.index_columns(DEFAULT_TABLE).await;
+    assert!(!indexes.contains_key("idx_room_outbox_room"), "{indexes:?}");
+    assert!(has_claim_indexes(&db, DEFAULT_TABLE).await, "{indexes:?}");
+    // Applied again (as after a crash between the DDL and its record on MySQL/MariaDB).
+    forget_room_index_drop(&db, DEFAULT_TABLE).await;
+    assert_eq!(store.migrate().await.unwrap(), vec![drop_migration]);
+    assert_eq!(
+        ids(&claim_app(&store, "w1", 10, 1_000, 1_000).await),
+        strs(&["e1"])
+    );
+}
+
+/// Makes `table` look migrated by an earlier version (the room index part of the base schema):
+/// forgets the migration that took the room index out of it. Returns that migration's version.
+async fn forget_room_index_drop(db: &TestDb, table: &str) -> i64 {
+    let version = outboxd::store::schema::migrations(db.backend)
+        .iter()
+        .find(|m| m.name.ends_with("_room_index_on_demand"))
+        .expect("the migration that drops the room index")
+        .version;
+    db.execute(
+        &format!(
+            "DELETE FROM outboxd_migrations WHERE table_name = '{table}' AND version = {}",
+            db.placeholder(1)
+        ),
+        &[Bind::I64(version)],
+    )
+    .await;
+    version
+}
+
+/// Upgrading a per-room table of an earlier version with the room index (`outboxd migrate` with
+/// `worker.ordering = "per-room"`) records the migration that drops the room index without
+/// running it: the very same index stays (not dropped and built again), and a later plain
+/// `migrate` keeps it; per-room claims work throughout.
+async fn migrate_keeps_the_room_index_of_an_earlier_version_when_asked(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_per_room().await;
+    enqueue(
+        &store,
+        &[record(APP, "e1", "r", 1), record(APP, "e2", "r", 2)],
+    )
+    .await;
+    let drop_migration = forget_room_index_drop(&db, DEFAULT_TABLE).await;
+    let before = db
+        .index_identity(DEFAULT_TABLE, "idx_room_outbox_room")
+        .await
+        .expect("the room index, as an earlier version made it");
+    let indexes = db.index_columns(DEFAULT_TABLE).await;
+    assert_eq!(
+        store.migrate_with(&WITH_ROOM_INDEX).await.unwrap(),
+        vec![drop_migration],
+        "recorded as applied"
+    );
+    assert_eq!(
+        db.index_identity(DEFAULT_TABLE, "idx_room_outbox_room")
+            .await,
+        Some(before.clone()),
+        "the very same room index, never dropped nor rebuilt"
+    );
+    assert_eq!(db.index_columns(DEFAULT_TABLE).await, indexes);
+    assert!(store.migrate().await.unwrap().is_empty());
+    assert_eq!(
+        db.index_identity(DEFAULT_TABLE, "idx_room_outbox_room")
+            .await,
+        Some(before),
+        "the drop is recorded: a later plain migrate keeps the index"
+    );
+    store
+        .check_ordering(outboxd::store::DeliveryOrder::PerRoom)
+        .await
+        .expect("per-room ordering");
+    let mut p = crate::helpers::params(APP, "w1", 10, 1_000, 1_000);
+    p.ordering = outboxd::store::DeliveryOrder::PerRoom;
+    assert_eq!(ids(&crate::helpers::claim(&store, p).await), strs(&["e1"]));
 }

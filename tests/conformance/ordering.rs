@@ -5,15 +5,18 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use outboxd::store::{Backend, ClaimBatch, DeliveryOrder, Mark, MarkParams, OutboxStore};
+use outboxd::store::{
+    Backend, ClaimBatch, DeliveryOrder, Mark, MarkParams, OutboxStore, StoreError,
+};
 
 use crate::helpers::{
     APP, OTHER, claim, claim_app, counts, delivered, enqueue, failed, ids, mark, params, retryable,
-    setup, strs,
+    strs,
 };
-use crate::support::record;
+use crate::support::{TestDb, record};
 
 crate::support::per_backend!(
+    per_room_ordering_is_refused_without_the_room_index,
     claim_per_room_hands_out_only_room_heads,
     claim_per_room_blocks_behind_a_retryable_head,
     claim_per_room_failed_head_does_not_block,
@@ -22,6 +25,83 @@ crate::support::per_backend!(
     claim_per_room_keeps_room_order_under_failures,
     claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight,
 );
+
+/// A fresh database and a store on `room_outbox` migrated with the room index that per-room
+/// claims need; `None` when the backend is skipped.
+async fn setup_per_room(backend: Backend) -> Option<(TestDb, Arc<dyn OutboxStore>)> {
+    let db = TestDb::new(backend).await?;
+    let store = db.store_per_room().await;
+    Some((db, store))
+}
+
+/// `check_ordering` (what a worker asks once at start): without the room index per-room ordering
+/// is refused with the index and the fix named, no ordering is fine. An index of its columns
+/// under another name serves where the claims leave the choice to the planner; where they name
+/// `idx_<table>_room` (a dialect's index hint) it is refused with both names, and `migrate` with
+/// the room index then creates the named one. Once `migrate` ran with it, per-room ordering is
+/// accepted and per-room claims run.
+async fn per_room_ordering_is_refused_without_the_room_index(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    store
+        .check_ordering(DeliveryOrder::None)
+        .await
+        .expect("no ordering needs no room index");
+    let err = store
+        .check_ordering(DeliveryOrder::PerRoom)
+        .await
+        .expect_err("per-room ordering without the room index");
+    assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
+    let missing = "outbox table schema: table room_outbox has no index idx_room_outbox_room \
+                   (app_code, room_id, status, created_at_ms, event_id), which worker.ordering = \
+                   \"per-room\" needs (without it every per-room claim scans the tenant's backlog): \
+                   run `outboxd migrate` with worker.ordering = \"per-room\" (or `outboxd migrate \
+                   --room-index`) first";
+    assert_eq!(err.to_string(), missing);
+
+    db.execute(
+        "CREATE INDEX by_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id)",
+        &[],
+    )
+    .await;
+    let refused = match store.check_ordering(DeliveryOrder::PerRoom).await {
+        Ok(()) => false,
+        Err(err) => {
+            assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{missing}; index by_room has its columns, but the per-room claims name \
+                     idx_room_outbox_room on this database (drop by_room once \
+                     idx_room_outbox_room exists)"
+                )
+            );
+            true
+        }
+    };
+    let other = db.store_per_room().await;
+    let indexes = db.index_columns("room_outbox").await;
+    assert_eq!(
+        indexes.contains_key("idx_room_outbox_room"),
+        refused,
+        "migrate creates the named index exactly where the other name was refused: {indexes:?}"
+    );
+    assert!(
+        indexes.contains_key("by_room"),
+        "never dropped: {indexes:?}"
+    );
+    for store in [&store, &other] {
+        store
+            .check_ordering(DeliveryOrder::PerRoom)
+            .await
+            .expect("after migrate with the room index");
+    }
+    rooms_setup(&store).await;
+    let batch = claim_ordered(&store, "w1", 10, 1_000).await;
+    assert_eq!(ids(&batch), strs(&["e1", "f1"]), "the rooms' heads");
+}
 
 /// Claims for `APP` with per-room ordering.
 async fn claim_ordered(
@@ -51,7 +131,7 @@ async fn rooms_setup(store: &Arc<dyn OutboxStore>) {
 }
 
 async fn claim_per_room_hands_out_only_room_heads(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((_db, store)) = setup_per_room(backend).await else {
         return;
     };
     rooms_setup(&store).await;
@@ -69,7 +149,7 @@ async fn claim_per_room_hands_out_only_room_heads(backend: Backend) {
 }
 
 async fn claim_per_room_blocks_behind_a_retryable_head(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((_db, store)) = setup_per_room(backend).await else {
         return;
     };
     rooms_setup(&store).await;
@@ -104,7 +184,7 @@ async fn claim_per_room_blocks_behind_a_retryable_head(backend: Backend) {
 }
 
 async fn claim_per_room_failed_head_does_not_block(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((_db, store)) = setup_per_room(backend).await else {
         return;
     };
     rooms_setup(&store).await;
@@ -125,7 +205,7 @@ async fn claim_per_room_failed_head_does_not_block(backend: Backend) {
 }
 
 async fn claim_per_room_reclaims_an_expired_head_first(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((_db, store)) = setup_per_room(backend).await else {
         return;
     };
     rooms_setup(&store).await;
@@ -136,7 +216,7 @@ async fn claim_per_room_reclaims_an_expired_head_first(backend: Backend) {
 }
 
 async fn claim_per_room_rooms_are_per_tenant(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((_db, store)) = setup_per_room(backend).await else {
         return;
     };
     rooms_setup(&store).await;
@@ -153,7 +233,7 @@ async fn claim_per_room_rooms_are_per_tenant(backend: Backend) {
 }
 
 async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((_db, store)) = setup_per_room(backend).await else {
         return;
     };
     let rooms = 6;
@@ -234,7 +314,7 @@ async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
 async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(backend: Backend) {
     use std::collections::HashMap;
     use std::sync::Mutex;
-    let Some((db, store)) = setup(backend).await else {
+    let Some((db, store)) = setup_per_room(backend).await else {
         return;
     };
     let (rooms, per_room) = (5, 40);
@@ -250,7 +330,7 @@ async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(bac
         }
     }
     enqueue(&store, &recs).await;
-    let second = db.store_default().await;
+    let second = db.store_per_room().await;
     // Rooms whose event is claimed and not yet marked, and the delivery order per room. A worker
     // takes its event out of `in_flight` *before* its mark commits (the row is still delivering,
     // so no other claim can take the room's next event before then).

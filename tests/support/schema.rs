@@ -1,5 +1,6 @@
 //! Schema helpers: tables made by hand the way another program made them
-//! ([`TestDb::create_foreign_table`]) and the indexes a table has ([`TestDb::index_columns`]).
+//! ([`TestDb::create_foreign_table`]), the indexes a table has ([`TestDb::index_columns`]) and
+//! which build of an index is there ([`TestDb::index_identity`]).
 
 use std::collections::BTreeMap;
 
@@ -83,5 +84,38 @@ impl TestDb {
                 .push(column.to_lowercase());
         }
         indexes
+    }
+
+    /// A value naming the build of index `index` of `table` (`None` when there is none), which
+    /// changes when the index is dropped and created again: PostgreSQL its `pg_class` oid and
+    /// file node; MariaDB its InnoDB index id; SQLite its root page and the schema cookie (which
+    /// every schema change bumps, since a new build may reuse the freed root page).
+    pub async fn index_identity(&self, table: &str, index: &str) -> Option<String> {
+        let (p1, p2) = (self.placeholder(1), self.placeholder(2));
+        let sql = match self.backend {
+            Backend::Sqlite => format!(
+                "SELECT rootpage || '/' || (SELECT schema_version FROM pragma_schema_version) \
+                 FROM sqlite_master WHERE type = 'index' AND tbl_name = {p1} AND name = {p2}"
+            ),
+            Backend::Postgres => format!(
+                "SELECT CAST(c.oid AS TEXT) || '/' || CAST(c.relfilenode AS TEXT) \
+                 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid \
+                 JOIN pg_class t ON t.oid = i.indrelid \
+                 WHERE t.relname = {p1} AND c.relname = {p2}"
+            ),
+            Backend::MySql => format!(
+                "SELECT CAST(i.index_id AS CHAR) FROM information_schema.INNODB_SYS_INDEXES i \
+                 JOIN information_schema.INNODB_SYS_TABLES t ON t.table_id = i.table_id \
+                 WHERE t.name = CONCAT(DATABASE(), '/', {p1}) AND i.name = {p2}"
+            ),
+        };
+        let binds = [Bind::Str(table.into()), Bind::Str(index.into())];
+        on_pool!(&self.pool, |pool: DB| {
+            bound_query::<DB>(&sql, &binds)
+                .fetch_optional(pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .map(|r| r.get::<String, _>(0))
+        })
     }
 }

@@ -22,7 +22,7 @@ use crate::record::{Record, now_ms};
 use crate::retry::RetryPolicy;
 use crate::store::{
     self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams,
-    OutboxStore, StoreError, TableName,
+    MigrateOptions, OutboxStore, StoreError, TableName,
 };
 use crate::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
 
@@ -277,7 +277,13 @@ pub async fn run(
         ..config.connect_options()
     })
     .await?;
-    store.migrate().await?;
+    // Per-room claims need the room index; the other shapes of the same run then pay its
+    // writes too (the table is shared).
+    store
+        .migrate_with(&MigrateOptions {
+            room_index: options.shapes.contains(&Shape::PerRoom),
+        })
+        .await?;
     let run_id = now_ms();
     let mut rows = Vec::new();
     for &shape in &options.shapes {

@@ -25,9 +25,9 @@ use crate::config::Config;
 use crate::publish::Publisher;
 use crate::record::{Record, now_ms};
 use crate::store::{
-    self, Backend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, Disposition, FailedRow,
-    ListFailedParams, MarkParams, MarkReport, OutboxStore, PurgeParams, RequeueParams,
-    StatusCounts, StoreError, TableName,
+    self, Backend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder,
+    Disposition, FailedRow, ListFailedParams, MarkParams, MarkReport, MigrateOptions, OutboxStore,
+    PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
 };
 use crate::wake::{self, Wake};
 use crate::worker::{RunMode, Worker, WorkerError};
@@ -291,7 +291,10 @@ pub async fn run(
         ..config.connect_options()
     };
     let inner = store::connect(&connect(config.database.max_connections)).await?;
-    inner.migrate().await?;
+    // The config's worker options drive the worker: per-room ordering needs the room index.
+    inner
+        .migrate_with(&MigrateOptions::for_ordering(config.worker.ordering))
+        .await?;
     let producers = options.producers.max(1);
     let producer_store = store::connect(&connect(producers)).await?;
     let timed = Arc::new(TimedStore {
@@ -494,8 +497,12 @@ impl OutboxStore for TimedStore {
         self.inner.table()
     }
 
-    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-        self.inner.migrate().await
+    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate_with(options).await
+    }
+
+    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
+        self.inner.check_ordering(ordering).await
     }
 
     async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError> {

@@ -59,8 +59,14 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create or upgrade the outbox table (idempotent).
-    Migrate,
+    /// Create or upgrade the outbox table (idempotent); with worker.ordering = "per-room" in the
+    /// config (or --room-index), also the room index that per-room claims need.
+    Migrate {
+        /// Create the room index that per-room claims need even when the config's
+        /// worker.ordering is not "per-room" (e.g. before turning per-room ordering on).
+        #[arg(long)]
+        room_index: bool,
+    },
     /// Write sample events (for trying things out and for scripts).
     Enqueue(EnqueueArgs),
     /// Deliver events until stopped (SIGINT/SIGTERM finish the batches in flight, then exit 0; a
@@ -365,7 +371,7 @@ pub async fn execute(cli: Cli) -> Result<()> {
         init_logging_filter(&config, &config.log.level);
     }
     match cli.command {
-        Command::Migrate => ops::migrate(&config).await,
+        Command::Migrate { room_index } => ops::migrate(&config, room_index).await,
         Command::Enqueue(args) => ops::enqueue(&config, args).await,
         Command::Run { drain } => {
             let (path, url) = (cli.config.clone(), cli.database_url.clone());
@@ -461,6 +467,7 @@ mod tests {
     #[test]
     fn cli_parses_the_documented_commands() {
         Cli::try_parse_from(["outboxd", "--database-url", "sqlite://x.db", "migrate"]).unwrap();
+        Cli::try_parse_from(["outboxd", "migrate", "--room-index"]).unwrap();
         Cli::try_parse_from([
             "outboxd", "enqueue", "--room", "r", "--type", "T", "--count", "3",
         ])

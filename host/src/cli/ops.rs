@@ -17,20 +17,29 @@ use crate::reload::ConfigSource;
 use crate::retention::Retention;
 use crate::service::Service;
 use crate::store::{
-    self, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
+    self, CountsParams, FailedFilter, ListFailedParams, MigrateOptions, OutboxStore, RequeueParams,
 };
 use crate::wake::{self, Wake};
 use crate::worker::RunMode;
 
-/// `outboxd migrate`.
-pub async fn migrate(config: &Config) -> Result<()> {
+/// `outboxd migrate [--room-index]`: the base schema, and the room index when the config's
+/// `worker.ordering` is `per-room` or `room_index` asks for it.
+pub async fn migrate(config: &Config, room_index: bool) -> Result<()> {
     let store = connect(config).await?;
-    let applied = store.migrate().await?;
+    let mut options = MigrateOptions::for_ordering(config.worker.ordering);
+    options.room_index |= room_index;
+    let applied = store.migrate_with(&options).await?;
     if applied.is_empty() {
         println!("{} is up to date", config.database.table);
     } else {
         println!(
             "applied migrations {applied:?} to {}",
+            config.database.table
+        );
+    }
+    if options.room_index {
+        println!(
+            "{} has the room index that worker.ordering = \"per-room\" needs",
             config.database.table
         );
     }

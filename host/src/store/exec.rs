@@ -180,8 +180,18 @@ macro_rules! impl_store {
                 $crate::store::exec::Driver::statements(self).table()
             }
 
-            async fn migrate(&self) -> Result<Vec<i64>, $crate::store::StoreError> {
-                $crate::store::schema::migrate(self).await
+            async fn migrate_with(
+                &self,
+                options: &$crate::store::MigrateOptions,
+            ) -> Result<Vec<i64>, $crate::store::StoreError> {
+                $crate::store::schema::migrate(self, options).await
+            }
+
+            async fn check_ordering(
+                &self,
+                ordering: $crate::store::DeliveryOrder,
+            ) -> Result<(), $crate::store::StoreError> {
+                $crate::store::room_index::check_ordering(self, ordering).await
             }
 
             async fn enqueue(

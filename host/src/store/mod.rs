@@ -7,7 +7,7 @@
 //! - `exec`: the shared executor, every operation written once over a backend's pool;
 //! - [`statement`]: statement building shared by every backend, grouped by operation; `row`: row
 //!   decoding; `judge`: the envelope judge (no SQL); [`schema`]: migrations, the columns and
-//!   claim indexes outboxd needs, `migrate`;
+//!   claim indexes outboxd needs, `migrate`; `room_index`: the index only per-room claims read;
 //! - [`sqlite`], [`mysql`], [`postgres`]: each backend's store, producer `save`, and the SQL and
 //!   behaviour that differ for its database (its `SqlDialect`) — to see what PostgreSQL does
 //!   differently, open `postgres.rs`.
@@ -65,6 +65,7 @@ mod held;
 mod judge;
 pub mod mysql;
 pub mod postgres;
+mod room_index;
 mod row;
 pub mod schema;
 pub mod sqlite;
@@ -205,6 +206,24 @@ pub enum DeliveryOrder {
     /// pending, retryable or delivering (a `failed` one does not block); at most one event per
     /// room is in flight.
     PerRoom,
+}
+
+/// What [`OutboxStore::migrate_with`] adds to the base schema.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrateOptions {
+    /// Create the room index `idx_<table>_room (app_code, room_id, status, created_at_ms,
+    /// event_id)` (on SQLite: of live rows only), which per-room claims need
+    /// ([`DeliveryOrder::PerRoom`]). Off by default: every status change also rewrites its entry.
+    pub room_index: bool,
+}
+
+impl MigrateOptions {
+    /// What a table served with `ordering` needs: the room index with per-room ordering.
+    pub fn for_ordering(ordering: DeliveryOrder) -> MigrateOptions {
+        MigrateOptions {
+            room_index: ordering == DeliveryOrder::PerRoom,
+        }
+    }
 }
 
 /// Arguments of [`OutboxStore::claim`].
@@ -496,8 +515,23 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// The outbox table.
     fn table(&self) -> &TableName;
 
-    /// Creates or upgrades the outbox table; idempotent. Returns the migrations applied now.
-    async fn migrate(&self) -> Result<Vec<i64>, StoreError>;
+    /// Creates or upgrades the outbox table to the base schema (the table and the claim indexes
+    /// every claim reads, not the room index); idempotent. Returns the migrations applied now.
+    /// The same as [`OutboxStore::migrate_with`] with the default [`MigrateOptions`].
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        self.migrate_with(&MigrateOptions::default()).await
+    }
+
+    /// [`OutboxStore::migrate`], then what `options` adds: the room index that per-room claims
+    /// read, created when missing (under any name with its columns), refused when an index of
+    /// its name has other columns. Never drops an index. Returns the migrations applied now.
+    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError>;
+
+    /// Checks, once before claiming (a worker's start), that the table has the indexes claims
+    /// with `ordering` read: with [`DeliveryOrder::PerRoom`] the room index (any index with the
+    /// columns of `idx_<table>_room`), without which each per-room probe would scan a tenant's
+    /// backlog. A [`StoreError::Schema`] naming the index and the fix when it is missing.
+    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError>;
 
     /// Inserts records all-or-nothing, ignoring ids already present. Returns rows inserted.
     async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError>;

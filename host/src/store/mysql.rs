@@ -114,11 +114,19 @@ const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMIT
 pub(crate) struct MySqlDialect;
 
 /// The embedded migrations (`migrations/mysql/`).
-const MIGRATIONS: &[Migration] = &[Migration::new(
-    1,
-    "0001_room_outbox",
-    include_str!("../../../migrations/mysql/0001_room_outbox.sql"),
-)];
+const MIGRATIONS: &[Migration] = &[
+    Migration::new(
+        1,
+        "0001_room_outbox",
+        include_str!("../../../migrations/mysql/0001_room_outbox.sql"),
+    ),
+    Migration::new(
+        2,
+        "0002_room_index_on_demand",
+        include_str!("../../../migrations/mysql/0002_room_index_on_demand.sql"),
+    )
+    .dropping_room_index(),
+];
 
 impl SqlDialect for MySqlDialect {
     /// `FORCE INDEX (PRIMARY)`: MySQL/MariaDB otherwise may walk a secondary index on the
@@ -127,6 +135,15 @@ impl SqlDialect for MySqlDialect {
     /// tests/conformance/claim.rs). By primary key a statement locks only its own rows.
     fn primary_key_access(&self) -> &'static str {
         " FORCE INDEX (PRIMARY)"
+    }
+
+    /// `FORCE INDEX (idx_<table>_room)`: InnoDB does not refresh a table's statistics after an
+    /// `ALTER TABLE` on it while empty (the migration dropping the room index, or its `CREATE
+    /// INDEX`), and with those statistics MariaDB plans the probe on the primary key's `app_code`
+    /// prefix (the tenant's whole backlog per candidate) once a backlog arrives
+    /// (tests/stale_plans.rs).
+    fn room_probe_index_hint(&self, name: &str) -> Option<String> {
+        Some(format!(" FORCE INDEX ({name})"))
     }
 
     fn ignore_duplicate_key(&self) -> &'static str {

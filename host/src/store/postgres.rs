@@ -75,6 +75,12 @@ const MIGRATIONS: &[Migration] = &[
         "0003_requeue_notify",
         include_str!("../../../migrations/postgres/0003_requeue_notify.sql"),
     ),
+    Migration::new(
+        4,
+        "0004_room_index_on_demand",
+        include_str!("../../../migrations/postgres/0004_room_index_on_demand.sql"),
+    )
+    .dropping_room_index(),
 ];
 
 impl SqlDialect for PostgresDialect {

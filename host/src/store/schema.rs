@@ -7,9 +7,10 @@
 use std::collections::HashSet;
 
 use super::exec::{Driver, Session, begin_write, db};
+use super::room_index::ROOM_INDEX;
 use super::row::{IndexColumn, Int, Name};
 use super::statement::{Arg, Bound, SqlBuilder};
-use super::{Backend, StoreError, TableName};
+use super::{Backend, MigrateOptions, StoreError, TableName};
 use crate::record;
 
 /// One embedded schema migration (`migrations/<backend>/NNNN_name.sql`), written with the
@@ -21,6 +22,11 @@ pub struct Migration {
     /// File name without `.sql`.
     pub name: &'static str,
     template: &'static str,
+    /// Whether the migration only drops the room index (taking it out of the base schema): it
+    /// is skipped, and recorded as applied all the same, when `migrate` runs with the room index
+    /// ([`MigrateOptions::room_index`]), so a per-room table keeps its index instead of dropping
+    /// and rebuilding it.
+    pub drops_room_index: bool,
 }
 
 impl Migration {
@@ -31,7 +37,22 @@ impl Migration {
             version,
             name,
             template,
+            drops_room_index: false,
         }
+    }
+
+    /// This migration, marked as one that only drops the room index
+    /// ([`Migration::drops_room_index`]).
+    pub(crate) const fn dropping_room_index(self) -> Migration {
+        Migration {
+            drops_room_index: true,
+            ..self
+        }
+    }
+
+    /// Whether `migrate` with `options` runs this migration's SQL; otherwise it only records it.
+    pub fn runs_with(&self, options: &MigrateOptions) -> bool {
+        !(self.drops_room_index && options.room_index)
     }
 
     /// The migration's SQL for `table`.
@@ -99,9 +120,15 @@ pub(crate) const OUTBOX_COLUMNS: [&str; 13] = [
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ClaimIndex {
     /// The name is `idx_<table>_<suffix>`.
-    suffix: &'static str,
+    pub(crate) suffix: &'static str,
     /// Key columns, in order.
     pub(crate) columns: &'static [&'static str],
+    /// Whether `migrate` creates it over live rows only where the database's claims use such a
+    /// partial index (`SqlDialect::live_rows_predicate`).
+    pub(crate) live_rows_only: bool,
+    /// Whether the claims' statements name it on databases whose dialect hints the index
+    /// (`SqlDialect::room_probe_index_hint`): there it must exist under its own name.
+    pub(crate) named_in_claims: bool,
 }
 
 impl ClaimIndex {
@@ -109,14 +136,27 @@ impl ClaimIndex {
     pub(crate) fn name(&self, table: &TableName) -> String {
         format!("idx_{}_{}", table.as_str(), self.suffix)
     }
+
+    /// Whether `backend`'s claims name this index, so that only an index of that exact name (and
+    /// columns) serves them; otherwise any index with its columns does.
+    pub(crate) fn needs_own_name(&self, backend: Backend, table: &TableName) -> bool {
+        self.named_in_claims
+            && backend
+                .dialect()
+                .room_probe_index_hint(&self.name(table))
+                .is_some()
+    }
 }
 
-/// The claim indexes of migration 0001; `migrate` checks (and creates) them on every run, so an
-/// adopted table gets them too.
-pub(crate) static CLAIM_INDEXES: [ClaimIndex; 4] = [
+/// The claim indexes of migration 0001 that every claim reads; `migrate` checks (and creates)
+/// them on every run, so an adopted table gets them too. The room index, which only per-room
+/// claims read, is not among them ([`ROOM_INDEX`]).
+pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
     ClaimIndex {
         suffix: "pending",
         columns: &["app_code", "status", "created_at_ms", "event_id"],
+        live_rows_only: false,
+        named_in_claims: false,
     },
     ClaimIndex {
         suffix: "retry",
@@ -127,6 +167,8 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 4] = [
             "created_at_ms",
             "event_id",
         ],
+        live_rows_only: false,
+        named_in_claims: false,
     },
     ClaimIndex {
         suffix: "lease",
@@ -137,10 +179,8 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 4] = [
             "created_at_ms",
             "event_id",
         ],
-    },
-    ClaimIndex {
-        suffix: "room",
-        columns: &["app_code", "room_id", "status", "created_at_ms", "event_id"],
+        live_rows_only: false,
+        named_in_claims: false,
     },
 ];
 
@@ -156,38 +196,94 @@ pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, Stri
     (sql.to_string(), catalog_name.clone())
 }
 
-/// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table).
-pub(crate) fn create_claim_index(table: &TableName, index: &ClaimIndex) -> String {
-    format!(
+/// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table),
+/// over live rows only where `index.live_rows_only` and the database has such a predicate.
+pub(crate) fn create_claim_index(
+    backend: Backend,
+    table: &TableName,
+    index: &ClaimIndex,
+) -> String {
+    let mut sql = format!(
         "CREATE INDEX {} ON {} ({})",
         index.name(table),
         table.as_str(),
         index.columns.join(", ")
-    )
+    );
+    if let Some(predicate) = backend.dialect().live_rows_predicate()
+        && index.live_rows_only
+    {
+        sql.push_str(" WHERE ");
+        sql.push_str(predicate);
+    }
+    sql
 }
 
-/// What `migrate` must do about the claim indexes of a table, given its indexes (name and key
-/// columns, `None` for an expression): the claim indexes to create, or why it cannot.
+/// A table's indexes as the catalog lists them: name and key columns in order (`None` for an
+/// expression).
+pub(crate) type TableIndexes = Vec<(String, Vec<Option<String>>)>;
+
+/// Reads the indexes of `table` ([`TableIndexes`]) with the backend's catalog query.
+pub(crate) async fn table_indexes<S: Session>(
+    session: &mut S,
+    backend: Backend,
+    table: &TableName,
+    op: &'static str,
+) -> Result<TableIndexes, StoreError> {
+    let mut indexes: TableIndexes = Vec::new();
+    let rows = session
+        .rows::<IndexColumn>(backend.dialect().table_index_columns(table))
+        .await
+        .map_err(db(op))?;
+    for IndexColumn { index, column } in rows {
+        match indexes.last_mut() {
+            Some((name, columns)) if *name == index => columns.push(column),
+            _ => indexes.push((index, vec![column])),
+        }
+    }
+    Ok(indexes)
+}
+
+/// Whether some index of `existing` has exactly `index`'s key columns: under any name, or under
+/// `index`'s own name where `backend`'s claims name it ([`ClaimIndex::needs_own_name`]).
+pub(crate) fn has_index_columns(
+    backend: Backend,
+    table: &TableName,
+    existing: &[(String, Vec<Option<String>>)],
+    index: &ClaimIndex,
+) -> bool {
+    let own_name = index
+        .needs_own_name(backend, table)
+        .then(|| index.name(table));
+    existing.iter().any(|(name, columns)| {
+        own_name
+            .as_deref()
+            .is_none_or(|own| name.eq_ignore_ascii_case(own))
+            && same_columns(columns, index)
+    })
+}
+
+/// Whether `columns` (an index's key columns, `None` for an expression) are exactly `index`'s.
+pub(crate) fn same_columns(columns: &[Option<String>], index: &ClaimIndex) -> bool {
+    columns.len() == index.columns.len()
+        && columns.iter().zip(index.columns).all(|(column, wanted)| {
+            column
+                .as_deref()
+                .is_some_and(|c| c.eq_ignore_ascii_case(wanted))
+        })
+}
+
+/// What `migrate` must do about the `wanted` claim indexes of a table, given its indexes (name
+/// and key columns, `None` for an expression): the indexes to create, or why it cannot.
 pub(crate) fn plan_claim_indexes(
     backend: Backend,
     table: &TableName,
     existing: &[(String, Vec<Option<String>>)],
+    wanted: &[&'static ClaimIndex],
 ) -> Result<Vec<&'static ClaimIndex>, String> {
-    let same_columns = |columns: &[Option<String>], wanted: &[&str]| {
-        columns.len() == wanted.len()
-            && columns.iter().zip(wanted).all(|(column, wanted)| {
-                column
-                    .as_deref()
-                    .is_some_and(|c| c.eq_ignore_ascii_case(wanted))
-            })
-    };
     let mut create = Vec::new();
     let mut conflicts = Vec::new();
-    for index in &CLAIM_INDEXES {
-        if existing
-            .iter()
-            .any(|(_, columns)| same_columns(columns, index.columns))
-        {
+    for &index in wanted {
+        if has_index_columns(backend, table, existing, index) {
             continue;
         }
         let name = index.name(table);
@@ -223,10 +319,15 @@ pub(crate) fn plan_claim_indexes(
 }
 
 /// Applies the embedded migrations not yet recorded for the table, in one write transaction
-/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead).
+/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead); with the room
+/// index, the migration dropping it is recorded without running ([`Migration::runs_with`]).
 /// Then checks the table's columns and claim indexes on every run ([`verify_outbox_table`]), so
-/// a table adopted from another program gets the indexes the claims need.
-pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
+/// a table adopted from another program gets the indexes the claims need, and the room index
+/// when `options` asks for it.
+pub(crate) async fn migrate<D: Driver>(
+    driver: &D,
+    options: &MigrateOptions,
+) -> Result<Vec<i64>, StoreError> {
     const OP: &str = "migrate";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
@@ -260,18 +361,27 @@ pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreErro
         if applied.contains(&migration.version) {
             continue;
         }
-        tx.script(migration.sql(table))
-            .await
-            .map_err(|source| StoreError::Migration {
-                version: migration.version,
-                name: migration.name,
-                source,
-            })?;
+        if migration.runs_with(options) {
+            tx.script(migration.sql(table))
+                .await
+                .map_err(|source| StoreError::Migration {
+                    version: migration.version,
+                    name: migration.name,
+                    source,
+                })?;
+        } else {
+            tracing::info!(
+                table = table.as_str(),
+                version = migration.version,
+                name = migration.name,
+                "keeping the room index that per-room ordering reads: migration recorded, not run"
+            );
+        }
         applied_now.push(migration.version);
     }
     // Before recording: on MySQL/MariaDB the DDL above already committed, and a table refused
     // here must not count as migrated.
-    verify_outbox_table(&mut *tx, backend, table).await?;
+    verify_outbox_table(&mut *tx, backend, table, options).await?;
     for version in &applied_now {
         tx.run(record_version(backend, table, *version, record::now_ms()))
             .await
@@ -316,14 +426,15 @@ async fn has_outbox_columns<S: Session>(
 }
 
 /// Checks the outbox table after the migrations: every column of the record present
-/// ([`has_outbox_columns`]), and the claim indexes of migration 0001 present under any name. A
-/// table created by another program (`CREATE TABLE IF NOT EXISTS` left it as it was) gets the
-/// missing claim indexes; one with an index named like a claim index but of other columns is
-/// refused, and nothing is created.
+/// ([`has_outbox_columns`]), and the claim indexes of migration 0001 present under any name (with
+/// `options.room_index`, the room index too). A table created by another program (`CREATE TABLE
+/// IF NOT EXISTS` left it as it was) gets the missing claim indexes; one with an index named like
+/// a wanted index but of other columns is refused, and nothing is created.
 async fn verify_outbox_table<S: Session>(
     session: &mut S,
     backend: Backend,
     table: &TableName,
+    options: &MigrateOptions,
 ) -> Result<(), StoreError> {
     const OP: &str = "migrate";
     if !has_outbox_columns(session, backend, table).await? {
@@ -334,18 +445,13 @@ async fn verify_outbox_table<S: Session>(
             table = table.as_str()
         )));
     }
-    let mut indexes: Vec<(String, Vec<Option<String>>)> = Vec::new();
-    let rows = session
-        .rows::<IndexColumn>(backend.dialect().table_index_columns(table))
-        .await
-        .map_err(db(OP))?;
-    for IndexColumn { index, column } in rows {
-        match indexes.last_mut() {
-            Some((name, columns)) if *name == index => columns.push(column),
-            _ => indexes.push((index, vec![column])),
-        }
+    let indexes = table_indexes(session, backend, table, OP).await?;
+    let mut wanted: Vec<&'static ClaimIndex> = CLAIM_INDEXES.iter().collect();
+    if options.room_index {
+        wanted.push(&ROOM_INDEX);
     }
-    let create = plan_claim_indexes(backend, table, &indexes).map_err(StoreError::Schema)?;
+    let create =
+        plan_claim_indexes(backend, table, &indexes, &wanted).map_err(StoreError::Schema)?;
     for index in create {
         tracing::info!(
             table = table.as_str(),
@@ -354,7 +460,7 @@ async fn verify_outbox_table<S: Session>(
             "creating a missing claim index on the outbox table"
         );
         session
-            .script(create_claim_index(table, index))
+            .script(create_claim_index(backend, table, index))
             .await
             .map_err(db(OP))?;
     }
@@ -376,7 +482,7 @@ mod tests {
     fn claim_indexes_match_migration_0001() {
         for backend in DIALECTS {
             let sql = migrations(backend)[0].sql(&table());
-            for index in &CLAIM_INDEXES {
+            for index in CLAIM_INDEXES.iter().chain([&ROOM_INDEX]) {
                 let name = index.name(&table());
                 let columns = format!("({})", index.columns.join(", "));
                 assert!(
@@ -417,19 +523,31 @@ mod tests {
                 &["APP_CODE", "status", "created_at_ms", "event_id"],
             ),
         ];
-        let create = plan_claim_indexes(Backend::MySql, &table(), &go).unwrap();
+        let base: Vec<&ClaimIndex> = CLAIM_INDEXES.iter().collect();
+        let create = plan_claim_indexes(Backend::MySql, &table(), &go, &base).unwrap();
         let names: Vec<String> = create.iter().map(|i| i.name(&table())).collect();
+        assert_eq!(names, ["idx_room_outbox_retry", "idx_room_outbox_lease"]);
+        let with_room = [&CLAIM_INDEXES[0], &ROOM_INDEX];
+        let create = plan_claim_indexes(Backend::MySql, &table(), &go, &with_room).unwrap();
+        let names: Vec<String> = create.iter().map(|i| i.name(&table())).collect();
+        assert_eq!(names, ["idx_room_outbox_room"]);
         assert_eq!(
-            names,
-            [
-                "idx_room_outbox_retry",
-                "idx_room_outbox_lease",
-                "idx_room_outbox_room"
-            ]
+            create_claim_index(Backend::MySql, &table(), create[0]),
+            "CREATE INDEX idx_room_outbox_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id)"
         );
         assert_eq!(
-            create_claim_index(&table(), create[2]),
+            create_claim_index(Backend::Postgres, &table(), create[0]),
             "CREATE INDEX idx_room_outbox_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id)"
+        );
+        assert_eq!(
+            create_claim_index(Backend::Sqlite, &table(), create[0]),
+            "CREATE INDEX idx_room_outbox_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id) \
+             WHERE status = 'pending' OR status = 'retryable' OR status = 'delivering'"
+        );
+        assert_eq!(
+            create_claim_index(Backend::Sqlite, &table(), &CLAIM_INDEXES[1]),
+            "CREATE INDEX idx_room_outbox_retry ON room_outbox (app_code, status, next_retry_at_ms, created_at_ms, event_id)",
+            "unchanged: only the room index is created partial"
         );
         let conflict = [
             index(
@@ -441,7 +559,20 @@ mod tests {
                 vec![Some("app_code".to_string()), None],
             ),
         ];
-        let err = plan_claim_indexes(Backend::MySql, &table(), &conflict).unwrap_err();
+        assert_eq!(
+            plan_claim_indexes(Backend::MySql, &table(), &conflict[1..], &base)
+                .unwrap()
+                .len(),
+            3,
+            "a same-named room index of other columns is no concern without the room index"
+        );
+        let wanted = [
+            &CLAIM_INDEXES[0],
+            &CLAIM_INDEXES[1],
+            &CLAIM_INDEXES[2],
+            &ROOM_INDEX,
+        ];
+        let err = plan_claim_indexes(Backend::MySql, &table(), &conflict, &wanted).unwrap_err();
         assert_eq!(
             err,
             "index idx_room_outbox_pending on room_outbox has columns (app_code, status, next_retry_at_ms) \
@@ -450,15 +581,40 @@ mod tests {
                  has columns (app_code, <expression>) but outboxd needs (app_code, room_id, status, created_at_ms, \
                  event_id): drop it (DROP INDEX idx_room_outbox_room ON room_outbox) and run `outboxd migrate` again"
         );
-        let complete: Vec<_> = CLAIM_INDEXES
-            .iter()
-            .map(|i| index("other", i.columns))
-            .collect();
+        let complete: Vec<_> = wanted.iter().map(|i| index("other", i.columns)).collect();
         assert!(
-            plan_claim_indexes(Backend::Postgres, &table(), &complete)
+            plan_claim_indexes(Backend::Postgres, &table(), &complete, &wanted)
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn room_index_is_created_as_sqlite_0002_made_it_and_dropped_by_the_last_migration() {
+        let sqlite_0002 = migrations(Backend::Sqlite)[1].sql(&table());
+        let words = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let created = create_claim_index(Backend::Sqlite, &table(), &ROOM_INDEX);
+        assert!(words(&sqlite_0002).contains(&created), "{created}");
+        for backend in DIALECTS {
+            let last = migrations(backend).last().unwrap().sql(&table());
+            assert!(
+                last.contains("DROP INDEX") && last.contains("idx_room_outbox_room"),
+                "{backend:?}: {last}"
+            );
+            let drops: Vec<_> = migrations(backend)
+                .iter()
+                .filter(|m| m.drops_room_index)
+                .map(|m| m.version)
+                .collect();
+            assert_eq!(
+                drops,
+                [migrations(backend).last().unwrap().version],
+                "{backend:?}: only the drop is skipped with the room index"
+            );
+            let last = migrations(backend).last().unwrap();
+            assert!(last.runs_with(&MigrateOptions::default()));
+            assert!(!last.runs_with(&MigrateOptions { room_index: true }));
+        }
     }
 
     #[test]

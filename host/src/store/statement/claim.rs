@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::mark::{lock_fenced_rows, mark_rows};
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
+use crate::store::room_index::ROOM_INDEX;
 use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease, Mark, RejectedRow, TableName};
 
 /// The three sources of a claim, read in this order.
@@ -456,10 +457,16 @@ fn write_claim_select(
         // under other status keys and is never read. One NOT EXISTS per status, each with
         // `status = const`: with `status IN (…)` MariaDB probes only (app_code, room_id) and reads
         // the room's whole history (tests/explain.rs).
+        let hint = backend
+            .dialect()
+            .room_probe_index_hint(&ROOM_INDEX.name(table))
+            .unwrap_or_default();
         for status in ACTIVE_STATUSES {
             b.push(" AND NOT EXISTS (SELECT 1 FROM ")
                 .push(table.as_str())
-                .push(" p WHERE p.app_code = c.app_code AND p.room_id = c.room_id AND p.status = ")
+                .push(" p")
+                .push(&hint)
+                .push(" WHERE p.app_code = c.app_code AND p.room_id = c.room_id AND p.status = ")
                 .status(status)
                 .push(" AND p.created_at_ms <= c.created_at_ms")
                 .push(" AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id)")

@@ -82,6 +82,15 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         false
     }
 
+    /// Written after the per-room probe's table alias to make the database read the room index
+    /// `name` (`idx_<table>_room`) whatever its statistics say; `None`: the planner picks. Where
+    /// it names the index, the index must exist under exactly that name: `migrate` with the room
+    /// index creates it so, and a per-room worker's start check requires it
+    /// ([`crate::store::OutboxStore::check_ordering`]).
+    fn room_probe_index_hint(&self, _name: &str) -> Option<String> {
+        None
+    }
+
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
     fn probe_end(&self) -> &'static str {
         ")"
@@ -139,6 +148,13 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// The indexes of `table`: one row per key column (`index name, column name`; the column is
     /// NULL for an expression), ordered by index name and position.
     fn table_index_columns(&self, table: &TableName) -> Bound;
+
+    /// The condition of a partial index over the live rows (`pending`, `retryable`,
+    /// `delivering`) that the claims' statements imply, for the indexes `migrate` creates that
+    /// way ([`super::schema::ClaimIndex`]); `None`: the database indexes every row.
+    fn live_rows_predicate(&self) -> Option<&'static str> {
+        None
+    }
 
     /// The statement that drops index `name` of `table`, for an operator to run.
     fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {

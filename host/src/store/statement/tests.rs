@@ -130,6 +130,18 @@ fn per_room_probe_uses_active_statuses_only() {
     let mysql_statements = Statements::new(Backend::MySql, &table());
     let mysql = mysql_statements.claim_select(ClaimBranch::Pending, DeliveryOrder::PerRoom);
     assert!(!mysql.contains("OFFSET") && mysql.matches("NOT EXISTS").count() == 3);
+    // Only MySQL/MariaDB name the room index (stale statistics after migrate's ALTER TABLE).
+    assert_eq!(
+        mysql
+            .matches("FROM room_outbox p FORCE INDEX (idx_room_outbox_room) WHERE p.app_code")
+            .count(),
+        3,
+        "{mysql}"
+    );
+    assert!(!sql.contains("FORCE INDEX"));
+    let sqlite_statements = Statements::new(Backend::Sqlite, &table());
+    let sqlite = sqlite_statements.claim_select(ClaimBranch::Pending, DeliveryOrder::PerRoom);
+    assert!(!sqlite.contains("FORCE INDEX") && sqlite.contains("FROM room_outbox p WHERE"));
     assert_eq!(sql.matches("NOT EXISTS").count(), 3);
     assert!(!sql.contains("'failed'") && !sql.contains("'delivered'"));
     assert!(sql.ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT $2 FOR UPDATE SKIP LOCKED"));
