@@ -608,19 +608,24 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
     db.cleanup().await;
 }
 
+/// Runs `outboxd bench ARGS` on a fresh SQLite file in a temporary folder (the folder is also
+/// the working directory); its standard output.
+fn bench_on_a_fresh_sqlite_file(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let output = run_ok(
+        outboxd()
+            .current_dir(dir.path())
+            .args(["--database-url", &url, "bench"])
+            .args(args),
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Without `--shapes` the report holds the raw loop, so every default run prints the ratio to it.
 #[test]
 fn bench_runs_the_raw_loop_by_default() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
-    let output = run_ok(outboxd().current_dir(dir.path()).args([
-        "--database-url",
-        &url,
-        "bench",
-        "--events",
-        "300",
-    ]));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = bench_on_a_fresh_sqlite_file(&["--events", "300"]);
     for shape in ["outboxd", "per-room", "go"] {
         let line = bench_line(&stdout, shape);
         assert_eq!(line[3], "300", "{stdout}");
@@ -1032,12 +1037,7 @@ fn unknown_database_scheme_is_refused() {
 /// says so (the benchmark mode cannot rot unnoticed).
 #[test]
 fn bench_retention_measures_claims_while_the_history_is_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
-    let output = run_ok(outboxd().current_dir(dir.path()).args([
-        "--database-url",
-        &url,
-        "bench",
+    let stdout = bench_on_a_fresh_sqlite_file(&[
         "--retention",
         "--history",
         "2500",
@@ -1045,8 +1045,7 @@ fn bench_retention_measures_claims_while_the_history_is_deleted() {
         "300ms",
         "--windows",
         "2",
-    ]));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    ]);
     for expected in [
         "history: 2500 delivered rows",
         "loader sql, after load: analyze",
@@ -1068,20 +1067,8 @@ fn bench_retention_measures_claims_while_the_history_is_deleted() {
 /// steady-state percentiles.
 #[test]
 fn bench_rate_traces_the_slowest_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
-    let output = run_ok(outboxd().current_dir(dir.path()).args([
-        "--database-url",
-        &url,
-        "bench",
-        "--rate",
-        "100",
-        "--seconds",
-        "2",
-        "--trace-slowest",
-        "2",
-    ]));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout =
+        bench_on_a_fresh_sqlite_file(&["--rate", "100", "--seconds", "2", "--trace-slowest", "2"]);
     assert!(stdout.contains("rows passed over by a claim"), "{stdout}");
     assert_eq!(
         stdout.matches("slow row: committed at +").count(),
@@ -1147,12 +1134,7 @@ fn bench_history_scaling_reports_each_size() {
 /// claim, mark), and the cleanup deletes all of it.
 #[test]
 fn bench_retention_loads_through_the_store_on_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
-    let output = run_ok(outboxd().current_dir(dir.path()).args([
-        "--database-url",
-        &url,
-        "bench",
+    let stdout = bench_on_a_fresh_sqlite_file(&[
         "--retention",
         "--history",
         "1200",
@@ -1164,8 +1146,7 @@ fn bench_retention_loads_through_the_store_on_request() {
         "200ms",
         "--windows",
         "1",
-    ]));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    ]);
     for expected in [
         "history: 1200 delivered rows",
         "loader store, after load: none",

@@ -49,7 +49,8 @@ impl ClaimAhead {
     /// many of its batches are delivering (publishing, marking or waiting for their turn).
     pub(super) fn depth(&self) -> usize {
         let last = Duration::from_micros(self.last_delivery_us.load(Ordering::Relaxed));
-        if self.most >= 2 && (self.wait_budget.is_zero() || last.saturating_mul(2) > self.wait_budget)
+        if self.most >= 2
+            && (self.wait_budget.is_zero() || last.saturating_mul(2) > self.wait_budget)
         {
             1
         } else {
