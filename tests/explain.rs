@@ -16,21 +16,9 @@ mod support;
 
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::{Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, TableName};
+use support::backlog::{APP, HISTORY, LATER, LIVE, NOW, ROOMS};
 use support::{Bind, PlanStep, RawInsert, TestDb};
 
-/// Delivered rows of history.
-const HISTORY: i64 = 200_000;
-/// Rooms the history is spread over (the live rows sit in some of them): 2,000 delivered rows per
-/// room, so a room probe that reads history estimates far more than `MAX_ROWS`.
-const ROOMS: i64 = 100;
-/// Live rows of each kind.
-const LIVE: i64 = 20;
-/// Tenant.
-const APP: &str = "app_a";
-/// The claim's `now_ms`: after every due retry and expired lease, before the others.
-const NOW: i64 = 5_000_000;
-/// "Never" (not-yet-due retries, live leases).
-const LATER: i64 = 9_000_000_000_000;
 /// The LIMIT explained, and the most rows a step may estimate.
 const LIMIT: i64 = 10;
 const MAX_ROWS: f64 = 100.0;

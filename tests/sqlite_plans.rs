@@ -15,24 +15,12 @@ use outboxd::store::schema::migrations;
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::statement::{Arg, Bound};
 use outboxd::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, MigrateOptions,
-    PurgeStatus, TableName,
+    Backend, ClaimBatch, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams,
+    MigrateOptions, PurgeStatus, TableName,
 };
 use sqlx::{AssertSqlSafe, Row};
+use support::backlog::{APP, HISTORY, LATER, LIVE, NOW, ROOMS};
 use support::{Bind, RawInsert, RawPool, TestDb};
-
-/// Delivered rows of history.
-const HISTORY: i64 = 200_000;
-/// Rooms the history is spread over.
-const ROOMS: i64 = 100;
-/// Live rows of each kind.
-const LIVE: i64 = 20;
-/// Tenant.
-const APP: &str = "app_a";
-/// The claim's `now_ms`: after every due retry and expired lease, before the others.
-const NOW: i64 = 5_000_000;
-/// "Never" (not-yet-due retries, live leases).
-const LATER: i64 = 9_000_000_000_000;
 
 fn pool(db: &TestDb) -> &sqlx::SqlitePool {
     match &db.pool {
@@ -206,11 +194,7 @@ async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
         .claim(&params(DeliveryOrder::PerRoom))
         .await
         .expect("claim");
-    let heads: Vec<&str> = per_room
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
+    let heads = event_ids(&per_room);
     // Kinds are created in the order p, rd, rn, dx, dl, f: each room's head is its first
     // pending row, and every later live row waits behind it.
     assert_eq!(heads, ["p00", "p01", "p02", "p03", "p04"], "per-room heads");
@@ -219,11 +203,7 @@ async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
         .claim(&params(DeliveryOrder::None))
         .await
         .expect("claim");
-    let ids: Vec<&str> = batch
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
+    let ids = event_ids(&batch);
     assert_eq!(ids.len() as i64, 3 * LIVE - 5, "{ids:?}");
     assert!(
         ids[..(LIVE - 5) as usize]
@@ -351,12 +331,17 @@ async fn sqlite_migration_0002_adopts_a_database_migrated_before_it() {
         })
         .await
         .expect("claim");
-    let ids: Vec<&str> = batch
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
+    let ids = event_ids(&batch);
     assert_eq!(ids, ["go0", "go1"], "one head per room");
     store.close().await;
     db.cleanup().await;
+}
+
+/// The event ids of a claimed batch, in claim order.
+fn event_ids(batch: &ClaimBatch) -> Vec<&str> {
+    batch
+        .events
+        .iter()
+        .map(|claimed| claimed.event.event_id.as_str())
+        .collect()
 }

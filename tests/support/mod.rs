@@ -61,7 +61,7 @@ pub use outboxd::store::{Backend, ConnectOptions, OutboxStore, TableName};
 #[allow(unused_imports)]
 pub(crate) use per_backend::per_backend;
 #[allow(unused_imports)]
-pub use plan::{PlanStep, parse_pg_plan};
+pub use plan::{PlanStep, backlog, parse_pg_plan};
 #[allow(unused_imports)]
 pub use raw::{Bind, RawInsert, RawPool, RawRow};
 #[allow(unused_imports)]

@@ -171,3 +171,22 @@ pub fn parse_pg_plan(lines: &[String]) -> Vec<PlanStep> {
     }
     steps
 }
+
+/// The backlog the plan tests (`tests/explain.rs`, `tests/sqlite_plans.rs`) explain their
+/// statements on: delivered history beside a few live rows of each kind
+/// ([`super::RawInsert::live_rows_of_each_kind`]).
+pub mod backlog {
+    /// Delivered rows of history.
+    pub const HISTORY: i64 = 200_000;
+    /// Rooms the history is spread over (the live rows sit in some of them): 2,000 delivered rows
+    /// per room, so a room probe that reads history estimates far more rows than it returns.
+    pub const ROOMS: i64 = 100;
+    /// Live rows of each kind.
+    pub const LIVE: i64 = 20;
+    /// Tenant.
+    pub const APP: &str = "app_a";
+    /// The claim's `now_ms`: after every due retry and expired lease, before the others.
+    pub const NOW: i64 = 5_000_000;
+    /// "Never" (not-yet-due retries, live leases).
+    pub const LATER: i64 = 9_000_000_000_000;
+}
