@@ -7,8 +7,6 @@
 //! wake-up, never by the poll. Tests ask the database for its capability (whether
 //! `start_commit_feed` returned a feed); none branches on the backend's name.
 
-#[path = "support/ping_proxy.rs"]
-mod ping_proxy;
 mod support;
 
 use std::sync::Arc;
@@ -285,101 +283,6 @@ per_backend!(commit_feed_wakes_an_idle_worker);
 per_backend!(requeue_wakes_a_running_worker);
 per_backend!(a_busy_table_is_probed_without_a_feed);
 per_backend!(a_producer_in_this_process_wakes_the_worker);
-
-/// Every claim and mark takes a connection from the store's pool; one taken again right after it
-/// went back is used without a ping (sqlx pinged it on release), so a busy host spends no round
-/// trip before each statement; one idle for `PING_IF_IDLE_FOR` or longer (a restart or an idle
-/// timeout may have closed it) is pinged first. Counted on the wire by a proxy.
-async fn a_busy_pool_uses_connections_without_a_ping(backend: Backend) {
-    use outboxd::store::{
-        ConnectOptions, PING_IF_IDLE_FOR, mysql::MySqlStore, postgres::PostgresStore,
-    };
-    use ping_proxy::{PingProxy, Wire};
-    let Some(db) = TestDb::new_server_only(backend).await else {
-        return;
-    };
-    let wire = if backend == Backend::Postgres {
-        Wire::Postgres
-    } else {
-        Wire::MySql
-    };
-    let proxy = PingProxy::start(&db.url, wire).await;
-    let options = ConnectOptions {
-        max_connections: 1,
-        ..ConnectOptions::new(proxy.url.clone())
-    };
-    // One store call: a checkout, one statement, the release.
-    let call: Box<dyn Fn() -> futures::future::BoxFuture<'static, ()>> = match backend {
-        Backend::Postgres => {
-            let pool = PostgresStore::connect(&options)
-                .await
-                .expect("connect")
-                .pool()
-                .clone();
-            Box::new(move || {
-                let pool = pool.clone();
-                Box::pin(async move {
-                    sqlx::query("SELECT 1")
-                        .execute(&pool)
-                        .await
-                        .expect("select");
-                })
-            })
-        }
-        _ => {
-            let pool = MySqlStore::connect(&options)
-                .await
-                .expect("connect")
-                .pool()
-                .clone();
-            Box::new(move || {
-                let pool = pool.clone();
-                Box::pin(async move {
-                    sqlx::query("SELECT 1")
-                        .execute(&pool)
-                        .await
-                        .expect("select");
-                })
-            })
-        }
-    };
-    call().await;
-    // The release pings run in the background: let them finish before counting.
-    let settle = Duration::from_millis(300);
-    tokio::time::sleep(settle).await;
-    const CALLS: usize = 20;
-    let (pings, statements) = (proxy.pings(), proxy.statements());
-    for _ in 0..CALLS {
-        call().await;
-    }
-    tokio::time::sleep(settle).await;
-    let (busy_pings, busy_statements) = (proxy.pings() - pings, proxy.statements() - statements);
-    assert_eq!(busy_statements, CALLS);
-    assert_eq!(
-        busy_pings, CALLS,
-        "{busy_pings} pings for {CALLS} checkouts in a row: one on each release only, none on checkout"
-    );
-    tokio::time::sleep(PING_IF_IDLE_FOR + Duration::from_millis(200)).await;
-    let pings = proxy.pings();
-    call().await;
-    tokio::time::sleep(settle).await;
-    assert_eq!(
-        proxy.pings() - pings,
-        2,
-        "a connection idle for {PING_IF_IDLE_FOR:?} is pinged before use (and on release)"
-    );
-    db.cleanup().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_pool_uses_connections_without_a_ping_postgres() {
-    a_busy_pool_uses_connections_without_a_ping(Backend::Postgres).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_pool_uses_connections_without_a_ping_mysql() {
-    a_busy_pool_uses_connections_without_a_ping(Backend::MySql).await
-}
 
 /// PostgreSQL's trigger notifies once per INSERT statement (not per row), only on commit, and the
 /// host's listener comes back after its connection is killed.

@@ -87,38 +87,6 @@ pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn OutboxStore>, S
     })
 }
 
-/// How long a pooled connection may have sat idle and still be handed out without a ping first.
-///
-/// sqlx pings a connection when it goes back to the pool (and drops it if the ping fails), and by
-/// default pings it again when it is taken out: one more round trip before every claim and every
-/// mark, on the path of every row's latency (`docs/PERFORMANCE.md`, "Third pass"). A server pool
-/// ([`server_pool_options`]) pings on checkout only a connection idle this long or longer, which
-/// a server restart, an idle timeout or a dropped link may have closed meanwhile; one released
-/// (and pinged) less than this ago is used at once. Should it have died since, the statement
-/// fails as it would had the link dropped just after a ping: a mark retries while its lease
-/// holds, a claim ends its round (see the store's "Who checks what, who retries what").
-pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
-
-/// Pool options of the database servers (PostgreSQL, MySQL / MariaDB): `max_connections`,
-/// `acquire_timeout`, and a ping on checkout only for connections idle at least
-/// [`PING_IF_IDLE_FOR`].
-pub(crate) fn server_pool_options<DB: sqlx::Database>(
-    options: &ConnectOptions,
-) -> sqlx::pool::PoolOptions<DB> {
-    sqlx::pool::PoolOptions::<DB>::new()
-        .max_connections(options.max_connections.max(1))
-        .acquire_timeout(options.connect_timeout)
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= PING_IF_IDLE_FOR {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
-}
-
 /// Opens and closes one connection of type `C` to `url` within `timeout`, returning the driver's
 /// own error ("connection refused", "access denied", "unknown database") or
 /// [`StoreError::ConnectTimeout`].

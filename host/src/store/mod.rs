@@ -78,7 +78,7 @@ use serde::{Deserialize, Serialize};
 use crate::publish::Event;
 use crate::record::Record;
 
-pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, PING_IF_IDLE_FOR, connect, redact_url};
+pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
 pub use held::HeldBatch;
 pub use table_name::TableName;
 

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use sqlx::Postgres;
-use sqlx::postgres::PgPool;
+use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::claim_position::ClaimPositions;
 use super::exec::{self, Driver, impl_session, impl_store};
@@ -33,7 +33,9 @@ impl PostgresStore {
     /// Connects to `options.url` (`postgres://user:password@host/db?options=-c%20search_path%3Dschema`).
     pub async fn connect(options: &ConnectOptions) -> Result<PostgresStore, StoreError> {
         super::connect::probe::<sqlx::PgConnection>(&options.url, options.connect_timeout).await?;
-        let pool = super::connect::server_pool_options::<Postgres>(options)
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.connect_timeout)
             .connect(&options.url)
             .await
             .map_err(StoreError::db("connect"))?;
