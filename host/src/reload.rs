@@ -73,7 +73,8 @@ impl Reloader {
     }
 
     async fn try_reload(&self, running: &Config) -> Result<Config, String> {
-        let next = (self.source)()?;
+        let mut next = (self.source)()?;
+        next.keep_running_default_batch(running);
         let changed = restart_only_changes(running, &next);
         if !changed.is_empty() {
             return Err(format!(
@@ -116,7 +117,11 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         ),
         ("worker.app_codes", a.worker.app_codes != b.worker.app_codes),
         (
-            "worker.batch_size",
+            if b.worker.batch_size_is_default {
+                "worker.batch_size (not set: its default follows the sinks' limits)"
+            } else {
+                "worker.batch_size"
+            },
             a.worker.batch_size != b.worker.batch_size,
         ),
         (
@@ -146,11 +151,16 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         .filter(|(_, changed)| *changed)
         .map(|(key, _)| key)
         .collect();
+    // Whether the batch size was set or defaulted is no change in itself: only its value is.
+    let same_origin = crate::config::WorkerConfig {
+        batch_size_is_default: a.worker.batch_size_is_default,
+        ..b.worker.clone()
+    };
     // A key not named above (e.g. database.connect_timeout, or one added later) is still never
     // applied silently: its section is named instead.
     let sections = [
         ("database", a.database != b.database),
-        ("worker", a.worker != b.worker),
+        ("worker", a.worker != same_origin),
     ];
     for (section, differs) in sections {
         let named = changed.iter().any(|key| {
@@ -189,6 +199,25 @@ mod tests {
             restart_only_changes(&running, &timeout_only),
             vec!["database"],
             "a key without its own check is refused by its section"
+        );
+    }
+
+    #[test]
+    fn a_batch_size_is_named_by_its_value_not_by_where_it_came_from() {
+        let running = Config::defaults();
+        let mut set_to_the_default = running.clone();
+        set_to_the_default.worker.batch_size_is_default = false;
+        assert!(restart_only_changes(&running, &set_to_the_default).is_empty());
+        let mut moved = running.clone();
+        moved.worker.batch_size = 600;
+        assert_eq!(
+            restart_only_changes(&running, &moved),
+            vec!["worker.batch_size (not set: its default follows the sinks' limits)"]
+        );
+        set_to_the_default.worker.batch_size = 600;
+        assert_eq!(
+            restart_only_changes(&running, &set_to_the_default),
+            vec!["worker.batch_size"]
         );
     }
 }

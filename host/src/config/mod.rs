@@ -7,6 +7,7 @@
 //! one [`ConfigError`] naming the key (or variable) at fault.
 
 pub mod admin;
+mod batch_size;
 mod byte_size;
 mod deadlines;
 mod env;
@@ -25,6 +26,7 @@ use env::apply_env;
 use raw::{RawConfig, duration};
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
+pub use batch_size::{DEFAULT_BATCH_SIZE, LEAST_DEFAULT_BATCH_SIZE};
 pub use byte_size::ByteSize;
 pub use deadlines::DEADLINE_MARGIN;
 pub use retention::RetentionConfig;
@@ -80,8 +82,13 @@ pub struct DatabaseConfig {
 pub struct WorkerConfig {
     /// Tenants this host serves. Default `["default"]`.
     pub app_codes: Vec<String>,
-    /// Most rows per claim. Default 500.
+    /// Most rows per claim. Default [`DEFAULT_BATCH_SIZE`] (1000), lowered to what every sink's
+    /// publish calls for one batch fit in `publish_timeout` (never below
+    /// [`LEAST_DEFAULT_BATCH_SIZE`], 500).
     pub batch_size: u32,
+    /// `batch_size` came from the default rule (not set in the file or the environment): a reload
+    /// whose new sinks would change it keeps the running value as long as it still fits them.
+    pub batch_size_is_default: bool,
     /// Wait between claims when idle. Default 1s.
     pub poll_interval: Duration,
     /// Lease length of a claim. Default 30s; at least `publish_timeout` + [`DEADLINE_MARGIN`].

@@ -65,7 +65,8 @@ impl Default for RawDatabase {
 #[serde(deny_unknown_fields, default)]
 struct RawWorker {
     app_codes: Vec<String>,
-    batch_size: u32,
+    /// `None`: the default rule ([`batch_size::default_batch_size`]).
+    batch_size: Option<u32>,
     #[serde(deserialize_with = "duration")]
     poll_interval: Duration,
     #[serde(deserialize_with = "duration")]
@@ -82,7 +83,7 @@ impl Default for RawWorker {
     fn default() -> Self {
         RawWorker {
             app_codes: vec![crate::record::DEFAULT_APP_CODE.into()],
-            batch_size: 500,
+            batch_size: None,
             poll_interval: Duration::from_secs(1),
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(20),
@@ -158,9 +159,9 @@ impl Default for RawLog {
 impl RawConfig {
     pub(super) fn validate(self, base_dir: &Path) -> Result<Config, ConfigError> {
         let database = self.database.validate()?;
-        let worker = self.worker.validate()?;
-        let retry = self.retry.validate()?;
         let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
+        let worker = self.worker.validate(&publishing)?;
+        let retry = self.retry.validate()?;
         deadlines::check(&worker, &publishing)?;
         held::check(&worker, &database)?;
         let admin = self.admin.validate()?;
@@ -215,7 +216,8 @@ impl RawDatabase {
 }
 
 impl RawWorker {
-    fn validate(self) -> Result<WorkerConfig, ConfigError> {
+    /// Checks the keys; `publishing` decides the default batch size.
+    fn validate(self, publishing: &Publishing) -> Result<WorkerConfig, ConfigError> {
         if self.app_codes.is_empty() {
             return Err(invalid(
                 "worker.app_codes",
@@ -230,10 +232,12 @@ impl RawWorker {
                 ));
             }
         }
-        if !(1..=5000).contains(&self.batch_size) {
+        if let Some(size) = self.batch_size
+            && !(1..=5000).contains(&size)
+        {
             return Err(invalid(
                 "worker.batch_size",
-                format!("must be 1..=5000, got {}", self.batch_size),
+                format!("must be 1..=5000, got {size}"),
             ));
         }
         if self.poll_interval.is_zero() {
@@ -266,9 +270,13 @@ impl RawWorker {
             Some(id) => id,
             None => default_node_id(),
         };
+        let batch_size = self.batch_size.unwrap_or_else(|| {
+            batch_size::default_batch_size(publishing, self.publish_timeout)
+        });
         Ok(WorkerConfig {
             app_codes: self.app_codes,
-            batch_size: self.batch_size,
+            batch_size,
+            batch_size_is_default: self.batch_size.is_none(),
             poll_interval: self.poll_interval,
             lease: self.lease,
             publish_timeout: self.publish_timeout,

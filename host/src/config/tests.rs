@@ -17,7 +17,8 @@ fn defaults_are_valid() {
     let config = Config::defaults();
     assert_eq!(config.database.url, "sqlite://outboxd.db");
     assert_eq!(config.database.table.as_str(), "room_outbox");
-    assert_eq!(config.worker.batch_size, 500);
+    assert_eq!(config.worker.batch_size, DEFAULT_BATCH_SIZE);
+    assert!(config.worker.batch_size_is_default);
     assert_eq!(config.worker.app_codes, vec!["default"]);
     assert_eq!(config.retry.max_attempts, 20);
 }
@@ -153,6 +154,80 @@ fn deadlines_must_nest_with_margins() {
             "{text:?} → {err}"
         );
     }
+}
+
+/// A `[[sink]]` named `name` with these limits.
+fn sink_with_limits(name: &str, limits: &str) -> String {
+    format!("[[sink]]\nname = \"{name}\"\nplugin = \"{name}.wasm\"\nlimits = {{ {limits} }}\n")
+}
+
+#[test]
+fn default_batch_size_follows_the_sinks_limits() {
+    let batch = |text: &str| {
+        let config = load_str(text, &[]).unwrap();
+        (config.worker.batch_size, config.worker.batch_size_is_default)
+    };
+    // No sink, or sinks taking 1000 events per call: the default.
+    assert_eq!(batch(""), (1000, true));
+    assert_eq!(batch(&sink_with_limits("a", "")), (1000, true));
+    // 200 events per 3 s call: six calls fit in 20 s − 1 s, so 1200 would fit; capped at 1000.
+    assert_eq!(
+        batch(&sink_with_limits("a", "max_batch_size = 200, publish_timeout = \"3s\"")),
+        (1000, true)
+    );
+    // 100 per 3 s call: 6 calls, 600 events; the tightest sink decides.
+    let two = format!(
+        "{}{}",
+        sink_with_limits("a", "max_batch_size = 100, publish_timeout = \"3s\""),
+        sink_with_limits("b", "")
+    );
+    assert_eq!(batch(&two), (600, true));
+    // 100 per 5 s call: 300 would fit, but the default never goes below 500, so the deadline
+    // check names the sink as it did with the earlier default of 500.
+    let err = load_str(
+        &sink_with_limits("a", "max_batch_size = 100, publish_timeout = \"5s\""),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("sink[0].limits.publish_timeout") && err.contains("× 5 calls"),
+        "{err}"
+    );
+    // A batch size that is set is kept as given and checked as such.
+    let set = format!(
+        "[worker]\nbatch_size = 300\n{}",
+        sink_with_limits("a", "max_batch_size = 100, publish_timeout = \"5s\"")
+    );
+    assert_eq!(batch(&set), (300, false));
+    let err = load_str(
+        &format!("[worker]\nbatch_size = 1000\n{two}"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("× 10 calls"), "{err}");
+}
+
+#[test]
+fn a_reload_keeps_the_running_default_batch_while_the_sinks_fit_it() {
+    let load = |text: &str| load_str(text, &[]).unwrap();
+    let tight = sink_with_limits("a", "max_batch_size = 100, publish_timeout = \"3s\"");
+    let running = load(&tight);
+    assert_eq!(running.worker.batch_size, 600);
+    // Relaxed limits would raise the default to 1000; the running 600 still fits them: kept.
+    let mut next = load(&sink_with_limits("a", ""));
+    next.keep_running_default_batch(&running);
+    assert_eq!(next.worker.batch_size, 600);
+    // Tighter limits cannot take the running 1000: the new default stands, and the reload's
+    // restart-only check names it.
+    let mut next = load(&tight);
+    next.keep_running_default_batch(&load(""));
+    assert_eq!(next.worker.batch_size, 600);
+    // A batch size that is set is never replaced.
+    let mut set = load(&format!("[worker]\nbatch_size = 700\n{}", sink_with_limits("a", "")));
+    set.keep_running_default_batch(&running);
+    assert_eq!(set.worker.batch_size, 700);
 }
 
 #[test]
