@@ -18,6 +18,7 @@ use crate::support::{RawInsert, record};
 
 crate::support::per_backend!(
     claim_orders_pending_by_created_at_then_event_id,
+    claim_takes_a_burst_of_one_timestamp_in_the_order_it_was_built,
     claim_takes_pending_then_due_retryable_then_expired_leases,
     claim_limit_takes_branches_in_order,
     claim_without_scan_due_reads_due_rows_only_when_nothing_is_pending,
@@ -63,6 +64,30 @@ async fn claim_orders_pending_by_created_at_then_event_id(backend: Backend) {
     assert_eq!(ids(&batch), strs(&["e-c", "e-00", "e-a", "e-b", "e-0"]));
     let created: Vec<i64> = batch.events.iter().map(|e| e.created_at_ms).collect();
     assert_eq!(created, vec![100, 200, 200, 200, 300]);
+}
+
+/// A burst built with one timestamp (`Record::build`, as `outboxd bench` enqueues its backlog) is
+/// claimed in the order it was built and inserted: its ids count up within the millisecond, so a
+/// claimed batch is a run of neighbouring rows (on SQLite, neighbouring pages of the table).
+async fn claim_takes_a_burst_of_one_timestamp_in_the_order_it_was_built(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let at = std::time::SystemTime::now();
+    let burst: Vec<_> = (0..300)
+        .map(|i| {
+            outboxd::record::Record::build(format!("r{}", i % 7), "Burst", i, at, &())
+                .with_app_code(APP)
+        })
+        .collect();
+    enqueue(&store, &burst).await;
+    let now_ms = burst[0].created_at_ms + 1_000;
+    let mut claimed = Vec::new();
+    for worker in ["w1", "w2", "w3"] {
+        claimed.extend(ids(&claim_app(&store, worker, 100, now_ms, 60_000).await));
+    }
+    let built: Vec<String> = burst.iter().map(|r| r.event_id.clone()).collect();
+    assert_eq!(claimed, built);
 }
 
 /// Rows a(100) x(150) b(200) c(300) d2(350) d(400) claimed by w1 at 1000 (lease 100), then: a

@@ -7,15 +7,16 @@ use std::collections::HashSet;
 use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
 use super::row::EventId;
 use super::statement::MAX_ROWS_PER_STATEMENT;
-use super::statement::mark::{lock_fenced_rows, mark_rows};
+use super::statement::mark::{lock_fenced_rows, mark_rows, mark_rows_counted};
 use crate::record;
 use crate::store::{Lease, Mark, MarkParams, MarkReport, StoreError};
 
 /// Applies a batch's marks: one fenced UPDATE (per [`MAX_ROWS_PER_STATEMENT`] marks); the ids it
-/// did not change are stale. With `UPDATE … RETURNING` the statement lists the ids it changed
-/// (PostgreSQL runs it alone, no BEGIN/COMMIT). Without it (MySQL) the UPDATE runs first in a
-/// transaction and commits when it matched every mark; otherwise it is rolled back and the fenced
-/// rows are locked and listed with `SELECT … FOR UPDATE` before the UPDATE runs again.
+/// did not change are stale. PostgreSQL runs it alone (no BEGIN/COMMIT) with `RETURNING`, which
+/// lists the ids it changed. SQLite and MySQL run it first in a transaction without an id list
+/// and commit when it matched every mark; otherwise it is rolled back and runs again listing the
+/// ids: with `RETURNING` (SQLite), or after locking and listing the fenced rows with `SELECT …
+/// FOR UPDATE` (MySQL).
 pub(crate) async fn mark<D: Driver>(
     driver: &D,
     params: &MarkParams<'_>,
@@ -79,22 +80,25 @@ async fn mark_once<D: Driver>(
         let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
         return conn.rows::<EventId>(update).await.map_err(db(OP));
     }
+    // Optimistic first: the fenced UPDATE alone, without an id list. Its affected-row count is
+    // the rows its WHERE matched (SQLite counts every row an UPDATE writes; sqlx connects to MySQL
+    // with CLIENT_FOUND_ROWS; every mark changes `status`), so when it equals the marks, every row
+    // was still under the lease and is changed. Only when some were not does the mark roll back
+    // and learn which ids are stale: listed by `RETURNING` (SQLite), or locked and listed first
+    // (MySQL). On SQLite this saves handing 500 ids back row by row through the driver's channel
+    // (docs/PERFORMANCE.md, "SQLite: a backlog of one timestamp").
     let mut tx = begin_write(driver, OP).await?;
+    let counted = mark_rows_counted(backend, table, lease, marks, now_ms);
+    let changed = tx.run(counted).await.map_err(db(OP))?;
+    if changed == marks.len() as u64 {
+        tx.commit().await.map_err(db(OP))?;
+        return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
+    }
+    tx.rollback().await.map_err(db(OP))?;
+    tx = begin_write(driver, OP).await?;
     let ids = if backend.dialect().has_update_returning() {
         tx.rows::<EventId>(update).await.map_err(db(OP))?
     } else {
-        // Optimistic first: the fenced UPDATE alone. Its affected-row count is the rows its
-        // WHERE matched (sqlx connects with CLIENT_FOUND_ROWS, and every mark changes `status`),
-        // so when it equals the marks, every row was still under the lease and is changed. Only
-        // when some were not does the mark roll back and lock and list the fenced rows first, to
-        // learn which ids are stale.
-        let changed = tx.run(update.clone()).await.map_err(db(OP))?;
-        if changed == marks.len() as u64 {
-            tx.commit().await.map_err(db(OP))?;
-            return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
-        }
-        tx.rollback().await.map_err(db(OP))?;
-        tx = begin_write(driver, OP).await?;
         let locked = tx
             .rows::<EventId>(lock_fenced_rows(backend, table, lease, marks))
             .await

@@ -150,6 +150,37 @@ pub(crate) fn mark_rows(
     marks: &[Mark],
     now_ms: i64,
 ) -> Bound {
+    mark_update(
+        backend,
+        table,
+        lease,
+        marks,
+        now_ms,
+        backend.dialect().has_update_returning(),
+    )
+}
+
+/// [`mark_rows`] without `RETURNING`: the first try of a mark in a transaction, whose affected-row
+/// count tells whether every mark matched its row (then no id list is needed).
+pub(crate) fn mark_rows_counted(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+) -> Bound {
+    mark_update(backend, table, lease, marks, now_ms, false)
+}
+
+/// The fenced UPDATE of [`mark_rows`], listing the ids it changed when `returning`.
+fn mark_update(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+    returning: bool,
+) -> Bound {
     let columns = mark_columns(marks);
     let mut b = update_by_key(backend, table);
     b.push(" SET");
@@ -167,7 +198,7 @@ pub(crate) fn mark_rows(
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms);
     lease_fence(&mut b, lease, marks.iter().map(|m| m.event_id.as_str()));
-    if backend.dialect().has_update_returning() {
+    if returning {
         b.push(" RETURNING event_id");
     }
     b.finish()
