@@ -234,6 +234,25 @@ async fn a_busy_table_is_probed_without_a_feed(backend: Backend) {
     db.cleanup().await;
 }
 
+async fn a_host_started_on_an_empty_table_probes_soon_without_a_feed(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    // No feed, an empty table: the loops' first rounds find nothing. A host started (or
+    // restarted) into traffic must still find the first row by probing, long before the poll.
+    let mut running = Running::start(store.clone(), Wake::new());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    store
+        .enqueue(&[record("app", "soon", "room-1", now_ms())])
+        .await
+        .expect("enqueue");
+    assert_eq!(running.next("a row saved just after the start").await, "soon");
+    running.stop().await;
+    store.close().await;
+    db.cleanup().await;
+}
+
 async fn a_producer_in_this_process_wakes_the_worker(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -282,6 +301,7 @@ macro_rules! per_backend {
 per_backend!(commit_feed_wakes_an_idle_worker);
 per_backend!(requeue_wakes_a_running_worker);
 per_backend!(a_busy_table_is_probed_without_a_feed);
+per_backend!(a_host_started_on_an_empty_table_probes_soon_without_a_feed);
 per_backend!(a_producer_in_this_process_wakes_the_worker);
 
 /// PostgreSQL's trigger notifies once per INSERT statement (not per row), only on commit, and the

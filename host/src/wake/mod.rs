@@ -71,8 +71,10 @@ impl Wake {
 /// Shortest idle wait of adaptive probing: while rows keep arriving, a loop claims again this soon.
 pub const PROBE_MIN: Duration = Duration::from_millis(5);
 
-/// The idle wait of a loop without a commit feed: [`PROBE_MIN`] after a round that found rows,
-/// doubling with every empty round up to the poll interval (the worker counts each wait from the
+/// The idle wait of a loop without a commit feed: [`PROBE_MIN`] after a round that found rows
+/// (and after the first round of a loop that has just started: a host started or restarted into
+/// traffic picks it up within milliseconds, not after a whole `poll_interval`), doubling with
+/// every empty round up to the poll interval (the worker counts each wait from the
 /// start of the round, so a busy table is claimed every `PROBE_MIN`, not every `PROBE_MIN` plus
 /// a round). A table that is idle costs one claim
 /// per `poll_interval` per loop (after about ten empty rounds); one that is busy is probed every
@@ -84,11 +86,12 @@ pub struct IdleBackoff {
 }
 
 impl IdleBackoff {
-    /// Starts idle (the first wait is `poll_interval`).
+    /// Starts as after a round that found rows: the first empty rounds wait 2 × [`PROBE_MIN`],
+    /// 4 × …, reaching `poll_interval` after about ten of them (~1 s of probes at most).
     pub fn new(poll_interval: Duration) -> IdleBackoff {
         IdleBackoff {
             max: poll_interval,
-            next: poll_interval,
+            next: PROBE_MIN.min(poll_interval),
         }
     }
 
@@ -133,6 +136,8 @@ mod tests {
     fn backoff_probes_fast_while_busy_and_slows_to_the_poll_interval() {
         let poll = Duration::from_secs(1);
         let mut backoff = IdleBackoff::new(poll);
+        // Just started: probing begins fast, as after a busy round.
+        assert_eq!(backoff.clone().after_round(false), PROBE_MIN * 2);
         assert_eq!(backoff.after_round(true), PROBE_MIN);
         assert_eq!(backoff.after_round(false), PROBE_MIN * 2);
         assert_eq!(backoff.after_round(false), PROBE_MIN * 4);
