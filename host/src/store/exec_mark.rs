@@ -74,9 +74,9 @@ async fn mark_once<D: Driver>(
     const OP: &str = "mark";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
-    let update = mark_rows(backend, table, lease, marks, now_ms);
     if backend.dialect().has_update_returning() && D::BEGIN_WRITE.is_none() {
         // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
+        let update = mark_rows(backend, table, lease, marks, now_ms);
         let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
         return conn.rows::<EventId>(update).await.map_err(db(OP));
     }
@@ -95,6 +95,8 @@ async fn mark_once<D: Driver>(
         return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
     }
     tx.rollback().await.map_err(db(OP))?;
+    // Some row was stale (rare): the statement that lists or follows the fenced rows.
+    let update = mark_rows(backend, table, lease, marks, now_ms);
     tx = begin_write(driver, OP).await?;
     let ids = if backend.dialect().has_update_returning() {
         tx.rows::<EventId>(update).await.map_err(db(OP))?
