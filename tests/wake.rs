@@ -320,6 +320,12 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
         .await
         .expect("listen");
     let quiet = Duration::from_millis(300);
+    // Stand in for an armed host (migration 0005: commits notify only while one is).
+    let support::RawPool::Postgres(pool) = &db.pool else {
+        unreachable!("a PostgreSQL test database")
+    };
+    let mut armed = pool.acquire().await.expect("connection");
+    gate_lock(&mut armed, "pg_advisory_lock", &table, 0).await;
 
     let rows: Vec<RawInsert> = (0..50)
         .map(|i| RawInsert::pending("other-app", &format!("bulk-{i}"), "room-1", now_ms()))
@@ -334,9 +340,6 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
         "one INSERT of 50 rows notifies once"
     );
 
-    let support::RawPool::Postgres(pool) = &db.pool else {
-        unreachable!("a PostgreSQL test database")
-    };
     let mut tx = pool.begin().await.expect("begin");
     sqlx::query(
         "INSERT INTO room_outbox (app_code, event_id, event_type, room_id, envelope, created_at_ms, updated_at_ms) \
@@ -354,6 +357,7 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
     // The host's listener: kill its connection, then a commit must still wake the worker. (This
     // test's own listener stops listening first, so `LISTEN%` below finds the host's only.)
     listener.unlisten_all().await.expect("unlisten");
+    gate_lock(&mut armed, "pg_advisory_unlock", &table, 0).await;
     let wake = Wake::new();
     let shutdown = CancellationToken::new();
     let feed = wake::start_commit_feed(&db.url, &table, &wake, shutdown.clone())
@@ -406,6 +410,215 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
     shutdown.cancel();
     feed.await.expect("feed task");
     drop(listener);
+    store.close().await;
+    db.cleanup().await;
+}
+
+/// Runs `function` (`pg_advisory_lock`, `pg_advisory_unlock`, …) on gate slot `slot` of `table`,
+/// as a host's notify gate does (migration 0005).
+async fn gate_lock(
+    conn: &mut sqlx::PgConnection,
+    function: &str,
+    table: &TableName,
+    slot: i32,
+) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {function}(hashtext($1), $2)::text"
+    )))
+    .bind(wake::postgres::channel(table))
+    .bind(slot)
+    .execute(conn)
+    .await
+    .unwrap_or_else(|e| panic!("{function} on gate slot {slot}: {e}"));
+}
+
+/// The SQL of one producer row into the default table.
+fn insert_sql(event_id: &str) -> String {
+    format!(
+        "INSERT INTO room_outbox (app_code, event_id, event_type, room_id, envelope, created_at_ms, updated_at_ms) \
+         VALUES ('app', '{event_id}', 'T', 'room-1', '\\x00', {now}, {now})",
+        now = now_ms()
+    )
+}
+
+/// Migration 0005's trigger notifies only while some host holds a gate slot, and a host that
+/// arms waits for the producer transactions that passed the trigger before it: they took the
+/// slot's key shared until they end, while a producer that comes during the arm's wait notifies
+/// instead of waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_trigger_notifies_only_while_a_host_is_armed() {
+    use sqlx::postgres::PgListener;
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let table = TableName::default();
+    let support::RawPool::Postgres(pool) = &db.pool else {
+        unreachable!("a PostgreSQL test database")
+    };
+    let mut listener = PgListener::connect(&db.url).await.expect("listen");
+    listener
+        .listen(&wake::postgres::channel(&table))
+        .await
+        .expect("listen");
+    let quiet = Duration::from_millis(300);
+    let insert = |id: &str| sqlx::query(sqlx::AssertSqlSafe(insert_sql(id)));
+
+    insert("nobody-armed").execute(pool).await.expect("insert");
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "no host armed: the commit notifies no one"
+    );
+
+    // A producer passes the trigger while no host is armed, and stays open.
+    let mut early = pool.begin().await.expect("begin");
+    insert("passed-before-the-arm")
+        .execute(&mut *early)
+        .await
+        .expect("insert");
+    // A host arms slot 5: it must wait for that producer.
+    let mut host = pool.acquire().await.expect("connection");
+    let arm = tokio::spawn(async move {
+        gate_lock(&mut host, "pg_advisory_lock", &TableName::default(), 5).await;
+        host
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!arm.is_finished(), "the arm waits for the producer that passed the trigger");
+    // A producer during the arm's wait neither waits nor stays silent.
+    let during = tokio::time::timeout(DEADLINE, insert("during-the-arm").execute(pool)).await;
+    assert!(during.is_ok(), "a producer during the arm does not wait for it");
+    tokio::time::timeout(DEADLINE, listener.recv())
+        .await
+        .expect("a producer during the arm notifies")
+        .expect("recv");
+    early.commit().await.expect("commit");
+    let mut host = tokio::time::timeout(DEADLINE, arm)
+        .await
+        .expect("the arm completes once the producer commits")
+        .expect("arm task");
+
+    insert("while-armed").execute(pool).await.expect("insert");
+    tokio::time::timeout(DEADLINE, listener.recv())
+        .await
+        .expect("armed: a commit notifies")
+        .expect("recv");
+
+    gate_lock(&mut host, "pg_advisory_unlock", &table, 5).await;
+    insert("disarmed").execute(pool).await.expect("insert");
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "disarmed again: the commit notifies no one"
+    );
+    drop(host);
+    drop(listener);
+    store.close().await;
+    db.cleanup().await;
+}
+
+/// A host's gate arms only once the producers before it have ended, and its loop claims once
+/// more after the arm: a row whose transaction passed the trigger while the host was not armed
+/// (so it sent no notification) is delivered at once, not at the next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_host_claims_rows_of_producers_that_passed_the_trigger_before_it_armed() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let table = TableName::default();
+    let support::RawPool::Postgres(pool) = &db.pool else {
+        unreachable!("a PostgreSQL test database")
+    };
+    let wake = Wake::new();
+    let shutdown = CancellationToken::new();
+    let feed = wake::start_commit_feed(&db.url, &table, &wake, shutdown.clone())
+        .await
+        .expect("feed")
+        .expect("PostgreSQL has a commit feed");
+    tokio::time::timeout(DEADLINE, async {
+        while !wake.has_commit_feed() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the listener and the gate connect");
+    assert_eq!(wake.gate(), wake::gate::Gate::Disarmed, "no loop has asked to arm yet");
+
+    let mut producer = pool.begin().await.expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(insert_sql("before-the-arm")))
+        .execute(&mut *producer)
+        .await
+        .expect("insert");
+    let mut running = Running::start(store.clone(), wake.clone());
+    // Commit while the gate's arm waits for this producer (its exclusive request not granted).
+    let waiting = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+                 AND mode = 'ExclusiveLock' AND NOT granted \
+                 AND classid::int4 = hashtext($1) AND objsubid = 2)",
+            )
+            .bind(wake::postgres::channel(&table))
+            .fetch_one(pool)
+            .await
+            .expect("pg_locks");
+            if waiting {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert!(waiting.is_ok(), "the idle loop's arm waits for the open producer");
+    producer.commit().await.expect("commit");
+    assert_eq!(running.next("the row of the producer before the arm").await, "before-the-arm");
+    let armed = tokio::time::timeout(DEADLINE, async {
+        while !matches!(wake.gate(), wake::gate::Gate::Armed(_)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(armed.is_ok(), "an idle loop keeps the gate armed: {:?}", wake.gate());
+    running.stop().await;
+    shutdown.cancel();
+    feed.await.expect("feed task");
+    store.close().await;
+    db.cleanup().await;
+}
+
+/// Every gate slot taken by other hosts: this host's feed does not count as connected, so its
+/// loops probe instead of sleeping on notifications that would never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_host_without_a_free_gate_slot_probes() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let table = TableName::default();
+    let support::RawPool::Postgres(pool) = &db.pool else {
+        unreachable!("a PostgreSQL test database")
+    };
+    let mut others = pool.acquire().await.expect("connection");
+    for slot in 0..wake::gate::SLOTS {
+        // The registry keys (slot + 1000) that hosts' gates hold for their lives.
+        gate_lock(&mut others, "pg_advisory_lock", &table, 1000 + slot).await;
+    }
+    let wake = Wake::new();
+    let shutdown = CancellationToken::new();
+    let feed = wake::start_commit_feed(&db.url, &table, &wake, shutdown.clone())
+        .await
+        .expect("feed")
+        .expect("PostgreSQL has a commit feed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(wake.gate(), wake::gate::Gate::Off);
+    assert!(!wake.has_commit_feed(), "no slot: the loops must probe");
+    let mut running = Running::start(store.clone(), wake.clone());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    raw_row(&db, "probed").await;
+    assert_eq!(running.next("a row found by probing").await, "probed");
+    running.stop().await;
+    shutdown.cancel();
+    feed.await.expect("feed task");
+    drop(others);
     store.close().await;
     db.cleanup().await;
 }

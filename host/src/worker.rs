@@ -30,7 +30,7 @@ use crate::publish::Publisher;
 use crate::record::now_ms;
 use crate::retry::RetryPolicy;
 use crate::store::{ClaimBatch, ClaimParams, DeliveryOrder, OutboxStore, RejectedRow, StoreError};
-use crate::wake::{IdleBackoff, Wake};
+use crate::wake::{Idle, IdleBackoff, Wake};
 use ahead::ClaimAhead;
 
 mod ahead;
@@ -232,6 +232,8 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
         let mut backoff = IdleBackoff::new(self.options.poll_interval);
+        // The last arm of the notify gate this loop claimed after (`Wake::idle`).
+        let mut armed_seen = None;
         // Deliveries a claim may overlap: two where writers run side by side while deliveries
         // are quick, one behind a slow one, none on SQLite (`ahead.rs`).
         let ahead = ClaimAhead::new(
@@ -253,6 +255,7 @@ impl Worker {
         'rounds: while !shutdown.is_cancelled() {
             let round_started = tokio::time::Instant::now();
             let mut found_any = false;
+            let mut round_taken = 0u64;
             let mut any_full = false;
             let mut failed = false;
             // Whether a claim of this round ran beside a delivery (whose marks it may not see).
@@ -290,6 +293,7 @@ impl Worker {
                         }
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
+                        round_taken += taken;
                         found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
                         if let Some(batch) = batch {
@@ -337,17 +341,37 @@ impl Worker {
                 }
                 continue;
             }
+            self.wake.record_round(round_taken);
             if !any_full || failed {
                 // With a commit feed a commit wakes the loop, so it may sleep the poll interval
-                // (the safety net); without one it probes sooner while rows keep arriving.
-                // The probe's wait counts from the start of the round (the claims took part of
-                // it), so a busy table is claimed at most every PROBE_MIN, not every PROBE_MIN
-                // plus a round.
+                // (the safety net; on PostgreSQL once its gate is armed, or it probes while the
+                // table is busy: `Wake::idle`); without one it probes sooner while rows keep
+                // arriving. The probe's wait counts from the start of the round (the claims
+                // took part of it), so a busy table is claimed at most every PROBE_MIN, not
+                // every PROBE_MIN plus a round.
                 let probe = backoff.after_round(found_any);
-                let wake_at = if failed || self.wake.has_commit_feed() {
-                    tokio::time::Instant::now() + self.options.poll_interval
+                let idle = if failed {
+                    Idle::UntilWoken
                 } else {
-                    round_started + probe
+                    // Arming may wait for producers' transactions: deliveries go on meanwhile.
+                    let idle = self.wake.idle(round_started, probe, &mut armed_seen);
+                    tokio::pin!(idle);
+                    loop {
+                        tokio::select! {
+                            idle = &mut idle => break idle,
+                            Some(done) = delivering.next() => {
+                                self.settle(&worker_id, mode, done, totals, &mut first_error);
+                            }
+                        }
+                    }
+                };
+                if first_error.is_some() {
+                    break 'rounds;
+                }
+                let wake_at = match idle {
+                    Idle::ClaimNow => continue 'rounds,
+                    Idle::UntilWoken => tokio::time::Instant::now() + self.options.poll_interval,
+                    Idle::ProbeAt(at) => at,
                 };
                 let sleep = tokio::time::sleep_until(wake_at);
                 tokio::pin!(sleep);

@@ -101,6 +101,11 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../../migrations/postgres/0004_room_index_on_demand.sql"),
     )
     .dropping_room_index(),
+    Migration::new(
+        5,
+        "0005_notify_while_hosts_wait",
+        include_str!("../../../migrations/postgres/0005_notify_while_hosts_wait.sql"),
+    ),
 ];
 
 impl SqlDialect for PostgresDialect {

@@ -3,27 +3,36 @@
 //!
 //! A [`Wake`] is shared by the loops of one [`crate::worker::Worker`] and by whatever feeds it:
 //! - a **commit feed** started by [`start_commit_feed`]: PostgreSQL `LISTEN` on the channel the
-//!   outbox table's statement-level trigger notifies ([`postgres`]), or SQLite's
-//!   `PRAGMA data_version` read from memory every few milliseconds ([`sqlite`]);
+//!   outbox table's triggers notify ([`postgres`]), or SQLite's `PRAGMA data_version` read from
+//!   memory every few milliseconds ([`sqlite`]);
 //! - a producer in the same process, which calls [`Wake::wake`] after its transaction commits.
 //!
+//! PostgreSQL's feed is **gated** ([`gate`]): commits notify only while a host is armed, because
+//! notifying commits serialise cluster-wide. The loops arm while the table is quiet and probe
+//! every [`rate::BUSY_PROBE`] while it is busy ([`rate`]), so producers never pay for
+//! notifications at rates where a probe finds rows anyway.
+//!
 //! Polling stays as the safety net for a lost notification. Without a commit feed (MySQL /
-//! MariaDB have no notification; or the PostgreSQL listener is reconnecting) the loops probe
-//! adaptively instead ([`IdleBackoff`]): every few milliseconds while rows keep arriving, backing
-//! off to `poll_interval` once the table has been idle for a while.
+//! MariaDB have no notification; or the PostgreSQL listener or gate is reconnecting) the loops
+//! probe adaptively instead ([`IdleBackoff`]): every few milliseconds while rows keep arriving,
+//! backing off to `poll_interval` once the table has been idle for a while.
 
+pub mod gate;
 pub mod postgres;
+pub mod rate;
 pub mod sqlite;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{Backend, StoreError, TableName};
+use gate::Gate;
+use rate::ArrivalRate;
 
 /// Wakes idle worker loops. Cheap to clone; all clones wake the same loops.
 #[derive(Debug, Clone, Default)]
@@ -31,11 +40,44 @@ pub struct Wake {
     inner: Arc<WakeInner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct WakeInner {
     notify: Notify,
     /// True while a commit feed is connected and delivering notifications.
     commit_feed: AtomicBool,
+    /// True when the feed notifies only while armed (PostgreSQL's gate).
+    gated: AtomicBool,
+    /// The gate's state (written by the gate task).
+    gate: watch::Sender<Gate>,
+    /// Whether the loops want the gate armed (read by the gate task).
+    arm: watch::Sender<bool>,
+    /// Rows per second the loops find.
+    rate: Mutex<ArrivalRate>,
+}
+
+impl Default for WakeInner {
+    fn default() -> WakeInner {
+        WakeInner {
+            notify: Notify::new(),
+            commit_feed: AtomicBool::new(false),
+            gated: AtomicBool::new(false),
+            gate: watch::Sender::new(Gate::Off),
+            arm: watch::Sender::new(false),
+            rate: Mutex::new(ArrivalRate::default()),
+        }
+    }
+}
+
+/// What an idle loop does next ([`Wake::idle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Sleep until woken, or the poll interval (the safety net).
+    UntilWoken,
+    /// Claim again at once: the gate has just armed, and rows committed before the arm sent no
+    /// notification.
+    ClaimNow,
+    /// Claim again at this instant, or when woken before it.
+    ProbeAt(tokio::time::Instant),
 }
 
 impl Wake {
@@ -51,20 +93,120 @@ impl Wake {
         self.inner.notify.notify_one();
     }
 
-    /// Waits until [`Wake::wake`] is called (or returns at once if a wake is pending).
+    /// Waits until [`Wake::wake`] is called (or returns at once if a wake is pending), or until
+    /// the feed changes in a way that calls for a new plan ([`Wake::idle`]).
     pub async fn woken(&self) {
         self.inner.notify.notified().await;
     }
 
     /// Whether a commit feed is connected: then an idle loop may sleep the whole poll interval,
-    /// since a commit wakes it.
+    /// since a commit wakes it (on a gated feed once it is armed: [`Wake::idle`]).
     pub fn has_commit_feed(&self) -> bool {
         self.inner.commit_feed.load(Ordering::Acquire)
+            && (!self.inner.gated.load(Ordering::Acquire) || *self.inner.gate.borrow() != Gate::Off)
     }
 
     /// Records whether the commit feed is connected (its task calls this).
     pub(crate) fn set_commit_feed(&self, connected: bool) {
         self.inner.commit_feed.store(connected, Ordering::Release);
+        if !connected {
+            // Loops sleeping on the feed must probe now.
+            self.inner.notify.notify_waiters();
+        }
+    }
+
+    /// Marks the feed as gated: commits notify only while the gate is armed.
+    pub(crate) fn set_gated(&self) {
+        self.inner.gated.store(true, Ordering::Release);
+    }
+
+    /// The gate's state (the gate task sets it).
+    pub fn gate(&self) -> Gate {
+        *self.inner.gate.borrow()
+    }
+
+    /// Records the gate's state; loops asleep on it re-plan unless it has just armed.
+    pub(crate) fn set_gate(&self, state: Gate) {
+        self.inner.gate.send_replace(state);
+        if !matches!(state, Gate::Armed(_)) {
+            self.inner.notify.notify_waiters();
+        }
+    }
+
+    /// The loops' arm requests, for the gate task.
+    pub(crate) fn arm_requests(&self) -> watch::Receiver<bool> {
+        self.inner.arm.subscribe()
+    }
+
+    /// Records a loop's round that claimed `rows` (counted into the host's arrival rate).
+    pub fn record_round(&self, rows: u64) {
+        self.rate()
+            .record(rows, Instant::now());
+    }
+
+    /// Whether the loops currently find the table busy ([`rate::ArrivalRate`]).
+    pub fn is_busy(&self) -> bool {
+        self.rate().is_busy()
+    }
+
+    fn rate(&self) -> std::sync::MutexGuard<'_, ArrivalRate> {
+        self.inner.rate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How a loop whose round (started at `round_started`) left it idle waits: `probe` is its
+    /// adaptive probe's wait ([`IdleBackoff`]), `seen` the last arm this loop claimed after.
+    ///
+    /// - No feed connected: probe.
+    /// - A feed that always notifies (SQLite): sleep until woken.
+    /// - A gated feed (PostgreSQL): on a busy table, disarm and probe every
+    ///   [`rate::BUSY_PROBE`]; on a quiet one, arm (waiting for the producers before the arm),
+    ///   claim once more after each new arm, then sleep until woken. An arm that stalls behind a
+    ///   long producer transaction leaves the loop probing.
+    pub async fn idle(
+        &self,
+        round_started: tokio::time::Instant,
+        probe: Duration,
+        seen: &mut Option<u64>,
+    ) -> Idle {
+        if !self.has_commit_feed() {
+            return Idle::ProbeAt(round_started + probe);
+        }
+        if !self.inner.gated.load(Ordering::Acquire) {
+            return Idle::UntilWoken;
+        }
+        if self.is_busy() {
+            self.inner.arm.send_if_modified(|armed| std::mem::replace(armed, false));
+            return Idle::ProbeAt(round_started + rate::BUSY_PROBE.min(probe));
+        }
+        match self.arm().await {
+            Some(epoch) if *seen == Some(epoch) => Idle::UntilWoken,
+            Some(epoch) => {
+                *seen = Some(epoch);
+                Idle::ClaimNow
+            }
+            None => Idle::ProbeAt(round_started + probe),
+        }
+    }
+
+    /// Asks for the gate to be armed and waits until it is (its arm's number), or until it
+    /// cannot be (`None`: off, or stalled behind a producer transaction).
+    async fn arm(&self) -> Option<u64> {
+        let mut state = self.inner.gate.subscribe();
+        self.inner.arm.send_if_modified(|armed| !std::mem::replace(armed, true));
+        // The gate's own lock timeout bounds the wait; this only guards against a gate task
+        // that stopped answering.
+        let settled = tokio::time::timeout(
+            gate::ARM_LOCK_TIMEOUT * 10,
+            state.wait_for(|s| *s != Gate::Disarmed),
+        )
+        .await;
+        match settled {
+            Ok(Ok(s)) => match *s {
+                Gate::Armed(epoch) => Some(epoch),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 }
 
