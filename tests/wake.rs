@@ -410,6 +410,7 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
     shutdown.cancel();
     feed.await.expect("feed task");
     drop(listener);
+    drop(armed);
     store.close().await;
     db.cleanup().await;
 }
@@ -542,12 +543,25 @@ async fn postgres_host_claims_rows_of_producers_that_passed_the_trigger_before_i
     .await
     .expect("the listener and the gate connect");
     assert_eq!(wake.gate(), wake::gate::Gate::Disarmed, "no loop has asked to arm yet");
+    // The listener wakes a loop once when it connects: take that wake, so that only the loop's
+    // claim after the arm can find the row below.
+    let _ = tokio::time::timeout(Duration::from_millis(200), wake.woken()).await;
 
     let mut producer = pool.begin().await.expect("begin");
-    sqlx::query(sqlx::AssertSqlSafe(insert_sql("before-the-arm")))
-        .execute(&mut *producer)
-        .await
-        .expect("insert");
+    let row = record("app", "before-the-arm", "room-1", now_ms());
+    sqlx::query(
+        "INSERT INTO room_outbox (app_code, event_id, event_type, room_id, envelope, created_at_ms, updated_at_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $6)",
+    )
+    .bind(&row.app_code)
+    .bind(&row.event_id)
+    .bind(&row.event_type)
+    .bind(&row.room_id)
+    .bind(row.encoded_envelope())
+    .bind(row.created_at_ms)
+    .execute(&mut *producer)
+    .await
+    .expect("insert");
     let mut running = Running::start(store.clone(), wake.clone());
     // Commit while the gate's arm waits for this producer (its exclusive request not granted).
     let waiting = tokio::time::timeout(DEADLINE, async {
