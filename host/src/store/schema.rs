@@ -590,30 +590,37 @@ mod tests {
     }
 
     #[test]
-    fn room_index_is_created_as_sqlite_0002_made_it_and_dropped_by_the_last_migration() {
+    fn room_index_is_created_as_sqlite_0002_made_it_and_dropped_by_one_marked_migration() {
         let sqlite_0002 = migrations(Backend::Sqlite)[1].sql(&table());
         let words = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
         let created = create_claim_index(Backend::Sqlite, &table(), &ROOM_INDEX);
         assert!(words(&sqlite_0002).contains(&created), "{created}");
         for backend in DIALECTS {
-            let last = migrations(backend).last().unwrap().sql(&table());
-            assert!(
-                last.contains("DROP INDEX") && last.contains("idx_room_outbox_room"),
-                "{backend:?}: {last}"
-            );
             let drops: Vec<_> = migrations(backend)
                 .iter()
                 .filter(|m| m.drops_room_index)
-                .map(|m| m.version)
                 .collect();
             assert_eq!(
-                drops,
-                [migrations(backend).last().unwrap().version],
+                drops.len(),
+                1,
                 "{backend:?}: only the drop is skipped with the room index"
             );
-            let last = migrations(backend).last().unwrap();
-            assert!(last.runs_with(&MigrateOptions::default()));
-            assert!(!last.runs_with(&MigrateOptions { room_index: true }));
+            let drop = drops[0];
+            let sql = drop.sql(&table());
+            assert!(
+                sql.contains("DROP INDEX") && sql.contains("idx_room_outbox_room"),
+                "{backend:?}: {sql}"
+            );
+            // No other migration touches the room index.
+            for other in migrations(backend).iter().filter(|m| !m.drops_room_index) {
+                assert!(
+                    other.version < drop.version || !other.sql(&table()).contains("_room "),
+                    "{backend:?}: migration {} after the drop touches the room index",
+                    other.version
+                );
+            }
+            assert!(drop.runs_with(&MigrateOptions::default()));
+            assert!(!drop.runs_with(&MigrateOptions { room_index: true }));
         }
     }
 

@@ -111,7 +111,10 @@ mod tests {
         let at = Instant::now();
         rate.record(0, at);
         rate.record(10, at);
-        assert!(rate.per_sec().is_finite());
-        assert!(rate.is_busy(), "ten rows at once is a burst");
+        // Each row found adds about 1 / TIME_CONSTANT to the rate, however short the interval.
+        let expected = 10.0 / TIME_CONSTANT.as_secs_f64();
+        assert!((rate.per_sec() - expected).abs() < 1.0, "{}", rate.per_sec());
+        rate.record(20, at);
+        assert!(rate.is_busy(), "thirty rows within an instant: {}", rate.per_sec());
     }
 }
