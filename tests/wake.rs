@@ -109,28 +109,65 @@ async fn raw_row(db: &TestDb, event_id: &str) {
     .await;
 }
 
+/// A commit feed of the default table started for a test, with what stops it.
+struct Feed {
+    wake: Wake,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Feed {
+    /// Starts the feed of `db`'s database; `None` where the database has none.
+    async fn start(db: &TestDb) -> Option<Feed> {
+        let wake = Wake::new();
+        let shutdown = CancellationToken::new();
+        let task = wake::start_commit_feed(&db.url, &TableName::default(), &wake, shutdown.clone())
+            .await
+            .expect("start commit feed")?;
+        Some(Feed {
+            wake,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Waits until the feed is connected (on PostgreSQL: the listener and the notify gate).
+    async fn connected(&self) {
+        let connected = tokio::time::timeout(DEADLINE, async {
+            while !self.wake.has_commit_feed() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(connected.is_ok(), "the commit feed never connected");
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("feed task");
+    }
+}
+
+/// The PostgreSQL pool of a PostgreSQL test database.
+fn pg_pool(db: &TestDb) -> &sqlx::PgPool {
+    let support::RawPool::Postgres(pool) = &db.pool else {
+        unreachable!("a PostgreSQL test database")
+    };
+    pool
+}
+
 async fn commit_feed_wakes_an_idle_worker(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
     let store = db.store_default().await;
-    let wake = Wake::new();
-    let shutdown = CancellationToken::new();
-    let feed = wake::start_commit_feed(&db.url, &TableName::default(), &wake, shutdown.clone())
-        .await
-        .expect("start commit feed");
-    let Some(feed) = feed else {
+    let Some(feed) = Feed::start(&db).await else {
         eprintln!("{backend:?}: no commit feed; adaptive probing is tested below");
         db.cleanup().await;
         return;
     };
-    let connected = tokio::time::timeout(DEADLINE, async {
-        while !wake.has_commit_feed() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(connected.is_ok(), "the commit feed never connected");
+    feed.connected().await;
+    let wake = feed.wake.clone();
     let mut running = Running::start(store.clone(), wake.clone());
     until_idle().await;
     // Written by another connection, the way the Go service writes it.
@@ -143,8 +180,7 @@ async fn commit_feed_wakes_an_idle_worker(backend: Backend) {
     raw_row(&db, "second").await;
     assert_eq!(running.next("a second row").await, "second");
     running.stop().await;
-    shutdown.cancel();
-    feed.await.expect("feed task");
+    feed.stop().await;
     assert!(!wake.has_commit_feed(), "the feed reports itself stopped");
     store.close().await;
     db.cleanup().await;
@@ -158,24 +194,13 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
         return;
     };
     let store = db.store_default().await;
-    let wake = Wake::new();
-    let shutdown = CancellationToken::new();
-    let feed = wake::start_commit_feed(&db.url, &TableName::default(), &wake, shutdown.clone())
-        .await
-        .expect("start commit feed");
-    let Some(feed) = feed else {
+    let Some(feed) = Feed::start(&db).await else {
         eprintln!("{backend:?}: no commit feed; a requeued row waits for the adaptive probe");
         db.cleanup().await;
         return;
     };
-    let connected = tokio::time::timeout(DEADLINE, async {
-        while !wake.has_commit_feed() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(connected.is_ok(), "the commit feed never connected");
-    let mut running = Running::start(store.clone(), wake.clone());
+    feed.connected().await;
+    let mut running = Running::start(store.clone(), feed.wake.clone());
     db.insert_raw(
         outboxd::store::DEFAULT_TABLE,
         &[RawInsert::pending("app", "dead-letter", "room-1", now_ms()).with_status("failed")],
@@ -201,8 +226,7 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
     assert_eq!(requeued, 1, "the failed row was requeued");
     assert_eq!(running.next("a requeued row").await, "dead-letter");
     running.stop().await;
-    shutdown.cancel();
-    feed.await.expect("feed task");
+    feed.stop().await;
     operator.close().await;
     store.close().await;
     db.cleanup().await;
@@ -321,9 +345,7 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
         .expect("listen");
     let quiet = Duration::from_millis(300);
     // Stand in for an armed host (migration 0005: commits notify only while one is).
-    let support::RawPool::Postgres(pool) = &db.pool else {
-        unreachable!("a PostgreSQL test database")
-    };
+    let pool = pg_pool(&db);
     let mut armed = pool.acquire().await.expect("connection");
     gate_lock(&mut armed, "pg_advisory_lock", &table, 0).await;
 
@@ -454,9 +476,7 @@ async fn postgres_trigger_notifies_only_while_a_host_is_armed() {
     };
     let store = db.store_default().await;
     let table = TableName::default();
-    let support::RawPool::Postgres(pool) = &db.pool else {
-        unreachable!("a PostgreSQL test database")
-    };
+    let pool = pg_pool(&db);
     let mut listener = PgListener::connect(&db.url).await.expect("listen");
     listener
         .listen(&wake::postgres::channel(&table))
@@ -526,22 +546,10 @@ async fn postgres_host_claims_rows_of_producers_that_passed_the_trigger_before_i
     };
     let store = db.store_default().await;
     let table = TableName::default();
-    let support::RawPool::Postgres(pool) = &db.pool else {
-        unreachable!("a PostgreSQL test database")
-    };
-    let wake = Wake::new();
-    let shutdown = CancellationToken::new();
-    let feed = wake::start_commit_feed(&db.url, &table, &wake, shutdown.clone())
-        .await
-        .expect("feed")
-        .expect("PostgreSQL has a commit feed");
-    tokio::time::timeout(DEADLINE, async {
-        while !wake.has_commit_feed() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the listener and the gate connect");
+    let pool = pg_pool(&db);
+    let feed = Feed::start(&db).await.expect("PostgreSQL has a commit feed");
+    feed.connected().await;
+    let wake = feed.wake.clone();
     assert_eq!(wake.gate(), wake::gate::Gate::Disarmed, "no loop has asked to arm yet");
     // The listener wakes a loop once when it connects: take that wake, so that only the loop's
     // claim after the arm can find the row below.
@@ -593,8 +601,7 @@ async fn postgres_host_claims_rows_of_producers_that_passed_the_trigger_before_i
     .await;
     assert!(armed.is_ok(), "an idle loop keeps the gate armed: {:?}", wake.gate());
     running.stop().await;
-    shutdown.cancel();
-    feed.await.expect("feed task");
+    feed.stop().await;
     store.close().await;
     db.cleanup().await;
 }
@@ -608,20 +615,13 @@ async fn postgres_host_without_a_free_gate_slot_probes() {
     };
     let store = db.store_default().await;
     let table = TableName::default();
-    let support::RawPool::Postgres(pool) = &db.pool else {
-        unreachable!("a PostgreSQL test database")
-    };
-    let mut others = pool.acquire().await.expect("connection");
+    let mut others = pg_pool(&db).acquire().await.expect("connection");
     for slot in 0..wake::gate::SLOTS {
         // The registry keys (slot + 1000) that hosts' gates hold for their lives.
         gate_lock(&mut others, "pg_advisory_lock", &table, 1000 + slot).await;
     }
-    let wake = Wake::new();
-    let shutdown = CancellationToken::new();
-    let feed = wake::start_commit_feed(&db.url, &table, &wake, shutdown.clone())
-        .await
-        .expect("feed")
-        .expect("PostgreSQL has a commit feed");
+    let feed = Feed::start(&db).await.expect("PostgreSQL has a commit feed");
+    let wake = feed.wake.clone();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(wake.gate(), wake::gate::Gate::Off);
     assert!(!wake.has_commit_feed(), "no slot: the loops must probe");
@@ -630,8 +630,7 @@ async fn postgres_host_without_a_free_gate_slot_probes() {
     raw_row(&db, "probed").await;
     assert_eq!(running.next("a row found by probing").await, "probed");
     running.stop().await;
-    shutdown.cancel();
-    feed.await.expect("feed task");
+    feed.stop().await;
     drop(others);
     store.close().await;
     db.cleanup().await;
