@@ -271,7 +271,10 @@ async fn a_host_started_on_an_empty_table_probes_soon_without_a_feed(backend: Ba
         .enqueue(&[record("app", "soon", "room-1", now_ms())])
         .await
         .expect("enqueue");
-    assert_eq!(running.next("a row saved just after the start").await, "soon");
+    assert_eq!(
+        running.next("a row saved just after the start").await,
+        "soon"
+    );
     running.stop().await;
     store.close().await;
     db.cleanup().await;
@@ -439,12 +442,7 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
 
 /// Runs `function` (`pg_advisory_lock`, `pg_advisory_unlock`, …) on gate slot `slot` of `table`,
 /// as a host's notify gate does (migration 0005).
-async fn gate_lock(
-    conn: &mut sqlx::PgConnection,
-    function: &str,
-    table: &TableName,
-    slot: i32,
-) {
+async fn gate_lock(conn: &mut sqlx::PgConnection, function: &str, table: &TableName, slot: i32) {
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {function}(hashtext($1), $2)::text"
     )))
@@ -504,10 +502,16 @@ async fn postgres_trigger_notifies_only_while_a_host_is_armed() {
         host
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!arm.is_finished(), "the arm waits for the producer that passed the trigger");
+    assert!(
+        !arm.is_finished(),
+        "the arm waits for the producer that passed the trigger"
+    );
     // A producer during the arm's wait neither waits nor stays silent.
     let during = tokio::time::timeout(DEADLINE, insert("during-the-arm").execute(pool)).await;
-    assert!(during.is_ok(), "a producer during the arm does not wait for it");
+    assert!(
+        during.is_ok(),
+        "a producer during the arm does not wait for it"
+    );
     tokio::time::timeout(DEADLINE, listener.recv())
         .await
         .expect("a producer during the arm notifies")
@@ -547,10 +551,16 @@ async fn postgres_host_claims_rows_of_producers_that_passed_the_trigger_before_i
     let store = db.store_default().await;
     let table = TableName::default();
     let pool = pg_pool(&db);
-    let feed = Feed::start(&db).await.expect("PostgreSQL has a commit feed");
+    let feed = Feed::start(&db)
+        .await
+        .expect("PostgreSQL has a commit feed");
     feed.connected().await;
     let wake = feed.wake.clone();
-    assert_eq!(wake.gate(), wake::gate::Gate::Disarmed, "no loop has asked to arm yet");
+    assert_eq!(
+        wake.gate(),
+        wake::gate::Gate::Disarmed,
+        "no loop has asked to arm yet"
+    );
     // The listener wakes a loop once when it connects: take that wake, so that only the loop's
     // claim after the arm can find the row below.
     let _ = tokio::time::timeout(Duration::from_millis(200), wake.woken()).await;
@@ -590,16 +600,26 @@ async fn postgres_host_claims_rows_of_producers_that_passed_the_trigger_before_i
         }
     })
     .await;
-    assert!(waiting.is_ok(), "the idle loop's arm waits for the open producer");
+    assert!(
+        waiting.is_ok(),
+        "the idle loop's arm waits for the open producer"
+    );
     producer.commit().await.expect("commit");
-    assert_eq!(running.next("the row of the producer before the arm").await, "before-the-arm");
+    assert_eq!(
+        running.next("the row of the producer before the arm").await,
+        "before-the-arm"
+    );
     let armed = tokio::time::timeout(DEADLINE, async {
         while !matches!(wake.gate(), wake::gate::Gate::Armed(_)) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
-    assert!(armed.is_ok(), "an idle loop keeps the gate armed: {:?}", wake.gate());
+    assert!(
+        armed.is_ok(),
+        "an idle loop keeps the gate armed: {:?}",
+        wake.gate()
+    );
     running.stop().await;
     feed.stop().await;
     store.close().await;
@@ -620,7 +640,9 @@ async fn postgres_host_without_a_free_gate_slot_probes() {
         // The registry keys (slot + 1000) that hosts' gates hold for their lives.
         gate_lock(&mut others, "pg_advisory_lock", &table, 1000 + slot).await;
     }
-    let feed = Feed::start(&db).await.expect("PostgreSQL has a commit feed");
+    let feed = Feed::start(&db)
+        .await
+        .expect("PostgreSQL has a commit feed");
     let wake = feed.wake.clone();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(wake.gate(), wake::gate::Gate::Off);

@@ -270,9 +270,9 @@ impl RawWorker {
             Some(id) => id,
             None => default_node_id(),
         };
-        let batch_size = self.batch_size.unwrap_or_else(|| {
-            batch_size::default_batch_size(publishing, self.publish_timeout)
-        });
+        let batch_size = self
+            .batch_size
+            .unwrap_or_else(|| batch_size::default_batch_size(publishing, self.publish_timeout));
         Ok(WorkerConfig {
             app_codes: self.app_codes,
             batch_size,

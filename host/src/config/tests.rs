@@ -165,14 +165,20 @@ fn sink_with_limits(name: &str, limits: &str) -> String {
 fn default_batch_size_follows_the_sinks_limits() {
     let batch = |text: &str| {
         let config = load_str(text, &[]).unwrap();
-        (config.worker.batch_size, config.worker.batch_size_is_default)
+        (
+            config.worker.batch_size,
+            config.worker.batch_size_is_default,
+        )
     };
     // No sink, or sinks taking 1000 events per call: the default.
     assert_eq!(batch(""), (1000, true));
     assert_eq!(batch(&sink_with_limits("a", "")), (1000, true));
     // 200 events per 3 s call: six calls fit in 20 s − 1 s, so 1200 would fit; capped at 1000.
     assert_eq!(
-        batch(&sink_with_limits("a", "max_batch_size = 200, publish_timeout = \"3s\"")),
+        batch(&sink_with_limits(
+            "a",
+            "max_batch_size = 200, publish_timeout = \"3s\""
+        )),
         (1000, true)
     );
     // 100 per 3 s call: 6 calls, 600 events; the tightest sink decides.
@@ -200,12 +206,9 @@ fn default_batch_size_follows_the_sinks_limits() {
         sink_with_limits("a", "max_batch_size = 100, publish_timeout = \"5s\"")
     );
     assert_eq!(batch(&set), (300, false));
-    let err = load_str(
-        &format!("[worker]\nbatch_size = 1000\n{two}"),
-        &[],
-    )
-    .unwrap_err()
-    .to_string();
+    let err = load_str(&format!("[worker]\nbatch_size = 1000\n{two}"), &[])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("× 10 calls"), "{err}");
 }
 
@@ -225,7 +228,10 @@ fn a_reload_keeps_the_running_default_batch_while_the_sinks_fit_it() {
     next.keep_running_default_batch(&load(""));
     assert_eq!(next.worker.batch_size, 600);
     // A batch size that is set is never replaced.
-    let mut set = load(&format!("[worker]\nbatch_size = 700\n{}", sink_with_limits("a", "")));
+    let mut set = load(&format!(
+        "[worker]\nbatch_size = 700\n{}",
+        sink_with_limits("a", "")
+    ));
     set.keep_running_default_batch(&running);
     assert_eq!(set.worker.batch_size, 700);
 }

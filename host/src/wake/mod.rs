@@ -140,8 +140,7 @@ impl Wake {
 
     /// Records a loop's round that claimed `rows` (counted into the host's arrival rate).
     pub fn record_round(&self, rows: u64) {
-        self.rate()
-            .record(rows, Instant::now());
+        self.rate().record(rows, Instant::now());
     }
 
     /// Whether the loops currently find the table busy ([`rate::ArrivalRate`]).
@@ -175,7 +174,9 @@ impl Wake {
             return Idle::UntilWoken;
         }
         if self.is_busy() {
-            self.inner.arm.send_if_modified(|armed| std::mem::replace(armed, false));
+            self.inner
+                .arm
+                .send_if_modified(|armed| std::mem::replace(armed, false));
             return Idle::ProbeAt(round_started + rate::BUSY_PROBE.min(probe));
         }
         match self.arm().await {
@@ -192,7 +193,9 @@ impl Wake {
     /// cannot be (`None`: off, or stalled behind a producer transaction).
     async fn arm(&self) -> Option<u64> {
         let mut state = self.inner.gate.subscribe();
-        self.inner.arm.send_if_modified(|armed| !std::mem::replace(armed, true));
+        self.inner
+            .arm
+            .send_if_modified(|armed| !std::mem::replace(armed, true));
         // The gate's own lock timeout bounds the wait; this only guards against a gate task
         // that stopped answering.
         let settled = tokio::time::timeout(

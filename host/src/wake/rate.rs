@@ -70,7 +70,13 @@ mod tests {
     use super::*;
 
     /// Feeds `per_sec` rows a second for `span`, one round every `every`.
-    fn feed(rate: &mut ArrivalRate, at: &mut Instant, per_sec: f64, every: Duration, span: Duration) {
+    fn feed(
+        rate: &mut ArrivalRate,
+        at: &mut Instant,
+        per_sec: f64,
+        every: Duration,
+        span: Duration,
+    ) {
         let rounds = (span.as_secs_f64() / every.as_secs_f64()) as u64;
         let mut owed = 0.0;
         for _ in 0..rounds {
@@ -88,20 +94,50 @@ mod tests {
         let mut at = Instant::now();
         assert!(!rate.record(0, at));
         // 200 rows/s, one row every 5 ms (a notified loop): quiet.
-        feed(&mut rate, &mut at, 200.0, Duration::from_millis(5), Duration::from_secs(1));
+        feed(
+            &mut rate,
+            &mut at,
+            200.0,
+            Duration::from_millis(5),
+            Duration::from_secs(1),
+        );
         assert!((rate.per_sec() - 200.0).abs() < 30.0, "{}", rate.per_sec());
         assert!(!rate.is_busy());
         // 2,000 rows/s, claimed every 2 ms: busy within a tenth of a second.
-        feed(&mut rate, &mut at, 2000.0, BUSY_PROBE, Duration::from_millis(100));
+        feed(
+            &mut rate,
+            &mut at,
+            2000.0,
+            BUSY_PROBE,
+            Duration::from_millis(100),
+        );
         assert!(rate.is_busy(), "{}", rate.per_sec());
         // 400 rows/s: between the thresholds, so still busy.
-        feed(&mut rate, &mut at, 400.0, BUSY_PROBE, Duration::from_secs(1));
+        feed(
+            &mut rate,
+            &mut at,
+            400.0,
+            BUSY_PROBE,
+            Duration::from_secs(1),
+        );
         assert!(rate.is_busy(), "{}", rate.per_sec());
         // The rows stop: quiet again within ~0.2 s of empty probes.
-        feed(&mut rate, &mut at, 0.0, BUSY_PROBE, Duration::from_millis(200));
+        feed(
+            &mut rate,
+            &mut at,
+            0.0,
+            BUSY_PROBE,
+            Duration::from_millis(200),
+        );
         assert!(!rate.is_busy(), "{}", rate.per_sec());
         // 400 rows/s from quiet stays quiet.
-        feed(&mut rate, &mut at, 400.0, Duration::from_millis(5), Duration::from_secs(1));
+        feed(
+            &mut rate,
+            &mut at,
+            400.0,
+            Duration::from_millis(5),
+            Duration::from_secs(1),
+        );
         assert!(!rate.is_busy(), "{}", rate.per_sec());
     }
 
@@ -113,8 +149,16 @@ mod tests {
         rate.record(10, at);
         // Each row found adds about 1 / TIME_CONSTANT to the rate, however short the interval.
         let expected = 10.0 / TIME_CONSTANT.as_secs_f64();
-        assert!((rate.per_sec() - expected).abs() < 1.0, "{}", rate.per_sec());
+        assert!(
+            (rate.per_sec() - expected).abs() < 1.0,
+            "{}",
+            rate.per_sec()
+        );
         rate.record(20, at);
-        assert!(rate.is_busy(), "thirty rows within an instant: {}", rate.per_sec());
+        assert!(
+            rate.is_busy(),
+            "thirty rows within an instant: {}",
+            rate.per_sec()
+        );
     }
 }
