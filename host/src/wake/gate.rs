@@ -38,7 +38,7 @@ pub const SLOTS: i32 = 8;
 const REGISTRY: i32 = 1000;
 
 /// Longest wait of one arm for the producer transactions before it (`lock_timeout` in
-/// [`SESSION_SETUP`]).
+/// the gate session's settings).
 pub const ARM_LOCK_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The gate connection's settings: a name operators can find in `pg_stat_activity`, and the
