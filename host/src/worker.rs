@@ -254,7 +254,7 @@ impl Worker {
         info!(worker = %worker_id, node_id = %self.options.node_id, mode = self.options.mode.as_str(), status = "started", "worker started");
         'rounds: while !shutdown.is_cancelled() {
             let round_started = tokio::time::Instant::now();
-            let mut found_any = false;
+            // Rows this round's claims took (claimed or rejected).
             let mut round_taken = 0u64;
             let mut any_full = false;
             let mut failed = false;
@@ -294,7 +294,6 @@ impl Worker {
                         totals.add(&stats);
                         let taken = stats.claimed + stats.rejected;
                         round_taken += taken;
-                        found_any |= taken > 0;
                         any_full |= taken >= u64::from(self.options.batch_size);
                         if let Some(batch) = batch {
                             let worker_id = worker_id.as_str();
@@ -327,6 +326,7 @@ impl Worker {
                     break 'rounds;
                 }
             }
+            let found_any = round_taken > 0;
             if mode == RunMode::Drain && !found_any && !failed {
                 if !overlapped && delivering.is_empty() {
                     break;

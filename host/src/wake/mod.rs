@@ -138,9 +138,12 @@ impl Wake {
         self.inner.arm.subscribe()
     }
 
-    /// Records a loop's round that claimed `rows` (counted into the host's arrival rate).
+    /// Records a loop's round that claimed `rows` (counted into the host's arrival rate, which
+    /// only a gated feed consults).
     pub fn record_round(&self, rows: u64) {
-        self.rate().record(rows, Instant::now());
+        if self.inner.gated.load(Ordering::Acquire) {
+            self.rate().record(rows, Instant::now());
+        }
     }
 
     /// Whether the loops currently find the table busy ([`rate::ArrivalRate`]).
