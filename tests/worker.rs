@@ -992,6 +992,158 @@ async fn per_room_worker_refuses_without_the_room_index(backend: Backend) {
     assert_eq!(stats.delivered, 6);
 }
 
+/// The store of a held-mode worker under test: which rows each kind of claim handed out, and
+/// rows committed (once) just before the first leased claim after the warm-up, as a producer
+/// committing between a held claim that found nothing and the leased claim that follows it.
+struct HeldClaimRecorder {
+    inner: Arc<dyn OutboxStore>,
+    leased_calls: AtomicUsize,
+    held_ids: Mutex<Vec<String>>,
+    leased_ids: Mutex<Vec<String>>,
+}
+
+impl HeldClaimRecorder {
+    /// Counts a leased claim; the second (the first after the one-loop warm-up) commits 10 rows
+    /// first.
+    async fn before_leased_claim(&self) {
+        if self.leased_calls.fetch_add(1, AtomicOrdering::SeqCst) == 1 {
+            let now = now_ms();
+            let records: Vec<_> = (0..10)
+                .map(|i| record("app", &format!("late{i:02}"), "room-l", now + i))
+                .collect();
+            self.inner.enqueue(&records).await.expect("enqueue");
+        }
+    }
+
+    fn note(list: &Mutex<Vec<String>>, batch: &outboxd::store::ClaimBatch) {
+        let ids = batch.events.iter().map(|e| e.event.event_id.clone());
+        list.lock().unwrap().extend(ids);
+    }
+}
+
+#[async_trait]
+impl OutboxStore for HeldClaimRecorder {
+    fn backend(&self) -> outboxd::store::Backend {
+        self.inner.backend()
+    }
+    fn table(&self) -> &outboxd::store::TableName {
+        self.inner.table()
+    }
+    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate_with(options).await
+    }
+    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
+        self.inner.check_ordering(ordering).await
+    }
+    async fn enqueue(&self, records: &[outboxd::record::Record]) -> Result<u64, StoreError> {
+        self.inner.enqueue(records).await
+    }
+    async fn claim(&self, params: &ClaimParams) -> Result<outboxd::store::ClaimBatch, StoreError> {
+        self.before_leased_claim().await;
+        let batch = self.inner.claim(params).await?;
+        Self::note(&self.leased_ids, &batch);
+        Ok(batch)
+    }
+    async fn reclaim_expired(
+        &self,
+        params: &ClaimParams,
+    ) -> Result<outboxd::store::ClaimBatch, StoreError> {
+        self.before_leased_claim().await;
+        let batch = self.inner.reclaim_expired(params).await?;
+        Self::note(&self.leased_ids, &batch);
+        Ok(batch)
+    }
+    async fn claim_held(
+        &self,
+        params: &ClaimParams,
+    ) -> Result<outboxd::store::HeldBatch, StoreError> {
+        let batch = self.inner.claim_held(params).await?;
+        let ids = batch.events.iter().map(|e| e.event.event_id.clone());
+        self.held_ids.lock().unwrap().extend(ids);
+        Ok(batch)
+    }
+    async fn mark(
+        &self,
+        params: &MarkParams<'_>,
+    ) -> Result<outboxd::store::MarkReport, StoreError> {
+        self.inner.mark(params).await
+    }
+    async fn counts(
+        &self,
+        params: &CountsParams,
+    ) -> Result<outboxd::store::StatusCounts, StoreError> {
+        self.inner.counts(params).await
+    }
+    async fn list_failed(
+        &self,
+        params: &outboxd::store::ListFailedParams,
+    ) -> Result<Vec<outboxd::store::FailedRow>, StoreError> {
+        self.inner.list_failed(params).await
+    }
+    async fn requeue(&self, params: &outboxd::store::RequeueParams) -> Result<u64, StoreError> {
+        self.inner.requeue(params).await
+    }
+    async fn purge(&self, params: &outboxd::store::PurgeParams) -> Result<u64, StoreError> {
+        self.inner.purge(params).await
+    }
+    async fn close(&self) {
+        self.inner.close().await
+    }
+}
+
+/// A held-mode worker's leased claim after a held claim that came back short reclaims expired
+/// leases only: rows a producer commits between the two are held by the next held claim, not
+/// leased (leasing them would write each row twice, and a host killed while publishing them
+/// would spend their attempt). Only the warm-up row is handed out leased.
+async fn a_held_worker_holds_rows_committed_between_its_claims(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = Arc::new(HeldClaimRecorder {
+        inner: db.store_default().await,
+        leased_calls: AtomicUsize::new(0),
+        held_ids: Mutex::default(),
+        leased_ids: Mutex::default(),
+    });
+    store
+        .enqueue(&[record("app", "warm-up", "room-w", now_ms())])
+        .await
+        .expect("enqueue");
+    let recorder = Recorder::new(|_| None);
+    let mut opts = options("held");
+    opts.mode = WorkerMode::Held;
+    opts.publish_timeout = Duration::from_secs(5);
+    let worker = Worker::new(store.clone(), recorder.clone(), opts);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { worker.run(RunMode::Forever, shutdown).await }
+    });
+    let started = Instant::now();
+    while recorder.delivered_ids().len() < 11 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not delivered: {:?}",
+            recorder.delivered_ids()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    assert!(
+        store.leased_calls.load(AtomicOrdering::SeqCst) >= 2,
+        "the test did not reach a leased claim after the warm-up"
+    );
+    assert_eq!(
+        *store.leased_ids.lock().unwrap(),
+        vec!["warm-up".to_string()]
+    );
+    let mut held = store.held_ids.lock().unwrap().clone();
+    held.sort();
+    let late: Vec<String> = (0..10).map(|i| format!("late{i:02}")).collect();
+    assert_eq!(held, late, "the late rows are held");
+}
+
 support::per_backend!(
     per_room_worker_refuses_without_the_room_index,
     three_hosts_drain_10k_exactly_once,
@@ -1007,4 +1159,5 @@ support::per_backend!(
     a_batch_claimed_ahead_waits_its_turn_within_its_lease,
     a_loop_claims_two_batches_ahead_of_quick_deliveries,
     due_rows_are_claimed_while_new_rows_keep_coming,
+    a_held_worker_holds_rows_committed_between_its_claims,
 );

@@ -491,11 +491,22 @@ impl Worker {
         app_code: &str,
         scan_due: bool,
     ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
-        let batch = self
+        let claimed = self
             .store
             .claim(&self.claim_params(worker_id, app_code, scan_due))
-            .await
-            .inspect_err(|e| self.metrics.count_database_error(e))?;
+            .await;
+        self.booked(worker_id, app_code, claimed)
+    }
+
+    /// A leased claim's outcome booked: a database error counted, the rejected rows logged and
+    /// the claim counted ([`Worker::book_claim`]), the rows to publish (`None` when none).
+    fn booked(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        claimed: Result<ClaimBatch, StoreError>,
+    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+        let batch = claimed.inspect_err(|e| self.metrics.count_database_error(e))?;
         let stats = self.book_claim(worker_id, app_code, batch.events.len(), &batch.rejected);
         Ok((stats, (!batch.events.is_empty()).then_some(batch)))
     }

@@ -27,6 +27,7 @@ crate::support::per_backend!(
     held_concurrent_claims_never_share_a_row,
     held_claim_isolates_a_corrupt_envelope,
     held_claim_leaves_a_dead_lease_to_a_leased_reclaim,
+    reclaim_expired_takes_dead_leases_alone,
     held_batch_marks_only_its_own_rows,
 );
 
@@ -376,6 +377,87 @@ async fn held_claim_leaves_a_dead_lease_to_a_leased_reclaim(backend: Backend) {
     .await;
     assert_eq!((late.applied, late.stale), (0, strs(&["e1"])));
     assert_eq!(status_of(&db, APP, "e1").await, "delivering");
+}
+
+/// The held-mode worker's reclaim: expired leases alone, each an attempt committed before the
+/// publish, one at `max_attempts` failed; pending, due retryable and live leased rows untouched
+/// (a row committed between a held claim and this reclaim stays for the next held claim).
+async fn reclaim_expired_takes_dead_leases_alone(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(
+        &store,
+        &[
+            record(APP, "dead-1", "r1", 100),
+            record(APP, "dead-2", "r2", 110),
+            record(APP, "due", "r3", 120),
+            record(APP, "live", "r4", 130),
+        ],
+    )
+    .await;
+    // Two dead workers' leases end at 1_100; a failed attempt makes "due" retryable at 1_500.
+    let dead = claim_app(&store, "dead", 2, 1_000, 100).await;
+    assert_eq!(crate::helpers::ids(&dead), strs(&["dead-1", "dead-2"]));
+    let first = claim_app(&store, "w0", 1, 1_000, 100).await;
+    mark(
+        &store,
+        &first.lease,
+        &[retryable("due", 1_500, "down")],
+        1_001,
+    )
+    .await;
+    let live = claim_app(&store, "alive", 1, 1_000, 60_000).await;
+    assert_eq!(crate::helpers::ids(&live), strs(&["live"]));
+    enqueue(&store, &[record(APP, "new", "r5", 50)]).await;
+
+    let reclaim = store
+        .reclaim_expired(&params(APP, "w1", 10, 2_000, 30_000))
+        .await
+        .expect("reclaim");
+    assert_eq!(
+        crate::helpers::ids(&reclaim),
+        strs(&["dead-1", "dead-2"]),
+        "expired leases alone, in lease order"
+    );
+    assert!(reclaim.events.iter().all(|e| e.event.attempt == 2));
+    assert_eq!(reclaim.lease.lock_until_ms, 32_000);
+    for id in ["dead-1", "dead-2"] {
+        let row = db.row(APP, id).await.unwrap();
+        assert_eq!(
+            (
+                row.status.as_str(),
+                row.worker_id.as_deref(),
+                row.retry_count
+            ),
+            ("delivering", Some("w1"), 1),
+            "{id}: the reclaim and its attempt are committed"
+        );
+    }
+    assert_eq!(status_of(&db, APP, "new").await, "pending");
+    assert_eq!(status_of(&db, APP, "due").await, "retryable");
+    let row = db.row(APP, "live").await.unwrap();
+    assert_eq!(
+        (row.status.as_str(), row.worker_id.as_deref()),
+        ("delivering", Some("alive"))
+    );
+
+    // A dead lease at max_attempts is failed, not handed out.
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(&store, &[record(APP, "spent", "r1", 100)]).await;
+    claim_app(&store, "dead", 1, 1_000, 100).await;
+    let last = store
+        .reclaim_expired(&outboxd::store::ClaimParams {
+            max_attempts: 1,
+            ..params(APP, "w1", 10, 2_000, 30_000)
+        })
+        .await
+        .expect("reclaim");
+    assert!(last.events.is_empty(), "{last:?}");
+    assert_eq!(last.rejected.len(), 1, "{last:?}");
+    assert_eq!(status_of(&db, APP, "spent").await, "failed");
 }
 
 async fn held_batch_marks_only_its_own_rows(backend: Backend) {

@@ -208,6 +208,13 @@ macro_rules! impl_store {
                 $crate::store::exec_claim::claim(self, params).await
             }
 
+            async fn reclaim_expired(
+                &self,
+                params: &$crate::store::ClaimParams,
+            ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
+                $crate::store::exec_claim::reclaim_expired(self, params).await
+            }
+
             async fn claim_held(
                 &self,
                 params: &$crate::store::ClaimParams,

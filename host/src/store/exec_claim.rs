@@ -24,9 +24,29 @@ pub(crate) async fn claim<D: Driver>(
     driver: &D,
     params: &ClaimParams,
 ) -> Result<ClaimBatch, StoreError> {
+    claim_branches(driver, params, &ClaimBranch::ALL).await
+}
+
+/// Leases expired leases alone (the claim's last branch, each reclaim an attempt, a lease at
+/// `max_attempts` failed), leaving pending and retryable rows to the held claims of a held-mode
+/// worker: [`crate::store::OutboxStore::reclaim_expired`].
+pub(crate) async fn reclaim_expired<D: Driver>(
+    driver: &D,
+    params: &ClaimParams,
+) -> Result<ClaimBatch, StoreError> {
+    claim_branches(driver, params, &[ClaimBranch::ExpiredLease]).await
+}
+
+/// A claim reading `branches` (in claim order), repeated when the database picks it as a
+/// deadlock victim.
+async fn claim_branches<D: Driver>(
+    driver: &D,
+    params: &ClaimParams,
+    branches: &[ClaimBranch],
+) -> Result<ClaimBatch, StoreError> {
     let deadline_ms = record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64;
     retry_transient(deadline_ms, StoreError::is_transient, || {
-        claim_once(driver, params)
+        claim_once(driver, params, branches)
     })
     .await
 }
@@ -54,8 +74,12 @@ fn log_if_slow(steps: [Instant; 5], rows: usize) {
     );
 }
 
-/// One attempt of [`claim`].
-async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+/// One attempt of [`claim_branches`].
+async fn claim_once<D: Driver>(
+    driver: &D,
+    params: &ClaimParams,
+    branches: &[ClaimBranch],
+) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
@@ -80,7 +104,10 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
     steps[1] = Instant::now();
     if statements.leases_in_claim() {
         let positions = driver.positions();
-        let read = claim_and_lease(&mut *tx, statements, positions, params, &mut batch).await?;
+        let read = claim_and_lease(
+            &mut *tx, statements, positions, params, branches, &mut batch,
+        )
+        .await?;
         (steps[2], steps[3]) = (Instant::now(), Instant::now());
         tx.commit().await.map_err(db(OP))?;
         steps[4] = Instant::now();
@@ -99,7 +126,7 @@ async fn claim_once<D: Driver>(driver: &D, params: &ClaimParams) -> Result<Claim
         return Ok(batch);
     }
     let mut taken = 0;
-    for branch in ClaimBranch::ALL {
+    for &branch in branches {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
@@ -155,7 +182,7 @@ fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> b
 }
 
 /// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
+/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
 /// order, then the rejected rows failed under the new lease. With `positions`, the pending branch
 /// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
 /// read is returned, to be remembered once the claim commits.
@@ -164,13 +191,14 @@ async fn claim_and_lease<S: Session>(
     statements: &Statements,
     positions: Option<&ClaimPositions>,
     params: &ClaimParams,
+    branches: &[ClaimBranch],
     batch: &mut ClaimBatch,
 ) -> Result<Option<PendingRead>, StoreError> {
     const OP: &str = "claim";
     let limit = params.limit as usize;
     let mut taken = 0;
     let mut read = None;
-    for branch in ClaimBranch::ALL {
+    for &branch in branches {
         let remaining = limit - taken;
         if remaining == 0 {
             break;

@@ -556,6 +556,20 @@ pub trait OutboxStore: Send + Sync + 'static {
         )))
     }
 
+    /// Leases the rows whose lease expired, and nothing else: the last branch of
+    /// [`OutboxStore::claim`] (same order and limit; each reclaim counts an attempt, a lease at
+    /// `max_attempts` goes to `failed`), committed before the rows are handed out. A held-mode
+    /// worker runs it after a held claim that came back short, so that a row that killed its host
+    /// spends its attempt, while new rows arriving meanwhile stay for its held claims. The default
+    /// refuses, like [`OutboxStore::claim_held`]'s.
+    async fn reclaim_expired(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+        let _ = params;
+        Err(StoreError::Invalid(format!(
+            "this {} store cannot reclaim expired leases alone (worker.mode = \"held\")",
+            self.backend().name()
+        )))
+    }
+
     /// Applies the marks of one claimed batch in one statement, fenced on its lease.
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError>;
 

@@ -15,9 +15,11 @@
 //!   them under a lease, so the next crash they cause leaves them leased and the reclaim after
 //!   the lease counts an attempt;
 //! - **expired leases** are never held (the store's held claim skips them): when a held claim
-//!   comes back with fewer rows than asked, a leased claim follows in the same round (at most
-//!   once per `poll_interval` while such claims find nothing), reclaiming them with the attempt
-//!   counted. A row that keeps killing its host therefore ends `failed` after
+//!   comes back with fewer rows than asked, a leased claim of expired leases alone
+//!   ([`OutboxStore::reclaim_expired`](crate::store::OutboxStore::reclaim_expired)) follows in
+//!   the same round (at most once per `poll_interval` while such claims find nothing),
+//!   reclaiming them with the attempt counted; rows committed since the held claim read are left
+//!   to the next held claim. A row that keeps killing its host therefore ends `failed` after
 //!   `retry.max_attempts`, as in leased mode.
 
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
@@ -30,7 +32,7 @@ use super::deliver::{ClaimedRows, next_part, unanswered};
 use super::{BatchStats, Worker, WorkerError};
 use crate::publish::Event;
 use crate::record::now_ms;
-use crate::store::{HeldBatch, Mark};
+use crate::store::{ClaimBatch, HeldBatch, Mark};
 
 /// How a worker claims and marks a batch. In config: `worker.mode = "leased" | "held"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -116,7 +118,8 @@ impl Worker {
     ) -> Result<BatchStats, WorkerError> {
         let schedule = &self.held_schedule;
         let mut stats = BatchStats::default();
-        if !schedule.warming_up() {
+        let warming_up = schedule.warming_up();
+        if !warming_up {
             stats = self.process_held_batch(worker_id, app_code).await?;
             let taken = stats.claimed + stats.rejected;
             if taken >= u64::from(self.options.batch_size)
@@ -125,7 +128,11 @@ impl Worker {
                 return Ok(stats);
             }
         }
-        let (leased, batch) = self.claim_leased(worker_id, app_code, true).await?;
+        let (leased, batch) = if warming_up {
+            self.claim_leased(worker_id, app_code, true).await?
+        } else {
+            self.reclaim_expired(worker_id, app_code).await?
+        };
         schedule.leased_claimed(leased.claimed + leased.rejected, now_ms());
         stats.claimed += leased.claimed;
         stats.rejected += leased.rejected;
@@ -133,6 +140,21 @@ impl Worker {
             stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
         }
         Ok(stats)
+    }
+
+    /// A held-mode worker's reclaim of expired leases alone
+    /// ([`OutboxStore::reclaim_expired`](crate::store::OutboxStore::reclaim_expired)), returned
+    /// as [`Worker::claim_leased`] returns a claim.
+    async fn reclaim_expired(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+        let claimed = self
+            .store
+            .reclaim_expired(&self.claim_params(worker_id, app_code, true))
+            .await;
+        self.booked(worker_id, app_code, claimed)
     }
 
     /// One held round for one app code: claim (rows locked, nothing written but rejections),
