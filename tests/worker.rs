@@ -725,66 +725,6 @@ async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend)
     }
 }
 
-/// The store of a worker under test, noting when each claim started and whether it asked for
-/// the due branches ([`ClaimParams::scan_due`]).
-struct ScanRecorder {
-    inner: Arc<dyn OutboxStore>,
-    claims: Mutex<Vec<(Instant, bool)>>,
-}
-
-#[async_trait]
-impl OutboxStore for ScanRecorder {
-    fn backend(&self) -> outboxd::store::Backend {
-        self.inner.backend()
-    }
-    fn table(&self) -> &outboxd::store::TableName {
-        self.inner.table()
-    }
-    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
-        self.inner.migrate_with(options).await
-    }
-    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
-        self.inner.check_ordering(ordering).await
-    }
-    async fn enqueue(&self, records: &[outboxd::record::Record]) -> Result<u64, StoreError> {
-        self.inner.enqueue(records).await
-    }
-    async fn claim(&self, params: &ClaimParams) -> Result<outboxd::store::ClaimBatch, StoreError> {
-        self.claims
-            .lock()
-            .unwrap()
-            .push((Instant::now(), params.scan_due));
-        self.inner.claim(params).await
-    }
-    async fn mark(
-        &self,
-        params: &MarkParams<'_>,
-    ) -> Result<outboxd::store::MarkReport, StoreError> {
-        self.inner.mark(params).await
-    }
-    async fn counts(
-        &self,
-        params: &CountsParams,
-    ) -> Result<outboxd::store::StatusCounts, StoreError> {
-        self.inner.counts(params).await
-    }
-    async fn list_failed(
-        &self,
-        params: &outboxd::store::ListFailedParams,
-    ) -> Result<Vec<outboxd::store::FailedRow>, StoreError> {
-        self.inner.list_failed(params).await
-    }
-    async fn requeue(&self, params: &outboxd::store::RequeueParams) -> Result<u64, StoreError> {
-        self.inner.requeue(params).await
-    }
-    async fn purge(&self, params: &outboxd::store::PurgeParams) -> Result<u64, StoreError> {
-        self.inner.purge(params).await
-    }
-    async fn close(&self) {
-        self.inner.close().await
-    }
-}
-
 /// While new rows keep arriving (so claims find pending rows and may skip the due branches), a
 /// retryable row that is due and a dead worker's expired lease are still claimed, the lease as
 /// an attempt, before the stream stops; and no claim skipped the due branches longer than
@@ -793,10 +733,7 @@ async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = Arc::new(ScanRecorder {
-        inner: db.store_default().await,
-        claims: Mutex::default(),
-    });
+    let store = Arc::new(SpyStore::new(db.store_default().await));
     let recorder = Recorder::new(|_| None);
     let shutdown = CancellationToken::new();
     let worker = Worker::new(store.clone(), recorder.clone(), options("w"));
@@ -918,10 +855,7 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = Arc::new(ScanRecorder {
-        inner: db.store_default().await,
-        claims: Mutex::default(),
-    });
+    let store = Arc::new(SpyStore::new(db.store_default().await));
     enqueue_many(&*store, 6, 6).await;
     let mut opts = options("w");
     opts.batch_size = 2;
@@ -992,21 +926,36 @@ async fn per_room_worker_refuses_without_the_room_index(backend: Backend) {
     assert_eq!(stats.delivered, 6);
 }
 
-/// The store of a held-mode worker under test: which rows each kind of claim handed out, and
-/// rows committed (once) just before the first leased claim after the warm-up, as a producer
-/// committing between a held claim that found nothing and the leased claim that follows it.
-struct HeldClaimRecorder {
+/// The store of a worker under test: when each leased claim started and whether it asked for
+/// the due branches ([`ClaimParams::scan_due`]), which rows leased and held claims handed out,
+/// and (with `late_rows_at`) 10 rows committed just before the leased claim of that number
+/// (0-based; reclaims count), as a producer committing between two claims.
+struct SpyStore {
     inner: Arc<dyn OutboxStore>,
+    late_rows_at: Option<usize>,
     leased_calls: AtomicUsize,
+    claims: Mutex<Vec<(Instant, bool)>>,
     held_ids: Mutex<Vec<String>>,
     leased_ids: Mutex<Vec<String>>,
 }
 
-impl HeldClaimRecorder {
-    /// Counts a leased claim; the second (the first after the one-loop warm-up) commits 10 rows
-    /// first.
-    async fn before_leased_claim(&self) {
-        if self.leased_calls.fetch_add(1, AtomicOrdering::SeqCst) == 1 {
+impl SpyStore {
+    fn new(inner: Arc<dyn OutboxStore>) -> SpyStore {
+        SpyStore {
+            inner,
+            late_rows_at: None,
+            leased_calls: AtomicUsize::new(0),
+            claims: Mutex::default(),
+            held_ids: Mutex::default(),
+            leased_ids: Mutex::default(),
+        }
+    }
+
+    /// Notes a leased claim (or reclaim); commits the late rows first when it is their turn.
+    async fn before_leased_claim(&self, scan_due: bool) {
+        self.claims.lock().unwrap().push((Instant::now(), scan_due));
+        let call = self.leased_calls.fetch_add(1, AtomicOrdering::SeqCst);
+        if self.late_rows_at == Some(call) {
             let now = now_ms();
             let records: Vec<_> = (0..10)
                 .map(|i| record("app", &format!("late{i:02}"), "room-l", now + i))
@@ -1022,7 +971,7 @@ impl HeldClaimRecorder {
 }
 
 #[async_trait]
-impl OutboxStore for HeldClaimRecorder {
+impl OutboxStore for SpyStore {
     fn backend(&self) -> outboxd::store::Backend {
         self.inner.backend()
     }
@@ -1039,7 +988,7 @@ impl OutboxStore for HeldClaimRecorder {
         self.inner.enqueue(records).await
     }
     async fn claim(&self, params: &ClaimParams) -> Result<outboxd::store::ClaimBatch, StoreError> {
-        self.before_leased_claim().await;
+        self.before_leased_claim(params.scan_due).await;
         let batch = self.inner.claim(params).await?;
         Self::note(&self.leased_ids, &batch);
         Ok(batch)
@@ -1048,7 +997,7 @@ impl OutboxStore for HeldClaimRecorder {
         &self,
         params: &ClaimParams,
     ) -> Result<outboxd::store::ClaimBatch, StoreError> {
-        self.before_leased_claim().await;
+        self.before_leased_claim(params.scan_due).await;
         let batch = self.inner.reclaim_expired(params).await?;
         Self::note(&self.leased_ids, &batch);
         Ok(batch)
@@ -1099,11 +1048,10 @@ async fn a_held_worker_holds_rows_committed_between_its_claims(backend: Backend)
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = Arc::new(HeldClaimRecorder {
-        inner: db.store_default().await,
-        leased_calls: AtomicUsize::new(0),
-        held_ids: Mutex::default(),
-        leased_ids: Mutex::default(),
+    // The second leased claim is the first after the one-loop warm-up.
+    let store = Arc::new(SpyStore {
+        late_rows_at: Some(1),
+        ..SpyStore::new(db.store_default().await)
     });
     store
         .enqueue(&[record("app", "warm-up", "room-w", now_ms())])
