@@ -182,8 +182,8 @@ fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> b
 }
 
 /// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into the branch's
-/// order, then the rejected rows failed under the new lease. With `positions`, the pending branch
+/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into
+/// the branch's order, then the rejected rows failed under the new lease. With `positions`, the pending branch
 /// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
 /// read is returned, to be remembered once the claim commits.
 async fn claim_and_lease<S: Session>(
