@@ -21,6 +21,7 @@
 mod support;
 
 use outboxd::record::now_ms;
+use outboxd::store::claim_position::ClaimPosition;
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::statement::{Arg, Bound};
 use outboxd::store::{
@@ -170,6 +171,38 @@ fn check(backend: Backend, name: &str, claim: bool, plan: &[PlanStep]) {
     }
 }
 
+/// MariaDB's `key_len` of `idx_<table>_pending` on all four columns: app_code VARCHAR(64) and
+/// status VARCHAR(16) and event_id VARCHAR(128), utf8mb4 plus 2 length bytes each, and the
+/// BIGINT created_at_ms.
+const MYSQL_FULL_PENDING_KEY_LEN: &str = "846";
+
+/// The read of the pending index from a claim position bounds both columns of the claim order:
+/// PostgreSQL's `Index Cond` names `event_id`; MariaDB's range uses the whole key.
+fn check_seeks_the_whole_pending_key(backend: Backend, plan: &[PlanStep]) {
+    let pending = format!("idx_{DEFAULT_TABLE}_pending");
+    let step = plan
+        .iter()
+        .find(|s| s.index.as_deref() == Some(pending.as_str()))
+        .unwrap_or_else(|| panic!("{backend:?}: {pending} not read:\n{}", show(plan)));
+    let seeks = match backend {
+        Backend::Postgres => step
+            .text
+            .split("Index Cond: ")
+            .nth(1)
+            .and_then(|cond| cond.lines().next())
+            .is_some_and(|cond| cond.contains("created_at_ms") && cond.contains("event_id")),
+        _ => step
+            .text
+            .contains(&format!("key_len={MYSQL_FULL_PENDING_KEY_LEN}")),
+    };
+    assert!(
+        seeks,
+        "{backend:?}: the claim position does not bound {pending} on (created_at_ms, \
+         event_id):\n{}",
+        show(plan)
+    );
+}
+
 async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let Some(db) = TestDb::new_server_only(backend).await else {
         return;
@@ -242,14 +275,29 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
             }
         }
     }
-    // The pending branch read from a claim position (where the store remembers one): the
-    // position goes after `app_code`.
-    if let Some(sql) = statements.claim_statement_from_position() {
-        let mut binds = claim_binds(&statements, ClaimBranch::Pending, now);
-        binds.insert(binds.len() - 1, Bind::I64(0));
-        let plan = db.explain(sql, &binds).await;
-        check(backend, "claim Pending from a position", true, &plan);
-    }
+    // The pending branch read from a claim position (PostgreSQL and MariaDB remember one, so that
+    // claims skip what earlier claims left in the pending index): a seek on the index's full key,
+    // `(created_at_ms, event_id)` after `status`, else a backlog written in one millisecond is
+    // read from its head.
+    let position = ClaimPosition {
+        created_at_ms: ROWS / 2,
+        event_id: format!("e{}", ROWS / 2),
+    };
+    let params = ClaimParams {
+        app_code: APP.into(),
+        worker_id: "w-explain".into(),
+        limit: LIMIT as u32,
+        lease_ms: 60_000,
+        now_ms: now,
+        max_attempts: 20,
+        ordering: DeliveryOrder::None,
+        scan_due: true,
+    };
+    let Bound { sql, args } =
+        statements.claim_statement_from_position(&params, &batch.lease, &position, LIMIT as usize);
+    let plan = db.explain(&sql, &binds(&args)).await;
+    check(backend, "claim Pending from a position", true, &plan);
+    check_seeks_the_whole_pending_key(backend, &plan);
     for (name, Bound { sql, args }) in statements.follow_up_statements(&batch.lease, now, &ids) {
         let plan = db.explain(&sql, &binds(&args)).await;
         check(backend, name, false, &plan);

@@ -33,6 +33,7 @@ crate::support::per_backend!(
     claim_concurrent_claims_never_share_a_row,
     claim_never_comes_back_short_while_an_older_row_waits,
     claim_reads_the_head_again_within_a_second_of_a_full_backlog,
+    claim_hands_out_a_one_millisecond_backlog_in_order_and_a_late_row_of_it,
 );
 
 /// The event ids a claim rejected (undecodable or foreign envelopes), in claim order.
@@ -608,4 +609,43 @@ async fn claim_reads_the_head_again_within_a_second_of_a_full_backlog(backend: B
         ids(&batch)
     );
     assert_eq!(batch.events.len(), 3);
+}
+
+/// A backlog written in one millisecond (a burst; `outboxd bench`'s backlog) drains in claim order
+/// however a store reads it (a claim position is on both columns of the order,
+/// `(created_at_ms, event_id)`): each claim's rows in order, the burst's rows across claims in
+/// order, none twice, no claim short while rows wait; a row of the same millisecond with a
+/// smaller id, committed after the first claim, is still handed out.
+async fn claim_hands_out_a_one_millisecond_backlog_in_order_and_a_late_row_of_it(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let burst: Vec<String> = (10..30).map(|i| format!("e{i}")).collect();
+    let recs: Vec<_> = burst.iter().map(|id| record(APP, id, "r", 100)).collect();
+    enqueue(&store, &recs).await;
+    let first = claim_app(&store, "w0", 3, 1_000, 100_000).await;
+    assert_eq!(ids(&first), burst[..3].to_vec());
+    enqueue(&store, &[record(APP, "e00", "r", 100)]).await;
+    let mut seen = ids(&first);
+    for i in 1..=10 {
+        let batch = ids(&claim_app(&store, &format!("w{i}"), 3, 1_000, 100_000).await);
+        let mut sorted = batch.clone();
+        sorted.sort();
+        assert_eq!(batch, sorted, "claim {i} is not in claim order");
+        let waiting = 21 - seen.len();
+        assert_eq!(
+            batch.len(),
+            waiting.min(3),
+            "claim {i}: {batch:?} after {seen:?}"
+        );
+        seen.extend(batch);
+        if waiting <= 3 {
+            break;
+        }
+    }
+    let of_burst: Vec<&String> = seen.iter().filter(|id| *id != "e00").collect();
+    let burst: Vec<&String> = burst.iter().collect();
+    assert_eq!(of_burst, burst, "the burst out of order: {seen:?}");
+    assert!(seen.iter().any(|id| id == "e00"), "the late row: {seen:?}");
+    assert_eq!(seen.len(), 21, "{seen:?}");
 }

@@ -159,8 +159,8 @@ pub(crate) trait Driver: Send + Sync {
     fn statements(&self) -> &Statements;
 
     /// The claim positions the store remembers between claims, where its claims read pending
-    /// rows from one ([`super::claim_position`]; only with the one-statement claim,
-    /// [`Statements::leases_in_claim`]); `None`: every claim reads from the head.
+    /// rows from one ([`super::claim_position`]); `None`: every claim reads from the head (SQLite,
+    /// which removes a claimed row's old index entry in its own write).
     fn positions(&self) -> Option<&ClaimPositions> {
         None
     }

@@ -1,12 +1,12 @@
 //! The claim, written once for every backend over the shared executor ([`super::exec`]): the
 //! claim branches read in order in one write transaction, each branch's rows leased (in the
 //! branch's statement where the dialect addresses rows, else one lease UPDATE), rejected rows
-//! failed, and on PostgreSQL the tenant's claim position ([`super::claim_position`]) read and
-//! remembered.
+//! failed, and where the store keeps one (PostgreSQL, MariaDB) the tenant's claim position
+//! ([`super::claim_position`]) read and remembered.
 
 use std::time::{Duration, Instant};
 
-use super::claim_position::{ClaimPositions, PendingStart};
+use super::claim_position::{ClaimPosition, ClaimPositions, PendingStart};
 use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
 use super::judge::judge;
 use super::row::{CandidateRow, LeasedRow};
@@ -82,7 +82,6 @@ async fn claim_once<D: Driver>(
 ) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let mut batch = ClaimBatch {
         lease: Lease {
             app_code: params.app_code.clone(),
@@ -92,8 +91,7 @@ async fn claim_once<D: Driver>(
         events: Vec::new(),
         rejected: Vec::new(),
     };
-    let limit = params.limit as usize;
-    if limit == 0 {
+    if params.limit == 0 {
         return Ok(batch);
     }
     let mut steps = [Instant::now(); 5];
@@ -102,91 +100,36 @@ async fn claim_once<D: Driver>(
         None => begin_write(driver, OP).await?,
     };
     steps[1] = Instant::now();
-    if statements.leases_in_claim() {
-        let positions = driver.positions();
-        let read = claim_and_lease(
-            &mut *tx, statements, positions, params, branches, &mut batch,
-        )
-        .await?;
-        (steps[2], steps[3]) = (Instant::now(), Instant::now());
-        tx.commit().await.map_err(db(OP))?;
-        steps[4] = Instant::now();
-        log_if_slow(steps, batch.events.len() + batch.rejected.len());
-        // Remembered only once the claim is committed: a rolled-back claim's rows are pending
-        // again, below where it read.
-        if let (Some(positions), Some(read)) = (positions, read) {
-            positions.record(
-                &params.app_code,
-                params.now_ms,
-                read.started,
-                read.full,
-                read.last,
-            );
-        }
-        return Ok(batch);
-    }
-    let mut taken = 0;
-    for &branch in branches {
-        let remaining = limit - taken;
-        if remaining == 0 {
-            break;
-        }
-        let rows = tx
-            .rows::<CandidateRow>(statements.claim_query(branch, params, remaining))
-            .await
-            .map_err(db(OP))?;
-        taken += rows.len();
-        for row in rows {
-            match judge(&params.app_code, row, branch, params.max_attempts) {
-                Ok(event) => batch.events.push(event),
-                Err(rejected) => batch.rejected.push(rejected),
-            }
-        }
-        if skips_due_after(branch, params, taken) {
-            break;
-        }
-    }
+    let positions = driver.positions();
+    let read = read_branches(
+        &mut *tx, statements, positions, params, branches, &mut batch,
+    )
+    .await?;
     steps[2] = Instant::now();
-    let leased: Vec<&str> = batch
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
-    for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(lease_rows(backend, table, &batch.lease, params.now_ms, ids))
-            .await
-            .map_err(db(OP))?;
-    }
-    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(reject_rows(
-            backend,
-            table,
-            &params.app_code,
-            params.now_ms,
-            rejected,
-        ))
-        .await
-        .map_err(db(OP))?;
-    }
+    lease_and_reject(&mut *tx, statements, params, &batch).await?;
     steps[3] = Instant::now();
     tx.commit().await.map_err(db(OP))?;
     steps[4] = Instant::now();
     log_if_slow(steps, batch.events.len() + batch.rejected.len());
+    // Remembered only once the claim is committed: a rolled-back claim's rows are pending again,
+    // below where it read.
+    if let (Some(positions), Some(read)) = (positions, read) {
+        positions.record(
+            &params.app_code,
+            params.now_ms,
+            &read.started,
+            read.full,
+            read.last,
+        );
+    }
     Ok(batch)
 }
 
-/// Whether a claim stops after `branch`, having taken `taken` rows so far: after the pending
-/// branch handed out rows, unless the claim asks for the due branches ([`ClaimParams::scan_due`]).
-fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> bool {
-    branch == ClaimBranch::Pending && taken > 0 && !params.scan_due
-}
-
-/// The claim of a dialect that leases in the claim statement: one UPDATE … RETURNING per branch
-/// of `branches` (each up to the rows still wanted; rejected rows count), rows sorted back into
-/// the branch's order, then the rejected rows failed under the new lease. With `positions`, the pending branch
-/// (without ordering) reads from the tenant's claim position ([`pending_from_position`]); what it
-/// read is returned, to be remembered once the claim commits.
-async fn claim_and_lease<S: Session>(
+/// Reads `branches` in order into `batch` (each up to the rows still wanted; rejected rows
+/// count), judging every row. With `positions`, the pending branch (without ordering) reads from
+/// the tenant's claim position ([`pending_from_position`]); what it read is returned, to be
+/// remembered once the claim commits.
+async fn read_branches<S: Session>(
     session: &mut S,
     statements: &Statements,
     positions: Option<&ClaimPositions>,
@@ -220,18 +163,13 @@ async fn claim_and_lease<S: Session>(
                 read = Some(pending);
                 rows
             }
-            _ => {
-                let Some(query) =
-                    statements.claim_lease_query(branch, params, &batch.lease, remaining)
-                else {
-                    unreachable!("leases_in_claim() said the dialect has the statement")
-                };
-                leased_rows(session, query).await.map_err(db(OP))?
-            }
+            _ => branch_rows(session, statements, branch, params, &batch.lease, remaining)
+                .await
+                .map_err(db(OP))?,
         };
         taken += rows.len();
         for row in rows {
-            match judge(&params.app_code, row.candidate, branch, params.max_attempts) {
+            match judge(&params.app_code, row, branch, params.max_attempts) {
                 Ok(event) => batch.events.push(event),
                 Err(rejected) => batch.rejected.push(rejected),
             }
@@ -240,33 +178,61 @@ async fn claim_and_lease<S: Session>(
             break;
         }
     }
-    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        session
-            .run(reject_leased_rows(
-                statements.backend(),
-                statements.table(),
-                &batch.lease,
-                params.now_ms,
-                rejected,
-            ))
-            .await
-            .map_err(db(OP))?;
-    }
     Ok(read)
 }
 
+/// The writes after the reads: where the dialect leases in the claim statement, the rejected
+/// rows failed under the new lease; else the lease UPDATE of the rows handed out and the
+/// rejected rows failed.
+async fn lease_and_reject<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    params: &ClaimParams,
+    batch: &ClaimBatch,
+) -> Result<(), StoreError> {
+    const OP: &str = "claim";
+    let (backend, table) = (statements.backend(), statements.table());
+    if statements.leases_in_claim() {
+        for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+            let reject = reject_leased_rows(backend, table, &batch.lease, params.now_ms, rejected);
+            session.run(reject).await.map_err(db(OP))?;
+        }
+        return Ok(());
+    }
+    let leased: Vec<&str> = batch
+        .events
+        .iter()
+        .map(|e| e.event.event_id.as_str())
+        .collect();
+    for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
+        let lease = lease_rows(backend, table, &batch.lease, params.now_ms, ids);
+        session.run(lease).await.map_err(db(OP))?;
+    }
+    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+        let reject = reject_rows(backend, table, &params.app_code, params.now_ms, rejected);
+        session.run(reject).await.map_err(db(OP))?;
+    }
+    Ok(())
+}
+
+/// Whether a claim stops after `branch`, having taken `taken` rows so far: after the pending
+/// branch handed out rows, unless the claim asks for the due branches ([`ClaimParams::scan_due`]).
+fn skips_due_after(branch: ClaimBranch, params: &ClaimParams, taken: usize) -> bool {
+    branch == ClaimBranch::Pending && taken > 0 && !params.scan_due
+}
+
 /// What a claim's pending branch read: where it started, whether it filled what it asked for,
-/// and the `created_at_ms` of the last row it read from there.
+/// and the last row it read from there.
 struct PendingRead {
     started: PendingStart,
     full: bool,
-    last: Option<i64>,
+    last: Option<ClaimPosition>,
 }
 
 /// The pending branch (no ordering) from `start`, up to `limit` rows. A read from a claim
 /// position that comes back short reads the head too, in the same transaction, and hands those
-/// (older) rows out first: a claim never comes back short while
-/// older pending rows wait below the position.
+/// (older) rows out first: a claim never comes back short while older pending rows wait below
+/// the position.
 async fn pending_from_position<S: Session>(
     session: &mut S,
     statements: &Statements,
@@ -274,41 +240,69 @@ async fn pending_from_position<S: Session>(
     params: &ClaimParams,
     lease: &Lease,
     limit: usize,
-) -> Result<(Vec<LeasedRow>, PendingRead), StoreError> {
+) -> Result<(Vec<CandidateRow>, PendingRead), StoreError> {
     const OP: &str = "claim";
-    let head = |limit| {
-        statements
-            .claim_lease_query(ClaimBranch::Pending, params, lease, limit)
-            .expect("leases_in_claim() said the dialect has the statement")
-    };
-    let query = match start {
-        PendingStart::Head => head(limit),
-        PendingStart::From(position) => statements
-            .claim_lease_from_query(params, lease, position, limit)
-            .expect("leases_in_claim() said the dialect has the statement"),
-    };
-    let mut rows = leased_rows(session, query).await.map_err(db(OP))?;
-    let read = PendingRead {
-        started: start,
-        full: rows.len() == limit,
-        last: rows.last().map(|row| row.candidate.created_at_ms),
-    };
-    if matches!(start, PendingStart::From(_)) && !read.full {
-        let mut older = leased_rows(session, head(limit - rows.len()))
+    let pending = ClaimBranch::Pending;
+    let mut rows = match &start {
+        PendingStart::Head => branch_rows(session, statements, pending, params, lease, limit).await,
+        PendingStart::After(position) => {
+            match statements.claim_lease_from_query(params, lease, position, limit) {
+                Some(query) => leased_rows(session, query).await,
+                None => {
+                    let query = statements.claim_from_query(params, position, limit);
+                    session.rows::<CandidateRow>(query).await
+                }
+            }
+        }
+    }
+    .map_err(db(OP))?;
+    let full = rows.len() == limit;
+    let last = rows.last().map(|row| ClaimPosition {
+        created_at_ms: row.created_at_ms,
+        event_id: row.event_id.clone(),
+    });
+    if matches!(start, PendingStart::After(_)) && !full {
+        let wanted = limit - rows.len();
+        let mut older = branch_rows(session, statements, pending, params, lease, wanted)
             .await
             .map_err(db(OP))?;
         older.append(&mut rows);
         rows = older;
     }
+    let read = PendingRead {
+        started: start,
+        full,
+        last,
+    };
     Ok((rows, read))
+}
+
+/// The rows of one claim branch read from its head, in the branch's order: leased in the same
+/// statement where the dialect has it (the lease is written afterwards otherwise).
+async fn branch_rows<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    branch: ClaimBranch,
+    params: &ClaimParams,
+    lease: &Lease,
+    limit: usize,
+) -> Result<Vec<CandidateRow>, sqlx::Error> {
+    match statements.claim_lease_query(branch, params, lease, limit) {
+        Some(query) => leased_rows(session, query).await,
+        None => {
+            session
+                .rows::<CandidateRow>(statements.claim_query(branch, params, limit))
+                .await
+        }
+    }
 }
 
 /// The rows of one one-statement claim, in the branch's order.
 async fn leased_rows<S: Session>(
     session: &mut S,
     query: Bound,
-) -> Result<Vec<LeasedRow>, sqlx::Error> {
+) -> Result<Vec<CandidateRow>, sqlx::Error> {
     let mut rows = session.rows::<LeasedRow>(query).await?;
     rows.sort_by_key(|row| row.position);
-    Ok(rows)
+    Ok(rows.into_iter().map(|row| row.candidate).collect())
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::mark::{lock_fenced_rows, mark_rows};
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
+use crate::store::claim_position::ClaimPosition;
 use crate::store::room_index::ROOM_INDEX;
 use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease, Mark, RejectedRow, TableName};
 
@@ -57,8 +58,10 @@ pub struct Statements {
     claim: [[Arc<str>; 2]; 3],
     /// `[branch][ordering]`: the branch's one-statement claim and lease, where the dialect has it.
     claim_lease: Option<[[Arc<str>; 2]; 3]>,
-    /// The pending branch's one-statement claim without ordering, reading from a claim position
-    /// (`created_at_ms >= $`), where the dialect has the one-statement claim.
+    /// The pending branch's SELECT without ordering, reading from a claim position.
+    claim_from: Arc<str>,
+    /// The pending branch's one-statement claim without ordering, reading from a claim position,
+    /// where the dialect has the one-statement claim.
     claim_lease_from: Option<Arc<str>>,
     /// `[all tenants, one tenant]`.
     counts: [Arc<str>; 2],
@@ -78,6 +81,17 @@ impl Statements {
                 })
             })
         });
+        let mut b = SqlBuilder::new(backend);
+        write_claim_select(
+            &mut b,
+            backend,
+            table,
+            ClaimBranch::Pending,
+            DeliveryOrder::None,
+            CLAIM_COLUMNS,
+            true,
+        );
+        let claim_from = b.text();
         let claim_lease_from = backend.dialect().claim_row_address().map(|address| {
             claim_lease_text(
                 backend,
@@ -94,6 +108,7 @@ impl Statements {
             table: table.clone(),
             claim,
             claim_lease,
+            claim_from,
             claim_lease_from,
             counts,
         }
@@ -135,36 +150,57 @@ impl Statements {
         }
     }
 
-    /// The pending branch's one-statement claim (no ordering) reading from a claim position
-    /// ([`crate::store::claim_position`]), e.g. for `EXPLAIN` in tests; `None` where the dialect
-    /// has no one-statement claim. It binds like [`Statements::claim_statement`] of
-    /// [`ClaimBranch::Pending`] with the position (`created_at_ms`, bigint) after `app_code`.
-    pub fn claim_statement_from_position(&self) -> Option<&str> {
-        self.claim_lease_from.as_deref()
+    /// The statement a claim runs for the pending branch (no ordering) when it reads from a claim
+    /// position ([`crate::store::claim_position`]), with its arguments, e.g. for `EXPLAIN` in
+    /// tests: the one-statement claim and lease under `lease` where the dialect has it, else the
+    /// locking SELECT.
+    pub fn claim_statement_from_position(
+        &self,
+        params: &ClaimParams,
+        lease: &Lease,
+        position: &ClaimPosition,
+        limit: usize,
+    ) -> Bound {
+        match self.claim_lease_from_query(params, lease, position, limit) {
+            Some(bound) => bound,
+            None => self.claim_from_query(params, position, limit),
+        }
     }
 
-    /// The pending branch's one-statement claim and lease from `position` (rows with
-    /// `created_at_ms >= position`) with its arguments; `None` where the dialect has no such
-    /// statement.
+    /// The pending branch's locking SELECT (no ordering) of the rows after `position`, with its
+    /// arguments.
+    pub(crate) fn claim_from_query(
+        &self,
+        params: &ClaimParams,
+        position: &ClaimPosition,
+        limit: usize,
+    ) -> Bound {
+        let mut args = vec![Arg::from(params.app_code.as_str())];
+        args.extend(position_args(self.backend, position));
+        args.push(Arg::Int(limit as i64));
+        Bound {
+            sql: self.claim_from.clone(),
+            args,
+        }
+    }
+
+    /// The pending branch's one-statement claim and lease (no ordering) of the rows after
+    /// `position`, with its arguments; `None` where the dialect has no such statement.
     pub(crate) fn claim_lease_from_query(
         &self,
         params: &ClaimParams,
         lease: &Lease,
-        position: i64,
+        position: &ClaimPosition,
         limit: usize,
     ) -> Option<Bound> {
         let sql = self.claim_lease_from.clone()?;
-        Some(Bound {
-            sql,
-            args: vec![
-                Arg::from(lease.worker_id.as_str()),
-                Arg::Int(lease.lock_until_ms),
-                Arg::Int(params.now_ms),
-                Arg::from(params.app_code.as_str()),
-                Arg::Int(position),
-                Arg::Int(limit as i64),
-            ],
-        })
+        let mut args = vec![
+            Arg::from(lease.worker_id.as_str()),
+            Arg::Int(lease.lock_until_ms),
+            Arg::Int(params.now_ms),
+        ];
+        args.extend(self.claim_from_query(params, position, limit).args);
+        Some(Bound { sql, args })
     }
 
     /// One branch's one-statement claim and lease with its arguments; `None` where the dialect
@@ -334,6 +370,10 @@ fn retry_count_after_reclaim(b: &mut SqlBuilder) {
         .push(" THEN retry_count + 1 ELSE retry_count END");
 }
 
+/// The candidate columns a claim SELECT returns (of alias `c`).
+const CLAIM_COLUMNS: &str =
+    "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count";
+
 fn claim_select_text(
     backend: Backend,
     table: &TableName,
@@ -347,10 +387,44 @@ fn claim_select_text(
         table,
         branch,
         ordering,
-        "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count",
+        CLAIM_COLUMNS,
         false,
     );
     b.text()
+}
+
+/// The values the claim-position condition binds ([`write_after_position`]), in order.
+fn position_args(backend: Backend, position: &ClaimPosition) -> Vec<Arg> {
+    let (created, id) = (
+        Arg::Int(position.created_at_ms),
+        Arg::from(position.event_id.as_str()),
+    );
+    if backend.dialect().seeks_by_row_comparison() {
+        vec![created, id]
+    } else {
+        vec![created.clone(), created, id]
+    }
+}
+
+/// Writes the claim-position condition of the pending branch: the rows after the position in
+/// claim order, in the form the database seeks on the pending index's full key
+/// ([`super::SqlDialect::seeks_by_row_comparison`]).
+fn write_after_position(b: &mut SqlBuilder, backend: Backend) {
+    if backend.dialect().seeks_by_row_comparison() {
+        b.push(" AND (c.created_at_ms, c.event_id) > (")
+            .placeholder()
+            .push(", ")
+            .placeholder()
+            .push(")");
+    } else {
+        b.push(" AND (c.created_at_ms > ")
+            .placeholder()
+            .push(" OR (c.created_at_ms = ")
+            .placeholder()
+            .push(" AND c.event_id > ")
+            .placeholder()
+            .push("))");
+    }
 }
 
 /// One branch claimed and leased in one statement (dialects with a row address): the branch's
@@ -434,7 +508,7 @@ fn write_claim_select(
         ClaimBranch::Pending => {
             b.status(Status::Pending);
             if from_position {
-                b.push(" AND c.created_at_ms >= ").placeholder();
+                write_after_position(b, backend);
             }
             "c.created_at_ms, c.event_id"
         }

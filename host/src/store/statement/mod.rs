@@ -91,6 +91,15 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         None
     }
 
+    /// Whether a row comparison `(created_at_ms, event_id) > (?, ?)` seeks the pending index on
+    /// both columns (PostgreSQL, SQLite). `false`: the claim position is written as
+    /// `created_at_ms > ? OR (created_at_ms = ? AND event_id > ?)`, which MariaDB's range
+    /// optimizer turns into two ranges on the full key; its row comparison is a range on
+    /// `created_at_ms` alone, which reads a backlog written in one millisecond from its head.
+    fn seeks_by_row_comparison(&self) -> bool {
+        true
+    }
+
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
     fn probe_end(&self) -> &'static str {
         ")"
