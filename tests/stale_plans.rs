@@ -22,7 +22,7 @@ mod support;
 
 use outboxd::record::now_ms;
 use outboxd::store::claim_position::ClaimPosition;
-use outboxd::store::statement::claim::{ClaimBranch, Statements};
+use outboxd::store::statement::claim::{ClaimBranch, PositionSide, Statements};
 use outboxd::store::statement::{Arg, Bound};
 use outboxd::store::{
     Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, TableName,
@@ -293,11 +293,23 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
         ordering: DeliveryOrder::None,
         scan_due: true,
     };
-    let Bound { sql, args } =
-        statements.claim_statement_from_position(&params, &batch.lease, &position, LIMIT as usize);
-    let plan = db.explain(&sql, &binds(&args)).await;
-    check(backend, "claim Pending from a position", true, &plan);
-    check_seeks_the_whole_pending_key(backend, &plan);
+    for side in PositionSide::BOTH {
+        let Bound { sql, args } = statements.claim_statement_by_position(
+            &params,
+            &batch.lease,
+            &position,
+            side,
+            LIMIT as usize,
+        );
+        let plan = db.explain(&sql, &binds(&args)).await;
+        check(
+            backend,
+            &format!("claim Pending {side:?} a position"),
+            true,
+            &plan,
+        );
+        check_seeks_the_whole_pending_key(backend, &plan);
+    }
     for (name, Bound { sql, args }) in statements.follow_up_statements(&batch.lease, now, &ids) {
         let plan = db.explain(&sql, &binds(&args)).await;
         check(backend, name, false, &plan);

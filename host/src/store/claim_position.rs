@@ -14,9 +14,9 @@
 //! position (a long producer transaction, a requeue, a lease another claimer rolled back) is still
 //! delivered:
 //!
-//! - a claim that reads from a position and comes back short reads the head too, in the same
-//!   transaction, before the rows it already has: no claim hands out fewer rows than it asked
-//!   for while older rows wait;
+//! - a claim that reads from a position and comes back short reads the rows up to the position
+//!   too, in the same transaction, before the rows it already has: no claim hands out fewer rows
+//!   than it asked for while older rows wait;
 //! - every [`HEAD_SCAN_EVERY_MS`] of the claims' clock, a claim reads from the head anyway, so
 //!   a late row waits at most that long behind a backlog that keeps every claim full;
 //! - a claim of the head that does not come back full forgets the position.

@@ -11,7 +11,7 @@ use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_tr
 use super::judge::judge;
 use super::row::{CandidateRow, LeasedRow};
 use super::statement::claim::{
-    ClaimBranch, Statements, lease_rows, reject_leased_rows, reject_rows,
+    ClaimBranch, PositionSide, Statements, lease_rows, reject_leased_rows, reject_rows,
 };
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record;
@@ -229,10 +229,10 @@ struct PendingRead {
     last: Option<ClaimPosition>,
 }
 
-/// The pending branch (no ordering) from `start`, up to `limit` rows. A read from a claim
-/// position that comes back short reads the head too, in the same transaction, and hands those
-/// (older) rows out first: a claim never comes back short while older pending rows wait below
-/// the position.
+/// The pending branch (no ordering) from `start`, up to `limit` rows. A read after a claim
+/// position that comes back short reads the rows up to the position too, in the same transaction,
+/// and hands those (older) rows out first: a claim never comes back short while older pending
+/// rows wait below the position.
 async fn pending_from_position<S: Session>(
     session: &mut S,
     statements: &Statements,
@@ -242,17 +242,17 @@ async fn pending_from_position<S: Session>(
     limit: usize,
 ) -> Result<(Vec<CandidateRow>, PendingRead), StoreError> {
     const OP: &str = "claim";
-    let pending = ClaimBranch::Pending;
+    let by_position = |position, side, limit| {
+        statements.claim_statement_by_position(params, lease, position, side, limit)
+    };
     let mut rows = match &start {
-        PendingStart::Head => branch_rows(session, statements, pending, params, lease, limit).await,
+        PendingStart::Head => {
+            let pending = ClaimBranch::Pending;
+            branch_rows(session, statements, pending, params, lease, limit).await
+        }
         PendingStart::After(position) => {
-            match statements.claim_lease_from_query(params, lease, position, limit) {
-                Some(query) => leased_rows(session, query).await,
-                None => {
-                    let query = statements.claim_from_query(params, position, limit);
-                    session.rows::<CandidateRow>(query).await
-                }
-            }
+            let query = by_position(position, PositionSide::After, limit);
+            claimed_rows(session, statements, query).await
         }
     }
     .map_err(db(OP))?;
@@ -261,9 +261,9 @@ async fn pending_from_position<S: Session>(
         created_at_ms: row.created_at_ms,
         event_id: row.event_id.clone(),
     });
-    if matches!(start, PendingStart::After(_)) && !full {
-        let wanted = limit - rows.len();
-        let mut older = branch_rows(session, statements, pending, params, lease, wanted)
+    if let (PendingStart::After(position), false) = (&start, full) {
+        let query = by_position(position, PositionSide::UpTo, limit - rows.len());
+        let mut older = claimed_rows(session, statements, query)
             .await
             .map_err(db(OP))?;
         older.append(&mut rows);
@@ -287,21 +287,22 @@ async fn branch_rows<S: Session>(
     lease: &Lease,
     limit: usize,
 ) -> Result<Vec<CandidateRow>, sqlx::Error> {
-    match statements.claim_lease_query(branch, params, lease, limit) {
-        Some(query) => leased_rows(session, query).await,
-        None => {
-            session
-                .rows::<CandidateRow>(statements.claim_query(branch, params, limit))
-                .await
-        }
-    }
+    let query = statements
+        .claim_lease_query(branch, params, lease, limit)
+        .unwrap_or_else(|| statements.claim_query(branch, params, limit));
+    claimed_rows(session, statements, query).await
 }
 
-/// The rows of one one-statement claim, in the branch's order.
-async fn leased_rows<S: Session>(
+/// The rows of one claim statement in the branch's order: a one-statement claim's rows (where the
+/// dialect leases in the claim) sorted back by their position, else the locking SELECT's.
+async fn claimed_rows<S: Session>(
     session: &mut S,
+    statements: &Statements,
     query: Bound,
 ) -> Result<Vec<CandidateRow>, sqlx::Error> {
+    if !statements.leases_in_claim() {
+        return session.rows::<CandidateRow>(query).await;
+    }
     let mut rows = session.rows::<LeasedRow>(query).await?;
     rows.sort_by_key(|row| row.position);
     Ok(rows.into_iter().map(|row| row.candidate).collect())

@@ -42,6 +42,29 @@ impl ClaimBranch {
     }
 }
 
+/// Which rows of the pending branch a read bounded by a claim position covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PositionSide {
+    /// The rows after the position in claim order: where a backlog continues.
+    After,
+    /// The rows up to and including the position: the older rows a read after the position that
+    /// came back short reads next, in the same transaction (the rows it already has are not
+    /// among them, whether or not the dialect has leased them yet).
+    UpTo,
+}
+
+impl PositionSide {
+    /// Both sides.
+    pub const BOTH: [PositionSide; 2] = [PositionSide::After, PositionSide::UpTo];
+
+    fn index(self) -> usize {
+        match self {
+            PositionSide::After => 0,
+            PositionSide::UpTo => 1,
+        }
+    }
+}
+
 fn ordering_index(ordering: DeliveryOrder) -> usize {
     match ordering {
         DeliveryOrder::None => 0,
@@ -58,11 +81,12 @@ pub struct Statements {
     claim: [[Arc<str>; 2]; 3],
     /// `[branch][ordering]`: the branch's one-statement claim and lease, where the dialect has it.
     claim_lease: Option<[[Arc<str>; 2]; 3]>,
-    /// The pending branch's SELECT without ordering, reading from a claim position.
-    claim_from: Arc<str>,
-    /// The pending branch's one-statement claim without ordering, reading from a claim position,
-    /// where the dialect has the one-statement claim.
-    claim_lease_from: Option<Arc<str>>,
+    /// `[side]`: the pending branch's SELECT without ordering, reading one side of a claim
+    /// position.
+    claim_by_position: [Arc<str>; 2],
+    /// `[side]`: the pending branch's one-statement claim without ordering, reading one side of a
+    /// claim position, where the dialect has the one-statement claim.
+    claim_lease_by_position: Option<[Arc<str>; 2]>,
     /// `[all tenants, one tenant]`.
     counts: [Arc<str>; 2],
 }
@@ -77,30 +101,29 @@ impl Statements {
         let claim_lease = backend.dialect().claim_row_address().map(|address| {
             ClaimBranch::ALL.map(|branch| {
                 [DeliveryOrder::None, DeliveryOrder::PerRoom].map(|ordering| {
-                    claim_lease_text(backend, table, branch, ordering, address, false)
+                    claim_lease_text(backend, table, branch, ordering, address, None)
                 })
             })
         });
-        let mut b = SqlBuilder::new(backend);
-        write_claim_select(
-            &mut b,
-            backend,
-            table,
-            ClaimBranch::Pending,
-            DeliveryOrder::None,
-            CLAIM_COLUMNS,
-            true,
-        );
-        let claim_from = b.text();
-        let claim_lease_from = backend.dialect().claim_row_address().map(|address| {
-            claim_lease_text(
+        let claim_by_position = PositionSide::BOTH.map(|side| {
+            let mut b = SqlBuilder::new(backend);
+            let (pending, none) = (ClaimBranch::Pending, DeliveryOrder::None);
+            write_claim_select(
+                &mut b,
                 backend,
                 table,
-                ClaimBranch::Pending,
-                DeliveryOrder::None,
-                address,
-                true,
-            )
+                pending,
+                none,
+                CLAIM_COLUMNS,
+                Some(side),
+            );
+            b.text()
+        });
+        let claim_lease_by_position = backend.dialect().claim_row_address().map(|address| {
+            PositionSide::BOTH.map(|side| {
+                let (pending, none) = (ClaimBranch::Pending, DeliveryOrder::None);
+                claim_lease_text(backend, table, pending, none, address, Some(side))
+            })
         });
         let counts = [false, true].map(|by_app| counts_text(backend, table, by_app));
         Statements {
@@ -108,8 +131,8 @@ impl Statements {
             table: table.clone(),
             claim,
             claim_lease,
-            claim_from,
-            claim_lease_from,
+            claim_by_position,
+            claim_lease_by_position,
             counts,
         }
     }
@@ -150,57 +173,40 @@ impl Statements {
         }
     }
 
-    /// The statement a claim runs for the pending branch (no ordering) when it reads from a claim
-    /// position ([`crate::store::claim_position`]), with its arguments, e.g. for `EXPLAIN` in
-    /// tests: the one-statement claim and lease under `lease` where the dialect has it, else the
-    /// locking SELECT.
-    pub fn claim_statement_from_position(
+    /// The statement a claim runs for the pending branch (no ordering) when it reads `side` of a
+    /// claim position ([`crate::store::claim_position`]), with its arguments, e.g. for `EXPLAIN`
+    /// in tests: the one-statement claim and lease under `lease` where the dialect has it, else
+    /// the locking SELECT.
+    pub fn claim_statement_by_position(
         &self,
         params: &ClaimParams,
         lease: &Lease,
         position: &ClaimPosition,
+        side: PositionSide,
         limit: usize,
     ) -> Bound {
-        match self.claim_lease_from_query(params, lease, position, limit) {
-            Some(bound) => bound,
-            None => self.claim_from_query(params, position, limit),
+        let select = Bound {
+            sql: self.claim_by_position[side.index()].clone(),
+            args: [Arg::from(params.app_code.as_str())]
+                .into_iter()
+                .chain(position_args(self.backend, position))
+                .chain([Arg::Int(limit as i64)])
+                .collect(),
+        };
+        match &self.claim_lease_by_position {
+            Some(texts) => Bound {
+                sql: texts[side.index()].clone(),
+                args: [
+                    Arg::from(lease.worker_id.as_str()),
+                    Arg::Int(lease.lock_until_ms),
+                    Arg::Int(params.now_ms),
+                ]
+                .into_iter()
+                .chain(select.args)
+                .collect(),
+            },
+            None => select,
         }
-    }
-
-    /// The pending branch's locking SELECT (no ordering) of the rows after `position`, with its
-    /// arguments.
-    pub(crate) fn claim_from_query(
-        &self,
-        params: &ClaimParams,
-        position: &ClaimPosition,
-        limit: usize,
-    ) -> Bound {
-        let mut args = vec![Arg::from(params.app_code.as_str())];
-        args.extend(position_args(self.backend, position));
-        args.push(Arg::Int(limit as i64));
-        Bound {
-            sql: self.claim_from.clone(),
-            args,
-        }
-    }
-
-    /// The pending branch's one-statement claim and lease (no ordering) of the rows after
-    /// `position`, with its arguments; `None` where the dialect has no such statement.
-    pub(crate) fn claim_lease_from_query(
-        &self,
-        params: &ClaimParams,
-        lease: &Lease,
-        position: &ClaimPosition,
-        limit: usize,
-    ) -> Option<Bound> {
-        let sql = self.claim_lease_from.clone()?;
-        let mut args = vec![
-            Arg::from(lease.worker_id.as_str()),
-            Arg::Int(lease.lock_until_ms),
-            Arg::Int(params.now_ms),
-        ];
-        args.extend(self.claim_from_query(params, position, limit).args);
-        Some(Bound { sql, args })
     }
 
     /// One branch's one-statement claim and lease with its arguments; `None` where the dialect
@@ -335,7 +341,7 @@ impl Statements {
             &format!(
                 "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count, {address}"
             ),
-            false,
+            None,
         );
         Bound {
             sql: b.text(),
@@ -388,12 +394,12 @@ fn claim_select_text(
         branch,
         ordering,
         CLAIM_COLUMNS,
-        false,
+        None,
     );
     b.text()
 }
 
-/// The values the claim-position condition binds ([`write_after_position`]), in order.
+/// The values the claim-position condition binds ([`write_position_bound`]), in order.
 fn position_args(backend: Backend, position: &ClaimPosition) -> Vec<Arg> {
     let (created, id) = (
         Arg::Int(position.created_at_ms),
@@ -406,22 +412,32 @@ fn position_args(backend: Backend, position: &ClaimPosition) -> Vec<Arg> {
     }
 }
 
-/// Writes the claim-position condition of the pending branch: the rows after the position in
-/// claim order, in the form the database seeks on the pending index's full key
+/// Writes the claim-position condition of the pending branch: the rows on `side` of the position
+/// in claim order, in the form the database seeks on the pending index's full key
 /// ([`super::SqlDialect::seeks_by_row_comparison`]).
-fn write_after_position(b: &mut SqlBuilder, backend: Backend) {
+fn write_position_bound(b: &mut SqlBuilder, backend: Backend, side: PositionSide) {
+    let (row, created, id) = match side {
+        PositionSide::After => (">", ">", ">"),
+        PositionSide::UpTo => ("<=", "<", "<="),
+    };
     if backend.dialect().seeks_by_row_comparison() {
-        b.push(" AND (c.created_at_ms, c.event_id) > (")
+        b.push(" AND (c.created_at_ms, c.event_id) ")
+            .push(row)
+            .push(" (")
             .placeholder()
             .push(", ")
             .placeholder()
             .push(")");
     } else {
-        b.push(" AND (c.created_at_ms > ")
+        b.push(" AND (c.created_at_ms ")
+            .push(created)
+            .push(" ")
             .placeholder()
             .push(" OR (c.created_at_ms = ")
             .placeholder()
-            .push(" AND c.event_id > ")
+            .push(" AND c.event_id ")
+            .push(id)
+            .push(" ")
             .placeholder()
             .push("))");
     }
@@ -438,7 +454,7 @@ fn claim_lease_text(
     branch: ClaimBranch,
     ordering: DeliveryOrder,
     address: &str,
-    from_position: bool,
+    position: Option<PositionSide>,
 ) -> Arc<str> {
     let t = table.as_str();
     let mut b = SqlBuilder::new(backend);
@@ -460,7 +476,7 @@ fn claim_lease_text(
         branch,
         ordering,
         &format!("c.{address}"),
-        from_position,
+        position,
     );
     let retry_count_before = match branch {
         ClaimBranch::ExpiredLease => " - 1",
@@ -495,7 +511,7 @@ fn write_claim_select(
     branch: ClaimBranch,
     ordering: DeliveryOrder,
     columns: &str,
-    from_position: bool,
+    position: Option<PositionSide>,
 ) {
     b.push("SELECT ")
         .push(columns)
@@ -507,8 +523,8 @@ fn write_claim_select(
     let order_by = match branch {
         ClaimBranch::Pending => {
             b.status(Status::Pending);
-            if from_position {
-                write_after_position(b, backend);
+            if let Some(side) = position {
+                write_position_bound(b, backend, side);
             }
             "c.created_at_ms, c.event_id"
         }
