@@ -550,6 +550,8 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
         "2",
         "--raw-clients",
         "3",
+        "--raw-batch-size",
+        "100",
         "--shapes",
         "outboxd,raw,raw-held",
         "--table",
@@ -622,7 +624,9 @@ fn bench_on_a_fresh_sqlite_file(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Without `--shapes` the report holds the raw loop, so every default run prints the ratio to it.
+/// Without `--shapes` the report holds the raw loop, so every default run prints the ratio to it;
+/// without a config file or `--batch-size` / `--workers`, outboxd's runs use the host's defaults
+/// (batch 1000, one loop), the raw loop its fixed yardstick (batch 500, 2 clients).
 #[test]
 fn bench_runs_the_raw_loop_by_default() {
     let stdout = bench_on_a_fresh_sqlite_file(&["--events", "300"]);
@@ -630,8 +634,41 @@ fn bench_runs_the_raw_loop_by_default() {
         let line = bench_line(&stdout, shape);
         assert_eq!(line[3], "300", "{stdout}");
     }
+    let outboxd = bench_line(&stdout, "outboxd");
+    assert_eq!(outboxd[1..3], ["1000", "1"], "{stdout}");
     let raw = bench_line(&stdout, "raw");
     assert_eq!(raw[1..4], ["500", "2", "300"], "{stdout}");
+}
+
+/// `outboxd bench` measures what the config runs: its `worker.batch_size` and
+/// `worker.concurrency`, unless the flags say otherwise.
+#[test]
+fn bench_takes_batch_size_and_loops_from_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("x.db").display());
+    let bench = |args: &[&str]| {
+        let output = run_ok(
+            with(&config, &url)
+                .args(["bench", "--events", "200", "--shapes", "outboxd,raw"])
+                .args(args),
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let stdout = bench(&["--table", "from_config"]);
+    assert_eq!(
+        bench_line(&stdout, "outboxd")[1..3],
+        ["500", "2"],
+        "{stdout}"
+    );
+    assert_eq!(bench_line(&stdout, "raw")[1..3], ["500", "2"], "{stdout}");
+    let stdout = bench(&["--table", "flags", "--batch-size", "700", "--workers", "3"]);
+    assert_eq!(
+        bench_line(&stdout, "outboxd")[1..3],
+        ["700", "3"],
+        "{stdout}"
+    );
+    assert_eq!(bench_line(&stdout, "raw")[1..3], ["500", "2"], "{stdout}");
 }
 
 /// `worker.mode = "held"` end to end: `run --drain` delivers everything once and isolates a

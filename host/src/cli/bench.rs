@@ -218,10 +218,10 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     }
     let options = BenchOptions {
         events: args.events,
-        batch_size: args.batch_size,
-        workers: args.workers,
+        batch_size: args.batch_size.unwrap_or(config.worker.batch_size),
+        workers: args.workers.unwrap_or(config.worker.concurrency),
         raw_clients: args.raw_clients,
-        raw_batch_size: args.raw_batch_size.unwrap_or(args.batch_size),
+        raw_batch_size: args.raw_batch_size,
         rooms: args.rooms,
         shapes: args.shapes,
         table: TableName::new(&args.table).context("--table")?,

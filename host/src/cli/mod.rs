@@ -199,19 +199,22 @@ pub struct BenchArgs {
     /// Events per measured run.
     #[arg(long, default_value_t = 10_000)]
     pub events: u32,
-    /// Claim batch size of outboxd's runs.
-    #[arg(long, default_value_t = 500)]
-    pub batch_size: u32,
-    /// Worker loops (batches in flight) of outboxd's runs.
-    #[arg(long, default_value_t = 4)]
-    pub workers: u32,
+    /// Claim batch size of outboxd's runs (default: the config's `worker.batch_size`, so with no
+    /// config file the host's default, 1000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    pub batch_size: Option<u32>,
+    /// Worker loops (batches in flight) of outboxd's runs (default: the config's
+    /// `worker.concurrency`, so with no config file the host's default, 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: Option<u32>,
     /// Concurrent clients (connections) of the raw SQL loops (`raw`, `raw-held`).
     #[arg(long, default_value_t = 2)]
     pub raw_clients: u32,
-    /// Rows per claim of the raw SQL loops (default: `--batch-size`), e.g. to sweep outboxd's
-    /// batch size against issue 10's fixed raw baseline (batch 500) in one run.
-    #[arg(long)]
-    pub raw_batch_size: Option<u32>,
+    /// Rows per claim of the raw SQL loops: the yardstick's batch, fixed while outboxd's
+    /// `--batch-size` is swept (default 500, the two-write loop the throughput targets were set
+    /// against).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub raw_batch_size: u32,
     /// Rooms the events are spread over.
     #[arg(long, default_value_t = 1000)]
     pub rooms: u32,
