@@ -228,19 +228,17 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let now = now_ms();
 
     // A real claim first, so the lease the follow-up statements are fenced on exists.
-    let batch = store
-        .claim(&ClaimParams {
-            app_code: APP.into(),
-            worker_id: "w-real".into(),
-            limit: LIMIT as u32,
-            lease_ms: 60_000,
-            now_ms: now,
-            max_attempts: 20,
-            ordering: DeliveryOrder::None,
-            scan_due: true,
-        })
-        .await
-        .expect("claim");
+    let params = ClaimParams {
+        app_code: APP.into(),
+        worker_id: "w-real".into(),
+        limit: LIMIT as u32,
+        lease_ms: 60_000,
+        now_ms: now,
+        max_attempts: 20,
+        ordering: DeliveryOrder::None,
+        scan_due: true,
+    };
+    let batch = store.claim(&params).await.expect("claim");
     assert_eq!(batch.events.len() as i64, LIMIT);
     let ids: Vec<&str> = batch
         .events
@@ -282,16 +280,6 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let position = ClaimPosition {
         created_at_ms: ROWS / 2,
         event_id: format!("e{}", ROWS / 2),
-    };
-    let params = ClaimParams {
-        app_code: APP.into(),
-        worker_id: "w-explain".into(),
-        limit: LIMIT as u32,
-        lease_ms: 60_000,
-        now_ms: now,
-        max_attempts: 20,
-        ordering: DeliveryOrder::None,
-        scan_due: true,
     };
     for side in PositionSide::BOTH {
         let Bound { sql, args } = statements.claim_statement_by_position(
