@@ -15,7 +15,7 @@ use super::statement::claim::{
 };
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record;
-use crate::store::{ClaimBatch, ClaimParams, DeliveryOrder, Lease, StoreError};
+use crate::store::{ClaimBatch, ClaimParams, DeliveryOrder, Lease, RejectedRow, StoreError};
 
 /// Reads the claim branches in order (each up to the rows still wanted; rejected rows count),
 /// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction
@@ -208,9 +208,23 @@ async fn lease_and_reject<S: Session>(
         let lease = lease_rows(backend, table, &batch.lease, params.now_ms, ids);
         session.run(lease).await.map_err(db(OP))?;
     }
-    for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        let reject = reject_rows(backend, table, &params.app_code, params.now_ms, rejected);
-        session.run(reject).await.map_err(db(OP))?;
+    fail_rejected(session, statements, params, &batch.rejected, OP).await
+}
+
+/// Fails the rows a claim without a lease on them rejected (`worker_id` keeps the last worker
+/// that held each row), in statements of at most [`MAX_ROWS_PER_STATEMENT`] rows: the leased
+/// claim of a dialect that leases after its SELECT, and the held claim.
+pub(crate) async fn fail_rejected<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    params: &ClaimParams,
+    rejected: &[RejectedRow],
+    op: &'static str,
+) -> Result<(), StoreError> {
+    let (backend, table) = (statements.backend(), statements.table());
+    for chunk in rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+        let reject = reject_rows(backend, table, &params.app_code, params.now_ms, chunk);
+        session.run(reject).await.map_err(db(op))?;
     }
     Ok(())
 }

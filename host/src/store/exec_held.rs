@@ -8,11 +8,12 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::exec::{Driver, Session, begin_write, db, retry_transient};
+use super::exec_claim::fail_rejected;
 use super::held::{HeldBatch, HeldTransaction};
 use super::judge::judge;
 use super::row::{AddressedRow, CandidateRow};
 use super::statement::MAX_ROWS_PER_STATEMENT;
-use super::statement::claim::{ClaimBranch, reject_rows};
+use super::statement::claim::ClaimBranch;
 use super::statement::held::mark_held_rows;
 use crate::record;
 use crate::store::{Backend, ClaimParams, StoreError, TableName};
@@ -113,17 +114,7 @@ where
             }
         }
     }
-    for chunk in rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        tx.run(reject_rows(
-            backend,
-            table,
-            &params.app_code,
-            params.now_ms,
-            chunk,
-        ))
-        .await
-        .map_err(db(OP))?;
-    }
+    fail_rejected(&mut *tx, statements, params, &rejected, OP).await?;
     if events.is_empty() {
         // Nothing to hold: commit the rejections now.
         tx.commit().await.map_err(db(OP))?;
