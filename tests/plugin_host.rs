@@ -136,10 +136,13 @@ async fn infinite_loop_hits_the_deadline_and_the_host_goes_on() {
         healthy.publish(&events(3, "room.created")).await,
         vec![Outcome::Delivered; 3]
     );
-    // The looping sink gets a fresh instance on its next batch (and is contained again).
+    // The looping sink gets a fresh instance on its next batch (and is contained again): the
+    // first batch's call, then its two halves (side by side), each on an instance of its own.
+    let built = looping.stats().instances_built;
+    assert_eq!(built, 3, "the whole call, then each event alone");
     let again = looping.publish(&events(1, "room.created")).await;
     assert!(retryable_message(&again[0]).contains("deadline"));
-    assert_eq!(looping.stats().instances_built, 2);
+    assert_eq!(looping.stats().instances_built, built + 1);
 }
 
 #[tokio::test]
@@ -173,15 +176,21 @@ async fn a_trap_fails_that_batch_and_the_next_one_gets_a_rebuilt_instance() {
     bad[1].event_type = "boom".to_string();
     let trapped = sink.publish(&bad).await;
     assert_eq!(trapped.len(), 3);
-    for outcome in &trapped {
-        let message = retryable_message(outcome);
+    // The call trapped; its events were published again in halves: the culprit alone carries
+    // the trap, its neighbours got the plugin's own answer.
+    let message = retryable_message(&trapped[1]);
+    assert!(
+        message.starts_with("plugin `chaos-trap` trapped: wasm trap:"),
+        "{message}"
+    );
+    assert!(
+        message.contains("chaos: event type boom in the batch"),
+        "panic message kept: {message}"
+    );
+    for neighbour in [&trapped[0], &trapped[2]] {
         assert!(
-            message.starts_with("plugin `chaos-trap` trapped: wasm trap:"),
-            "{message}"
-        );
-        assert!(
-            message.contains("chaos: event type boom in the batch"),
-            "panic message kept: {message}"
+            retryable_message(neighbour).starts_with("chaos retryable, call"),
+            "{neighbour:?}"
         );
     }
     // The guest's panic went to outboxd's log as stderr of this sink.
@@ -190,13 +199,14 @@ async fn a_trap_fails_that_batch_and_the_next_one_gets_a_rebuilt_instance() {
             && f["message"].as_str().unwrap().contains("event type boom"))
     );
 
+    // Every trapping call discarded its instance: the first one, [1, 2], then [1] alone.
+    let built = sink.stats().instances_built;
+    assert!(built >= 3, "{built}");
     let next = sink.publish(&events(1, "room.created")).await;
-    assert_eq!(
-        retryable_message(&next[0]),
-        "chaos retryable, call 1",
-        "fresh instance"
+    assert!(
+        retryable_message(&next[0]).starts_with("chaos retryable, call"),
+        "{next:?}"
     );
-    assert_eq!(sink.stats().instances_built, 2);
 }
 
 #[tokio::test]
@@ -208,11 +218,55 @@ async fn too_few_results_fail_the_batch() {
     ))
     .await;
     let outcomes = sink.publish(&events(3, "room.created")).await;
+    // Halved down to each event alone, which still gets no result.
     assert_eq!(
         outcomes,
-        vec![Outcome::retryable("plugin `chaos-few` returned 2 results for 3 events"); 3]
+        vec![Outcome::retryable("plugin `chaos-few` returned 0 results for 1 events"); 3]
     );
-    assert_eq!(sink.stats().idle_instances, 0, "the instance is discarded");
+    assert_eq!(
+        sink.stats().idle_instances,
+        0,
+        "the instances are discarded"
+    );
+}
+
+#[tokio::test]
+async fn a_thousand_120k_events_fit_the_default_memory_cap() {
+    let sink = start(sink_config("log-large", "log", &[])).await;
+    let mut batch = events(1000, "room.created");
+    for event in &mut batch {
+        event.body = vec![b'g'; 120 * 1024];
+    }
+    let outcomes = sink.publish(&batch).await;
+    assert_eq!(outcomes, vec![Outcome::Delivered; 1000]);
+}
+
+#[tokio::test]
+async fn an_event_above_max_event_size_fails_alone_without_a_call() {
+    let mut config = sink_config("chaos-size", "chaos", &[("behaviour", "ok")]);
+    config.limits.max_batch_bytes = Some(ByteSize(64 * 1024));
+    config.limits.max_event_size = Some(ByteSize(16 * 1024));
+    let sink = start(config).await;
+    let mut batch = events(40, "room.created");
+    batch[7].body = vec![b'b'; 20 * 1024];
+    for event in batch.iter_mut().skip(10) {
+        event.body = vec![b's'; 10 * 1024];
+    }
+    let outcomes = sink.publish(&batch).await;
+    let size = outboxd::plugin::sink::event_size(&batch[7]);
+    assert_eq!(
+        outcomes[7],
+        Outcome::permanent(format!(
+            "event of {size} bytes exceeds sink `chaos-size`'s limits.max_event_size (16384 bytes)"
+        ))
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == Outcome::Delivered)
+            .count(),
+        39
+    );
 }
 
 #[tokio::test]
@@ -646,6 +700,7 @@ async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let settings = PluginSettings {
         cache_dir: Some(dir.path().join("cache")),
+        ..PluginSettings::default()
     };
     let first = PluginEngine::new(&settings)
         .unwrap()
@@ -687,6 +742,7 @@ async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
         std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o755)).unwrap();
         let adopted = PluginEngine::new(&PluginSettings {
             cache_dir: Some(empty.clone()),
+            ..PluginSettings::default()
         })
         .unwrap()
         .compile(&plugin("log"))
@@ -704,6 +760,7 @@ async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
     std::fs::write(foreign.join("something.cwasm"), b"not ours").unwrap();
     let error = PluginEngine::new(&PluginSettings {
         cache_dir: Some(foreign),
+        ..PluginSettings::default()
     })
     .err()
     .unwrap();

@@ -125,6 +125,7 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let settings = PluginSettings {
         cache_dir: Some(dir.path().join("cache")),
+        ..PluginSettings::default()
     };
     let engine = PluginEngine::new(&settings).unwrap();
     let url = format!(

@@ -41,6 +41,7 @@ fn bench(c: &mut Criterion) {
     let cache = tempfile::tempdir().unwrap();
     let settings = PluginSettings {
         cache_dir: Some(cache.path().join("cache")),
+        ..PluginSettings::default()
     };
     let engine = PluginEngine::new(&settings).unwrap();
     let start = |config: SinkConfig| {

@@ -141,7 +141,10 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         ),
         ("worker.node_id", a.worker.node_id != b.worker.node_id),
         ("retry", a.retry != b.retry),
-        ("plugins.cache_dir", a.plugins != b.plugins),
+        (
+            "plugins.cache_dir",
+            a.plugins.cache_dir != b.plugins.cache_dir,
+        ),
         ("log", a.log != b.log),
         ("admin", a.admin != b.admin),
         ("retention", a.retention != b.retention),

@@ -49,13 +49,26 @@ pub struct Service {
 }
 
 impl Service {
-    /// Binds the admin listener (when `admin.listen` is set) over a connected `store`.
+    /// Binds the admin listener (when `admin.listen` is set) over a connected `store`. When the
+    /// default address is taken (another host on this machine: a `run --drain` beside the
+    /// service, two instances of a systemd template), logs one warning and runs without the
+    /// listener; an address set explicitly that cannot be bound is an error.
     pub async fn bind(
         config: Config,
         store: Arc<dyn OutboxStore>,
     ) -> Result<Service, ServiceError> {
         let admin = match config.admin.listen {
-            Some(addr) => Some(AdminListener::bind(addr).await?),
+            Some(addr) => match AdminListener::bind(addr).await {
+                Ok(listener) => Some(listener),
+                Err(error)
+                    if !config.admin.listen_is_explicit
+                        && error.source.kind() == std::io::ErrorKind::AddrInUse =>
+                {
+                    tracing::warn!(%addr, "the default admin address is taken (another outboxd on this machine?): running without the admin listener (no /metrics, /healthz, /readyz, /reload); set [admin] listen to a free port, or \"\" to turn it off and silence this");
+                    None
+                }
+                Err(error) => return Err(error.into()),
+            },
             None => None,
         };
         Ok(Service {

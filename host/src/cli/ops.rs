@@ -228,6 +228,9 @@ pub async fn enqueue(config: &Config, args: EnqueueArgs) -> Result<()> {
 /// signal (or drained); `source` re-reads the config on a hot reload.
 pub async fn run(config: &Config, drain: bool, source: ConfigSource) -> Result<()> {
     config.check_deliverable()?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let store = connect(config).await?;
     let service = Service::bind(config.clone(), store.clone())
         .await?

@@ -16,6 +16,10 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 pub struct AdminConfig {
     /// Where the admin listener binds; `None` (`listen = ""`) turns it off.
     pub listen: Option<SocketAddr>,
+    /// `listen` was set (in the file or `OUTBOXD_ADMIN_LISTEN`), not taken from the default: a
+    /// listener that cannot bind then stops the host. The default address, when taken by another
+    /// host on the machine, is skipped with a warning instead.
+    pub listen_is_explicit: bool,
     /// How often the row-count gauges and database readiness are refreshed (one counts query
     /// per app code per interval, never one per scrape).
     pub refresh_interval: Duration,
@@ -24,7 +28,7 @@ pub struct AdminConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawAdmin {
-    listen: String,
+    listen: Option<String>,
     #[serde(deserialize_with = "duration")]
     refresh_interval: Duration,
 }
@@ -32,7 +36,7 @@ pub(super) struct RawAdmin {
 impl Default for RawAdmin {
     fn default() -> Self {
         RawAdmin {
-            listen: DEFAULT_ADMIN_LISTEN.into(),
+            listen: None,
             refresh_interval: Duration::from_secs(15),
         }
     }
@@ -40,7 +44,9 @@ impl Default for RawAdmin {
 
 impl RawAdmin {
     pub(super) fn validate(self) -> Result<AdminConfig, ConfigError> {
-        let listen = match self.listen.trim() {
+        let listen_is_explicit = self.listen.is_some();
+        let text = self.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN);
+        let listen = match text.trim() {
             "" => None,
             text => Some(text.parse::<SocketAddr>().map_err(|e| {
                 invalid(
@@ -54,6 +60,7 @@ impl RawAdmin {
         }
         Ok(AdminConfig {
             listen,
+            listen_is_explicit,
             refresh_interval: self.refresh_interval,
         })
     }

@@ -114,6 +114,10 @@ pub struct WorkerConfig {
 pub struct PluginSettings {
     /// Where precompiled plugin artifacts are cached; default: the user cache folder.
     pub cache_dir: Option<PathBuf>,
+    /// How long a sink may spend on one claimed batch, the search for a failing call's culprit
+    /// included: `worker.publish_timeout` less [`DEADLINE_MARGIN`] (set by config loading;
+    /// `None`: the plugin host's default, 19s).
+    pub batch_budget: Option<Duration>,
 }
 
 /// `[log]`.
@@ -254,6 +258,34 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// What is valid but likely a mistake, one line each naming the keys; `outboxd run` logs
+    /// them as warnings at start. Today: a sink whose breaker cannot open before a downstream
+    /// outage dead-letters the events (`retry.max_attempts` ≤ its `breaker.failures`: every
+    /// event of a few-events-at-a-time stream spends all its attempts in fewer failing batches
+    /// than open the breaker).
+    pub fn warnings(&self) -> Vec<String> {
+        let attempts = self.retry.max_attempts;
+        self.publishing
+            .sinks()
+            .iter()
+            .enumerate()
+            .filter(|(_, sink)| {
+                let failures = sink.breaker().failures;
+                failures > 0 && attempts <= failures
+            })
+            .map(|(index, sink)| {
+                format!(
+                    "retry.max_attempts ({attempts}) is not above sink[{index}].breaker.failures \
+                     ({}) of sink `{}`: during a downstream outage an event can spend all its \
+                     attempts and go to `failed` before the breaker opens; raise \
+                     retry.max_attempts or lower breaker.failures",
+                    sink.breaker().failures,
+                    sink.name()
+                )
+            })
+            .collect()
     }
 
     /// Defaults only (no file, no environment).

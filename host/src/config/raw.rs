@@ -77,6 +77,8 @@ struct RawWorker {
     mode: WorkerMode,
     concurrency: u32,
     node_id: Option<String>,
+    /// Default of every sink's `limits.max_batch_bytes`.
+    max_batch_bytes: Option<ByteSize>,
 }
 
 impl Default for RawWorker {
@@ -91,6 +93,7 @@ impl Default for RawWorker {
             mode: WorkerMode::Leased,
             concurrency: 1,
             node_id: None,
+            max_batch_bytes: None,
         }
     }
 }
@@ -159,7 +162,10 @@ impl Default for RawLog {
 impl RawConfig {
     pub(super) fn validate(self, base_dir: &Path) -> Result<Config, ConfigError> {
         let database = self.database.validate()?;
-        let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
+        let mut publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
+        if let Some(bytes) = self.worker.max_batch_bytes {
+            publishing.default_batch_bytes(bytes)?;
+        }
         let worker = self.worker.validate(&publishing)?;
         let retry = self.retry.validate()?;
         deadlines::check(&worker, &publishing)?;
@@ -169,12 +175,14 @@ impl RawConfig {
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
+        let batch_budget = Some(worker.publish_timeout.saturating_sub(DEADLINE_MARGIN));
         Ok(Config {
             database,
             worker,
             retry,
             plugins: PluginSettings {
                 cache_dir: self.plugins.cache_dir.map(|dir| base_dir.join(dir)),
+                batch_budget,
             },
             log: LogConfig {
                 format: self.log.format,

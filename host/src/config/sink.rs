@@ -64,6 +64,13 @@ pub struct SinkLimits {
     pub memory: ByteSize,
     /// Most events handed to one `publish` call; larger batches are split.
     pub max_batch_size: u32,
+    /// Most bytes of events handed to one `publish` call (bodies and string fields, as the
+    /// plugin receives them); larger batches are split. Unset: `worker.max_batch_bytes` when
+    /// that is set, else an eighth of `memory` ([`SinkLimits::batch_bytes`]).
+    pub max_batch_bytes: Option<ByteSize>,
+    /// Largest event this sink is handed; a larger one goes to `failed` alone, with the sizes in
+    /// its `last_error`. Unset: the batch bytes ([`SinkLimits::event_size_limit`]).
+    pub max_event_size: Option<ByteSize>,
     /// Outbound HTTP allowlist (`scheme://host[:port]`); empty: no wasi:http at all.
     pub allow_hosts: Vec<String>,
     /// Token-bucket rate limit on outbound requests; 0 = unlimited.
@@ -93,6 +100,8 @@ impl Default for SinkLimits {
             publish_timeout: Duration::from_secs(15),
             memory: ByteSize(64 * 1024 * 1024),
             max_batch_size: 1000,
+            max_batch_bytes: None,
+            max_event_size: None,
             allow_hosts: Vec::new(),
             max_requests_per_second: 0,
             max_concurrent_requests: 16,
@@ -102,6 +111,25 @@ impl Default for SinkLimits {
             log_lines_per_second: 100,
             log_line_max: ByteSize(2048),
         }
+    }
+}
+
+/// The least `limits.max_batch_bytes` / `limits.max_event_size` (and `worker.max_batch_bytes`).
+pub const MIN_BATCH_BYTES: u64 = 1024;
+
+impl SinkLimits {
+    /// Most bytes of events per `publish` call: `max_batch_bytes`, else an eighth of `memory`
+    /// (8MiB of the default 64MiB), which leaves the plugin room to copy and encode what it is
+    /// handed several times over.
+    pub fn batch_bytes(&self) -> u64 {
+        self.max_batch_bytes
+            .map_or(self.memory.0 / 8, |bytes| bytes.0)
+    }
+
+    /// Largest event handed to the plugin: `max_event_size`, else [`SinkLimits::batch_bytes`].
+    pub fn event_size_limit(&self) -> u64 {
+        self.max_event_size
+            .map_or(self.batch_bytes(), |bytes| bytes.0)
     }
 }
 
@@ -163,6 +191,38 @@ impl SinkSpec {
                 &format!("{key}.limits.memory"),
                 "must be at least 1MiB",
             ));
+        }
+        let bytes_key = format!("{key}.limits.max_batch_bytes");
+        if let Some(bytes) = limits.max_batch_bytes {
+            if bytes.0 < MIN_BATCH_BYTES {
+                return Err(invalid(&bytes_key, "must be at least 1KiB"));
+            }
+            if bytes.0 > limits.memory.0 {
+                return Err(invalid(
+                    &bytes_key,
+                    format!(
+                        "{} bytes do not fit in {key}.limits.memory ({} bytes)",
+                        bytes.0, limits.memory.0
+                    ),
+                ));
+            }
+        }
+        if let Some(size) = limits.max_event_size {
+            let size_key = format!("{key}.limits.max_event_size");
+            if size.0 < MIN_BATCH_BYTES {
+                return Err(invalid(&size_key, "must be at least 1KiB"));
+            }
+            if size.0 > limits.batch_bytes() {
+                return Err(invalid(
+                    &size_key,
+                    format!(
+                        "{} bytes exceed the sink's batch bytes ({}, {key}.limits.max_batch_bytes \
+                         or an eighth of limits.memory): such an event could never be sent",
+                        size.0,
+                        limits.batch_bytes()
+                    ),
+                ));
+            }
         }
         if limits.max_concurrent_requests == 0 {
             return Err(invalid(
@@ -296,6 +356,36 @@ impl Publishing {
             sinks: specs,
             routes: checked,
         })
+    }
+
+    /// Gives every sink that does not set `limits.max_batch_bytes` the `worker.max_batch_bytes`
+    /// of the configuration, checked against the sink's memory and event size.
+    pub(super) fn default_batch_bytes(&mut self, bytes: ByteSize) -> Result<(), ConfigError> {
+        if bytes.0 < MIN_BATCH_BYTES {
+            return Err(invalid("worker.max_batch_bytes", "must be at least 1KiB"));
+        }
+        for (index, sink) in self.sinks.iter_mut().enumerate() {
+            let limits = &mut sink.limits;
+            if limits.max_batch_bytes.is_some() {
+                continue;
+            }
+            let too_small = limits.max_event_size.filter(|size| size.0 > bytes.0);
+            if bytes.0 > limits.memory.0 || too_small.is_some() {
+                return Err(invalid(
+                    "worker.max_batch_bytes",
+                    format!(
+                        "{} bytes do not fit sink[{index}] `{}` (limits.memory {} bytes, \
+                         limits.max_event_size {} bytes): set its limits.max_batch_bytes",
+                        bytes.0,
+                        sink.name,
+                        limits.memory.0,
+                        limits.event_size_limit()
+                    ),
+                ));
+            }
+            limits.max_batch_bytes = Some(bytes);
+        }
+        Ok(())
     }
 
     /// The sinks, in config order.

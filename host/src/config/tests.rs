@@ -334,3 +334,118 @@ fn held_mode_needs_row_locks_and_a_spare_connection() {
         .to_string();
     assert!(unknown.contains("locked"), "{unknown}");
 }
+
+#[test]
+fn batch_bytes_default_to_an_eighth_of_memory_and_are_checked() {
+    let config = load_str(&sink_with_limits("a", r#"memory = "32MiB""#), &[]).unwrap();
+    let limits = config.publishing.sinks()[0].limits();
+    assert_eq!(limits.batch_bytes(), 4 << 20);
+    assert_eq!(limits.event_size_limit(), 4 << 20);
+
+    let error = load_str(
+        &sink_with_limits("a", r#"memory = "8MiB", max_batch_bytes = "9MiB""#),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("invalid config key `sink[0].limits.max_batch_bytes`"),
+        "{error}"
+    );
+    let error = load_str(
+        &sink_with_limits("a", r#"max_batch_bytes = "1MiB", max_event_size = "2MiB""#),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("invalid config key `sink[0].limits.max_event_size`"),
+        "{error}"
+    );
+    let error = load_str(&sink_with_limits("a", "max_batch_bytes = 1023"), &[]).unwrap_err();
+    assert!(error.to_string().contains("at least 1KiB"), "{error}");
+    // At the boundaries: 1KiB, and all of memory.
+    load_str(
+        &sink_with_limits("a", "max_batch_bytes = 1024, max_event_size = 1024"),
+        &[],
+    )
+    .unwrap();
+    load_str(
+        &sink_with_limits("a", r#"memory = "2MiB", max_batch_bytes = "2MiB""#),
+        &[],
+    )
+    .unwrap();
+}
+
+#[test]
+fn worker_max_batch_bytes_is_the_sinks_default() {
+    let text = format!(
+        "[worker]\nmax_batch_bytes = \"1MiB\"\n{}{}",
+        sink_with_limits("a", r#"memory = "64MiB""#),
+        sink_with_limits("b", r#"max_batch_bytes = "2MiB""#)
+    );
+    let config = load_str(&text, &[]).unwrap();
+    let sinks = config.publishing.sinks();
+    assert_eq!(sinks[0].limits().batch_bytes(), 1 << 20);
+    assert_eq!(sinks[1].limits().batch_bytes(), 2 << 20);
+    let config = load_str(
+        &sink_with_limits("a", ""),
+        &[("OUTBOXD_WORKER_MAX_BATCH_BYTES", "512KiB")],
+    )
+    .unwrap();
+    assert_eq!(
+        config.publishing.sinks()[0].limits().batch_bytes(),
+        512 << 10
+    );
+    let error = load_str(
+        &format!(
+            "[worker]\nmax_batch_bytes = \"4MiB\"\n{}",
+            sink_with_limits("a", r#"memory = "2MiB""#)
+        ),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("invalid config key `worker.max_batch_bytes`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_admin_listen_address_knows_whether_it_was_set() {
+    let defaults = Config::defaults();
+    assert!(!defaults.admin.listen_is_explicit);
+    assert_eq!(
+        defaults.admin.listen.unwrap().to_string(),
+        DEFAULT_ADMIN_LISTEN
+    );
+    let set = load_str("[admin]\nlisten = \"127.0.0.1:9464\"\n", &[]).unwrap();
+    assert!(set.admin.listen_is_explicit);
+    let off = load_str("[admin]\nlisten = \"\"\n", &[]).unwrap();
+    assert_eq!(off.admin.listen, None);
+}
+
+#[test]
+fn attempts_not_above_the_breaker_failures_are_warned_about() {
+    let text = format!(
+        "[retry]\nmax_attempts = 3\n{}",
+        sink_with_limits("a", r#"memory = "64MiB""#)
+    );
+    let warnings = load_str(&text, &[]).unwrap().warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("retry.max_attempts (3) is not above sink[0].breaker.failures (5)"),
+        "{}",
+        warnings[0]
+    );
+    let text = format!(
+        "[retry]\nmax_attempts = 6\n{}",
+        sink_with_limits("a", r#"memory = "64MiB""#)
+    );
+    assert!(load_str(&text, &[]).unwrap().warnings().is_empty());
+    assert!(Config::defaults().warnings().is_empty());
+}

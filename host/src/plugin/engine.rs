@@ -14,6 +14,7 @@ use wasmtime::{Config, Engine};
 
 use super::cache::{ArtifactCache, CacheOutcome};
 use super::error::{PluginError, boxed};
+use super::runtime::PluginRuntime;
 use crate::config::PluginSettings;
 
 /// How often the epoch advances. Deadlines are checked (and a running guest yields to tokio) at
@@ -31,6 +32,7 @@ pub struct PluginEngine {
 struct Inner {
     engine: Engine,
     cache: Option<ArtifactCache>,
+    runtime: PluginRuntime,
     _ticker: EpochTicker,
 }
 
@@ -49,7 +51,7 @@ pub struct CompiledPlugin {
 
 impl PluginEngine {
     /// Creates the engine, opens the artifact cache (`settings.cache_dir`, else the default
-    /// location) and starts the epoch ticker.
+    /// location) and starts the epoch ticker and the plugin runtime's threads.
     pub fn new(settings: &PluginSettings) -> Result<PluginEngine, PluginError> {
         let mut config = Config::new();
         // Plugins are linear-memory components: no GC proposals, hence no GC collector needed.
@@ -59,11 +61,15 @@ impl PluginEngine {
             .gc_support(false);
         let engine = Engine::new(&config).map_err(|e| PluginError::Engine { source: boxed(e) })?;
         let cache = ArtifactCache::open(settings.cache_dir.as_deref())?;
+        let runtime = PluginRuntime::start().map_err(|e| PluginError::Engine {
+            source: Box::new(e),
+        })?;
         let ticker = EpochTicker::start(engine.clone());
         Ok(PluginEngine {
             inner: Arc::new(Inner {
                 engine,
                 cache,
+                runtime,
                 _ticker: ticker,
             }),
         })
@@ -72,6 +78,11 @@ impl PluginEngine {
     /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    /// The runtime every guest call runs on, apart from the host's own tasks.
+    pub fn runtime(&self) -> &PluginRuntime {
+        &self.inner.runtime
     }
 
     /// The artifact cache directory, if caching is enabled.

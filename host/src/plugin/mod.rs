@@ -10,7 +10,11 @@
 //! - `redact`: secret config values kept out of logs and `last_error`;
 //! - `log_limit`: a sink's cap on its plugin's log lines (rate and length);
 //! - `state`: per-instance store state, memory limiter, logging and stdio → `tracing`;
-//! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool;
+//! - [`runtime`]: [`PluginRuntime`], the threads guest calls run on, apart from the host's tasks;
+//! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool, splitting
+//!   batches into calls by count and bytes;
+//! - `isolate`: finding the event a whole-call failure belongs to (bisection), and the sink's
+//!   memory of suspects across claims;
 //! - [`breaker`]: [`BreakerSink`], a sink's circuit breaker (defers events without spending an
 //!   attempt while the sink is down);
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
@@ -24,9 +28,11 @@ pub mod check;
 pub mod engine;
 mod error;
 mod http;
+mod isolate;
 mod log_limit;
 mod redact;
 pub mod router;
+pub mod runtime;
 pub mod sink;
 mod state;
 pub mod swap;
@@ -43,6 +49,7 @@ pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_j
 pub use engine::{CompiledPlugin, PluginEngine};
 pub use error::{BoxError, PluginError};
 pub use router::{Route, RoutedPublisher};
+pub use runtime::PluginRuntime;
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
 pub use swap::SwappablePublisher;
 
@@ -78,7 +85,12 @@ pub async fn load_publisher_with_metrics(
         .zip(publishing.sinks())
         .map(|(sink, spec)| {
             let name = sink.name().to_string();
-            let plugin = Arc::new(sink.with_metrics(metrics.clone())) as Arc<dyn Publisher>;
+            let sink = sink.with_metrics(metrics.clone());
+            let sink = match settings.batch_budget {
+                Some(budget) => sink.with_batch_budget(budget),
+                None => sink,
+            };
+            let plugin = Arc::new(sink) as Arc<dyn Publisher>;
             let guarded = BreakerSink::new(&name, plugin, spec.breaker(), metrics.clone());
             (name, Arc::new(guarded) as Arc<dyn Publisher>)
         })

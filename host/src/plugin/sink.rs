@@ -1,12 +1,21 @@
 //! `PluginSink`: one `[[sink]]` running its plugin under its limits (outbound HTTP included),
 //! with a small pool of reusable instances; implements [`Publisher`]. What the plugin says
 //! (results, `init` errors, traps) has the sink's secret config values redacted.
+//!
+//! A batch is published as calls of at most `limits.max_batch_size` events and
+//! `limits.max_batch_bytes` bytes; an event larger than `limits.max_event_size` fails alone,
+//! permanently, without a call. A call that fails as a whole is bisected to find its culprit
+//! (`isolate`). Every guest call runs on the plugin runtime (`runtime`), never on the thread
+//! of the caller.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures::stream::{self, StreamExt};
+use tokio_util::task::AbortOnDropHandle;
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
@@ -15,6 +24,7 @@ use super::bindings::{PublisherComponent, PublisherComponentPre};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{PluginError, boxed};
 use super::http::HttpPolicy;
+use super::isolate::{ISOLATION_PARALLELISM, Suspects, isolate};
 use super::log_limit::LogLimit;
 use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
@@ -31,8 +41,20 @@ const OUTER_TIMEOUT_GRACE: Duration = Duration::from_secs(1);
 /// instances that are dropped after use.
 pub const MAX_IDLE_INSTANCES: usize = 4;
 
-/// A running sink: its plugin linked once (`InstancePre`), instances reused across batches.
+/// How long a sink may spend on one claimed batch when its caller says nothing else
+/// ([`PluginSink::with_batch_budget`]): the default `worker.publish_timeout` (20s) less the
+/// deadline margin (1s).
+pub const DEFAULT_BATCH_BUDGET: Duration = Duration::from_secs(19);
+
+/// A running sink: its plugin linked once (`InstancePre`), instances reused across batches. Cheap
+/// to clone (the clones share the instances).
+#[derive(Clone)]
 pub struct PluginSink {
+    core: Arc<SinkCore>,
+}
+
+/// Everything of a sink; shared with the guest calls running on the plugin runtime.
+struct SinkCore {
     name: Arc<str>,
     shared: Arc<SinkShared>,
     engine: PluginEngine,
@@ -41,6 +63,11 @@ pub struct PluginSink {
     publish_timeout: Duration,
     memory_cap: u64,
     max_batch_size: usize,
+    max_batch_bytes: u64,
+    max_event_size: u64,
+    /// How long one `publish` (one claimed batch) may take, bisection included.
+    batch_budget: Duration,
+    suspects: Suspects,
     idle: Mutex<Vec<Instance>>,
     instances_built: AtomicU64,
     plugin: CompiledPlugin,
@@ -101,7 +128,7 @@ impl PluginSink {
                 usize::try_from(limits.log_line_max.0).unwrap_or(usize::MAX),
             ),
         });
-        let this = PluginSink {
+        let core = SinkCore {
             name,
             shared,
             engine: engine.clone(),
@@ -114,47 +141,84 @@ impl PluginSink {
             publish_timeout: limits.publish_timeout,
             memory_cap: limits.memory.0,
             max_batch_size: limits.max_batch_size as usize,
+            max_batch_bytes: limits.batch_bytes(),
+            max_event_size: limits.event_size_limit(),
+            batch_budget: DEFAULT_BATCH_BUDGET,
+            suspects: Suspects::default(),
             idle: Mutex::new(Vec::new()),
             instances_built: AtomicU64::new(0),
             plugin,
             world,
             metrics: Metrics::default(),
         };
-        let first = this.instantiate().await?;
-        this.check_in(first);
-        Ok(this)
+        let core = Arc::new(core);
+        let first = core.clone();
+        let first = engine
+            .runtime()
+            .spawn(async move { first.instantiate().await })
+            .await
+            .map_err(|join| PluginError::Instantiate {
+                sink: sink.name().to_string(),
+                source: Box::new(join),
+            })??;
+        core.check_in(first);
+        Ok(PluginSink { core })
     }
 
     /// The same sink counting its traps, deadline overruns, memory-cap hits and instance
-    /// rebuilds in `metrics`.
+    /// rebuilds in `metrics`. Call before sharing the sink.
     pub fn with_metrics(mut self, metrics: Metrics) -> PluginSink {
-        self.metrics = metrics;
+        self.core_mut().metrics = metrics;
         self
     }
 
+    /// The same sink spending at most `budget` on one claimed batch: a call that failed as a
+    /// whole is bisected only while another level of halves can end within it (the worker's
+    /// `worker.publish_timeout` less the deadline margin; default [`DEFAULT_BATCH_BUDGET`]).
+    /// Call before sharing the sink.
+    pub fn with_batch_budget(mut self, budget: Duration) -> PluginSink {
+        self.core_mut().batch_budget = budget;
+        self
+    }
+
+    fn core_mut(&mut self) -> &mut SinkCore {
+        Arc::get_mut(&mut self.core).expect("a sink is configured before it is shared")
+    }
+
+    /// How many events this sink remembers as suspects: events whose call failed as a whole
+    /// before bisection found the culprit in time, published in groups of their own when they
+    /// come back.
+    pub fn suspects(&self) -> usize {
+        self.core.suspects.len()
+    }
+}
+
+impl PluginSink {
     /// The sink's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.core.name
     }
 
     /// The compiled plugin (sha256, size, whether it came from the cache).
     pub fn plugin(&self) -> &CompiledPlugin {
-        &self.plugin
+        &self.core.plugin
     }
 
     /// The plugin's imports, exports and WIT version.
     pub fn world(&self) -> &WorldInfo {
-        &self.world
+        &self.core.world
     }
 
     /// Pool counters: a steady `instances_built` across batches shows instances are reused.
     pub fn stats(&self) -> SinkStats {
         SinkStats {
-            instances_built: self.instances_built.load(Ordering::Relaxed),
-            idle_instances: self.idle.lock().map_or(0, |idle| idle.len()),
+            instances_built: self.core.instances_built.load(Ordering::Relaxed),
+            idle_instances: self.core.idle.lock().map_or(0, |idle| idle.len()),
         }
     }
+}
 
+impl SinkCore {
     /// Creates a fresh instance and runs `init` on it, under the publish deadline.
     async fn instantiate(&self) -> Result<Instance, PluginError> {
         let mut store = Store::new(
@@ -222,24 +286,125 @@ impl PluginSink {
         }
     }
 
-    /// Publishes at most `max_batch_size` events through one instance.
-    async fn publish_chunk(&self, events: &[Event]) -> Vec<Outcome> {
-        let wit_events: Vec<WitEvent> = events.iter().map(to_wit).collect();
-        let result = match self.check_out().await {
-            Ok(mut instance) => match self.call_publish(&mut instance, &wit_events).await {
-                Ok(results) => {
+    /// Publishes a claimed batch: events over `max_event_size` fail alone; the others go out in
+    /// calls of at most `max_batch_size` events and `max_batch_bytes` bytes, one after the other,
+    /// and suspects in calls of their own group beside them; each call is isolated when it
+    /// fails as a whole. Runs on the plugin runtime.
+    async fn publish_batch(self: Arc<Self>, batch: Vec<Event>) -> Vec<Outcome> {
+        let deadline = Instant::now() + self.batch_budget;
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut plain = Vec::with_capacity(batch.len());
+        let mut suspect_groups: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (position, event) in batch.iter().enumerate() {
+            let size = event_size(event);
+            if size > self.max_event_size {
+                outcomes[position] = Some(Outcome::permanent(format!(
+                    "event of {size} bytes exceeds sink `{}`'s limits.max_event_size ({} bytes)",
+                    self.name, self.max_event_size
+                )));
+            } else if let Some(group) = self.suspects.group_of(&event.event_id) {
+                suspect_groups.entry(group).or_default().push(position);
+            } else {
+                plain.push(position);
+            }
+        }
+        let plain = self.pack(&batch, plain);
+        let suspects: Vec<Vec<usize>> = suspect_groups
+            .into_values()
+            .flat_map(|group| self.pack(&batch, group))
+            .collect();
+        let this = &self;
+        let batch = &batch;
+        let calls = |calls: Vec<Vec<usize>>, at_once: usize| {
+            stream::iter(calls)
+                .map(move |positions| {
+                    isolate(
+                        positions,
+                        deadline,
+                        this.publish_timeout,
+                        move |positions| this.call(batch, positions),
+                    )
+                })
+                .buffered(at_once)
+                .collect::<Vec<_>>()
+        };
+        // The batch's calls one after the other, as the deadlines are configured; the suspect
+        // groups side by side with them, so that a group that runs into its deadline again
+        // costs the others no time.
+        let (plain, suspects) =
+            futures::join!(calls(plain, 1), calls(suspects, ISOLATION_PARALLELISM));
+        for found in plain.into_iter().chain(suspects) {
+            if found.calls > 1 {
+                tracing::warn!(sink = %self.name, calls = found.calls, failed_alone = found.failed_alone,
+                    outage = found.outage, unresolved = found.unresolved.iter().map(Vec::len).sum::<usize>(),
+                    "plugin call failed as a whole; published its events again in halves to find the culprit");
+            }
+            // Answered events are suspects no more; the groups left unresolved are halved.
+            self.suspects.forget(
+                found
+                    .outcomes
+                    .iter()
+                    .map(|(p, _)| batch[*p].event_id.as_str()),
+            );
+            self.suspects
+                .record(&found.unresolved, |p| batch[p].event_id.as_str());
+            for (position, outcome) in found.outcomes {
+                outcomes[position] = Some(outcome);
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or_else(|| Outcome::retryable("the sink gave no result")))
+            .collect()
+    }
+
+    /// `positions` split, in order, into calls of at most `max_batch_size` events and
+    /// `max_batch_bytes` bytes (an event alone may reach `max_event_size`).
+    fn pack(&self, batch: &[Event], positions: Vec<usize>) -> Vec<Vec<usize>> {
+        let mut calls = Vec::new();
+        let mut call = Vec::new();
+        let mut bytes = 0u64;
+        for position in positions {
+            let size = event_size(&batch[position]);
+            if !call.is_empty()
+                && (call.len() >= self.max_batch_size || bytes + size > self.max_batch_bytes)
+            {
+                calls.push(std::mem::take(&mut call));
+                bytes = 0;
+            }
+            call.push(position);
+            bytes += size;
+        }
+        if !call.is_empty() {
+            calls.push(call);
+        }
+        calls
+    }
+
+    /// One `publish` call with the events at `positions`: their outcomes, or why the call failed
+    /// as a whole (the instance is then discarded and the failure counted).
+    async fn call(
+        &self,
+        batch: &[Event],
+        positions: Vec<usize>,
+    ) -> Result<Vec<(usize, Outcome)>, String> {
+        let wit_events: Vec<WitEvent> = positions.iter().map(|&p| to_wit(&batch[p])).collect();
+        let called = match self.check_out().await {
+            Ok(mut instance) => {
+                let results = self.call_publish(&mut instance, &wit_events).await;
+                if results.is_ok() {
                     self.check_in(instance);
-                    Ok(results)
                 }
-                Err(error) => Err(error),
-            },
+                results
+            }
             Err(error) => Err(error),
         };
-        match result {
-            Ok(results) => results
+        match called {
+            Ok(results) => Ok(positions
                 .into_iter()
-                .map(|result| to_outcome(result, &self.shared.redactor))
-                .collect(),
+                .zip(results)
+                .map(|(position, result)| (position, to_outcome(result, &self.shared.redactor)))
+                .collect()),
             Err(error) => {
                 let kind = match error {
                     PluginError::Deadline { .. } => PluginFailure::deadline,
@@ -247,12 +412,8 @@ impl PluginSink {
                     _ => PluginFailure::trap,
                 };
                 self.metrics.count_plugin_failure(&self.name, kind);
-                tracing::warn!(sink = %self.name, error = %error, events = events.len(), "plugin batch failed; instance discarded");
-                let message = error.to_string();
-                events
-                    .iter()
-                    .map(|_| Outcome::retryable(message.clone()))
-                    .collect()
+                tracing::debug!(sink = %self.name, error = %error, events = positions.len(), "plugin call failed; instance discarded");
+                Err(error.to_string())
             }
         }
     }
@@ -324,13 +485,32 @@ impl PluginSink {
 
 #[async_trait]
 impl Publisher for PluginSink {
+    /// Publishes `batch` on the plugin runtime; dropping the future abandons the calls.
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for chunk in batch.chunks(self.max_batch_size) {
-            outcomes.extend(self.publish_chunk(chunk).await);
+        let core = self.core.clone();
+        let task = self
+            .core
+            .engine
+            .runtime()
+            .spawn(core.publish_batch(batch.to_vec()));
+        match AbortOnDropHandle::new(task).await {
+            Ok(outcomes) => outcomes,
+            Err(join) => {
+                let message = format!("sink `{}` failed: {join}", self.core.name);
+                vec![Outcome::retryable(message); batch.len()]
+            }
         }
-        outcomes
     }
+}
+
+/// An event's size as the plugin receives it: its body and string fields, plus the fixed fields.
+pub fn event_size(event: &Event) -> u64 {
+    let strings = event.app_code.len()
+        + event.event_id.len()
+        + event.event_type.len()
+        + event.room_id.len()
+        + event.body.len();
+    strings as u64 + 32
 }
 
 /// Compiled component → checked world + `InstancePre` linked with wasi:http (for

@@ -1,0 +1,449 @@
+//! A bad event or a busy plugin costs only itself, on every database, through the real plugin
+//! host (`load_publisher`, as `outboxd run` builds it) and the real `chaos` and `log` guests:
+//! - a poison event (its plugin traps whenever it is in the call) among a thousand is found by
+//!   bisection: the 999 others are delivered on the first claim, the poison alone spends its
+//!   attempts and ends `failed` with the trap's reason; leased and held mode alike; two poisons
+//!   in one batch are both found; a room whose head is the poison stays in order;
+//! - a sink that traps on everything is an outage, not a poison: its calls are bounded, its
+//!   breaker opens, and once open its events spend no attempt;
+//! - events are handed to plugins in calls bounded in bytes: 1 MiB bodies among small ones are
+//!   all delivered with the default limits, and an event above `limits.max_event_size` fails
+//!   alone, permanently;
+//! - a guest spinning without host calls does not hold up another sink's marks.
+
+mod fixtures;
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outboxd::config::{BreakerSettings, Publishing, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::metrics::Metrics;
+use outboxd::plugin::{SwappablePublisher, load_publisher_with_metrics};
+use outboxd::publish::Publisher;
+use outboxd::record::{Record, now_ms};
+use outboxd::retry::{RetryPolicy, Strategy};
+use outboxd::store::{CountsParams, DeliveryOrder, OutboxStore, StatusCounts};
+use outboxd::worker::{BatchStats, RunMode, Worker, WorkerMode, WorkerOptions};
+use support::{Backend, TestDb, typed_record};
+use tokio::sync::{RwLock, RwLockReadGuard};
+use tokio_util::sync::CancellationToken;
+
+/// The timing test runs alone in this binary (it takes this lock for writing, the others for
+/// reading), so that its figures are not the other tests' CPU load.
+static TIMING: RwLock<()> = RwLock::const_new(());
+
+async fn shared() -> RwLockReadGuard<'static, ()> {
+    TIMING.read().await
+}
+
+const QUIET: (&str, &str) = ("quiet", "true");
+
+fn route(event_type: &str, sink: &str) -> RouteConfig {
+    RouteConfig {
+        event_type: event_type.into(),
+        sink: sink.into(),
+    }
+}
+
+/// The production publisher (router → breaker → plugin sink) over `sinks` and `routes`.
+async fn publisher(
+    sinks: Vec<SinkConfig>,
+    routes: Vec<RouteConfig>,
+    metrics: &Metrics,
+) -> Arc<dyn Publisher> {
+    let publishing = Publishing::new(sinks, routes, Path::new("")).expect("valid sinks");
+    load_publisher_with_metrics(&publishing, &fixtures::settings(), metrics)
+        .await
+        .expect("sinks start")
+}
+
+/// A sink of the `chaos` guest that traps whenever an event of type `Poison` is in the call.
+fn trapping() -> SinkConfig {
+    fixtures::sink_config(
+        "trapping",
+        "chaos",
+        &[("behaviour", "ok"), ("trap_on_type", "Poison"), QUIET],
+    )
+}
+
+fn options(batch_size: u32, max_attempts: u32, mode: WorkerMode) -> WorkerOptions {
+    WorkerOptions {
+        app_codes: vec!["app".into()],
+        batch_size,
+        poll_interval: Duration::from_millis(10),
+        lease: Duration::from_secs(30),
+        publish_timeout: Duration::from_secs(20),
+        retry: RetryPolicy {
+            strategy: Strategy::FixedInterval {
+                interval: Duration::from_millis(1),
+            },
+            max_attempts,
+        },
+        ordering: DeliveryOrder::None,
+        mode,
+        concurrency: 1,
+        node_id: "isolation".into(),
+    }
+}
+
+/// `n` records of tenant `app`, ids `e0000…`, each in one of 50 rooms, of type `RoomGiftSent`
+/// except the positions in `poison`, of type `Poison`; created a minute ago, in order.
+fn records(n: usize, poison: &[usize]) -> Vec<Record> {
+    let base = now_ms() - 60_000;
+    (0..n)
+        .map(|i| {
+            let event_type = if poison.contains(&i) {
+                "Poison"
+            } else {
+                "RoomGiftSent"
+            };
+            let room = format!("room-{}", i % 50);
+            typed_record("app", &id(i), &room, event_type, base + i as i64)
+        })
+        .collect()
+}
+
+fn id(i: usize) -> String {
+    format!("e{i:04}")
+}
+
+async fn counts(store: &Arc<dyn OutboxStore>) -> StatusCounts {
+    store
+        .counts(&CountsParams {
+            app_code: None,
+            now_ms: now_ms(),
+        })
+        .await
+        .expect("counts")
+}
+
+/// Rounds of `worker` until nothing is claimable for a while (retries are due after 1 ms);
+/// returns what they did together.
+async fn rounds_until_settled(worker: &Worker) -> BatchStats {
+    let mut total = BatchStats::default();
+    let mut idle = 0;
+    for _ in 0..50 {
+        let stats = worker.process_batch("isolation/0", "app").await.unwrap();
+        total.delivered += stats.delivered;
+        total.retried += stats.retried;
+        total.failed += stats.failed;
+        total.deferred += stats.deferred;
+        if stats.claimed == 0 {
+            idle += 1;
+            if idle == 3 {
+                return total;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("rows still claimable after 50 rounds: {total:?}");
+}
+
+async fn one_poison_among_a_thousand(backend: Backend, mode: WorkerMode) {
+    let _shared = shared().await;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    store.enqueue(&records(1000, &[637])).await.unwrap();
+    let metrics = Metrics::new();
+    let publisher = publisher(vec![trapping()], vec![route("*", "trapping")], &metrics).await;
+    let worker = Worker::new(store.clone(), publisher, options(1000, 3, mode));
+
+    let first = worker.process_batch("isolation/0", "app").await.unwrap();
+    assert_eq!(
+        (first.claimed, first.delivered, first.retried, first.failed),
+        (1000, 999, 1, 0),
+        "the first claim delivers every innocent event: {first:?}"
+    );
+    let poison = db.row("app", &id(637)).await.unwrap();
+    assert_eq!(poison.status, "retryable");
+    assert!(
+        poison
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("trapped") && e.contains("event type Poison")),
+        "{poison:?}"
+    );
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"outboxd_breaker_state{sink="trapping"} 0"#),
+        "a bisected batch whose neighbours were delivered counts as a success:\n{text}"
+    );
+
+    let rest = rounds_until_settled(&worker).await;
+    assert_eq!((rest.delivered, rest.failed), (0, 1), "{rest:?}");
+    let poison = db.row("app", &id(637)).await.unwrap();
+    assert_eq!(
+        (poison.status.as_str(), poison.retry_count),
+        ("failed", 3),
+        "{poison:?}"
+    );
+    let counts = counts(&store).await;
+    assert_eq!((counts.delivered, counts.failed), (999, 1), "{counts:?}");
+    assert!(
+        metrics
+            .encode()
+            .contains(r#"outboxd_breaker_state{sink="trapping"} 0"#),
+        "the breaker stays closed for a poison event"
+    );
+}
+
+async fn one_poison_among_a_thousand_leased(backend: Backend) {
+    one_poison_among_a_thousand(backend, WorkerMode::Leased).await;
+}
+
+async fn one_poison_among_a_thousand_held(backend: Backend) {
+    one_poison_among_a_thousand(backend, WorkerMode::Held).await;
+}
+
+async fn two_poisons_in_one_batch_are_both_found(backend: Backend) {
+    let _shared = shared().await;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    store.enqueue(&records(500, &[3, 420])).await.unwrap();
+    let metrics = Metrics::new();
+    let publisher = publisher(vec![trapping()], vec![route("*", "trapping")], &metrics).await;
+    let worker = Worker::new(
+        store.clone(),
+        publisher,
+        options(1000, 2, WorkerMode::Leased),
+    );
+    let first = worker.process_batch("isolation/0", "app").await.unwrap();
+    assert_eq!(
+        (first.delivered, first.retried),
+        (498, 2),
+        "both culprits found on the first claim: {first:?}"
+    );
+    rounds_until_settled(&worker).await;
+    for poison in [3, 420] {
+        let row = db.row("app", &id(poison)).await.unwrap();
+        assert_eq!((row.status.as_str(), row.retry_count), ("failed", 2));
+    }
+    assert_eq!(counts(&store).await.delivered, 498);
+}
+
+async fn a_sink_that_traps_on_everything_opens_its_breaker(backend: Backend) {
+    let _shared = shared().await;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let all: Vec<usize> = (0..200).collect();
+    store.enqueue(&records(200, &all)).await.unwrap();
+    let metrics = Metrics::new();
+    let sink = SinkConfig {
+        breaker: BreakerSettings {
+            failures: 1,
+            cool_down: Duration::from_secs(600),
+        },
+        ..trapping()
+    };
+    let publisher = publisher(vec![sink], vec![route("*", "trapping")], &metrics).await;
+    let worker = Worker::new(
+        store.clone(),
+        publisher,
+        options(1000, 5, WorkerMode::Leased),
+    );
+
+    let first = worker.process_batch("isolation/0", "app").await.unwrap();
+    assert_eq!((first.retried, first.delivered), (200, 0), "{first:?}");
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"outboxd_plugin_failures_total{sink="trapping",kind="trap"} 7"#),
+        "an outage stops halving after the whole call, its halves and its quarters:\n{text}"
+    );
+    assert!(
+        text.contains(r#"outboxd_breaker_state{sink="trapping"} 1"#),
+        "the outage opened the breaker:\n{text}"
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = worker.process_batch("isolation/0", "app").await.unwrap();
+    assert_eq!((second.deferred, second.retried), (200, 0), "{second:?}");
+    for i in [0, 99, 199] {
+        let row = db.row("app", &id(i)).await.unwrap();
+        assert_eq!(row.retry_count, 1, "no attempt spent while open: {row:?}");
+    }
+}
+
+async fn a_poison_at_a_rooms_head_keeps_the_room_in_order(backend: Backend) {
+    let _shared = shared().await;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_per_room().await;
+    let base = now_ms() - 60_000;
+    let mut rows = vec![
+        typed_record("app", "head", "room-p", "Poison", base),
+        typed_record("app", "second", "room-p", "RoomGiftSent", base + 1),
+        typed_record("app", "third", "room-p", "RoomGiftSent", base + 2),
+    ];
+    rows.extend(
+        (0..40).map(|i| typed_record("app", &id(i), &format!("r{i}"), "RoomGiftSent", base + 3)),
+    );
+    store.enqueue(&rows).await.unwrap();
+    let publisher = publisher(
+        vec![trapping()],
+        vec![route("*", "trapping")],
+        &Metrics::new(),
+    )
+    .await;
+    let mut opts = options(1000, 3, WorkerMode::Leased);
+    opts.ordering = DeliveryOrder::PerRoom;
+    let worker = Worker::new(store.clone(), publisher, opts);
+    for _ in 0..50 {
+        let stats = worker.process_batch("isolation/0", "app").await.unwrap();
+        let head = db.row("app", "head").await.unwrap();
+        let second = db.row("app", "second").await.unwrap();
+        let third = db.row("app", "third").await.unwrap();
+        if head.status != "failed" {
+            assert_eq!(
+                (second.status.as_str(), third.status.as_str()),
+                ("pending", "pending"),
+                "the room's later events wait for its head"
+            );
+        } else if third.status == "delivered" {
+            assert_eq!(second.status, "delivered");
+            assert_eq!(head.retry_count, 3);
+            assert_eq!(counts(&store).await.delivered, 42);
+            return;
+        }
+        if stats.claimed == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    panic!("room-p did not finish");
+}
+
+async fn large_events_go_in_calls_bounded_in_bytes(backend: Backend) {
+    let _shared = shared().await;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let base = now_ms() - 60_000;
+    let mut rows = Vec::new();
+    for i in 0..240 {
+        let mut record = typed_record("app", &id(i), "room-1", "RoomGiftSent", base + i as i64);
+        if i % 4 == 0 {
+            // 60 events of 1 MiB among 180 small ones: 60 MiB in one claim.
+            record.envelope.body = vec![b'x'; 1 << 20];
+        }
+        rows.push(record);
+    }
+    // One event above the default max_event_size (an eighth of the 64 MiB memory cap: 8 MiB).
+    let mut huge = typed_record("app", "huge", "room-2", "RoomGiftSent", base + 500);
+    huge.envelope.body = vec![b'y'; 9 << 20];
+    for chunk in rows.chunks(8) {
+        store.enqueue(chunk).await.unwrap();
+    }
+    store.enqueue(&[huge]).await.unwrap();
+    let sink = fixtures::sink_config("log", "log", &[]);
+    assert_eq!(sink.limits, SinkLimits::default(), "the default limits");
+    let publisher = publisher(vec![sink], vec![route("*", "log")], &Metrics::new()).await;
+    let worker = Worker::new(
+        store.clone(),
+        publisher,
+        options(1000, 3, WorkerMode::Leased),
+    );
+    let stats = worker.process_batch("isolation/0", "app").await.unwrap();
+    assert_eq!(
+        (stats.claimed, stats.delivered, stats.failed, stats.retried),
+        (241, 240, 1, 0),
+        "{stats:?}"
+    );
+    let huge = db.row("app", "huge").await.unwrap();
+    assert_eq!(huge.status, "failed");
+    let error = huge.last_error.unwrap_or_default();
+    assert!(
+        error.contains("exceeds sink `log`'s limits.max_event_size (8388608 bytes)"),
+        "{error}"
+    );
+}
+
+/// How long the 300 rows of the `healthy` sink take to be marked delivered when 5 events of the
+/// same claim go to `other`, through the publisher `outboxd run` builds (router → breaker →
+/// sink, behind the hot-reload swap).
+async fn healthy_rows_marked_beside(backend: Backend, other: SinkConfig) -> Option<Duration> {
+    let db = TestDb::new(backend).await?;
+    let store = db.store_default().await;
+    let healthy = fixtures::sink_config("healthy", "chaos", &[("behaviour", "ok"), QUIET]);
+    let routed = publisher(
+        vec![healthy, other],
+        vec![route("Spin*", "other"), route("*", "healthy")],
+        &Metrics::new(),
+    )
+    .await;
+    let publisher: Arc<dyn Publisher> = Arc::new(SwappablePublisher::new(routed));
+    let mut opts = options(1000, 3, WorkerMode::Leased);
+    opts.publish_timeout = Duration::from_secs(5);
+    opts.lease = Duration::from_secs(10);
+    let worker = Worker::new(store.clone(), publisher, opts);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let (worker, shutdown) = (worker.clone(), shutdown.clone());
+        async move { worker.run(RunMode::Forever, shutdown).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let base = now_ms();
+    let mut rows: Vec<Record> = (0..300)
+        .map(|i| typed_record("app", &id(i), &format!("r{}", i % 30), "RoomGiftSent", base))
+        .collect();
+    rows.extend((0..5).map(|i| typed_record("app", &format!("spin{i}"), "s", "SpinA", base)));
+    let started = Instant::now();
+    store.enqueue(&rows).await.unwrap();
+    worker.wake().wake();
+    while counts(&store).await.delivered < 300 {
+        assert!(started.elapsed() < Duration::from_secs(20), "not delivered");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let took = started.elapsed();
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    Some(took)
+}
+
+async fn a_spinning_guest_does_not_hold_up_another_sinks_marks(backend: Backend) {
+    let _alone = TIMING.write().await;
+    let quick = fixtures::sink_config("other", "chaos", &[("behaviour", "ok"), QUIET]);
+    let mut spinning = fixtures::sink_config("other", "chaos", &[("behaviour", "loop"), QUIET]);
+    // Longer than the healthy rows take by far; short enough to keep the test quick.
+    spinning.limits.publish_timeout = Duration::from_secs(1);
+    let mut beside_quick = Vec::new();
+    let mut beside_spinning = Vec::new();
+    for _ in 0..3 {
+        let Some(took) = healthy_rows_marked_beside(backend, quick.clone()).await else {
+            return;
+        };
+        beside_quick.push(took);
+        let took = healthy_rows_marked_beside(backend, spinning.clone())
+            .await
+            .unwrap();
+        beside_spinning.push(took);
+    }
+    beside_quick.sort();
+    beside_spinning.sort();
+    let (quick, spinning) = (beside_quick[1], beside_spinning[1]);
+    eprintln!(
+        "healthy rows marked: beside a quick sink {beside_quick:?}, beside a spinning one {beside_spinning:?}"
+    );
+    // Medians of three; 30 ms of slack for a loaded 2-core machine on a figure of tens of ms.
+    assert!(
+        spinning <= quick.mul_f64(1.5) + Duration::from_millis(30),
+        "beside a spinning guest the healthy sink's rows took {spinning:?}, beside a quick one {quick:?}"
+    );
+}
+
+support::per_backend!(
+    one_poison_among_a_thousand_leased,
+    one_poison_among_a_thousand_held,
+    two_poisons_in_one_batch_are_both_found,
+    a_sink_that_traps_on_everything_opens_its_breaker,
+    a_poison_at_a_rooms_head_keeps_the_room_in_order,
+    large_events_go_in_calls_bounded_in_bytes,
+    a_spinning_guest_does_not_hold_up_another_sinks_marks,
+);
