@@ -8,7 +8,7 @@ DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
 
-.PHONY: all build plugins rust-plugins wasm-target demo test chaos bench clean
+.PHONY: all build plugins rust-plugins wasm-target demo test chaos bench isolation clean
 .SECONDEXPANSION:
 
 all: build
@@ -114,6 +114,11 @@ test: plugins
 ## bounded form of the same test.
 chaos: plugins
 	OUTBOXD_CHAOS=full $(CARGO) test -p outboxd --test kill_chaos -- --nocapture --test-threads=1
+
+## isolation: a poison event among 1000, 1000 events of 120 KB, and a sink beside a spinning
+## guest, through `outboxd run --drain` on SQLite, MariaDB and PostgreSQL (docs/PERFORMANCE.md).
+isolation: build
+	bash tests/scripts/isolation.sh
 
 ## bench: delivery throughput on the configured database (default SQLite), vs the Go shape.
 bench: build

@@ -206,11 +206,17 @@ impl Drop for Pending<'_> {
 
 impl BreakerSink {
     fn record(&self, admission: Admission, verdict: Verdict) {
-        let changed = match self.breaker.lock() {
-            Ok(mut breaker) => breaker.record(admission, verdict, Instant::now()),
-            Err(_) => None,
+        let (before, changed) = match self.breaker.lock() {
+            Ok(mut breaker) => (
+                breaker.state(),
+                breaker.record(admission, verdict, Instant::now()),
+            ),
+            Err(_) => return,
         };
         match changed {
+            // A failing batch counted while closed (or the count reset) changes no state worth
+            // a line.
+            Some(BreakerState::Closed { .. }) if matches!(before, BreakerState::Closed { .. }) => {}
             Some(BreakerState::Open { until }) => {
                 let cool_down = until.saturating_duration_since(Instant::now());
                 warn!(sink = %self.name, breaker = "open", cool_down = %humantime::format_duration(round_ms(cool_down)),
