@@ -319,6 +319,37 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
     );
 }
 
+/// A second host on the machine (a `run --drain` beside the service) finds the default admin
+/// address taken: it runs without the listener. An address set explicitly that is taken stops it.
+#[tokio::test]
+async fn a_taken_default_admin_address_is_skipped_and_an_explicit_one_refused() {
+    let taken = match std::net::TcpListener::bind(outboxd::config::DEFAULT_ADMIN_LISTEN) {
+        Ok(listener) => Some(listener), // held until the end: the address is taken
+        Err(e) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+            None // another host on this machine has it: taken all the same
+        }
+    };
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let store = db.store_default().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = service_config(dir.path());
+    config.admin = Config::defaults().admin;
+    assert!(!config.admin.listen_is_explicit);
+    let service = Service::bind(config.clone(), store.clone())
+        .await
+        .expect("a taken default address does not stop the host");
+    assert_eq!(service.admin_addr(), None);
+
+    config.admin.listen_is_explicit = true;
+    let error = Service::bind(config, store)
+        .await
+        .err()
+        .expect("an explicit address that is taken stops the host");
+    assert!(error.to_string().contains("9464"), "{error}");
+    drop(taken);
+}
+
 support::per_backend!(
     admin_serves_metrics_health_and_readiness,
     breaker_outlasts_an_outage_longer_than_max_attempts,
