@@ -230,6 +230,48 @@ async fn too_few_results_fail_the_batch() {
     );
 }
 
+/// A guest that overruns its deadline whenever one event is in the call, with no time left in
+/// the batch for halving: the call's halves are remembered, and each later publish of the events
+/// still undelivered narrows the culprit down by one level, delivering the innocent half.
+#[tokio::test]
+async fn a_deadline_poison_is_narrowed_down_one_level_per_claim() {
+    let mut config = sink_config("chaos-slowpoke", "chaos", &[("loop_on_type", "Slow")]);
+    config.limits.publish_timeout = Duration::from_millis(200);
+    let sink = PluginSink::start(&engine(), &SinkSpec::new(config).unwrap())
+        .await
+        .unwrap()
+        .with_batch_budget(Duration::from_millis(300));
+    let mut waiting = events(16, "room.created");
+    waiting[11].event_type = "Slow".to_string();
+    let mut delivered = 0;
+    let mut rounds = 0;
+    while waiting.len() > 1 {
+        rounds += 1;
+        assert!(rounds <= 6, "not narrowed down: {} waiting", waiting.len());
+        let outcomes = sink.publish(&waiting).await;
+        let mut next = Vec::new();
+        for (event, outcome) in waiting.into_iter().zip(outcomes) {
+            match outcome {
+                Outcome::Delivered => delivered += 1,
+                other => {
+                    assert!(retryable_message(&other).contains("deadline"), "{other:?}");
+                    next.push(event);
+                }
+            }
+        }
+        waiting = next;
+    }
+    // The first call and one level per later publish: 16 → 8 → 4 → 2 → 1.
+    assert_eq!(rounds, 5);
+    assert_eq!(delivered, 15);
+    assert_eq!(waiting[0].event_type, "Slow");
+    assert_eq!(
+        sink.suspects(),
+        0,
+        "the culprit failed alone: nothing left to suspect"
+    );
+}
+
 #[tokio::test]
 async fn a_thousand_120k_events_fit_the_default_memory_cap() {
     let sink = start(sink_config("log-large", "log", &[])).await;

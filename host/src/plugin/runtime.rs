@@ -44,8 +44,9 @@ impl PluginRuntime {
     pub fn start() -> std::io::Result<PluginRuntime> {
         let runtime = Builder::new_multi_thread()
             .worker_threads(
-                std::thread::available_parallelism()
-                    .map_or(MIN_PLUGIN_THREADS, |cores| cores.get().max(MIN_PLUGIN_THREADS)),
+                std::thread::available_parallelism().map_or(MIN_PLUGIN_THREADS, |cores| {
+                    cores.get().max(MIN_PLUGIN_THREADS)
+                }),
             )
             .thread_name("outboxd-plugin")
             .enable_all()

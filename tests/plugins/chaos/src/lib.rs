@@ -6,6 +6,8 @@
 //!   `alloc` (allocates until memory runs out) | `too_few` (returns one result fewer);
 //! - `rate_limited = MS`: every event is rate-limited with `retry-after-ms = MS`;
 //! - `trap_on_type = T`: panics (a trap) when an event of type `T` is in the batch;
+//! - `loop_on_type = T`: spins without host calls (until the deadline) when an event of type `T`
+//!   is in the batch;
 //! - `init_error = MESSAGE`: `init` fails with `chaos plugin: MESSAGE`;
 //! - `quiet = true`: no logging line and no stdout line per call (for benchmarks);
 //! - `flood = N`: every call writes one 1 MiB stdout line, then N logging lines, N stdout lines
@@ -33,6 +35,7 @@ enum Behaviour {
 struct Chaos {
     behaviour: Behaviour,
     trap_on_type: Option<String>,
+    loop_on_type: Option<String>,
     quiet: bool,
     flood: u64,
     calls: u64,
@@ -60,12 +63,14 @@ impl Plugin for Chaos {
             behaviour = Behaviour::RateLimited(ms);
         }
         let trap_on_type = config.optional("trap_on_type");
+        let loop_on_type = config.optional("loop_on_type");
         let quiet = config.flag("quiet")?.unwrap_or(false);
         let flood = config.parse("flood", "a line count")?.unwrap_or(0);
         config.finish()?;
         Ok(Chaos {
             behaviour,
             trap_on_type,
+            loop_on_type,
             quiet,
             flood,
             calls: 0,
@@ -92,6 +97,11 @@ impl Plugin for Chaos {
         {
             panic!("chaos: event type {trap_type} in the batch");
         }
+        if let Some(loop_type) = &self.loop_on_type
+            && batch.iter().any(|event| &event.event_type == loop_type)
+        {
+            spin();
+        }
         let result = |_: &Event| match &self.behaviour {
             Behaviour::Retryable => Err(PublishError::Retryable(format!(
                 "chaos retryable, call {call}"
@@ -106,12 +116,7 @@ impl Plugin for Chaos {
             _ => Ok(()),
         };
         match self.behaviour {
-            Behaviour::Loop => {
-                let mut spins = 0u64;
-                loop {
-                    spins = std::hint::black_box(spins.wrapping_add(1));
-                }
-            }
+            Behaviour::Loop => spin(),
             Behaviour::Alloc => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {
@@ -121,6 +126,14 @@ impl Plugin for Chaos {
             Behaviour::TooFew => batch.iter().skip(1).map(result).collect(),
             _ => batch.iter().map(result).collect(),
         }
+    }
+}
+
+/// Computes forever without a host call.
+fn spin() -> ! {
+    let mut spins = 0u64;
+    loop {
+        spins = std::hint::black_box(spins.wrapping_add(1));
     }
 }
 
