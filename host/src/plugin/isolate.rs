@@ -29,6 +29,9 @@ use futures::stream::{self, StreamExt};
 
 use crate::publish::Outcome;
 
+/// What one call answers: an outcome per position, or why the call failed as a whole.
+pub type CallResult = Result<Vec<(usize, Outcome)>, String>;
+
 /// Calls of one halving level run at most this many at a time (each on an instance of its own).
 pub const ISOLATION_PARALLELISM: usize = 4;
 
@@ -70,14 +73,14 @@ pub async fn isolate<C, F>(
 ) -> Isolation
 where
     C: Fn(Vec<usize>) -> F,
-    F: Future<Output = Result<Vec<(usize, Outcome)>, String>>,
+    F: Future<Output = CallResult>,
 {
     let max_calls = 1 + 6 * log2_ceil(group.len());
     let mut found = Isolation::default();
     let mut succeeded = 0usize;
     let mut level = vec![group];
     loop {
-        let results: Vec<(Vec<usize>, Result<Vec<(usize, Outcome)>, String>)> = stream::iter(level)
+        let results: Vec<(Vec<usize>, CallResult)> = stream::iter(level)
             .map(|positions| {
                 let called = call(positions.clone());
                 async move { (positions, called.await) }
@@ -201,8 +204,7 @@ mod tests {
     fn sink<'a>(
         poison: &'static [usize],
         calls: &'a AtomicUsize,
-    ) -> impl Fn(Vec<usize>) -> futures::future::Ready<Result<Vec<(usize, Outcome)>, String>> + 'a
-    {
+    ) -> impl Fn(Vec<usize>) -> futures::future::Ready<CallResult> + 'a {
         move |positions: Vec<usize>| {
             calls.fetch_add(1, Ordering::Relaxed);
             futures::future::ready(if positions.iter().any(|p| poison.contains(p)) {

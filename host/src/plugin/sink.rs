@@ -24,7 +24,7 @@ use super::bindings::{PublisherComponent, PublisherComponentPre};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{PluginError, boxed};
 use super::http::HttpPolicy;
-use super::isolate::{ISOLATION_PARALLELISM, Suspects, isolate};
+use super::isolate::{CallResult, ISOLATION_PARALLELISM, Suspects, isolate};
 use super::log_limit::LogLimit;
 use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
@@ -383,11 +383,7 @@ impl SinkCore {
 
     /// One `publish` call with the events at `positions`: their outcomes, or why the call failed
     /// as a whole (the instance is then discarded and the failure counted).
-    async fn call(
-        &self,
-        batch: &[Event],
-        positions: Vec<usize>,
-    ) -> Result<Vec<(usize, Outcome)>, String> {
+    async fn call(&self, batch: &[Event], positions: Vec<usize>) -> CallResult {
         let wit_events: Vec<WitEvent> = positions.iter().map(|&p| to_wit(&batch[p])).collect();
         let called = match self.check_out().await {
             Ok(mut instance) => {
