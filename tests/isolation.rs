@@ -24,7 +24,7 @@ use outboxd::plugin::{SwappablePublisher, load_publisher_with_metrics};
 use outboxd::publish::Publisher;
 use outboxd::record::{Record, now_ms};
 use outboxd::retry::{RetryPolicy, Strategy};
-use outboxd::store::{CountsParams, DeliveryOrder, OutboxStore, StatusCounts};
+use outboxd::store::DeliveryOrder;
 use outboxd::worker::{BatchStats, RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, TestDb, typed_record};
 use tokio::sync::{RwLock, RwLockReadGuard};
@@ -109,16 +109,6 @@ fn id(i: usize) -> String {
     format!("e{i:04}")
 }
 
-async fn counts(store: &Arc<dyn OutboxStore>) -> StatusCounts {
-    store
-        .counts(&CountsParams {
-            app_code: None,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("counts")
-}
-
 /// Rounds of `worker` until nothing is claimable for a while (retries are due after 1 ms);
 /// returns what they did together.
 async fn rounds_until_settled(worker: &Worker) -> BatchStats {
@@ -181,7 +171,7 @@ async fn one_poison_among_a_thousand(backend: Backend, mode: WorkerMode) {
         ("failed", 3),
         "{poison:?}"
     );
-    let counts = counts(&store).await;
+    let counts = support::status_counts(&store).await;
     assert_eq!((counts.delivered, counts.failed), (999, 1), "{counts:?}");
     assert!(
         metrics
@@ -224,7 +214,7 @@ async fn two_poisons_in_one_batch_are_both_found(backend: Backend) {
         let row = db.row("app", &id(poison)).await.unwrap();
         assert_eq!((row.status.as_str(), row.retry_count), ("failed", 2));
     }
-    assert_eq!(counts(&store).await.delivered, 498);
+    assert_eq!(support::status_counts(&store).await.delivered, 498);
 }
 
 async fn a_sink_that_traps_on_everything_opens_its_breaker(backend: Backend) {
@@ -309,7 +299,7 @@ async fn a_poison_at_a_rooms_head_keeps_the_room_in_order(backend: Backend) {
         } else if third.status == "delivered" {
             assert_eq!(second.status, "delivered");
             assert_eq!(head.retry_count, 3);
-            assert_eq!(counts(&store).await.delivered, 42);
+            assert_eq!(support::status_counts(&store).await.delivered, 42);
             return;
         }
         if stats.claimed == 0 {
@@ -397,7 +387,7 @@ async fn healthy_rows_marked_beside(backend: Backend, other: SinkConfig) -> Opti
     let started = Instant::now();
     store.enqueue(&rows).await.unwrap();
     worker.wake().wake();
-    while counts(&store).await.delivered < 300 {
+    while support::status_counts(&store).await.delivered < 300 {
         assert!(started.elapsed() < Duration::from_secs(20), "not delivered");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

@@ -18,7 +18,7 @@ use outboxd::config::Config;
 use outboxd::record::now_ms;
 use outboxd::reload::ConfigSource;
 use outboxd::service::Service;
-use outboxd::store::{CountsParams, OutboxStore, StatusCounts};
+use outboxd::store::{OutboxStore, StatusCounts};
 use outboxd::worker::RunMode;
 use support::{Backend, TestDb, record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,16 +45,6 @@ async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
-async fn counts(store: &Arc<dyn OutboxStore>) -> StatusCounts {
-    store
-        .counts(&CountsParams {
-            app_code: None,
-            now_ms: now_ms(),
-        })
-        .await
-        .unwrap()
-}
-
 async fn wait_until(
     what: &str,
     store: &Arc<dyn OutboxStore>,
@@ -62,7 +52,7 @@ async fn wait_until(
 ) {
     let start = Instant::now();
     loop {
-        let c = counts(store).await;
+        let c = support::status_counts(store).await;
         assert_eq!(c.failed, 0, "events failed: {c:?}");
         if done(&c) {
             return;
@@ -192,7 +182,7 @@ limits = {{ allow_hosts = ["http://{addr}"] }}"#,
         (status, body.trim()),
         (200, "reloaded: 1 sinks (reloading), 1 routes")
     );
-    let under_way = counts(&store).await;
+    let under_way = support::status_counts(&store).await;
     assert!(
         under_way.delivered < 3000,
         "the first wave was done before the swap: no load to swap under"

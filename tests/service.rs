@@ -10,7 +10,6 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outboxd::config::{BreakerSettings, Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
@@ -19,7 +18,7 @@ use outboxd::plugin::load_publisher_with_metrics;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::service::Service;
-use outboxd::store::{CountsParams, DeliveryOrder, OutboxStore, StatusCounts};
+use outboxd::store::DeliveryOrder;
 use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, TestDb, record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,16 +62,6 @@ where
         assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn counts(store: &Arc<dyn OutboxStore>) -> StatusCounts {
-    store
-        .counts(&CountsParams {
-            app_code: None,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("counts")
 }
 
 /// A config serving app `default` through the log plugin, admin listener on a free port.
@@ -141,7 +130,7 @@ async fn admin_serves_metrics_health_and_readiness(backend: Backend) {
     })
     .await;
     eventually("20 rows delivered", || async {
-        (counts(&store).await.delivered == 20).then_some(())
+        (support::status_counts(&store).await.delivered == 20).then_some(())
     })
     .await;
     let metrics = eventually("metrics after the next refresh", || async {
@@ -279,7 +268,7 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
     eventually("every event delivered", || async {
-        let c = counts(&store).await;
+        let c = support::status_counts(&store).await;
         assert_eq!(c.failed, 0, "an event was failed during the outage: {c:?}");
         (c.delivered == 20).then_some(())
     })

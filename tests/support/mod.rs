@@ -65,7 +65,7 @@ pub use plan::{PlanStep, backlog, parse_pg_plan};
 #[allow(unused_imports)]
 pub use raw::{Bind, RawInsert, RawPool, RawRow};
 #[allow(unused_imports)]
-pub use records::{record, typed_record};
+pub use records::{record, status_counts, typed_record};
 
 /// Env var overriding the MariaDB server URL (must name an existing database, e.g. `/test`).
 pub const MYSQL_URL_ENV: &str = "OUTBOXD_TEST_MYSQL_URL";

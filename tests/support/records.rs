@@ -1,6 +1,10 @@
 //! Records for tests: valid [`Record`]s with fixed ids and times.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use outboxd::record::now_ms;
+use outboxd::store::{CountsParams, OutboxStore, StatusCounts};
 
 use super::Record;
 
@@ -32,4 +36,16 @@ pub fn typed_record(
     r.event_type = event_type.to_string();
     r.envelope.event_type = event_type.to_string();
     r
+}
+
+/// The rows of every tenant by status, now.
+#[allow(dead_code)] // not every test binary counts rows
+pub async fn status_counts(store: &Arc<dyn OutboxStore>) -> StatusCounts {
+    store
+        .counts(&CountsParams {
+            app_code: None,
+            now_ms: now_ms(),
+        })
+        .await
+        .expect("counts")
 }
