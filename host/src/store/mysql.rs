@@ -72,7 +72,15 @@ impl MySqlStore {
 
 /// Accepts MariaDB ≥ 10.6 and MySQL ≥ 8.0 (the first with `SKIP LOCKED`), given `VERSION()`
 /// such as `10.11.6-MariaDB-0+deb12u1` or `8.0.36`.
+/// TiDB (`8.0.11-TiDB-v7.5.1`) is refused whatever its version: it parses `SKIP LOCKED` and takes no
+/// lock, so two hosts would claim the same rows.
 fn check_server_version(version: &str) -> Result<(), StoreError> {
+    if version.to_ascii_lowercase().contains("tidb") {
+        return Err(StoreError::UnsupportedServer(format!(
+            "TiDB ({version}) accepts FOR UPDATE SKIP LOCKED but takes no lock, so two hosts \
+             would claim the same rows; outboxd needs MySQL >= 8.0 or MariaDB >= 10.6"
+        )));
+    }
     let mariadb = version.to_ascii_lowercase().contains("mariadb");
     // Old MariaDB handshakes prefix "5.5.5-" for replication compatibility.
     let number = match version.strip_prefix("5.5.5-") {
@@ -284,6 +292,7 @@ mod tests {
             "10.5.23-MariaDB",
             "10.3.39-MariaDB-0+deb10u1",
             "5.7.44-log",
+            "8.0.11-TiDB-v7.5.1",
             "garbage",
         ] {
             assert!(check_server_version(old).is_err(), "{old}");
