@@ -273,6 +273,36 @@ async fn a_deadline_poison_is_narrowed_down_one_level_per_claim() {
 }
 
 #[tokio::test]
+async fn a_retry_after_longer_than_max_retry_after_is_cut_to_it() {
+    // Two hours asked; the default cap is one hour.
+    let sink = start(sink_config(
+        "chaos-park",
+        "chaos",
+        &[("rate_limited", "7200000")],
+    ))
+    .await;
+    let outcomes = sink.publish(&events(1, "room.created")).await;
+    assert_eq!(
+        outcomes,
+        vec![Outcome::Retryable {
+            message: "chaos rate limited, call 1 (retry-after 2h cut to limits.max_retry_after 1h)"
+                .to_string(),
+            retry_after: Some(Duration::from_secs(3600)),
+        }]
+    );
+    let mut config = sink_config("chaos-short", "chaos", &[("rate_limited", "1500")]);
+    config.limits.max_retry_after = Duration::from_secs(1);
+    let capped = start(config)
+        .await
+        .publish(&events(1, "room.created"))
+        .await;
+    assert!(
+        matches!(&capped[0], Outcome::Retryable { retry_after: Some(d), .. } if *d == Duration::from_secs(1)),
+        "{capped:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_thousand_120k_events_fit_the_default_memory_cap() {
     let sink = start(sink_config("log-large", "log", &[])).await;
     let mut batch = events(1000, "room.created");

@@ -71,6 +71,10 @@ pub struct SinkLimits {
     /// Largest event this sink is handed; a larger one goes to `failed` alone, with the sizes in
     /// its `last_error`. Unset: the batch bytes ([`SinkLimits::event_size_limit`]).
     pub max_event_size: Option<ByteSize>,
+    /// Longest retry-after a plugin may ask for (a rate limit, HTTP `Retry-After`); a longer one
+    /// is cut to this, so a downstream cannot park a row for years. Default 1h.
+    #[serde(with = "humantime_serde")]
+    pub max_retry_after: Duration,
     /// Outbound HTTP allowlist (`scheme://host[:port]`); empty: no wasi:http at all.
     pub allow_hosts: Vec<String>,
     /// Token-bucket rate limit on outbound requests; 0 = unlimited.
@@ -102,6 +106,7 @@ impl Default for SinkLimits {
             max_batch_size: 1000,
             max_batch_bytes: None,
             max_event_size: None,
+            max_retry_after: Duration::from_secs(3600),
             allow_hosts: Vec::new(),
             max_requests_per_second: 0,
             max_concurrent_requests: 16,
@@ -190,6 +195,12 @@ impl SinkSpec {
             return Err(invalid(
                 &format!("{key}.limits.memory"),
                 "must be at least 1MiB",
+            ));
+        }
+        if limits.max_retry_after.is_zero() {
+            return Err(invalid(
+                &format!("{key}.limits.max_retry_after"),
+                "must be greater than 0",
             ));
         }
         let bytes_key = format!("{key}.limits.max_batch_bytes");

@@ -65,6 +65,7 @@ struct SinkCore {
     max_batch_size: usize,
     max_batch_bytes: u64,
     max_event_size: u64,
+    max_retry_after: Duration,
     /// How long one `publish` (one claimed batch) may take, bisection included.
     batch_budget: Duration,
     suspects: Suspects,
@@ -143,6 +144,7 @@ impl PluginSink {
             max_batch_size: limits.max_batch_size as usize,
             max_batch_bytes: limits.batch_bytes(),
             max_event_size: limits.event_size_limit(),
+            max_retry_after: limits.max_retry_after,
             batch_budget: DEFAULT_BATCH_BUDGET,
             suspects: Suspects::default(),
             idle: Mutex::new(Vec::new()),
@@ -399,7 +401,10 @@ impl SinkCore {
             Ok(results) => Ok(positions
                 .into_iter()
                 .zip(results)
-                .map(|(position, result)| (position, to_outcome(result, &self.shared.redactor)))
+                .map(|(position, result)| {
+                    let outcome = to_outcome(result, &self.shared.redactor, self.max_retry_after);
+                    (position, outcome)
+                })
                 .collect()),
             Err(error) => {
                 let kind = match error {
@@ -534,16 +539,32 @@ fn to_wit(event: &Event) -> WitEvent {
     }
 }
 
-/// Maps one plugin result onto the worker's outcome, secrets redacted from its message.
-fn to_outcome(result: Result<(), PublishError>, redactor: &Redactor) -> Outcome {
+/// Maps one plugin result onto the worker's outcome, secrets redacted from its message and a
+/// retry-after cut to `max_retry_after` (the message then says so).
+fn to_outcome(
+    result: Result<(), PublishError>,
+    redactor: &Redactor,
+    max_retry_after: Duration,
+) -> Outcome {
     let clean = |message: String| redactor.redact(&message).into_owned();
     match result {
         Ok(()) => Outcome::Delivered,
         Err(PublishError::Retryable(message)) => Outcome::retryable(clean(message)),
         Err(PublishError::Permanent(message)) => Outcome::permanent(clean(message)),
-        Err(PublishError::RateLimited(limit)) => Outcome::Retryable {
-            message: clean(limit.message),
-            retry_after: Some(Duration::from_millis(limit.retry_after_ms)),
-        },
+        Err(PublishError::RateLimited(limit)) => {
+            let asked = Duration::from_millis(limit.retry_after_ms);
+            let mut message = clean(limit.message);
+            if asked > max_retry_after {
+                message = format!(
+                    "{message} (retry-after {} cut to limits.max_retry_after {})",
+                    humantime::format_duration(asked),
+                    humantime::format_duration(max_retry_after)
+                );
+            }
+            Outcome::Retryable {
+                message,
+                retry_after: Some(asked.min(max_retry_after)),
+            }
+        }
     }
 }
