@@ -72,13 +72,29 @@ async fn start(config: &SinkConfig) -> PluginSink {
 /// A raw HTTP/1.1 server answering every request `200` with a chunked body of `size` bytes (no
 /// `content-length`), counting requests.
 async fn chunked_server(size: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let mut response =
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+    for chunk in vec![b'x'; size].chunks(1000) {
+        response.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        response.extend_from_slice(chunk);
+        response.extend_from_slice(b"\r\n");
+    }
+    response.extend_from_slice(b"0\r\n\r\n");
+    raw_server(response).await
+}
+
+/// A raw HTTP/1.1 server reading each request (head and announced body) and answering it with
+/// `response` as given, counting requests.
+async fn raw_server(response: Vec<u8>) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let count = Arc::new(AtomicUsize::new(0));
     let seen = count.clone();
+    let response = Arc::new(response);
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             seen.fetch_add(1, Ordering::SeqCst);
+            let response = response.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -103,15 +119,6 @@ async fn chunked_server(size: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>)
                         }
                     }
                 }
-                let mut response =
-                    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
-                        .to_vec();
-                for chunk in vec![b'x'; size].chunks(1000) {
-                    response.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
-                    response.extend_from_slice(chunk);
-                    response.extend_from_slice(b"\r\n");
-                }
-                response.extend_from_slice(b"0\r\n\r\n");
                 let _ = stream.write_all(&response).await;
                 let _ = stream.shutdown().await;
             });
@@ -163,6 +170,29 @@ async fn requests_outside_the_allowlist_are_refused_and_logged_without_query() {
     assert_eq!(refusals[0]["url"], receiver.url());
     let all = serde_json::to_string(&logs).unwrap();
     assert!(!all.contains("q-secret-123"), "query string logged: {all}");
+}
+
+/// A 302 to another origin (allowed too) is not followed by the host: the event is not
+/// delivered, and the other origin never sees a request.
+#[tokio::test]
+async fn a_redirect_to_another_origin_is_not_followed() {
+    let receiver = WebhookReceiver::start(&[SECRET]).await;
+    let redirect = format!(
+        "HTTP/1.1 302 Found\r\nlocation: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        receiver.url()
+    );
+    let (redirecting, requests) = raw_server(redirect.into_bytes()).await;
+    let config = webhook(
+        "redirected",
+        &format!("http://{redirecting}/hook"),
+        &[origin(redirecting), origin(receiver.addr())],
+    );
+    let outcomes = start(&config).await.publish(&events(2)).await;
+    for outcome in &outcomes {
+        assert_ne!(*outcome, Outcome::Delivered, "a 302 counted as delivered");
+    }
+    assert_eq!(requests.load(Ordering::SeqCst), 2, "one request per event");
+    assert_eq!(receiver.request_count(), 0, "the redirect was followed");
 }
 
 /// `max_requests_per_second = 20`: 60 requests of one batch take at least ~2 s (a burst of 20,

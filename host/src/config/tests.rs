@@ -449,3 +449,19 @@ fn attempts_not_above_the_breaker_failures_are_warned_about() {
     assert!(load_str(&text, &[]).unwrap().warnings().is_empty());
     assert!(Config::defaults().warnings().is_empty());
 }
+
+#[test]
+fn max_retry_after_must_be_positive() {
+    let error = load_str(&sink_with_limits("a", r#"max_retry_after = "0s""#), &[]).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("invalid config key `sink[0].limits.max_retry_after`"),
+        "{error}"
+    );
+    let config = load_str(&sink_with_limits("a", r#"max_retry_after = "10m""#), &[]).unwrap();
+    assert_eq!(
+        config.publishing.sinks()[0].limits().max_retry_after,
+        Duration::from_secs(600)
+    );
+}
