@@ -195,6 +195,41 @@ async fn a_redirect_to_another_origin_is_not_followed() {
     assert_eq!(receiver.request_count(), 0, "the redirect was followed");
 }
 
+/// An allowed name that resolves to an internal address (here `localhost` → loopback, as a
+/// re-pointed public name would) is refused at the connect: the receiver sees nothing and the
+/// warning names the address. `limits.allow_private_addresses = true` lets it through; an
+/// allowlisted IP literal always goes (every other test here).
+#[tokio::test]
+async fn an_allowed_name_resolving_to_an_internal_address_is_refused() {
+    captured();
+    let receiver = WebhookReceiver::start(&[SECRET]).await;
+    let port = receiver.addr().port();
+    let url = format!("http://localhost:{port}/hook");
+    let allow = [format!("http://localhost:{port}")];
+    let refused = start(&webhook("rebound", &url, &allow)).await;
+    let outcomes = refused.publish(&events(2)).await;
+    for outcome in &outcomes {
+        assert_ne!(*outcome, Outcome::Delivered, "{outcome:?}");
+    }
+    assert_eq!(receiver.request_count(), 0, "the request reached loopback");
+    let logs = logs_of("rebound");
+    assert!(
+        logs.iter().any(|fields| fields["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("resolves to an internal address"))
+            && fields["address"]
+                .as_str()
+                .is_some_and(|a| a == "127.0.0.1" || a == "::1")),
+        "{logs:?}"
+    );
+
+    let mut open = webhook("private-ok", &url, &allow);
+    open.limits.allow_private_addresses = true;
+    let outcomes = start(&open).await.publish(&events(2)).await;
+    assert_eq!(outcomes, vec![Outcome::Delivered; 2]);
+    assert_eq!(receiver.delivered_ids().len(), 2);
+}
+
 /// `max_requests_per_second = 20`: 60 requests of one batch take at least ~2 s (a burst of 20,
 /// then 20 per second); every one is delivered (the bucket paces, it never refuses).
 #[tokio::test]

@@ -77,6 +77,10 @@ pub struct SinkLimits {
     pub max_retry_after: Duration,
     /// Outbound HTTP allowlist (`scheme://host[:port]`); empty: no wasi:http at all.
     pub allow_hosts: Vec<String>,
+    /// Whether an allowed host name may resolve to an internal address (loopback, private,
+    /// link-local, the metadata address 169.254.169.254, …). Default false: such a connection is
+    /// refused unless `allow_hosts` names that IP literal.
+    pub allow_private_addresses: bool,
     /// Token-bucket rate limit on outbound requests; 0 = unlimited.
     pub max_requests_per_second: u32,
     /// Most outbound requests of this sink (all its instances and batches together) between
@@ -108,6 +112,7 @@ impl Default for SinkLimits {
             max_event_size: None,
             max_retry_after: Duration::from_secs(3600),
             allow_hosts: Vec::new(),
+            allow_private_addresses: false,
             max_requests_per_second: 0,
             max_concurrent_requests: 16,
             connect_timeout: Duration::from_secs(5),

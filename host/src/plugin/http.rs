@@ -5,7 +5,9 @@
 //! else it fails with `HttpRequestDenied` and a warning naming the sink and the URL (without its
 //! query string, which may carry credentials); then it waits for one of the sink's
 //! `max_concurrent_requests` slots (held until the response head arrives) and for a token of the
-//! sink's [`TokenBucket`] (never refused). It is sent with the sink's connect and first-byte timeouts
+//! sink's [`TokenBucket`] (never refused). It goes only to an address the sink may reach: a name
+//! that resolves to internal addresses only is refused (`egress`). It is sent with the sink's
+//! connect and first-byte timeouts
 //! (capping what the plugin asks for), and its response fails with `HttpResponseBodySize` once
 //! the body exceeds `max_response_size` (at once when `content-length` announces more).
 
@@ -18,10 +20,9 @@ use bytes::Bytes;
 use http::Uri;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use wasmtime_wasi_http::{
-    Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks, default_send_request,
-};
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use super::egress::{self, AddressRule};
 use crate::config::SinkLimits;
 
 /// The future `send_request` resolves to: the response and the connection's I/O driver.
@@ -121,6 +122,8 @@ fn loggable(uri: &Uri) -> String {
 pub struct HttpPolicy {
     sink: Arc<str>,
     allow: Vec<AllowedOrigin>,
+    /// Which resolved addresses requests may connect to.
+    addresses: AddressRule,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
     max_response_size: u64,
@@ -152,9 +155,17 @@ impl HttpPolicy {
         if limits.max_concurrent_requests == 0 {
             return Err("limits.max_concurrent_requests must be at least 1".into());
         }
+        let addresses = AddressRule {
+            allow_private: limits.allow_private_addresses,
+            literals: allow
+                .iter()
+                .filter_map(|origin| origin.host.parse().ok())
+                .collect(),
+        };
         Ok(HttpPolicy {
             sink,
             allow,
+            addresses,
             connect_timeout: limits.connect_timeout,
             first_byte_timeout: limits.first_byte_timeout,
             max_response_size: limits.max_response_size.0,
@@ -215,9 +226,24 @@ impl HttpPolicy {
             bucket.acquire().await;
         }
         let url = loggable(request.uri());
-        let sent = default_send_request(request, Some(self.options(options))).await;
+        let sent = egress::send(request, self.options(options), &self.addresses).await;
         drop(permit);
-        let (response, io) = sent?;
+        let (response, io) = match sent {
+            Ok(sent) => sent,
+            Err((error, refused)) => {
+                if let Some(refused) = refused {
+                    tracing::warn!(
+                        sink = %self.sink,
+                        url = %url,
+                        address = %refused.address,
+                        "outbound request refused: `{}` resolves to an internal address; name the \
+                         IP literal in limits.allow_hosts or set limits.allow_private_addresses",
+                        refused.host
+                    );
+                }
+                return Err(error);
+            }
+        };
         let announced = response
             .headers()
             .get(http::header::CONTENT_LENGTH)

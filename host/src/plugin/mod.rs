@@ -7,6 +7,8 @@
 //! - [`world`]: the world/version check and linking (WASI p2 granting nothing + `logging`,
 //!   + wasi:http for sinks with `limits.allow_hosts`);
 //! - `http`: a sink's outbound-HTTP policy: allowlist, timeouts, response-size cap, rate limit;
+//! - `egress`: sending a request to a checked address (no internal address reached through an
+//!   allowed name);
 //! - `redact`: secret config values kept out of logs and `last_error`;
 //! - `log_limit`: a sink's cap on its plugin's log lines (rate and length);
 //! - `state`: per-instance store state, memory limiter, logging and stdio → `tracing`;
@@ -25,6 +27,7 @@ mod bindings;
 pub mod breaker;
 pub mod cache;
 pub mod check;
+mod egress;
 pub mod engine;
 mod error;
 mod http;
