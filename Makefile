@@ -8,7 +8,7 @@ DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
 
-.PHONY: all build plugins rust-plugins wasm-target demo test chaos bench isolation clean
+.PHONY: all build plugins rust-plugins wasm-target demo test chaos bench isolation fuzz clean
 .SECONDEXPANSION:
 
 all: build
@@ -123,6 +123,25 @@ isolation: build
 ## bench: delivery throughput on the configured database (default SQLite), vs the Go shape.
 bench: build
 	$(OUTBOXD) bench --events 20000
+
+## fuzz: the parsers' fuzz targets (host/fuzz: `envelope` the protobuf decoder, `judge` a claim's
+## row judge, `config` the config loader), FUZZ_SECONDS (default 60) each, with libFuzzer through
+## cargo-fuzz (installed when missing; RUSTC_BOOTSTRAP=1 lets stable rustc take its nightly
+## flags). Seeds: host/fuzz/seeds/TARGET (in git); what the runs learn: host/fuzz/corpus/TARGET;
+## a crash: host/fuzz/artifacts/TARGET/, and the make fails. Not part of `make test`.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := envelope judge config
+FUZZ := RUSTC_BOOTSTRAP=1 $(CARGO) fuzz
+
+fuzz:
+	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	@cd host/fuzz && status=0 && for target in $(FUZZ_TARGETS); do \
+		mkdir -p corpus/$$target; \
+		dict=; if [ -f dicts/$$target.dict ]; then dict=-dict=dicts/$$target.dict; fi; \
+		echo "== fuzz $$target for $(FUZZ_SECONDS)s"; \
+		$(FUZZ) run -O -a $$target corpus/$$target seeds/$$target -- \
+			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$dict || status=1; \
+	done; exit $$status
 
 clean:
 	$(CARGO) clean

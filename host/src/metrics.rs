@@ -126,6 +126,8 @@ pub struct Metrics {
     breaker_state: Family<SinkLabels, Gauge>,
     breaker_opened: Family<SinkLabels, Counter>,
     purged: Family<StatusLabels, Counter>,
+    clock_offset: Gauge<f64, AtomicU64>,
+    clock_refusing: Gauge,
 }
 
 impl Default for Metrics {
@@ -222,6 +224,18 @@ impl Metrics {
             "Finished rows deleted by retention, by app code and status (delivered, failed)",
             purged.clone(),
         );
+        let clock_offset = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "clock_offset_seconds",
+            "The database's clock minus this host's, as last measured (0 where the database has no clock of its own: SQLite)",
+            clock_offset.clone(),
+        );
+        let clock_refusing = Gauge::default();
+        registry.register(
+            "clock_claims_refused",
+            "1 while this host refuses to claim because its clock is off the database's by more than a tenth of worker.lease",
+            clock_refusing.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -235,7 +249,16 @@ impl Metrics {
             breaker_state,
             breaker_opened,
             purged,
+            clock_offset,
+            clock_refusing,
         }
+    }
+
+    /// Records the last clock measurement: the database's clock minus the host's, and whether
+    /// claims are refused for it.
+    pub fn set_clock(&self, offset_ms: i64, refusing: bool) {
+        self.clock_offset.set(offset_ms as f64 / 1000.0);
+        self.clock_refusing.set(i64::from(refusing));
     }
 
     /// Counts `count` rows of `app_code` with `status` deleted by retention.

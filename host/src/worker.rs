@@ -27,16 +27,18 @@ use tracing::{error, info, warn};
 
 use crate::metrics::{Metrics, RowOutcome};
 use crate::publish::Publisher;
-use crate::record::now_ms;
 use crate::retry::RetryPolicy;
 use crate::store::{ClaimBatch, ClaimParams, DeliveryOrder, OutboxStore, RejectedRow, StoreError};
 use crate::wake::{Idle, IdleBackoff, Wake};
 use ahead::ClaimAhead;
+use clock::ClockGuard;
 
 mod ahead;
+pub mod clock;
 mod deliver;
 mod held;
 
+pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
 pub use held::WorkerMode;
 
 /// How often a busy loop's claim also reads the due branches (retryable rows whose retry is due,
@@ -123,6 +125,10 @@ pub struct Worker {
     metrics: Metrics,
     /// Which claims of a held-mode worker are leased (its crash guard; unused in leased mode).
     held_schedule: Arc<held::HeldSchedule>,
+    /// This host's clock (leases, retry times, marks).
+    clock: Clock,
+    /// Whether that clock agrees with the database's well enough to claim.
+    clock_guard: Arc<ClockGuard>,
 }
 
 impl Worker {
@@ -139,8 +145,22 @@ impl Worker {
             outage: Arc::new(Mutex::new(None)),
             metrics: Metrics::default(),
             held_schedule: Arc::new(held::HeldSchedule::new(options.concurrency)),
+            clock: clock::system_clock(),
+            clock_guard: Arc::new(ClockGuard::new(options.lease)),
             options: Arc::new(options),
         }
+    }
+
+    /// The same worker reading time from `clock` instead of the system clock (tests shift it to
+    /// play a host whose clock is off).
+    pub fn with_clock(mut self, clock: Clock) -> Worker {
+        self.clock = clock;
+        self
+    }
+
+    /// Now, by this worker's clock: UTC milliseconds.
+    fn now_ms(&self) -> i64 {
+        (self.clock)()
     }
 
     /// The same worker woken by `wake` (shared with a commit feed, [`crate::wake::start_commit_feed`],
@@ -474,6 +494,14 @@ impl Worker {
         app_code: &str,
         scan_due: bool,
     ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+        if !self
+            .clock_guard
+            .allows_claims(&*self.store, &self.clock, &self.metrics)
+            .await
+        {
+            // This host's clock is off the database's (logged once): claim nothing.
+            return Ok((BatchStats::default(), None));
+        }
         if self.options.mode == WorkerMode::Held {
             // A held round claims, publishes and marks in one go (its transaction cannot outlive
             // it): it hands no batch on, so nothing is claimed ahead of it. The few leased rounds
@@ -521,7 +549,7 @@ impl Worker {
             worker_id: worker_id.to_string(),
             limit: options.batch_size,
             lease_ms: options.lease.as_millis() as i64,
-            now_ms: now_ms(),
+            now_ms: self.now_ms(),
             max_attempts: options.retry.max_attempts,
             ordering: options.ordering,
             scan_due,

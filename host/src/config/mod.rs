@@ -196,13 +196,39 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         database_url: Option<&str>,
     ) -> Result<Config, ConfigError> {
-        let (mut table, origin) = match path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = path
+            .map(|path| {
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                     path: path.to_path_buf(),
                     source,
-                })?;
-                let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                })
+            })
+            .transpose()?;
+        let file = path.zip(text.as_deref());
+        Config::from_parts(file, env, database_url)
+    }
+
+    /// [`Config::load`] of a file whose contents are `text`, without the file: the same parsing,
+    /// environment overrides and validation, relative plugin paths taken as given (a file in the
+    /// current folder). Errors name the origin `<text>`. For tools and tests that hold the TOML
+    /// in memory, e.g. the config loader's fuzz target (`host/fuzz`, `make fuzz`).
+    pub fn from_toml_str(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        Config::from_parts(Some((Path::new("<text>"), text)), env, None)
+    }
+
+    /// The loading after the file is read: `file` is its path and contents (`None`: defaults).
+    fn from_parts(
+        file: Option<(&Path, &str)>,
+        env: impl IntoIterator<Item = (String, String)>,
+        database_url: Option<&str>,
+    ) -> Result<Config, ConfigError> {
+        let path = file.map(|(path, _)| path);
+        let (mut table, origin) = match file {
+            Some((path, text)) => {
+                let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Parse {
                     origin: path.display().to_string(),
                     message: e.to_string(),
                 })?;
@@ -296,3 +322,5 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod fuzz_regressions;

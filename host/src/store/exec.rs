@@ -8,6 +8,7 @@
 //! [`impl_session!`]); [`impl_store!`] turns the pair into a [`crate::store::OutboxStore`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -236,6 +237,10 @@ macro_rules! impl_store {
                 $crate::store::exec::counts(self, params).await
             }
 
+            async fn clock_ms(&self) -> Result<Option<i64>, $crate::store::StoreError> {
+                $crate::store::exec::clock_ms(self).await
+            }
+
             async fn list_failed(
                 &self,
                 params: &$crate::store::ListFailedParams,
@@ -438,6 +443,23 @@ pub(crate) async fn counts<D: Driver>(
         .await
         .map_err(db(OP))?;
     Ok(status_counts(&rows, params.now_ms))
+}
+
+/// The database's clock in UTC milliseconds, where it has one of its own.
+pub(crate) async fn clock_ms<D: Driver>(driver: &D) -> Result<Option<i64>, StoreError> {
+    const OP: &str = "clock";
+    let Some(sql) = driver.statements().backend().dialect().clock_ms() else {
+        return Ok(None);
+    };
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    let rows = conn
+        .rows::<Int>(Bound {
+            sql: Arc::from(sql),
+            args: Vec::new(),
+        })
+        .await
+        .map_err(db(OP))?;
+    Ok(rows.first().map(|Int(ms)| *ms))
 }
 
 /// `failed` rows matching the filter, oldest first.

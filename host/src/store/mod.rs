@@ -80,6 +80,7 @@ use crate::record::Record;
 
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
 pub use held::HeldBatch;
+pub use judge::{RowColumns, judge_columns};
 pub use table_name::TableName;
 
 /// Default name of the outbox table.
@@ -575,6 +576,13 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     /// Row counts by status and the oldest pending row's age.
     async fn counts(&self, params: &CountsParams) -> Result<StatusCounts, StoreError>;
+
+    /// The database's clock, UTC milliseconds, read in one query; `None` where the database has
+    /// no clock apart from the host's (SQLite). The worker compares it with its own to refuse
+    /// claiming while they disagree by more than a tenth of the lease.
+    async fn clock_ms(&self) -> Result<Option<i64>, StoreError> {
+        Ok(None)
+    }
 
     /// `failed` rows matching the filter, oldest first.
     async fn list_failed(&self, params: &ListFailedParams) -> Result<Vec<FailedRow>, StoreError>;

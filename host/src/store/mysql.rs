@@ -178,6 +178,11 @@ impl SqlDialect for MySqlDialect {
         true
     }
 
+    fn clock_ms(&self) -> Option<&'static str> {
+        // UNIX_TIMESTAMP of a session-time DATETIME is UTC whatever the session's time zone.
+        Some("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+    }
+
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
     }

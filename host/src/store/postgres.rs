@@ -163,6 +163,11 @@ impl SqlDialect for PostgresDialect {
         })
     }
 
+    fn clock_ms(&self) -> Option<&'static str> {
+        // clock_timestamp(): the time now, not the transaction's start.
+        Some("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+    }
+
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
     }

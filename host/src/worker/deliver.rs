@@ -10,7 +10,6 @@ use tracing::{debug, warn};
 use super::{BatchStats, Worker, WorkerError};
 use crate::metrics::RowOutcome;
 use crate::publish::{Answered, Event, Outcome};
-use crate::record::now_ms;
 use crate::retry::Decision;
 use crate::store::{ClaimBatch, Disposition, Lease, Mark, MarkParams};
 
@@ -72,7 +71,7 @@ impl Worker {
         // lease config checked: publish_timeout + margin <= lease.)
         let timeout = self.options.publish_timeout;
         let lease_left = Duration::from_millis(
-            u64::try_from(lease.lock_until_ms.saturating_sub(now_ms())).unwrap_or(0),
+            u64::try_from(lease.lock_until_ms.saturating_sub(self.now_ms())).unwrap_or(0),
         );
         let mut parts = if !queued || lease_left >= timeout + LEASE_MARGIN {
             Some(self.publisher.publish_parts(events))
@@ -142,7 +141,7 @@ impl Worker {
         part: Answered,
         answered: &mut [bool],
     ) -> (Vec<usize>, Vec<Mark>) {
-        let now = now_ms();
+        let now = self.now_ms();
         part.into_iter()
             .filter(|(position, _)| {
                 answered
@@ -177,7 +176,7 @@ impl Worker {
             .mark(&MarkParams {
                 lease,
                 marks: &marks,
-                now_ms: now_ms(),
+                now_ms: self.now_ms(),
             })
             .await;
         match &marked {
@@ -207,7 +206,7 @@ impl Worker {
             created_at_ms,
         } = rows;
         let options = &*self.options;
-        let marked_at = now_ms();
+        let marked_at = self.now_ms();
         let mut stats = BatchStats::default();
         for (position, mark) in positions.into_iter().zip(marks) {
             let event = &events[position];

@@ -31,7 +31,6 @@ use tracing::warn;
 use super::deliver::{ClaimedRows, next_part, unanswered};
 use super::{BatchStats, Worker, WorkerError};
 use crate::publish::Event;
-use crate::record::now_ms;
 use crate::store::{ClaimBatch, HeldBatch, Mark};
 
 /// How a worker claims and marks a batch. In config: `worker.mode = "leased" | "held"`.
@@ -123,7 +122,7 @@ impl Worker {
             stats = self.process_held_batch(worker_id, app_code).await?;
             let taken = stats.claimed + stats.rejected;
             if taken >= u64::from(self.options.batch_size)
-                || !schedule.reclaim_due(now_ms(), self.options.poll_interval)
+                || !schedule.reclaim_due(self.now_ms(), self.options.poll_interval)
             {
                 return Ok(stats);
             }
@@ -133,7 +132,7 @@ impl Worker {
         } else {
             self.reclaim_expired(worker_id, app_code).await?
         };
-        schedule.leased_claimed(leased.claimed + leased.rejected, now_ms());
+        schedule.leased_claimed(leased.claimed + leased.rejected, self.now_ms());
         stats.claimed += leased.claimed;
         stats.rejected += leased.rejected;
         if let Some(batch) = batch {
@@ -177,7 +176,7 @@ impl Worker {
         let created_at_ms: Vec<i64> = batch.events.iter().map(|c| c.created_at_ms).collect();
         let events: Vec<Event> = batch.events.iter().map(|c| c.event.clone()).collect();
         let (positions, marks) = self.publish_all(&events).await;
-        let marked = mark_held(batch, &marks).await;
+        let marked = mark_held(batch, &marks, self.now_ms()).await;
         match &marked {
             Ok(_) => self.outage_over(),
             Err(e) if e.is_unreachable() => self.outage_began(e),
@@ -245,8 +244,9 @@ impl Worker {
 async fn mark_held(
     batch: HeldBatch,
     marks: &[Mark],
+    now_ms: i64,
 ) -> Result<crate::store::MarkReport, crate::store::StoreError> {
-    batch.mark(marks, now_ms()).await
+    batch.mark(marks, now_ms).await
 }
 
 #[cfg(test)]

@@ -133,6 +133,12 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     }
 
     /// The embedded migrations (`migrations/<backend>/`), oldest first.
+    /// A query of one BIGINT: the database's clock, UTC milliseconds since the epoch. `None`
+    /// where the database has no clock apart from the host's (SQLite, in the host's process).
+    fn clock_ms(&self) -> Option<&'static str> {
+        None
+    }
+
     fn migrations(&self) -> &'static [Migration];
 
     /// Table options written after the bookkeeping table's `CREATE TABLE` (engine, charset).

@@ -1,0 +1,169 @@
+//! Leases against clocks that disagree, on the servers (SQLite has no clock apart from the
+//! host's): a host whose clock runs a lease ahead would take the live leases of the others as
+//! expired, publishing their events a second time and, with per-room ordering, putting a second
+//! event of a room in flight. It measures its clock against the database's and claims nothing
+//! while they disagree by more than a tenth of the lease; within that it claims as usual.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use outboxd::metrics::Metrics;
+use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::record::now_ms;
+use outboxd::retry::{RetryPolicy, Strategy};
+use outboxd::store::DeliveryOrder;
+use outboxd::worker::{Worker, WorkerMode, WorkerOptions};
+use support::{Backend, TestDb, record};
+
+/// Delivers after `delay`, counting deliveries per event and noting a room with two events in
+/// flight at once.
+struct Slow {
+    delay: Duration,
+    delivered: Mutex<HashMap<String, usize>>,
+    in_flight: Mutex<HashSet<String>>,
+    second_in_flight: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Publisher for Slow {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        for event in batch {
+            if !self.in_flight.lock().unwrap().insert(event.room_id.clone()) {
+                self.second_in_flight
+                    .lock()
+                    .unwrap()
+                    .push(event.room_id.clone());
+            }
+        }
+        tokio::time::sleep(self.delay).await;
+        let mut delivered = self.delivered.lock().unwrap();
+        let mut in_flight = self.in_flight.lock().unwrap();
+        for event in batch {
+            *delivered.entry(event.event_id.clone()).or_default() += 1;
+            in_flight.remove(&event.room_id);
+        }
+        vec![Outcome::Delivered; batch.len()]
+    }
+}
+
+fn options(node_id: &str) -> WorkerOptions {
+    WorkerOptions {
+        app_codes: vec!["app".into()],
+        batch_size: 100,
+        poll_interval: Duration::from_millis(10),
+        lease: Duration::from_secs(30),
+        publish_timeout: Duration::from_secs(10),
+        retry: RetryPolicy {
+            strategy: Strategy::FixedInterval {
+                interval: Duration::from_millis(1),
+            },
+            max_attempts: 5,
+        },
+        ordering: DeliveryOrder::PerRoom,
+        mode: WorkerMode::Leased,
+        concurrency: 1,
+        node_id: node_id.into(),
+    }
+}
+
+/// A host `shift_ms` ahead claims while an honest host publishes the heads of five rooms;
+/// returns what it claimed, the publisher, and its metrics.
+async fn claim_beside_a_live_batch(
+    backend: Backend,
+    shift_ms: i64,
+) -> Option<(u64, Arc<Slow>, Metrics)> {
+    let db = TestDb::new_server_only(backend).await?;
+    let store = db.store_per_room().await;
+    let base = now_ms() - 60_000;
+    let rows: Vec<_> = (0..20)
+        .map(|i| {
+            record(
+                "app",
+                &format!("e{i:02}"),
+                &format!("room-{}", i % 5),
+                base + i,
+            )
+        })
+        .collect();
+    store.enqueue(&rows).await.unwrap();
+    let publisher = Arc::new(Slow {
+        delay: Duration::from_millis(1500),
+        delivered: Mutex::default(),
+        in_flight: Mutex::default(),
+        second_in_flight: Mutex::default(),
+    });
+    let honest = Worker::new(store.clone(), publisher.clone(), options("honest"));
+    let metrics = Metrics::new();
+    let ahead = Worker::new(store.clone(), publisher.clone(), options("ahead"))
+        .with_clock(Arc::new(move || now_ms() + shift_ms))
+        .with_metrics(metrics.clone());
+    let live = tokio::spawn(async move { honest.process_batch("honest/0", "app").await });
+    // Wait until the honest host's claim is committed (its five rows are delivering).
+    let started = Instant::now();
+    loop {
+        let delivering = support::status_counts(&store).await.delivering;
+        if delivering == 5 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no live batch");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let claimed = ahead.process_batch("ahead/0", "app").await.unwrap().claimed;
+    let live = live.await.unwrap().unwrap();
+    assert_eq!(live.delivered, 5);
+    Some((claimed, publisher, metrics))
+}
+
+async fn a_host_a_lease_ahead_takes_no_live_lease(backend: Backend) {
+    // 40 s ahead: past the honest host's 30 s leases.
+    let Some((claimed, publisher, metrics)) = claim_beside_a_live_batch(backend, 40_000).await
+    else {
+        return;
+    };
+    assert_eq!(claimed, 0, "the host whose clock is off claimed");
+    let twice: Vec<_> = publisher
+        .delivered
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    assert!(
+        publisher.second_in_flight.lock().unwrap().is_empty(),
+        "a second event of a room in flight"
+    );
+    let text = metrics.encode();
+    assert!(text.contains("outboxd_clock_claims_refused 1"), "{text}");
+    let offset: f64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("outboxd_clock_offset_seconds "))
+        .expect("offset reported")
+        .parse()
+        .unwrap();
+    assert!((-41.0..-39.0).contains(&offset), "offset {offset}");
+}
+
+async fn a_host_within_a_tenth_of_the_lease_claims(backend: Backend) {
+    // 1 s ahead, the bound is 3 s: it claims, and the live leases are not expired by its clock.
+    let Some((claimed, publisher, metrics)) = claim_beside_a_live_batch(backend, 1_000).await
+    else {
+        return;
+    };
+    assert_eq!(
+        claimed, 0,
+        "every room's head is in flight: nothing to claim"
+    );
+    assert!(publisher.second_in_flight.lock().unwrap().is_empty());
+    assert!(
+        metrics.encode().contains("outboxd_clock_claims_refused 0"),
+        "a small offset is no reason to refuse"
+    );
+}
+
+support::per_backend!([mysql, postgres] => a_host_a_lease_ahead_takes_no_live_lease, a_host_within_a_tenth_of_the_lease_claims);
