@@ -211,13 +211,41 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
     );
 }
 
-/// SIGTERM during a run: the batch in flight is finished, exit status 0, nothing left delivering.
+/// SIGTERM during a run, sent while a batch is in flight (its sink takes 1.5 s a call): the
+/// batches in flight are finished and marked, exit status 0, nothing left delivering, nothing
+/// lost.
 async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "");
+    let config = dir.path().join("slow.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[worker]
+app_codes = ["default"]
+batch_size = 500
+poll_interval = "50ms"
+
+[plugins]
+cache_dir = "{cache}"
+
+[[route]]
+event_type = "*"
+sink = "slow"
+
+[[sink]]
+name = "slow"
+plugin = "{plugin}"
+config = {{ delay_ms = "1500", quiet = "true" }}
+"#,
+            cache = dir.path().join("cache").display(),
+            plugin = fixtures::plugin("chaos").display(),
+        ),
+    )
+    .unwrap();
     let url = db.url.as_str();
     let base = || with(&config, url);
     run_ok(base().arg("migrate"));
@@ -230,13 +258,21 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
         "--count",
         "3000",
     ]));
-    let mut child = base()
-        .arg("run")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = KillOnDrop(
+        base()
+            .arg("run")
+            .env("OUTBOXD_ADMIN_LISTEN", "")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while status(&config, url)["delivering"].as_u64() == Some(0) {
+        assert!(std::time::Instant::now() < deadline, "no batch in flight");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let child = &mut child.0;
     let pid = child.id().to_string();
     assert!(
         Command::new("kill")
@@ -245,7 +281,6 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
             .unwrap()
             .success()
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let exit = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
@@ -257,7 +292,14 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(exit.success(), "exit status {exit:?}");
-    assert_eq!(status(&config, url)["delivering"], 0);
+    let s = status(&config, url);
+    assert_eq!(s["delivering"], 0, "{s}");
+    let delivered = s["delivered"].as_u64().unwrap();
+    assert!(
+        delivered >= 500,
+        "the batch in flight was not finished: {s}"
+    );
+    assert_eq!(delivered + s["pending"].as_u64().unwrap(), 3000, "{s}");
 }
 
 /// `run` with no `[[sink]]` (no config file at all, or one without sinks) refuses to start with

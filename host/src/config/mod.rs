@@ -321,6 +321,6 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod fuzz_regressions;
+#[cfg(test)]
+mod tests;

@@ -8,6 +8,8 @@
 //! - `trap_on_type = T`: panics (a trap) when an event of type `T` is in the batch;
 //! - `loop_on_type = T`: spins without host calls (until the deadline) when an event of type `T`
 //!   is in the batch;
+//! - `delay_ms = N`: every call sleeps N ms (a host call: the guest waits, it does not spin)
+//!   before answering;
 //! - `init_error = MESSAGE`: `init` fails with `chaos plugin: MESSAGE`;
 //! - `quiet = true`: no logging line and no stdout line per call (for benchmarks);
 //! - `flood = N`: every call writes one 1 MiB stdout line, then N logging lines, N stdout lines
@@ -36,6 +38,7 @@ struct Chaos {
     behaviour: Behaviour,
     trap_on_type: Option<String>,
     loop_on_type: Option<String>,
+    delay_ms: u64,
     quiet: bool,
     flood: u64,
     calls: u64,
@@ -64,6 +67,7 @@ impl Plugin for Chaos {
         }
         let trap_on_type = config.optional("trap_on_type");
         let loop_on_type = config.optional("loop_on_type");
+        let delay_ms = config.parse("delay_ms", "milliseconds")?.unwrap_or(0);
         let quiet = config.flag("quiet")?.unwrap_or(false);
         let flood = config.parse("flood", "a line count")?.unwrap_or(0);
         config.finish()?;
@@ -71,6 +75,7 @@ impl Plugin for Chaos {
             behaviour,
             trap_on_type,
             loop_on_type,
+            delay_ms,
             quiet,
             flood,
             calls: 0,
@@ -96,6 +101,9 @@ impl Plugin for Chaos {
             && batch.iter().any(|event| &event.event_type == trap_type)
         {
             panic!("chaos: event type {trap_type} in the batch");
+        }
+        if self.delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(self.delay_ms));
         }
         if let Some(loop_type) = &self.loop_on_type
             && batch.iter().any(|event| &event.event_type == loop_type)
