@@ -46,6 +46,7 @@ fn options() -> WorkerOptions {
         app_codes: vec!["app".into()],
         batch_size: 100,
         poll_interval: POLL,
+        idle_probe: POLL,
         lease: Duration::from_secs(60),
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy::default(),

@@ -56,6 +56,13 @@ pub enum RowOutcome {
     stale,
 }
 
+/// Labels of the commit feed gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FeedLabels {
+    /// What wakes idle loops: `binlog`, `listen`, `data_version`, or `probe`.
+    pub feed: String,
+}
+
 /// Labels of the row counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RowLabels {
@@ -126,6 +133,7 @@ pub struct Metrics {
     breaker_state: Family<SinkLabels, Gauge>,
     breaker_opened: Family<SinkLabels, Counter>,
     purged: Family<StatusLabels, Counter>,
+    commit_feed: Family<FeedLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -222,6 +230,12 @@ impl Metrics {
             "Finished rows deleted by retention, by app code and status (delivered, failed)",
             purged.clone(),
         );
+        let commit_feed = Family::<FeedLabels, Gauge>::default();
+        registry.register(
+            "commit_feed_connected",
+            "Whether the commit feed that wakes idle loops is connected (1) or they probe (0), by feed: binlog (MySQL / MariaDB), listen (PostgreSQL), data_version (SQLite), probe (none)",
+            commit_feed.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -235,7 +249,18 @@ impl Metrics {
             breaker_state,
             breaker_opened,
             purged,
+            commit_feed,
         }
+    }
+
+    /// Records what wakes idle loops (`feed`: the first word of [`crate::wake::Wake::kind`]) and
+    /// whether its feed is connected.
+    pub fn set_commit_feed(&self, feed: &str, connected: bool) {
+        self.commit_feed
+            .get_or_create(&FeedLabels {
+                feed: feed.to_string(),
+            })
+            .set(i64::from(connected));
     }
 
     /// Counts `count` rows of `app_code` with `status` deleted by retention.

@@ -77,6 +77,10 @@ struct RawWorker {
     mode: WorkerMode,
     concurrency: u32,
     node_id: Option<String>,
+    wake: WakeMode,
+    /// `None`: the default ([`DEFAULT_IDLE_PROBE`] on MySQL / MariaDB, else the poll interval).
+    #[serde(with = "humantime_serde")]
+    idle_probe: Option<Duration>,
 }
 
 impl Default for RawWorker {
@@ -91,6 +95,8 @@ impl Default for RawWorker {
             mode: WorkerMode::Leased,
             concurrency: 1,
             node_id: None,
+            wake: WakeMode::Auto,
+            idle_probe: None,
         }
     }
 }
@@ -160,7 +166,7 @@ impl RawConfig {
     pub(super) fn validate(self, base_dir: &Path) -> Result<Config, ConfigError> {
         let database = self.database.validate()?;
         let publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
-        let worker = self.worker.validate(&publishing)?;
+        let worker = self.worker.validate(&publishing, &database)?;
         let retry = self.retry.validate()?;
         deadlines::check(&worker, &publishing)?;
         held::check(&worker, &database)?;
@@ -216,8 +222,13 @@ impl RawDatabase {
 }
 
 impl RawWorker {
-    /// Checks the keys; `publishing` decides the default batch size.
-    fn validate(self, publishing: &Publishing) -> Result<WorkerConfig, ConfigError> {
+    /// Checks the keys; `publishing` decides the default batch size, `database` the default idle
+    /// probe and whether `wake` applies.
+    fn validate(
+        self,
+        publishing: &Publishing,
+        database: &DatabaseConfig,
+    ) -> Result<WorkerConfig, ConfigError> {
         if self.app_codes.is_empty() {
             return Err(invalid(
                 "worker.app_codes",
@@ -270,6 +281,33 @@ impl RawWorker {
             Some(id) => id,
             None => default_node_id(),
         };
+        let is_mysql = crate::store::Backend::from_url(&database.url)
+            .is_ok_and(|b| b == crate::store::Backend::MySql);
+        if self.wake == WakeMode::Binlog && !is_mysql {
+            return Err(invalid(
+                "worker.wake",
+                "\"binlog\" needs a MySQL or MariaDB database.url (PostgreSQL and SQLite use \
+                 their own commit feed); use \"auto\"",
+            ));
+        }
+        let idle_probe = match self.idle_probe {
+            Some(probe) if probe.is_zero() => {
+                return Err(invalid("worker.idle_probe", "must be greater than 0"));
+            }
+            Some(probe) if probe > self.poll_interval => {
+                return Err(invalid(
+                    "worker.idle_probe",
+                    format!(
+                        "must be at most worker.poll_interval ({}), got {}",
+                        humantime::format_duration(self.poll_interval),
+                        humantime::format_duration(probe)
+                    ),
+                ));
+            }
+            Some(probe) => probe,
+            None if is_mysql => DEFAULT_IDLE_PROBE.min(self.poll_interval),
+            None => self.poll_interval,
+        };
         let batch_size = self
             .batch_size
             .unwrap_or_else(|| batch_size::default_batch_size(publishing, self.publish_timeout));
@@ -284,6 +322,8 @@ impl RawWorker {
             mode: self.mode,
             concurrency: self.concurrency,
             node_id,
+            wake: self.wake,
+            idle_probe,
         })
     }
 }
