@@ -11,16 +11,17 @@
 //! The binlog is a wake-up signal only: claims still read the table, so a missed or duplicated
 //! event costs at most one probe. The follower starts at the server's current position (never
 //! replays history), wakes once after every (re)connect since commits made while it was away sent
-//! nothing, and wakes a second time [`RECHECK`] after each commit it saw: the server writes a
+//! nothing, and wakes a second time [`RECHECK`] after the last commit it saw: the server writes a
 //! transaction to the binlog just before its storage engine makes it visible, so a claim racing
-//! the first wake may still miss it.
+//! the first wake may still miss it. While commits come faster than one per [`MIN_WAKE_GAP`] it
+//! wakes once per gap, not once per commit.
 //!
 //! The server sends a heartbeat every [`HEARTBEAT`] while the binlog is quiet; a stream silent
 //! for [`SILENCE`] is taken as lost. The follower reconnects on its own (backing off up to
 //! [`MAX_RECONNECT_WAIT`]); while it is down the loops probe ([`super::IdleBackoff`]).
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
@@ -405,9 +406,9 @@ async fn follow(opened: Opened, wake: &Wake) -> String {
         mut stream,
         mut scan,
     } = opened;
-    let mut recheck: Option<tokio::time::Instant> = None;
+    let mut pacer = Pacer::default();
     loop {
-        let recheck_at = recheck;
+        let due = pacer.due();
         tokio::select! {
             next = tokio::time::timeout(SILENCE, stream.next()) => {
                 let event = match next {
@@ -416,22 +417,78 @@ async fn follow(opened: Opened, wake: &Wake) -> String {
                     Ok(Some(Err(e))) => return e.to_string(),
                     Ok(Some(Ok(event))) => event,
                 };
-                if scan.commit_wakes(&event, &stream) {
+                if scan.commit_wakes(&event, &stream) && pacer.commit(Instant::now()) {
                     wake.wake();
-                    recheck.get_or_insert_with(|| tokio::time::Instant::now() + RECHECK);
                 }
             }
-            _ = sleep_until(recheck_at), if recheck_at.is_some() => {
-                recheck = None;
+            _ = sleep_until(due), if due.is_some() => {
+                pacer.fired(Instant::now());
                 wake.wake();
             }
         }
     }
 }
 
-async fn sleep_until(at: Option<tokio::time::Instant>) {
+/// When the commits seen wake the loops: the first at once, then at most one every
+/// [`MIN_WAKE_GAP`] (commits in between are owed one wake at the end of the gap), and one more
+/// [`RECHECK`] after the last.
+///
+/// While rows arrive faster than that, the loops claim every few milliseconds, as a probe would,
+/// instead of once per commit: each claim finds more rows and producers meet fewer claims.
+#[derive(Debug, Default)]
+struct Pacer {
+    last_wake: Option<Instant>,
+    /// A commit came within the gap: wake at its end.
+    owed: bool,
+    /// The second look after the last wake.
+    recheck: Option<Instant>,
+}
+
+/// Shortest time between two wakes of one binlog follower (the probe's own minimum).
+pub const MIN_WAKE_GAP: Duration = super::PROBE_MIN;
+
+impl Pacer {
+    /// A commit that wakes the loops seen at `now`: whether to wake them now.
+    fn commit(&mut self, now: Instant) -> bool {
+        match self.last_wake {
+            Some(last) if now < last + MIN_WAKE_GAP => {
+                self.owed = true;
+                false
+            }
+            _ => {
+                self.woke(now);
+                true
+            }
+        }
+    }
+
+    /// When the next owed wake or recheck is due.
+    fn due(&self) -> Option<Instant> {
+        match (self.owed, self.last_wake) {
+            (true, Some(last)) => Some(last + MIN_WAKE_GAP),
+            _ => self.recheck,
+        }
+    }
+
+    /// The wake [`Pacer::due`] asked for was given at `now`.
+    fn fired(&mut self, now: Instant) {
+        if std::mem::take(&mut self.owed) {
+            self.woke(now);
+        } else {
+            self.recheck = None;
+            self.last_wake = Some(now);
+        }
+    }
+
+    fn woke(&mut self, now: Instant) {
+        self.last_wake = Some(now);
+        self.recheck = Some(now + RECHECK);
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
     if let Some(at) = at {
-        tokio::time::sleep_until(at).await;
+        tokio::time::sleep_until(at.into()).await;
     }
 }
 
@@ -448,6 +505,25 @@ mod tests {
         assert_eq!(target.opts.pass(), Some("p/w"));
         assert_eq!(target.opts.tcp_port(), 3307);
         assert!(Target::new("mysql://root@127.0.0.1:3306", &table).is_err());
+    }
+
+    #[test]
+    fn the_pacer_wakes_at_once_then_at_most_every_gap_and_rechecks() {
+        let t0 = Instant::now();
+        let mut pacer = Pacer::default();
+        assert_eq!(pacer.due(), None);
+        assert!(pacer.commit(t0), "a quiet table's commit wakes at once");
+        assert_eq!(pacer.due(), Some(t0 + RECHECK));
+        // Commits within the gap are owed one wake at its end.
+        assert!(!pacer.commit(t0 + Duration::from_millis(1)));
+        assert!(!pacer.commit(t0 + Duration::from_millis(2)));
+        assert_eq!(pacer.due(), Some(t0 + MIN_WAKE_GAP));
+        pacer.fired(t0 + MIN_WAKE_GAP);
+        assert_eq!(pacer.due(), Some(t0 + MIN_WAKE_GAP + RECHECK));
+        pacer.fired(t0 + MIN_WAKE_GAP + RECHECK);
+        assert_eq!(pacer.due(), None, "one recheck, then quiet");
+        // A commit long after wakes at once again.
+        assert!(pacer.commit(t0 + Duration::from_secs(2)));
     }
 
     #[test]
