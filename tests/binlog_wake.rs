@@ -2,7 +2,8 @@
 //! writes a ROW-format binlog (started by the test, its own data dir and port: never the shared
 //! server), a commit to the outbox table wakes an idle worker at once, also after the binlog
 //! connection was killed from the server's side, and a rolled-back transaction or the hosts' own
-//! marks wake no one. On the shared MariaDB (no binlog) `auto` falls back to the bounded probe
+//! marks wake no one; a user without the REPLICATION privileges probes (`auto`) or is refused
+//! (`binlog`). On the shared MariaDB (no binlog) `auto` falls back to the bounded probe
 //! and says so, and `binlog` refuses to start naming the key.
 //!
 //! Every worker here polls every second and, in the binlog tests, probes no sooner than that
@@ -184,6 +185,47 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
     let mut admin = MySqlConnection::connect(&server.admin_url())
         .await
         .expect("admin connection");
+
+    // A user who may write the table but not read the binlog: `auto` probes and says why,
+    // `binlog` refuses.
+    for sql in [
+        "CREATE USER 'plain'@'%'",
+        "GRANT ALL ON outbox.* TO 'plain'@'%'",
+    ] {
+        admin.execute(sql).await.expect(sql);
+    }
+    let plain_url = url.replacen("root@", "plain@", 1);
+    let plain = Wake::new();
+    let feed = wake::start_commit_feed_with(
+        &plain_url,
+        &TableName::default(),
+        WakeMode::Auto,
+        &plain,
+        CancellationToken::new(),
+    )
+    .await
+    .expect("auto starts without the privilege");
+    assert!(feed.is_none());
+    assert!(
+        plain
+            .kind()
+            .starts_with("probe (no REPLICATION privilege: "),
+        "{}",
+        plain.kind()
+    );
+    let refused = wake::start_commit_feed_with(
+        &plain_url,
+        &TableName::default(),
+        WakeMode::Binlog,
+        &Wake::new(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("binlog without the privilege");
+    assert!(
+        refused.to_string().contains("worker.wake") && refused.to_string().contains("REPLICATION"),
+        "{refused}"
+    );
 
     let wake = Wake::new();
     let shutdown = CancellationToken::new();
