@@ -99,6 +99,7 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
             app_codes: vec!["app".into()],
             batch_size: 100,
             poll_interval: Duration::from_millis(10),
+            idle_probe: Duration::from_millis(10),
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),
             retry: RetryPolicy {

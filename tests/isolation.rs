@@ -73,6 +73,7 @@ fn options(batch_size: u32, max_attempts: u32, mode: WorkerMode) -> WorkerOption
         app_codes: vec!["app".into()],
         batch_size,
         poll_interval: Duration::from_millis(10),
+        idle_probe: Duration::from_millis(10),
         lease: Duration::from_secs(30),
         publish_timeout: Duration::from_secs(20),
         retry: RetryPolicy {

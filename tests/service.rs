@@ -248,6 +248,7 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
         app_codes: vec!["default".into()],
         batch_size: 20,
         poll_interval: Duration::from_millis(10),
+        idle_probe: Duration::from_millis(10),
         lease: Duration::from_secs(30),
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy {

@@ -113,6 +113,7 @@ fn options(max_attempts: u32) -> WorkerOptions {
         app_codes: vec!["app".into()],
         batch_size: 50,
         poll_interval: Duration::from_millis(20),
+        idle_probe: Duration::from_millis(20),
         lease: Duration::from_secs(30),
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy {

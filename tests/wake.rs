@@ -1,7 +1,8 @@
 //! Wake on commit: an idle worker claims rows committed by another connection (PostgreSQL
 //! `LISTEN`/`NOTIFY` fed by the outbox trigger, SQLite `PRAGMA data_version`) or by a producer in
 //! the same process ([`Wake::wake`]) at once, not after its poll interval; where the database
-//! has no commit feed (MySQL / MariaDB), a busy table is probed every few milliseconds.
+//! has no commit feed (MySQL / MariaDB without a binlog; the binlog: `tests/binlog_wake.rs`), a
+//! busy table is probed every few milliseconds.
 //!
 //! Every worker here polls every 30 s, so a row delivered within a few seconds was delivered by a
 //! wake-up, never by the poll. Tests ask the database for its capability (whether
@@ -46,6 +47,7 @@ fn options() -> WorkerOptions {
         app_codes: vec!["app".into()],
         batch_size: 100,
         poll_interval: POLL,
+        idle_probe: POLL,
         lease: Duration::from_secs(60),
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy::default(),

@@ -108,6 +108,7 @@ fn options(node_id: &str) -> WorkerOptions {
         app_codes: vec!["app".into()],
         batch_size: 200,
         poll_interval: Duration::from_millis(10),
+        idle_probe: Duration::from_millis(10),
         lease: Duration::from_secs(30),
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy {

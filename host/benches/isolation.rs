@@ -44,6 +44,7 @@ fn options() -> WorkerOptions {
         app_codes: vec!["bench".into()],
         batch_size: (2 * PER_SINK) as u32,
         poll_interval: Duration::from_millis(10),
+        idle_probe: Duration::from_millis(10),
         lease: Duration::from_secs(30),
         publish_timeout: Duration::from_secs(5),
         retry: RetryPolicy {

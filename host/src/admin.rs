@@ -30,6 +30,9 @@ pub struct Readiness {
     sinks_started: AtomicBool,
     /// `None` before the first refresh; `Some(Err(reason))` while the database fails.
     database: Mutex<Option<Result<(), String>>>,
+    /// What wakes idle loops, for the `/readyz` body (not a condition of readiness: loops probe
+    /// while a feed is down).
+    wake: Mutex<Option<String>>,
 }
 
 impl Readiness {
@@ -48,6 +51,19 @@ impl Readiness {
         if let Ok(mut database) = self.database.lock() {
             *database = Some(outcome);
         }
+    }
+
+    /// Records what wakes idle loops and whether its feed is connected, e.g.
+    /// `binlog (connected)` or `probe (log_bin is OFF)`.
+    pub fn set_wake(&self, wake: String) {
+        if let Ok(mut slot) = self.wake.lock() {
+            *slot = Some(wake);
+        }
+    }
+
+    /// What wakes idle loops, as last recorded.
+    pub fn wake(&self) -> Option<String> {
+        self.wake.lock().ok().and_then(|w| w.clone())
     }
 
     /// `Ok` when ready, else the reason (for the 503 body).
@@ -170,13 +186,20 @@ async fn respond(state: &AdminState, request: Request<Incoming>) -> Response<Ful
             state.metrics.encode(),
         ),
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
-        (&Method::GET, "/readyz") => match state.readiness.check() {
-            Ok(()) => text(StatusCode::OK, "ready\n".into()),
-            Err(reason) => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: {reason}\n"),
-            ),
-        },
+        (&Method::GET, "/readyz") => {
+            let wake = state
+                .readiness
+                .wake()
+                .map(|wake| format!("wake: {wake}\n"))
+                .unwrap_or_default();
+            match state.readiness.check() {
+                Ok(()) => text(StatusCode::OK, format!("ready\n{wake}")),
+                Err(reason) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {reason}\n{wake}"),
+                ),
+            }
+        }
         (&Method::POST, "/reload") => match &state.reload {
             Some(reload) => match reload().await {
                 Ok(summary) => text(StatusCode::OK, format!("{summary}\n")),

@@ -56,6 +56,13 @@ pub enum RowOutcome {
     stale,
 }
 
+/// Labels of the commit feed gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FeedLabels {
+    /// What wakes idle loops: `binlog`, `listen`, `data_version`, or `probe`.
+    pub feed: String,
+}
+
 /// Labels of the row counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RowLabels {
@@ -128,6 +135,7 @@ pub struct Metrics {
     purged: Family<StatusLabels, Counter>,
     clock_offset: Gauge<f64, AtomicU64>,
     clock_refusing: Gauge,
+    commit_feed: Family<FeedLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -236,6 +244,12 @@ impl Metrics {
             "1 while this host refuses to claim because its clock is off the database's by more than a tenth of worker.lease",
             clock_refusing.clone(),
         );
+        let commit_feed = Family::<FeedLabels, Gauge>::default();
+        registry.register(
+            "commit_feed_connected",
+            "Whether the commit feed that wakes idle loops is connected (1) or they probe (0), by feed: binlog (MySQL / MariaDB), listen (PostgreSQL), data_version (SQLite), probe (none)",
+            commit_feed.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -251,6 +265,7 @@ impl Metrics {
             purged,
             clock_offset,
             clock_refusing,
+            commit_feed,
         }
     }
 
@@ -259,6 +274,16 @@ impl Metrics {
     pub fn set_clock(&self, offset_ms: i64, refusing: bool) {
         self.clock_offset.set(offset_ms as f64 / 1000.0);
         self.clock_refusing.set(i64::from(refusing));
+    }
+
+    /// Records what wakes idle loops (`feed`: the first word of [`crate::wake::Wake::kind`]) and
+    /// whether its feed is connected.
+    pub fn set_commit_feed(&self, feed: &str, connected: bool) {
+        self.commit_feed
+            .get_or_create(&FeedLabels {
+                feed: feed.to_string(),
+            })
+            .set(i64::from(connected));
     }
 
     /// Counts `count` rows of `app_code` with `status` deleted by retention.

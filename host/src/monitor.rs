@@ -1,5 +1,6 @@
 //! Background watchers of a running host: the status refresher (row gauges, oldest pending age,
-//! database readiness) and `run`'s periodic summary line.
+//! database readiness), the wake reporter (what wakes idle loops, in readiness and metrics) and
+//! `run`'s periodic summary line.
 //!
 //! The refresher runs one `counts` query per app code per `admin.refresh_interval`, whatever the
 //! scrape rate; scrapes read the gauges it left.
@@ -16,6 +17,40 @@ use crate::admin::Readiness;
 use crate::metrics::{Metrics, RowOutcome};
 use crate::record::now_ms;
 use crate::store::{CountsParams, OutboxStore, StatusCounts};
+use crate::wake::Wake;
+
+/// How often [`report_wake`] reads the wake's state.
+pub const WAKE_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Reports what wakes idle loops ([`Wake::kind`]) and whether its feed is connected, into the
+/// `outboxd_commit_feed_connected` gauge and the `/readyz` body, now and every
+/// [`WAKE_REPORT_INTERVAL`] until `shutdown`.
+pub async fn report_wake(
+    wake: Wake,
+    metrics: Metrics,
+    readiness: Arc<Readiness>,
+    shutdown: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(WAKE_REPORT_INTERVAL);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let kind = wake.kind();
+        let feed = kind.split_whitespace().next().unwrap_or("probe");
+        let connected = wake.has_commit_feed();
+        metrics.set_commit_feed(feed, connected);
+        readiness.set_wake(if feed == "probe" {
+            kind
+        } else if connected {
+            format!("{kind} (connected)")
+        } else {
+            format!("{kind} (reconnecting; probing meanwhile)")
+        });
+    }
+}
 
 /// The latest counts per app code, shared by the refresher and the summary line.
 #[derive(Debug, Default, Clone)]

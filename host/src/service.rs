@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{AdminListener, AdminState, BindError, Readiness, ReloadFn};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries};
+use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_wake};
 use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_metrics};
 use crate::reload::{ConfigSource, Reloader};
 use crate::retention::Retention;
@@ -161,6 +161,12 @@ impl Service {
             snapshot: snapshot.clone(),
         };
         tracker.spawn(refresher.run(background.clone()));
+        tracker.spawn(report_wake(
+            wake.clone(),
+            metrics.clone(),
+            readiness.clone(),
+            background.clone(),
+        ));
         let retention = Retention {
             store: store.clone(),
             app_codes: config.worker.app_codes.clone(),

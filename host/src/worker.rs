@@ -11,7 +11,7 @@
 //! (`<node_id>/<slot>`), over the configured app codes. A loop whose claim came back full claims
 //! again at once; an idle loop waits for a [`Wake`] (a commit to the outbox, or a producer in this
 //! process) or the poll interval, whichever comes first; without a commit feed it probes
-//! adaptively ([`IdleBackoff`]). Shutdown is a [`CancellationToken`]: loops stop claiming, finish
+//! adaptively ([`IdleBackoff`], every `idle_probe` at most). Shutdown is a [`CancellationToken`]: loops stop claiming, finish
 //! and mark the batch in flight, and return. The worker retries no store call (the store retries
 //! transient errors: see `store`'s "Who checks what, who retries what").
 
@@ -57,6 +57,9 @@ pub struct WorkerOptions {
     pub batch_size: u32,
     /// Wait between claims when idle (and after a database error).
     pub poll_interval: Duration,
+    /// Longest idle wait of a loop without a commit feed ([`IdleBackoff`]'s bound; at most
+    /// `poll_interval`).
+    pub idle_probe: Duration,
     /// Lease of a claim.
     pub lease: Duration,
     /// Deadline of one batch's publish: events no sink answered by then are retryable; results
@@ -251,7 +254,7 @@ impl Worker {
         totals: &Totals,
     ) -> Result<(), WorkerError> {
         let worker_id = format!("{}/{}", self.options.node_id, slot);
-        let mut backoff = IdleBackoff::new(self.options.poll_interval);
+        let mut backoff = IdleBackoff::new(self.options.idle_probe.min(self.options.poll_interval));
         // The last arm of the notify gate this loop claimed after (`Wake::idle`).
         let mut armed_seen = None;
         // Deliveries a claim may overlap: two where writers run side by side while deliveries

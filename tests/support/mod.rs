@@ -43,6 +43,7 @@
 
 mod per_backend;
 mod plan;
+pub mod private_server;
 mod raw;
 mod records;
 mod schema;

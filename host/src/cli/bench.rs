@@ -204,9 +204,11 @@ impl Publisher for NoopPublisher {
 /// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     let publisher = publisher(config, &args).await?;
-    if let Some(rate) = args.rate {
+    if args.rate.is_some() || args.every.is_some() {
         let options = super::bench_latency::LatencyOptions {
-            rate: rate.max(1),
+            rate: args.rate.unwrap_or(1).max(1),
+            every: args.every.filter(|every| !every.is_zero()),
+            quiet_first: args.quiet_first.unwrap_or_default(),
             seconds: args.seconds.unwrap_or(1),
             producers: args.producers,
             trace_slowest: args.trace_slowest,
@@ -394,6 +396,7 @@ async fn drain_worker(
             app_codes: vec![app_code.to_string()],
             batch_size: options.batch_size,
             poll_interval: Duration::from_millis(5),
+            idle_probe: Duration::from_millis(5),
             lease: Duration::from_secs(60),
             publish_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),

@@ -10,7 +10,9 @@
 //!
 //! The rows of the first second ([`WARM_UP`]) are delivered but not counted when the run is
 //! longer than that: they measure the step from idle to busy (without a commit feed, an idle
-//! worker probes only every `poll_interval`), not the steady rate asked for.
+//! worker probes only every `worker.idle_probe`), not the steady rate asked for. Two patterns
+//! count every row instead: `--every D` (one row every `D`, a quiet room) and `--quiet-first D`
+//! (the worker idles `D` before the producers start: a burst after a quiet spell).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -38,8 +40,12 @@ pub const WARM_UP: Duration = Duration::from_secs(1);
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct LatencyOptions {
-    /// Rows committed per second, all producers together.
+    /// Rows committed per second, all producers together (unless `every` is set).
     pub rate: u32,
+    /// One row every this long instead of `rate` rows a second (a quiet room).
+    pub every: Option<Duration>,
+    /// How long the worker idles before the producers start (a burst after a quiet spell).
+    pub quiet_first: Duration,
     /// How long the producers write.
     pub seconds: u32,
     /// Producer tasks, each on its own connection.
@@ -58,6 +64,12 @@ pub struct LatencyReport {
     pub database: String,
     /// Rows/s asked for.
     pub rate: u32,
+    /// One row every this long (`--every`), instead of `rate`.
+    pub every: Option<Duration>,
+    /// How long the worker idled before the producers started.
+    pub quiet_first: Duration,
+    /// What woke the worker's loops ([`Wake::kind`]).
+    pub wake: String,
     /// Rows committed.
     pub events: usize,
     /// Rows counted in the percentiles (those committed after [`WARM_UP`]).
@@ -218,15 +230,26 @@ impl fmt::Display for LatencyReport {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         writeln!(
             f,
-            "database: {}  poll_interval: {}  commit feed: {}",
+            "database: {}  poll_interval: {}  wake: {}  commit feed: {}",
             self.database,
             humantime::format_duration(self.poll_interval),
+            self.wake,
             if self.commit_feed {
                 "yes"
             } else {
                 "no (adaptive probe)"
             }
         )?;
+        if let Some(every) = self.every {
+            writeln!(f, "one row every {}", humantime::format_duration(every))?;
+        }
+        if !self.quiet_first.is_zero() {
+            writeln!(
+                f,
+                "after {} of quiet (every row counted)",
+                humantime::format_duration(self.quiet_first)
+            )?;
+        }
         writeln!(
             f,
             "{:>6} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}",
@@ -266,6 +289,9 @@ pub enum LatencyError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The commit feed could not start (`worker.wake = "binlog"` without a binlog).
+    #[error(transparent)]
+    Feed(#[from] wake::FeedError),
     /// The worker failed.
     #[error(transparent)]
     Worker(#[from] WorkerError),
@@ -310,9 +336,10 @@ pub async fn run(
 
     let shutdown = CancellationToken::new();
     let wake = Wake::new();
-    let feed = wake::start_commit_feed(
+    let feed = wake::start_commit_feed_with(
         &config.database.url,
         &options.table,
+        config.worker.wake,
         &wake,
         shutdown.child_token(),
     )
@@ -323,6 +350,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let commit_feed = wake.has_commit_feed();
+    let wake_kind = wake.kind();
     let mut worker_options = config.worker_options();
     worker_options.app_codes = vec![app_code.clone()];
     worker_options.node_id = "bench-latency".into();
@@ -333,6 +361,7 @@ pub async fn run(
         tokio::spawn(async move { worker.run(RunMode::Forever, shutdown).await })
     };
 
+    tokio::time::sleep(options.quiet_first).await;
     let started = Instant::now();
     let committed = produce(&*producer_store, &app_code, options).await?;
     // The producers' real span (first scheduled row to last commit), not the `--seconds` asked:
@@ -369,7 +398,8 @@ pub async fn run(
 
     let rounds = timed.rounds.lock().expect("poisoned").clone();
     let delivered_at = timed.delivered_at.lock().expect("poisoned");
-    let warm_up = if options.seconds > 1 {
+    let warm_up = if options.seconds > 1 && options.every.is_none() && options.quiet_first.is_zero()
+    {
         WARM_UP
     } else {
         Duration::ZERO
@@ -418,6 +448,9 @@ pub async fn run(
     Ok(LatencyReport {
         database: store::redact_url(&config.database.url),
         rate: options.rate,
+        every: options.every,
+        quiet_first: options.quiet_first,
+        wake: wake_kind,
         events: committed.len(),
         counted: latencies.len(),
         achieved_rate: committed.len() as f64 / produce_secs,
@@ -438,9 +471,17 @@ async fn produce(
     app_code: &str,
     options: &LatencyOptions,
 ) -> Result<Vec<(String, Instant)>, StoreError> {
-    let total = u64::from(options.rate) * u64::from(options.seconds);
+    let (total, interval) = match options.every {
+        Some(every) => (
+            (f64::from(options.seconds) / every.as_secs_f64()).ceil() as u64,
+            every,
+        ),
+        None => (
+            u64::from(options.rate) * u64::from(options.seconds),
+            Duration::from_secs_f64(1.0 / f64::from(options.rate.max(1))),
+        ),
+    };
     let producers = u64::from(options.producers.max(1));
-    let interval = Duration::from_secs_f64(1.0 / f64::from(options.rate.max(1)));
     let started = tokio::time::Instant::now();
     let tasks = (0..producers).map(|producer| async move {
         let mut committed = Vec::new();
@@ -585,6 +626,9 @@ mod tests {
         let report = LatencyReport {
             database: "x".into(),
             rate: 1,
+            every: None,
+            quiet_first: Duration::ZERO,
+            wake: "probe".into(),
             events: 100,
             counted: 100,
             achieved_rate: 1.0,

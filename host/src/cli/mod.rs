@@ -240,17 +240,27 @@ pub struct BenchArgs {
     /// Latency mode: producers commit this many rows per second, one per transaction, and the
     /// worker (configured as `outboxd run` would be) delivers them; prints commit → delivered
     /// p50/p90/p99. Needs `--seconds`.
-    #[arg(long, requires = "seconds")]
+    #[arg(long, requires = "seconds", group = "latency")]
     pub rate: Option<u32>,
+    /// Latency mode, a quiet room: one row every DURATION (e.g. `2s`) instead of `--rate`.
+    /// Needs `--seconds`.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+        requires = "seconds", group = "latency")]
+    pub every: Option<std::time::Duration>,
     /// Latency mode: how long the producers write.
-    #[arg(long, requires = "rate")]
+    #[arg(long, requires = "latency")]
     pub seconds: Option<u32>,
+    /// Latency mode: the worker idles this long (e.g. `60s`) before the producers start, and
+    /// every row counts (no warm-up): a burst after a quiet spell.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+        requires = "latency")]
+    pub quiet_first: Option<std::time::Duration>,
     /// Latency mode: producer tasks, each on its own database connection.
     #[arg(long, default_value_t = 4)]
     pub producers: u32,
     /// Latency mode: for this many of the slowest rows, print the claims the worker ran between
     /// the row's commit and the claim that handed it out (start, duration, rows / limit).
-    #[arg(long, requires = "rate", default_value_t = 0)]
+    #[arg(long, requires = "latency", default_value_t = 0)]
     pub trace_slowest: usize,
     /// Publish through this plugin (`.wasm` component; every event routed to it) instead of a
     /// native no-op publisher.

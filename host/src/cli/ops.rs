@@ -244,9 +244,10 @@ pub async fn run(config: &Config, drain: bool, source: ConfigSource) -> Result<(
     let wake = Wake::new();
     // A draining run stops at the first empty claim: a feed would wake nothing.
     let feed = match mode {
-        RunMode::Forever => wake::start_commit_feed(
+        RunMode::Forever => wake::start_commit_feed_with(
             &config.database.url,
             &config.database.table,
+            config.worker.wake,
             &wake,
             shutdown.child_token(),
         )

@@ -36,7 +36,12 @@ pub use sink::{
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
+use crate::wake::WakeMode;
 use crate::worker::WorkerMode;
+
+/// Default `worker.idle_probe` on MySQL / MariaDB: an idle loop without a commit feed claims at
+/// least this often (one index probe each).
+pub const DEFAULT_IDLE_PROBE: Duration = Duration::from_millis(50);
 
 /// Environment prefix of overrides.
 pub const ENV_PREFIX: &str = "OUTBOXD_";
@@ -107,6 +112,13 @@ pub struct WorkerConfig {
     pub concurrency: u32,
     /// This host's name in worker ids and logs. Default `<hostname>-<pid>`.
     pub node_id: String,
+    /// What may wake idle loops on MySQL / MariaDB: `auto` (the binlog where it can be followed,
+    /// else the probe), `binlog` (refuse to start without it) or `probe`. Default `auto`.
+    pub wake: WakeMode,
+    /// Longest idle wait of a loop without a commit feed (the bound of its adaptive probe).
+    /// Default [`DEFAULT_IDLE_PROBE`] (50 ms) on MySQL / MariaDB, the poll interval elsewhere;
+    /// more than 0 and at most `poll_interval`.
+    pub idle_probe: Duration,
 }
 
 /// `[plugins]`.

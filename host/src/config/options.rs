@@ -23,6 +23,7 @@ impl Config {
             app_codes: worker.app_codes.clone(),
             batch_size: worker.batch_size,
             poll_interval: worker.poll_interval,
+            idle_probe: worker.idle_probe,
             lease: worker.lease,
             publish_timeout: worker.publish_timeout,
             retry: self.retry.clone(),

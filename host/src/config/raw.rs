@@ -79,6 +79,10 @@ struct RawWorker {
     node_id: Option<String>,
     /// Default of every sink's `limits.max_batch_bytes`.
     max_batch_bytes: Option<ByteSize>,
+    wake: WakeMode,
+    /// `None`: the default ([`DEFAULT_IDLE_PROBE`] on MySQL / MariaDB, else the poll interval).
+    #[serde(with = "humantime_serde")]
+    idle_probe: Option<Duration>,
 }
 
 impl Default for RawWorker {
@@ -94,6 +98,8 @@ impl Default for RawWorker {
             concurrency: 1,
             node_id: None,
             max_batch_bytes: None,
+            wake: WakeMode::Auto,
+            idle_probe: None,
         }
     }
 }
@@ -166,7 +172,7 @@ impl RawConfig {
         if let Some(bytes) = self.worker.max_batch_bytes {
             publishing.default_batch_bytes(bytes)?;
         }
-        let worker = self.worker.validate(&publishing)?;
+        let worker = self.worker.validate(&publishing, &database)?;
         let retry = self.retry.validate()?;
         deadlines::check(&worker, &publishing)?;
         held::check(&worker, &database)?;
@@ -224,8 +230,13 @@ impl RawDatabase {
 }
 
 impl RawWorker {
-    /// Checks the keys; `publishing` decides the default batch size.
-    fn validate(self, publishing: &Publishing) -> Result<WorkerConfig, ConfigError> {
+    /// Checks the keys; `publishing` decides the default batch size, `database` the default idle
+    /// probe and whether `wake` applies.
+    fn validate(
+        self,
+        publishing: &Publishing,
+        database: &DatabaseConfig,
+    ) -> Result<WorkerConfig, ConfigError> {
         if self.app_codes.is_empty() {
             return Err(invalid(
                 "worker.app_codes",
@@ -278,6 +289,33 @@ impl RawWorker {
             Some(id) => id,
             None => default_node_id(),
         };
+        let is_mysql = crate::store::Backend::from_url(&database.url)
+            .is_ok_and(|b| b == crate::store::Backend::MySql);
+        if self.wake == WakeMode::Binlog && !is_mysql {
+            return Err(invalid(
+                "worker.wake",
+                "\"binlog\" needs a MySQL or MariaDB database.url (PostgreSQL and SQLite use \
+                 their own commit feed); use \"auto\"",
+            ));
+        }
+        let idle_probe = match self.idle_probe {
+            Some(probe) if probe.is_zero() => {
+                return Err(invalid("worker.idle_probe", "must be greater than 0"));
+            }
+            Some(probe) if probe > self.poll_interval => {
+                return Err(invalid(
+                    "worker.idle_probe",
+                    format!(
+                        "must be at most worker.poll_interval ({}), got {}",
+                        humantime::format_duration(self.poll_interval),
+                        humantime::format_duration(probe)
+                    ),
+                ));
+            }
+            Some(probe) => probe,
+            None if is_mysql => DEFAULT_IDLE_PROBE.min(self.poll_interval),
+            None => self.poll_interval,
+        };
         let batch_size = self
             .batch_size
             .unwrap_or_else(|| batch_size::default_batch_size(publishing, self.publish_timeout));
@@ -292,6 +330,8 @@ impl RawWorker {
             mode: self.mode,
             concurrency: self.concurrency,
             node_id,
+            wake: self.wake,
+            idle_probe,
         })
     }
 }

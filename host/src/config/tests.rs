@@ -465,3 +465,51 @@ fn max_retry_after_must_be_positive() {
         Duration::from_secs(600)
     );
 }
+
+#[test]
+fn wake_and_idle_probe_default_by_database_and_are_checked() {
+    let mysql = "[database]\nurl = \"mysql://root@127.0.0.1:3306/app\"\n";
+    let config = load_str(mysql, &[]).unwrap();
+    assert_eq!(config.worker.wake, WakeMode::Auto);
+    assert_eq!(config.worker.idle_probe, DEFAULT_IDLE_PROBE);
+    assert_eq!(config.worker_options().idle_probe, DEFAULT_IDLE_PROBE);
+    // A poll interval below the default bounds it.
+    let short = load_str(&format!("{mysql}[worker]\npoll_interval = \"20ms\"\n"), &[]).unwrap();
+    assert_eq!(short.worker.idle_probe, Duration::from_millis(20));
+    // Databases with a commit feed back off to the poll interval, as before.
+    let sqlite = Config::defaults();
+    assert_eq!(sqlite.worker.idle_probe, sqlite.worker.poll_interval);
+    let set = load_str(
+        &format!("{mysql}[worker]\nwake = \"probe\"\nidle_probe = \"10ms\"\n"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(set.worker.wake, WakeMode::Probe);
+    assert_eq!(set.worker.idle_probe, Duration::from_millis(10));
+    let env = load_str(
+        mysql,
+        &[
+            ("OUTBOXD_WORKER_WAKE", "binlog"),
+            ("OUTBOXD_WORKER_IDLE_PROBE", "20ms"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(env.worker.wake, WakeMode::Binlog);
+    assert_eq!(env.worker.idle_probe, Duration::from_millis(20));
+
+    for (text, key) in [
+        (
+            format!("{mysql}[worker]\nidle_probe = \"0s\"\n"),
+            "worker.idle_probe",
+        ),
+        (
+            format!("{mysql}[worker]\npoll_interval = \"1s\"\nidle_probe = \"2s\"\n"),
+            "worker.idle_probe",
+        ),
+        (format!("{mysql}[worker]\nwake = \"sometimes\"\n"), "wake"),
+        ("[worker]\nwake = \"binlog\"\n".to_string(), "worker.wake"),
+    ] {
+        let err = load_str(&text, &[]).unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}

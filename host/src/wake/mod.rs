@@ -3,8 +3,9 @@
 //!
 //! A [`Wake`] is shared by the loops of one [`crate::worker::Worker`] and by whatever feeds it:
 //! - a **commit feed** started by [`start_commit_feed`]: PostgreSQL `LISTEN` on the channel the
-//!   outbox table's triggers notify ([`postgres`]), or SQLite's `PRAGMA data_version` read from
-//!   memory every few milliseconds ([`sqlite`]);
+//!   outbox table's triggers notify ([`postgres`]), SQLite's `PRAGMA data_version` read from
+//!   memory every few milliseconds ([`sqlite`]), or the MySQL / MariaDB binary log followed as a
+//!   replica would ([`binlog`], where the server writes one and the user may read it);
 //! - a producer in the same process, which calls [`Wake::wake`] after its transaction commits.
 //!
 //! PostgreSQL's feed is **gated** ([`gate`]): commits notify only while a host is armed, because
@@ -13,10 +14,12 @@
 //! notifications at rates where a probe finds rows anyway.
 //!
 //! Polling stays as the safety net for a lost notification. Without a commit feed (MySQL /
-//! MariaDB have no notification; or the PostgreSQL listener or gate is reconnecting) the loops
-//! probe adaptively instead ([`IdleBackoff`]): every few milliseconds while rows keep arriving,
-//! backing off to `poll_interval` once the table has been idle for a while.
+//! MariaDB without a binlog to follow; or a feed reconnecting) the loops probe adaptively instead
+//! ([`IdleBackoff`]): every few milliseconds while rows keep arriving, backing off to
+//! `worker.idle_probe` once the table has been idle for a while (50 ms on MySQL / MariaDB; the
+//! poll interval where a feed exists).
 
+pub mod binlog;
 pub mod gate;
 pub mod postgres;
 pub mod rate;
@@ -29,6 +32,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use serde::Deserialize;
+use tracing::info;
 
 use crate::store::{Backend, StoreError, TableName};
 use gate::Gate;
@@ -53,6 +59,8 @@ struct WakeInner {
     arm: watch::Sender<bool>,
     /// Rows per second the loops find.
     rate: Mutex<ArrivalRate>,
+    /// What wakes the loops, as logged at start (`binlog`, `probe (log_bin is OFF)`, …).
+    kind: Mutex<String>,
 }
 
 impl Default for WakeInner {
@@ -64,6 +72,7 @@ impl Default for WakeInner {
             gate: watch::Sender::new(Gate::Off),
             arm: watch::Sender::new(false),
             rate: Mutex::new(ArrivalRate::default()),
+            kind: Mutex::new("probe".into()),
         }
     }
 }
@@ -113,6 +122,21 @@ impl Wake {
             // Loops sleeping on the feed must probe now.
             self.inner.notify.notify_waiters();
         }
+    }
+
+    /// What wakes the loops: the feed's name (`binlog`, `listen`, `data_version`) or `probe`
+    /// with the reason there is no feed; set once at start ([`start_commit_feed_with`]).
+    pub fn kind(&self) -> String {
+        self.inner
+            .kind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records what wakes the loops ([`Wake::kind`]).
+    pub(crate) fn set_kind(&self, kind: impl Into<String>) {
+        *self.inner.kind.lock().unwrap_or_else(|e| e.into_inner()) = kind.into();
     }
 
     /// Marks the feed as gated: commits notify only while the gate is armed.
@@ -222,11 +246,10 @@ pub const PROBE_MIN: Duration = Duration::from_millis(5);
 /// The idle wait of a loop without a commit feed: [`PROBE_MIN`] after a round that found rows
 /// (and after the first round of a loop that has just started: a host started or restarted into
 /// traffic picks it up within milliseconds, not after a whole `poll_interval`), doubling with
-/// every empty round up to the poll interval (the worker counts each wait from the
+/// every empty round up to its bound, `worker.idle_probe` (the worker counts each wait from the
 /// start of the round, so a busy table is claimed every `PROBE_MIN`, not every `PROBE_MIN` plus
-/// a round). A table that is idle costs one claim
-/// per `poll_interval` per loop (after about ten empty rounds); one that is busy is probed every
-/// few milliseconds.
+/// a round). A table that is idle costs one claim per bound per loop (after a few empty
+/// rounds); one that is busy is probed every few milliseconds.
 #[derive(Debug, Clone)]
 pub struct IdleBackoff {
     max: Duration,
@@ -235,11 +258,12 @@ pub struct IdleBackoff {
 
 impl IdleBackoff {
     /// Starts as after a round that found rows: the first empty rounds wait 2 × [`PROBE_MIN`],
-    /// 4 × …, reaching `poll_interval` after about ten of them (~1 s of probes at most).
-    pub fn new(poll_interval: Duration) -> IdleBackoff {
+    /// 4 × …, reaching `bound` (`worker.idle_probe`, at most the poll interval) after a few of
+    /// them and staying there.
+    pub fn new(bound: Duration) -> IdleBackoff {
         IdleBackoff {
-            max: poll_interval,
-            next: PROBE_MIN.min(poll_interval),
+            max: bound,
+            next: PROBE_MIN.min(bound),
         }
     }
 
@@ -254,26 +278,125 @@ impl IdleBackoff {
     }
 }
 
-/// Starts the commit feed of the database at `url` for `table`, feeding `wake` until `shutdown`:
-/// PostgreSQL listens for the trigger's notifications, SQLite watches `PRAGMA data_version`;
-/// MySQL / MariaDB have none (`Ok(None)`: the loops probe adaptively). An in-memory SQLite
-/// database has no other connection to watch, so none either.
+/// What may wake idle loops on MySQL / MariaDB (`worker.wake`); PostgreSQL and SQLite always
+/// use their own commit feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WakeMode {
+    /// Follow the binlog where the server writes one and the user may read it; probe otherwise.
+    #[default]
+    Auto,
+    /// Follow the binlog; refuse to start when it cannot be followed.
+    Binlog,
+    /// Never follow the binlog: probe (bounded by `worker.idle_probe`).
+    Probe,
+}
+
+impl WakeMode {
+    /// The value as written in the config (`auto`, `binlog`, `probe`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WakeMode::Auto => "auto",
+            WakeMode::Binlog => "binlog",
+            WakeMode::Probe => "probe",
+        }
+    }
+}
+
+/// Why a commit feed could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// The database could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `worker.wake = "binlog"` and the binlog cannot be followed.
+    #[error(
+        "worker.wake = \"binlog\", but the binlog cannot be followed: {0}; enable log_bin and \
+         grant REPLICATION SLAVE, REPLICATION CLIENT to the user, or set worker.wake = \"auto\""
+    )]
+    BinlogUnavailable(binlog::Unavailable),
+}
+
+/// Starts the commit feed of the database at `url` for `table` as `worker.wake = "auto"` does
+/// ([`start_commit_feed_with`]).
 pub async fn start_commit_feed(
     url: &str,
     table: &TableName,
     wake: &Wake,
     shutdown: CancellationToken,
-) -> Result<Option<JoinHandle<()>>, StoreError> {
-    match Backend::from_url(url)? {
-        Backend::Postgres => Ok(Some(postgres::spawn_listener(
-            url.to_string(),
-            table,
-            wake.clone(),
-            shutdown,
-        ))),
-        Backend::Sqlite => sqlite::spawn_watcher(url, wake.clone(), shutdown).await,
-        Backend::MySql => Ok(None),
-    }
+) -> Result<Option<JoinHandle<()>>, FeedError> {
+    start_commit_feed_with(url, table, WakeMode::Auto, wake, shutdown).await
+}
+
+/// Starts the commit feed of the database at `url` for `table`, feeding `wake` until `shutdown`:
+/// PostgreSQL listens for the trigger's notifications, SQLite watches `PRAGMA data_version`,
+/// MySQL / MariaDB follow the binlog as `mode` says. `Ok(None)` where there is none (the loops
+/// probe adaptively); an in-memory SQLite database has no other connection to watch, so none
+/// either. Logs what wakes the loops (`wake: binlog`, `wake: probe (log_bin is OFF)`, …) and
+/// records it in [`Wake::kind`].
+pub async fn start_commit_feed_with(
+    url: &str,
+    table: &TableName,
+    mode: WakeMode,
+    wake: &Wake,
+    shutdown: CancellationToken,
+) -> Result<Option<JoinHandle<()>>, FeedError> {
+    let feed = match Backend::from_url(url)? {
+        Backend::Postgres => {
+            wake.set_kind("listen");
+            Some(postgres::spawn_listener(
+                url.to_string(),
+                table,
+                wake.clone(),
+                shutdown,
+            ))
+        }
+        Backend::Sqlite => {
+            let feed = sqlite::spawn_watcher(url, wake.clone(), shutdown).await?;
+            wake.set_kind(if feed.is_some() {
+                "data_version"
+            } else {
+                "probe (in-memory database)"
+            });
+            feed
+        }
+        Backend::MySql if mode == WakeMode::Probe => {
+            wake.set_kind("probe (worker.wake = \"probe\")");
+            None
+        }
+        Backend::MySql => {
+            let opened = match binlog::Target::new(url, table) {
+                Ok(target) => {
+                    let server_id = binlog::server_id();
+                    binlog::open(&target, server_id)
+                        .await
+                        .map(|opened| (target, server_id, opened))
+                }
+                Err(why) => Err(why),
+            };
+            match opened {
+                Ok((target, server_id, opened)) => {
+                    wake.set_kind("binlog");
+                    Some(binlog::spawn_follower(
+                        target,
+                        server_id,
+                        opened,
+                        wake.clone(),
+                        shutdown,
+                    ))
+                }
+                Err(why) if mode == WakeMode::Binlog => {
+                    return Err(FeedError::BinlogUnavailable(why));
+                }
+                Err(why) => {
+                    wake.set_kind(format!("probe ({why})"));
+                    None
+                }
+            }
+        }
+    };
+    info!(wake = %wake.kind(), "wake: {}", wake.kind());
+    Ok(feed)
 }
 
 #[cfg(test)]

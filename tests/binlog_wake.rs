@@ -1,0 +1,515 @@
+//! The MySQL / MariaDB wake-ups (`worker.wake`, `worker.idle_probe`): on a private MariaDB that
+//! writes a ROW-format binlog (started by the test, its own data dir and port: never the shared
+//! server), a commit to the outbox table wakes an idle worker at once, also after the binlog
+//! connection was killed from the server's side, and a rolled-back transaction or the hosts' own
+//! marks wake no one; a user without the REPLICATION privileges probes (`auto`) or is refused
+//! (`binlog`). On the shared MariaDB (no binlog) `auto` falls back to the bounded probe
+//! and says so, and `binlog` refuses to start naming the key.
+//!
+//! Every worker here polls every second and, in the binlog tests, probes no sooner than that
+//! (`idle_probe` = `poll_interval` = 1 s), so a row delivered within [`PROMPT`] of its commit
+//! was delivered by the binlog wake (without the feed these rows waited ~780 ms each: the
+//! loop's probe had backed off to the second).
+//! Without MariaDB's binaries or the shared server the tests print `SKIPPED …`; under `CI=true`
+//! they fail instead.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use outboxd::admin::Readiness;
+use outboxd::metrics::Metrics;
+use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::record::now_ms;
+use outboxd::retry::RetryPolicy;
+use outboxd::store::{ConnectOptions, DeliveryOrder, OutboxStore, TableName};
+use outboxd::wake::{self, FeedError, Wake, WakeMode};
+use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
+use sqlx::{AssertSqlSafe, Connection, Executor, MySqlConnection};
+use support::private_server::{Kind, PrivateServer};
+use support::{Backend, TestDb, record};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The safety net of every worker here: a delivery sooner than this came from a wake-up.
+const POLL: Duration = Duration::from_secs(1);
+/// Commit → delivered bound of a woken row (loose for a loaded machine; the poll is 1 s).
+const PROMPT: Duration = Duration::from_millis(200);
+/// Longest wait for anything that should happen.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Sends the id of every event it delivers, with when.
+struct Deliveries(mpsc::UnboundedSender<(String, Instant)>);
+
+#[async_trait]
+impl Publisher for Deliveries {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        for event in batch {
+            let _ = self.0.send((event.event_id.clone(), Instant::now()));
+        }
+        vec![Outcome::Delivered; batch.len()]
+    }
+}
+
+fn options(idle_probe: Duration) -> WorkerOptions {
+    WorkerOptions {
+        app_codes: vec!["app".into()],
+        batch_size: 100,
+        poll_interval: POLL,
+        idle_probe,
+        lease: Duration::from_secs(60),
+        publish_timeout: Duration::from_secs(10),
+        retry: RetryPolicy::default(),
+        ordering: DeliveryOrder::None,
+        mode: WorkerMode::Leased,
+        concurrency: 1,
+        node_id: "binlog-test".into(),
+    }
+}
+
+/// A worker over `store` woken by `wake`, and the deliveries it makes.
+struct Running {
+    shutdown: CancellationToken,
+    run: tokio::task::JoinHandle<()>,
+    delivered: mpsc::UnboundedReceiver<(String, Instant)>,
+}
+
+impl Running {
+    fn start(store: Arc<dyn OutboxStore>, wake: Wake, idle_probe: Duration) -> Running {
+        let (tx, delivered) = mpsc::unbounded_channel();
+        let worker =
+            Worker::new(store, Arc::new(Deliveries(tx)), options(idle_probe)).with_wake(wake);
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let run = tokio::spawn(async move {
+            worker
+                .run(RunMode::Forever, token)
+                .await
+                .expect("worker run");
+        });
+        Running {
+            shutdown,
+            run,
+            delivered,
+        }
+    }
+
+    /// Commits `event_id` through `producer` and returns its commit → delivered latency.
+    async fn commit_and_time(&mut self, producer: &dyn OutboxStore, event_id: &str) -> Duration {
+        producer
+            .enqueue(&[record("app", event_id, "room-1", now_ms())])
+            .await
+            .expect("enqueue");
+        let committed = Instant::now();
+        let (id, at) = tokio::time::timeout(DEADLINE, self.delivered.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{event_id}: not delivered within {DEADLINE:?}"))
+            .expect("worker stopped");
+        assert_eq!(id, event_id);
+        at.saturating_duration_since(committed)
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.run.await.expect("worker task");
+    }
+}
+
+/// A store on `url` (migrated).
+async fn store(url: &str) -> Arc<dyn OutboxStore> {
+    let store = outboxd::store::connect(&ConnectOptions {
+        url: url.to_string(),
+        table: TableName::default(),
+        max_connections: 4,
+        connect_timeout: Duration::from_secs(5),
+    })
+    .await
+    .expect("connect");
+    store.migrate().await.expect("migrate");
+    store
+}
+
+/// Waits until `wake`'s feed is `connected` (or not).
+async fn feed_is(wake: &Wake, connected: bool) {
+    tokio::time::timeout(DEADLINE, async {
+        while wake.has_commit_feed() != connected {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the commit feed never became connected = {connected}"));
+}
+
+/// Whether `wake` is woken within `within` (taking that wake).
+async fn woken_within(wake: &Wake, within: Duration) -> bool {
+    tokio::time::timeout(within, wake.woken()).await.is_ok()
+}
+
+/// Takes the wakes already given (a (re)connect's, a commit's second look).
+async fn drain_wakes(wake: &Wake) {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    while woken_within(wake, Duration::from_millis(20)).await {}
+}
+
+/// The connection ids of the server's binlog dump threads.
+async fn dump_threads(admin: &mut MySqlConnection) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'",
+    )
+    .fetch_all(admin)
+    .await
+    .expect("read the process list")
+}
+
+/// Asserts that every latency is within [`PROMPT`].
+fn assert_prompt(what: &str, latencies: &[Duration]) {
+    eprintln!("{what}: commit → delivered {latencies:?}");
+    assert!(
+        latencies.iter().all(|l| *l < PROMPT),
+        "{what}: every commit → delivered must be under {PROMPT:?} (the poll is {POLL:?}): {latencies:?}"
+    );
+}
+
+/// Sparse commits, a burst after a quiet spell, the binlog connection killed and restored, a
+/// rolled-back transaction and the hosts' own marks, on one private server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
+    let Some(server) = PrivateServer::start_with(Kind::MariaDb, true).await else {
+        return;
+    };
+    let url = server.url();
+    let store = store(&url).await;
+    let producer = store_unmigrated(&url).await;
+    let mut admin = MySqlConnection::connect(&server.admin_url())
+        .await
+        .expect("admin connection");
+
+    // A user who may write the table but not read the binlog: `auto` probes and says why,
+    // `binlog` refuses.
+    for sql in [
+        "CREATE USER 'plain'@'%'",
+        "GRANT ALL ON outbox.* TO 'plain'@'%'",
+    ] {
+        admin.execute(sql).await.expect(sql);
+    }
+    let plain_url = url.replacen("root@", "plain@", 1);
+    let plain = Wake::new();
+    let feed = wake::start_commit_feed_with(
+        &plain_url,
+        &TableName::default(),
+        WakeMode::Auto,
+        &plain,
+        CancellationToken::new(),
+    )
+    .await
+    .expect("auto starts without the privilege");
+    assert!(feed.is_none());
+    assert!(
+        plain
+            .kind()
+            .starts_with("probe (no REPLICATION privilege: "),
+        "{}",
+        plain.kind()
+    );
+    let refused = wake::start_commit_feed_with(
+        &plain_url,
+        &TableName::default(),
+        WakeMode::Binlog,
+        &Wake::new(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("binlog without the privilege");
+    assert!(
+        refused.to_string().contains("worker.wake") && refused.to_string().contains("REPLICATION"),
+        "{refused}"
+    );
+
+    let wake = Wake::new();
+    let shutdown = CancellationToken::new();
+    let feed = wake::start_commit_feed_with(
+        &url,
+        &TableName::default(),
+        WakeMode::Binlog,
+        &wake,
+        shutdown.clone(),
+    )
+    .await
+    .expect("the binlog can be followed")
+    .expect("a binlog feed");
+    assert_eq!(wake.kind(), "binlog");
+    feed_is(&wake, true).await;
+
+    // Rollbacks and marks first, with no worker taking the wakes.
+    drain_wakes(&wake).await;
+    let mut conn = MySqlConnection::connect(&url).await.expect("connect");
+    conn.execute("BEGIN").await.unwrap();
+    conn.execute(AssertSqlSafe(insert_sql("rolled-back")))
+        .await
+        .unwrap();
+    conn.execute("ROLLBACK").await.unwrap();
+    assert!(
+        !woken_within(&wake, Duration::from_millis(500)).await,
+        "a rolled-back transaction woke the loops"
+    );
+    conn.execute(AssertSqlSafe(insert_sql("committed")))
+        .await
+        .unwrap();
+    assert!(
+        woken_within(&wake, PROMPT).await,
+        "a committed insert did not wake"
+    );
+    drain_wakes(&wake).await;
+    conn.execute("UPDATE room_outbox SET status = 'delivered' WHERE event_id = 'committed'")
+        .await
+        .unwrap();
+    assert!(
+        !woken_within(&wake, Duration::from_millis(500)).await,
+        "a mark (status delivered) woke the loops"
+    );
+    conn.execute("UPDATE room_outbox SET status = 'pending' WHERE event_id = 'committed'")
+        .await
+        .unwrap();
+    assert!(
+        woken_within(&wake, PROMPT).await,
+        "a requeue (status back to pending) did not wake"
+    );
+    conn.execute("DELETE FROM room_outbox").await.unwrap();
+    drain_wakes(&wake).await;
+
+    // Sparse commits: each delivered at once, though the loop probes only every second.
+    let mut worker = Running::start(store.clone(), wake.clone(), POLL);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut sparse = Vec::new();
+    for i in 0..4 {
+        sparse.push(
+            worker
+                .commit_and_time(&*producer, &format!("sparse-{i}"))
+                .await,
+        );
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    assert_prompt("sparse commits", &sparse);
+
+    // A burst after a quiet spell: 200 rows at ~2,000/s.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let burst_started = Instant::now();
+    let mut committed = Vec::new();
+    for i in 0..200u32 {
+        let due = burst_started + Duration::from_micros(500) * i;
+        tokio::time::sleep_until(due.into()).await;
+        let id = format!("burst-{i}");
+        producer
+            .enqueue(&[record("app", &id, "room-1", now_ms())])
+            .await
+            .unwrap();
+        committed.push((id, Instant::now()));
+    }
+    let committed: std::collections::HashMap<String, Instant> = committed.into_iter().collect();
+    let mut burst = Vec::new();
+    for _ in 0..committed.len() {
+        let (id, delivered_at) = tokio::time::timeout(DEADLINE, worker.delivered.recv())
+            .await
+            .expect("burst delivered")
+            .expect("worker stopped");
+        burst.push(delivered_at.saturating_duration_since(committed[&id]));
+    }
+    burst.sort();
+    let p99 = burst[burst.len() * 99 / 100 - 1];
+    eprintln!(
+        "burst after a quiet spell: commit → delivered p50 {:?} p99 {p99:?}",
+        burst[burst.len() / 2]
+    );
+    assert!(
+        p99 < PROMPT,
+        "burst after a quiet spell: p99 {p99:?} (max {:?})",
+        burst.last()
+    );
+
+    // The binlog connection killed from the server's side: the follower reconnects (a new dump
+    // thread), and commits after that wake at once again.
+    let before = dump_threads(&mut admin).await;
+    assert_eq!(before.len(), 1, "one binlog dump thread: {before:?}");
+    admin
+        .execute(AssertSqlSafe(format!("KILL {}", before[0])))
+        .await
+        .expect("kill the binlog dump thread");
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            let now = dump_threads(&mut admin).await;
+            if now.len() == 1 && now != before && wake.has_commit_feed() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the follower reconnected with a new dump thread");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut after_kill = Vec::new();
+    for i in 0..3 {
+        after_kill.push(
+            worker
+                .commit_and_time(&*producer, &format!("after-kill-{i}"))
+                .await,
+        );
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    assert_prompt("commits after the reconnect", &after_kill);
+
+    worker.stop().await;
+    shutdown.cancel();
+    feed.await.expect("feed task");
+    assert!(!wake.has_commit_feed());
+    producer.close().await;
+    store.close().await;
+    drop(server);
+}
+
+/// A producer store on `url` (the table already exists).
+async fn store_unmigrated(url: &str) -> Arc<dyn OutboxStore> {
+    outboxd::store::connect(&ConnectOptions {
+        url: url.to_string(),
+        table: TableName::default(),
+        max_connections: 2,
+        connect_timeout: Duration::from_secs(5),
+    })
+    .await
+    .expect("connect the producer")
+}
+
+/// One producer row into the default table.
+fn insert_sql(event_id: &str) -> String {
+    format!(
+        "INSERT INTO room_outbox (app_code, event_id, event_type, room_id, envelope, created_at_ms, updated_at_ms) \
+         VALUES ('app', '{event_id}', 'T', 'room-1', x'00', {now}, {now})",
+        now = now_ms()
+    )
+}
+
+/// On the shared server (no binlog): `auto` probes, bounded by the default idle probe, and
+/// reports so; `binlog` refuses to start naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_binlog_auto_probes_every_idle_probe_and_binlog_refuses() {
+    let Some(db) = TestDb::new(Backend::MySql).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let log_bin: i64 = {
+        let mut conn = MySqlConnection::connect(&db.url).await.unwrap();
+        sqlx::query_scalar("SELECT @@log_bin")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        log_bin, 0,
+        "the shared server is expected to write no binlog"
+    );
+
+    let err = wake::start_commit_feed_with(
+        &db.url,
+        &TableName::default(),
+        WakeMode::Binlog,
+        &Wake::new(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("wake = binlog without a binlog");
+    assert!(matches!(err, FeedError::BinlogUnavailable(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("worker.wake") && message.contains("log_bin is OFF"),
+        "{message}"
+    );
+
+    let wake = Wake::new();
+    let feed = wake::start_commit_feed_with(
+        &db.url,
+        &TableName::default(),
+        WakeMode::Auto,
+        &wake,
+        CancellationToken::new(),
+    )
+    .await
+    .expect("auto starts without a binlog");
+    assert!(feed.is_none(), "no feed without a binlog");
+    assert_eq!(wake.kind(), "probe (log_bin is OFF)");
+    let metrics = Metrics::new();
+    let readiness = Readiness::new();
+    let reporting = CancellationToken::new();
+    let reporter = tokio::spawn(outboxd::monitor::report_wake(
+        wake.clone(),
+        metrics.clone(),
+        readiness.clone(),
+        reporting.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    reporting.cancel();
+    reporter.await.unwrap();
+    assert_eq!(readiness.wake().as_deref(), Some("probe (log_bin is OFF)"));
+    let text = metrics.encode();
+    assert!(
+        text.contains("outboxd_commit_feed_connected{feed=\"probe\"} 0"),
+        "{text}"
+    );
+
+    // The default bound on MySQL / MariaDB: an idle loop claims every 50 ms, so a sparse commit
+    // waits for one probe at most, not for the 1 s poll.
+    let idle_probe = outboxd::config::DEFAULT_IDLE_PROBE;
+    let mut worker = Running::start(store.clone(), wake, idle_probe);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut sparse = Vec::new();
+    for i in 0..4 {
+        sparse.push(worker.commit_and_time(&*store, &format!("probe-{i}")).await);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    assert_prompt("sparse commits, bounded probe", &sparse);
+    worker.stop().await;
+    db.cleanup().await;
+}
+
+/// `outboxd run` with `worker.wake = "binlog"` on a server without a binlog refuses to start,
+/// naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_wake_binlog_refuses_to_start_without_a_binlog() {
+    let Some(db) = TestDb::new(Backend::MySql).await else {
+        return;
+    };
+    db.store_default().await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("log.wasm");
+    std::fs::write(&plugin, b"not loaded: the feed fails first").unwrap();
+    let config = dir.path().join("outboxd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"{}\"\n[worker]\nwake = \"binlog\"\n[admin]\nlisten = \"\"\n\
+             [[sink]]\nname = \"log\"\nplugin = \"{}\"\n[[route]]\nevent_type = \"*\"\nsink = \"log\"\n",
+            db.url,
+            plugin.display()
+        ),
+    )
+    .unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxd"))
+            .arg("--config")
+            .arg(&config)
+            .arg("run")
+            .env_remove("OUTBOXD_DATABASE_URL")
+            .output(),
+    )
+    .await
+    .expect("outboxd run exits")
+    .expect("run outboxd");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "run started: {stderr}");
+    assert!(
+        stderr.contains("worker.wake") && stderr.contains("log_bin is OFF"),
+        "{stderr}"
+    );
+    db.cleanup().await;
+}
