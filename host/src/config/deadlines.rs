@@ -41,8 +41,11 @@ pub(super) fn check(worker: &WorkerConfig, publishing: &Publishing) -> Result<()
             }
         }
         let chunks = worker.batch_size.div_ceil(limits.max_batch_size.max(1));
-        let sink_total = sink_deadline * chunks;
-        if sink_total + DEADLINE_MARGIN > worker.publish_timeout {
+        // Checked: a huge sink deadline (× its calls) fits no publish timeout, and must not panic.
+        let sink_total = sink_deadline
+            .checked_mul(chunks)
+            .and_then(|total| total.checked_add(DEADLINE_MARGIN));
+        if sink_total.is_none_or(|total| total > worker.publish_timeout) {
             let per_chunk = if chunks > 1 {
                 format!(
                     " × {chunks} calls (worker.batch_size {} / limits.max_batch_size {})",

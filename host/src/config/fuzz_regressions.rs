@@ -49,3 +49,34 @@ fn text_loads_as_the_same_file_would() {
     let err = Config::from_toml_str("[worker\n", Vec::new()).unwrap_err();
     assert!(matches!(&err, ConfigError::Parse { origin, .. } if origin == "<text>"));
 }
+
+/// Found by the config target: `publish_timeout + 1s` overflowed `Duration` and panicked.
+#[test]
+fn a_publish_timeout_near_duration_max_is_an_error_not_a_panic() {
+    let err = Config::from_toml_str(
+        "[worker]\npublish_timeout = \"18446744073709551615s\"\n",
+        Vec::new(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Invalid { key, .. } if key == "worker.lease"),
+        "{err}"
+    );
+}
+
+/// Found by the config target: a sink's `publish_timeout` (× its calls) + 1s overflowed
+/// `Duration` and panicked.
+#[test]
+fn a_sink_deadline_near_duration_max_is_an_error_not_a_panic() {
+    for calls in ["", ", max_batch_size = 1"] {
+        let text = format!(
+            "[[sink]]\nname = \"a\"\nplugin = \"a.wasm\"\n\
+             limits = {{ publish_timeout = \"18446744073709551615s\"{calls} }}\n"
+        );
+        let err = Config::from_toml_str(&text, Vec::new()).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { key, .. } if key == "sink[0].limits.publish_timeout"),
+            "{err}"
+        );
+    }
+}

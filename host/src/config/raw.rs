@@ -265,7 +265,9 @@ impl RawWorker {
         if self.publish_timeout.is_zero() {
             return Err(invalid("worker.publish_timeout", "must be greater than 0"));
         }
-        if self.lease < self.publish_timeout + DEADLINE_MARGIN {
+        // `checked_add`: a publish timeout within a second of `Duration::MAX` leaves no lease.
+        let least_lease = self.publish_timeout.checked_add(DEADLINE_MARGIN);
+        if least_lease.is_none_or(|least| self.lease < least) {
             return Err(invalid(
                 "worker.lease",
                 format!(
