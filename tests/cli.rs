@@ -52,6 +52,36 @@ limits = {{ log_lines_per_second = 1000000 }}
     path
 }
 
+/// `slow.toml` in `dir`: app `default`, every event to one sink `slow` of the chaos guest, with
+/// `worker` lines added to `[worker]` and `sink` lines (its `config`, `limits`) to the sink.
+fn chaos_config(dir: &Path, worker: &str, sink: &str) -> PathBuf {
+    let path = dir.join("slow.toml");
+    let text = format!(
+        r#"
+[worker]
+app_codes = ["default"]
+poll_interval = "50ms"
+{worker}
+
+[plugins]
+cache_dir = "{cache}"
+
+[[route]]
+event_type = "*"
+sink = "slow"
+
+[[sink]]
+name = "slow"
+plugin = "{plugin}"
+{sink}
+"#,
+        cache = dir.join("cache").display(),
+        plugin = fixtures::plugin("chaos").display(),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// `outboxd --config CONFIG --database-url URL`, ready for a subcommand.
 fn with(config: &Path, url: &str) -> Command {
     let mut command = outboxd();
@@ -219,33 +249,11 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("slow.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[worker]
-app_codes = ["default"]
-batch_size = 500
-poll_interval = "50ms"
-
-[plugins]
-cache_dir = "{cache}"
-
-[[route]]
-event_type = "*"
-sink = "slow"
-
-[[sink]]
-name = "slow"
-plugin = "{plugin}"
-config = {{ delay_ms = "1500", quiet = "true" }}
-"#,
-            cache = dir.path().join("cache").display(),
-            plugin = fixtures::plugin("chaos").display(),
-        ),
-    )
-    .unwrap();
+    let config = chaos_config(
+        dir.path(),
+        "batch_size = 500",
+        r#"config = { delay_ms = "1500", quiet = "true" }"#,
+    );
     let url = db.url.as_str();
     let base = || with(&config, url);
     run_ok(base().arg("migrate"));
@@ -406,32 +414,11 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
 
     // A second SIGTERM more than 2 s after the first, while a batch is still in flight (its
     // plugin loops until its 8 s deadline): outboxd exits at once with 130.
-    let slow = dir.path().join("slow.toml");
-    std::fs::write(
-        &slow,
-        format!(
-            r#"
-[worker]
-poll_interval = "50ms"
-
-[plugins]
-cache_dir = "{cache}"
-
-[[route]]
-event_type = "*"
-sink = "slow"
-
-[[sink]]
-name = "slow"
-plugin = "{plugin}"
-config = {{ behaviour = "loop", quiet = "true" }}
-limits = {{ publish_timeout = "8s" }}
-"#,
-            cache = dir.path().join("cache").display(),
-            plugin = fixtures::plugin("chaos").display(),
-        ),
-    )
-    .unwrap();
+    let slow = chaos_config(
+        dir.path(),
+        "",
+        "config = { behaviour = \"loop\", quiet = \"true\" }\nlimits = { publish_timeout = \"8s\" }",
+    );
     run_ok(with(&slow, url).args(["enqueue", "--room", "r", "--type", "RoomGiftSent"]));
     let mut child = with(&slow, url)
         .arg("run")
