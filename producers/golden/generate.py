@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Writes envelopes.json: golden `outbox.v1.EventEnvelope` encodings (proto/outbox/v1/envelope.proto).
+
+The encoder below is a deliberately plain, independent reading of the protobuf wire format
+(proto3: fields at their default value are not written; strings and bytes are length-delimited;
+int64 is a varint of the two's-complement value, so a negative number takes ten bytes). The Rust
+host (prost, `tests/golden_envelopes.rs`) and each producer library check their own encoder
+against the file, so all of them write byte-identical envelopes.
+
+Run `python3 producers/golden/generate.py` after changing the cases; commit the JSON it writes.
+"""
+
+import json
+import pathlib
+
+FIELDS = [  # (number, name, kind) in .proto order
+    (1, "app_code", "string"),
+    (2, "event_id", "string"),
+    (3, "room_id", "string"),
+    (4, "event_type", "string"),
+    (5, "room_version", "int64"),
+    (6, "occurred_at_ms", "int64"),
+    (7, "body", "bytes"),
+]
+
+
+def varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode(event: dict) -> bytes:
+    out = bytearray()
+    for number, name, kind in FIELDS:
+        value = event["body_hex" if name == "body" else name]
+        if kind == "int64":
+            value = int(value)
+            if value != 0:
+                out += varint(number << 3 | 0) + varint(value)
+        else:
+            data = value.encode("utf-8") if kind == "string" else bytes.fromhex(value)
+            if data:
+                out += varint(number << 3 | 2) + varint(len(data)) + data
+    return bytes(out)
+
+
+def event(app_code="", event_id="", room_id="", event_type="", room_version=0, occurred_at_ms=0, body=b""):
+    return {
+        "app_code": app_code,
+        "event_id": event_id,
+        "room_id": room_id,
+        "event_type": event_type,
+        # int64 values as decimal strings: JSON numbers lose precision past 2^53 in JavaScript.
+        "room_version": str(room_version),
+        "occurred_at_ms": str(occurred_at_ms),
+        "body_hex": body.hex(),
+    }
+
+
+CASES = [
+    ("gift", event("default", "evt_018bcfe568000a1b2c3d4e5f60718", "room-42", "RoomGiftSent", 7,
+                   1_700_000_000_000, b'{"gift":"rose","from":"u1","to":"u2"}')),
+    ("all_defaults", event()),
+    ("unicode", event("直播", "evt_é_🎁", "房间-1", "RoomMicChanged", 0, 0, "麦位 🎤".encode())),
+    ("empty_body", event("live", "e-1", "r-1", "RoomHeatChanged", 1, 1)),
+    ("negative_and_extreme_ints", event("a", "b", "c", "d", -1, 2**63 - 1, b"\x00")),
+    ("int64_min", event("a", "b", "c", "d", -(2**63), -1, b"")),
+    ("binary_body_300_bytes", event("default", "evt_bin", "room-7", "RoomRankChanged", 300, 1_733_011_200_123,
+                                    bytes(range(256)) + b"\x00\xff" * 22)),
+    ("long_ids", event("x" * 64, "e" * 128, "r" * 128, "t" * 128, 2**31, 2**53 + 1, b"z" * 128)),
+    ("only_body", event(body=b"\x0a\x00")),
+]
+
+
+def main() -> None:
+    cases = []
+    for name, ev in CASES:
+        cases.append({"name": name, "event": ev, "envelope_hex": encode(ev).hex()})
+    id_prefixes = [
+        {"ms": str(ms), "prefix": f"evt_{ms:013x}"}
+        for ms in (0, 1, 1_700_000_000_000, 1_733_011_200_123, 2**52 - 1)
+    ]
+    doc = {
+        "about": "Golden outbox.v1.EventEnvelope encodings (proto/outbox/v1/envelope.proto). "
+        "int64 fields are decimal strings, bytes are hex. Written by generate.py; the host and "
+        "every producer library must encode each event to exactly envelope_hex.",
+        "cases": cases,
+        "event_id_about": "A new event id is `evt_` + the milliseconds as 13 lowercase hex digits + 16 "
+        "lowercase hex digits: random for the first id of a millisecond, one more than the last for the "
+        "next ids of the same millisecond made by the same generator, so ids sort in the order they were "
+        "made. event_id_prefixes gives the first 17 characters for some milliseconds.",
+        "event_id_prefixes": id_prefixes,
+    }
+    path = pathlib.Path(__file__).with_name("envelopes.json")
+    path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
