@@ -13,6 +13,7 @@ mod deadlines;
 mod env;
 mod held;
 mod options;
+mod origin;
 mod raw;
 pub mod retention;
 pub mod sink;
@@ -29,6 +30,7 @@ pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
 pub use batch_size::{DEFAULT_BATCH_SIZE, LEAST_DEFAULT_BATCH_SIZE};
 pub use byte_size::ByteSize;
 pub use deadlines::DEADLINE_MARGIN;
+pub use origin::AllowedOrigin;
 pub use retention::RetentionConfig;
 pub use sink::{
     BreakerSettings, Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ByteSize, ConfigError, invalid};
+use super::{AllowedOrigin, ByteSize, ConfigError, invalid};
 
 /// One `[[sink]]`: a publisher plugin and its settings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -164,6 +164,8 @@ pub struct SinkSpec {
     plugin: PathBuf,
     config: BTreeMap<String, String>,
     limits: SinkLimits,
+    /// `limits.allow_hosts`, parsed.
+    allowed_origins: Vec<AllowedOrigin>,
     breaker: BreakerSettings,
 }
 
@@ -246,6 +248,7 @@ impl SinkSpec {
                 "must be at least 1",
             ));
         }
+        let allowed_origins = check_http_limits(limits, key)?;
         if limits.log_lines_per_second == 0 {
             return Err(invalid(
                 &format!("{key}.limits.log_lines_per_second"),
@@ -269,8 +272,15 @@ impl SinkSpec {
             plugin: sink.plugin,
             config: sink.config,
             limits: sink.limits,
+            allowed_origins,
             breaker: sink.breaker,
         })
+    }
+
+    /// The origins the sink's plugin may send requests to (`limits.allow_hosts`, parsed); empty
+    /// when it may send none (wasi:http is then not linked).
+    pub fn allowed_origins(&self) -> &[AllowedOrigin] {
+        &self.allowed_origins
     }
 
     /// Name routes refer to; also tags the plugin's log lines.
@@ -413,4 +423,29 @@ impl Publishing {
     pub fn routes(&self) -> &[RouteSpec] {
         &self.routes
     }
+}
+
+/// The outbound-HTTP limits of sink `key`: every `allow_hosts` entry an origin, and, when hosts
+/// are allowed, timeouts and the response cap above zero. Returns the parsed origins.
+fn check_http_limits(limits: &SinkLimits, key: &str) -> Result<Vec<AllowedOrigin>, ConfigError> {
+    let origins = limits
+        .allow_hosts
+        .iter()
+        .map(|entry| AllowedOrigin::parse(entry))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|why| invalid(&format!("{key}.limits.allow_hosts"), why))?;
+    if !origins.is_empty() {
+        let positive = [
+            ("connect_timeout", !limits.connect_timeout.is_zero()),
+            ("first_byte_timeout", !limits.first_byte_timeout.is_zero()),
+            ("max_response_size", limits.max_response_size.0 > 0),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, ok)| !ok) {
+            return Err(invalid(
+                &format!("{key}.limits.{name}"),
+                "must be greater than 0 when limits.allow_hosts lists hosts",
+            ));
+        }
+    }
+    Ok(origins)
 }

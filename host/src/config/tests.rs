@@ -513,3 +513,67 @@ fn wake_and_idle_probe_default_by_database_and_are_checked() {
         assert!(err.contains(key), "{text}: {err}");
     }
 }
+
+/// A bad `allow_hosts` entry or a zero HTTP limit is refused when the config loads (naming the
+/// key and the entry), not later when the plugin starts; a good list is parsed once, here.
+#[test]
+fn outbound_http_limits_are_checked_at_load() {
+    for (limits, key, names) in [
+        (
+            r#"allow_hosts = ["hooks.example.com"]"#,
+            "allow_hosts",
+            "hooks.example.com",
+        ),
+        (
+            r#"allow_hosts = ["https://ok.example", "ftp://x"]"#,
+            "allow_hosts",
+            "ftp://x",
+        ),
+        (
+            r#"allow_hosts = ["https://a.example/path"]"#,
+            "allow_hosts",
+            "/path",
+        ),
+        (
+            r#"allow_hosts = ["https://a.example"], connect_timeout = "0s""#,
+            "connect_timeout",
+            "allow_hosts",
+        ),
+        (
+            r#"allow_hosts = ["https://a.example"], first_byte_timeout = "0s""#,
+            "first_byte_timeout",
+            "allow_hosts",
+        ),
+        (
+            r#"allow_hosts = ["https://a.example"], max_response_size = "0B""#,
+            "max_response_size",
+            "allow_hosts",
+        ),
+    ] {
+        let error = load_str(&sink_with_limits("a", limits), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(&format!("invalid config key `sink[0].limits.{key}`")),
+            "{limits}: {error}"
+        );
+        assert!(error.contains(names), "{limits}: {error}");
+    }
+    // Zero HTTP limits do not matter to a sink that may send no request.
+    let quiet = load_str(&sink_with_limits("a", r#"connect_timeout = "0s""#), &[]).unwrap();
+    assert!(quiet.publishing.sinks()[0].allowed_origins().is_empty());
+    let config = load_str(
+        &sink_with_limits(
+            "a",
+            r#"allow_hosts = ["https://Hooks.Example.com", "http://127.0.0.1:8080/"]"#,
+        ),
+        &[],
+    )
+    .unwrap();
+    let hosts: Vec<&str> = config.publishing.sinks()[0]
+        .allowed_origins()
+        .iter()
+        .map(|origin| origin.host())
+        .collect();
+    assert_eq!(hosts, ["hooks.example.com", "127.0.0.1"]);
+}

@@ -23,7 +23,7 @@ use http_body_util::BodyExt;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::egress::{self, AddressRule};
-use crate::config::SinkLimits;
+use crate::config::{AllowedOrigin, SinkSpec};
 
 /// The future `send_request` resolves to: the response and the connection's I/O driver.
 type SendResult = Result<
@@ -33,79 +33,6 @@ type SendResult = Result<
     ),
     HttpError,
 >;
-
-/// One allowlist entry: `scheme://host[:port]`, the port defaulted by the scheme.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedOrigin {
-    /// `http` or `https`.
-    scheme: &'static str,
-    /// Lower-case host name or IP literal (IPv6 without brackets).
-    host: String,
-    /// Explicit port, or 80 / 443.
-    port: u16,
-}
-
-impl AllowedOrigin {
-    /// Parses `http://host[:port]` or `https://host[:port]` (a trailing `/` is allowed; a path,
-    /// query, user info or any other scheme is not).
-    pub fn parse(entry: &str) -> Result<AllowedOrigin, String> {
-        let bad = |why: &str| format!("limits.allow_hosts entry `{entry}` {why}");
-        let (scheme, rest) = entry
-            .split_once("://")
-            .ok_or_else(|| bad("must look like https://host[:port]"))?;
-        let scheme = match scheme.to_ascii_lowercase().as_str() {
-            "http" => "http",
-            "https" => "https",
-            _ => return Err(bad("must use http:// or https://")),
-        };
-        let authority = rest.strip_suffix('/').unwrap_or(rest);
-        if authority.contains(['/', '?', '#', '@']) {
-            return Err(bad(
-                "must be an origin only (scheme://host[:port]: no path, query or user info)",
-            ));
-        }
-        let uri: Uri = format!("{scheme}://{authority}/")
-            .parse()
-            .map_err(|_| bad("has a malformed host or port"))?;
-        let host = uri.host().map(normalize_host).unwrap_or_default();
-        if host.is_empty() {
-            return Err(bad("has no host"));
-        }
-        let after_host = authority
-            .rsplit_once(']')
-            .map_or(authority, |(_, rest)| rest);
-        let port = match after_host.rsplit_once(':') {
-            None => default_port(scheme),
-            Some((_, port)) => port.parse().map_err(|_| bad("has an invalid port"))?,
-        };
-        Ok(AllowedOrigin { scheme, host, port })
-    }
-
-    /// Whether `uri` (an absolute request URI) has this origin.
-    fn matches(&self, uri: &Uri) -> bool {
-        let Some(scheme) = uri.scheme_str().map(str::to_ascii_lowercase) else {
-            return false;
-        };
-        let Some(host) = uri.host().map(normalize_host) else {
-            return false;
-        };
-        scheme == self.scheme
-            && host == self.host
-            && uri.port_u16().unwrap_or_else(|| default_port(&scheme)) == self.port
-    }
-}
-
-/// Lower-case, IPv6 brackets dropped.
-fn normalize_host(host: &str) -> String {
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase()
-}
-
-/// 443 for `https`, else 80.
-fn default_port(scheme: &str) -> u16 {
-    if scheme == "https" { 443 } else { 80 }
-}
 
 /// A request's URL for a log line: scheme, authority and path, never the query string.
 fn loggable(uri: &Uri) -> String {
@@ -133,36 +60,19 @@ pub struct HttpPolicy {
 }
 
 impl HttpPolicy {
-    /// The policy of sink `sink` from its limits; `Err(reason)` for an unusable allowlist entry
-    /// or a zero timeout or size cap (checked only when hosts are allowed).
-    pub fn new(sink: Arc<str>, limits: &SinkLimits) -> Result<HttpPolicy, String> {
-        let allow = limits
-            .allow_hosts
-            .iter()
-            .map(|entry| AllowedOrigin::parse(entry))
-            .collect::<Result<Vec<_>, _>>()?;
-        if !allow.is_empty() {
-            if limits.connect_timeout.is_zero() {
-                return Err("limits.connect_timeout must be greater than zero".into());
-            }
-            if limits.first_byte_timeout.is_zero() {
-                return Err("limits.first_byte_timeout must be greater than zero".into());
-            }
-            if limits.max_response_size.0 == 0 {
-                return Err("limits.max_response_size must be greater than zero".into());
-            }
-        }
-        if limits.max_concurrent_requests == 0 {
-            return Err("limits.max_concurrent_requests must be at least 1".into());
-        }
+    /// The policy of sink `sink` from its spec, whose limits the config checked
+    /// (`SinkSpec`: origins parsed, timeouts and caps above zero).
+    pub fn new(sink: Arc<str>, spec: &SinkSpec) -> HttpPolicy {
+        let limits = spec.limits();
+        let allow = spec.allowed_origins().to_vec();
         let addresses = AddressRule {
             allow_private: limits.allow_private_addresses,
             literals: allow
                 .iter()
-                .filter_map(|origin| origin.host.parse().ok())
+                .filter_map(|origin| origin.host().parse().ok())
                 .collect(),
         };
-        Ok(HttpPolicy {
+        HttpPolicy {
             sink,
             allow,
             addresses,
@@ -174,7 +84,7 @@ impl HttpPolicy {
             in_flight: Arc::new(tokio::sync::Semaphore::new(
                 limits.max_concurrent_requests as usize,
             )),
-        })
+        }
     }
 
     /// Whether the sink allows any host (wasi:http is linked only then).
@@ -386,53 +296,24 @@ impl TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn uri(text: &str) -> Uri {
-        text.parse().unwrap()
-    }
-
-    #[test]
-    fn origins_match_scheme_host_and_port() {
-        let origin = AllowedOrigin::parse("https://Hooks.Example.com").unwrap();
-        assert!(origin.matches(&uri("https://hooks.example.com/a?b=c")));
-        assert!(origin.matches(&uri("https://hooks.example.com:443/")));
-        assert!(!origin.matches(&uri("http://hooks.example.com/")));
-        assert!(!origin.matches(&uri("https://hooks.example.com:8443/")));
-        assert!(!origin.matches(&uri("https://evil.hooks.example.com/")));
-        assert!(!origin.matches(&uri("https://hooks.example.com.evil/")));
-
-        let local = AllowedOrigin::parse("http://127.0.0.1:8080/").unwrap();
-        assert!(local.matches(&uri("http://127.0.0.1:8080/x")));
-        assert!(!local.matches(&uri("http://127.0.0.1/x")));
-
-        let v6 = AllowedOrigin::parse("http://[::1]:9000").unwrap();
-        assert!(v6.matches(&uri("http://[::1]:9000/")));
-    }
-
-    #[test]
-    fn bad_entries_are_refused() {
-        for entry in [
-            "example.com",
-            "ftp://example.com",
-            "https://example.com/path",
-            "https://user@example.com",
-            "https://",
-            "https://example.com:99999",
-            "https://example.com:",
-        ] {
-            assert!(AllowedOrigin::parse(entry).is_err(), "{entry} accepted");
-        }
-    }
+    use crate::config::{SinkConfig, SinkLimits};
 
     #[test]
     fn capped_timeouts() {
-        let limits = SinkLimits {
-            allow_hosts: vec!["http://127.0.0.1".into()],
-            connect_timeout: Duration::from_secs(2),
-            first_byte_timeout: Duration::from_secs(3),
-            ..SinkLimits::default()
-        };
-        let policy = HttpPolicy::new(Arc::from("s"), &limits).unwrap();
+        let spec = SinkSpec::new(SinkConfig {
+            name: "s".into(),
+            plugin: "s.wasm".into(),
+            config: Default::default(),
+            limits: SinkLimits {
+                allow_hosts: vec!["http://127.0.0.1".into()],
+                connect_timeout: Duration::from_secs(2),
+                first_byte_timeout: Duration::from_secs(3),
+                ..SinkLimits::default()
+            },
+            breaker: Default::default(),
+        })
+        .unwrap();
+        let policy = HttpPolicy::new(Arc::from("s"), &spec);
         let options = policy.options(Some(RequestOptions {
             connect_timeout: Some(Duration::from_secs(1)),
             first_byte_timeout: Some(Duration::from_secs(60)),

@@ -100,11 +100,7 @@ impl PluginSink {
     pub async fn start(engine: &PluginEngine, sink: &SinkSpec) -> Result<PluginSink, PluginError> {
         let limits = sink.limits();
         let name: Arc<str> = Arc::from(sink.name());
-        let http =
-            HttpPolicy::new(name.clone(), limits).map_err(|reason| PluginError::InvalidLimits {
-                sink: sink.name().to_string(),
-                reason,
-            })?;
+        let http = HttpPolicy::new(name.clone(), sink);
         let plugin = engine.compile(sink.plugin()).await?;
         let world = world::inspect(engine.engine(), sink.plugin(), &plugin.component)?;
         if world.imports_http() && !http.allows_any() {
