@@ -20,7 +20,10 @@ mod golden {
     use crate::record::new_event_id;
 
     fn golden() -> Value {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../producers/golden/envelopes.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../producers/golden/envelopes.json"
+        );
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
@@ -33,7 +36,9 @@ mod golden {
     }
 
     fn field<'a>(event: &'a Value, name: &str) -> &'a str {
-        event[name].as_str().unwrap_or_else(|| panic!("{name} is not a string"))
+        event[name]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} is not a string"))
     }
 
     #[test]
@@ -55,19 +60,33 @@ mod golden {
             };
             let expected = unhex(case["envelope_hex"].as_str().unwrap());
             assert_eq!(envelope.encode_to_vec(), expected, "case {name}");
-            assert_eq!(EventEnvelope::decode(&expected[..]).unwrap(), envelope, "case {name}");
+            assert_eq!(
+                EventEnvelope::decode(&expected[..]).unwrap(),
+                envelope,
+                "case {name}"
+            );
         }
     }
 
     #[test]
     fn new_event_ids_start_with_the_golden_prefixes() {
         let golden = golden();
-        for example in golden["event_id_prefixes"].as_array().expect("event_id_prefixes") {
+        for example in golden["event_id_prefixes"]
+            .as_array()
+            .expect("event_id_prefixes")
+        {
             let ms: i64 = example["ms"].as_str().unwrap().parse().unwrap();
             let id = new_event_id(ms);
-            assert!(id.starts_with(example["prefix"].as_str().unwrap()), "{id} for {ms}");
+            assert!(
+                id.starts_with(example["prefix"].as_str().unwrap()),
+                "{id} for {ms}"
+            );
             assert_eq!(id.len(), 4 + 13 + 16);
-            assert!(id[4..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+            assert!(
+                id[4..]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            );
         }
     }
 }
