@@ -1,0 +1,3 @@
+module github.com/outboxd/outboxd/producers/go
+
+go 1.19

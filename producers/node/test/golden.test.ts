@@ -1,0 +1,75 @@
+// The encoder against every golden vector of producers/golden/envelopes.json, and new event ids
+// against its prefixes.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { encodeEnvelope, EventIdGenerator, newEventId, toRow } from '@outboxd/producer';
+
+import { golden } from './helpers.js';
+
+const vectors = golden();
+
+test('the golden file has cases and prefixes', () => {
+  assert.ok(vectors.cases.length >= 9, `${vectors.cases.length} cases`);
+  assert.ok(vectors.event_id_prefixes.length >= 5);
+});
+
+for (const { name, event, envelope_hex } of vectors.cases) {
+  test(`golden envelope: ${name}`, () => {
+    const bytes = encodeEnvelope({
+      appCode: event.app_code,
+      eventId: event.event_id,
+      roomId: event.room_id,
+      eventType: event.event_type,
+      roomVersion: BigInt(event.room_version),
+      occurredAtMs: BigInt(event.occurred_at_ms),
+      body: Buffer.from(event.body_hex, 'hex'),
+    });
+    assert.equal(bytes.toString('hex'), envelope_hex);
+  });
+
+  // Where the case is a valid event (non-empty type, room and id), the row the library writes
+  // carries the same envelope.
+  if (event.event_type !== '' && event.room_id !== '' && event.event_id !== '' && event.app_code !== '') {
+    test(`golden row: ${name}`, () => {
+      const row = toRow({
+        appCode: event.app_code,
+        eventId: event.event_id,
+        eventType: event.event_type,
+        roomId: event.room_id,
+        roomVersion: BigInt(event.room_version),
+        occurredAt: BigInt(event.occurred_at_ms),
+        body: Buffer.from(event.body_hex, 'hex'),
+      });
+      assert.equal(row.envelope.toString('hex'), envelope_hex);
+      assert.equal(row.occurredAtMs, BigInt(event.occurred_at_ms));
+    });
+  }
+}
+
+test('number int64 fields encode like bigint ones', () => {
+  const gift = vectors.cases.find((c) => c.name === 'gift')!;
+  const bytes = encodeEnvelope({
+    appCode: gift.event.app_code,
+    eventId: gift.event.event_id,
+    roomId: gift.event.room_id,
+    eventType: gift.event.event_type,
+    roomVersion: Number(gift.event.room_version),
+    occurredAtMs: Number(gift.event.occurred_at_ms),
+    body: new Uint8Array(Buffer.from(gift.event.body_hex, 'hex')), // a plain Uint8Array body
+  });
+  assert.equal(bytes.toString('hex'), gift.envelope_hex);
+});
+
+for (const { ms, prefix } of vectors.event_id_prefixes) {
+  test(`golden event id prefix for ${ms} ms`, () => {
+    const fromBigint = newEventId(BigInt(ms));
+    assert.ok(fromBigint.startsWith(prefix), `${fromBigint} does not start with ${prefix}`);
+    assert.equal(fromBigint.length, 4 + 13 + 16);
+    if (Number.isSafeInteger(Number(ms))) {
+      const fromNumber = new EventIdGenerator().next(Number(ms));
+      assert.ok(fromNumber.startsWith(prefix), `${fromNumber} does not start with ${prefix}`);
+    }
+  });
+}
