@@ -9,10 +9,9 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use outboxd::cli::bench::NoopPublisher;
 use outboxd::config::{PluginSettings, SinkConfig, SinkSpec};
 use outboxd::plugin::{PluginEngine, PluginSink};
-use outboxd::publish::{Event, Publisher};
+use outboxd::publish::{Event, Outcome, Publisher};
 
 #[path = "../../tests/fixtures/mod.rs"]
 mod fixtures;
@@ -105,3 +104,13 @@ criterion_group! {
     targets = bench
 }
 criterion_main!(benches);
+
+/// The baseline: a publisher that delivers everything without doing anything.
+struct NoopPublisher;
+
+#[async_trait::async_trait]
+impl Publisher for NoopPublisher {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        vec![Outcome::Delivered; batch.len()]
+    }
+}

@@ -29,13 +29,13 @@
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
 //!   shutdown.
-//! - [`cli`]: the `outboxd` command line (dispatch, store operations, plugin commands with
-//!   plugin authors' `plugin new` scaffolding and `plugin bench`, bench and its latency mode).
+//!
+//! The `outboxd` command line and its bench modes are not part of this library: they live in the
+//! binary (`host/src/main.rs`, `host/src/cli/`) and use only this public API.
 
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod cli;
 pub mod config;
 pub mod envelope;
 pub mod metrics;

@@ -1,4 +1,8 @@
-//! The `outboxd` binary: see `outboxd --help`.
+//! The `outboxd` binary: the command line (`cli/`) over the `outboxd` library; see
+//! `outboxd --help`. Nothing here is part of the library's API.
+
+mod cli;
+
 fn main() -> std::process::ExitCode {
-    outboxd::cli::main()
+    cli::main()
 }

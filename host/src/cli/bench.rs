@@ -16,15 +16,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::bench_raw::{RawError, RawLoop, RawOptions};
-use crate::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
-use crate::publish::{Event, Outcome, Publisher};
-use crate::record::{Record, now_ms};
-use crate::retry::RetryPolicy;
-use crate::store::{
+use outboxd::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::record::{Record, now_ms};
+use outboxd::retry::RetryPolicy;
+use outboxd::store::{
     self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams,
     MigrateOptions, OutboxStore, StoreError, TableName,
 };
-use crate::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
 
 /// A delivery shape to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -259,7 +259,7 @@ async fn publisher(config: &Config, args: &BenchArgs) -> anyhow::Result<Arc<dyn 
     };
     let publishing =
         Publishing::new(vec![sink], vec![route], std::path::Path::new("")).context("--plugin")?;
-    crate::plugin::load_publisher(&publishing, &config.plugins)
+    outboxd::plugin::load_publisher(&publishing, &config.plugins)
         .await
         .with_context(|| format!("cannot load the plugin {}", plugin.display()))
 }

@@ -20,8 +20,8 @@ use std::time::SystemTime;
 
 use sqlx::{ConnectOptions as _, Connection as _};
 
-use crate::record::Record;
-use crate::store::{Backend, StoreError, TableName};
+use outboxd::record::Record;
+use outboxd::store::{Backend, StoreError, TableName};
 
 /// Rows per load statement (one transaction each).
 pub const SQL_CHUNK: u64 = 100_000;
@@ -118,7 +118,7 @@ impl HistoryWriter {
         let conn = match Backend::from_url(url)? {
             Backend::Sqlite => {
                 let options =
-                    crate::store::sqlite::connect_options(url)?.disable_statement_logging();
+                    outboxd::store::sqlite::connect_options(url)?.disable_statement_logging();
                 Conn::Sqlite(options.connect().await.map_err(db("history connect"))?)
             }
             Backend::MySql => {

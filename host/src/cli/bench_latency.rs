@@ -3,7 +3,7 @@
 //! Producers on connections of their own (a separate pool, like services writing the outbox)
 //! commit one row per transaction at `N` rows/s for `S` seconds; the worker runs with the loaded
 //! configuration (batch size, poll interval, concurrency: the defaults unless a config file says
-//! otherwise) and the commit feed of the database ([`crate::wake`]), as `outboxd run` does. An
+//! otherwise) and the commit feed of the database ([`outboxd::wake`]), as `outboxd run` does. An
 //! event's latency is from the moment its producer's `COMMIT` returned to the moment the mark
 //! that set it `delivered` returned, both read from the same monotonic clock in this process.
 //! Producers do not wake the worker themselves: the database's feed (or adaptive probing) must.
@@ -23,16 +23,16 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::bench_trace::{ClaimSpan, RowWait, SlowRows, caught_up};
-use crate::config::Config;
-use crate::publish::Publisher;
-use crate::record::{Record, now_ms};
-use crate::store::{
+use outboxd::config::Config;
+use outboxd::publish::Publisher;
+use outboxd::record::{Record, now_ms};
+use outboxd::store::{
     self, Backend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder,
     Disposition, FailedRow, ListFailedParams, MarkParams, MarkReport, MigrateOptions, OutboxStore,
     PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
 };
-use crate::wake::{self, Wake};
-use crate::worker::{RunMode, Worker, WorkerError};
+use outboxd::wake::{self, Wake};
+use outboxd::worker::{RunMode, Worker, WorkerError};
 
 /// Rows committed during this first part of a run are not counted in the percentiles.
 pub const WARM_UP: Duration = Duration::from_secs(1);

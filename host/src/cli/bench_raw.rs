@@ -36,8 +36,8 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 use tokio::task::JoinSet;
 
-use crate::record::now_ms;
-use crate::store::{Backend, StoreError, TableName};
+use outboxd::record::now_ms;
+use outboxd::store::{Backend, StoreError, TableName};
 
 /// Lease the two-write loop writes into `lock_until_ms` (never expires within a run).
 const LEASE_MS: i64 = 60_000;
@@ -132,7 +132,7 @@ pub async fn drain(raw: RawLoop, options: &RawOptions) -> Result<(), RawError> {
             }
         }
         Backend::Sqlite => {
-            let connect = crate::store::sqlite::connect_options(&options.url)?;
+            let connect = outboxd::store::sqlite::connect_options(&options.url)?;
             let pool = SqlitePoolOptions::new()
                 .max_connections(clients)
                 .acquire_timeout(options.connect_timeout)

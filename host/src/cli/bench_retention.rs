@@ -23,11 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::bench_history::{AfterLoad, HistoryWriter, Loader};
-use crate::config::{Config, RetentionConfig};
-use crate::metrics::Metrics;
-use crate::record::{Record, now_ms};
-use crate::retention::Retention;
-use crate::store::{
+use outboxd::config::{Config, RetentionConfig};
+use outboxd::metrics::Metrics;
+use outboxd::record::{Record, now_ms};
+use outboxd::retention::Retention;
+use outboxd::store::{
     self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Lease, Mark,
     MarkParams, OutboxStore, StoreError, TableName,
 };

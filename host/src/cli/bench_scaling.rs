@@ -4,8 +4,8 @@
 //! For each size, in ascending order, the same tenant's history is grown to that many old
 //! `delivered` rows (set-based, [`HistoryWriter`]; statistics maintenance per `--after-load`),
 //! then `--rounds` calls are measured after a few untimed warm-up calls. A call is one
-//! [`OutboxStore::claim`](crate::store::OutboxStore::claim) of `--scaling-batch` fresh `pending` rows (enqueued untimed just before)
-//! plus the [`OutboxStore::mark`](crate::store::OutboxStore::mark) of all of them as delivered. The report prints p50/p90/p99, the
+//! [`OutboxStore::claim`](outboxd::store::OutboxStore::claim) of `--scaling-batch` fresh `pending` rows (enqueued untimed just before)
+//! plus the [`OutboxStore::mark`](outboxd::store::OutboxStore::mark) of all of them as delivered. The report prints p50/p90/p99, the
 //! events/s of the calls alone, and each figure's ratio to the smallest size.
 
 use std::fmt;
@@ -17,9 +17,9 @@ use anyhow::Context as _;
 use super::BenchArgs;
 use super::bench_history::{AfterLoad, HistoryWriter};
 use super::bench_retention::{LatencyWindow, RetentionBenchError, claim_and_deliver, records};
-use crate::config::Config;
-use crate::record::now_ms;
-use crate::store::{self, ConnectOptions, TableName};
+use outboxd::config::Config;
+use outboxd::record::now_ms;
+use outboxd::store::{self, ConnectOptions, TableName};
 
 /// Untimed claim + mark calls before each size's measured rounds.
 const WARM_UP: u32 = 5;

@@ -35,9 +35,9 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, LogFormat};
-use crate::reload::ConfigSource;
-use crate::store;
+use outboxd::config::{Config, LogFormat};
+use outboxd::reload::ConfigSource;
+use outboxd::store;
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
 #[derive(Debug, Parser)]
@@ -123,7 +123,7 @@ pub struct EnqueueArgs {
     #[arg(long = "type")]
     pub event_type: String,
     /// App code (tenant).
-    #[arg(long = "app", default_value = crate::record::DEFAULT_APP_CODE)]
+    #[arg(long = "app", default_value = outboxd::record::DEFAULT_APP_CODE)]
     pub app_code: String,
     /// Event body: JSON text, stored as its UTF-8 bytes.
     #[arg(long, default_value = "{}")]
@@ -462,7 +462,7 @@ mod tests {
     fn error_lines_say_each_cause_once() {
         let io = std::io::Error::from(std::io::ErrorKind::NotFound);
         let text = io.to_string();
-        let error = anyhow::Error::new(crate::plugin::PluginError::Cache {
+        let error = anyhow::Error::new(outboxd::plugin::PluginError::Cache {
             dir: PathBuf::from("/var/cache/outboxd"),
             source: io,
         })

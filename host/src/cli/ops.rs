@@ -9,18 +9,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::{EnqueueArgs, FilterArgs, RequeueArgs};
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::progress::RowsProgress;
-use crate::record::{Record, now_ms};
-use crate::reload::ConfigSource;
-use crate::retention::Retention;
-use crate::service::Service;
-use crate::store::{
+use outboxd::config::Config;
+use outboxd::metrics::Metrics;
+use outboxd::progress::RowsProgress;
+use outboxd::record::{Record, now_ms};
+use outboxd::reload::ConfigSource;
+use outboxd::retention::Retention;
+use outboxd::service::Service;
+use outboxd::store::{
     self, CountsParams, FailedFilter, ListFailedParams, MigrateOptions, OutboxStore, RequeueParams,
 };
-use crate::wake::{self, Wake};
-use crate::worker::RunMode;
+use outboxd::wake::{self, Wake};
+use outboxd::worker::RunMode;
 
 /// `outboxd migrate [--room-index]`: the base schema, and the room index when the config's
 /// `worker.ordering` is `per-room` or `room_index` asks for it.
@@ -348,7 +348,7 @@ fn parse_time(text: &str) -> Result<i64> {
     let time = humantime::parse_rfc3339_weak(text).with_context(|| {
         format!("{text:?} is neither RFC 3339 (2026-11-29T10:00:00Z) nor Unix milliseconds")
     })?;
-    Ok(crate::record::system_time_ms(time))
+    Ok(outboxd::record::system_time_ms(time))
 }
 
 #[cfg(test)]

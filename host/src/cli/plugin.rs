@@ -3,13 +3,13 @@
 use anyhow::Result;
 
 use super::{PluginCommand, plugin_bench, plugin_new};
-use crate::config::Config;
+use outboxd::config::Config;
 
 /// `outboxd plugin check|test|new|bench`.
 pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
     match command {
         PluginCommand::Check { file } => {
-            let report = crate::plugin::check(&file, &config.plugins).await?;
+            let report = outboxd::plugin::check(&file, &config.plugins).await?;
             println!("{report}");
         }
         PluginCommand::Test {
@@ -20,7 +20,7 @@ pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
         } => {
             let settings = parse_settings(&settings)?;
             let events = parse_events(&events, |_| {})?;
-            let outcomes = crate::plugin::test_plugin(
+            let outcomes = outboxd::plugin::test_plugin(
                 &file,
                 settings,
                 events.clone(),
@@ -30,7 +30,7 @@ pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
             .await?;
             println!(
                 "{}",
-                crate::plugin::TestReport {
+                outboxd::plugin::TestReport {
                     events: &events,
                     outcomes: &outcomes
                 }
@@ -88,23 +88,23 @@ pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
 fn parse_settings(pairs: &[String]) -> Result<Vec<(String, String)>> {
     Ok(pairs
         .iter()
-        .map(|pair| crate::plugin::parse_config_pair(pair))
+        .map(|pair| outboxd::plugin::parse_config_pair(pair))
         .collect::<Result<Vec<_>, _>>()?)
 }
 
 /// The `--event JSON` arguments as events; with none, one default event, adjusted by `default`.
 fn parse_events(
     jsons: &[String],
-    default: impl FnOnce(&mut crate::publish::Event),
-) -> Result<Vec<crate::publish::Event>> {
+    default: impl FnOnce(&mut outboxd::publish::Event),
+) -> Result<Vec<outboxd::publish::Event>> {
     if jsons.is_empty() {
-        let mut sample = crate::plugin::parse_event_json(0, "{}")?;
+        let mut sample = outboxd::plugin::parse_event_json(0, "{}")?;
         default(&mut sample);
         return Ok(vec![sample]);
     }
     Ok(jsons
         .iter()
         .enumerate()
-        .map(|(i, json)| crate::plugin::parse_event_json(i, json))
+        .map(|(i, json)| outboxd::plugin::parse_event_json(i, json))
         .collect::<Result<Vec<_>, _>>()?)
 }

@@ -12,9 +12,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::config::{PluginSettings, SinkConfig, SinkLimits, SinkSpec};
-use crate::plugin::{CacheOutcome, PluginEngine, PluginError, PluginSink};
-use crate::publish::{Event, Outcome, Publisher};
+use outboxd::config::{PluginSettings, SinkConfig, SinkLimits, SinkSpec};
+use outboxd::plugin::{CacheOutcome, PluginEngine, PluginError, PluginSink};
+use outboxd::publish::{Event, Outcome, Publisher};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -187,12 +187,12 @@ pub async fn bench_plugin(options: &PluginBenchOptions) -> Result<PluginBenchRep
 /// `batch_size`; at least one batch.
 fn batches(samples: &[Event], events: usize, batch_size: usize) -> Vec<Vec<Event>> {
     let fallback = [Event {
-        app_code: crate::record::DEFAULT_APP_CODE.to_string(),
+        app_code: outboxd::record::DEFAULT_APP_CODE.to_string(),
         event_id: "evt_bench".to_string(),
         event_type: "RoomGiftSent".to_string(),
         room_id: "room-1".to_string(),
         room_version: 1,
-        occurred_at_ms: crate::record::now_ms(),
+        occurred_at_ms: outboxd::record::now_ms(),
         body: Vec::new(),
         attempt: 1,
     }];

@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::plugin::world::WIT_VERSION;
+use outboxd::plugin::world::WIT_VERSION;
 
 /// The contract, copied into Python and JavaScript projects.
 const WIT: &str = include_str!("../../../wit/publisher.wit");
