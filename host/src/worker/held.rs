@@ -25,10 +25,11 @@
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::Duration;
 
+use futures::stream::StreamExt;
 use serde::Deserialize;
 use tracing::warn;
 
-use super::deliver::{ClaimedRows, next_part, unanswered};
+use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
 use crate::publish::Event;
 use crate::store::{ClaimBatch, HeldBatch, Mark};
@@ -203,35 +204,14 @@ impl Worker {
         Ok(stats)
     }
 
-    /// Publishes `events` and gathers one mark per event: every part the publisher answers, and
-    /// when the publish deadline passes (or the publisher ends without answering some), the
-    /// events left unanswered as retryable. Returns positions and marks in the same order.
+    /// Publishes `events` within the deadline ([`Worker::publish_within_deadline`]) and gathers
+    /// one mark per event: every part the publisher answers, and the events left unanswered as
+    /// retryable. Returns positions and marks in the same order.
     async fn publish_all(&self, events: &[Event]) -> (Vec<usize>, Vec<Mark>) {
-        let timeout = self.options.publish_timeout;
-        let mut parts = Some(self.publisher.publish_parts(events));
-        let mut answered = vec![false; events.len()];
+        let mut parts = self.publish_within_deadline(events);
         let (mut positions, mut marks) = (Vec::new(), Vec::new());
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        while parts.is_some() {
-            let part = tokio::select! {
-                part = next_part(&mut parts) => match part {
-                    Some(part) => part,
-                    None => {
-                        parts = None;
-                        unanswered(&answered, "the publisher gave no result for this event")
-                    }
-                },
-                _ = &mut deadline => {
-                    parts = None; // drops what is still publishing
-                    let reason = format!(
-                        "publish timed out after {} (worker.publish_timeout)",
-                        humantime::format_duration(timeout)
-                    );
-                    unanswered(&answered, &reason)
-                },
-            };
-            let (part_positions, part_marks) = self.marks_for(events, part, &mut answered);
+        while let Some(part) = parts.next().await {
+            let (part_positions, part_marks) = self.marks_for(events, part);
             positions.extend(part_positions);
             marks.extend(part_marks);
         }

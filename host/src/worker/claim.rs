@@ -1,0 +1,113 @@
+//! Claiming for the worker's loops: the clock check, the leased claim (held mode's round runs
+//! inside the claim step: `held.rs`), its parameters, and the claim booked: rejected rows logged,
+//! rows counted.
+
+use tracing::warn;
+
+use super::{BatchStats, Worker, WorkerError, WorkerMode};
+use crate::metrics::RowOutcome;
+use crate::store::{ClaimBatch, ClaimParams, RejectedRow, StoreError};
+
+impl Worker {
+    /// Claims a batch of `app_code`: the claim's counters, and the rows to publish (`None` when
+    /// the claim handed out nothing). `scan_due`: read the due branches even if pending rows are
+    /// handed out ([`ClaimParams::scan_due`]).
+    pub(super) async fn claim_batch(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        scan_due: bool,
+    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+        if !self
+            .clock_guard
+            .allows_claims(&*self.store, &self.clock, &self.metrics)
+            .await
+        {
+            // This host's clock is off the database's (logged once): claim nothing.
+            return Ok((BatchStats::default(), None));
+        }
+        if self.options.mode == WorkerMode::Held {
+            // A held round claims, publishes and marks in one go (its transaction cannot outlive
+            // it): it hands no batch on, so nothing is claimed ahead of it. The few leased rounds
+            // of held mode (its crash guard) run the same way.
+            return Ok((self.held_mode_round(worker_id, app_code).await?, None));
+        }
+        self.claim_leased(worker_id, app_code, scan_due).await
+    }
+
+    /// A leased claim of `app_code`: the claim's counters, and the rows to publish (`None` when
+    /// the claim handed out nothing). `scan_due` as in [`Worker::claim_batch`].
+    pub(super) async fn claim_leased(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        scan_due: bool,
+    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+        let claimed = self
+            .store
+            .claim(&self.claim_params(worker_id, app_code, scan_due))
+            .await;
+        self.booked(worker_id, app_code, claimed)
+    }
+
+    /// A leased claim's outcome booked: a database error counted, the rejected rows logged and
+    /// the claim counted ([`Worker::book_claim`]), the rows to publish (`None` when none).
+    pub(super) fn booked(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        claimed: Result<ClaimBatch, StoreError>,
+    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+        let batch = claimed.inspect_err(|e| self.metrics.count_database_error(e))?;
+        let stats = self.book_claim(worker_id, app_code, batch.events.len(), &batch.rejected);
+        Ok((stats, (!batch.events.is_empty()).then_some(batch)))
+    }
+
+    /// The claim of one batch for `app_code` as `worker_id`, from the options; `lease_ms` is the
+    /// lease (held mode: how long its transaction may sit idle; the publish deadline is at least
+    /// 1 s shorter, by config).
+    pub(super) fn claim_params(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        scan_due: bool,
+    ) -> ClaimParams {
+        let options = &*self.options;
+        ClaimParams {
+            app_code: app_code.to_string(),
+            worker_id: worker_id.to_string(),
+            limit: options.batch_size,
+            lease_ms: options.lease.as_millis() as i64,
+            now_ms: self.now_ms(),
+            max_attempts: options.retry.max_attempts,
+            ordering: options.ordering,
+            scan_due,
+        }
+    }
+
+    /// Logs the rows a claim rejected and counts the claim: its first [`BatchStats`].
+    pub(super) fn book_claim(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        claimed: usize,
+        rejected: &[RejectedRow],
+    ) -> BatchStats {
+        let options = &*self.options;
+        let stats = BatchStats {
+            claimed: claimed as u64,
+            rejected: rejected.len() as u64,
+            ..BatchStats::default()
+        };
+        for row in rejected {
+            warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %row.event_id,
+                event_type = %row.event_type, room_id = %row.room_id, status = "failed", error = %row.reason,
+                "row failed at claim");
+        }
+        self.metrics
+            .count_rows(app_code, RowOutcome::claimed, stats.claimed);
+        self.metrics
+            .count_rows(app_code, RowOutcome::rejected, stats.rejected);
+        stats
+    }
+}

@@ -1,0 +1,158 @@
+//! Marking what a publish answered: each outcome turned into the row's new state (the retry
+//! policy, breaker deferrals), marked fenced on the lease, and what the mark did counted and
+//! logged (the held round marks its whole batch at once and reports through the same code).
+
+use tracing::{debug, warn};
+
+use super::{BatchStats, Worker, WorkerError};
+use crate::metrics::RowOutcome;
+use crate::publish::{Answered, Event, Outcome};
+use crate::retry::Decision;
+use crate::store::{Disposition, Lease, Mark, MarkParams};
+
+impl Worker {
+    /// The marks of one answered part (each position in range and answered once:
+    /// [`Worker::publish_within_deadline`]), with their positions.
+    pub(super) fn marks_for(&self, events: &[Event], part: Answered) -> (Vec<usize>, Vec<Mark>) {
+        let now = self.now_ms();
+        part.into_iter()
+            .map(|(position, outcome)| {
+                let event = &events[position];
+                let mark = Mark {
+                    event_id: event.event_id.clone(),
+                    disposition: self.disposition(event.attempt, outcome, now),
+                };
+                (position, mark)
+            })
+            .unzip()
+    }
+
+    /// Marks one part (fenced on the lease) and logs every event that was not delivered.
+    pub(super) async fn mark_and_log(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        lease: &Lease,
+        rows: ClaimedRows<'_>,
+        positions: Vec<usize>,
+        marks: Vec<Mark>,
+    ) -> Result<BatchStats, WorkerError> {
+        // The store retries a transient or unreachable database while the lease holds; any error
+        // left ends the round, and the rows come back when the lease expires (an attempt).
+        let marked = self
+            .store
+            .mark(&MarkParams {
+                lease,
+                marks: &marks,
+                now_ms: self.now_ms(),
+            })
+            .await;
+        match &marked {
+            Ok(_) => self.outage_over(),
+            Err(e) if e.is_unreachable() => self.outage_began(e),
+            Err(_) => {}
+        }
+        if let Err(e) = &marked {
+            self.metrics.count_database_error(e);
+        }
+        let report = marked?;
+        Ok(self.report_marks(worker_id, app_code, rows, positions, &marks, &report))
+    }
+
+    /// Counts, logs and reports to the metrics what one mark did to each row of a part.
+    pub(super) fn report_marks(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        rows: ClaimedRows<'_>,
+        positions: Vec<usize>,
+        marks: &[Mark],
+        report: &crate::store::MarkReport,
+    ) -> BatchStats {
+        let ClaimedRows {
+            events,
+            created_at_ms,
+        } = rows;
+        let options = &*self.options;
+        let marked_at = self.now_ms();
+        let mut stats = BatchStats::default();
+        for (position, mark) in positions.into_iter().zip(marks) {
+            let event = &events[position];
+            let stale = report.stale.contains(&mark.event_id);
+            let (status, error) = match (&mark.disposition, stale) {
+                (_, true) => ("stale", None),
+                (Disposition::Delivered, _) => ("delivered", None),
+                (Disposition::Retryable { error, .. }, _) => ("retryable", Some(error.as_str())),
+                (Disposition::Deferred { error, .. }, _) => ("deferred", Some(error.as_str())),
+                (Disposition::Failed { error }, _) => ("failed", Some(error.as_str())),
+            };
+            match status {
+                "delivered" => stats.delivered += 1,
+                "retryable" => stats.retried += 1,
+                "deferred" => stats.deferred += 1,
+                "failed" => stats.failed += 1,
+                _ => stats.stale += 1,
+            }
+            if status == "delivered" {
+                self.metrics
+                    .observe_delivery_latency(app_code, marked_at - created_at_ms[position]);
+                debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                    status, "event delivered");
+            } else if status == "deferred" {
+                // The breaker logs the outage once; one line per deferred event would flood.
+                debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                    status, error = error.unwrap_or(""), "event deferred");
+            } else {
+                warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                    status, error = error.unwrap_or("lease taken over by another worker; left untouched"),
+                    "event not delivered");
+            }
+        }
+        for (outcome, count) in [
+            (RowOutcome::delivered, stats.delivered),
+            (RowOutcome::retried, stats.retried),
+            (RowOutcome::deferred, stats.deferred),
+            (RowOutcome::failed, stats.failed),
+            (RowOutcome::stale, stats.stale),
+        ] {
+            self.metrics.count_rows(app_code, outcome, count);
+        }
+        stats
+    }
+
+    /// Maps a publish outcome of attempt `attempt` to the row's new state via the retry policy.
+    pub(super) fn disposition(&self, attempt: u32, outcome: Outcome, now: i64) -> Disposition {
+        match outcome {
+            Outcome::Delivered => Disposition::Delivered,
+            Outcome::Permanent { message } => Disposition::Failed { error: message },
+            Outcome::Deferred { message, wait } => Disposition::Deferred {
+                next_retry_at_ms: now
+                    .saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+                error: message,
+            },
+            Outcome::Retryable {
+                message,
+                retry_after,
+            } => match self.options.retry.decide(attempt, retry_after, now) {
+                Decision::RetryAt(next_retry_at_ms) => Disposition::Retryable {
+                    next_retry_at_ms,
+                    error: message,
+                },
+                Decision::GiveUp => Disposition::Failed {
+                    error: format!("gave up after {attempt} attempts: {message}"),
+                },
+            },
+        }
+    }
+}
+
+/// The events of a claimed batch and their rows' `created_at_ms` (for the delivery latency),
+/// by position.
+#[derive(Clone, Copy)]
+pub(super) struct ClaimedRows<'a> {
+    pub(super) events: &'a [Event],
+    pub(super) created_at_ms: &'a [i64],
+}
