@@ -7,31 +7,34 @@
 //! permanently, without a call. A call that fails as a whole is bisected to find its culprit
 //! (`isolate`). Every guest call runs on the plugin runtime (`runtime`), never on the thread
 //! of the caller.
+//!
+//! Its parts: `sink/calls.rs` (a claimed batch as calls by count and bytes, each plugin result
+//! as an outcome) and `sink/pool.rs` (instances created, pooled, and called under the deadline).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::stream::{self, StreamExt};
 use tokio_util::task::AbortOnDropHandle;
 use wasmtime::component::Component;
-use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::bindings::outbox::publisher::types::{Event as WitEvent, PublishError};
-use super::bindings::{PublisherComponent, PublisherComponentPre};
+use super::bindings::PublisherComponentPre;
 use super::engine::{CompiledPlugin, PluginEngine};
-use super::error::{PluginError, boxed};
+use super::error::PluginError;
 use super::http::HttpPolicy;
-use super::isolate::{CallResult, ISOLATION_PARALLELISM, Suspects, isolate};
+use super::isolate::Suspects;
 use super::log_limit::LogLimit;
 use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
 use super::world::{self, WorldInfo};
 use crate::config::SinkSpec;
-use crate::metrics::{Metrics, PluginFailure};
+use crate::metrics::Metrics;
 use crate::publish::{Event, Outcome, Publisher};
+use pool::Instance;
+
+mod calls;
+mod pool;
 
 /// Slack given to a call beyond its epoch deadline before the outer tokio timeout drops it
 /// (covers a guest blocked in a host call, where epochs are not checked).
@@ -83,12 +86,6 @@ pub struct SinkStats {
     pub instances_built: u64,
     /// Instances idle in the pool right now.
     pub idle_instances: usize,
-}
-
-/// One live plugin instance and its store.
-struct Instance {
-    store: Store<HostState>,
-    bindings: PublisherComponent,
 }
 
 impl PluginSink {
@@ -216,270 +213,6 @@ impl PluginSink {
     }
 }
 
-impl SinkCore {
-    /// Creates a fresh instance and runs `init` on it, under the publish deadline.
-    async fn instantiate(&self) -> Result<Instance, PluginError> {
-        let mut store = Store::new(
-            self.engine.engine(),
-            HostState::new(self.shared.clone(), self.memory_cap),
-        );
-        store.limiter(|state| &mut state.limiter);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|mut context| {
-            let state = context.data_mut();
-            match state.deadline {
-                Some(deadline) if Instant::now() >= deadline => {
-                    state.deadline_hit = true;
-                    Err(wasmtime::format_err!("publish deadline exceeded"))
-                }
-                _ => Ok(UpdateDeadline::Yield(1)),
-            }
-        });
-        self.instances_built.fetch_add(1, Ordering::Relaxed);
-        let timeout = self.publish_timeout;
-        store.data_mut().arm(Instant::now() + timeout);
-        let instantiated = tokio::time::timeout(timeout + OUTER_TIMEOUT_GRACE, async {
-            let bindings = self.pre.instantiate_async(&mut store).await?;
-            let init = bindings.call_init(&mut store, &self.config).await?;
-            Ok::<_, wasmtime::Error>((bindings, init))
-        })
-        .await;
-        let (bindings, init) = match instantiated {
-            Err(_elapsed) => return Err(self.deadline_error()),
-            Ok(Err(error)) => {
-                let failure = self.failure(store.data(), error);
-                return Err(match failure {
-                    PluginError::Trap { source, .. } => PluginError::Instantiate {
-                        sink: self.name.to_string(),
-                        source,
-                    },
-                    other => other,
-                });
-            }
-            Ok(Ok(done)) => done,
-        };
-        init.map_err(|message| PluginError::Init {
-            sink: self.name.to_string(),
-            message: self.shared.redactor.redact(&message).into_owned(),
-        })?;
-        store.data_mut().disarm();
-        Ok(Instance { store, bindings })
-    }
-
-    /// An idle instance, or a new one.
-    async fn check_out(&self) -> Result<Instance, PluginError> {
-        let reused = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-        match reused {
-            Some(instance) => Ok(instance),
-            None => self.instantiate().await,
-        }
-    }
-
-    /// Returns a healthy instance to the pool (dropping it if the pool is full).
-    fn check_in(&self, instance: Instance) {
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < MAX_IDLE_INSTANCES
-        {
-            idle.push(instance);
-        }
-    }
-
-    /// Publishes a claimed batch: events over `max_event_size` fail alone; the others go out in
-    /// calls of at most `max_batch_size` events and `max_batch_bytes` bytes, one after the other,
-    /// and suspects in calls of their own group beside them; each call is isolated when it
-    /// fails as a whole. Runs on the plugin runtime.
-    async fn publish_batch(self: Arc<Self>, batch: Vec<Event>) -> Vec<Outcome> {
-        let deadline = Instant::now() + self.batch_budget;
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let mut plain = Vec::with_capacity(batch.len());
-        let mut suspect_groups: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-        for (position, event) in batch.iter().enumerate() {
-            let size = event_size(event);
-            if size > self.max_event_size {
-                outcomes[position] = Some(Outcome::permanent(format!(
-                    "event of {size} bytes exceeds sink `{}`'s limits.max_event_size ({} bytes)",
-                    self.name, self.max_event_size
-                )));
-            } else if let Some(group) = self.suspects.group_of(&event.event_id) {
-                suspect_groups.entry(group).or_default().push(position);
-            } else {
-                plain.push(position);
-            }
-        }
-        let plain = self.pack(&batch, plain);
-        let suspects: Vec<Vec<usize>> = suspect_groups
-            .into_values()
-            .flat_map(|group| self.pack(&batch, group))
-            .collect();
-        let this = &self;
-        let batch = &batch;
-        let calls = |calls: Vec<Vec<usize>>, at_once: usize| {
-            stream::iter(calls)
-                .map(move |positions| {
-                    isolate(
-                        positions,
-                        deadline,
-                        this.publish_timeout,
-                        move |positions| this.call(batch, positions),
-                    )
-                })
-                .buffered(at_once)
-                .collect::<Vec<_>>()
-        };
-        // The batch's calls one after the other, as the deadlines are configured; the suspect
-        // groups side by side with them, so that a group that runs into its deadline again
-        // costs the others no time.
-        let (plain, suspects) =
-            futures::join!(calls(plain, 1), calls(suspects, ISOLATION_PARALLELISM));
-        for found in plain.into_iter().chain(suspects) {
-            if found.calls > 1 {
-                tracing::warn!(sink = %self.name, calls = found.calls, failed_alone = found.failed_alone,
-                    outage = found.outage, unresolved = found.unresolved.iter().map(Vec::len).sum::<usize>(),
-                    "plugin call failed as a whole; published its events again in halves to find the culprit");
-            }
-            // Answered events are suspects no more; the groups left unresolved are halved.
-            self.suspects.forget(
-                found
-                    .outcomes
-                    .iter()
-                    .map(|(p, _)| batch[*p].event_id.as_str()),
-            );
-            self.suspects
-                .record(&found.unresolved, |p| batch[p].event_id.as_str());
-            for (position, outcome) in found.outcomes {
-                outcomes[position] = Some(outcome);
-            }
-        }
-        outcomes
-            .into_iter()
-            .map(|outcome| outcome.unwrap_or_else(|| Outcome::retryable("the sink gave no result")))
-            .collect()
-    }
-
-    /// `positions` split, in order, into calls of at most `max_batch_size` events and
-    /// `max_batch_bytes` bytes (an event alone may reach `max_event_size`).
-    fn pack(&self, batch: &[Event], positions: Vec<usize>) -> Vec<Vec<usize>> {
-        let mut calls = Vec::new();
-        let mut call = Vec::new();
-        let mut bytes = 0u64;
-        for position in positions {
-            let size = event_size(&batch[position]);
-            if !call.is_empty()
-                && (call.len() >= self.max_batch_size || bytes + size > self.max_batch_bytes)
-            {
-                calls.push(std::mem::take(&mut call));
-                bytes = 0;
-            }
-            call.push(position);
-            bytes += size;
-        }
-        if !call.is_empty() {
-            calls.push(call);
-        }
-        calls
-    }
-
-    /// One `publish` call with the events at `positions`: their outcomes, or why the call failed
-    /// as a whole (the instance is then discarded and the failure counted).
-    async fn call(&self, batch: &[Event], positions: Vec<usize>) -> CallResult {
-        let wit_events: Vec<WitEvent> = positions.iter().map(|&p| to_wit(&batch[p])).collect();
-        let called = match self.check_out().await {
-            Ok(mut instance) => {
-                let results = self.call_publish(&mut instance, &wit_events).await;
-                if results.is_ok() {
-                    self.check_in(instance);
-                }
-                results
-            }
-            Err(error) => Err(error),
-        };
-        match called {
-            Ok(results) => Ok(positions
-                .into_iter()
-                .zip(results)
-                .map(|(position, result)| {
-                    let outcome = to_outcome(result, &self.shared.redactor, self.max_retry_after);
-                    (position, outcome)
-                })
-                .collect()),
-            Err(error) => {
-                let kind = match error {
-                    PluginError::Deadline { .. } => PluginFailure::deadline,
-                    PluginError::MemoryCap { .. } => PluginFailure::memory_limit,
-                    _ => PluginFailure::trap,
-                };
-                self.metrics.count_plugin_failure(&self.name, kind);
-                tracing::debug!(sink = %self.name, error = %error, events = positions.len(), "plugin call failed; instance discarded");
-                Err(error.to_string())
-            }
-        }
-    }
-
-    /// Calls `publish` under the deadline and checks the result count.
-    async fn call_publish(
-        &self,
-        instance: &mut Instance,
-        events: &[WitEvent],
-    ) -> Result<Vec<Result<(), PublishError>>, PluginError> {
-        let timeout = self.publish_timeout;
-        instance.store.data_mut().arm(Instant::now() + timeout);
-        // The epoch moved on while the instance sat idle: count ticks from now.
-        instance.store.set_epoch_deadline(1);
-        let called = tokio::time::timeout(
-            timeout + OUTER_TIMEOUT_GRACE,
-            instance.bindings.call_publish(&mut instance.store, events),
-        )
-        .await;
-        instance.store.data_mut().disarm();
-        self.shared.log_limit.flush();
-        let results = match called {
-            Err(_elapsed) => return Err(self.deadline_error()),
-            Ok(Err(error)) => return Err(self.failure(instance.store.data(), error)),
-            Ok(Ok(results)) => results,
-        };
-        if results.len() != events.len() {
-            return Err(PluginError::ResultCount {
-                sink: self.name.to_string(),
-                got: results.len(),
-                expected: events.len(),
-            });
-        }
-        Ok(results)
-    }
-
-    fn deadline_error(&self) -> PluginError {
-        PluginError::Deadline {
-            sink: self.name.to_string(),
-            timeout: self.publish_timeout,
-        }
-    }
-
-    /// Classifies a failed guest call: deadline, memory cap, or another trap.
-    fn failure(&self, state: &HostState, error: wasmtime::Error) -> PluginError {
-        if state.deadline_hit {
-            return self.deadline_error();
-        }
-        if state.limiter.hit {
-            return PluginError::MemoryCap {
-                sink: self.name.to_string(),
-                limit: self.memory_cap,
-            };
-        }
-        let mut reason = match error.downcast_ref::<Trap>() {
-            Some(trap) => trap.to_string(),
-            None => self.shared.redactor.redact(&error.to_string()).into_owned(),
-        };
-        if let Some(stderr) = state.recent_stderr() {
-            reason = format!("{reason} (stderr: {stderr})");
-        }
-        PluginError::Trap {
-            sink: self.name.to_string(),
-            reason,
-            source: boxed(error),
-        }
-    }
-}
-
 #[async_trait]
 impl Publisher for PluginSink {
     /// Publishes `batch` on the plugin runtime; dropping the future abandons the calls.
@@ -520,47 +253,4 @@ pub(super) fn prepare(
     let info = world::inspect(engine.engine(), path, component)?;
     let pre = world::link(engine.engine(), path, component, true)?;
     Ok((info, pre))
-}
-
-fn to_wit(event: &Event) -> WitEvent {
-    WitEvent {
-        app_code: event.app_code.clone(),
-        event_id: event.event_id.clone(),
-        event_type: event.event_type.clone(),
-        room_id: event.room_id.clone(),
-        room_version: event.room_version,
-        occurred_at_ms: event.occurred_at_ms,
-        body: event.body.clone(),
-        attempt: event.attempt,
-    }
-}
-
-/// Maps one plugin result onto the worker's outcome, secrets redacted from its message and a
-/// retry-after cut to `max_retry_after` (the message then says so).
-fn to_outcome(
-    result: Result<(), PublishError>,
-    redactor: &Redactor,
-    max_retry_after: Duration,
-) -> Outcome {
-    let clean = |message: String| redactor.redact(&message).into_owned();
-    match result {
-        Ok(()) => Outcome::Delivered,
-        Err(PublishError::Retryable(message)) => Outcome::retryable(clean(message)),
-        Err(PublishError::Permanent(message)) => Outcome::permanent(clean(message)),
-        Err(PublishError::RateLimited(limit)) => {
-            let asked = Duration::from_millis(limit.retry_after_ms);
-            let mut message = clean(limit.message);
-            if asked > max_retry_after {
-                message = format!(
-                    "{message} (retry-after {} cut to limits.max_retry_after {})",
-                    humantime::format_duration(asked),
-                    humantime::format_duration(max_retry_after)
-                );
-            }
-            Outcome::Retryable {
-                message,
-                retry_after: Some(asked.min(max_retry_after)),
-            }
-        }
-    }
 }
