@@ -56,6 +56,17 @@ pub enum RowOutcome {
     stale,
 }
 
+impl RowOutcome {
+    /// What a mark can do to a row (the rest happen at the claim).
+    pub const MARKED: [RowOutcome; 5] = [
+        RowOutcome::delivered,
+        RowOutcome::retried,
+        RowOutcome::deferred,
+        RowOutcome::failed,
+        RowOutcome::stale,
+    ];
+}
+
 /// Labels of the commit feed gauge.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FeedLabels {

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::store::Disposition;
+
 /// How long to wait before the next attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Strategy {
@@ -28,15 +30,6 @@ pub enum Strategy {
         /// The delays; never empty.
         delays: Vec<Duration>,
     },
-}
-
-/// What to do with an event after a failed attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// Retry at this time (UTC ms).
-    RetryAt(i64),
-    /// Out of attempts: mark `failed`.
-    GiveUp,
 }
 
 /// A strategy plus the attempt limit.
@@ -61,15 +54,28 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Decides after failed attempt number `attempt` (1-based) at `now_ms`; `retry_after` from the
-    /// sink, when given, replaces the strategy's delay.
-    pub fn decide(&self, attempt: u32, retry_after: Option<Duration>, now_ms: i64) -> Decision {
+    /// The row's new state after failed attempt number `attempt` (1-based), which failed with
+    /// `error`, at `now_ms`: `retryable` after the strategy's delay (`retry_after` from the sink,
+    /// when given, replaces it), or `failed` once `max_attempts` attempts are spent (the error
+    /// then says so).
+    pub fn after_failure(
+        &self,
+        attempt: u32,
+        error: String,
+        retry_after: Option<Duration>,
+        now_ms: i64,
+    ) -> Disposition {
         if attempt >= self.max_attempts {
-            return Decision::GiveUp;
+            return Disposition::Failed {
+                error: format!("gave up after {attempt} attempts: {error}"),
+            };
         }
         let delay = retry_after.unwrap_or_else(|| self.delay(attempt));
         let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-        Decision::RetryAt(now_ms.saturating_add(delay_ms))
+        Disposition::Retryable {
+            next_retry_at_ms: now_ms.saturating_add(delay_ms),
+            error,
+        }
     }
 
     /// The strategy's delay after failed attempt number `attempt` (1-based).
@@ -95,6 +101,13 @@ impl RetryPolicy {
 mod tests {
     use super::*;
 
+    fn retry_at(next_retry_at_ms: i64) -> Disposition {
+        Disposition::Retryable {
+            next_retry_at_ms,
+            error: "e".into(),
+        }
+    }
+
     fn policy(strategy: Strategy) -> RetryPolicy {
         RetryPolicy {
             strategy,
@@ -107,8 +120,8 @@ mod tests {
         let p = policy(Strategy::FixedInterval {
             interval: Duration::from_secs(2),
         });
-        assert_eq!(p.decide(1, None, 1_000), Decision::RetryAt(3_000));
-        assert_eq!(p.decide(4, None, 1_000), Decision::RetryAt(3_000));
+        assert_eq!(p.after_failure(1, "e".into(), None, 1_000), retry_at(3_000));
+        assert_eq!(p.after_failure(4, "e".into(), None, 1_000), retry_at(3_000));
     }
 
     #[test]
@@ -116,10 +129,13 @@ mod tests {
         let p = policy(Strategy::FixedInterval {
             interval: Duration::from_secs(2),
         });
-        assert_eq!(p.decide(5, None, 0), Decision::GiveUp);
+        let gave_up = |attempts: u32| Disposition::Failed {
+            error: format!("gave up after {attempts} attempts: e"),
+        };
+        assert_eq!(p.after_failure(5, "e".into(), None, 0), gave_up(5));
         assert_eq!(
-            p.decide(9, Some(Duration::from_secs(1)), 0),
-            Decision::GiveUp
+            p.after_failure(9, "e".into(), Some(Duration::from_secs(1)), 0),
+            gave_up(9)
         );
     }
 
@@ -129,8 +145,8 @@ mod tests {
             interval: Duration::from_secs(2),
         });
         assert_eq!(
-            p.decide(1, Some(Duration::from_millis(250)), 1_000),
-            Decision::RetryAt(1_250)
+            p.after_failure(1, "e".into(), Some(Duration::from_millis(250)), 1_000),
+            retry_at(1_250)
         );
     }
 

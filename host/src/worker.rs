@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RowOutcome};
 use crate::publish::Publisher;
 use crate::retry::RetryPolicy;
 use crate::store::{DeliveryOrder, OutboxStore, StoreError};
@@ -102,7 +102,8 @@ pub enum RunMode {
     Drain,
 }
 
-/// What one claim → publish → mark round did.
+/// What one claim → publish → mark round did: rows counted by what the worker did with them
+/// ([`RowOutcome`], the `outcome` label of `outboxd_rows`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchStats {
     /// Rows handed out by the claim.
@@ -283,12 +284,37 @@ impl Worker {
 }
 
 impl BatchStats {
+    /// The rows counted for `outcome`.
+    pub fn of(&self, outcome: RowOutcome) -> u64 {
+        match outcome {
+            RowOutcome::claimed => self.claimed,
+            RowOutcome::rejected => self.rejected,
+            RowOutcome::delivered => self.delivered,
+            RowOutcome::retried => self.retried,
+            RowOutcome::deferred => self.deferred,
+            RowOutcome::failed => self.failed,
+            RowOutcome::stale => self.stale,
+        }
+    }
+
+    /// Counts `rows` more for `outcome`.
+    fn count(&mut self, outcome: RowOutcome, rows: u64) {
+        let counter = match outcome {
+            RowOutcome::claimed => &mut self.claimed,
+            RowOutcome::rejected => &mut self.rejected,
+            RowOutcome::delivered => &mut self.delivered,
+            RowOutcome::retried => &mut self.retried,
+            RowOutcome::deferred => &mut self.deferred,
+            RowOutcome::failed => &mut self.failed,
+            RowOutcome::stale => &mut self.stale,
+        };
+        *counter += rows;
+    }
+
     /// Adds the mark counters (delivered, retried, deferred, failed, stale) of `other`.
     fn add_marks(&mut self, other: &BatchStats) {
-        self.delivered += other.delivered;
-        self.retried += other.retried;
-        self.deferred += other.deferred;
-        self.failed += other.failed;
-        self.stale += other.stale;
+        for outcome in RowOutcome::MARKED {
+            self.count(outcome, other.of(outcome));
+        }
     }
 }

@@ -7,7 +7,6 @@ use tracing::{debug, warn};
 use super::{BatchStats, Worker, WorkerError};
 use crate::metrics::RowOutcome;
 use crate::publish::{Answered, Event, Outcome};
-use crate::retry::Decision;
 use crate::store::{Disposition, Lease, Mark, MarkParams};
 
 impl Worker {
@@ -79,46 +78,43 @@ impl Worker {
         for (position, mark) in positions.into_iter().zip(marks) {
             let event = &events[position];
             let stale = report.stale.contains(&mark.event_id);
-            let (status, error) = match (&mark.disposition, stale) {
-                (_, true) => ("stale", None),
-                (Disposition::Delivered, _) => ("delivered", None),
-                (Disposition::Retryable { error, .. }, _) => ("retryable", Some(error.as_str())),
-                (Disposition::Deferred { error, .. }, _) => ("deferred", Some(error.as_str())),
-                (Disposition::Failed { error }, _) => ("failed", Some(error.as_str())),
+            let (fate, error) = match (&mark.disposition, stale) {
+                (_, true) => (RowOutcome::stale, None),
+                (Disposition::Delivered, _) => (RowOutcome::delivered, None),
+                (Disposition::Retryable { error, .. }, _) => {
+                    (RowOutcome::retried, Some(error.as_str()))
+                }
+                (Disposition::Deferred { error, .. }, _) => {
+                    (RowOutcome::deferred, Some(error.as_str()))
+                }
+                (Disposition::Failed { error }, _) => (RowOutcome::failed, Some(error.as_str())),
             };
-            match status {
-                "delivered" => stats.delivered += 1,
-                "retryable" => stats.retried += 1,
-                "deferred" => stats.deferred += 1,
-                "failed" => stats.failed += 1,
-                _ => stats.stale += 1,
-            }
-            if status == "delivered" {
-                self.metrics
-                    .observe_delivery_latency(app_code, marked_at - created_at_ms[position]);
-                debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
-                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
-                    status, "event delivered");
-            } else if status == "deferred" {
-                // The breaker logs the outage once; one line per deferred event would flood.
-                debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
-                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
-                    status, error = error.unwrap_or(""), "event deferred");
-            } else {
-                warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
-                    event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
-                    status, error = error.unwrap_or("lease taken over by another worker; left untouched"),
-                    "event not delivered");
+            stats.count(fate, 1);
+            let status = status_logged(fate);
+            match fate {
+                RowOutcome::delivered => {
+                    self.metrics
+                        .observe_delivery_latency(app_code, marked_at - created_at_ms[position]);
+                    debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                        status, "event delivered");
+                }
+                RowOutcome::deferred => {
+                    // The breaker logs the outage once; one line per deferred event would flood.
+                    debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                        status, error = error.unwrap_or(""), "event deferred");
+                }
+                _ => {
+                    warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
+                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                        status, error = error.unwrap_or("lease taken over by another worker; left untouched"),
+                        "event not delivered");
+                }
             }
         }
-        for (outcome, count) in [
-            (RowOutcome::delivered, stats.delivered),
-            (RowOutcome::retried, stats.retried),
-            (RowOutcome::deferred, stats.deferred),
-            (RowOutcome::failed, stats.failed),
-            (RowOutcome::stale, stats.stale),
-        ] {
-            self.metrics.count_rows(app_code, outcome, count);
+        for fate in RowOutcome::MARKED {
+            self.metrics.count_rows(app_code, fate, stats.of(fate));
         }
         stats
     }
@@ -136,16 +132,24 @@ impl Worker {
             Outcome::Retryable {
                 message,
                 retry_after,
-            } => match self.options.retry.decide(attempt, retry_after, now) {
-                Decision::RetryAt(next_retry_at_ms) => Disposition::Retryable {
-                    next_retry_at_ms,
-                    error: message,
-                },
-                Decision::GiveUp => Disposition::Failed {
-                    error: format!("gave up after {attempt} attempts: {message}"),
-                },
-            },
+            } => self
+                .options
+                .retry
+                .after_failure(attempt, message, retry_after, now),
         }
+    }
+}
+
+/// The `status` a row's log line carries for what its mark did.
+fn status_logged(fate: RowOutcome) -> &'static str {
+    match fate {
+        RowOutcome::claimed => "claimed",
+        RowOutcome::rejected => "rejected",
+        RowOutcome::delivered => "delivered",
+        RowOutcome::retried => "retryable",
+        RowOutcome::deferred => "deferred",
+        RowOutcome::failed => "failed",
+        RowOutcome::stale => "stale",
     }
 }
 
