@@ -17,8 +17,9 @@
 //!
 //! # Layout
 //!
-//! - `slot.rs`: one loop as named steps (claim a round, drained?, wait for work) beside its
-//!   deliveries, settled as they finish.
+//! - `slot.rs`: one loop as named steps (claim a round, drained?, wait for work).
+//! - `deliveries.rs`: a loop's batches in flight, run beside every step and settled as they
+//!   finish; the run's shared counters.
 //! - `ahead.rs`: how many deliveries a loop's claim may overlap (claim-ahead).
 //! - `claim.rs`: the clock check, the leased claim and its booking.
 //! - `deliver.rs`: one leased batch published and each part marked as it comes.
@@ -40,13 +41,14 @@ use crate::retry::RetryPolicy;
 use crate::store::{DeliveryOrder, OutboxStore, StoreError};
 use crate::wake::Wake;
 use clock::ClockGuard;
-use slot::Totals;
+use deliveries::Totals;
 
 mod ahead;
 mod claim;
 pub mod clock;
 mod deadline;
 mod deliver;
+mod deliveries;
 mod held;
 mod mark;
 mod slot;
