@@ -29,7 +29,11 @@ pub struct Event {
     pub attempt: u32,
 }
 
-/// What became of one event of a batch.
+/// A publisher's answer for one event of a batch: the first of the fates along the path. The
+/// worker turns it into the row's new state, [`crate::store::Disposition`] (a retryable answer
+/// through the retry policy, [`crate::retry::RetryPolicy::after_failure`]), marks that, and
+/// counts what the mark did as a [`crate::metrics::RowOutcome`]. A sink's circuit breaker reads
+/// a batch's answers as one [`crate::plugin::breaker::Verdict`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The sink accepted the event.
