@@ -57,6 +57,17 @@ pub enum RowOutcome {
 }
 
 impl RowOutcome {
+    /// Every outcome, claim's and mark's.
+    pub const ALL: [RowOutcome; 7] = [
+        RowOutcome::claimed,
+        RowOutcome::rejected,
+        RowOutcome::delivered,
+        RowOutcome::retried,
+        RowOutcome::deferred,
+        RowOutcome::failed,
+        RowOutcome::stale,
+    ];
+
     /// What a mark can do to a row (the rest happen at the claim).
     pub const MARKED: [RowOutcome; 5] = [
         RowOutcome::delivered,

@@ -2,7 +2,7 @@
 //! publishes once the one before it is marked), and settled as they finish while the loop's
 //! steps run beside them; the counters the loops of one run share.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
@@ -12,6 +12,7 @@ use tracing::error;
 
 use super::slot::Lane;
 use super::{BatchStats, RunMode, Worker, WorkerError};
+use crate::metrics::RowOutcome;
 use crate::store::ClaimBatch;
 
 /// A batch being published and marked by a loop: its app code and what the marks did.
@@ -169,38 +170,19 @@ impl<'a> Deliveries<'a> {
 
 /// Counters shared by the loops of one run.
 #[derive(Default)]
-pub(super) struct Totals {
-    claimed: AtomicU64,
-    rejected: AtomicU64,
-    delivered: AtomicU64,
-    retried: AtomicU64,
-    deferred: AtomicU64,
-    failed: AtomicU64,
-    stale: AtomicU64,
-}
+pub(super) struct Totals(Mutex<BatchStats>);
 
 impl Totals {
     /// Adds one claim's or delivery's counters.
     pub(super) fn add(&self, stats: &BatchStats) {
-        self.claimed.fetch_add(stats.claimed, Ordering::Relaxed);
-        self.rejected.fetch_add(stats.rejected, Ordering::Relaxed);
-        self.delivered.fetch_add(stats.delivered, Ordering::Relaxed);
-        self.retried.fetch_add(stats.retried, Ordering::Relaxed);
-        self.deferred.fetch_add(stats.deferred, Ordering::Relaxed);
-        self.failed.fetch_add(stats.failed, Ordering::Relaxed);
-        self.stale.fetch_add(stats.stale, Ordering::Relaxed);
+        let mut totals = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for outcome in RowOutcome::ALL {
+            totals.count(outcome, stats.of(outcome));
+        }
     }
 
     /// The counters so far.
     pub(super) fn snapshot(&self) -> BatchStats {
-        BatchStats {
-            claimed: self.claimed.load(Ordering::Relaxed),
-            rejected: self.rejected.load(Ordering::Relaxed),
-            delivered: self.delivered.load(Ordering::Relaxed),
-            retried: self.retried.load(Ordering::Relaxed),
-            deferred: self.deferred.load(Ordering::Relaxed),
-            failed: self.failed.load(Ordering::Relaxed),
-            stale: self.stale.load(Ordering::Relaxed),
-        }
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
