@@ -291,9 +291,9 @@ impl RawWorker {
             Some(id) => id,
             None => default_node_id(),
         };
-        let is_mysql = crate::store::Backend::from_url(&database.url)
-            .is_ok_and(|b| b == crate::store::Backend::MySql);
-        if self.wake == WakeMode::Binlog && !is_mysql {
+        let has_binlog = crate::store::Backend::from_url(&database.url)
+            .is_ok_and(|b| b.commit_feed() == crate::store::CommitFeed::Binlog);
+        if self.wake == WakeMode::Binlog && !has_binlog {
             return Err(invalid(
                 "worker.wake",
                 "\"binlog\" needs a MySQL or MariaDB database.url (PostgreSQL and SQLite use \
@@ -315,7 +315,7 @@ impl RawWorker {
                 ));
             }
             Some(probe) => probe,
-            None if is_mysql => DEFAULT_IDLE_PROBE.min(self.poll_interval),
+            None if has_binlog => DEFAULT_IDLE_PROBE.min(self.poll_interval),
             None => self.poll_interval,
         };
         let batch_size = self

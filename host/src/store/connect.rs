@@ -39,6 +39,18 @@ impl Backend {
         self.dialect().concurrent_writers()
     }
 
+    /// Whether a claim can be held open while its batch publishes (`worker.mode = "held"`): where
+    /// the database locks rows, so the open transaction stops no other writer (not SQLite, whose
+    /// one write lock it would keep from every producer).
+    pub fn holds_claims(self) -> bool {
+        self.dialect().concurrent_writers()
+    }
+
+    /// What tells a host that rows were committed on this database (`crate::wake` starts it).
+    pub fn commit_feed(self) -> CommitFeed {
+        self.dialect().commit_feed()
+    }
+
     /// Short lowercase name (`sqlite`, `mysql`, `postgres`), also the migrations folder name.
     pub fn name(self) -> &'static str {
         match self {
@@ -47,6 +59,18 @@ impl Backend {
             Backend::Postgres => "postgres",
         }
     }
+}
+
+/// What wakes idle worker loops when rows are committed, by database ([`Backend::commit_feed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitFeed {
+    /// `LISTEN` on the channel the outbox table's triggers notify (PostgreSQL).
+    Listen,
+    /// `PRAGMA data_version` watched on a connection of its own (SQLite).
+    DataVersion,
+    /// The binary log followed as a replica would, where the server writes one and the user may
+    /// read it (MySQL / MariaDB).
+    Binlog,
 }
 
 /// Connection options shared by every backend.

@@ -148,11 +148,6 @@ pub(crate) trait Driver: Send + Sync {
     /// instead of failing to upgrade).
     const BEGIN_WRITE: Option<&'static str>;
 
-    /// The statement beginning a claim's transaction, when it differs from
-    /// [`Driver::BEGIN_WRITE`] (PostgreSQL: the claim commits without waiting for its WAL flush,
-    /// see `postgres.rs`).
-    const BEGIN_CLAIM: Option<&'static str> = None;
-
     /// The connection pool.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 

@@ -114,7 +114,7 @@ where
             }
         }
     }
-    fail_rejected(&mut *tx, statements, params, &rejected, OP).await?;
+    fail_rejected(&mut *tx, driver, params, &rejected, OP).await?;
     if events.is_empty() {
         // Nothing to hold: commit the rejections now.
         tx.commit().await.map_err(db(OP))?;

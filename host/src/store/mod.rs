@@ -78,7 +78,7 @@ use serde::{Deserialize, Serialize};
 use crate::publish::Event;
 use crate::record::Record;
 
-pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
+pub use connect::{CommitFeed, ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
 pub use held::HeldBatch;
 pub use judge::{RowColumns, judge_columns};
 pub use table_name::TableName;

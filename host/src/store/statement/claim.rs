@@ -1,12 +1,12 @@
 //! The claim's statements: the three branch SELECTs (built once per store in [`Statements`]),
 //! the UPDATE leasing the rows handed out, the UPDATE failing the rows the claim rejected, and the
-//! status counts. Where the dialect addresses locked rows (`SqlDialect::claim_row_address`,
-//! PostgreSQL), each branch is instead one UPDATE that locks, leases and returns its rows, and
-//! rejected rows are failed fenced on the new lease.
+//! status counts. A dialect that claims in one statement (`SqlDialect::claim_lease_text`:
+//! PostgreSQL's, in `store/postgres/claim.rs`) supplies those texts instead, and a dialect whose
+//! database seeks a claim position in another form (`SqlDialect::write_position_bound`: MariaDB's,
+//! in `store/mysql/claim.rs`) writes that condition.
 
 use std::sync::Arc;
 
-use super::mark::{lock_fenced_rows, mark_rows};
 use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::claim_position::ClaimPosition;
@@ -98,13 +98,17 @@ impl Statements {
             [DeliveryOrder::None, DeliveryOrder::PerRoom]
                 .map(|ordering| claim_select_text(backend, table, branch, ordering))
         });
-        let claim_lease = backend.dialect().claim_row_address().map(|address| {
-            ClaimBranch::ALL.map(|branch| {
-                [DeliveryOrder::None, DeliveryOrder::PerRoom].map(|ordering| {
-                    claim_lease_text(backend, table, branch, ordering, address, None)
+        let dialect = backend.dialect();
+        let claim_lease = dialect
+            .claim_lease_text(table, ClaimBranch::Pending, DeliveryOrder::None, None)
+            .map(|_| {
+                ClaimBranch::ALL.map(|branch| {
+                    [DeliveryOrder::None, DeliveryOrder::PerRoom].map(|ordering| {
+                        let text = dialect.claim_lease_text(table, branch, ordering, None);
+                        text.expect("a dialect leasing in its claim does so for every branch")
+                    })
                 })
-            })
-        });
+            });
         let claim_by_position = PositionSide::BOTH.map(|side| {
             let mut b = SqlBuilder::new(backend);
             let (pending, none) = (ClaimBranch::Pending, DeliveryOrder::None);
@@ -119,10 +123,11 @@ impl Statements {
             );
             b.text()
         });
-        let claim_lease_by_position = backend.dialect().claim_row_address().map(|address| {
+        let claim_lease_by_position = claim_lease.as_ref().map(|_| {
             PositionSide::BOTH.map(|side| {
                 let (pending, none) = (ClaimBranch::Pending, DeliveryOrder::None);
-                claim_lease_text(backend, table, pending, none, address, Some(side))
+                let text = dialect.claim_lease_text(table, pending, none, Some(side));
+                text.expect("a dialect leasing in its claim does so for every branch")
             })
         });
         let counts = [false, true].map(|by_app| counts_text(backend, table, by_app));
@@ -189,7 +194,7 @@ impl Statements {
             sql: self.claim_by_position[side.index()].clone(),
             args: [Arg::from(params.app_code.as_str())]
                 .into_iter()
-                .chain(position_args(self.backend, position))
+                .chain(self.backend.dialect().position_args(position))
                 .chain([Arg::Int(limit as i64)])
                 .collect(),
         };
@@ -254,29 +259,9 @@ impl Statements {
             })
             .collect();
         let marks: Vec<Mark> = event_ids.iter().map(|id| Mark::delivered(*id)).collect();
-        let mut statements = Vec::new();
-        if self.leases_in_claim() {
-            statements.push((
-                "reject",
-                reject_leased_rows(backend, table, lease, now_ms, &rejected),
-            ));
-        } else {
-            statements.push((
-                "lease",
-                lease_rows(backend, table, lease, now_ms, event_ids),
-            ));
-            statements.push((
-                "reject",
-                reject_rows(backend, table, &lease.app_code, now_ms, &rejected),
-            ));
-        }
-        if !backend.dialect().has_update_returning() {
-            statements.push((
-                "lock_fenced",
-                lock_fenced_rows(backend, table, lease, &marks),
-            ));
-        }
-        statements.push(("mark", mark_rows(backend, table, lease, &marks, now_ms)));
+        let dialect = backend.dialect();
+        let mut statements = dialect.claim_follow_ups(table, lease, now_ms, event_ids, &rejected);
+        statements.extend(dialect.mark_statements(table, lease, &marks, now_ms));
         statements
     }
 
@@ -370,7 +355,7 @@ const ACTIVE_STATUSES: [Status; 3] = [Status::Pending, Status::Retryable, Status
 /// Expression that adds the reclaimed-lease attempt: rows still `delivering` when the claim
 /// updates them came from the expired-lease branch. It must be the first assignment of its UPDATE:
 /// MySQL evaluates SET left to right, with `status` already changed by later assignments.
-fn retry_count_after_reclaim(b: &mut SqlBuilder) {
+pub(crate) fn retry_count_after_reclaim(b: &mut SqlBuilder) {
     b.push("retry_count = CASE WHEN status = ")
         .status(Status::Delivering)
         .push(" THEN retry_count + 1 ELSE retry_count END");
@@ -399,112 +384,27 @@ fn claim_select_text(
     b.text()
 }
 
-/// The values the claim-position condition binds ([`write_position_bound`]), in order.
-fn position_args(backend: Backend, position: &ClaimPosition) -> Vec<Arg> {
-    let (created, id) = (
-        Arg::Int(position.created_at_ms),
-        Arg::from(position.event_id.as_str()),
-    );
-    if backend.dialect().seeks_by_row_comparison() {
-        vec![created, id]
-    } else {
-        vec![created.clone(), created, id]
-    }
-}
-
-/// Writes the claim-position condition of the pending branch: the rows on `side` of the position
-/// in claim order, in the form the database seeks on the pending index's full key
-/// ([`super::SqlDialect::seeks_by_row_comparison`]).
-fn write_position_bound(b: &mut SqlBuilder, backend: Backend, side: PositionSide) {
-    let (row, created, id) = match side {
-        PositionSide::After => (">", ">", ">"),
-        PositionSide::UpTo => ("<=", "<", "<="),
+/// The claim-position condition of the pending branch as one row comparison, the form most
+/// databases seek on the pending index's full key (the default of
+/// [`super::SqlDialect::write_position_bound`]): the rows on `side` of the position in claim
+/// order. Binds the position's `created_at_ms`, then its `event_id`
+/// ([`super::SqlDialect::position_args`]).
+pub(crate) fn write_row_comparison_bound(b: &mut SqlBuilder, side: PositionSide) {
+    let row = match side {
+        PositionSide::After => ">",
+        PositionSide::UpTo => "<=",
     };
-    if backend.dialect().seeks_by_row_comparison() {
-        b.push(" AND (c.created_at_ms, c.event_id) ")
-            .push(row)
-            .push(" (")
-            .placeholder()
-            .push(", ")
-            .placeholder()
-            .push(")");
-    } else {
-        b.push(" AND (c.created_at_ms ")
-            .push(created)
-            .push(" ")
-            .placeholder()
-            .push(" OR (c.created_at_ms = ")
-            .placeholder()
-            .push(" AND c.event_id ")
-            .push(id)
-            .push(" ")
-            .placeholder()
-            .push("))");
-    }
-}
-
-/// One branch claimed and leased in one statement (dialects with a row address): the branch's
-/// locking SELECT lists the addresses of its rows in claim order; the UPDATE reaches each by its
-/// address (a TID scan on PostgreSQL, whatever the statistics), leases it exactly like
-/// [`lease_rows`], and returns the candidate columns with the position. `retry_count` is returned
-/// as it was before the claim, so a reclaimed row is judged like one read by the SELECT.
-fn claim_lease_text(
-    backend: Backend,
-    table: &TableName,
-    branch: ClaimBranch,
-    ordering: DeliveryOrder,
-    address: &str,
-    position: Option<PositionSide>,
-) -> Arc<str> {
-    let t = table.as_str();
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ").push(t).push(" SET ");
-    retry_count_after_reclaim(&mut b);
-    b.push(", status = ")
-        .status(Status::Delivering)
-        .push(", worker_id = ")
+    b.push(" AND (c.created_at_ms, c.event_id) ")
+        .push(row)
+        .push(" (")
         .placeholder()
-        .push(", lock_until_ms = ")
+        .push(", ")
         .placeholder()
-        .push(", updated_at_ms = ")
-        .placeholder()
-        .push(" FROM unnest(ARRAY(");
-    write_claim_select(
-        &mut b,
-        backend,
-        table,
-        branch,
-        ordering,
-        &format!("c.{address}"),
-        position,
-    );
-    let retry_count_before = match branch {
-        ClaimBranch::ExpiredLease => " - 1",
-        ClaimBranch::Pending | ClaimBranch::Retryable => "",
-    };
-    b.push(")) WITH ORDINALITY AS claimed(address, position) WHERE ")
-        .push(t)
-        .push(".")
-        .push(address)
-        .push(" = claimed.address RETURNING ");
-    for column in [
-        "event_id",
-        "event_type",
-        "room_id",
-        "envelope",
-        "created_at_ms",
-    ] {
-        b.push(t).push(".").push(column).push(", ");
-    }
-    b.push(t)
-        .push(".retry_count")
-        .push(retry_count_before)
-        .push(", claimed.position");
-    b.text()
+        .push(")");
 }
 
 /// Writes the locking SELECT of one claim branch returning `columns` (of alias `c`).
-fn write_claim_select(
+pub(crate) fn write_claim_select(
     b: &mut SqlBuilder,
     backend: Backend,
     table: &TableName,
@@ -524,7 +424,7 @@ fn write_claim_select(
         ClaimBranch::Pending => {
             b.status(Status::Pending);
             if let Some(side) = position {
-                write_position_bound(b, backend, side);
+                backend.dialect().write_position_bound(b, side);
             }
             "c.created_at_ms, c.event_id"
         }
@@ -613,35 +513,6 @@ pub(crate) fn lease_rows(
         .bind(lease.app_code.as_str())
         .push(" AND event_id IN ")
         .bind_list(event_ids.iter().copied());
-    b.finish()
-}
-
-/// Moves rows a one-statement claim leased and then rejected to `failed` with their reason,
-/// fenced on the new lease like a mark (the reclaimed attempt is already counted; `worker_id` is
-/// the claiming worker's). The lease columns lead the lease index, so the rows are found through
-/// it whatever the statistics say.
-pub(crate) fn reject_leased_rows(
-    backend: Backend,
-    table: &TableName,
-    lease: &Lease,
-    now_ms: i64,
-    rejected: &[RejectedRow],
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(" SET status = ")
-        .status(Status::Failed)
-        .push(", lock_until_ms = NULL, last_error = CASE event_id");
-    for row in rejected {
-        b.push(" WHEN ")
-            .bind(row.event_id.as_str())
-            .push(" THEN ")
-            .bind_last_error(&row.reason);
-    }
-    b.push(" ELSE last_error END, updated_at_ms = ")
-        .bind(now_ms);
-    super::mark::lease_fence(&mut b, lease, rejected.iter().map(|r| r.event_id.as_str()));
     b.finish()
 }
 
