@@ -99,10 +99,12 @@ demo: build
 	$(DEMO) run --drain
 	$(DEMO) status
 
-## test: the plugins' own unit tests (natively), then the host's unit, conformance (SQLite,
+## test: the plugins' own unit tests (natively), the import-cycle check of host/src
+## (tests/scripts/import_cycles.py), then the host's unit, conformance (SQLite,
 ## MariaDB, PostgreSQL), EXPLAIN, worker, plugin-host, sink and end-to-end tests.
 test: plugins
 	cd plugins && $(CARGO) test --no-fail-fast
+	$(PYTHON) tests/scripts/import_cycles.py host/src
 	$(CARGO) test --workspace --no-fail-fast
 	@# The criterion benches are not run here, but they must keep compiling.
 	$(CARGO) test --workspace --benches --no-run

@@ -8,9 +8,10 @@
 use std::time::{Duration, Instant};
 
 use super::claim_position::{ClaimPosition, ClaimPositions, PendingStart};
-use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
+use super::driver::{CLAIM_RETRY_BUDGET, Driver, begin_write, db, retry_transient};
 use super::judge::judge;
 use super::row::CandidateRow;
+use super::session::Session;
 use super::statement::claim::{ClaimBranch, PositionSide, lease_rows, reject_rows};
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record;

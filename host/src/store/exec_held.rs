@@ -7,11 +7,12 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::exec::{Driver, Session, begin_write, db, retry_transient};
+use super::driver::{Driver, begin_write, db, retry_transient};
 use super::exec_claim::fail_rejected;
 use super::held::{HeldBatch, HeldTransaction};
 use super::judge::judge;
 use super::row::{AddressedRow, CandidateRow};
+use super::session::Session;
 use super::statement::MAX_ROWS_PER_STATEMENT;
 use super::statement::claim::ClaimBranch;
 use super::statement::held::mark_held_rows;
@@ -31,7 +32,7 @@ pub(crate) async fn claim_held<D: Driver>(
 where
     for<'a> sqlx::Transaction<'a, D::Db>: Send,
 {
-    let deadline_ms = record::now_ms() + super::exec::CLAIM_RETRY_BUDGET.as_millis() as i64;
+    let deadline_ms = record::now_ms() + super::driver::CLAIM_RETRY_BUDGET.as_millis() as i64;
     retry_transient(deadline_ms, StoreError::is_transient, || {
         claim_held_once(driver, params)
     })

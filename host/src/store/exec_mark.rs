@@ -4,8 +4,9 @@
 
 use std::collections::HashSet;
 
-use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
+use super::driver::{CLAIM_RETRY_BUDGET, Driver, begin_write, db, retry_transient};
 use super::row::EventId;
+use super::session::Session;
 use super::statement::MAX_ROWS_PER_STATEMENT;
 use super::statement::mark::{mark_rows, mark_rows_counted};
 use crate::record;

@@ -1,7 +1,7 @@
 //! MySQL's / MariaDB's SQL: what its statements differ in, and its embedded migrations.
 
 use crate::store::claim_position::ClaimPosition;
-use crate::store::schema::Migration;
+use crate::store::migration::Migration;
 use crate::store::statement::claim::PositionSide;
 use crate::store::statement::mark::mark_rows_counted;
 use crate::store::statement::{Arg, Bound, SqlBuilder, SqlDialect};

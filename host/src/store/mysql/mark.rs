@@ -3,9 +3,10 @@
 //! UPDATE`, [`lock_fenced_rows`]) and then updated, in one transaction.
 
 use super::MySqlStore;
-use crate::store::exec::{Session, begin_write, db};
+use crate::store::driver::{begin_write, db};
 use crate::store::exec_mark::{MarkOps, mark_counted};
 use crate::store::row::EventId;
+use crate::store::session::Session;
 use crate::store::statement::mark::{lease_fence, mark_rows_counted};
 use crate::store::statement::{Bound, SqlBuilder};
 use crate::store::{Backend, Lease, Mark, StoreError, TableName};

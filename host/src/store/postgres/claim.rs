@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use super::PostgresStore;
 use crate::record::Status;
-use crate::store::exec::{Session, db};
+use crate::store::driver::db;
 use crate::store::exec_claim::ClaimOps;
 use crate::store::row::{CandidateRow, LeasedRow};
+use crate::store::session::Session;
 use crate::store::statement::claim::{
     ClaimBranch, PositionSide, retry_count_after_reclaim, write_claim_select,
 };

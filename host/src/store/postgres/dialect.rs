@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::store::schema::Migration;
+use crate::store::migration::Migration;
 use crate::store::statement::claim::{ClaimBranch, PositionSide};
 use crate::store::statement::held::HeldRowAddress;
 use crate::store::statement::{Bound, SqlBuilder, SqlDialect};

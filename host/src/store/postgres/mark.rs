@@ -2,9 +2,10 @@
 //! BEGIN and COMMIT round trips around it.
 
 use super::PostgresStore;
-use crate::store::exec::{Session, db};
+use crate::store::driver::db;
 use crate::store::exec_mark::MarkOps;
 use crate::store::row::EventId;
+use crate::store::session::Session;
 use crate::store::statement::mark::mark_rows;
 use crate::store::{Backend, Lease, Mark, StoreError};
 

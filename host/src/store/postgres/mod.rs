@@ -19,7 +19,10 @@ mod dialect;
 mod mark;
 
 use super::claim_position::ClaimPositions;
-use super::exec::{self, Driver, impl_session, impl_store};
+use super::driver::Driver;
+use super::exec;
+use super::impl_store::impl_store;
+use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
 
@@ -76,6 +79,16 @@ impl PostgresStore {
 const SESSION_SETUP: &str = "SET plan_cache_mode = force_custom_plan";
 
 impl_session!(sqlx::PgConnection, Postgres);
+
+/// Key lists go as one `text[]` parameter (`SqlDialect::binds_lists_as_arrays`).
+impl BindTextList for sqlx::Postgres {
+    fn bind_text_list(
+        query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
+        values: Vec<String>,
+    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
+        query.bind(values)
+    }
+}
 
 impl Driver for PostgresStore {
     type Db = Postgres;

@@ -1,6 +1,6 @@
 //! SQLite's SQL: what its statements differ in, and its embedded migrations.
 
-use crate::store::schema::Migration;
+use crate::store::migration::Migration;
 use crate::store::statement::{Bound, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, TableName};
 

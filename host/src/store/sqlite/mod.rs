@@ -17,9 +17,12 @@ use sqlx::sqlite::{
 
 mod dialect;
 
-use super::exec::{self, Driver, impl_session, impl_store};
+use super::driver::Driver;
+use super::exec;
 use super::exec_claim::ClaimOps;
 use super::exec_mark::MarkOps;
+use super::impl_store::impl_store;
+use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
 
@@ -126,6 +129,17 @@ impl SqliteStore {
 }
 
 impl_session!(sqlx::SqliteConnection, Sqlite);
+
+/// No array parameter: the dialect writes `IN (?, …)`, so no statement carries an
+/// [`crate::store::statement::Arg::TextList`].
+impl BindTextList for Sqlite {
+    fn bind_text_list(
+        _query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
+        _values: Vec<String>,
+    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
+        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
+    }
+}
 
 impl Driver for SqliteStore {
     type Db = Sqlite;

@@ -20,7 +20,7 @@ pub mod purge;
 use std::sync::Arc;
 
 use super::claim_position::ClaimPosition;
-use super::schema::Migration;
+use super::migration::Migration;
 use super::{Backend, DeliveryOrder, Lease, Mark, RejectedRow, TableName};
 use crate::record::Status;
 
@@ -30,9 +30,9 @@ use crate::record::Status;
 pub const MAX_ROWS_PER_STATEMENT: usize = 1000;
 
 /// What one database's SQL differs in. The provided methods are the standard SQL that at least
-/// two backends share; each backend file (`sqlite.rs`, `mysql.rs`, `postgres.rs`) implements the
+/// two backends share; each backend folder (`sqlite/`, `mysql/`, `postgres/`, in `dialect.rs`) implements the
 /// trait next to its store, overriding only what its database does differently — so what
-/// PostgreSQL does differently is read in `postgres.rs`. The shared builders ask this trait
+/// PostgreSQL does differently is read in `postgres/`. The shared builders ask this trait
 /// instead of matching on the backend.
 pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// The database this dialect is.
