@@ -20,10 +20,11 @@
 //! poll interval where a feed exists).
 
 pub mod binlog;
-pub mod gate;
 pub mod postgres;
 pub mod rate;
 pub mod sqlite;
+
+pub use postgres::gate;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -20,6 +20,7 @@ use super::claim_position::ClaimPositions;
 use super::driver::Driver;
 use super::exec;
 use super::exec_claim::ClaimOps;
+use super::exec_held::HeldOps;
 use super::impl_store::impl_store;
 use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
@@ -164,6 +165,9 @@ impl Driver for MySqlStore {
 /// The claim as written once: `SELECT … FOR UPDATE SKIP LOCKED`, then the lease UPDATE by
 /// primary key (the claim position's bound in MariaDB's seek form: `claim.rs`).
 impl ClaimOps for MySqlStore {}
+
+/// The held claim as written once: the branch SELECTs, rows marked by primary key.
+impl HeldOps for MySqlStore {}
 
 impl_store!(MySqlStore, Backend::MySql);
 

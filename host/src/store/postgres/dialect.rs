@@ -108,26 +108,12 @@ impl SqlDialect for PostgresDialect {
         vec![("reject", reject)]
     }
 
-    /// `idle_in_transaction_session_timeout` for this transaction only (`set_config(…, true)` is
-    /// `SET LOCAL`): the server ends the session of a held transaction idle that long.
-    fn held_idle_limit(&self, limit_ms: i64) -> Option<Bound> {
-        let mut b = SqlBuilder::new(Backend::Postgres);
-        b.push("SELECT set_config('idle_in_transaction_session_timeout', ")
-            .bind(limit_ms.max(1).to_string())
-            .push(", true)");
-        Some(b.finish())
-    }
-
     /// The held mark reaches its rows by `ctid` (locked by the same transaction, so the address
     /// cannot change under it): a TID scan whatever the statistics, where `app_code = $1 AND
     /// event_id IN (…)` reads every row of the tenant on a never-analyzed table (see
     /// `claim_lease_text`).
     fn held_row_address(&self) -> Option<HeldRowAddress> {
-        Some(HeldRowAddress {
-            select: "c.ctid::text",
-            match_start: "ctid = ANY(",
-            match_end: "::tid[])",
-        })
+        Some(super::held::HELD_ROW_ADDRESS)
     }
 
     fn clock_ms(&self) -> Option<&'static str> {

@@ -16,6 +16,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 
 pub(crate) mod claim;
 mod dialect;
+mod held;
 mod mark;
 
 use super::claim_position::ClaimPositions;

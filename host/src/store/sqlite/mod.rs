@@ -20,6 +20,7 @@ mod dialect;
 use super::driver::Driver;
 use super::exec;
 use super::exec_claim::ClaimOps;
+use super::exec_held::HeldOps;
 use super::exec_mark::MarkOps;
 use super::impl_store::impl_store;
 use super::session::{BindTextList, impl_session};
@@ -160,6 +161,10 @@ impl ClaimOps for SqliteStore {}
 
 /// The mark as written once: the fenced UPDATE counted first, `RETURNING` when a row was stale.
 impl MarkOps for SqliteStore {}
+
+/// The held claim as written once (`worker.mode = "held"` is refused on SQLite by config
+/// loading: `Backend::holds_claims`).
+impl HeldOps for SqliteStore {}
 
 impl_store!(SqliteStore, Backend::Sqlite);
 

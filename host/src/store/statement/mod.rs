@@ -166,16 +166,6 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         vec![("mark", mark)]
     }
 
-    /// The statement run first in a held claim's transaction
-    /// ([`crate::store::OutboxStore::claim_held`]) that makes the database itself end the
-    /// transaction (rolling it back, releasing its row locks) once it has sat idle for
-    /// `limit_ms`, so a host that hangs mid-publish without dying cannot hold rows forever. `None`:
-    /// the database has no such per-transaction limit (see docs/OPERATIONS.md for what to set on
-    /// the server instead).
-    fn held_idle_limit(&self, _limit_ms: i64) -> Option<Bound> {
-        None
-    }
-
     /// How a held mark reaches the rows its claim locked by their address instead of the primary
     /// key, when a primary-key `event_id IN (…)` plan depends on statistics (PostgreSQL: `ctid`,
     /// a TID scan). `None`: by primary key.
