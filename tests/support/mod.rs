@@ -74,7 +74,7 @@ pub use records::{record, status_counts, typed_record};
 #[allow(unused_imports)]
 pub use running::Running;
 #[allow(unused_imports)]
-pub use wait::{POLL_EVERY, wait_for, wait_until, wait_until_blocking};
+pub use wait::{POLL_EVERY, wait_for, wait_until, wait_until_blocking, wait_until_every};
 
 /// Env var overriding the MariaDB server URL (must name an existing database, e.g. `/test`).
 pub const MYSQL_URL_ENV: &str = "OUTBOXD_TEST_MYSQL_URL";

@@ -26,7 +26,23 @@ pub const POLL_EVERY: Duration = Duration::from_millis(10);
 
 /// Polls `probe` every [`POLL_EVERY`] until it returns `Ok(value)`, and returns that value; after
 /// `timeout` panics with `what`, the time waited and the last `Err(observed)`.
-pub async fn wait_until<T, O, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+pub async fn wait_until<T, O, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+where
+    O: Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, O>>,
+{
+    wait_until_every(what, timeout, POLL_EVERY, probe).await
+}
+
+/// [`wait_until`] polling every `every`: for a test that times what it waits for, finer than
+/// [`POLL_EVERY`].
+pub async fn wait_until_every<T, O, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut probe: F,
+) -> T
 where
     O: Debug,
     F: FnMut() -> Fut,
@@ -42,7 +58,7 @@ where
                 }
             }
         }
-        tokio::time::sleep(POLL_EVERY).await;
+        tokio::time::sleep(every).await;
     }
 }
 
