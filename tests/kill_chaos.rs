@@ -18,8 +18,7 @@
 
 mod fixtures;
 mod http;
-#[path = "support/private_server.rs"]
-mod private_server;
+mod support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -29,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use http::WebhookReceiver;
 use outboxd::store::{ConnectOptions, CountsParams, OutboxStore, StatusCounts};
-use private_server::{Kind, PrivateServer};
 use rand::Rng;
+use support::private_server::{Kind, PrivateServer};
 
 /// The receiver's signing secret.
 const SECRET: &str = "whsec_Y2hhb3MtdGVzdC1zZWNyZXQtMDEyMzQ1Njc4OQ==";
@@ -259,11 +258,13 @@ async fn kill_chaos(kind: Kind) {
         if !restarted && kills * 2 >= scale.kills {
             restarted = true;
             server.stop();
-            // Down long enough for every host to notice (its pool's connect timeout is 2 s).
+            // The outage is part of the test: down for 3 s, long enough for every host to meet
+            // it (its pool's connect timeout is 2 s).
             tokio::time::sleep(Duration::from_secs(3)).await;
             server.spawn();
             server.wait_ready().await;
         }
+        // The chaos driver's tick: it reads the counts and acts on them (part of the test).
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
