@@ -3,6 +3,7 @@
 
 use super::*;
 
+mod docs;
 mod sinks;
 
 fn load_str(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
