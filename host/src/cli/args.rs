@@ -189,9 +189,10 @@ pub struct BenchArgs {
     /// Runs to measure, comma-separated: outboxd, per-room (ordering on), go (the Go version's
     /// shape: batch 100, one mark statement per row, one batch in flight), raw (a plain SQL
     /// client, no outboxd code: claim with FOR UPDATE SKIP LOCKED, then one fenced mark per
-    /// batch; `--batch-size`, `--raw-clients`), raw-held (the ceiling: lock, mark delivered,
-    /// commit in one transaction; each row written once).
-    #[arg(long, value_delimiter = ',', default_value = "outboxd,per-room,go,raw")]
+    /// batch; `--batch-size`, `--raw-clients`), raw-1idx (the same loop on a table with the
+    /// primary key and one claim index only: the yardstick), raw-held (the ceiling: lock, mark
+    /// delivered, commit in one transaction; each row written once).
+    #[arg(long, value_delimiter = ',', default_value = "outboxd,per-room,go,raw,raw-1idx")]
     pub shapes: Vec<bench::Shape>,
     /// Table the benchmark writes (created if missing); keep it away from production data.
     #[arg(long, default_value = "outboxd_bench")]

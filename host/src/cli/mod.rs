@@ -25,6 +25,7 @@ pub mod bench_retention;
 pub mod bench_retention_report;
 pub mod bench_scaling;
 pub mod bench_trace;
+pub mod bench_yardstick;
 pub mod ops;
 pub mod plugin;
 pub mod plugin_bench;
