@@ -127,11 +127,12 @@ test-producers: build
 demo-producers: demo
 	bash producers/demo.sh
 
-## chaos: the bigger kill-chaos run (20,000 events, 4 hosts, 8 kill -9s, one database restart,
-## on a private PostgreSQL and a private MariaDB the test starts itself). `make test` runs a
-## bounded form of the same test.
+## chaos: the full kill-chaos run (1,000,000 events over 500 rooms with per-room ordering, 4
+## hosts, 40 kill -9s, one database restart, one cut and one stall of every connection through a
+## TCP proxy, on a private PostgreSQL and a private MariaDB the test starts itself; the release
+## build). `make test` runs a bounded form of the same test.
 chaos: plugins
-	OUTBOXD_CHAOS=full $(CARGO) test -p outboxd --test kill_chaos -- --nocapture --test-threads=1
+	OUTBOXD_CHAOS=full $(CARGO) test --release -p outboxd --test kill_chaos -- --nocapture --test-threads=1
 
 ## isolation: a poison event among 1000, 1000 events of 120 KB, and a sink beside a spinning
 ## guest, through `outboxd run --drain` on SQLite, MariaDB and PostgreSQL (docs/PERFORMANCE.md).
