@@ -50,6 +50,7 @@ mod raw;
 mod records;
 mod running;
 mod schema;
+pub mod tcp_proxy;
 mod wait;
 
 use std::sync::Arc;
