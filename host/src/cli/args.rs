@@ -192,7 +192,11 @@ pub struct BenchArgs {
     /// batch; `--batch-size`, `--raw-clients`), raw-1idx (the same loop on a table with the
     /// primary key and one claim index only: the yardstick), raw-held (the ceiling: lock, mark
     /// delivered, commit in one transaction; each row written once).
-    #[arg(long, value_delimiter = ',', default_value = "outboxd,per-room,go,raw,raw-1idx")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "outboxd,per-room,go,raw,raw-1idx"
+    )]
     pub shapes: Vec<bench::Shape>,
     /// Table the benchmark writes (created if missing); keep it away from production data.
     #[arg(long, default_value = "outboxd_bench")]

@@ -57,7 +57,11 @@ fn statements(backend: Backend, t: &str) -> Vec<String> {
 }
 
 /// Drops and creates the yardstick table `table` on the database at `url`.
-pub async fn create(url: &str, table: &TableName, connect_timeout: Duration) -> Result<(), StoreError> {
+pub async fn create(
+    url: &str,
+    table: &TableName,
+    connect_timeout: Duration,
+) -> Result<(), StoreError> {
     let backend = Backend::from_url(url)?;
     let statements = statements(backend, table.as_str());
     match backend {
@@ -69,7 +73,10 @@ pub async fn create(url: &str, table: &TableName, connect_timeout: Duration) -> 
                 .await
                 .map_err(StoreError::db("yardstick connect"))?;
             for sql in statements {
-                sqlx::query(AssertSqlSafe(sql)).execute(&pool).await.map_err(StoreError::db("yardstick table"))?;
+                sqlx::query(AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .map_err(StoreError::db("yardstick table"))?;
             }
             pool.close().await;
         }
@@ -81,7 +88,10 @@ pub async fn create(url: &str, table: &TableName, connect_timeout: Duration) -> 
                 .await
                 .map_err(StoreError::db("yardstick connect"))?;
             for sql in statements {
-                sqlx::query(AssertSqlSafe(sql)).execute(&pool).await.map_err(StoreError::db("yardstick table"))?;
+                sqlx::query(AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .map_err(StoreError::db("yardstick table"))?;
             }
             pool.close().await;
         }
@@ -93,7 +103,10 @@ pub async fn create(url: &str, table: &TableName, connect_timeout: Duration) -> 
                 .await
                 .map_err(StoreError::db("yardstick connect"))?;
             for sql in statements {
-                sqlx::query(AssertSqlSafe(sql)).execute(&pool).await.map_err(StoreError::db("yardstick table"))?;
+                sqlx::query(AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .map_err(StoreError::db("yardstick table"))?;
             }
             pool.close().await;
         }
