@@ -271,29 +271,24 @@ impl PrivateServer {
 
     /// Waits until the server accepts connections (at most 60 s).
     pub async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let ready = match self.kind {
+        let what = format!("private {:?} server accepting connections", self.kind);
+        super::wait_until(&what, Duration::from_secs(60), || async {
+            let connected = match self.kind {
                 Kind::Postgres => <sqlx::PgConnection as sqlx::Connection>::connect(&self.url())
                     .await
-                    .is_ok(),
+                    .map(drop),
                 Kind::MariaDb => {
                     <sqlx::MySqlConnection as sqlx::Connection>::connect(&self.admin_url())
                         .await
-                        .is_ok()
+                        .map(drop)
                 }
             };
-            if ready {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "private {:?} server did not start: {}",
-                self.kind,
-                std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            connected.map_err(|e| {
+                let log = std::fs::read_to_string(self.dir.path().join("server.log"));
+                format!("{e}; server log:\n{}", log.unwrap_or_default())
+            })
+        })
+        .await
     }
 
     /// Shuts the server down cleanly (PostgreSQL: fast shutdown) and waits for it to exit.
@@ -306,9 +301,11 @@ impl PrivateServer {
             let _ = Command::new("kill")
                 .args([signal, &child.id().to_string()])
                 .status();
+            // Not support::wait_until: this runs on drop, so it must not panic; a server that
+            // has not exited after 60 s is killed below.
             let deadline = Instant::now() + Duration::from_secs(60);
             while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(super::POLL_EVERY);
             }
             let _ = child.kill();
             let _ = child.wait();

@@ -265,19 +265,6 @@ impl RawWorker {
         if self.publish_timeout.is_zero() {
             return Err(invalid("worker.publish_timeout", "must be greater than 0"));
         }
-        // `checked_add`: a publish timeout within a second of `Duration::MAX` leaves no lease.
-        let least_lease = self.publish_timeout.checked_add(DEADLINE_MARGIN);
-        if least_lease.is_none_or(|least| self.lease < least) {
-            return Err(invalid(
-                "worker.lease",
-                format!(
-                    "must be at least worker.publish_timeout ({}) + {}, got {}",
-                    humantime::format_duration(self.publish_timeout),
-                    humantime::format_duration(DEADLINE_MARGIN),
-                    humantime::format_duration(self.lease)
-                ),
-            ));
-        }
         if !(1..=256).contains(&self.concurrency) {
             return Err(invalid(
                 "worker.concurrency",
