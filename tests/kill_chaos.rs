@@ -227,10 +227,16 @@ fn order_violations(first_arrivals: &[(String, i64)]) -> Vec<String> {
 }
 
 async fn kill_chaos(kind: Kind) {
-    let Some(mut server) = PrivateServer::start(kind).await else {
+    let scale = scale();
+    // The full form's million rows need the table in memory, as production would size it.
+    let server = if scale.events > 100_000 {
+        PrivateServer::large(kind).await
+    } else {
+        PrivateServer::start(kind).await
+    };
+    let Some(mut server) = server else {
         return;
     };
-    let scale = scale();
     let work = tempfile::tempdir().unwrap();
     let receiver = WebhookReceiver::start(&[SECRET]).await;
     // The hosts reach the database through the proxy; the test's own connection goes direct.
