@@ -8,7 +8,7 @@ DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
 
-.PHONY: all build plugins rust-plugins wasm-target demo test chaos bench isolation fuzz clean
+.PHONY: all build plugins rust-plugins wasm-target demo demo-producers test test-producers chaos bench isolation fuzz clean
 .SECONDEXPANSION:
 
 all: build
@@ -99,21 +99,42 @@ demo: build
 	$(DEMO) run --drain
 	$(DEMO) status
 
-## test: the plugins' own unit tests (natively), then the host's unit, conformance (SQLite,
-## MariaDB, PostgreSQL), EXPLAIN, worker, plugin-host, sink and end-to-end tests.
+## test: the plugins' own unit tests (natively), the import-cycle check of host/src
+## (tests/scripts/import_cycles.py), then the host's unit, conformance (SQLite, MariaDB,
+## PostgreSQL), EXPLAIN, worker, plugin-host, sink and end-to-end tests, then the producer
+## libraries' tests (test-producers).
 test: plugins
 	cd plugins && $(CARGO) test --no-fail-fast
+	$(PYTHON) tests/scripts/import_cycles.py host/src
 	$(CARGO) test --workspace --no-fail-fast
 	@# The criterion benches are not run here, but they must keep compiling.
 	$(CARGO) test --workspace --benches --no-run
 	@# The host's API docs build without a broken or private link.
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p outboxd --no-deps
+	$(MAKE) test-producers
 
-## chaos: the bigger kill-chaos run (20,000 events, 4 hosts, 8 kill -9s, one database restart,
-## on a private PostgreSQL and a private MariaDB the test starts itself). `make test` runs a
-## bounded form of the same test.
+## test-producers: the Go, Python and TypeScript producer libraries (producers/): unit tests, the
+## golden envelopes, and an end-to-end run per database through target/debug/outboxd and
+## plugins/out/webhook.wasm. Each script installs what it needs (Go from Debian's packages, a
+## venv in .toolchains/, npm ci) once.
+test-producers: build
+	bash producers/go/test.sh
+	bash producers/python/test.sh
+	bash producers/node/test.sh
+	$(MAKE) demo-producers
+
+## demo-producers: `make demo`, then the Go, Python and TypeScript examples each write an event
+## into its database and its host delivers them (producers/demo.sh; the toolchains are the ones
+## test-producers installs).
+demo-producers: demo
+	bash producers/demo.sh
+
+## chaos: the full kill-chaos run (1,000,000 events over 500 rooms with per-room ordering, 4
+## hosts, 40 kill -9s, one database restart, one cut and one stall of every connection through a
+## TCP proxy, on a private PostgreSQL and a private MariaDB the test starts itself; the release
+## build). `make test` runs a bounded form of the same test.
 chaos: plugins
-	OUTBOXD_CHAOS=full $(CARGO) test -p outboxd --test kill_chaos -- --nocapture --test-threads=1
+	OUTBOXD_CHAOS=full $(CARGO) test --release -p outboxd --test kill_chaos -- --nocapture --test-threads=1
 
 ## isolation: a poison event among 1000, 1000 events of 120 KB, and a sink beside a spinning
 ## guest, through `outboxd run --drain` on SQLite, MariaDB and PostgreSQL (docs/PERFORMANCE.md).
@@ -123,6 +144,31 @@ isolation: build
 ## bench: delivery throughput on the configured database (default SQLite), vs the Go shape.
 bench: build
 	$(OUTBOXD) bench --events 20000
+
+## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
+## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
+## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
+.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins
+release: rust-plugins
+	$(CARGO) build --release --bin outboxd
+
+bench-throughput: release
+	bash bench/throughput.sh
+
+bench-latency: release
+	bash bench/latency.sh
+
+bench-binlog-wake: release
+	bash bench/binlog_wake.sh
+
+bench-history: release
+	bash bench/history.sh
+
+bench-isolation: release
+	bash bench/isolation.sh
+
+bench-plugins: release
+	bash bench/plugins.sh
 
 ## fuzz: the parsers' fuzz targets (host/fuzz: `envelope` the protobuf decoder, `judge` a claim's
 ## row judge, `config` the config loader), FUZZ_SECONDS (default 60) each, with libFuzzer through

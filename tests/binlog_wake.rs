@@ -18,19 +18,16 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use outboxd::admin::Readiness;
 use outboxd::metrics::Metrics;
-use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{ConnectOptions, DeliveryOrder, OutboxStore, TableName};
 use outboxd::wake::{self, FeedError, Wake, WakeMode};
-use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{WorkerMode, WorkerOptions};
 use sqlx::{AssertSqlSafe, Connection, Executor, MySqlConnection};
 use support::private_server::{Kind, PrivateServer};
-use support::{Backend, TestDb, record};
-use tokio::sync::mpsc;
+use support::{Backend, Running, TestDb, record, wait_for, wait_until};
 use tokio_util::sync::CancellationToken;
 
 /// The safety net of every worker here: a delivery sooner than this came from a wake-up.
@@ -39,19 +36,6 @@ const POLL: Duration = Duration::from_secs(1);
 const PROMPT: Duration = Duration::from_millis(200);
 /// Longest wait for anything that should happen.
 const DEADLINE: Duration = Duration::from_secs(10);
-
-/// Sends the id of every event it delivers, with when.
-struct Deliveries(mpsc::UnboundedSender<(String, Instant)>);
-
-#[async_trait]
-impl Publisher for Deliveries {
-    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
-        for event in batch {
-            let _ = self.0.send((event.event_id.clone(), Instant::now()));
-        }
-        vec![Outcome::Delivered; batch.len()]
-    }
-}
 
 fn options(idle_probe: Duration) -> WorkerOptions {
     WorkerOptions {
@@ -69,52 +53,26 @@ fn options(idle_probe: Duration) -> WorkerOptions {
     }
 }
 
-/// A worker over `store` woken by `wake`, and the deliveries it makes.
-struct Running {
-    shutdown: CancellationToken,
-    run: tokio::task::JoinHandle<()>,
-    delivered: mpsc::UnboundedReceiver<(String, Instant)>,
+/// A worker over `store` woken by `wake`, polling every [`POLL`] and probing every `idle_probe`.
+fn start(store: Arc<dyn OutboxStore>, wake: Wake, idle_probe: Duration) -> Running {
+    Running::start(store, wake, options(idle_probe))
 }
 
-impl Running {
-    fn start(store: Arc<dyn OutboxStore>, wake: Wake, idle_probe: Duration) -> Running {
-        let (tx, delivered) = mpsc::unbounded_channel();
-        let worker =
-            Worker::new(store, Arc::new(Deliveries(tx)), options(idle_probe)).with_wake(wake);
-        let shutdown = CancellationToken::new();
-        let token = shutdown.clone();
-        let run = tokio::spawn(async move {
-            worker
-                .run(RunMode::Forever, token)
-                .await
-                .expect("worker run");
-        });
-        Running {
-            shutdown,
-            run,
-            delivered,
-        }
-    }
-
-    /// Commits `event_id` through `producer` and returns its commit → delivered latency.
-    async fn commit_and_time(&mut self, producer: &dyn OutboxStore, event_id: &str) -> Duration {
-        producer
-            .enqueue(&[record("app", event_id, "room-1", now_ms())])
-            .await
-            .expect("enqueue");
-        let committed = Instant::now();
-        let (id, at) = tokio::time::timeout(DEADLINE, self.delivered.recv())
-            .await
-            .unwrap_or_else(|_| panic!("{event_id}: not delivered within {DEADLINE:?}"))
-            .expect("worker stopped");
-        assert_eq!(id, event_id);
-        at.saturating_duration_since(committed)
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.run.await.expect("worker task");
-    }
+/// Commits `event_id` through `producer`, waits for `worker` to deliver it and returns its
+/// commit → delivered latency.
+async fn commit_and_time(
+    worker: &mut Running,
+    producer: &dyn OutboxStore,
+    event_id: &str,
+) -> Duration {
+    producer
+        .enqueue(&[record("app", event_id, "room-1", now_ms())])
+        .await
+        .expect("enqueue");
+    let committed = Instant::now();
+    let (id, at) = worker.next_within(DEADLINE, event_id).await;
+    assert_eq!(id, event_id);
+    at.saturating_duration_since(committed)
 }
 
 /// A store on `url` (migrated).
@@ -133,13 +91,12 @@ async fn store(url: &str) -> Arc<dyn OutboxStore> {
 
 /// Waits until `wake`'s feed is `connected` (or not).
 async fn feed_is(wake: &Wake, connected: bool) {
-    tokio::time::timeout(DEADLINE, async {
-        while wake.has_commit_feed() != connected {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the commit feed never became connected = {connected}"));
+    wait_for(
+        &format!("the commit feed connected = {connected}"),
+        DEADLINE,
+        || async { wake.has_commit_feed() == connected },
+    )
+    .await;
 }
 
 /// Whether `wake` is woken within `within` (taking that wake).
@@ -147,7 +104,8 @@ async fn woken_within(wake: &Wake, within: Duration) -> bool {
     tokio::time::timeout(within, wake.woken()).await.is_ok()
 }
 
-/// Takes the wakes already given (a (re)connect's, a commit's second look).
+/// Takes the wakes already given (a (re)connect's, a commit's second look): a quiet spell, since
+/// a wake that is still coming shows nowhere before it comes.
 async fn drain_wakes(wake: &Wake) {
     tokio::time::sleep(Duration::from_millis(50)).await;
     while woken_within(wake, Duration::from_millis(20)).await {}
@@ -280,20 +238,18 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
     drain_wakes(&wake).await;
 
     // Sparse commits: each delivered at once, though the loop probes only every second.
-    let mut worker = Running::start(store.clone(), wake.clone(), POLL);
+    let mut worker = start(store.clone(), wake.clone(), POLL);
+    // Quiet spells and the commits' pace are part of these tests: idle for 1.5 s, a loop's probe
+    // has backed off to the second, so only the binlog delivers a row within PROMPT.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut sparse = Vec::new();
     for i in 0..4 {
-        sparse.push(
-            worker
-                .commit_and_time(&*producer, &format!("sparse-{i}"))
-                .await,
-        );
+        sparse.push(commit_and_time(&mut worker, &*producer, &format!("sparse-{i}")).await);
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     assert_prompt("sparse commits", &sparse);
 
-    // A burst after a quiet spell: 200 rows at ~2,000/s.
+    // A burst after a quiet spell (2 s, part of the test): 200 rows paced at ~2,000/s.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let burst_started = Instant::now();
     let mut committed = Vec::new();
@@ -310,10 +266,7 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
     let committed: std::collections::HashMap<String, Instant> = committed.into_iter().collect();
     let mut burst = Vec::new();
     for _ in 0..committed.len() {
-        let (id, delivered_at) = tokio::time::timeout(DEADLINE, worker.delivered.recv())
-            .await
-            .expect("burst delivered")
-            .expect("worker stopped");
+        let (id, delivered_at) = worker.next_within(DEADLINE, "the burst").await;
         burst.push(delivered_at.saturating_duration_since(committed[&id]));
     }
     burst.sort();
@@ -336,25 +289,25 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
         .execute(AssertSqlSafe(format!("KILL {}", before[0])))
         .await
         .expect("kill the binlog dump thread");
-    tokio::time::timeout(DEADLINE, async {
-        loop {
-            let now = dump_threads(&mut admin).await;
+    let admin = &tokio::sync::Mutex::new(admin);
+    wait_until(
+        "the follower reconnected with a new dump thread",
+        DEADLINE,
+        || async {
+            let now = dump_threads(&mut *admin.lock().await).await;
             if now.len() == 1 && now != before && wake.has_commit_feed() {
-                return;
+                Ok(())
+            } else {
+                Err((now, wake.has_commit_feed()))
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the follower reconnected with a new dump thread");
+        },
+    )
+    .await;
+    // Quiet again (part of the test): the probe backs off to the second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut after_kill = Vec::new();
     for i in 0..3 {
-        after_kill.push(
-            worker
-                .commit_and_time(&*producer, &format!("after-kill-{i}"))
-                .await,
-        );
+        after_kill.push(commit_and_time(&mut worker, &*producer, &format!("after-kill-{i}")).await);
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     assert_prompt("commits after the reconnect", &after_kill);
@@ -446,7 +399,14 @@ async fn without_a_binlog_auto_probes_every_idle_probe_and_binlog_refuses() {
         readiness.clone(),
         reporting.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until("the wake reported", DEADLINE, || async {
+        let text = metrics.encode();
+        match readiness.wake() {
+            Some(_) if text.contains("outboxd_commit_feed_connected{feed=\"probe\"}") => Ok(()),
+            wake => Err(wake),
+        }
+    })
+    .await;
     reporting.cancel();
     reporter.await.unwrap();
     assert_eq!(readiness.wake().as_deref(), Some("probe (log_bin is OFF)"));
@@ -459,11 +419,12 @@ async fn without_a_binlog_auto_probes_every_idle_probe_and_binlog_refuses() {
     // The default bound on MySQL / MariaDB: an idle loop claims every 50 ms, so a sparse commit
     // waits for one probe at most, not for the 1 s poll.
     let idle_probe = outboxd::config::DEFAULT_IDLE_PROBE;
-    let mut worker = Running::start(store.clone(), wake, idle_probe);
+    let mut worker = start(store.clone(), wake, idle_probe);
+    // A quiet spell and sparse commits, part of the test: the probe has backed off to its bound.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut sparse = Vec::new();
     for i in 0..4 {
-        sparse.push(worker.commit_and_time(&*store, &format!("probe-{i}")).await);
+        sparse.push(commit_and_time(&mut worker, &*store, &format!("probe-{i}")).await);
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
     assert_prompt("sparse commits, bounded probe", &sparse);

@@ -5,10 +5,10 @@ mod fixtures;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
-use support::{Backend, TestDb};
+use support::{Backend, TestDb, wait_until, wait_until_blocking};
 
 fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
@@ -106,6 +106,45 @@ fn run_ok(command: &mut Command) -> Output {
 fn status(config: &Path, url: &str) -> serde_json::Value {
     let output = run_ok(with(config, url).args(["status", "--json"]));
     serde_json::from_slice(&output.stdout).expect("status --json prints JSON")
+}
+
+/// The count of `key` (`pending`, `delivering`, …) in `status`; a panic if it is missing.
+fn count(status: &serde_json::Value, key: &str) -> u64 {
+    status[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no count {key:?} in the status: {status}"))
+}
+
+/// Waits (up to 30 s) until a batch is in flight: some row `delivering`.
+fn until_a_batch_is_in_flight(config: &Path, url: &str) -> serde_json::Value {
+    wait_until_blocking("a batch in flight", Duration::from_secs(30), || {
+        let s = status(config, url);
+        if count(&s, "delivering") > 0 {
+            Ok(s)
+        } else {
+            Err(s)
+        }
+    })
+}
+
+/// Waits (up to `timeout`) for `child` to exit, and returns its exit status.
+fn exit_within(child: &mut std::process::Child, timeout: Duration, what: &str) -> ExitStatus {
+    wait_until_blocking(what, timeout, || match child.try_wait().unwrap() {
+        Some(status) => Ok(status),
+        None => Err("still running"),
+    })
+}
+
+/// Sends `signal` (`-TERM`, `-QUIT`, …) to `pid` (a process, or `-PGID` for a process group).
+fn kill(signal: &str, pid: &str) {
+    assert!(
+        Command::new("kill")
+            .args([signal, "--", pid])
+            .status()
+            .unwrap()
+            .success(),
+        "kill {signal} {pid}"
+    );
 }
 
 /// migrate → enqueue 10k → run --drain with the log plugin → every event delivered and logged.
@@ -275,39 +314,24 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
             .spawn()
             .unwrap(),
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while status(&config, url)["delivering"].as_u64() == Some(0) {
-        assert!(std::time::Instant::now() < deadline, "no batch in flight");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let in_flight = until_a_batch_is_in_flight(&config, url);
     let child = &mut child.0;
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
+    kill("-TERM", &child.id().to_string());
+    let exit = exit_within(
+        child,
+        Duration::from_secs(30),
+        "outboxd stops after SIGTERM",
     );
-    let exit = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "outboxd did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
     assert!(exit.success(), "exit status {exit:?}");
     let s = status(&config, url);
-    assert_eq!(s["delivering"], 0, "{s}");
-    let delivered = s["delivered"].as_u64().unwrap();
+    assert_eq!(count(&s, "delivering"), 0, "{s}");
+    let delivered = count(&s, "delivered");
+    // Every row in flight at the SIGTERM was published and marked delivered.
     assert!(
-        delivered >= 500,
-        "the batch in flight was not finished: {s}"
+        delivered >= count(&in_flight, "delivered") + count(&in_flight, "delivering"),
+        "the batch in flight was not finished: at the SIGTERM {in_flight}, after {s}"
     );
-    assert_eq!(delivered + s["pending"].as_u64().unwrap(), 3000, "{s}");
+    assert_eq!(delivered + count(&s, "pending"), 3000, "{s}");
 }
 
 /// `run` with no `[[sink]]` (no config file at all, or one without sinks) refuses to start with
@@ -360,105 +384,134 @@ async fn run_without_a_sink_refuses_and_loses_nothing(backend: Backend) {
     );
 }
 
-/// GNU `timeout` signals outboxd and then its process group: the two SIGTERMs are one shutdown
-/// request, the batch in flight is finished and marked, exit status 0. SIGQUIT exits at once
-/// (131); so does a second SIGTERM more than 2 s after the first (130).
+/// GNU `timeout` signals outboxd and then its process group: the two SIGTERMs, sent while a batch
+/// is in flight, are one shutdown request: the batch is finished and marked, exit status 0.
+/// SIGQUIT exits at once (131), a batch in flight or not; so does a second SIGTERM more than 2 s
+/// after the first (130). Each part on its own database, so that no part sees the rows another
+/// left `delivering`.
 async fn a_repeated_sigterm_is_one_request(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else {
+    /// A fresh database with `rows` pending rows, and its URL.
+    async fn database(backend: Backend, config: &Path, rows: &str) -> Option<TestDb> {
+        let db = TestDb::new(backend).await?;
+        run_ok(with(config, &db.url).arg("migrate"));
+        run_ok(with(config, &db.url).args([
+            "enqueue",
+            "--room",
+            "r",
+            "--type",
+            "RoomGiftSent",
+            "--count",
+            rows,
+        ]));
+        Some(db)
+    }
+    /// A host on `config` and `url` that never answers its sink: each publish loops until its
+    /// 8 s deadline.
+    fn looping(dir: &Path) -> PathBuf {
+        chaos_config(
+            dir,
+            "",
+            "config = { behaviour = \"loop\", quiet = \"true\" }\nlimits = { publish_timeout = \"8s\" }",
+        )
+    }
+
+    // GNU `timeout`, told to stop (SIGTERM to it), forwards the signal to outboxd and then to
+    // its process group, as when its time runs out: outboxd gets two SIGTERMs.
+    let slow_dir = tempfile::tempdir().unwrap();
+    let slow = chaos_config(
+        slow_dir.path(),
+        "batch_size = 500",
+        r#"config = { delay_ms = "1500", quiet = "true" }"#,
+    );
+    let Some(db) = database(backend, &slow, "3000").await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "");
     let url = db.url.as_str();
-    run_ok(with(&config, url).arg("migrate"));
-    run_ok(with(&config, url).args([
-        "enqueue",
-        "--room",
-        "r",
-        "--type",
-        "RoomGiftSent",
-        "--count",
-        "3000",
-    ]));
-    let output = Command::new("timeout")
-        .args(["--preserve-status", "-s", "TERM", "1.5"])
-        .arg(env!("CARGO_BIN_EXE_outboxd"))
-        .env_remove("OUTBOXD_DATABASE_URL")
-        .env("OUTBOXD_ADMIN_LISTEN", "")
-        .arg("--config")
-        .arg(&config)
-        .args(["--database-url", url, "run"])
-        .output()
-        .expect("GNU timeout runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert_eq!(status(&config, url)["delivering"], 0);
-
-    let mut child = with(&config, url)
-        .arg("run")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-QUIT", &pid])
-            .status()
-            .unwrap()
-            .success()
+    let mut timeout = KillOnDrop(
+        Command::new("timeout")
+            .args(["--preserve-status", "-s", "TERM", "120"])
+            .arg(env!("CARGO_BIN_EXE_outboxd"))
+            .env_remove("OUTBOXD_DATABASE_URL")
+            .env("OUTBOXD_ADMIN_LISTEN", "")
+            .arg("--config")
+            .arg(&slow)
+            .args(["--database-url", url, "run"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("GNU timeout runs"),
     );
-    let exit = child.wait().unwrap();
+    let in_flight = until_a_batch_is_in_flight(&slow, url);
+    kill("-TERM", &timeout.0.id().to_string());
+    let exit = exit_within(
+        &mut timeout.0,
+        Duration::from_secs(30),
+        "outboxd stops after the SIGTERMs",
+    );
+    assert_eq!(exit.code(), Some(0), "{exit:?}");
+    let s = status(&slow, url);
+    assert_eq!(count(&s, "delivering"), 0, "{s}");
+    assert!(
+        count(&s, "delivered") >= count(&in_flight, "delivered") + count(&in_flight, "delivering"),
+        "the batch in flight was not finished: at the SIGTERM {in_flight}, after {s}"
+    );
+
+    // SIGQUIT while a batch is in flight (for 8 s): outboxd exits at once.
+    let quit_dir = tempfile::tempdir().unwrap();
+    let quit = looping(quit_dir.path());
+    let Some(db) = database(backend, &quit, "1").await else {
+        return;
+    };
+    let url = db.url.as_str();
+    let mut child = KillOnDrop(
+        with(&quit, url)
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until_a_batch_is_in_flight(&quit, url);
+    kill("-QUIT", &child.0.id().to_string());
+    let exit = exit_within(
+        &mut child.0,
+        Duration::from_secs(3),
+        "outboxd exits at once on SIGQUIT",
+    );
     assert_eq!(exit.code(), Some(131), "{exit:?}");
 
     // A second SIGTERM more than 2 s after the first, while a batch is still in flight (its
     // plugin loops until its 8 s deadline): outboxd exits at once with 130.
-    let slow = chaos_config(
-        dir.path(),
-        "",
-        "config = { behaviour = \"loop\", quiet = \"true\" }\nlimits = { publish_timeout = \"8s\" }",
-    );
-    run_ok(with(&slow, url).args(["enqueue", "--room", "r", "--type", "RoomGiftSent"]));
-    let mut child = with(&slow, url)
-        .arg("run")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while status(&slow, url)["delivering"] == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the batch never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pid = child.id().to_string();
-    let term = || {
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        )
+    let term_dir = tempfile::tempdir().unwrap();
+    let term = looping(term_dir.path());
+    let Some(db) = database(backend, &term, "1").await else {
+        return;
     };
-    term();
+    let url = db.url.as_str();
+    let mut child = KillOnDrop(
+        with(&term, url)
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until_a_batch_is_in_flight(&term, url);
+    let pid = child.0.id().to_string();
+    kill("-TERM", &pid);
+    // The 2.5 s between the two SIGTERMs is part of the test (more than 2 s apart).
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
-        child.try_wait().unwrap().is_none(),
+        child.0.try_wait().unwrap().is_none(),
         "still finishing the looping batch"
     );
-    term();
-    let second = std::time::Instant::now();
-    let exit = child.wait().unwrap();
-    assert_eq!(exit.code(), Some(130), "{exit:?}");
-    assert!(
-        second.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        second.elapsed()
+    kill("-TERM", &pid);
+    let exit = exit_within(
+        &mut child.0,
+        Duration::from_secs(3),
+        "outboxd exits at once on a second SIGTERM",
     );
+    assert_eq!(exit.code(), Some(130), "{exit:?}");
 }
 
 /// An unreachable database fails every command within the connect timeout, saying why once:
@@ -795,23 +848,21 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
         )
     };
     let wait_for_status = |what: &str, expected: (u64, u64, u64)| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
+        wait_until_blocking(what, Duration::from_secs(60), || {
             let s = status(&hang, url);
             let got = (
-                s["pending"].as_u64().unwrap_or(0),
-                s["delivering"].as_u64().unwrap_or(0),
-                s["delivered"].as_u64().unwrap_or(0).saturating_sub(3_000),
+                count(&s, "pending"),
+                count(&s, "delivering"),
+                count(&s, "delivered").saturating_sub(3_000),
             );
             if got == expected {
-                break;
+                Ok(())
+            } else {
+                Err(format!(
+                    "(pending, delivering, delivered) {got:?}, expected {expected:?}: {s}"
+                ))
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: (pending, delivering, delivered) {got:?}, expected {expected:?}: {s}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     };
     // The crash guard's warm-up: the host's first claim with rows is leased (one loop: one
     // claim). A quickly delivered row ends it; the next claims hold their rows.
@@ -820,23 +871,24 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
     wait_for_status("the warm-up row is delivered", (0, 0, 1));
     enqueue("RoomGiftSent", "10");
     // Wait until the host holds the 10 rows (a held claim of ours then finds none).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let probe = store
-            .claim_held(&claim("probe"))
-            .await
-            .expect("probe claim");
-        let free = probe.events.len();
-        probe.release().await.expect("release probe");
-        if free == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the host never claimed the rows"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "the host holds the rows",
+        Duration::from_secs(60),
+        || async {
+            let probe = store
+                .claim_held(&claim("probe"))
+                .await
+                .expect("probe claim");
+            let free = probe.events.len();
+            probe.release().await.expect("release probe");
+            if free == 0 {
+                Ok(())
+            } else {
+                Err(format!("{free} rows free"))
+            }
+        },
+    )
+    .await;
     let s = status(&hang, url);
     assert_eq!(
         (s["pending"].as_u64(), s["delivering"].as_u64()),
@@ -844,23 +896,23 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
         "held: no lease written: {s}"
     );
     drop(child); // SIGKILL mid-publish
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let back = loop {
-        let batch = store
-            .claim_held(&claim("after"))
-            .await
-            .expect("claim after the kill");
-        if batch.events.len() == 10 || std::time::Instant::now() > deadline {
-            break batch;
-        }
-        batch.release().await.expect("release");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(
-        back.events.len(),
-        10,
-        "rows claimable again once the connection is gone"
-    );
+    let back = wait_until(
+        "rows claimable again once the connection is gone",
+        Duration::from_secs(30),
+        || async {
+            let batch = store
+                .claim_held(&claim("after"))
+                .await
+                .expect("claim after the kill");
+            if batch.events.len() == 10 {
+                return Ok(batch);
+            }
+            let claimed = batch.events.len();
+            batch.release().await.expect("release");
+            Err(format!("{claimed} rows claimable"))
+        },
+    )
+    .await;
     assert!(
         back.events.iter().all(|e| e.event.attempt == 1),
         "the killed host spent no attempt"
@@ -1000,18 +1052,18 @@ fn sighup_reloads_and_keeps_running() {
     let mut child = KillOnDrop(child);
     let pid = child.0.id().to_string();
     let wait_for = |text: &str| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-            if stderr.contains(text) {
-                return stderr;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no {text:?} in stderr:\n{stderr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_blocking(
+            &format!("{text:?} in stderr"),
+            Duration::from_secs(30),
+            || {
+                let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+                if stderr.contains(text) {
+                    Ok(stderr)
+                } else {
+                    Err(stderr)
+                }
+            },
+        )
     };
     let signal = |name: &str| {
         assert!(
@@ -1034,17 +1086,7 @@ fn sighup_reloads_and_keeps_running() {
         "SIGHUP stopped outboxd"
     );
     signal("-TERM");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let exit = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let exit = exit_within(&mut child.0, Duration::from_secs(30), "exit after SIGTERM");
     assert!(exit.success(), "{exit:?}");
 }
 

@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxd::metrics::Metrics;
@@ -17,7 +17,7 @@ use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::DeliveryOrder;
 use outboxd::worker::{Worker, WorkerMode, WorkerOptions};
-use support::{Backend, TestDb, record};
+use support::{Backend, TestDb, record, wait_until};
 
 /// Delivers after `delay`, counting deliveries per event and noting a room with two events in
 /// flight at once.
@@ -39,6 +39,7 @@ impl Publisher for Slow {
                     .push(event.room_id.clone());
             }
         }
+        // The sink's configured delay (part of the test: the batch stays live meanwhile).
         tokio::time::sleep(self.delay).await;
         let mut delivered = self.delivered.lock().unwrap();
         let mut in_flight = self.in_flight.lock().unwrap();
@@ -104,15 +105,15 @@ async fn claim_beside_a_live_batch(
         .with_metrics(metrics.clone());
     let live = tokio::spawn(async move { honest.process_batch("honest/0", "app").await });
     // Wait until the honest host's claim is committed (its five rows are delivering).
-    let started = Instant::now();
-    loop {
-        let delivering = support::status_counts(&store).await.delivering;
-        if delivering == 5 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "no live batch");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        "the honest host's live batch",
+        Duration::from_secs(10),
+        || async {
+            let c = support::status_counts(&store).await;
+            if c.delivering == 5 { Ok(()) } else { Err(c) }
+        },
+    )
+    .await;
     let claimed = ahead.process_batch("ahead/0", "app").await.unwrap().claimed;
     let live = live.await.unwrap().unwrap();
     assert_eq!(live.delivered, 5);

@@ -1,36 +1,42 @@
-//! Kill chaos: several real `outboxd run` processes deliver one table through the real webhook
-//! plugin to a real HTTP receiver (counting deliveries per event id), while the test `kill -9`s
-//! hosts at random (starting a replacement each time) and restarts the database once. The
-//! database is a private server the test starts itself — its own data dir under a temp dir and
-//! its own free port, never the shared servers: PostgreSQL 15 (`initdb` + `postgres`) and
-//! MariaDB (`mariadb-install-db` + `mariadbd`).
+//! Kill chaos: several real `outboxd run` processes deliver one table, with per-room ordering,
+//! through the real webhook plugin to a real HTTP receiver (recording every delivery), while the
+//! test `kill -9`s hosts (starting a replacement each time), restarts the database once, and
+//! breaks the network between the hosts and the database twice through a TCP proxy it controls:
+//! once every connection is cut, once every connection stalls (open, no byte moving) for longer
+//! than the hosts' connect timeout. The database is a private server the test starts itself — its
+//! own data dir under a temp dir and its own free port, never the shared servers: PostgreSQL
+//! (`initdb` + `postgres`) and MariaDB (`mariadb-install-db` + `mariadbd`).
 //!
 //! Asserts: 0 lost (every event reached the receiver and its row is `delivered`), 0 stuck
-//! (nothing left pending, delivering, retryable or failed), duplicates ≤ kills × batch size
-//! (only the batches of killed hosts are delivered twice), and that the hosts logged the
-//! database outage when it began and when it ended (one extra host serves a tenant with no rows,
-//! so some host is claiming while the outage lasts).
+//! (nothing left pending, delivering, retryable or failed), 0 order violations (each room's
+//! events first reached the receiver in the order they were written), duplicates ≤ (kills +
+//! faults) × batch size (only batches in flight when a host died or its database went away are
+//! delivered twice) and, in the full form, duplicates > 0 (the kills really hit batches), and
+//! that the hosts logged the database outage when it began and when it ended (one extra host
+//! serves a tenant with no rows, so some host is claiming while the outage lasts).
 //!
-//! Bounded by default (the form `make test` runs); `OUTBOXD_CHAOS=full` (`make chaos`) runs the
-//! bigger form. Without the server binaries the test prints `SKIPPED …`, and fails when
-//! `CI=true`. `OUTBOXD_CHAOS_PG_BIN` overrides the PostgreSQL binaries' folder. The private
-//! servers are `tests/support/private_server.rs`.
+//! Bounded by default (the form `make test` runs); `OUTBOXD_CHAOS=full` (`make chaos`) runs
+//! 1,000,000 events over 500 rooms with 4 hosts. Without the server binaries the test prints
+//! `SKIPPED …`, and fails when `CI=true`. `OUTBOXD_CHAOS_PG_BIN` overrides the PostgreSQL
+//! binaries' folder. The private servers are `tests/support/private_server.rs`, the proxy
+//! `tests/support/tcp_proxy.rs`.
 
 mod fixtures;
 mod http;
-#[path = "support/private_server.rs"]
-mod private_server;
+mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::WebhookReceiver;
+use outboxd::record::Record;
 use outboxd::store::{ConnectOptions, CountsParams, OutboxStore, StatusCounts};
-use private_server::{Kind, PrivateServer};
 use rand::Rng;
+use support::private_server::{Kind, PrivateServer};
+use support::tcp_proxy::TcpProxy;
 
 /// The receiver's signing secret.
 const SECRET: &str = "whsec_Y2hhb3MtdGVzdC1zZWNyZXQtMDEyMzQ1Njc4OQ==";
@@ -39,32 +45,45 @@ const SECRET: &str = "whsec_Y2hhb3MtdGVzdC1zZWNyZXQtMDEyMzQ1Njc4OQ==";
 #[derive(Debug, Clone, Copy)]
 struct Scale {
     events: u32,
+    rooms: u32,
     hosts: usize,
     kills: usize,
     batch_size: u32,
     /// Longest the whole delivery may take.
     bound: Duration,
+    /// Whether the run must show duplicates (kills that hit batches in flight).
+    expect_duplicates: bool,
 }
 
 fn scale() -> Scale {
     if std::env::var("OUTBOXD_CHAOS").is_ok_and(|v| v == "full") {
         Scale {
-            events: 20_000,
+            events: 1_000_000,
+            rooms: 500,
             hosts: 4,
-            kills: 8,
+            kills: 40,
             batch_size: 200,
-            bound: Duration::from_secs(300),
+            bound: Duration::from_secs(540),
+            expect_duplicates: true,
         }
     } else {
         Scale {
             events: 3_000,
+            rooms: 50,
             hosts: 3,
             kills: 3,
             batch_size: 50,
-            bound: Duration::from_secs(90),
+            bound: Duration::from_secs(120),
+            expect_duplicates: false,
         }
     }
 }
+
+/// The network faults of a run, each once: every connection cut, then every connection stalled.
+const FAULTS: u64 = 2;
+
+/// How long the stall lasts: past the hosts' 2 s connect timeout, inside their 8 s lease.
+const STALL: Duration = Duration::from_secs(4);
 
 /// The hosts' config: short lease so killed batches come back soon, deadlines nested with the
 /// required margins, the webhook plugin POSTing to the receiver.
@@ -78,6 +97,7 @@ max_connections = 4
 connect_timeout = "2s"
 
 [worker]
+ordering = "per-room"
 batch_size = {batch}
 poll_interval = "100ms"
 lease = "8s"
@@ -162,15 +182,72 @@ async fn counts(store: &Arc<dyn OutboxStore>) -> Option<StatusCounts> {
         .ok()
 }
 
+/// Writes `scale.events` events spread over `scale.rooms` rooms, each room's `room_version`
+/// counting up in the order its events are written (and claimed: one build time per chunk, ids
+/// of one millisecond counting up), in chunks of 1000 rows.
+async fn enqueue(store: &Arc<dyn OutboxStore>, scale: Scale) {
+    let mut versions = vec![0i64; scale.rooms as usize];
+    for chunk in (0..scale.events).collect::<Vec<_>>().chunks(1000) {
+        let now = std::time::SystemTime::now();
+        let records: Vec<Record> = chunk
+            .iter()
+            .map(|i| {
+                let room = (i % scale.rooms) as usize;
+                versions[room] += 1;
+                let mut record = Record::build(
+                    format!("room-{room}"),
+                    "RoomGiftSent",
+                    versions[room],
+                    now,
+                    &(),
+                );
+                record.envelope.body = format!("gift {i}").into_bytes();
+                record
+            })
+            .collect();
+        store.enqueue(&records).await.expect("enqueue a chunk");
+    }
+}
+
+/// Each room's versions in the order they first reached the receiver must count up 1, 2, 3, …
+/// Returns the violations found (at most 10, described).
+fn order_violations(first_arrivals: &[(String, i64)]) -> Vec<String> {
+    let mut next: HashMap<&str, i64> = HashMap::new();
+    let mut violations = Vec::new();
+    for (room, version) in first_arrivals {
+        let expected = next.entry(room).or_insert(1);
+        if *version != *expected && violations.len() < 10 {
+            violations.push(format!(
+                "{room}: version {version} arrived when {expected} was next"
+            ));
+        }
+        *expected = version + 1;
+    }
+    violations
+}
+
 async fn kill_chaos(kind: Kind) {
-    let Some(mut server) = PrivateServer::start(kind).await else {
+    let scale = scale();
+    // The full form's million rows need the table in memory, as production would size it.
+    let server = if scale.events > 100_000 {
+        PrivateServer::large(kind).await
+    } else {
+        PrivateServer::start(kind).await
+    };
+    let Some(mut server) = server else {
         return;
     };
-    let scale = scale();
     let work = tempfile::tempdir().unwrap();
     let receiver = WebhookReceiver::start(&[SECRET]).await;
+    // The hosts reach the database through the proxy; the test's own connection goes direct.
+    let proxy = TcpProxy::start(format!("127.0.0.1:{}", server.port).parse().unwrap()).await;
     let url = server.url();
-    let config = write_config(work.path(), &url, &receiver, scale);
+    let proxied_url = url.replace(
+        &format!(":{}/", server.port),
+        &format!(":{}/", proxy.port()),
+    );
+    assert_ne!(url, proxied_url);
+    let config = write_config(work.path(), &proxied_url, &receiver, scale);
     run_ok(outboxd(&config).arg("migrate"));
 
     let mut hosts: Vec<Host> = (0..scale.hosts)
@@ -193,30 +270,27 @@ async fn kill_chaos(kind: Kind) {
     };
     let mut all_logs: Vec<PathBuf> = hosts.iter().map(|h| h.log.clone()).collect();
     all_logs.push(observer.log.clone());
-    run_ok(outboxd(&config).args([
-        "enqueue",
-        "--room",
-        "room-1",
-        "--type",
-        "RoomGiftSent",
-        "--count",
-        &scale.events.to_string(),
-    ]));
 
     let store = outboxd::store::connect(&ConnectOptions {
         connect_timeout: Duration::from_secs(1),
+        max_connections: 2,
         ..ConnectOptions::new(url.clone())
     })
     .await
     .expect("connect to the private server");
+    let enqueue_started = Instant::now();
+    enqueue(&store, scale).await;
+    let enqueued = enqueue_started.elapsed();
+
     let started = Instant::now();
     let total = u64::from(scale.events);
-    // Kill k happens once (k / (kills + 2)) of the events are delivered; the database restarts
-    // after the first half of the kills.
+    // Kill k happens once (k / (kills + 2)) of the events are delivered; the connections are cut
+    // after a quarter of the kills, the database restarts after half of them, and the connections
+    // stall after three quarters.
     let steps = scale.kills as u64 + 2;
     let mut kills = 0;
     let mut supervisor_restarts = 0;
-    let mut restarted = false;
+    let (mut cut, mut restarted, mut stalled) = (false, false, false);
     let mut rng = rand::rng();
     let mut last = StatusCounts::default();
     loop {
@@ -228,7 +302,8 @@ async fn kill_chaos(kind: Kind) {
         }
         assert!(
             started.elapsed() < scale.bound,
-            "not done after {:?}: {last:?} (kills {kills}, restarted {restarted})",
+            "not done after {:?}: {last:?} (kills {kills}, cut {cut}, restarted {restarted}, \
+             stalled {stalled})",
             scale.bound
         );
         if kills < scale.kills && last.delivered * steps >= total * (kills as u64 + 1) {
@@ -256,19 +331,35 @@ async fn kill_chaos(kind: Kind) {
                 all_logs.push(host.log.clone());
             }
         }
+        if !cut && kills * 4 >= scale.kills {
+            cut = true;
+            proxy.cut();
+        }
         if !restarted && kills * 2 >= scale.kills {
             restarted = true;
             server.stop();
-            // Down long enough for every host to notice (its pool's connect timeout is 2 s).
+            // The outage is part of the test: down for 3 s, long enough for every host to meet
+            // it (its pool's connect timeout is 2 s).
             tokio::time::sleep(Duration::from_secs(3)).await;
             server.spawn();
             server.wait_ready().await;
         }
+        if !stalled && kills * 4 >= scale.kills * 3 {
+            stalled = true;
+            proxy.stall(true);
+            // The stall is the fault under test: connections stay open and silent this long.
+            tokio::time::sleep(STALL).await;
+            proxy.stall(false);
+        }
+        // The chaos driver's tick: it reads the counts and acts on them (part of the test).
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
     assert_eq!(kills, scale.kills, "every kill happened before the end");
-    assert!(restarted);
+    assert!(
+        cut && restarted && stalled,
+        "every fault happened before the end"
+    );
 
     // Stop the hosts cleanly: SIGTERM, exit status 0.
     for host in hosts.iter().chain([&observer]) {
@@ -292,9 +383,20 @@ async fn kill_chaos(kind: Kind) {
         "0 stuck: {c:?}"
     );
     let mut per_id: HashMap<String, u64> = HashMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut first_arrivals: Vec<(String, i64)> = Vec::with_capacity(scale.events as usize);
     for delivery in receiver.deliveries() {
-        if (200..300).contains(&delivery.status) {
-            *per_id.entry(delivery.id).or_default() += 1;
+        if !(200..300).contains(&delivery.status) {
+            continue;
+        }
+        *per_id.entry(delivery.id.clone()).or_default() += 1;
+        if seen.insert(delivery.id) {
+            let event: serde_json::Value =
+                serde_json::from_slice(&delivery.body).expect("a JSON webhook body");
+            first_arrivals.push((
+                event["room_id"].as_str().expect("room_id").to_string(),
+                event["room_version"].as_i64().expect("room_version"),
+            ));
         }
     }
     assert_eq!(
@@ -302,13 +404,21 @@ async fn kill_chaos(kind: Kind) {
         total,
         "0 lost: every event reached the receiver"
     );
+    let violations = order_violations(&first_arrivals);
+    assert!(violations.is_empty(), "order violations: {violations:#?}");
     let deliveries: u64 = per_id.values().sum();
     let duplicates = deliveries - total;
-    let bound = kills as u64 * u64::from(scale.batch_size);
+    let bound = (kills as u64 + FAULTS + 1) * u64::from(scale.batch_size);
     assert!(
         duplicates <= bound,
-        "{duplicates} duplicates > kills × batch size = {bound}"
+        "{duplicates} duplicates > (kills + faults + restart) × batch size = {bound}"
     );
+    if scale.expect_duplicates {
+        assert!(
+            duplicates > 0,
+            "no duplicates: the kills hit no batch in flight"
+        );
+    }
     assert!(receiver.rejected().is_empty(), "{:?}", receiver.rejected());
     let logs: String = all_logs
         .iter()
@@ -328,12 +438,28 @@ async fn kill_chaos(kind: Kind) {
         "no host logged the outage's end"
     );
     eprintln!(
-        "kill chaos {kind:?}: {total} events, {} hosts, {kills} kill -9s, 1 database restart, \
-         {elapsed:.1?}: 0 lost, 0 stuck, {duplicates} duplicates (bound {bound}); \
-         {supervisor_restarts} hosts restarted after failing to connect during the outage",
-        scale.hosts
+        "kill chaos {kind:?}: {total} events over {} rooms (per-room order), {} hosts, \
+         {kills} kill -9s, 1 connection cut, 1 stall of {STALL:?}, 1 database restart; \
+         enqueued in {enqueued:.1?}, delivered in {elapsed:.1?} ({:.0} events/s): 0 lost, \
+         0 stuck, 0 order violations, {duplicates} duplicates (bound {bound}); \
+         {supervisor_restarts} hosts restarted after failing to connect during the outage; \
+         {} connections through the proxy",
+        scale.rooms,
+        scale.hosts,
+        total as f64 / elapsed.as_secs_f64(),
+        proxy.accepted()
     );
     store.close().await;
+}
+
+#[test]
+fn order_violations_are_found_per_room() {
+    let arrivals = |list: &[(&str, i64)]| -> Vec<(String, i64)> {
+        list.iter().map(|(r, v)| (r.to_string(), *v)).collect()
+    };
+    assert!(order_violations(&arrivals(&[("a", 1), ("b", 1), ("a", 2), ("b", 2)])).is_empty());
+    assert_eq!(order_violations(&arrivals(&[("a", 2), ("a", 1)])).len(), 2);
+    assert_eq!(order_violations(&arrivals(&[("a", 1), ("a", 3)])).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

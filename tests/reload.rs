@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outboxd::config::Config;
 use outboxd::record::now_ms;
@@ -20,7 +20,7 @@ use outboxd::reload::ConfigSource;
 use outboxd::service::Service;
 use outboxd::store::{OutboxStore, StatusCounts};
 use outboxd::worker::RunMode;
-use support::{Backend, TestDb, record};
+use support::{Backend, TestDb, record, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -45,24 +45,19 @@ async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
-async fn wait_until(
+/// Polls the store's counts until `done` holds (no event may fail meanwhile), or panics with
+/// `what` after [`DEADLINE`].
+async fn until_counts(
     what: &str,
     store: &Arc<dyn OutboxStore>,
     done: impl Fn(&StatusCounts) -> bool,
 ) {
-    let start = Instant::now();
-    loop {
+    wait_until(what, DEADLINE, || async {
         let c = support::status_counts(store).await;
         assert_eq!(c.failed, 0, "events failed: {c:?}");
-        if done(&c) {
-            return;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "timed out waiting for {what}: {c:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if done(&c) { Ok(()) } else { Err(c) }
+    })
+    .await
 }
 
 /// Writes the config: the sink runs `sink.wasm` (a copy of the plugin in use) with `sink_extra`.
@@ -163,7 +158,7 @@ limits = { log_lines_per_second = 1000000 }"#,
     store.enqueue(&first).await.unwrap();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(service.run(RunMode::Forever, shutdown.clone()));
-    wait_until("the first wave to be under way", &store, |c| {
+    until_counts("the first wave to be under way", &store, |c| {
         c.delivered >= 100
     })
     .await;
@@ -190,7 +185,7 @@ limits = {{ allow_hosts = ["http://{addr}"] }}"#,
 
     let second = events(&format!("{tag}-b"), 300);
     store.enqueue(&second).await.unwrap();
-    wait_until("both waves delivered", &store, |c| c.delivered == 3300).await;
+    until_counts("both waves delivered", &store, |c| c.delivered == 3300).await;
 
     let logged = logged_ids();
     let posted = receiver.delivered_ids();
@@ -235,7 +230,7 @@ limits = {{ allow_hosts = ["http://{addr}"] }}"#,
     assert_eq!(body.trim().lines().count(), 1, "{body}");
     let third = events(&format!("{tag}-c"), 50);
     store.enqueue(&third).await.unwrap();
-    wait_until("the third wave delivered", &store, |c| c.delivered == 3350).await;
+    until_counts("the third wave delivered", &store, |c| c.delivered == 3350).await;
     for record in &third {
         assert_eq!(
             receiver.delivered_count(&record.event_id),

@@ -77,23 +77,32 @@ fn delete_binds(ids: usize) -> Vec<Bind> {
     binds
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_purge_reads_an_index_range_and_deletes_by_primary_key() {
-    let Some(db) = TestDb::new_server_only(Backend::MySql).await else {
+/// The purge statements on a table of 100k old rows: the id SELECT reads a range of the pending
+/// index and about `LIMIT` rows, the DELETE addresses rows by primary key; then a purge pass
+/// deletes exactly the old rows.
+async fn purge_reads_an_index_range_and_deletes_by_primary_key(backend: Backend) {
+    let Some(db) = TestDb::new_server_only(backend).await else {
         return;
     };
     let store = db.store_default().await;
     seed(&db).await;
-    let (select, delete) = statement_texts(
-        Backend::MySql,
-        &TableName::default(),
-        PurgeStatus::Delivered,
-        100,
-    );
-    let pending_index = format!("idx_{DEFAULT_TABLE}_pending");
+    let (select, delete) =
+        statement_texts(backend, &TableName::default(), PurgeStatus::Delivered, 100);
+    match backend {
+        Backend::MySql => check_mysql(&db, &select, &delete).await,
+        Backend::Postgres => check_postgres(&db, &select, &delete).await,
+        Backend::Sqlite => unreachable!("server databases only"),
+    }
+    purge_pass_deletes_exactly_the_old_rows(&db, &store).await;
+}
 
-    let plan = db.explain(&select, &select_binds()).await;
-    let analyzed = db.explain_analyze(&select, &select_binds()).await;
+support::per_backend!([mysql, postgres] => purge_reads_an_index_range_and_deletes_by_primary_key);
+
+/// MariaDB's plans of the purge statements (`EXPLAIN`, and `ANALYZE` for the rows read).
+async fn check_mysql(db: &TestDb, select: &str, delete: &str) {
+    let pending_index = format!("idx_{DEFAULT_TABLE}_pending");
+    let plan = db.explain(select, &select_binds()).await;
+    let analyzed = db.explain_analyze(select, &select_binds()).await;
     let context = format!("{select}\n{}\nANALYZE:\n{}", show(&plan), show(&analyzed));
     let step = plan
         .iter()
@@ -118,7 +127,7 @@ async fn mysql_purge_reads_an_index_range_and_deletes_by_primary_key() {
         "read {read} rows for LIMIT {LIMIT}\n{context}"
     );
 
-    let plan = db.explain(&delete, &delete_binds(100)).await;
+    let plan = db.explain(delete, &delete_binds(100)).await;
     let context = format!("{delete}\n{}", show(&plan));
     let step = plan
         .iter()
@@ -126,26 +135,12 @@ async fn mysql_purge_reads_an_index_range_and_deletes_by_primary_key() {
         .unwrap_or_else(|| panic!("no table step\n{context}"));
     assert_eq!(step.access, "range", "{context}");
     assert_eq!(step.index.as_deref(), Some("PRIMARY"), "{context}");
-
-    purge_pass_deletes_exactly_the_old_rows(&db, &store).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_purge_reads_an_index_range_and_deletes_by_primary_key() {
-    let Some(db) = TestDb::new_server_only(Backend::Postgres).await else {
-        return;
-    };
-    let store = db.store_default().await;
-    seed(&db).await;
-    let (select, delete) = statement_texts(
-        Backend::Postgres,
-        &TableName::default(),
-        PurgeStatus::Delivered,
-        100,
-    );
+/// PostgreSQL's plans of the purge statements (`EXPLAIN ANALYZE` of the SELECT).
+async fn check_postgres(db: &TestDb, select: &str, delete: &str) {
     let pending_index = format!("idx_{DEFAULT_TABLE}_pending");
-
-    let plan = db.explain_analyze(&select, &select_binds()).await;
+    let plan = db.explain_analyze(select, &select_binds()).await;
     let context = format!("{select}\n{}", show(&plan));
     assert!(
         !plan.iter().any(|s| s.access.contains("Seq Scan")),
@@ -166,7 +161,7 @@ async fn postgres_purge_reads_an_index_range_and_deletes_by_primary_key() {
         "read {read} rows for LIMIT {LIMIT}\n{context}"
     );
 
-    let plan = db.explain(&delete, &delete_binds(100)).await;
+    let plan = db.explain(delete, &delete_binds(100)).await;
     let context = format!("{delete}\n{}", show(&plan));
     assert!(
         !plan.iter().any(|s| s.access.contains("Seq Scan")),
@@ -178,8 +173,6 @@ async fn postgres_purge_reads_an_index_range_and_deletes_by_primary_key() {
         ),
         "not by primary key\n{context}"
     );
-
-    purge_pass_deletes_exactly_the_old_rows(&db, &store).await;
 }
 
 /// Batches of `LIMIT` until a short one: every delivered row created before `BEFORE` goes, the

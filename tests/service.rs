@@ -10,7 +10,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outboxd::config::{BreakerSettings, Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::metrics::{Metrics, RowOutcome};
@@ -20,7 +20,7 @@ use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::service::Service;
 use outboxd::store::DeliveryOrder;
 use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
-use support::{Backend, TestDb, record};
+use support::{Backend, TestDb, record, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -46,22 +46,6 @@ async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
         .map(|(_, body)| body.to_string())
         .unwrap_or_default();
     (status, body)
-}
-
-/// Polls `check` every 50 ms until it returns `Some`, or panics with `what` after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A config serving app `default` through the log plugin, admin listener on a free port.
@@ -125,19 +109,26 @@ async fn admin_serves_metrics_health_and_readiness(backend: Backend) {
     let running = tokio::spawn(service.run(RunMode::Forever, shutdown.clone()));
 
     assert_eq!(request(addr, "GET", "/healthz").await, (200, "ok\n".into()));
-    eventually("readyz 200", || async {
-        (request(addr, "GET", "/readyz").await.0 == 200).then_some(())
+    wait_until("readyz 200", DEADLINE, || async {
+        match request(addr, "GET", "/readyz").await {
+            (200, _) => Ok(()),
+            other => Err(other),
+        }
     })
     .await;
-    eventually("20 rows delivered", || async {
-        (support::status_counts(&store).await.delivered == 20).then_some(())
+    wait_until("20 rows delivered", DEADLINE, || async {
+        let c = support::status_counts(&store).await;
+        if c.delivered == 20 { Ok(()) } else { Err(c) }
     })
     .await;
-    let metrics = eventually("metrics after the next refresh", || async {
+    let metrics = wait_until("metrics after the next refresh", DEADLINE, || async {
         let (status, body) = request(addr, "GET", "/metrics").await;
         assert_eq!(status, 200);
-        body.contains(r#"outboxd_table_rows{app_code="default",status="delivered"} 20"#)
-            .then_some(body)
+        if body.contains(r#"outboxd_table_rows{app_code="default",status="delivered"} 20"#) {
+            Ok(body)
+        } else {
+            Err(body)
+        }
     })
     .await;
     for line in [
@@ -158,9 +149,11 @@ async fn admin_serves_metrics_health_and_readiness(backend: Backend) {
     assert_eq!(request(addr, "POST", "/metrics").await.0, 405);
 
     db.execute("DROP TABLE room_outbox", &[]).await;
-    let reason = eventually("readyz 503", || async {
-        let (status, body) = request(addr, "GET", "/readyz").await;
-        (status == 503).then_some(body)
+    let reason = wait_until("readyz 503", DEADLINE, || async {
+        match request(addr, "GET", "/readyz").await {
+            (503, body) => Ok(body),
+            other => Err(other),
+        }
     })
     .await;
     assert!(
@@ -268,10 +261,10 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
         let shutdown = shutdown.clone();
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
-    eventually("every event delivered", || async {
+    wait_until("every event delivered", DEADLINE, || async {
         let c = support::status_counts(&store).await;
         assert_eq!(c.failed, 0, "an event was failed during the outage: {c:?}");
-        (c.delivered == 20).then_some(())
+        if c.delivered == 20 { Ok(()) } else { Err(c) }
     })
     .await;
     shutdown.cancel();

@@ -286,6 +286,7 @@ async fn concurrency_server(delay: Duration) -> (std::net::SocketAddr, Arc<Atomi
                         }
                     }
                 }
+                // The server's configured delay before it answers (part of the test).
                 tokio::time::sleep(delay).await;
                 open.fetch_sub(1, Ordering::SeqCst);
                 let _ = stream

@@ -14,7 +14,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fixtures::{plugin, settings};
 use http::{FakeIm, Reply, WebhookReceiver};
@@ -24,7 +24,7 @@ use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{DeliveryOrder, OutboxStore};
 use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
-use support::{Backend, RawRow, TestDb, typed_record};
+use support::{Backend, RawRow, TestDb, typed_record, wait_until};
 use tokio_util::sync::CancellationToken;
 
 /// The webhook receiver's signing secret.
@@ -157,24 +157,21 @@ async fn run_until_settled(db: &TestDb, sinks: &[SinkConfig], max_attempts: u32)
         let shutdown = shutdown.clone();
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
-    let started = Instant::now();
-    let rows = loop {
+    let rows = wait_until("every row delivered or failed", DEADLINE, || async {
         let rows = db.all_rows(outboxd::store::DEFAULT_TABLE).await;
         if rows
             .iter()
             .all(|r| r.status == "delivered" || r.status == "failed")
         {
-            break rows;
+            Ok(rows)
+        } else {
+            Err(rows
+                .into_iter()
+                .map(|r| (r.event_id, r.status, r.last_error))
+                .collect::<Vec<_>>())
         }
-        assert!(
-            started.elapsed() < DEADLINE,
-            "rows not settled after {DEADLINE:?}: {:?}",
-            rows.iter()
-                .map(|r| (&r.event_id, &r.status, &r.last_error))
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     shutdown.cancel();
     run.await.expect("worker task").expect("worker run");
     rows

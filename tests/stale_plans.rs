@@ -344,12 +344,4 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     db.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_claim_and_mark_plans_survive_stale_statistics() {
-    claim_and_mark_plans_survive_stale_statistics(Backend::MySql).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_claim_and_mark_plans_survive_stale_statistics() {
-    claim_and_mark_plans_survive_stale_statistics(Backend::Postgres).await
-}
+support::per_backend!([mysql, postgres] => claim_and_mark_plans_survive_stale_statistics);

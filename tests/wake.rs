@@ -13,34 +13,18 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{DeliveryOrder, FailedFilter, OutboxStore, RequeueParams, TableName};
 use outboxd::wake::{self, Wake};
-use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
-use support::{Backend, RawInsert, TestDb, record};
-use tokio::sync::mpsc;
+use outboxd::worker::{WorkerMode, WorkerOptions};
+use support::{Backend, RawInsert, Running, TestDb, record, wait_for, wait_until};
 use tokio_util::sync::CancellationToken;
 
 /// Longer than any test waits: a delivery inside a test's deadline came from a wake-up.
 const POLL: Duration = Duration::from_secs(30);
 /// How long a woken delivery may take (generous: the machine is shared).
 const DEADLINE: Duration = Duration::from_secs(5);
-
-/// Sends the id of every event it delivers.
-struct Deliveries(mpsc::UnboundedSender<String>);
-
-#[async_trait]
-impl Publisher for Deliveries {
-    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
-        for event in batch {
-            let _ = self.0.send(event.event_id.clone());
-        }
-        vec![Outcome::Delivered; batch.len()]
-    }
-}
 
 fn options() -> WorkerOptions {
     WorkerOptions {
@@ -58,52 +42,20 @@ fn options() -> WorkerOptions {
     }
 }
 
-/// A running worker over `store`, woken by `wake`; the receiver yields delivered ids.
-struct Running {
-    shutdown: CancellationToken,
-    run: tokio::task::JoinHandle<()>,
-    delivered: mpsc::UnboundedReceiver<String>,
+/// A worker over `store` woken by `wake`, polling every [`POLL`].
+fn start(store: Arc<dyn OutboxStore>, wake: Wake) -> Running {
+    Running::start(store, wake, options())
 }
 
-impl Running {
-    fn start(store: Arc<dyn OutboxStore>, wake: Wake) -> Running {
-        let (tx, delivered) = mpsc::unbounded_channel();
-        let worker = Worker::new(store, Arc::new(Deliveries(tx)), options()).with_wake(wake);
-        let shutdown = CancellationToken::new();
-        let token = shutdown.clone();
-        let run = tokio::spawn(async move {
-            worker
-                .run(RunMode::Forever, token)
-                .await
-                .expect("worker run");
-        });
-        Running {
-            shutdown,
-            run,
-            delivered,
-        }
-    }
-
-    /// The next delivered id, or a panic naming `what` after [`DEADLINE`].
-    async fn next(&mut self, what: &str) -> String {
-        self.next_within(DEADLINE, what).await
-    }
-
-    /// The next delivered id, or a panic naming `what` after `deadline`.
-    async fn next_within(&mut self, deadline: Duration, what: &str) -> String {
-        tokio::time::timeout(deadline, self.delivered.recv())
-            .await
-            .unwrap_or_else(|_| panic!("{what}: not delivered within {deadline:?}"))
-            .expect("worker stopped")
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.run.await.expect("worker task");
-    }
+/// The next id `running` delivers, or a panic naming `what` after [`DEADLINE`].
+async fn next(running: &mut Running, what: &str) -> String {
+    running.next_within(DEADLINE, what).await.0
 }
 
-/// Lets the worker's first (empty) round pass, so its loops are idle, waiting the poll interval.
+/// Lets the worker's first (empty) rounds pass, so its loops are idle, waiting the poll interval.
+///
+/// Not a wait on something observable (a loop going idle shows nowhere outside the worker): a
+/// quiet spell, so that the row written next is found by a wake-up, not by a first round.
 async fn until_idle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
@@ -140,13 +92,10 @@ impl Feed {
 
     /// Waits until the feed is connected (on PostgreSQL: the listener and the notify gate).
     async fn connected(&self) {
-        let connected = tokio::time::timeout(DEADLINE, async {
-            while !self.wake.has_commit_feed() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        wait_for("the commit feed connected", DEADLINE, || async {
+            self.wake.has_commit_feed()
         })
         .await;
-        assert!(connected.is_ok(), "the commit feed never connected");
     }
 
     async fn stop(self) {
@@ -173,17 +122,17 @@ async fn commit_feed_wakes_an_idle_worker(backend: Backend) {
         .unwrap_or_else(|| panic!("{backend:?}: no commit feed"));
     feed.connected().await;
     let wake = feed.wake.clone();
-    let mut running = Running::start(store.clone(), wake.clone());
+    let mut running = start(store.clone(), wake.clone());
     until_idle().await;
     // Written by another connection, the way the Go service writes it.
     raw_row(&db, "from-another-connection").await;
     assert_eq!(
-        running.next("a row committed by another connection").await,
+        next(&mut running, "a row committed by another connection").await,
         "from-another-connection"
     );
     until_idle().await;
     raw_row(&db, "second").await;
-    assert_eq!(running.next("a second row").await, "second");
+    assert_eq!(next(&mut running, "a second row").await, "second");
     running.stop().await;
     feed.stop().await;
     assert!(!wake.has_commit_feed(), "the feed reports itself stopped");
@@ -203,7 +152,7 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
         .await
         .unwrap_or_else(|| panic!("{backend:?}: no commit feed"));
     feed.connected().await;
-    let mut running = Running::start(store.clone(), feed.wake.clone());
+    let mut running = start(store.clone(), feed.wake.clone());
     db.insert_raw(
         outboxd::store::DEFAULT_TABLE,
         &[RawInsert::pending("app", "dead-letter", "room-1", now_ms()).with_status("failed")],
@@ -227,7 +176,7 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
         .await
         .expect("requeue");
     assert_eq!(requeued, 1, "the failed row was requeued");
-    assert_eq!(running.next("a requeued row").await, "dead-letter");
+    assert_eq!(next(&mut running, "a requeued row").await, "dead-letter");
     running.stop().await;
     feed.stop().await;
     operator.close().await;
@@ -245,16 +194,20 @@ async fn a_busy_table_is_probed_without_a_feed(backend: Backend) {
         .await
         .expect("enqueue");
     // No feed: only the adaptive probe can find rows before the 30 s poll.
-    let mut running = Running::start(store.clone(), Wake::new());
-    assert_eq!(running.next("the row waiting at start").await, "first");
+    let mut running = start(store.clone(), Wake::new());
+    assert_eq!(
+        next(&mut running, "the row waiting at start").await,
+        "first"
+    );
     for i in 0..10 {
+        // The producer's pace (part of the test: a row every ~20 ms is a busy table).
         tokio::time::sleep(Duration::from_millis(20)).await;
         let id = format!("busy-{i}");
         store
             .enqueue(&[record("app", &id, "room-1", now_ms())])
             .await
             .expect("enqueue");
-        assert_eq!(running.next(&id).await, id);
+        assert_eq!(next(&mut running, &id).await, id);
     }
     running.stop().await;
     store.close().await;
@@ -268,14 +221,15 @@ async fn a_host_started_on_an_empty_table_probes_soon_without_a_feed(backend: Ba
     let store = db.store_default().await;
     // No feed, an empty table: the loops' first rounds find nothing. A host started (or
     // restarted) into traffic must still find the first row by probing, long before the poll.
-    let mut running = Running::start(store.clone(), Wake::new());
+    let mut running = start(store.clone(), Wake::new());
+    // Part of the test: the row comes after the loops' first (empty) rounds.
     tokio::time::sleep(Duration::from_millis(50)).await;
     store
         .enqueue(&[record("app", "soon", "room-1", now_ms())])
         .await
         .expect("enqueue");
     assert_eq!(
-        running.next("a row saved just after the start").await,
+        next(&mut running, "a row saved just after the start").await,
         "soon"
     );
     running.stop().await;
@@ -289,9 +243,10 @@ async fn a_producer_in_this_process_wakes_the_worker(backend: Backend) {
     };
     let store = db.store_default().await;
     let wake = Wake::new();
-    let mut running = Running::start(store.clone(), wake.clone());
-    // Idle for 3 s: the loops' adaptive probe has backed off past 2.5 s (waits of 10 ms, 20 ms,
-    // … doubling), so its next probe is about 2 s away; only the wake delivers within 1 s.
+    let mut running = start(store.clone(), wake.clone());
+    // Idle for 3 s (part of the test, not a wait): the loops' adaptive probe has backed off past
+    // 2.5 s (waits of 10 ms, 20 ms, … doubling), so its next probe is about 2 s away; only the
+    // wake delivers within 1 s.
     tokio::time::sleep(Duration::from_secs(3)).await;
     store
         .enqueue(&[record("app", "in-process", "room-1", now_ms())])
@@ -301,7 +256,8 @@ async fn a_producer_in_this_process_wakes_the_worker(backend: Backend) {
     assert_eq!(
         running
             .next_within(Duration::from_secs(1), "a row saved in this process")
-            .await,
+            .await
+            .0,
         "in-process"
     );
     running.stop().await;
@@ -309,35 +265,18 @@ async fn a_producer_in_this_process_wakes_the_worker(backend: Backend) {
     db.cleanup().await;
 }
 
-macro_rules! per_backend {
-    ($name:ident) => {
-        mod $name {
-            use super::*;
+/// MySQL / MariaDB have a commit feed only where the server writes a binlog, which the shared
+/// test server does not: their feed is tested on a private server in `tests/binlog_wake.rs`.
+mod commit_feed {
+    use super::{commit_feed_wakes_an_idle_worker, requeue_wakes_a_running_worker};
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(Backend::Sqlite).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                super::$name(Backend::MySql).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$name(Backend::Postgres).await
-            }
-        }
-    };
+    crate::support::per_backend!([sqlite, postgres] => commit_feed_wakes_an_idle_worker, requeue_wakes_a_running_worker);
 }
-
-// MySQL / MariaDB have a commit feed only where the server writes a binlog, which the shared test
-// server does not: their feed is tested on a private server in `tests/binlog_wake.rs`.
-support::per_backend!([sqlite, postgres] => commit_feed_wakes_an_idle_worker, requeue_wakes_a_running_worker);
-per_backend!(a_busy_table_is_probed_without_a_feed);
-per_backend!(a_host_started_on_an_empty_table_probes_soon_without_a_feed);
-per_backend!(a_producer_in_this_process_wakes_the_worker);
+support::per_backend!(
+    a_busy_table_is_probed_without_a_feed,
+    a_host_started_on_an_empty_table_probes_soon_without_a_feed,
+    a_producer_in_this_process_wakes_the_worker
+);
 
 /// PostgreSQL's trigger notifies once per INSERT statement (not per row), only on commit, and the
 /// host's listener comes back after its connection is killed.
@@ -406,37 +345,35 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
         .await
         .expect("pg_stat_activity")
     };
-    let first_pid = tokio::time::timeout(DEADLINE, async {
-        loop {
-            if let (true, Some(pid)) = (wake.has_commit_feed(), listener_pid().await) {
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    let first_pid = wait_until("the host's listener connects", DEADLINE, || async {
+        match (wake.has_commit_feed(), listener_pid().await) {
+            (true, Some(pid)) => Ok(pid),
+            seen => Err(seen),
         }
     })
-    .await
-    .expect("the host's listener connects");
+    .await;
     sqlx::query("SELECT pg_terminate_backend($1)")
         .bind(first_pid)
         .execute(pool)
         .await
         .expect("terminate the listener's backend");
-    let second_pid = tokio::time::timeout(Duration::from_secs(15), async {
-        loop {
-            match listener_pid().await {
-                Some(pid) if pid != first_pid && wake.has_commit_feed() => return pid,
-                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+    let second_pid = wait_until(
+        "the listener reconnects",
+        Duration::from_secs(15),
+        || async {
+            match (wake.has_commit_feed(), listener_pid().await) {
+                (true, Some(pid)) if pid != first_pid => Ok(pid),
+                seen => Err(seen),
             }
-        }
-    })
-    .await
-    .expect("the listener reconnects");
+        },
+    )
+    .await;
     assert_ne!(first_pid, second_pid);
-    let mut running = Running::start(store.clone(), wake.clone());
+    let mut running = start(store.clone(), wake.clone());
     until_idle().await;
     raw_row(&db, "after-reconnect").await;
     assert_eq!(
-        running.next("a row after the reconnect").await,
+        next(&mut running, "a row after the reconnect").await,
         "after-reconnect"
     );
     running.stop().await;
@@ -459,6 +396,22 @@ async fn gate_lock(conn: &mut sqlx::PgConnection, function: &str, table: &TableN
     .execute(conn)
     .await
     .unwrap_or_else(|e| panic!("{function} on gate slot {slot}: {e}"));
+}
+
+/// Whether a gate's arm of `table` (on gate slot `slot`, or any) waits for its exclusive lock:
+/// requested, not granted.
+async fn arm_waits(pool: &sqlx::PgPool, table: &TableName, slot: Option<i32>) -> bool {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+         AND mode = 'ExclusiveLock' AND NOT granted \
+         AND classid::int4 = hashtext($1) AND objsubid = 2 \
+         AND ($2::int4 IS NULL OR objid::int8 = $2::int4))",
+    )
+    .bind(wake::postgres::channel(table))
+    .bind(slot)
+    .fetch_one(pool)
+    .await
+    .expect("pg_locks")
 }
 
 /// The SQL of one producer row into the default table.
@@ -509,7 +462,12 @@ async fn postgres_trigger_notifies_only_while_a_host_is_armed() {
         gate_lock(&mut host, "pg_advisory_lock", &TableName::default(), 5).await;
         host
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for(
+        "the arm waits for the producer that passed the trigger",
+        DEADLINE,
+        || arm_waits(pool, &table, Some(5)),
+    )
+    .await;
     assert!(
         !arm.is_finished(),
         "the arm waits for the producer that passed the trigger"
@@ -588,46 +546,26 @@ async fn postgres_host_claims_rows_of_producers_that_passed_the_trigger_before_i
     .execute(&mut *producer)
     .await
     .expect("insert");
-    let mut running = Running::start(store.clone(), wake.clone());
+    let mut running = start(store.clone(), wake.clone());
     // Commit while the gate's arm waits for this producer (its exclusive request not granted).
-    let waiting = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let waiting: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
-                 AND mode = 'ExclusiveLock' AND NOT granted \
-                 AND classid::int4 = hashtext($1) AND objsubid = 2)",
-            )
-            .bind(wake::postgres::channel(&table))
-            .fetch_one(pool)
-            .await
-            .expect("pg_locks");
-            if waiting {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
+    wait_for(
+        "the idle loop's arm waits for the open producer",
+        DEADLINE,
+        || arm_waits(pool, &table, None),
+    )
     .await;
-    assert!(
-        waiting.is_ok(),
-        "the idle loop's arm waits for the open producer"
-    );
     producer.commit().await.expect("commit");
     assert_eq!(
-        running.next("the row of the producer before the arm").await,
+        next(&mut running, "the row of the producer before the arm").await,
         "before-the-arm"
     );
-    let armed = tokio::time::timeout(DEADLINE, async {
-        while !matches!(wake.gate(), wake::gate::Gate::Armed(_)) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    wait_until("an idle loop keeps the gate armed", DEADLINE, || async {
+        match wake.gate() {
+            wake::gate::Gate::Armed(_) => Ok(()),
+            gate => Err(gate),
         }
     })
     .await;
-    assert!(
-        armed.is_ok(),
-        "an idle loop keeps the gate armed: {:?}",
-        wake.gate()
-    );
     running.stop().await;
     feed.stop().await;
     store.close().await;
@@ -652,13 +590,16 @@ async fn postgres_host_without_a_free_gate_slot_probes() {
         .await
         .expect("PostgreSQL has a commit feed");
     let wake = feed.wake.clone();
+    // A quiet spell, part of the test: the gate must stay off (no slot to take) while the feed
+    // tries; there is no "gave up" to wait for.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(wake.gate(), wake::gate::Gate::Off);
     assert!(!wake.has_commit_feed(), "no slot: the loops must probe");
-    let mut running = Running::start(store.clone(), wake.clone());
+    let mut running = start(store.clone(), wake.clone());
+    // Part of the test: the row comes after the loops' first (empty) rounds.
     tokio::time::sleep(Duration::from_millis(50)).await;
     raw_row(&db, "probed").await;
-    assert_eq!(running.next("a row found by probing").await, "probed");
+    assert_eq!(next(&mut running, "a row found by probing").await, "probed");
     running.stop().await;
     feed.stop().await;
     drop(others);

@@ -18,7 +18,7 @@ use outboxd::store::{
     OutboxStore, StoreError,
 };
 use outboxd::worker::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerMode, WorkerOptions};
-use support::{Backend, RawInsert, TestDb, record};
+use support::{Backend, RawInsert, TestDb, record, wait_until};
 use tokio_util::sync::CancellationToken;
 
 /// Decides, per event, whether this attempt fails (and how).
@@ -75,6 +75,7 @@ impl Publisher for Recorder {
             }
         }
         if !self.delay.is_zero() {
+            // The sink's configured delay (part of the test that sets one).
             tokio::time::sleep(self.delay).await;
         }
         let outcomes: Vec<Outcome> = batch
@@ -202,7 +203,32 @@ async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(crashed.events.len(), 20);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The crashed worker's lease expires: a poll on its rows, not a sleep of the lease length.
+    let leased: Vec<String> = crashed
+        .events
+        .iter()
+        .map(|c| c.event.event_id.clone())
+        .collect();
+    wait_until(
+        "the crashed worker's lease expired",
+        Duration::from_secs(10),
+        || async {
+            let now = now_ms();
+            let mut live = Vec::new();
+            for id in &leased {
+                let row = db.row("app", id).await.unwrap();
+                if row.lock_until_ms.is_none_or(|until| until >= now) {
+                    live.push((id.clone(), row.status, row.lock_until_ms));
+                }
+            }
+            if live.is_empty() {
+                Ok(())
+            } else {
+                Err((now, live))
+            }
+        },
+    )
+    .await;
 
     let recorder = Recorder::new(|_| None);
     let survivor = Worker::new(
@@ -262,15 +288,17 @@ async fn retries_then_fails_at_max_attempts(backend: Backend) {
     let mut opts = options("retrier");
     opts.retry.max_attempts = 3;
     let worker = Worker::new(store.clone(), recorder.clone(), opts);
-    for _ in 0..50 {
+    // One batch at a time until the row has failed (each poll runs one batch).
+    let row = wait_until("e000003 failed", Duration::from_secs(20), || async {
         worker.process_batch("retrier/0", "app").await.unwrap();
-        if db.row("app", "e000003").await.unwrap().status == "failed" {
-            break;
+        let row = db.row("app", "e000003").await.unwrap();
+        if row.status == "failed" {
+            Ok(row)
+        } else {
+            Err((row.status, row.retry_count))
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let row = db.row("app", "e000003").await.unwrap();
-    assert_eq!(row.status, "failed");
+    })
+    .await;
     assert_eq!(row.retry_count, 3);
     assert_eq!(
         row.last_error.as_deref(),
@@ -350,6 +378,7 @@ async fn timeout_and_wrong_result_count_are_retryable(backend: Backend) {
     #[async_trait]
     impl Publisher for Slow {
         async fn publish(&self, _: &[Event]) -> Vec<Outcome> {
+            // Overruns the publish timeout: the sink's delay is what is tested.
             tokio::time::sleep(Duration::from_secs(5)).await;
             Vec::new()
         }
@@ -427,15 +456,11 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
         let shutdown = shutdown.clone();
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while counts(&*store).await.delivered < 400 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not drained: {:?}",
-            counts(&*store).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("400 rows delivered", Duration::from_secs(120), || async {
+        let c = counts(&*store).await;
+        if c.delivered >= 400 { Ok(()) } else { Err(c) }
+    })
+    .await;
     shutdown.cancel();
     run.await.unwrap().unwrap();
     assert!(*failures.lock().unwrap() > 50, "failures were injected");
@@ -472,14 +497,11 @@ async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
     // Shut down while batches are in flight (each publish takes 300 ms).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while counts(&*store).await.delivering == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no batch was ever in flight"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("a batch in flight", Duration::from_secs(20), || async {
+        let c = counts(&*store).await;
+        if c.delivering > 0 { Ok(()) } else { Err(c) }
+    })
+    .await;
     shutdown.cancel();
     let stats = run.await.unwrap().unwrap();
     let c = counts(&*store).await;
@@ -502,20 +524,20 @@ impl Publisher for Held {
     }
 }
 
-/// Polls until `check` holds for the rows' statuses, or panics after 20 s with `what`.
+/// Polls until every row of `ids` has `status`, or panics after 20 s with `what` and the rows
+/// that have not.
 async fn wait_for_statuses(db: &TestDb, ids: &[String], status: &str, what: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut all = true;
+    wait_until(what, Duration::from_secs(20), || async {
+        let mut other = Vec::new();
         for id in ids {
-            all &= db.row("app", id).await.unwrap().status == status;
+            let row = db.row("app", id).await.unwrap();
+            if row.status != status {
+                other.push((id.clone(), row.status));
+            }
         }
-        if all {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if other.is_empty() { Ok(()) } else { Err(other) }
+    })
+    .await
 }
 
 /// Sinks are isolated: a quick sink's events are marked `delivered` (and an unrouted event
@@ -669,6 +691,8 @@ async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend)
                     .or_default()
                     .push(event.attempt);
             }
+            // The sink's pace, part of the test: a publish that leaves a batch claimed ahead
+            // too little lease.
             tokio::time::sleep(Duration::from_millis(1_450)).await;
             self.active.fetch_sub(1, AtomicOrdering::SeqCst);
             vec![Outcome::Delivered; batch.len()]
@@ -696,7 +720,31 @@ async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend)
     let host_a = Worker::new(store.clone(), a.clone(), opts.clone());
     let run_a =
         tokio::spawn(async move { host_a.run(RunMode::Drain, CancellationToken::new()).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // B starts once A publishes its first batch and, where writers run side by side, holds the
+    // second claimed ahead (SQLite claims only after the mark).
+    let ids: Vec<String> = (0..4).map(|i| format!("e{i:06}")).collect();
+    let held_by_a = if store.backend().concurrent_writers() {
+        4
+    } else {
+        2
+    };
+    wait_until(
+        "A publishes and holds what it claims ahead",
+        Duration::from_secs(20),
+        || async {
+            let publishing = a.active.load(AtomicOrdering::SeqCst);
+            let mut delivering = 0;
+            for id in &ids {
+                delivering += usize::from(db.row("app", id).await.unwrap().status == "delivering");
+            }
+            if publishing == 1 && delivering == held_by_a {
+                Ok(())
+            } else {
+                Err((publishing, delivering))
+            }
+        },
+    )
+    .await;
     let shutdown = CancellationToken::new();
     opts.node_id = "b".into();
     let host_b = Worker::new(db.store_default().await, b.clone(), opts);
@@ -705,7 +753,6 @@ async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend)
         async move { host_b.run(RunMode::Forever, shutdown).await }
     });
     run_a.await.unwrap().unwrap();
-    let ids: Vec<String> = (0..4).map(|i| format!("e{i:06}")).collect();
     wait_for_statuses(&db, &ids, "delivered", "all four delivered").await;
     shutdown.cancel();
     run_b.await.unwrap().unwrap();
@@ -758,7 +805,16 @@ async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
             Instant::now()
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The due rows come while the stream flows: once the worker is delivering its rows.
+    wait_until("the stream delivered", Duration::from_secs(10), || async {
+        let delivered = recorder.delivered_ids().len();
+        if delivered >= 100 {
+            Ok(())
+        } else {
+            Err(delivered)
+        }
+    })
+    .await;
     let now = now_ms();
     db.insert_raw(
         outboxd::store::DEFAULT_TABLE,
@@ -780,17 +836,19 @@ async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
     .await;
     let inserted = Instant::now();
     let due = ["due-retry".to_string(), "dead-lease".to_string()];
-    let delivered_at = loop {
-        let delivered = recorder.delivered_ids();
-        if due.iter().all(|id| delivered.contains(id)) {
-            break Instant::now();
-        }
-        assert!(
-            inserted.elapsed() < Duration::from_secs(30),
-            "due rows not delivered: {delivered:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let delivered_at = wait_until(
+        "the due rows delivered",
+        Duration::from_secs(30),
+        || async {
+            let delivered = recorder.delivered_ids();
+            if due.iter().all(|id| delivered.contains(id)) {
+                Ok(Instant::now())
+            } else {
+                Err(delivered.len())
+            }
+        },
+    )
+    .await;
     let stream_stopped = producer.await.unwrap();
     shutdown.cancel();
     run.await.unwrap().unwrap();
@@ -848,6 +906,7 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
             self.most_active.fetch_max(now, AtomicOrdering::SeqCst);
             let ids = batch.iter().map(|event| event.event_id.clone());
             self.published.lock().unwrap().extend(ids);
+            // The sink's configured delay (part of the test).
             tokio::time::sleep(PUBLISH).await;
             self.active.fetch_sub(1, AtomicOrdering::SeqCst);
             vec![Outcome::Delivered; batch.len()]
@@ -1068,15 +1127,15 @@ async fn a_held_worker_holds_rows_committed_between_its_claims(backend: Backend)
         let shutdown = shutdown.clone();
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
-    let started = Instant::now();
-    while recorder.delivered_ids().len() < 11 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "not delivered: {:?}",
-            recorder.delivered_ids()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("11 rows delivered", Duration::from_secs(30), || async {
+        let delivered = recorder.delivered_ids();
+        if delivered.len() >= 11 {
+            Ok(())
+        } else {
+            Err(delivered)
+        }
+    })
+    .await;
     shutdown.cancel();
     run.await.unwrap().unwrap();
     assert!(

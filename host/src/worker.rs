@@ -50,6 +50,7 @@ mod deadline;
 mod deliver;
 mod deliveries;
 mod held;
+mod lane;
 mod mark;
 mod slot;
 

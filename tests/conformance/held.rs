@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outboxd::record::{LAST_ERROR_MAX_BYTES, truncate_error};
 use outboxd::store::{Backend, DEFAULT_TABLE, HeldBatch, OutboxStore, StoreError};
@@ -17,7 +17,7 @@ use crate::helpers::{
     APP, claim_app, deferred, delivered, enqueue, failed, mark, params, retryable, setup,
     status_of, strs,
 };
-use crate::support::{RawInsert, record};
+use crate::support::{RawInsert, record, wait_until};
 
 crate::support::per_backend!(
     held_claim_writes_nothing_until_marked,
@@ -212,15 +212,7 @@ async fn held_drop_rolls_back(backend: Backend) {
     drop(batch); // a host that dies mid-publish: the database rolls back
     // The rollback reaches the database when the pool takes the connection back (at once, in
     // the background): wait for the rows, but not forever.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let again = loop {
-        let again = claim_held(&store, "w2", 10, 1_001).await;
-        if again.events.len() == 2 || Instant::now() > deadline {
-            break again;
-        }
-        again.release().await.expect("release");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let again = held_again(&store, 1_001).await;
     let attempts: Vec<(String, u32)> = again
         .events
         .iter()
@@ -234,6 +226,26 @@ async fn held_drop_rolls_back(backend: Backend) {
     again.release().await.expect("release");
     let e2 = db.row(APP, "e2").await.unwrap();
     assert_eq!((e2.status.as_str(), e2.retry_count), ("retryable", 3));
+}
+
+/// Polls held claims (worker `w2`, at `now_ms`) until one holds the two rows a dropped or
+/// refused batch gave back: the rollback reaches the database when the pool takes the
+/// connection back (at once, in the background).
+async fn held_again(store: &Arc<dyn OutboxStore>, now_ms: i64) -> HeldBatch {
+    wait_until(
+        "the two rows claimable again",
+        Duration::from_secs(10),
+        || async {
+            let again = claim_held(store, "w2", 10, now_ms).await;
+            if again.events.len() == 2 {
+                return Ok(again);
+            }
+            let ids = held_ids(&again);
+            again.release().await.expect("release");
+            Err(ids)
+        },
+    )
+    .await
 }
 
 async fn held_concurrent_claims_never_share_a_row(backend: Backend) {
@@ -259,6 +271,8 @@ async fn held_concurrent_claims_never_share_a_row(backend: Backend) {
         let store = store.clone();
         tokio::spawn(async move { claim_app(&store, "c", 6, 1_000, 30_000).await })
     };
+    // Part of the test, not a wait: B and the leased claim run for 200 ms while A holds its rows
+    // (they skip them at once, or wait for A's write lock on SQLite: nothing to poll for).
     tokio::time::sleep(Duration::from_millis(200)).await;
     // A marks in a task of its own: on MariaDB its UPDATE may wait for B's open transaction
     // (B's scan passed A's rows), so B must be able to finish meanwhile.
@@ -480,15 +494,7 @@ async fn held_batch_marks_only_its_own_rows(backend: Backend) {
         "names the row: {err}"
     );
     // Refused as a whole: the batch is given up, nothing written, no attempt spent.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let again = loop {
-        let again = claim_held(&store, "w2", 10, 1_200).await;
-        if again.events.len() == 2 || Instant::now() > deadline {
-            break again;
-        }
-        again.release().await.expect("release");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let again = held_again(&store, 1_200).await;
     assert_eq!(held_ids(&again), strs(&["e1", "e2"]));
     assert!(again.events.iter().all(|e| e.event.attempt == 1));
     again.release().await.expect("release");

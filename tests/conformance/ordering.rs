@@ -356,6 +356,8 @@ async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(bac
                     .unwrap_or_else(|e| panic!("{worker}: {e}"));
                 if batch.events.is_empty() {
                     idle += 1;
+                    // The claimers' pace when idle (part of the race; they stop after 50 empty
+                    // claims).
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                     continue;
                 }

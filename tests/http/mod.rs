@@ -352,6 +352,7 @@ async fn receive(
             (status, respond(status, &headers, "text/plain", body))
         }
         Some(Reply::Stall(duration)) => {
+            // The receiver's scripted stall (what the test asked of it).
             tokio::time::sleep(duration).await;
             (503, respond(503, &[], "text/plain", "stalled".to_string()))
         }
@@ -645,6 +646,7 @@ async fn im_receive(
             respond(status, &headers, "text/plain", body)
         }
         Some(ImReply::Http(Reply::Stall(duration))) => {
+            // The receiver's scripted stall (what the test asked of it).
             tokio::time::sleep(duration).await;
             record(&mut state.lock().unwrap(), 503);
             respond(503, &[], "text/plain", "stalled".to_string())

@@ -27,7 +27,9 @@
 //!
 //! Files: this one creates and drops the databases; `raw.rs` is the plain-SQL access (bound
 //! values, rows in and out), `schema.rs` hand-made tables and the indexes in the catalog,
-//! `plan.rs` EXPLAIN plans, `records.rs` test records, `per_backend.rs` the macro.
+//! `plan.rs` EXPLAIN plans, `records.rs` test records, `per_backend.rs` the macro, `wait.rs` the
+//! one polling helper ([`wait_until`]: every wait in the tests is a poll on a condition),
+//! `running.rs` a worker under test that reports its deliveries ([`Running`]).
 //!
 //! ```ignore
 //! mod support;
@@ -46,7 +48,10 @@ mod plan;
 pub mod private_server;
 mod raw;
 mod records;
+mod running;
 mod schema;
+pub mod tcp_proxy;
+mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +72,10 @@ pub use plan::{PlanStep, backlog, parse_pg_plan};
 pub use raw::{Bind, RawInsert, RawPool, RawRow};
 #[allow(unused_imports)]
 pub use records::{record, status_counts, typed_record};
+#[allow(unused_imports)]
+pub use running::Running;
+#[allow(unused_imports)]
+pub use wait::{POLL_EVERY, wait_for, wait_until, wait_until_blocking, wait_until_every};
 
 /// Env var overriding the MariaDB server URL (must name an existing database, e.g. `/test`).
 pub const MYSQL_URL_ENV: &str = "OUTBOXD_TEST_MYSQL_URL";

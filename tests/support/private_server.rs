@@ -91,6 +91,9 @@ pub struct PrivateServer {
     pg_bin: PathBuf,
     /// MariaDB: write a ROW-format binary log (`--log-bin`), else `--skip-log-bin`.
     log_bin: bool,
+    /// The buffer pool (MariaDB) and shared buffers (PostgreSQL) of a server started
+    /// [`PrivateServer::large`]; otherwise MariaDB's is 64 MiB and PostgreSQL's its default.
+    memory: Option<&'static str>,
 }
 
 impl PrivateServer {
@@ -99,8 +102,22 @@ impl PrivateServer {
         PrivateServer::start_with(kind, false).await
     }
 
+    /// [`PrivateServer::start`] with a buffer pool (MariaDB) / shared buffers (PostgreSQL) of
+    /// 1 GiB, for a test of a million rows whose table must fit in memory, as in production.
+    pub async fn large(kind: Kind) -> Option<PrivateServer> {
+        PrivateServer::start_full(kind, false, Some("1GB")).await
+    }
+
     /// [`PrivateServer::start`]; MariaDB with a ROW-format binary log when `log_bin`.
     pub async fn start_with(kind: Kind, log_bin: bool) -> Option<PrivateServer> {
+        PrivateServer::start_full(kind, log_bin, None).await
+    }
+
+    async fn start_full(
+        kind: Kind,
+        log_bin: bool,
+        memory: Option<&'static str>,
+    ) -> Option<PrivateServer> {
         let pg_bin = postgres_bin();
         let needed: Vec<PathBuf> = match kind {
             Kind::Postgres => vec![pg_bin.join("initdb"), pg_bin.join("postgres")],
@@ -121,6 +138,7 @@ impl PrivateServer {
             child: None,
             pg_bin,
             log_bin,
+            memory,
         };
         server.init();
         server.spawn();
@@ -231,6 +249,9 @@ impl PrivateServer {
                         "-c",
                         "max_connections=100",
                     ]);
+                if let Some(memory) = self.memory {
+                    command.arg("-c").arg(format!("shared_buffers={memory}"));
+                }
                 command
             }
             Kind::MariaDb => {
@@ -250,10 +271,14 @@ impl PrivateServer {
                     })
                     .args([
                         "--bind-address=127.0.0.1",
-                        "--innodb-buffer-pool-size=64M",
                         "--innodb-flush-log-at-trx-commit=2",
                         "--max-connections=200",
-                    ]);
+                    ])
+                    .arg(format!(
+                        "--innodb-buffer-pool-size={}",
+                        self.memory
+                            .map_or("64M".to_string(), |m| m.replace("GB", "G"))
+                    ));
                 if running_as_root() {
                     command.arg("--user=root");
                 }
@@ -271,29 +296,24 @@ impl PrivateServer {
 
     /// Waits until the server accepts connections (at most 60 s).
     pub async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let ready = match self.kind {
+        let what = format!("private {:?} server accepting connections", self.kind);
+        super::wait_until(&what, Duration::from_secs(60), || async {
+            let connected = match self.kind {
                 Kind::Postgres => <sqlx::PgConnection as sqlx::Connection>::connect(&self.url())
                     .await
-                    .is_ok(),
+                    .map(drop),
                 Kind::MariaDb => {
                     <sqlx::MySqlConnection as sqlx::Connection>::connect(&self.admin_url())
                         .await
-                        .is_ok()
+                        .map(drop)
                 }
             };
-            if ready {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "private {:?} server did not start: {}",
-                self.kind,
-                std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            connected.map_err(|e| {
+                let log = std::fs::read_to_string(self.dir.path().join("server.log"));
+                format!("{e}; server log:\n{}", log.unwrap_or_default())
+            })
+        })
+        .await
     }
 
     /// Shuts the server down cleanly (PostgreSQL: fast shutdown) and waits for it to exit.
@@ -306,9 +326,11 @@ impl PrivateServer {
             let _ = Command::new("kill")
                 .args([signal, &child.id().to_string()])
                 .status();
+            // Not support::wait_until: this runs on drop, so it must not panic; a server that
+            // has not exited after 60 s is killed below.
             let deadline = Instant::now() + Duration::from_secs(60);
             while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(super::POLL_EVERY);
             }
             let _ = child.kill();
             let _ = child.wait();

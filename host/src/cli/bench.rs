@@ -38,6 +38,10 @@ pub enum Shape {
     /// Issue 10's raw two-write SQL loop: a plain sqlx client, claim then fenced mark, no outboxd
     /// code in the loop (`--raw-clients` clients, `--batch-size` rows per claim).
     Raw,
+    /// The raw two-write loop on the yardstick table (`<table>_1idx`): the seed's columns, the
+    /// primary key and ONE claim index, no triggers (issue 25's yardstick; `bench_yardstick`).
+    #[value(name = "raw-1idx")]
+    RawOneIndex,
     /// The raw ceiling: lock with `SELECT … FOR UPDATE SKIP LOCKED`, one UPDATE to delivered,
     /// commit, in one transaction (each row written once; not at-least-once safe as outboxd is).
     RawHeld,
@@ -53,6 +57,7 @@ impl Shape {
             Shape::PerRoom => "per-room",
             Shape::Go => "go",
             Shape::Raw => "raw",
+            Shape::RawOneIndex => "raw-1idx",
             Shape::RawHeld => "raw-held",
             Shape::Held => "held",
         }
@@ -128,11 +133,15 @@ impl fmt::Display for BenchReport {
                 .find(|r| r.shape == shape)
                 .map(BenchRow::drain_rate)
         };
-        let (go, raw) = (rate_of(Shape::Go), rate_of(Shape::Raw));
+        let (go, raw, one_index) = (
+            rate_of(Shape::Go),
+            rate_of(Shape::Raw),
+            rate_of(Shape::RawOneIndex),
+        );
         writeln!(f, "database: {}  rooms: {}", self.database, self.rooms)?;
         writeln!(
             f,
-            "{:<9} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>7}",
+            "{:<9} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>7} {:>8}",
             "shape",
             "batch",
             "workers",
@@ -141,7 +150,8 @@ impl fmt::Display for BenchReport {
             "drain s",
             "drain ev/s",
             "vs go",
-            "vs raw"
+            "vs raw",
+            "vs 1idx"
         )?;
         for row in &self.rows {
             let ratio = |base: Option<f64>| {
@@ -150,7 +160,7 @@ impl fmt::Display for BenchReport {
             };
             writeln!(
                 f,
-                "{:<9} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>7}",
+                "{:<9} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>7} {:>8}",
                 row.shape.name(),
                 row.batch_size,
                 row.workers,
@@ -159,7 +169,8 @@ impl fmt::Display for BenchReport {
                 row.drain.as_secs_f64(),
                 row.drain_rate(),
                 ratio(go),
-                ratio(raw)
+                ratio(raw),
+                ratio(one_index)
             )?;
         }
         Ok(())
@@ -290,7 +301,28 @@ pub async fn run(
     let mut rows = Vec::new();
     for &shape in &options.shapes {
         let app_code = format!("bench-{}-{run_id}", shape.name());
-        let enqueue = enqueue(&*store, &app_code, options).await?;
+        // The yardstick shape runs on a table of its own (created fresh, one claim index).
+        let yardstick = if shape == Shape::RawOneIndex {
+            let table = super::bench_yardstick::table_name(&options.table)?;
+            super::bench_yardstick::create(
+                &config.database.url,
+                &table,
+                config.database.connect_timeout,
+            )
+            .await?;
+            Some(
+                store::connect(&ConnectOptions {
+                    table: table.clone(),
+                    max_connections: 2,
+                    ..config.connect_options()
+                })
+                .await?,
+            )
+        } else {
+            None
+        };
+        let shape_store = yardstick.as_ref().unwrap_or(&store);
+        let enqueue = enqueue(&**shape_store, &app_code, options).await?;
         let started = Instant::now();
         let (batch_size, workers) = match shape {
             Shape::Go => {
@@ -301,15 +333,15 @@ pub async fn run(
                 drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
             }
-            Shape::Raw | Shape::RawHeld => {
-                let raw = if shape == Shape::Raw {
-                    RawLoop::TwoWrite
-                } else {
+            Shape::Raw | Shape::RawOneIndex | Shape::RawHeld => {
+                let raw = if shape == Shape::RawHeld {
                     RawLoop::Held
+                } else {
+                    RawLoop::TwoWrite
                 };
                 let raw_options = RawOptions {
                     url: config.database.url.clone(),
-                    table: options.table.clone(),
+                    table: shape_store.table().clone(),
                     app_code: app_code.clone(),
                     clients: options.raw_clients,
                     batch_size: options.raw_batch_size,
@@ -320,7 +352,7 @@ pub async fn run(
             }
         };
         let drain = started.elapsed();
-        let counts = store
+        let counts = shape_store
             .counts(&CountsParams {
                 app_code: Some(app_code),
                 now_ms: now_ms(),
@@ -332,6 +364,9 @@ pub async fn run(
                 delivered: counts.delivered,
                 expected: options.events,
             });
+        }
+        if let Some(yardstick) = yardstick {
+            yardstick.close().await;
         }
         rows.push(BenchRow {
             shape,

@@ -13,12 +13,26 @@ use super::{ConfigError, Publishing, WorkerConfig, invalid};
 /// before the next one fires.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
-/// Checks that deadlines nest with [`DEADLINE_MARGIN`]: a sink's plugin `timeout_ms` setting
-/// (when given) + margin ≤ its `limits.publish_timeout`; the sink's publish calls for one claimed
-/// batch (`publish_timeout` × the chunks `max_batch_size` splits it into) + margin ≤
-/// `worker.publish_timeout` (the lease was checked against that already).
+/// Checks that deadlines nest with [`DEADLINE_MARGIN`]: `worker.publish_timeout` + margin ≤
+/// `worker.lease`; a sink's plugin `timeout_ms` setting (when given) + margin ≤ its
+/// `limits.publish_timeout`; the sink's publish calls for one claimed batch (`publish_timeout` ×
+/// the chunks `max_batch_size` splits it into) + margin ≤ `worker.publish_timeout`. The only
+/// place that checks deadlines against each other.
 pub(super) fn check(worker: &WorkerConfig, publishing: &Publishing) -> Result<(), ConfigError> {
     let show = |d: Duration| humantime::format_duration(d).to_string();
+    // `checked_add`: a publish timeout within a second of `Duration::MAX` leaves no lease.
+    let least_lease = worker.publish_timeout.checked_add(DEADLINE_MARGIN);
+    if least_lease.is_none_or(|least| worker.lease < least) {
+        return Err(invalid(
+            "worker.lease",
+            format!(
+                "must be at least worker.publish_timeout ({}) + {}, got {}",
+                show(worker.publish_timeout),
+                show(DEADLINE_MARGIN),
+                show(worker.lease)
+            ),
+        ));
+    }
     for (index, sink) in publishing.sinks().iter().enumerate() {
         let limits = sink.limits();
         let sink_deadline = limits.publish_timeout;

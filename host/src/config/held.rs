@@ -14,7 +14,7 @@ pub(super) fn check(worker: &WorkerConfig, database: &DatabaseConfig) -> Result<
     if worker.mode != WorkerMode::Held {
         return Ok(());
     }
-    if Backend::from_url(&database.url).ok() == Some(Backend::Sqlite) {
+    if Backend::from_url(&database.url).is_ok_and(|backend| !backend.holds_claims()) {
         return Err(invalid(
             "worker.mode",
             "\"held\" needs row locks (PostgreSQL, MariaDB/MySQL); on SQLite its open transaction \

@@ -265,19 +265,6 @@ impl RawWorker {
         if self.publish_timeout.is_zero() {
             return Err(invalid("worker.publish_timeout", "must be greater than 0"));
         }
-        // `checked_add`: a publish timeout within a second of `Duration::MAX` leaves no lease.
-        let least_lease = self.publish_timeout.checked_add(DEADLINE_MARGIN);
-        if least_lease.is_none_or(|least| self.lease < least) {
-            return Err(invalid(
-                "worker.lease",
-                format!(
-                    "must be at least worker.publish_timeout ({}) + {}, got {}",
-                    humantime::format_duration(self.publish_timeout),
-                    humantime::format_duration(DEADLINE_MARGIN),
-                    humantime::format_duration(self.lease)
-                ),
-            ));
-        }
         if !(1..=256).contains(&self.concurrency) {
             return Err(invalid(
                 "worker.concurrency",
@@ -291,9 +278,9 @@ impl RawWorker {
             Some(id) => id,
             None => default_node_id(),
         };
-        let is_mysql = crate::store::Backend::from_url(&database.url)
-            .is_ok_and(|b| b == crate::store::Backend::MySql);
-        if self.wake == WakeMode::Binlog && !is_mysql {
+        let has_binlog = crate::store::Backend::from_url(&database.url)
+            .is_ok_and(|b| b.commit_feed() == crate::store::CommitFeed::Binlog);
+        if self.wake == WakeMode::Binlog && !has_binlog {
             return Err(invalid(
                 "worker.wake",
                 "\"binlog\" needs a MySQL or MariaDB database.url (PostgreSQL and SQLite use \
@@ -315,7 +302,7 @@ impl RawWorker {
                 ));
             }
             Some(probe) => probe,
-            None if is_mysql => DEFAULT_IDLE_PROBE.min(self.poll_interval),
+            None if has_binlog => DEFAULT_IDLE_PROBE.min(self.poll_interval),
             None => self.poll_interval,
         };
         let batch_size = self

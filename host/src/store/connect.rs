@@ -1,53 +1,13 @@
-//! From a database URL to a connected store: the URL's scheme names the [`Backend`], the backend's
-//! module connects. The only place in the store that names every backend.
+//! What every backend's connect shares: the [`ConnectOptions`], and one direct connection first
+//! ([`probe`]). Which backend a URL names, and connecting it, is `store/backend.rs`.
 //!
 //! Every backend first makes one direct connection within `connect_timeout` ([`probe`]): a pool
 //! retries a refused connection until its acquire timeout and then reports only "pool timed
 //! out", hiding "Connection refused", "Access denied" or "Unknown database".
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::statement::SqlDialect;
-use super::{Backend, OutboxStore, StoreError, TableName, mysql, postgres, sqlite};
-
-impl Backend {
-    /// The backend a database URL names, by its scheme.
-    pub fn from_url(url: &str) -> Result<Backend, StoreError> {
-        let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
-        match scheme {
-            "sqlite" => Ok(Backend::Sqlite),
-            "mysql" | "mariadb" => Ok(Backend::MySql),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
-        }
-    }
-
-    /// What this database's SQL differs in (implemented in the backend's own file).
-    pub(crate) fn dialect(self) -> &'static dyn SqlDialect {
-        match self {
-            Backend::Sqlite => &sqlite::SqliteDialect,
-            Backend::MySql => &mysql::MySqlDialect,
-            Backend::Postgres => &postgres::PostgresDialect,
-        }
-    }
-
-    /// Whether write transactions on the outbox run side by side (row locks: MySQL / MariaDB,
-    /// PostgreSQL) rather than one at a time (SQLite's single write lock). The worker claims its
-    /// next batch while the current one is marked only where they do.
-    pub fn concurrent_writers(self) -> bool {
-        self.dialect().concurrent_writers()
-    }
-
-    /// Short lowercase name (`sqlite`, `mysql`, `postgres`), also the migrations folder name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::MySql => "mysql",
-            Backend::Postgres => "postgres",
-        }
-    }
-}
+use super::{StoreError, TableName};
 
 /// Connection options shared by every backend.
 #[derive(Debug, Clone)]
@@ -76,15 +36,6 @@ impl ConnectOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
-}
-
-/// Connects to the database the URL names.
-pub async fn connect(options: &ConnectOptions) -> Result<Arc<dyn OutboxStore>, StoreError> {
-    Ok(match Backend::from_url(&options.url)? {
-        Backend::Sqlite => Arc::new(sqlite::SqliteStore::connect(options).await?),
-        Backend::MySql => Arc::new(mysql::MySqlStore::connect(options).await?),
-        Backend::Postgres => Arc::new(postgres::PostgresStore::connect(options).await?),
-    })
 }
 
 /// Opens and closes one connection of type `C` to `url` within `timeout`, returning the driver's
@@ -128,20 +79,6 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backend_from_url() {
-        assert_eq!(Backend::from_url("sqlite://x.db").unwrap(), Backend::Sqlite);
-        assert_eq!(
-            Backend::from_url("mysql://root@h/db").unwrap(),
-            Backend::MySql
-        );
-        assert_eq!(
-            Backend::from_url("postgres://u@h/db").unwrap(),
-            Backend::Postgres
-        );
-        assert!(Backend::from_url("redis://h").is_err());
-    }
 
     #[test]
     fn urls_are_redacted() {

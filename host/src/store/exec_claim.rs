@@ -1,26 +1,68 @@
 //! The claim, written once for every backend over the shared executor ([`super::exec`]): the
-//! claim branches read in order in one write transaction, each branch's rows leased (in the
-//! branch's statement where the dialect addresses rows, else one lease UPDATE), rejected rows
+//! claim branches read in order in one write transaction, each branch's rows leased, rejected rows
 //! failed, and where the store keeps one (PostgreSQL, MariaDB) the tenant's claim position
-//! ([`super::claim_position`]) read and remembered.
+//! ([`super::claim_position`]) read and remembered. The steps a database does its own way are
+//! [`ClaimOps`]' methods: their default bodies are the SELECT-then-lease claim (SQLite, MariaDB);
+//! PostgreSQL's one-statement claim overrides them in `store/postgres/claim.rs`.
 
 use std::time::{Duration, Instant};
 
 use super::claim_position::{ClaimPosition, ClaimPositions, PendingStart};
-use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
+use super::driver::{CLAIM_RETRY_BUDGET, Driver, begin_write, db, retry_transient};
 use super::judge::judge;
-use super::row::{CandidateRow, LeasedRow};
-use super::statement::claim::{
-    ClaimBranch, PositionSide, Statements, lease_rows, reject_leased_rows, reject_rows,
-};
+use super::row::CandidateRow;
+use super::session::Session;
+use super::statement::claim::{ClaimBranch, PositionSide, lease_rows, reject_rows};
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record;
 use crate::store::{ClaimBatch, ClaimParams, DeliveryOrder, Lease, RejectedRow, StoreError};
 
+/// The steps of a claim that a database may do its own way; the default bodies are the claim
+/// that SELECTs its rows `FOR UPDATE SKIP LOCKED` (SQLite: in `BEGIN IMMEDIATE`) and leases them
+/// by primary key in a second statement.
+pub(crate) trait ClaimOps: Driver + Sized {
+    /// Begins the claim's transaction: a write transaction ([`begin_write`]).
+    async fn begin_claim(&self) -> Result<sqlx::Transaction<'static, Self::Db>, StoreError> {
+        begin_write(self, "claim").await
+    }
+
+    /// The rows of one claim statement, in the branch's order.
+    async fn claimed_rows<S: Session>(
+        &self,
+        session: &mut S,
+        query: Bound,
+    ) -> Result<Vec<CandidateRow>, sqlx::Error> {
+        session.rows::<CandidateRow>(query).await
+    }
+
+    /// The writes after the reads: the lease UPDATE of the rows handed out, then the rejected
+    /// rows failed.
+    async fn lease_and_reject<S: Session>(
+        &self,
+        session: &mut S,
+        params: &ClaimParams,
+        batch: &ClaimBatch,
+    ) -> Result<(), StoreError> {
+        const OP: &str = "claim";
+        let statements = self.statements();
+        let (backend, table) = (statements.backend(), statements.table());
+        let leased: Vec<&str> = batch
+            .events
+            .iter()
+            .map(|e| e.event.event_id.as_str())
+            .collect();
+        for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
+            let lease = lease_rows(backend, table, &batch.lease, params.now_ms, ids);
+            session.run(lease).await.map_err(db(OP))?;
+        }
+        fail_rejected(session, self, params, &batch.rejected, OP).await
+    }
+}
+
 /// Reads the claim branches in order (each up to the rows still wanted; rejected rows count),
 /// leases the rows handed out in one UPDATE and fails the rejected ones, in one transaction
 /// (repeated when the database picks it as a deadlock victim: [`retry_transient`]).
-pub(crate) async fn claim<D: Driver>(
+pub(crate) async fn claim<D: ClaimOps>(
     driver: &D,
     params: &ClaimParams,
 ) -> Result<ClaimBatch, StoreError> {
@@ -30,7 +72,7 @@ pub(crate) async fn claim<D: Driver>(
 /// Leases expired leases alone (the claim's last branch, each reclaim an attempt, a lease at
 /// `max_attempts` failed), leaving pending and retryable rows to the held claims of a held-mode
 /// worker: [`crate::store::OutboxStore::reclaim_expired`].
-pub(crate) async fn reclaim_expired<D: Driver>(
+pub(crate) async fn reclaim_expired<D: ClaimOps>(
     driver: &D,
     params: &ClaimParams,
 ) -> Result<ClaimBatch, StoreError> {
@@ -39,7 +81,7 @@ pub(crate) async fn reclaim_expired<D: Driver>(
 
 /// A claim reading `branches` (in claim order), repeated when the database picks it as a
 /// deadlock victim.
-async fn claim_branches<D: Driver>(
+async fn claim_branches<D: ClaimOps>(
     driver: &D,
     params: &ClaimParams,
     branches: &[ClaimBranch],
@@ -75,13 +117,12 @@ fn log_if_slow(steps: [Instant; 5], rows: usize) {
 }
 
 /// One attempt of [`claim_branches`].
-async fn claim_once<D: Driver>(
+async fn claim_once<D: ClaimOps>(
     driver: &D,
     params: &ClaimParams,
     branches: &[ClaimBranch],
 ) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
-    let statements = driver.statements();
     let mut batch = ClaimBatch {
         lease: Lease {
             app_code: params.app_code.clone(),
@@ -95,18 +136,12 @@ async fn claim_once<D: Driver>(
         return Ok(batch);
     }
     let mut steps = [Instant::now(); 5];
-    let mut tx = match D::BEGIN_CLAIM {
-        Some(begin) => driver.pool().begin_with(begin).await.map_err(db(OP))?,
-        None => begin_write(driver, OP).await?,
-    };
+    let mut tx = driver.begin_claim().await?;
     steps[1] = Instant::now();
     let positions = driver.positions();
-    let read = read_branches(
-        &mut *tx, statements, positions, params, branches, &mut batch,
-    )
-    .await?;
+    let read = read_branches(&mut *tx, driver, positions, params, branches, &mut batch).await?;
     steps[2] = Instant::now();
-    lease_and_reject(&mut *tx, statements, params, &batch).await?;
+    driver.lease_and_reject(&mut *tx, params, &batch).await?;
     steps[3] = Instant::now();
     tx.commit().await.map_err(db(OP))?;
     steps[4] = Instant::now();
@@ -129,9 +164,9 @@ async fn claim_once<D: Driver>(
 /// count), judging every row. With `positions`, the pending branch (without ordering) reads from
 /// the tenant's claim position ([`pending_from_position`]); what it read is returned, to be
 /// remembered once the claim commits.
-async fn read_branches<S: Session>(
+async fn read_branches<D: ClaimOps, S: Session>(
     session: &mut S,
-    statements: &Statements,
+    driver: &D,
     positions: Option<&ClaimPositions>,
     params: &ClaimParams,
     branches: &[ClaimBranch],
@@ -151,19 +186,13 @@ async fn read_branches<S: Session>(
                 if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::None =>
             {
                 let start = positions.start(&params.app_code, params.now_ms);
-                let (rows, pending) = pending_from_position(
-                    session,
-                    statements,
-                    start,
-                    params,
-                    &batch.lease,
-                    remaining,
-                )
-                .await?;
+                let (rows, pending) =
+                    pending_from_position(session, driver, start, params, &batch.lease, remaining)
+                        .await?;
                 read = Some(pending);
                 rows
             }
-            _ => branch_rows(session, statements, branch, params, &batch.lease, remaining)
+            _ => branch_rows(session, driver, branch, params, &batch.lease, remaining)
                 .await
                 .map_err(db(OP))?,
         };
@@ -181,46 +210,17 @@ async fn read_branches<S: Session>(
     Ok(read)
 }
 
-/// The writes after the reads: where the dialect leases in the claim statement, the rejected
-/// rows failed under the new lease; else the lease UPDATE of the rows handed out and the
-/// rejected rows failed.
-async fn lease_and_reject<S: Session>(
-    session: &mut S,
-    statements: &Statements,
-    params: &ClaimParams,
-    batch: &ClaimBatch,
-) -> Result<(), StoreError> {
-    const OP: &str = "claim";
-    let (backend, table) = (statements.backend(), statements.table());
-    if statements.leases_in_claim() {
-        for rejected in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-            let reject = reject_leased_rows(backend, table, &batch.lease, params.now_ms, rejected);
-            session.run(reject).await.map_err(db(OP))?;
-        }
-        return Ok(());
-    }
-    let leased: Vec<&str> = batch
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
-    for ids in leased.chunks(MAX_ROWS_PER_STATEMENT) {
-        let lease = lease_rows(backend, table, &batch.lease, params.now_ms, ids);
-        session.run(lease).await.map_err(db(OP))?;
-    }
-    fail_rejected(session, statements, params, &batch.rejected, OP).await
-}
-
 /// Fails the rows a claim without a lease on them rejected (`worker_id` keeps the last worker
 /// that held each row), in statements of at most [`MAX_ROWS_PER_STATEMENT`] rows: the leased
-/// claim of a dialect that leases after its SELECT, and the held claim.
-pub(crate) async fn fail_rejected<S: Session>(
+/// claim that leases after its SELECT ([`ClaimOps::lease_and_reject`]), and the held claim.
+pub(crate) async fn fail_rejected<S: Session, D: Driver>(
     session: &mut S,
-    statements: &Statements,
+    driver: &D,
     params: &ClaimParams,
     rejected: &[RejectedRow],
     op: &'static str,
 ) -> Result<(), StoreError> {
+    let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     for chunk in rejected.chunks(MAX_ROWS_PER_STATEMENT) {
         let reject = reject_rows(backend, table, &params.app_code, params.now_ms, chunk);
@@ -247,26 +247,27 @@ struct PendingRead {
 /// position that comes back short reads the rows up to the position too, in the same transaction,
 /// and hands those (older) rows out first: a claim never comes back short while older pending
 /// rows wait below the position.
-async fn pending_from_position<S: Session>(
+async fn pending_from_position<D: ClaimOps, S: Session>(
     session: &mut S,
-    statements: &Statements,
+    driver: &D,
     start: PendingStart,
     params: &ClaimParams,
     lease: &Lease,
     limit: usize,
 ) -> Result<(Vec<CandidateRow>, PendingRead), StoreError> {
     const OP: &str = "claim";
+    let statements = driver.statements();
     let by_position = |position, side, limit| {
         statements.claim_statement_by_position(params, lease, position, side, limit)
     };
     let mut rows = match &start {
         PendingStart::Head => {
             let pending = ClaimBranch::Pending;
-            branch_rows(session, statements, pending, params, lease, limit).await
+            branch_rows(session, driver, pending, params, lease, limit).await
         }
         PendingStart::After(position) => {
             let query = by_position(position, PositionSide::After, limit);
-            claimed_rows(session, statements, query).await
+            driver.claimed_rows(session, query).await
         }
     }
     .map_err(db(OP))?;
@@ -277,9 +278,7 @@ async fn pending_from_position<S: Session>(
     });
     if let (PendingStart::After(position), false) = (&start, full) {
         let query = by_position(position, PositionSide::UpTo, limit - rows.len());
-        let mut older = claimed_rows(session, statements, query)
-            .await
-            .map_err(db(OP))?;
+        let mut older = driver.claimed_rows(session, query).await.map_err(db(OP))?;
         older.append(&mut rows);
         rows = older;
     }
@@ -292,32 +291,18 @@ async fn pending_from_position<S: Session>(
 }
 
 /// The rows of one claim branch read from its head, in the branch's order: leased in the same
-/// statement where the dialect has it (the lease is written afterwards otherwise).
-async fn branch_rows<S: Session>(
+/// statement where the store claims so ([`ClaimOps::lease_and_reject`] leases them otherwise).
+async fn branch_rows<D: ClaimOps, S: Session>(
     session: &mut S,
-    statements: &Statements,
+    driver: &D,
     branch: ClaimBranch,
     params: &ClaimParams,
     lease: &Lease,
     limit: usize,
 ) -> Result<Vec<CandidateRow>, sqlx::Error> {
+    let statements = driver.statements();
     let query = statements
         .claim_lease_query(branch, params, lease, limit)
         .unwrap_or_else(|| statements.claim_query(branch, params, limit));
-    claimed_rows(session, statements, query).await
-}
-
-/// The rows of one claim statement in the branch's order: a one-statement claim's rows (where the
-/// dialect leases in the claim) sorted back by their position, else the locking SELECT's.
-async fn claimed_rows<S: Session>(
-    session: &mut S,
-    statements: &Statements,
-    query: Bound,
-) -> Result<Vec<CandidateRow>, sqlx::Error> {
-    if !statements.leases_in_claim() {
-        return session.rows::<CandidateRow>(query).await;
-    }
-    let mut rows = session.rows::<LeasedRow>(query).await?;
-    rows.sort_by_key(|row| row.position);
-    Ok(rows.into_iter().map(|row| row.candidate).collect())
+    driver.claimed_rows(session, query).await
 }

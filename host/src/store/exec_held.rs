@@ -2,16 +2,19 @@
 //! branch SELECTs of the leased claim (`… FOR UPDATE SKIP LOCKED`; SQLite: in `BEGIN
 //! IMMEDIATE`) in a transaction that the returned [`HeldBatch`] keeps open, rejected rows failed
 //! in it, no lease written; the mark ([`mark_held_rows`]) and the commit when the batch is marked.
+//! The steps a database does its own way are [`HeldOps`]' methods (PostgreSQL's, which bound the
+//! transaction's idle time and read each row's `ctid`, in `store/postgres/held.rs`).
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::exec::{Driver, Session, begin_write, db, retry_transient};
+use super::driver::{Driver, begin_write, db, retry_transient};
 use super::exec_claim::fail_rejected;
 use super::held::{HeldBatch, HeldTransaction};
 use super::judge::judge;
-use super::row::{AddressedRow, CandidateRow};
+use super::row::CandidateRow;
+use super::session::Session;
 use super::statement::MAX_ROWS_PER_STATEMENT;
 use super::statement::claim::ClaimBranch;
 use super::statement::held::mark_held_rows;
@@ -22,21 +25,52 @@ use crate::store::{Backend, ClaimParams, StoreError, TableName};
 /// never an expired lease: see [`HELD_BRANCHES`]) and keeps them locked in the returned batch's
 /// open transaction. `lease_ms`
 /// bounds how long the transaction may sit idle where the database can enforce it
-/// ([`super::statement::SqlDialect::held_idle_limit`]). A transaction the database aborts as
+/// ([`HeldOps::begin_held`]). A transaction the database aborts as
 /// transient before the rows are handed out is run again, as a leased claim is.
-pub(crate) async fn claim_held<D: Driver>(
+pub(crate) async fn claim_held<D: HeldOps>(
     driver: &D,
     params: &ClaimParams,
 ) -> Result<HeldBatch, StoreError>
 where
     for<'a> sqlx::Transaction<'a, D::Db>: Send,
 {
-    let deadline_ms = record::now_ms() + super::exec::CLAIM_RETRY_BUDGET.as_millis() as i64;
+    let deadline_ms = record::now_ms() + super::driver::CLAIM_RETRY_BUDGET.as_millis() as i64;
     retry_transient(deadline_ms, StoreError::is_transient, || {
         claim_held_once(driver, params)
     })
     .await
 }
+
+/// The steps of a held claim that a database may do its own way. The defaults: a write
+/// transaction, and each branch read by the leased claim's SELECT, its rows marked later by
+/// primary key.
+pub(crate) trait HeldOps: Driver + Sized {
+    /// Begins the held claim's transaction ([`begin_write`]).
+    async fn begin_held(
+        &self,
+        params: &ClaimParams,
+    ) -> Result<sqlx::Transaction<'static, Self::Db>, StoreError> {
+        let _ = params;
+        begin_write(self, HELD_OP).await
+    }
+
+    /// The rows of one branch, up to `limit`, in the branch's order, each with the address the
+    /// held mark reaches it by (`None`: by primary key).
+    async fn held_rows<S: Session>(
+        &self,
+        session: &mut S,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        limit: usize,
+    ) -> Result<Vec<(CandidateRow, Option<String>)>, sqlx::Error> {
+        let query = self.statements().claim_query(branch, params, limit);
+        let rows = session.rows::<CandidateRow>(query).await?;
+        Ok(rows.into_iter().map(|row| (row, None)).collect())
+    }
+}
+
+/// The operation a held claim's errors name.
+pub(crate) const HELD_OP: &str = "claim (held)";
 
 /// The branches a held claim reads: pending and due retryable rows. A `delivering` row whose
 /// lease expired may be one that killed the host publishing it; reclaimed by a held claim, a
@@ -46,20 +80,19 @@ where
 pub(crate) const HELD_BRANCHES: [ClaimBranch; 2] = [ClaimBranch::Pending, ClaimBranch::Retryable];
 
 /// One attempt of [`claim_held`].
-async fn claim_held_once<D: Driver>(
+async fn claim_held_once<D: HeldOps>(
     driver: &D,
     params: &ClaimParams,
 ) -> Result<HeldBatch, StoreError>
 where
     for<'a> sqlx::Transaction<'a, D::Db>: Send,
 {
-    const OP: &str = "claim (held)";
+    const OP: &str = HELD_OP;
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     let limit = params.limit as usize;
     let (mut events, mut rejected) = (Vec::new(), Vec::new());
-    let address = backend.dialect().held_row_address();
-    // event_id → address of the rows handed out, where the dialect addresses rows.
+    // event_id → address of the rows handed out, where the database reads one.
     let mut addresses = HashMap::new();
     if limit == 0 {
         return Ok(HeldBatch::new(
@@ -70,37 +103,17 @@ where
             None,
         ));
     }
-    let mut tx = begin_write(driver, OP).await?;
-    if let Some(limit) = backend.dialect().held_idle_limit(params.lease_ms) {
-        tx.run(limit).await.map_err(db(OP))?;
-    }
+    let mut tx = driver.begin_held(params).await?;
     let mut taken = 0;
     for branch in HELD_BRANCHES {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
         }
-        let rows: Vec<(CandidateRow, Option<String>)> = match address {
-            Some(address) => tx
-                .rows::<AddressedRow>(statements.claim_query_with_address(
-                    branch,
-                    params,
-                    remaining,
-                    address.select,
-                ))
-                .await
-                .map_err(db(OP))?
-                .into_iter()
-                .map(|row| (row.candidate, Some(row.address)))
-                .collect(),
-            None => tx
-                .rows::<CandidateRow>(statements.claim_query(branch, params, remaining))
-                .await
-                .map_err(db(OP))?
-                .into_iter()
-                .map(|row| (row, None))
-                .collect(),
-        };
+        let rows = driver
+            .held_rows(&mut *tx, branch, params, remaining)
+            .await
+            .map_err(db(OP))?;
         taken += rows.len();
         for (row, address) in rows {
             match judge(&params.app_code, row, branch, params.max_attempts) {
@@ -114,7 +127,7 @@ where
             }
         }
     }
-    fail_rejected(&mut *tx, statements, params, &rejected, OP).await?;
+    fail_rejected(&mut *tx, driver, params, &rejected, OP).await?;
     if events.is_empty() {
         // Nothing to hold: commit the rejections now.
         tx.commit().await.map_err(db(OP))?;

@@ -4,20 +4,17 @@
 
 use std::collections::HashSet;
 
-use super::exec::{CLAIM_RETRY_BUDGET, Driver, Session, begin_write, db, retry_transient};
+use super::driver::{CLAIM_RETRY_BUDGET, Driver, begin_write, db, retry_transient};
 use super::row::EventId;
+use super::session::Session;
 use super::statement::MAX_ROWS_PER_STATEMENT;
-use super::statement::mark::{lock_fenced_rows, mark_rows, mark_rows_counted};
+use super::statement::mark::{mark_rows, mark_rows_counted};
 use crate::record;
 use crate::store::{Lease, Mark, MarkParams, MarkReport, StoreError};
 
 /// Applies a batch's marks: one fenced UPDATE (per [`MAX_ROWS_PER_STATEMENT`] marks); the ids it
-/// did not change are stale. PostgreSQL runs it alone (no BEGIN/COMMIT) with `RETURNING`, which
-/// lists the ids it changed. SQLite and MySQL run it first in a transaction without an id list
-/// and commit when it matched every mark; otherwise it is rolled back and runs again listing the
-/// ids: with `RETURNING` (SQLite), or after locking and listing the fenced rows with `SELECT …
-/// FOR UPDATE` (MySQL).
-pub(crate) async fn mark<D: Driver>(
+/// did not change are stale. How each statement runs is the database's ([`MarkOps::mark_once`]).
+pub(crate) async fn mark<D: MarkOps>(
     driver: &D,
     params: &MarkParams<'_>,
 ) -> Result<MarkReport, StoreError> {
@@ -46,7 +43,7 @@ pub(crate) async fn mark<D: Driver>(
         // nothing (the fence no longer matches) and reports its rows as stale.
         let retry_on = |err: &StoreError| err.is_transient() || err.is_unreachable();
         let ids = retry_transient(deadline_ms, retry_on, || {
-            mark_once(driver, params.lease, marks, params.now_ms)
+            driver.mark_once(params.lease, marks, params.now_ms)
         })
         .await?;
         changed.extend(ids.into_iter().map(|EventId(id)| id));
@@ -63,53 +60,65 @@ pub(crate) async fn mark<D: Driver>(
     })
 }
 
-/// One transaction of [`mark`]: applies `marks` (one statement's worth) and returns the ids it
-/// changed.
-async fn mark_once<D: Driver>(
+/// How a database applies one statement's worth of marks in one transaction and lists the ids it
+/// changed. The default body is SQLite's: [`mark_counted`] first, and when some row was stale the
+/// fenced UPDATE again with `RETURNING event_id`. PostgreSQL (`store/postgres/mark.rs`: the
+/// `RETURNING` UPDATE alone, no BEGIN/COMMIT) and MySQL (`store/mysql/mark.rs`: no `RETURNING`;
+/// the fenced rows locked and listed first) override it.
+pub(crate) trait MarkOps: Driver + Sized {
+    /// One transaction of [`mark`]: applies `marks` (one statement's worth) and returns the ids
+    /// it changed.
+    async fn mark_once(
+        &self,
+        lease: &Lease,
+        marks: &[Mark],
+        now_ms: i64,
+    ) -> Result<Vec<EventId>, StoreError> {
+        const OP: &str = "mark";
+        if let Some(ids) = mark_counted(self, lease, marks, now_ms).await? {
+            return Ok(ids);
+        }
+        // Some row was stale (rare): the statement that lists the fenced rows it changes.
+        let statements = self.statements();
+        let update = mark_rows(
+            statements.backend(),
+            statements.table(),
+            lease,
+            marks,
+            now_ms,
+        );
+        let mut tx = begin_write(self, OP).await?;
+        let ids = tx.rows::<EventId>(update).await.map_err(db(OP))?;
+        tx.commit().await.map_err(db(OP))?;
+        Ok(ids)
+    }
+}
+
+/// The optimistic first try of a mark: the fenced UPDATE alone, without an id list, in a write
+/// transaction. Its affected-row count is the rows its WHERE matched (SQLite counts every row an
+/// UPDATE writes; sqlx connects to MySQL with CLIENT_FOUND_ROWS; every mark changes `status`), so
+/// when it equals the marks, every row was still under the lease and is changed: committed, every
+/// id returned. Otherwise rolled back, `None`: the caller learns which ids are stale its own way.
+/// On SQLite this saves handing 500 ids back row by row through the driver's channel
+/// (docs/PERFORMANCE.md, "SQLite: a backlog of one timestamp").
+pub(crate) async fn mark_counted<D: Driver>(
     driver: &D,
     lease: &Lease,
     marks: &[Mark],
     now_ms: i64,
-) -> Result<Vec<EventId>, StoreError> {
+) -> Result<Option<Vec<EventId>>, StoreError> {
     const OP: &str = "mark";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
-    if backend.dialect().has_update_returning() && D::BEGIN_WRITE.is_none() {
-        // One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
-        let update = mark_rows(backend, table, lease, marks, now_ms);
-        let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-        return conn.rows::<EventId>(update).await.map_err(db(OP));
-    }
-    // Optimistic first: the fenced UPDATE alone, without an id list. Its affected-row count is
-    // the rows its WHERE matched (SQLite counts every row an UPDATE writes; sqlx connects to MySQL
-    // with CLIENT_FOUND_ROWS; every mark changes `status`), so when it equals the marks, every row
-    // was still under the lease and is changed. Only when some were not does the mark roll back
-    // and learn which ids are stale: listed by `RETURNING` (SQLite), or locked and listed first
-    // (MySQL). On SQLite this saves handing 500 ids back row by row through the driver's channel
-    // (docs/PERFORMANCE.md, "SQLite: a backlog of one timestamp").
     let mut tx = begin_write(driver, OP).await?;
     let counted = mark_rows_counted(backend, table, lease, marks, now_ms);
     let changed = tx.run(counted).await.map_err(db(OP))?;
     if changed == marks.len() as u64 {
         tx.commit().await.map_err(db(OP))?;
-        return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
+        return Ok(Some(
+            marks.iter().map(|m| EventId(m.event_id.clone())).collect(),
+        ));
     }
     tx.rollback().await.map_err(db(OP))?;
-    // Some row was stale (rare): the statement that lists or follows the fenced rows.
-    let update = mark_rows(backend, table, lease, marks, now_ms);
-    tx = begin_write(driver, OP).await?;
-    let ids = if backend.dialect().has_update_returning() {
-        tx.rows::<EventId>(update).await.map_err(db(OP))?
-    } else {
-        let locked = tx
-            .rows::<EventId>(lock_fenced_rows(backend, table, lease, marks))
-            .await
-            .map_err(db(OP))?;
-        if !locked.is_empty() {
-            tx.run(update).await.map_err(db(OP))?;
-        }
-        locked
-    };
-    tx.commit().await.map_err(db(OP))?;
-    Ok(ids)
+    Ok(None)
 }

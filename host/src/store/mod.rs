@@ -1,16 +1,28 @@
 //! The database contract: one [`OutboxStore`] trait, its params and results, [`StoreError`].
 //!
 //! # Layout
-//! - this file: the contract only;
-//! - [`connect`](connect()): URL → [`Backend`] → connected store (the one place naming every
-//!   backend);
-//! - `exec`: the shared executor, every operation written once over a backend's pool;
+//! - this file: the contract only (`error.rs`: [`StoreError`]; `maintenance.rs`: the params and
+//!   results of counts, failed rows, requeue and purge);
+//! - [`sqlite`], [`mysql`], [`postgres`]: **what each database does**, one folder each: its store
+//!   and connection setup (`mod.rs`, with the producer `save`), its SQL and migrations
+//!   (`dialect.rs`, its `SqlDialect`: placeholders, row locks, catalog queries, its commit feed),
+//!   and its own form of a whole operation where it differs (PostgreSQL's one-statement claim and
+//!   `RETURNING` mark in `postgres/claim.rs`, `postgres/mark.rs`; MariaDB's claim-position seek
+//!   form and locked mark in `mysql/claim.rs`, `mysql/mark.rs`) — to see what PostgreSQL does,
+//!   open `postgres/`;
+//! - `backend.rs`: URL → [`Backend`] → connected store, the one place naming every backend; what
+//!   a database does is asked of its `Backend` ([`Backend::commit_feed`],
+//!   [`Backend::holds_claims`]), not matched on its name; `connect.rs`: [`ConnectOptions`] and
+//!   the first direct connection every backend makes;
+//! - the operations written once: `exec_claim` (the claim; its per-database steps are the
+//!   `ClaimOps` trait's default bodies), `exec_mark` (the mark; `MarkOps`), `exec_held` (the held
+//!   claim), `exec` (insert, counts, failed rows, requeue, purge), over what a backend provides
+//!   (`driver.rs`: `Driver`, and the one retry of transient errors; `session.rs`: `Session`, a
+//!   connection running bound statements); `impl_store.rs` makes a backend an [`OutboxStore`];
 //! - [`statement`]: statement building shared by every backend, grouped by operation; `row`: row
-//!   decoding; `judge`: the envelope judge (no SQL); [`schema`]: migrations, the columns and
-//!   claim indexes outboxd needs, `migrate`; `room_index`: the index only per-room claims read;
-//! - [`sqlite`], [`mysql`], [`postgres`]: each backend's store, producer `save`, and the SQL and
-//!   behaviour that differ for its database (its `SqlDialect`) — to see what PostgreSQL does
-//!   differently, open `postgres.rs`.
+//!   decoding; `judge`: the envelope judge (no SQL); [`schema`]: migrations (`migration.rs`:
+//!   one [`schema::Migration`]), the columns and claim indexes outboxd needs, `migrate`;
+//!   `room_index`: the start check of per-room ordering.
 //!
 //! Every backend passes the same conformance suite (`tests/conformance/`). Methods take one
 //! params struct and an explicit `now_ms`, so behaviour that depends on time (leases, due retries)
@@ -55,32 +67,45 @@
 //!   its sink (`PluginSink`), each sink's answer by the router, the publisher's answer by the
 //!   worker.
 
+mod backend;
 pub mod claim_position;
 mod connect;
+mod driver;
+mod error;
 mod exec;
 mod exec_claim;
 mod exec_held;
 mod exec_mark;
 mod held;
+mod impl_store;
 mod judge;
+mod maintenance;
+mod migration;
 pub mod mysql;
 pub mod postgres;
 mod room_index;
 mod row;
 pub mod schema;
+mod session;
 pub mod sqlite;
 pub mod statement;
 mod table_name;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::publish::Event;
 use crate::record::Record;
 
-pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, connect, redact_url};
+pub use backend::connect;
+pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, redact_url};
+pub use error::StoreError;
 pub use held::HeldBatch;
 pub use judge::{RowColumns, judge_columns};
+pub use maintenance::{
+    CountsParams, FailedFilter, FailedRow, ListFailedParams, PurgeParams, PurgeStatus,
+    RequeueParams, StatusCounts,
+};
 pub use table_name::TableName;
 
 /// Default name of the outbox table.
@@ -97,103 +122,16 @@ pub enum Backend {
     Postgres,
 }
 
-/// Errors of the storage layer. Database errors keep their source and name the operation.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// A statement or connection failed.
-    #[error("{op}: {source}")]
-    Database {
-        /// The store operation that failed (`claim`, `mark`, `enqueue`, …).
-        op: &'static str,
-        /// The driver's error.
-        #[source]
-        source: sqlx::Error,
-    },
-    /// The URL's scheme is none of sqlite, mysql, postgres.
-    #[error("unsupported database URL {0:?}: use sqlite://…, mysql://… or postgres://…")]
-    UnsupportedUrl(String),
-    /// The table name is not a plain SQL identifier.
-    #[error(
-        "invalid table name {0:?}: use letters, digits and '_' (not starting with a digit), at most 48 bytes"
-    )]
-    InvalidTableName(String),
-    /// The database server lacks something outboxd needs (e.g. SKIP LOCKED).
-    #[error("unsupported database server: {0}")]
-    UnsupportedServer(String),
-    /// A migration failed.
-    #[error("migration {version} ({name}) failed: {source}")]
-    Migration {
-        /// Migration number.
-        version: i64,
-        /// Migration file name.
-        name: &'static str,
-        /// The driver's error.
-        #[source]
-        source: sqlx::Error,
-    },
-    /// No connection to the database within `database.connect_timeout`.
-    #[error(
-        "connect: no answer within {} (database.connect_timeout)",
-        humantime::format_duration(*.0)
-    )]
-    ConnectTimeout(std::time::Duration),
-    /// A caller passed something the store cannot act on.
-    #[error("invalid request: {0}")]
-    Invalid(String),
-    /// The outbox table does not fit outboxd (a missing column, or an index named like a claim
-    /// index with other columns) and `migrate` will not change it; the message says what to do.
-    #[error("outbox table schema: {0}")]
-    Schema(String),
-}
-
-impl StoreError {
-    /// True for errors that a retry of the same operation can clear: a deadlock or serialization
-    /// failure (SQLSTATE 40001, 40P01), a lock wait timeout (MySQL 1205), or a busy SQLite file.
-    pub fn is_transient(&self) -> bool {
-        let StoreError::Database {
-            source: sqlx::Error::Database(db),
-            ..
-        } = self
-        else {
-            return false;
-        };
-        let code = db.code();
-        matches!(code.as_deref(), Some("40001" | "40P01" | "5" | "6" | "517"))
-            || db.message().contains("Lock wait timeout exceeded")
-    }
-
-    /// True when the database could not be reached at all (refused or broken connection, TLS
-    /// failure, no connection within the timeout), as opposed to a statement that failed.
-    pub fn is_unreachable(&self) -> bool {
-        match self {
-            StoreError::ConnectTimeout(_) => true,
-            StoreError::Database {
-                source: sqlx::Error::Database(db),
-                ..
-            } => {
-                // SQLSTATE class 08 (connection exception); 57P01..57P03: the server is
-                // shutting down or starting up.
-                let code = db.code();
-                let code = code.as_deref().unwrap_or("");
-                code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
-            }
-            StoreError::Database { source, .. } => matches!(
-                source,
-                sqlx::Error::Io(_)
-                    | sqlx::Error::Tls(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::WorkerCrashed
-                    | sqlx::Error::Protocol(_)
-            ),
-            _ => false,
-        }
-    }
-
-    /// Wraps a driver error with the operation it happened in.
-    pub fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
-        move |source| StoreError::Database { op, source }
-    }
+/// What wakes idle worker loops when rows are committed, by database ([`Backend::commit_feed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitFeed {
+    /// `LISTEN` on the channel the outbox table's triggers notify (PostgreSQL).
+    Listen,
+    /// `PRAGMA data_version` watched on a connection of its own (SQLite).
+    DataVersion,
+    /// The binary log followed as a replica would, where the server writes one and the user may
+    /// read it (MySQL / MariaDB).
+    Binlog,
 }
 
 /// Whether a claim keeps per-room order. In config: `worker.ordering = "none" | "per-room"`.
@@ -365,142 +303,6 @@ pub struct MarkReport {
     /// Event ids whose lease no longer matched (reclaimed by another worker, requeued, …); they
     /// were left untouched.
     pub stale: Vec<String>,
-}
-
-/// Row counts by status, as `outboxd status --json` prints them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct StatusCounts {
-    /// `pending` rows.
-    pub pending: u64,
-    /// `delivering` rows.
-    pub delivering: u64,
-    /// `retryable` rows.
-    pub retryable: u64,
-    /// `failed` rows.
-    pub failed: u64,
-    /// `delivered` rows.
-    pub delivered: u64,
-    /// Age of the oldest `pending` row (now − created_at_ms), if any.
-    pub oldest_pending_age_ms: Option<i64>,
-}
-
-/// Arguments of [`OutboxStore::counts`].
-#[derive(Debug, Clone, Default)]
-pub struct CountsParams {
-    /// Only this tenant; all tenants when `None`.
-    pub app_code: Option<String>,
-    /// The current time (for the oldest pending age).
-    pub now_ms: i64,
-}
-
-/// A `failed` row, as `outboxd failed list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FailedRow {
-    /// Tenant.
-    pub app_code: String,
-    /// Event id.
-    pub event_id: String,
-    /// Event type.
-    pub event_type: String,
-    /// Room.
-    pub room_id: String,
-    /// Failed attempts.
-    pub retry_count: u32,
-    /// Why it failed.
-    pub last_error: Option<String>,
-    /// Creation time, UTC ms.
-    pub created_at_ms: i64,
-    /// Last change, UTC ms.
-    pub updated_at_ms: i64,
-}
-
-/// Which `failed` rows [`OutboxStore::list_failed`] and [`OutboxStore::requeue`] act on. Every filter given
-/// must match (AND); a filter left empty matches everything.
-#[derive(Debug, Clone, Default)]
-pub struct FailedFilter {
-    /// Only this tenant.
-    pub app_code: Option<String>,
-    /// Only these event ids (empty: any).
-    pub event_ids: Vec<String>,
-    /// Only this event type.
-    pub event_type: Option<String>,
-    /// Only this room.
-    pub room_id: Option<String>,
-    /// Only rows created at or after this time (UTC ms).
-    pub since_ms: Option<i64>,
-    /// Only rows created before this time (UTC ms).
-    pub until_ms: Option<i64>,
-}
-
-impl FailedFilter {
-    /// True when no filter is set (the filter matches every failed row).
-    pub fn is_empty(&self) -> bool {
-        self.app_code.is_none()
-            && self.event_ids.is_empty()
-            && self.event_type.is_none()
-            && self.room_id.is_none()
-            && self.since_ms.is_none()
-            && self.until_ms.is_none()
-    }
-}
-
-/// Arguments of [`OutboxStore::list_failed`].
-#[derive(Debug, Clone, Default)]
-pub struct ListFailedParams {
-    /// Which rows.
-    pub filter: FailedFilter,
-    /// Most rows returned (oldest first).
-    pub limit: u32,
-}
-
-/// Arguments of [`OutboxStore::requeue`].
-#[derive(Debug, Clone, Default)]
-pub struct RequeueParams {
-    /// Which `failed` rows go back to `pending` (retry_count 0, lease cleared).
-    pub filter: FailedFilter,
-    /// Count the rows without changing them.
-    pub dry_run: bool,
-    /// The current time (`updated_at_ms`).
-    pub now_ms: i64,
-    /// Most rows moved by this call: the oldest matches (`created_at_ms`, `event_id`), in one
-    /// short transaction, so a large requeue can run in chunks beside live traffic. `None` moves
-    /// every match in one statement. Ignored by a dry run.
-    pub limit: Option<u32>,
-}
-
-/// The finished statuses retention deletes; live rows (`pending`, `delivering`, `retryable`)
-/// are never purged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PurgeStatus {
-    /// `delivered` rows.
-    Delivered,
-    /// `failed` rows (dead letters).
-    Failed,
-}
-
-impl PurgeStatus {
-    /// The status column value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PurgeStatus::Delivered => "delivered",
-            PurgeStatus::Failed => "failed",
-        }
-    }
-}
-
-/// Arguments of [`OutboxStore::purge`].
-#[derive(Debug, Clone)]
-pub struct PurgeParams {
-    /// Tenant (the purge walks the tenant's `(app_code, status, created_at_ms)` index range).
-    pub app_code: String,
-    /// Which finished rows.
-    pub status: PurgeStatus,
-    /// Only rows created **and** last changed before this time (UTC ms).
-    pub before_ms: i64,
-    /// Most rows deleted by one call (oldest first); ignored by a dry run.
-    pub limit: u32,
-    /// Count every matching row instead of deleting.
-    pub dry_run: bool,
 }
 
 /// The outbox table in one database.

@@ -2,21 +2,11 @@
 //! so it is not part of the base schema. `migrate` creates it when asked
 //! ([`crate::store::MigrateOptions::room_index`]); a worker with per-room ordering checks once at
 //! start that the table has it ([`check_ordering`]), since without it each per-room probe would
-//! scan the tenant's backlog.
+//! scan the tenant's backlog. (The index itself is [`super::schema`]'s `ROOM_INDEX`.)
 
-use super::exec::{Driver, db};
-use super::schema::{ClaimIndex, has_index_columns, same_columns, table_indexes};
+use super::driver::{Driver, db};
+use super::schema::{ROOM_INDEX, has_index_columns, same_columns, table_indexes};
 use super::{DeliveryOrder, StoreError};
-
-/// The per-room probes' index ("is an earlier event of this room still pending, retryable or
-/// delivering?", one probe per status). On SQLite it holds live rows only, as migration
-/// `sqlite/0002` made it.
-pub(crate) static ROOM_INDEX: ClaimIndex = ClaimIndex {
-    suffix: "room",
-    columns: &["app_code", "room_id", "status", "created_at_ms", "event_id"],
-    live_rows_only: true,
-    named_in_claims: true,
-};
 
 /// Ok when claims with `ordering` find the indexes they read: always without ordering; with
 /// per-room ordering when some index of the table has the room index's columns, under any name

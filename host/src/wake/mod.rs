@@ -20,10 +20,11 @@
 //! poll interval where a feed exists).
 
 pub mod binlog;
-pub mod gate;
 pub mod postgres;
 pub mod rate;
 pub mod sqlite;
+
+pub use postgres::gate;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use serde::Deserialize;
 use tracing::info;
 
-use crate::store::{Backend, StoreError, TableName};
+use crate::store::{Backend, CommitFeed, StoreError, TableName};
 use gate::Gate;
 use rate::ArrivalRate;
 
@@ -341,8 +342,8 @@ pub async fn start_commit_feed_with(
     wake: &Wake,
     shutdown: CancellationToken,
 ) -> Result<Option<JoinHandle<()>>, FeedError> {
-    let feed = match Backend::from_url(url)? {
-        Backend::Postgres => {
+    let feed = match Backend::from_url(url)?.commit_feed() {
+        CommitFeed::Listen => {
             wake.set_kind("listen");
             Some(postgres::spawn_listener(
                 url.to_string(),
@@ -351,7 +352,7 @@ pub async fn start_commit_feed_with(
                 shutdown,
             ))
         }
-        Backend::Sqlite => {
+        CommitFeed::DataVersion => {
             let feed = sqlite::spawn_watcher(url, wake.clone(), shutdown).await?;
             wake.set_kind(if feed.is_some() {
                 "data_version"
@@ -360,11 +361,11 @@ pub async fn start_commit_feed_with(
             });
             feed
         }
-        Backend::MySql if mode == WakeMode::Probe => {
+        CommitFeed::Binlog if mode == WakeMode::Probe => {
             wake.set_kind("probe (worker.wake = \"probe\")");
             None
         }
-        Backend::MySql => {
+        CommitFeed::Binlog => {
             let opened = match binlog::Target::new(url, table) {
                 Ok(target) => {
                     let server_id = binlog::server_id();

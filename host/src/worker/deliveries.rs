@@ -10,7 +10,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
-use super::slot::Lane;
+use super::lane::Lane;
 use super::{BatchStats, RunMode, Worker, WorkerError};
 use crate::metrics::RowOutcome;
 use crate::store::ClaimBatch;

@@ -6,13 +6,11 @@
 
 use std::time::Instant;
 
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::ahead::ClaimAhead;
-use super::deliver::LEASE_MARGIN;
 use super::deliveries::{Deliveries, Totals};
+use super::lane::Lane;
 use super::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerError};
 use crate::wake::{Idle, IdleBackoff};
 
@@ -62,37 +60,6 @@ impl Worker {
         slot.deliveries.finish_all().await;
         info!(worker = %lane.worker_id, node_id = %self.options.node_id, status = "stopped", "worker stopped");
         slot.deliveries.into_result()
-    }
-}
-
-/// What a loop keeps for its whole life and its deliveries borrow: its worker id, how far it
-/// claims ahead, and the turn its batches take to publish.
-pub(super) struct Lane {
-    /// `<node_id>/<slot>`.
-    pub(super) worker_id: String,
-    /// Deliveries a claim may overlap: two where writers run side by side while deliveries are
-    /// quick, one behind a slow one, none on SQLite (`ahead.rs`).
-    pub(super) ahead: ClaimAhead,
-    /// A batch claimed ahead publishes only once the one before it is marked: per loop at most
-    /// one batch is published and not yet marked, so a host killed at any moment redelivers at
-    /// most one batch per loop (the ones claimed ahead wait out their leases unpublished,
-    /// counted as an attempt). FIFO, so batches publish in claim order.
-    pub(super) publishing: Semaphore,
-}
-
-impl Lane {
-    fn new(worker: &Worker, slot: u32) -> Lane {
-        let options = &*worker.options;
-        Lane {
-            worker_id: format!("{}/{}", options.node_id, slot),
-            ahead: ClaimAhead::new(
-                worker.store.backend().concurrent_writers(),
-                options
-                    .lease
-                    .saturating_sub(options.publish_timeout + LEASE_MARGIN),
-            ),
-            publishing: Semaphore::new(1),
-        }
     }
 }
 

@@ -1,6 +1,5 @@
-//! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease, and
-//! (without `UPDATE … RETURNING`, when the UPDATE alone did not match every row) the locking
-//! SELECT listing the fenced rows.
+//! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease
+//! (MySQL's locking SELECT listing the fenced rows is in `store/mysql/mark.rs`).
 
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
@@ -142,7 +141,8 @@ pub(crate) fn update_by_key(backend: Backend, table: &TableName) -> SqlBuilder {
 }
 
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
-/// with `RETURNING event_id` where the backend has it.
+/// with `RETURNING event_id` (MySQL, which has no `RETURNING`, locks and lists the rows first:
+/// `store/mysql/mark.rs`).
 pub(crate) fn mark_rows(
     backend: Backend,
     table: &TableName,
@@ -150,14 +150,7 @@ pub(crate) fn mark_rows(
     marks: &[Mark],
     now_ms: i64,
 ) -> Bound {
-    mark_update(
-        backend,
-        table,
-        lease,
-        marks,
-        now_ms,
-        backend.dialect().has_update_returning(),
-    )
+    mark_update(backend, table, lease, marks, now_ms, true)
 }
 
 /// [`mark_rows`] without `RETURNING`: the first try of a mark in a transaction, whose affected-row
@@ -201,22 +194,5 @@ fn mark_update(
     if returning {
         b.push(" RETURNING event_id");
     }
-    b.finish()
-}
-
-/// MySQL: locks and lists the rows of `marks` still under the lease, before [`mark_rows`] runs
-/// again (after a first run that did not match every mark was rolled back).
-pub(crate) fn lock_fenced_rows(
-    backend: Backend,
-    table: &TableName,
-    lease: &Lease,
-    marks: &[Mark],
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("SELECT event_id FROM ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access());
-    lease_fence(&mut b, lease, marks.iter().map(|m| m.event_id.as_str()));
-    b.push(" FOR UPDATE");
     b.finish()
 }

@@ -19,8 +19,9 @@ pub mod purge;
 
 use std::sync::Arc;
 
-use super::schema::Migration;
-use super::{Backend, TableName};
+use super::claim_position::ClaimPosition;
+use super::migration::Migration;
+use super::{Backend, DeliveryOrder, Lease, Mark, RejectedRow, TableName};
 use crate::record::Status;
 
 /// Most rows (or ids) one INSERT, UPDATE or IN list carries, so that bound parameters stay well
@@ -29,11 +30,14 @@ use crate::record::Status;
 pub const MAX_ROWS_PER_STATEMENT: usize = 1000;
 
 /// What one database's SQL differs in. The provided methods are the standard SQL that at least
-/// two backends share; each backend file (`sqlite.rs`, `mysql.rs`, `postgres.rs`) implements the
+/// two backends share; each backend folder (`sqlite/`, `mysql/`, `postgres/`, in `dialect.rs`) implements the
 /// trait next to its store, overriding only what its database does differently — so what
-/// PostgreSQL does differently is read in `postgres.rs`. The shared builders ask this trait
+/// PostgreSQL does differently is read in `postgres/`. The shared builders ask this trait
 /// instead of matching on the backend.
 pub(crate) trait SqlDialect: Send + Sync + 'static {
+    /// The database this dialect is.
+    fn backend(&self) -> Backend;
+
     /// Writes placeholder number `n` (1-based) of a statement: `?`.
     fn placeholder(&self, sql: &mut String, _n: usize) {
         sql.push('?');
@@ -50,6 +54,9 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         true
     }
 
+    /// What wakes idle loops when rows are committed ([`crate::store::Backend::commit_feed`]).
+    fn commit_feed(&self) -> crate::store::CommitFeed;
+
     /// Written after the table name of a statement that addresses rows by primary key
     /// (`app_code = ? AND event_id IN (…)`): nothing.
     fn primary_key_access(&self) -> &'static str {
@@ -60,12 +67,6 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// (`INSERT IGNORE` / `INSERT OR IGNORE` would also swallow other errors).
     fn ignore_duplicate_key(&self) -> &'static str {
         " ON CONFLICT (app_code, event_id) DO NOTHING"
-    }
-
-    /// Whether `UPDATE … RETURNING` exists; without it a mark locks and lists the fenced rows with
-    /// `SELECT … FOR UPDATE` first.
-    fn has_update_returning(&self) -> bool {
-        true
     }
 
     /// Whether an INSERT's affected-row count includes ignored duplicates; `save` then subtracts
@@ -91,13 +92,20 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         None
     }
 
-    /// Whether a row comparison `(created_at_ms, event_id) > (?, ?)` seeks the pending index on
-    /// both columns (PostgreSQL, SQLite). `false`: the claim position is written as
-    /// `created_at_ms > ? OR (created_at_ms = ? AND event_id > ?)`, which MariaDB's range
-    /// optimizer turns into two ranges on the full key; its row comparison is a range on
-    /// `created_at_ms` alone, which reads a backlog written in one millisecond from its head.
-    fn seeks_by_row_comparison(&self) -> bool {
-        true
+    /// Writes the claim-position condition of the pending branch: the rows on `side` of the
+    /// position in claim order, in the form the database seeks on the pending index's full key.
+    /// Default: one row comparison `(c.created_at_ms, c.event_id) > (?, ?)` (PostgreSQL, SQLite);
+    /// MariaDB writes two ranges (`store/mysql/claim.rs`).
+    fn write_position_bound(&self, b: &mut SqlBuilder, side: claim::PositionSide) {
+        claim::write_row_comparison_bound(b, side);
+    }
+
+    /// The values [`SqlDialect::write_position_bound`]'s condition binds, in order.
+    fn position_args(&self, position: &ClaimPosition) -> Vec<Arg> {
+        vec![
+            Arg::Int(position.created_at_ms),
+            Arg::from(position.event_id.as_str()),
+        ]
     }
 
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
@@ -105,24 +113,57 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         ")"
     }
 
-    /// The system column addressing a locked row version for the rest of its transaction
-    /// (PostgreSQL `ctid`), when the claim leases each branch's rows in the statement that locks
-    /// them (`UPDATE … FROM unnest(ARRAY(SELECT <address> … FOR UPDATE SKIP LOCKED)) WITH
-    /// ORDINALITY … RETURNING`): one statement per branch, and the lease reaches each row by
-    /// its address, a plan no statistics can change. `None`: the claim SELECTs, then leases by
-    /// primary key in a second statement.
-    fn claim_row_address(&self) -> Option<&'static str> {
+    /// One claim branch claimed and leased in one statement, where the database can (PostgreSQL:
+    /// `UPDATE … FROM unnest(ARRAY(SELECT ctid … FOR UPDATE SKIP LOCKED)) WITH ORDINALITY …
+    /// RETURNING`, `store/postgres/claim.rs`), reading `position`'s side of a claim position when
+    /// given. `None` (the default): the claim SELECTs, then leases by primary key in a second
+    /// statement. A dialect that has it has it for every branch and ordering.
+    fn claim_lease_text(
+        &self,
+        _table: &TableName,
+        _branch: claim::ClaimBranch,
+        _ordering: DeliveryOrder,
+        _position: Option<claim::PositionSide>,
+    ) -> Option<Arc<str>> {
         None
     }
 
-    /// The statement run first in a held claim's transaction
-    /// ([`crate::store::OutboxStore::claim_held`]) that makes the database itself end the
-    /// transaction (rolling it back, releasing its row locks) once it has sat idle for
-    /// `limit_ms`, so a host that hangs mid-publish without dying cannot hold rows forever. `None`:
-    /// the database has no such per-transaction limit (see docs/OPERATIONS.md for what to set on
-    /// the server instead).
-    fn held_idle_limit(&self, _limit_ms: i64) -> Option<Bound> {
-        None
+    /// The statements a claim runs after its reads, handing out `event_ids` under `lease` and
+    /// rejecting `rejected`, named (`lease`, `reject`): for `EXPLAIN` in tests
+    /// ([`claim::Statements::follow_up_statements`]). Default: the lease UPDATE by primary key and
+    /// the reject UPDATE.
+    fn claim_follow_ups(
+        &self,
+        table: &TableName,
+        lease: &Lease,
+        now_ms: i64,
+        event_ids: &[&str],
+        rejected: &[RejectedRow],
+    ) -> Vec<(&'static str, Bound)> {
+        let backend = self.backend();
+        vec![
+            (
+                "lease",
+                claim::lease_rows(backend, table, lease, now_ms, event_ids),
+            ),
+            (
+                "reject",
+                claim::reject_rows(backend, table, &lease.app_code, now_ms, rejected),
+            ),
+        ]
+    }
+
+    /// The statements a mark of `marks` runs when some row is stale, named (`lock_fenced`,
+    /// `mark`): for `EXPLAIN` in tests. Default: the fenced UPDATE with `RETURNING event_id`.
+    fn mark_statements(
+        &self,
+        table: &TableName,
+        lease: &Lease,
+        marks: &[Mark],
+        now_ms: i64,
+    ) -> Vec<(&'static str, Bound)> {
+        let mark = mark::mark_rows(self.backend(), table, lease, marks, now_ms);
+        vec![("mark", mark)]
     }
 
     /// How a held mark reaches the rows its claim locked by their address instead of the primary
@@ -132,13 +173,13 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         None
     }
 
-    /// The embedded migrations (`migrations/<backend>/`), oldest first.
     /// A query of one BIGINT: the database's clock, UTC milliseconds since the epoch. `None`
     /// where the database has no clock apart from the host's (SQLite, in the host's process).
     fn clock_ms(&self) -> Option<&'static str> {
         None
     }
 
+    /// The embedded migrations (`migrations/<backend>/`), oldest first.
     fn migrations(&self) -> &'static [Migration];
 
     /// Table options written after the bookkeeping table's `CREATE TABLE` (engine, charset).

@@ -1,12 +1,14 @@
 //! Unit tests of the statement builders: the exact text per backend, placeholders matching the
 //! bound arguments.
 
-use super::claim::{ClaimBranch, Statements, lease_rows, reject_leased_rows, reject_rows};
+use super::claim::{ClaimBranch, Statements, lease_rows, reject_rows};
 use super::failed::{count_failed, requeue_failed, select_failed};
 use super::insert::{count_existing, distinct_records, insert_records};
-use super::mark::{MarkColumns, lock_fenced_rows, mark_rows};
+use super::mark::{MarkColumns, mark_rows, mark_rows_counted};
 use super::{Arg, Bound};
 use crate::record::{Record, Status};
+use crate::store::mysql::lock_fenced_rows;
+use crate::store::postgres::claim::reject_leased_rows;
 use crate::store::{
     Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, FailedFilter, Lease, Mark,
     RejectedRow, TableName,
@@ -322,7 +324,7 @@ fn mark_is_one_fenced_statement() {
     assert_eq!(pg.args[8], Arg::from("later"));
     assert_placeholders(Backend::Postgres, &pg);
 
-    let mysql = mark_rows(Backend::MySql, &table(), &lease(), &marks, 100);
+    let mysql = mark_rows_counted(Backend::MySql, &table(), &lease(), &marks, 100);
     assert!(!mysql.sql.contains("RETURNING"));
     assert!(
         mysql
@@ -331,7 +333,7 @@ fn mark_is_one_fenced_statement() {
     );
     assert!(!pg.sql.contains("FORCE"));
     assert_placeholders(Backend::MySql, &mysql);
-    let lock = lock_fenced_rows(Backend::MySql, &table(), &lease(), &marks);
+    let lock = lock_fenced_rows(&table(), &lease(), &marks);
     assert_eq!(
         &*lock.sql,
         "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND status = 'delivering' AND worker_id = ? \
@@ -442,7 +444,7 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
         room_id: "r".into(),
         reason: "bad".into(),
     }];
-    let reject = reject_leased_rows(Backend::Postgres, &table(), &lease(), 100, &rejected);
+    let reject = reject_leased_rows(&table(), &lease(), 100, &rejected);
     assert_eq!(
         &*reject.sql,
         "UPDATE room_outbox SET status = 'failed', lock_until_ms = NULL, last_error = CASE event_id WHEN $1 THEN $2 \
@@ -455,7 +457,7 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
         ..rejected[0].clone()
     }];
     for reject in [
-        reject_leased_rows(Backend::MySql, &table(), &lease(), 100, &long),
+        reject_leased_rows(&table(), &lease(), 100, &long),
         reject_rows(Backend::MySql, &table(), "live", 100, &long),
     ] {
         let Arg::Text(reason) = &reject.args[1] else {

@@ -4,7 +4,7 @@
 //! PostgreSQL serialises every transaction that sends a `NOTIFY` through one cluster-wide lock
 //! held across the commit's WAL flush, so producers that all notified were capped at about one
 //! commit per WAL flush. The trigger therefore notifies only while a host is **armed**, and the
-//! loops arm only while the table is quiet ([`super::rate`]); on a busy table they probe.
+//! loops arm only while the table is quiet ([`crate::wake::rate`]); on a busy table they probe.
 //!
 //! One connection per host, kept apart from the listener and the store's pool (it holds session
 //! locks for as long as it lives):
@@ -28,8 +28,8 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 use tracing::{info, warn};
 
-use super::Wake;
 use crate::store::redact_url;
+use crate::wake::Wake;
 
 /// How many hosts can be armed on one table at a time (the trigger checks this many gate locks).
 pub const SLOTS: i32 = 8;

@@ -12,13 +12,24 @@ use std::sync::Arc;
 use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
+mod claim;
+mod dialect;
+mod mark;
+
 use super::claim_position::ClaimPositions;
-use super::exec::{self, Driver, impl_session, impl_store};
-use super::schema::Migration;
+use super::driver::Driver;
+use super::exec;
+use super::exec_claim::ClaimOps;
+use super::exec_held::HeldOps;
+use super::impl_store::impl_store;
+use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
-use super::statement::{Bound, SqlBuilder, SqlDialect};
 use super::{Backend, ConnectOptions, StoreError, TableName};
+
 use crate::record::Record;
+pub(crate) use dialect::MySqlDialect;
+#[cfg(test)]
+pub(crate) use mark::lock_fenced_rows;
 
 /// The outbox in a MySQL or MariaDB database.
 #[derive(Debug, Clone)]
@@ -118,110 +129,18 @@ fn check_server_version(version: &str) -> Result<(), StoreError> {
 /// caller's isolation level.
 const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
-/// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
-/// (a mark that did not match every row locks and lists its fenced rows), `ON DUPLICATE KEY UPDATE` upserts whose
-/// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
-/// tables in `utf8mb4_bin`; no migration lock (DDL commits implicitly, every step of `migrate`
-/// is idempotent instead).
-#[derive(Debug)]
-pub(crate) struct MySqlDialect;
+impl_session!(sqlx::MySqlConnection, MySql);
 
-/// The embedded migrations (`migrations/mysql/`).
-const MIGRATIONS: &[Migration] = &[
-    Migration::new(
-        1,
-        "0001_room_outbox",
-        include_str!("../../../migrations/mysql/0001_room_outbox.sql"),
-    ),
-    Migration::new(
-        2,
-        "0002_room_index_on_demand",
-        include_str!("../../../migrations/mysql/0002_room_index_on_demand.sql"),
-    )
-    .dropping_room_index(),
-];
-
-impl SqlDialect for MySqlDialect {
-    /// `FORCE INDEX (PRIMARY)`: MySQL/MariaDB otherwise may walk a secondary index on the
-    /// `app_code` prefix (small tables) or on the lease (`status`, `lock_until_ms`) and lock the
-    /// entries of other workers' rows on the way: two claims' lease UPDATEs then deadlock (seen in
-    /// tests/conformance/claim.rs). By primary key a statement locks only its own rows.
-    fn primary_key_access(&self) -> &'static str {
-        " FORCE INDEX (PRIMARY)"
-    }
-
-    /// `FORCE INDEX (idx_<table>_room)`: InnoDB does not refresh a table's statistics after an
-    /// `ALTER TABLE` on it while empty (the migration dropping the room index, or its `CREATE
-    /// INDEX`), and with those statistics MariaDB plans the probe on the primary key's `app_code`
-    /// prefix (the tenant's whole backlog per candidate) once a backlog arrives
-    /// (tests/stale_plans.rs).
-    fn room_probe_index_hint(&self, name: &str) -> Option<String> {
-        Some(format!(" FORCE INDEX ({name})"))
-    }
-
-    /// The row comparison is a range on `created_at_ms` alone in MariaDB (EXPLAIN's `key_len`).
-    fn seeks_by_row_comparison(&self) -> bool {
-        false
-    }
-
-    fn ignore_duplicate_key(&self) -> &'static str {
-        " ON DUPLICATE KEY UPDATE event_id = event_id"
-    }
-
-    fn has_update_returning(&self) -> bool {
-        false
-    }
-
-    /// sqlx connects with `CLIENT_FOUND_ROWS`, so `ON DUPLICATE KEY UPDATE event_id = event_id`
-    /// counts a duplicate as 1.
-    fn insert_counts_duplicates(&self) -> bool {
-        true
-    }
-
-    fn clock_ms(&self) -> Option<&'static str> {
-        // UNIX_TIMESTAMP of a session-time DATETIME is UTC whatever the session's time zone.
-        Some("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
-    }
-
-    fn migrations(&self) -> &'static [Migration] {
-        MIGRATIONS
-    }
-
-    fn bookkeeping_table_options(&self) -> &'static str {
-        " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
-    }
-
-    fn ignore_duplicate_version(&self) -> &'static str {
-        " ON DUPLICATE KEY UPDATE version = version"
-    }
-
-    fn table_columns(&self, table: &TableName) -> Bound {
-        let mut b = SqlBuilder::new(Backend::MySql);
-        b.push(
-            "SELECT column_name FROM information_schema.columns \
-             WHERE table_schema = DATABASE() AND table_name = ",
-        )
-        .bind(table.as_str());
-        b.finish()
-    }
-
-    fn table_index_columns(&self, table: &TableName) -> Bound {
-        let mut b = SqlBuilder::new(Backend::MySql);
-        b.push(
-            "SELECT index_name, column_name FROM information_schema.statistics \
-             WHERE table_schema = DATABASE() AND table_name = ",
-        )
-        .bind(table.as_str())
-        .push(" ORDER BY index_name, seq_in_index");
-        b.finish()
-    }
-
-    fn drop_index_hint(&self, table: &TableName, name: &str) -> String {
-        format!("DROP INDEX {name} ON {}", table.as_str())
+/// No array parameter: the dialect writes `IN (?, …)`, so no statement carries an
+/// [`crate::store::statement::Arg::TextList`].
+impl BindTextList for MySql {
+    fn bind_text_list(
+        _query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
+        _values: Vec<String>,
+    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
+        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
     }
 }
-
-impl_session!(sqlx::MySqlConnection, MySql);
 
 impl Driver for MySqlStore {
     type Db = MySql;
@@ -242,6 +161,13 @@ impl Driver for MySqlStore {
         Some(&self.positions)
     }
 }
+
+/// The claim as written once: `SELECT … FOR UPDATE SKIP LOCKED`, then the lease UPDATE by
+/// primary key (the claim position's bound in MariaDB's seek form: `claim.rs`).
+impl ClaimOps for MySqlStore {}
+
+/// The held claim as written once: the branch SELECTs, rows marked by primary key.
+impl HeldOps for MySqlStore {}
 
 impl_store!(MySqlStore, Backend::MySql);
 

@@ -6,11 +6,13 @@
 //! (`outboxd requeue` from any host), so requeued rows are delivered at once too.
 //!
 //! Since migration 0005 the trigger notifies only while some host's gate is armed
-//! ([`super::gate`], which runs beside the listener on a connection of its own).
+//! ([`gate`], which runs beside the listener on a connection of its own).
 //!
 //! The listener reconnects on its own (backing off up to [`MAX_RECONNECT_WAIT`]); while it is
 //! down the loops probe adaptively, and after every (re)connect it wakes a loop once, since
 //! notifications sent while it was away are gone.
+
+pub mod gate;
 
 use std::time::Duration;
 
@@ -31,7 +33,7 @@ pub fn channel(table: &TableName) -> String {
     format!("outboxd_{}", table.as_str().to_ascii_lowercase())
 }
 
-/// Spawns the listener and the notify gate ([`super::gate`]); they run until `shutdown`.
+/// Spawns the listener and the notify gate ([`gate`]); they run until `shutdown`.
 pub fn spawn_listener(
     url: String,
     table: &TableName,
@@ -44,9 +46,9 @@ pub fn spawn_listener(
         tokio::select! {
             _ = shutdown.cancelled() => {}
             _ = listen_forever(&url, &channel, &wake) => {}
-            _ = super::gate::run(&url, &channel, &wake) => {}
+            _ = gate::run(&url, &channel, &wake) => {}
         }
-        wake.set_gate(super::gate::Gate::Off);
+        wake.set_gate(gate::Gate::Off);
         wake.set_commit_feed(false);
     })
 }

@@ -15,12 +15,20 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::exec::{self, Driver, impl_session, impl_store};
-use super::schema::Migration;
+mod dialect;
+
+use super::driver::Driver;
+use super::exec;
+use super::exec_claim::ClaimOps;
+use super::exec_held::HeldOps;
+use super::exec_mark::MarkOps;
+use super::impl_store::impl_store;
+use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
-use super::statement::{Bound, SqlBuilder, SqlDialect};
 use super::{Backend, ConnectOptions, StoreError, TableName};
+
 use crate::record::Record;
+pub(crate) use dialect::SqliteDialect;
 
 /// How long a statement waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -121,73 +129,18 @@ impl SqliteStore {
     }
 }
 
-/// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a claim runs in `BEGIN IMMEDIATE`, which
-/// serializes it with every other writer); `UPDATE … RETURNING`; the catalog read through the
-/// `pragma_table_info` / `pragma_index_list` table-valued functions.
-#[derive(Debug)]
-pub(crate) struct SqliteDialect;
+impl_session!(sqlx::SqliteConnection, Sqlite);
 
-/// The embedded migrations (`migrations/sqlite/`).
-const MIGRATIONS: &[Migration] = &[
-    Migration::new(
-        1,
-        "0001_room_outbox",
-        include_str!("../../../migrations/sqlite/0001_room_outbox.sql"),
-    ),
-    Migration::new(
-        2,
-        "0002_partial_indexes",
-        include_str!("../../../migrations/sqlite/0002_partial_indexes.sql"),
-    ),
-    Migration::new(
-        3,
-        "0003_room_index_on_demand",
-        include_str!("../../../migrations/sqlite/0003_room_index_on_demand.sql"),
-    )
-    .dropping_room_index(),
-];
-
-impl SqlDialect for SqliteDialect {
-    /// None: a claim (like `migrate`) runs in `BEGIN IMMEDIATE`, which excludes every other
-    /// writer.
-    fn row_lock(&self) -> &'static str {
-        ""
-    }
-
-    /// No: one writer at a time holds the file's write lock; a second `BEGIN IMMEDIATE` waits in
-    /// the busy handler (sleeping 1, 2, 5, 10 … ms between tries).
-    fn concurrent_writers(&self) -> bool {
-        false
-    }
-
-    fn migrations(&self) -> &'static [Migration] {
-        MIGRATIONS
-    }
-
-    /// As migration 0002 made the room index: an `OR` of equalities, which SQLite proves each
-    /// probe's `p.status = '…'` implies (it would not prove it for an `IN` list).
-    fn live_rows_predicate(&self) -> Option<&'static str> {
-        Some("status = 'pending' OR status = 'retryable' OR status = 'delivering'")
-    }
-
-    fn table_columns(&self, table: &TableName) -> Bound {
-        let mut b = SqlBuilder::new(Backend::Sqlite);
-        b.push("SELECT name FROM pragma_table_info(")
-            .bind(table.as_str())
-            .push(")");
-        b.finish()
-    }
-
-    fn table_index_columns(&self, table: &TableName) -> Bound {
-        let mut b = SqlBuilder::new(Backend::Sqlite);
-        b.push("SELECT il.name, ii.name FROM pragma_index_list(")
-            .bind(table.as_str())
-            .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
-        b.finish()
+/// No array parameter: the dialect writes `IN (?, …)`, so no statement carries an
+/// [`crate::store::statement::Arg::TextList`].
+impl BindTextList for Sqlite {
+    fn bind_text_list(
+        _query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
+        _values: Vec<String>,
+    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
+        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
     }
 }
-
-impl_session!(sqlx::SqliteConnection, Sqlite);
 
 impl Driver for SqliteStore {
     type Db = Sqlite;
@@ -201,6 +154,17 @@ impl Driver for SqliteStore {
         &self.statements
     }
 }
+
+/// The claim as written once: `SELECT` (in `BEGIN IMMEDIATE`, no row locks), then the lease
+/// UPDATE.
+impl ClaimOps for SqliteStore {}
+
+/// The mark as written once: the fenced UPDATE counted first, `RETURNING` when a row was stale.
+impl MarkOps for SqliteStore {}
+
+/// The held claim as written once (`worker.mode = "held"` is refused on SQLite by config
+/// loading: `Backend::holds_claims`).
+impl HeldOps for SqliteStore {}
 
 impl_store!(SqliteStore, Backend::Sqlite);
 

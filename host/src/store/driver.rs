@@ -1,0 +1,95 @@
+//! What a backend store provides to the shared operations ([`Driver`]: its pool, its statements,
+//! how it begins a write transaction, its claim positions), and the one retry of transactions the
+//! database aborted as transient ([`retry_transient`]).
+
+use std::time::Duration;
+
+use sqlx::Database;
+
+use super::StoreError;
+use super::claim_position::ClaimPositions;
+use super::session::Session;
+use super::statement::claim::Statements;
+use crate::record;
+
+/// What a backend store provides to the shared operations.
+pub(crate) trait Driver: Send + Sync {
+    /// The sqlx database; its connections run statements.
+    type Db: Database<Connection: Session>;
+
+    /// The statement beginning a write transaction, when the default `BEGIN` is not enough
+    /// (SQLite: `BEGIN IMMEDIATE`, so the write lock is taken up front and waits on busy_timeout
+    /// instead of failing to upgrade).
+    const BEGIN_WRITE: Option<&'static str>;
+
+    /// The connection pool.
+    fn pool(&self) -> &sqlx::Pool<Self::Db>;
+
+    /// The store's statements (backend and table).
+    fn statements(&self) -> &Statements;
+
+    /// The claim positions the store remembers between claims, where its claims read pending
+    /// rows from one ([`super::claim_position`]); `None`: every claim reads from the head (SQLite,
+    /// which removes a claimed row's old index entry in its own write).
+    fn positions(&self) -> Option<&ClaimPositions> {
+        None
+    }
+}
+
+/// Wraps a driver error with the operation it happened in.
+pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    StoreError::db(op)
+}
+
+/// Begins a write transaction.
+pub(crate) async fn begin_write<D: Driver>(
+    driver: &D,
+    op: &'static str,
+) -> Result<sqlx::Transaction<'static, D::Db>, StoreError> {
+    match D::BEGIN_WRITE {
+        Some(begin) => driver.pool().begin_with(begin).await,
+        None => driver.pool().begin().await,
+    }
+    .map_err(db(op))
+}
+
+/// How long a claim transaction the database aborted as transient is re-run before the error is
+/// returned (wall clock, from the first attempt).
+pub(crate) const CLAIM_RETRY_BUDGET: Duration = Duration::from_secs(2);
+
+/// Longest pause between two attempts.
+const MAX_RETRY_PAUSE_MS: u64 = 200;
+
+/// Runs a claim or mark transaction again while `retry_on` holds for its error — the database
+/// aborted it as transient (and, for marks, the database cannot be reached)
+/// ([`StoreError::is_transient`]: deadlock victim, serialization failure, lock wait timeout, busy
+/// SQLite file) and wall-clock time `deadline_ms` is not reached: the whole transaction was rolled
+/// back, so repeating it is safe. Concurrent hosts' `FOR UPDATE SKIP LOCKED` scans and the UPDATEs
+/// moving rows between the status-leading indexes can still meet on an index entry in MariaDB.
+///
+/// This is the only place that retries a database error: the worker never retries a store call
+/// (see the store's module docs, "Who retries what").
+pub(crate) async fn retry_transient<T, F, Fut>(
+    deadline_ms: i64,
+    retry_on: impl Fn(&StoreError) -> bool,
+    mut attempt: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut tries: u64 = 1;
+    loop {
+        match attempt().await {
+            Err(err) if retry_on(&err) => {
+                let pause_ms = (rand::random_range(1..=10) * tries).min(MAX_RETRY_PAUSE_MS);
+                if record::now_ms().saturating_add(pause_ms as i64) >= deadline_ms {
+                    return Err(err);
+                }
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! [`impl_store!`]: a backend store ([`super::driver::Driver`] with the database's claim and mark,
+//! [`super::exec_claim::ClaimOps`], [`super::exec_mark::MarkOps`]) made an
+//! [`crate::store::OutboxStore`] by the operations written once: `migrate` ([`super::schema`]),
+//! the start check of per-room ordering ([`super::room_index`]), the claim, the held claim, the
+//! mark, and the rest ([`super::exec`]).
+
+/// Implements [`crate::store::OutboxStore`] for a [`Driver`] with the shared operations:
+/// `impl_store!(SqliteStore, Backend::Sqlite);`.
+macro_rules! impl_store {
+    ($store:ty, $backend:expr) => {
+        #[async_trait::async_trait]
+        impl $crate::store::OutboxStore for $store {
+            fn backend(&self) -> $crate::store::Backend {
+                $backend
+            }
+
+            fn table(&self) -> &$crate::store::TableName {
+                $crate::store::driver::Driver::statements(self).table()
+            }
+
+            async fn migrate_with(
+                &self,
+                options: &$crate::store::MigrateOptions,
+            ) -> Result<Vec<i64>, $crate::store::StoreError> {
+                $crate::store::schema::migrate(self, options).await
+            }
+
+            async fn check_ordering(
+                &self,
+                ordering: $crate::store::DeliveryOrder,
+            ) -> Result<(), $crate::store::StoreError> {
+                $crate::store::room_index::check_ordering(self, ordering).await
+            }
+
+            async fn enqueue(
+                &self,
+                records: &[$crate::record::Record],
+            ) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::exec::enqueue(self, records).await
+            }
+
+            async fn claim(
+                &self,
+                params: &$crate::store::ClaimParams,
+            ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
+                $crate::store::exec_claim::claim(self, params).await
+            }
+
+            async fn reclaim_expired(
+                &self,
+                params: &$crate::store::ClaimParams,
+            ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
+                $crate::store::exec_claim::reclaim_expired(self, params).await
+            }
+
+            async fn claim_held(
+                &self,
+                params: &$crate::store::ClaimParams,
+            ) -> Result<$crate::store::HeldBatch, $crate::store::StoreError> {
+                $crate::store::exec_held::claim_held(self, params).await
+            }
+
+            async fn mark(
+                &self,
+                params: &$crate::store::MarkParams<'_>,
+            ) -> Result<$crate::store::MarkReport, $crate::store::StoreError> {
+                $crate::store::exec_mark::mark(self, params).await
+            }
+
+            async fn counts(
+                &self,
+                params: &$crate::store::CountsParams,
+            ) -> Result<$crate::store::StatusCounts, $crate::store::StoreError> {
+                $crate::store::exec::counts(self, params).await
+            }
+
+            async fn clock_ms(&self) -> Result<Option<i64>, $crate::store::StoreError> {
+                $crate::store::exec::clock_ms(self).await
+            }
+
+            async fn list_failed(
+                &self,
+                params: &$crate::store::ListFailedParams,
+            ) -> Result<Vec<$crate::store::FailedRow>, $crate::store::StoreError> {
+                $crate::store::exec::list_failed(self, params).await
+            }
+
+            async fn requeue(
+                &self,
+                params: &$crate::store::RequeueParams,
+            ) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::exec::requeue(self, params).await
+            }
+
+            async fn purge(
+                &self,
+                params: &$crate::store::PurgeParams,
+            ) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::exec::purge(self, params).await
+            }
+
+            async fn close(&self) {
+                $crate::store::driver::Driver::pool(self).close().await
+            }
+        }
+    };
+}
+pub(crate) use impl_store;

@@ -1,0 +1,142 @@
+//! MySQL's / MariaDB's SQL: what its statements differ in, and its embedded migrations.
+
+use crate::store::claim_position::ClaimPosition;
+use crate::store::migration::Migration;
+use crate::store::statement::claim::PositionSide;
+use crate::store::statement::mark::mark_rows_counted;
+use crate::store::statement::{Arg, Bound, SqlBuilder, SqlDialect};
+use crate::store::{Backend, CommitFeed, Lease, Mark, TableName};
+
+/// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
+/// (a mark that did not match every row locks and lists its fenced rows), `ON DUPLICATE KEY UPDATE` upserts whose
+/// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
+/// tables in `utf8mb4_bin`; no migration lock (DDL commits implicitly, every step of `migrate`
+/// is idempotent instead).
+#[derive(Debug)]
+pub(crate) struct MySqlDialect;
+
+/// The embedded migrations (`migrations/mysql/`).
+const MIGRATIONS: &[Migration] = &[
+    Migration::new(
+        1,
+        "0001_room_outbox",
+        include_str!("../../../../migrations/mysql/0001_room_outbox.sql"),
+    ),
+    Migration::new(
+        2,
+        "0002_room_index_on_demand",
+        include_str!("../../../../migrations/mysql/0002_room_index_on_demand.sql"),
+    )
+    .dropping_room_index(),
+];
+
+impl SqlDialect for MySqlDialect {
+    fn backend(&self) -> Backend {
+        Backend::MySql
+    }
+
+    /// The binary log, where the server writes one and the user may read it (`crate::wake::binlog`).
+    fn commit_feed(&self) -> CommitFeed {
+        CommitFeed::Binlog
+    }
+
+    /// `FORCE INDEX (PRIMARY)`: MySQL/MariaDB otherwise may walk a secondary index on the
+    /// `app_code` prefix (small tables) or on the lease (`status`, `lock_until_ms`) and lock the
+    /// entries of other workers' rows on the way: two claims' lease UPDATEs then deadlock (seen in
+    /// tests/conformance/claim.rs). By primary key a statement locks only its own rows.
+    fn primary_key_access(&self) -> &'static str {
+        " FORCE INDEX (PRIMARY)"
+    }
+
+    /// `FORCE INDEX (idx_<table>_room)`: InnoDB does not refresh a table's statistics after an
+    /// `ALTER TABLE` on it while empty (the migration dropping the room index, or its `CREATE
+    /// INDEX`), and with those statistics MariaDB plans the probe on the primary key's `app_code`
+    /// prefix (the tenant's whole backlog per candidate) once a backlog arrives
+    /// (tests/stale_plans.rs).
+    fn room_probe_index_hint(&self, name: &str) -> Option<String> {
+        Some(format!(" FORCE INDEX ({name})"))
+    }
+
+    /// The row comparison is a range on `created_at_ms` alone in MariaDB (EXPLAIN's `key_len`):
+    /// two ranges on the full key instead (`claim.rs`).
+    fn write_position_bound(&self, b: &mut SqlBuilder, side: PositionSide) {
+        super::claim::write_position_bound(b, side);
+    }
+
+    fn position_args(&self, position: &ClaimPosition) -> Vec<Arg> {
+        super::claim::position_args(position)
+    }
+
+    fn ignore_duplicate_key(&self) -> &'static str {
+        " ON DUPLICATE KEY UPDATE event_id = event_id"
+    }
+
+    /// No `UPDATE … RETURNING`: the fenced rows locked and listed, then the UPDATE without an id
+    /// list (`mark.rs`).
+    fn mark_statements(
+        &self,
+        table: &TableName,
+        lease: &Lease,
+        marks: &[Mark],
+        now_ms: i64,
+    ) -> Vec<(&'static str, Bound)> {
+        vec![
+            (
+                "lock_fenced",
+                super::mark::lock_fenced_rows(table, lease, marks),
+            ),
+            (
+                "mark",
+                mark_rows_counted(Backend::MySql, table, lease, marks, now_ms),
+            ),
+        ]
+    }
+
+    /// sqlx connects with `CLIENT_FOUND_ROWS`, so `ON DUPLICATE KEY UPDATE event_id = event_id`
+    /// counts a duplicate as 1.
+    fn insert_counts_duplicates(&self) -> bool {
+        true
+    }
+
+    fn clock_ms(&self) -> Option<&'static str> {
+        // UNIX_TIMESTAMP of a session-time DATETIME is UTC whatever the session's time zone.
+        Some("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        MIGRATIONS
+    }
+
+    fn bookkeeping_table_options(&self) -> &'static str {
+        " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    }
+
+    fn ignore_duplicate_version(&self) -> &'static str {
+        " ON DUPLICATE KEY UPDATE version = version"
+    }
+
+    fn table_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::MySql);
+        b.push(
+            "SELECT column_name FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ",
+        )
+        .bind(table.as_str());
+        b.finish()
+    }
+
+    fn table_index_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::MySql);
+        b.push(
+            "SELECT index_name, column_name FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = ",
+        )
+        .bind(table.as_str())
+        .push(" ORDER BY index_name, seq_in_index");
+        b.finish()
+    }
+
+    fn drop_index_hint(&self, table: &TableName, name: &str) -> String {
+        format!("DROP INDEX {name} ON {}", table.as_str())
+    }
+}

@@ -1,0 +1,164 @@
+//! `migrate`: the embedded migrations not yet recorded applied in one write transaction, then the
+//! table's columns and claim indexes checked (and completed) on every run.
+
+use std::collections::HashSet;
+
+use super::{
+    CLAIM_INDEXES, CREATE_BOOKKEEPING, ClaimIndex, OUTBOX_COLUMNS, ROOM_INDEX, applied_versions,
+    create_claim_index, plan_claim_indexes, record_version, table_indexes,
+};
+use crate::record;
+use crate::store::driver::{Driver, begin_write, db};
+use crate::store::row::{Int, Name};
+use crate::store::session::Session;
+use crate::store::statement::Bound;
+use crate::store::{Backend, MigrateOptions, StoreError, TableName};
+
+/// Applies the embedded migrations not yet recorded for the table, in one write transaction
+/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead); with the room
+/// index, the migration dropping it is recorded without running ([`Migration::runs_with`]).
+/// Then checks the table's columns and claim indexes on every run ([`verify_outbox_table`]), so
+/// a table adopted from another program gets the indexes the claims need, and the room index
+/// when `options` asks for it.
+pub(crate) async fn migrate<D: Driver>(
+    driver: &D,
+    options: &MigrateOptions,
+) -> Result<Vec<i64>, StoreError> {
+    const OP: &str = "migrate";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let mut tx = begin_write(driver, OP).await?;
+    if let Some(lock) = backend.dialect().migration_lock() {
+        tx.run(Bound {
+            sql: lock.into(),
+            args: Vec::new(),
+        })
+        .await
+        .map_err(db(OP))?;
+    }
+    // A table created by another program must have every column before migration 0001's
+    // indexes can be created on it.
+    has_outbox_columns(&mut *tx, backend, table).await?;
+    tx.script(format!(
+        "{CREATE_BOOKKEEPING}{}",
+        backend.dialect().bookkeeping_table_options()
+    ))
+    .await
+    .map_err(db(OP))?;
+    let applied: HashSet<i64> = tx
+        .rows::<Int>(applied_versions(backend, table))
+        .await
+        .map_err(db(OP))?
+        .into_iter()
+        .map(|Int(version)| version)
+        .collect();
+    let mut applied_now = Vec::new();
+    for migration in backend.dialect().migrations() {
+        if applied.contains(&migration.version) {
+            continue;
+        }
+        if migration.runs_with(options) {
+            tx.script(migration.sql(table))
+                .await
+                .map_err(|source| StoreError::Migration {
+                    version: migration.version,
+                    name: migration.name,
+                    source,
+                })?;
+        } else {
+            tracing::info!(
+                table = table.as_str(),
+                version = migration.version,
+                name = migration.name,
+                "keeping the room index that per-room ordering reads: migration recorded, not run"
+            );
+        }
+        applied_now.push(migration.version);
+    }
+    // Before recording: on MySQL/MariaDB the DDL above already committed, and a table refused
+    // here must not count as migrated.
+    verify_outbox_table(&mut *tx, backend, table, options).await?;
+    for version in &applied_now {
+        tx.run(record_version(backend, table, *version, record::now_ms()))
+            .await
+            .map_err(db(OP))?;
+    }
+    tx.commit().await.map_err(db(OP))?;
+    Ok(applied_now)
+}
+
+/// Whether the outbox table exists; an error naming the missing columns when it exists without
+/// every column of [`OUTBOX_COLUMNS`].
+async fn has_outbox_columns<S: Session>(
+    session: &mut S,
+    backend: Backend,
+    table: &TableName,
+) -> Result<bool, StoreError> {
+    let columns: Vec<String> = session
+        .rows::<Name>(backend.dialect().table_columns(table))
+        .await
+        .map_err(db("migrate"))?
+        .into_iter()
+        .map(|Name(column)| column)
+        .collect();
+    if columns.is_empty() {
+        return Ok(false);
+    }
+    let missing: Vec<&str> = OUTBOX_COLUMNS
+        .iter()
+        .copied()
+        .filter(|wanted| !columns.iter().any(|c| c.eq_ignore_ascii_case(wanted)))
+        .collect();
+    if missing.is_empty() {
+        Ok(true)
+    } else {
+        Err(StoreError::Schema(format!(
+            "table {} lacks the column(s) {} that outboxd needs: add them as in \
+             migrations/<backend>/0001_room_outbox.sql and run `outboxd migrate` again",
+            table.as_str(),
+            missing.join(", ")
+        )))
+    }
+}
+
+/// Checks the outbox table after the migrations: every column of the record present
+/// ([`has_outbox_columns`]), and the claim indexes of migration 0001 present under any name (with
+/// `options.room_index`, the room index too). A table created by another program (`CREATE TABLE
+/// IF NOT EXISTS` left it as it was) gets the missing claim indexes; one with an index named like
+/// a wanted index but of other columns is refused, and nothing is created.
+async fn verify_outbox_table<S: Session>(
+    session: &mut S,
+    backend: Backend,
+    table: &TableName,
+    options: &MigrateOptions,
+) -> Result<(), StoreError> {
+    const OP: &str = "migrate";
+    if !has_outbox_columns(session, backend, table).await? {
+        return Err(StoreError::Schema(format!(
+            "table {table} does not exist, but outboxd_migrations records it as migrated: \
+             delete its rows there (DELETE FROM outboxd_migrations WHERE table_name = '{table}') \
+             and run `outboxd migrate` again",
+            table = table.as_str()
+        )));
+    }
+    let indexes = table_indexes(session, backend, table, OP).await?;
+    let mut wanted: Vec<&'static ClaimIndex> = CLAIM_INDEXES.iter().collect();
+    if options.room_index {
+        wanted.push(&ROOM_INDEX);
+    }
+    let create =
+        plan_claim_indexes(backend, table, &indexes, &wanted).map_err(StoreError::Schema)?;
+    for index in create {
+        tracing::info!(
+            table = table.as_str(),
+            index = %index.name(table),
+            columns = %index.columns.join(", "),
+            "creating a missing claim index on the outbox table"
+        );
+        session
+            .script(create_claim_index(backend, table, index))
+            .await
+            .map_err(db(OP))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! The outbox table's schema: the embedded migrations, the columns and claim indexes outboxd
+//! needs (the room index `ROOM_INDEX` among them), and reading a table's indexes; `migrate`
+//! itself (apply what is missing, then check and complete an adopted table) is in `migrate.rs`.
+//!
+//! What differs per database (the migration files, the bookkeeping DDL, catalog queries, the
+//! migration lock) comes from the backend's `SqlDialect`.
+
+mod migrate;
+
+use super::row::IndexColumn;
+use super::session::Session;
+use super::statement::{Arg, Bound, SqlBuilder};
+use super::{Backend, StoreError, TableName};
+
+pub use super::migration::Migration;
+pub(crate) use migrate::migrate;
+
+/// Creates the bookkeeping table `outboxd_migrations(table_name, version, applied_at_ms)`: one
+/// row per outbox table and migration applied (the backend may append table options).
+const CREATE_BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS outboxd_migrations (\
+     table_name VARCHAR(64) NOT NULL, version BIGINT NOT NULL, applied_at_ms BIGINT NOT NULL, \
+     PRIMARY KEY (table_name, version))";
+
+/// The embedded migrations of `backend`, oldest first.
+pub fn migrations(backend: Backend) -> &'static [Migration] {
+    backend.dialect().migrations()
+}
+
+/// Versions already applied to `table`.
+pub(crate) fn applied_versions(backend: Backend, table: &TableName) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT version FROM outboxd_migrations WHERE table_name = ")
+        .bind(table.as_str());
+    b.finish()
+}
+
+/// Records a migration as applied to `table`.
+pub(crate) fn record_version(
+    backend: Backend,
+    table: &TableName,
+    version: i64,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("INSERT INTO outboxd_migrations (table_name, version, applied_at_ms) VALUES ")
+        .bind_list([
+            Arg::from(table.as_str()),
+            Arg::Int(version),
+            Arg::Int(now_ms),
+        ])
+        .push(backend.dialect().ignore_duplicate_version());
+    b.finish()
+}
+
+/// Every column of the outbox table (migration 0001), in table order: the outbox INSERT lists them
+/// in this order and `migrate` checks that the table has them all.
+pub(crate) const OUTBOX_COLUMNS: [&str; 13] = [
+    "app_code",
+    "event_id",
+    "event_type",
+    "room_id",
+    "status",
+    "envelope",
+    "created_at_ms",
+    "retry_count",
+    "last_error",
+    "worker_id",
+    "lock_until_ms",
+    "next_retry_at_ms",
+    "updated_at_ms",
+];
+
+/// One index the claims need (migration 0001's `idx_<table>_<suffix>`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimIndex {
+    /// The name is `idx_<table>_<suffix>`.
+    pub(crate) suffix: &'static str,
+    /// Key columns, in order.
+    pub(crate) columns: &'static [&'static str],
+    /// Whether `migrate` creates it over live rows only where the database's claims use such a
+    /// partial index (`SqlDialect::live_rows_predicate`).
+    pub(crate) live_rows_only: bool,
+    /// Whether the claims' statements name it on databases whose dialect hints the index
+    /// (`SqlDialect::room_probe_index_hint`): there it must exist under its own name.
+    pub(crate) named_in_claims: bool,
+}
+
+impl ClaimIndex {
+    /// The index name for `table` (at most 60 bytes: table names have at most 48).
+    pub(crate) fn name(&self, table: &TableName) -> String {
+        format!("idx_{}_{}", table.as_str(), self.suffix)
+    }
+
+    /// Whether `backend`'s claims name this index, so that only an index of that exact name (and
+    /// columns) serves them; otherwise any index with its columns does.
+    pub(crate) fn needs_own_name(&self, backend: Backend, table: &TableName) -> bool {
+        self.named_in_claims
+            && backend
+                .dialect()
+                .room_probe_index_hint(&self.name(table))
+                .is_some()
+    }
+}
+
+/// The per-room probes' index ("is an earlier event of this room still pending, retryable or
+/// delivering?", one probe per status). On SQLite it holds live rows only, as migration
+/// `sqlite/0002` made it.
+pub(crate) static ROOM_INDEX: ClaimIndex = ClaimIndex {
+    suffix: "room",
+    columns: &["app_code", "room_id", "status", "created_at_ms", "event_id"],
+    live_rows_only: true,
+    named_in_claims: true,
+};
+
+/// The claim indexes of migration 0001 that every claim reads; `migrate` checks (and creates)
+/// them on every run, so an adopted table gets them too. The room index, which only per-room
+/// claims read, is not among them ([`ROOM_INDEX`]).
+pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
+    ClaimIndex {
+        suffix: "pending",
+        columns: &["app_code", "status", "created_at_ms", "event_id"],
+        live_rows_only: false,
+        named_in_claims: false,
+    },
+    ClaimIndex {
+        suffix: "retry",
+        columns: &[
+            "app_code",
+            "status",
+            "next_retry_at_ms",
+            "created_at_ms",
+            "event_id",
+        ],
+        live_rows_only: false,
+        named_in_claims: false,
+    },
+    ClaimIndex {
+        suffix: "lease",
+        columns: &[
+            "app_code",
+            "status",
+            "lock_until_ms",
+            "created_at_ms",
+            "event_id",
+        ],
+        live_rows_only: false,
+        named_in_claims: false,
+    },
+];
+
+/// The catalog query `migrate` reads a table's indexes with, for tools and tests that read them
+/// on their own connection: the statement (one row per key column, `index name, column name`,
+/// the column NULL for an expression, ordered by index and position) and the one value to bind to
+/// its placeholder, `table`'s name as the catalog stores it.
+pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, String) {
+    let Bound { sql, args } = backend.dialect().table_index_columns(table);
+    let [Arg::Text(catalog_name)] = args.as_slice() else {
+        unreachable!("the catalog query binds the table name only: {args:?}")
+    };
+    (sql.to_string(), catalog_name.clone())
+}
+
+/// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table),
+/// over live rows only where `index.live_rows_only` and the database has such a predicate.
+pub(crate) fn create_claim_index(
+    backend: Backend,
+    table: &TableName,
+    index: &ClaimIndex,
+) -> String {
+    let mut sql = format!(
+        "CREATE INDEX {} ON {} ({})",
+        index.name(table),
+        table.as_str(),
+        index.columns.join(", ")
+    );
+    if let Some(predicate) = backend.dialect().live_rows_predicate()
+        && index.live_rows_only
+    {
+        sql.push_str(" WHERE ");
+        sql.push_str(predicate);
+    }
+    sql
+}
+
+/// A table's indexes as the catalog lists them: name and key columns in order (`None` for an
+/// expression).
+pub(crate) type TableIndexes = Vec<(String, Vec<Option<String>>)>;
+
+/// Reads the indexes of `table` ([`TableIndexes`]) with the backend's catalog query.
+pub(crate) async fn table_indexes<S: Session>(
+    session: &mut S,
+    backend: Backend,
+    table: &TableName,
+    op: &'static str,
+) -> Result<TableIndexes, StoreError> {
+    let mut indexes: TableIndexes = Vec::new();
+    let rows = session
+        .rows::<IndexColumn>(backend.dialect().table_index_columns(table))
+        .await
+        .map_err(StoreError::db(op))?;
+    for IndexColumn { index, column } in rows {
+        match indexes.last_mut() {
+            Some((name, columns)) if *name == index => columns.push(column),
+            _ => indexes.push((index, vec![column])),
+        }
+    }
+    Ok(indexes)
+}
+
+/// Whether some index of `existing` has exactly `index`'s key columns: under any name, or under
+/// `index`'s own name where `backend`'s claims name it ([`ClaimIndex::needs_own_name`]).
+pub(crate) fn has_index_columns(
+    backend: Backend,
+    table: &TableName,
+    existing: &[(String, Vec<Option<String>>)],
+    index: &ClaimIndex,
+) -> bool {
+    let own_name = index
+        .needs_own_name(backend, table)
+        .then(|| index.name(table));
+    existing.iter().any(|(name, columns)| {
+        own_name
+            .as_deref()
+            .is_none_or(|own| name.eq_ignore_ascii_case(own))
+            && same_columns(columns, index)
+    })
+}
+
+/// Whether `columns` (an index's key columns, `None` for an expression) are exactly `index`'s.
+pub(crate) fn same_columns(columns: &[Option<String>], index: &ClaimIndex) -> bool {
+    columns.len() == index.columns.len()
+        && columns.iter().zip(index.columns).all(|(column, wanted)| {
+            column
+                .as_deref()
+                .is_some_and(|c| c.eq_ignore_ascii_case(wanted))
+        })
+}
+
+/// What `migrate` must do about the `wanted` claim indexes of a table, given its indexes (name
+/// and key columns, `None` for an expression): the indexes to create, or why it cannot.
+pub(crate) fn plan_claim_indexes(
+    backend: Backend,
+    table: &TableName,
+    existing: &[(String, Vec<Option<String>>)],
+    wanted: &[&'static ClaimIndex],
+) -> Result<Vec<&'static ClaimIndex>, String> {
+    let mut create = Vec::new();
+    let mut conflicts = Vec::new();
+    for &index in wanted {
+        if has_index_columns(backend, table, existing, index) {
+            continue;
+        }
+        let name = index.name(table);
+        match existing
+            .iter()
+            .find(|(existing, _)| existing.eq_ignore_ascii_case(&name))
+        {
+            Some((existing, columns)) => {
+                let columns: Vec<&str> = columns
+                    .iter()
+                    .map(|c| c.as_deref().unwrap_or("<expression>"))
+                    .collect();
+                conflicts.push(format!(
+                    "index {existing} on {table} has columns ({}) but outboxd needs ({}): \
+                     drop it ({})",
+                    columns.join(", "),
+                    index.columns.join(", "),
+                    backend.dialect().drop_index_hint(table, existing),
+                    table = table.as_str(),
+                ));
+            }
+            None => create.push(index),
+        }
+    }
+    if conflicts.is_empty() {
+        Ok(create)
+    } else {
+        Err(format!(
+            "{} and run `outboxd migrate` again",
+            conflicts.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,80 @@
+//! SQLite's SQL: what its statements differ in, and its embedded migrations.
+
+use crate::store::migration::Migration;
+use crate::store::statement::{Bound, SqlBuilder, SqlDialect};
+use crate::store::{Backend, CommitFeed, TableName};
+
+/// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a claim runs in `BEGIN IMMEDIATE`, which
+/// serializes it with every other writer); `UPDATE … RETURNING`; the catalog read through the
+/// `pragma_table_info` / `pragma_index_list` table-valued functions.
+#[derive(Debug)]
+pub(crate) struct SqliteDialect;
+
+/// The embedded migrations (`migrations/sqlite/`).
+const MIGRATIONS: &[Migration] = &[
+    Migration::new(
+        1,
+        "0001_room_outbox",
+        include_str!("../../../../migrations/sqlite/0001_room_outbox.sql"),
+    ),
+    Migration::new(
+        2,
+        "0002_partial_indexes",
+        include_str!("../../../../migrations/sqlite/0002_partial_indexes.sql"),
+    ),
+    Migration::new(
+        3,
+        "0003_room_index_on_demand",
+        include_str!("../../../../migrations/sqlite/0003_room_index_on_demand.sql"),
+    )
+    .dropping_room_index(),
+];
+
+impl SqlDialect for SqliteDialect {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    /// `PRAGMA data_version`, watched on a connection of its own (`crate::wake::sqlite`).
+    fn commit_feed(&self) -> CommitFeed {
+        CommitFeed::DataVersion
+    }
+
+    /// None: a claim (like `migrate`) runs in `BEGIN IMMEDIATE`, which excludes every other
+    /// writer.
+    fn row_lock(&self) -> &'static str {
+        ""
+    }
+
+    /// No: one writer at a time holds the file's write lock; a second `BEGIN IMMEDIATE` waits in
+    /// the busy handler (sleeping 1, 2, 5, 10 … ms between tries).
+    fn concurrent_writers(&self) -> bool {
+        false
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        MIGRATIONS
+    }
+
+    /// As migration 0002 made the room index: an `OR` of equalities, which SQLite proves each
+    /// probe's `p.status = '…'` implies (it would not prove it for an `IN` list).
+    fn live_rows_predicate(&self) -> Option<&'static str> {
+        Some("status = 'pending' OR status = 'retryable' OR status = 'delivering'")
+    }
+
+    fn table_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::Sqlite);
+        b.push("SELECT name FROM pragma_table_info(")
+            .bind(table.as_str())
+            .push(")");
+        b.finish()
+    }
+
+    fn table_index_columns(&self, table: &TableName) -> Bound {
+        let mut b = SqlBuilder::new(Backend::Sqlite);
+        b.push("SELECT il.name, ii.name FROM pragma_index_list(")
+            .bind(table.as_str())
+            .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
+        b.finish()
+    }
+}

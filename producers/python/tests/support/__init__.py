@@ -1,0 +1,1 @@
+"""Helpers of the producers/python tests: test databases, the host binary, a webhook receiver."""

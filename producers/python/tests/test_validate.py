@@ -1,0 +1,121 @@
+"""The checks before writing: limits in characters, empty fields, types; errors name the field and
+the event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outboxd_producer import Event, InvalidEventError, build
+
+
+def event(**overrides: Any) -> Event:
+    values: dict[str, Any] = {
+        "room_id": "room-1",
+        "event_type": "RoomGiftSent",
+        "room_version": 1,
+        "body": b"",
+        "app_code": "default",
+        "event_id": "e-1",
+        "occurred_at_ms": 1,
+    }
+    values.update(overrides)
+    return Event(**values)
+
+
+@pytest.mark.parametrize(
+    ("field", "limit"), [("app_code", 64), ("event_id", 128), ("event_type", 128), ("room_id", 128)]
+)
+def test_limits_are_characters_not_bytes(field: str, limit: int) -> None:
+    assert getattr(event(**{field: "x" * limit}), field) == "x" * limit
+    # 4-byte characters: the limit counts Unicode scalar values, as the host does.
+    assert getattr(event(**{field: "🎁" * limit}), field) == "🎁" * limit
+    with pytest.raises(InvalidEventError) as error:
+        event(**{field: "🎁" * (limit + 1)})
+    assert error.value.field == field
+    assert f"{field} is {limit + 1} characters, at most {limit} fit" in str(error.value)
+
+
+@pytest.mark.parametrize("field", ["event_type", "room_id"])
+def test_type_and_room_must_not_be_empty(field: str) -> None:
+    with pytest.raises(InvalidEventError, match=f"{field} must not be empty") as error:
+        event(**{field: ""})
+    assert error.value.field == field
+    assert error.value.event_id == "e-1"
+    assert "'e-1'" in str(error.value)
+
+
+def test_an_empty_app_code_is_allowed_as_in_the_spec() -> None:
+    assert event(app_code="").app_code == ""
+
+
+def test_the_error_names_the_event() -> None:
+    with pytest.raises(InvalidEventError) as error:
+        event(event_id="gift-9", room_id="r" * 129)
+    message = str(error.value)
+    assert "room_id is 129 characters" in message
+    assert "event 'gift-9'" in message
+    assert "type 'RoomGiftSent'" in message
+
+
+def test_a_generated_id_is_named_too() -> None:
+    with pytest.raises(InvalidEventError) as error:
+        build("", "RoomGiftSent", 1, 1_700_000_000_000, b"")
+    assert error.value.event_id.startswith("evt_0018bcfe56800")
+    assert error.value.event_id in str(error.value)
+
+
+@pytest.mark.parametrize("field", ["app_code", "event_id", "event_type", "room_id"])
+def test_text_fields_must_be_str(field: str) -> None:
+    with pytest.raises(InvalidEventError, match=f"{field} must be a str, not bytes"):
+        event(**{field: b"x"})
+
+
+def test_text_must_be_encodable() -> None:
+    with pytest.raises(InvalidEventError, match="room_id is not valid Unicode text") as error:
+        event(room_id="a\ud800b")
+    assert error.value.field == "room_id"
+
+
+@pytest.mark.parametrize("field", ["room_version", "occurred_at_ms"])
+@pytest.mark.parametrize("bad", [1.0, "1", True, None])
+def test_numbers_must_be_ints(field: str, bad: object) -> None:
+    with pytest.raises(InvalidEventError, match=f"{field} must be an int") as error:
+        event(**{field: bad})
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize("field", ["room_version", "occurred_at_ms"])
+def test_numbers_must_fit_int64(field: str) -> None:
+    assert getattr(event(**{field: 2**63 - 1}), field) == 2**63 - 1
+    assert getattr(event(**{field: -(2**63)}), field) == -(2**63)
+    for bad in (2**63, -(2**63) - 1):
+        with pytest.raises(
+            InvalidEventError, match=f"{field} is {bad}, outside the signed 64-bit range"
+        ):
+            event(**{field: bad})
+
+
+def test_a_generated_id_needs_a_valid_time() -> None:
+    with pytest.raises(InvalidEventError, match="occurred_at_ms must be an int"):
+        event(event_id="", occurred_at_ms="now")
+
+
+@pytest.mark.parametrize("body", ["text", None, 5])
+def test_body_must_be_bytes(body: object) -> None:
+    with pytest.raises(InvalidEventError, match="body must be bytes") as error:
+        event(body=body)
+    assert error.value.field == "body"
+
+
+def test_a_message_body_in_an_event_gets_a_hint() -> None:
+    class Message:
+        def SerializeToString(self) -> bytes:
+            return b""
+
+    with pytest.raises(
+        InvalidEventError,
+        match=r"body must be bytes, not Message \(serialize it, or use build\(\)\)",
+    ):
+        event(body=Message())
