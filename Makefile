@@ -129,8 +129,7 @@ test-producers: build
 demo-producers: demo
 	bash producers/demo.sh
 
-## chaos: the full kill-chaos run (1,000,000 events over 500 rooms with per-room ordering, 4
-## hosts, 40 kill -9s, one database restart, one cut and one stall of every connection through a
+## chaos: the full kill-chaos run (1,000,000 events over 500 rooms, 4 hosts, 40 kill -9s, one database restart, one cut and one stall of every connection through a
 ## TCP proxy, on a private PostgreSQL and a private MariaDB the test starts itself; the release
 ## build). `make test` runs a bounded form of the same test.
 chaos: plugins
