@@ -4,7 +4,7 @@
 //! host starts before the first rows arrive): after five executions PostgreSQL switched the
 //! claim's prepared statements to generic plans, kept them for the connection's life, and every
 //! claim and mark slowed down as the table filled (commit → delivered p50 11–14 ms instead of
-//! ~3 ms at 2,000 rows/s; docs/PERFORMANCE.md, "Generic plans on a table that starts empty").
+//! ~3 ms at 2,000 rows/s; the git history of docs/PERFORMANCE.md, "Generic plans on a table that starts empty").
 //! `pg_prepared_statements` counts, per session, how often each statement ran on which plan.
 
 mod support;

@@ -24,7 +24,7 @@
 //!   `UPDATE … WHERE app_code = ? AND event_id IN (?, …)`, in one `READ COMMITTED` transaction
 //!   (the session level outboxd's own pool uses). The key list is `app_code = ? AND event_id IN`
 //!   rather than a row constructor `(app_code, event_id) IN ((?, ?), …)`, which MariaDB does not
-//!   read as a primary-key range (see docs/PERFORMANCE.md, "MariaDB enqueue note").
+//!   read as a primary-key range (see the git history of docs/PERFORMANCE.md, "MariaDB enqueue note").
 //! - SQLite (no row locks): the PostgreSQL-shaped claim without `FOR UPDATE SKIP LOCKED`, in one
 //!   `BEGIN IMMEDIATE` transaction (the write lock serializes the clients).
 

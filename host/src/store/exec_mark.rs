@@ -100,7 +100,7 @@ pub(crate) trait MarkOps: Driver + Sized {
 /// when it equals the marks, every row was still under the lease and is changed: committed, every
 /// id returned. Otherwise rolled back, `None`: the caller learns which ids are stale its own way.
 /// On SQLite this saves handing 500 ids back row by row through the driver's channel
-/// (docs/PERFORMANCE.md, "SQLite: a backlog of one timestamp").
+/// (the git history of docs/PERFORMANCE.md, "SQLite: a backlog of one timestamp").
 pub(crate) async fn mark_counted<D: Driver>(
     driver: &D,
     lease: &Lease,

@@ -8,8 +8,8 @@
 //! With one batch claimed ahead, every round ends on a barrier: the next claim starts only when
 //! the batch being marked is done, so whenever a claim and a mark take different times (they
 //! vary from batch to batch), one of the two statements waits for the other. With two, the
-//! claims run on while the marks catch up: measured on PostgreSQL and MariaDB (docs/
-//! PERFORMANCE.md, "Claim-ahead depth"), a drain through one loop ran 1.26× (PostgreSQL) and
+//! claims run on while the marks catch up: measured on PostgreSQL and MariaDB (the git history of
+//! docs/PERFORMANCE.md, "Claim-ahead depth"), a drain through one loop ran 1.26× (PostgreSQL) and
 //! 1.07× (MariaDB) as fast as with one.
 //!
 //! A batch claimed two ahead waits behind two deliveries, inside its own lease. So the second

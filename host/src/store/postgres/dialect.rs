@@ -71,7 +71,7 @@ impl SqlDialect for PostgresDialect {
     /// Key lists go as one `text[]` parameter (`event_id = ANY($n)`): a mark's
     /// `event_id IN ($5 … $504)` under the cached generic plan rebuilt the 500-element array for
     /// every row the UPDATE read; measured 21–24 ms against 14–16 ms per mark of 500 rows
-    /// (docs/PERFORMANCE.md, "Leased throughput").
+    /// (the git history of docs/PERFORMANCE.md, "Leased throughput").
     fn binds_lists_as_arrays(&self) -> bool {
         true
     }

@@ -74,7 +74,7 @@ impl PostgresStore {
 /// was empty or small (a fresh deployment: `migrate`, then the host starts before the first
 /// backlog, with no `ANALYZE` yet), that plan reads the table sequentially, and every claim and
 /// mark slows down as the table grows: at 2,000 rows/s on a table created with the run, commit →
-/// delivered p50 was 11–14 ms against 2.7–3.3 ms (docs/PERFORMANCE.md, "Generic plans on a table
+/// delivered p50 was 11–14 ms against 2.7–3.3 ms (the git history of docs/PERFORMANCE.md, "Generic plans on a table
 /// that starts empty"). A custom plan is made for each execution from the table's current size
 /// and the bound values, for a planning cost of well under a millisecond per statement.
 const SESSION_SETUP: &str = "SET plan_cache_mode = force_custom_plan";
