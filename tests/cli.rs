@@ -613,8 +613,10 @@ fn bench_line<'a>(stdout: &'a str, shape: &str) -> Vec<&'a str> {
 /// `outboxd bench` runs the raw SQL loops beside outboxd on the same table: every row of every
 /// shape ends `delivered`, the raw loop's rows were leased by its own clients (`raw-N`, so no
 /// outboxd code claimed them), the lock-held loop's rows were never leased (written once), and
-/// every shape's line carries its ratio to the raw loop (the `go` shape, one mark per row, is
-/// left to the SQLite-only default run below: on MariaDB it alone would take ~20 s here).
+/// every shape's line carries its ratio to the raw loop and to the yardstick (`raw-1idx`: the
+/// same loop on a table of its own with the primary key and one claim index only; the `go`
+/// shape, one mark per row, is left to the SQLite-only default run below: on MariaDB it alone
+/// would take ~20 s here).
 async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -635,15 +637,15 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
         "--raw-batch-size",
         "100",
         "--shapes",
-        "outboxd,raw,raw-held",
+        "outboxd,raw,raw-1idx,raw-held",
         "--table",
         "bench_raw_t",
     ]));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let header = bench_line(&stdout, "shape");
     assert_eq!(
-        header[header.len() - 4..],
-        ["vs", "go", "vs", "raw"],
+        header[header.len() - 6..],
+        ["vs", "go", "vs", "raw", "vs", "1idx"],
         "{stdout}"
     );
     let raw = bench_line(&stdout, "raw");
@@ -652,15 +654,28 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
         ["100", "3", "1500"],
         "batch, clients, events: {stdout}"
     );
-    assert_eq!(raw.last(), Some(&"1.00x"), "{stdout}");
-    for shape in ["outboxd", "raw-held"] {
+    assert_eq!(raw[raw.len() - 2], "1.00x", "{stdout}");
+    let one_index = bench_line(&stdout, "raw-1idx");
+    assert_eq!(one_index[1..4], ["100", "3", "1500"], "{stdout}");
+    assert_eq!(one_index.last(), Some(&"1.00x"), "{stdout}");
+    for shape in ["outboxd", "raw-held", "raw-1idx"] {
         let line = bench_line(&stdout, shape);
-        let ratio = line.last().unwrap();
-        let value: f64 = ratio.trim_end_matches('x').parse().unwrap_or_else(|_| {
-            panic!("{shape}: vs raw column {ratio:?} is not a ratio: {stdout}")
-        });
-        assert!(value > 0.0, "{stdout}");
+        for ratio in &line[line.len() - 2..] {
+            let value: f64 = ratio.trim_end_matches('x').parse().unwrap_or_else(|_| {
+                panic!("{shape}: ratio column {ratio:?} is not a ratio: {stdout}")
+            });
+            assert!(value > 0.0, "{stdout}");
+        }
     }
+    // The yardstick ran on its own table, leased by the raw loop's clients.
+    let yardstick = db.rows_where("bench_raw_t_1idx", "1 = 1", &[]).await;
+    assert_eq!(yardstick.len(), 1500, "{stdout}");
+    assert!(yardstick.iter().all(|r| {
+        r.status == "delivered"
+            && r.worker_id
+                .as_deref()
+                .is_some_and(|w| w.starts_with("raw-"))
+    }));
     let rows = db.rows_where("bench_raw_t", "1 = 1", &[]).await;
     assert_eq!(rows.len(), 3 * 1500);
     assert!(rows.iter().all(|r| r.status == "delivered"));
@@ -706,7 +721,8 @@ fn bench_on_a_fresh_sqlite_file(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Without `--shapes` the report holds the raw loop, so every default run prints the ratio to it;
+/// Without `--shapes` the report holds the raw loop and the yardstick, so every default run
+/// prints the ratios to both;
 /// without a config file or `--batch-size` / `--workers`, outboxd's runs use the host's defaults
 /// (batch 1000, one loop), the raw loop its fixed yardstick (batch 500, 2 clients).
 #[test]
@@ -720,6 +736,8 @@ fn bench_runs_the_raw_loop_by_default() {
     assert_eq!(outboxd[1..3], ["1000", "1"], "{stdout}");
     let raw = bench_line(&stdout, "raw");
     assert_eq!(raw[1..4], ["500", "2", "300"], "{stdout}");
+    let one_index = bench_line(&stdout, "raw-1idx");
+    assert_eq!(one_index[1..4], ["500", "2", "300"], "{stdout}");
 }
 
 /// `outboxd bench` measures what the config runs: its `worker.batch_size` and
