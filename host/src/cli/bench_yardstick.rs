@@ -9,9 +9,7 @@
 use std::time::Duration;
 
 use sqlx::AssertSqlSafe;
-use sqlx::mysql::MySqlPoolOptions;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::pool::{Pool, PoolOptions};
 
 use outboxd::store::{Backend, StoreError, TableName};
 
@@ -64,53 +62,51 @@ pub async fn create(
 ) -> Result<(), StoreError> {
     let backend = Backend::from_url(url)?;
     let statements = statements(backend, table.as_str());
+    let connect = StoreError::db("yardstick connect");
     match backend {
         Backend::Postgres => {
-            let pool = PgPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(connect_timeout)
+            let pool = one_connection::<sqlx::Postgres>(connect_timeout)
                 .connect(url)
-                .await
-                .map_err(StoreError::db("yardstick connect"))?;
-            for sql in statements {
-                sqlx::query(AssertSqlSafe(sql))
-                    .execute(&pool)
-                    .await
-                    .map_err(StoreError::db("yardstick table"))?;
-            }
-            pool.close().await;
+                .await;
+            execute_all(pool.map_err(connect)?, &statements).await
         }
         Backend::MySql => {
-            let pool = MySqlPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(connect_timeout)
+            let pool = one_connection::<sqlx::MySql>(connect_timeout)
                 .connect(url)
-                .await
-                .map_err(StoreError::db("yardstick connect"))?;
-            for sql in statements {
-                sqlx::query(AssertSqlSafe(sql))
-                    .execute(&pool)
-                    .await
-                    .map_err(StoreError::db("yardstick table"))?;
-            }
-            pool.close().await;
+                .await;
+            execute_all(pool.map_err(connect)?, &statements).await
         }
         Backend::Sqlite => {
-            let pool = SqlitePoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(connect_timeout)
-                .connect_with(outboxd::store::sqlite::connect_options(url)?)
-                .await
-                .map_err(StoreError::db("yardstick connect"))?;
-            for sql in statements {
-                sqlx::query(AssertSqlSafe(sql))
-                    .execute(&pool)
-                    .await
-                    .map_err(StoreError::db("yardstick table"))?;
-            }
-            pool.close().await;
+            let options = outboxd::store::sqlite::connect_options(url)?;
+            let pool = one_connection::<sqlx::Sqlite>(connect_timeout)
+                .connect_with(options)
+                .await;
+            execute_all(pool.map_err(connect)?, &statements).await
         }
     }
+}
+
+/// A pool of one connection, waiting at most `connect_timeout` for it.
+fn one_connection<DB: sqlx::Database>(connect_timeout: Duration) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(connect_timeout)
+}
+
+/// Runs `statements` in order on `pool`, then closes it.
+async fn execute_all<DB>(pool: Pool<DB>, statements: &[String]) -> Result<(), StoreError>
+where
+    DB: sqlx::Database,
+    for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+{
+    for sql in statements {
+        sqlx::query(AssertSqlSafe(sql.clone()))
+            .execute(&pool)
+            .await
+            .map_err(StoreError::db("yardstick table"))?;
+    }
+    pool.close().await;
     Ok(())
 }
 
