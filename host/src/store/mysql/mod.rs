@@ -15,6 +15,7 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 mod claim;
 mod dialect;
 mod mark;
+mod save;
 
 use super::claim_position::ClaimPositions;
 use super::driver::Driver;
@@ -199,7 +200,7 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Backend::MySql, table, records).await
+    exec::save::<MySqlStore, _>(&mut **tx, table, records).await
 }
 
 #[cfg(test)]
