@@ -18,7 +18,9 @@ use outboxd::retry::RetryPolicy;
 use outboxd::store::{DeliveryOrder, FailedFilter, OutboxStore, RequeueParams, TableName};
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{WorkerMode, WorkerOptions};
-use support::{Backend, RawInsert, Running, TestDb, record, wait_for, wait_until};
+use support::{
+    Backend, RawInsert, Running, TestDb, record, until_loops_wait, wait_for, wait_until,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Longer than any test waits: a delivery inside a test's deadline came from a wake-up.
@@ -64,18 +66,9 @@ async fn until_asleep(wake: &Wake) {
 /// Waits until both loops woken by `wake` wait for work and `probe` holds of the time until the
 /// first probe they planned (`None`: neither probes).
 async fn until_waiting(wake: &Wake, what: &str, probe: impl Fn(Option<Duration>) -> bool) {
+    let loops = options().concurrency as usize;
     // Backing off past 1.5 s takes about 5 s of empty rounds (10 ms + 20 ms + … + 2.56 s).
-    wait_until(what, 3 * DEADLINE, || async {
-        let (loops, next_probe) = (wake.waiting_loops(), wake.next_probe_in());
-        if loops == options().concurrency as usize && probe(next_probe) {
-            Ok(())
-        } else {
-            Err(format!(
-                "{loops} loops waiting, next probe in {next_probe:?}"
-            ))
-        }
-    })
-    .await;
+    until_loops_wait(wake, loops, what, 3 * DEADLINE, probe).await;
 }
 
 async fn raw_row(db: &TestDb, event_id: &str) {
