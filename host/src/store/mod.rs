@@ -8,7 +8,7 @@
 //!   (`dialect.rs`, its `SqlDialect`: placeholders, row locks, catalog queries, its commit feed),
 //!   and its own form of a whole operation where it differs (PostgreSQL's one-statement claim and
 //!   `RETURNING` mark in `postgres/claim.rs`, `postgres/mark.rs`; MariaDB's claim-position seek
-//!   form and locked mark in `mysql/claim.rs`, `mysql/mark.rs`) — to see what PostgreSQL does,
+//!   form and autocommit mark in `mysql/claim.rs`, `mysql/mark.rs`) — to see what PostgreSQL does,
 //!   open `postgres/`;
 //! - `backend.rs`: URL → [`Backend`] → connected store, the one place naming every backend; what
 //!   a database does is asked of its `Backend` ([`Backend::commit_feed`],

@@ -8,7 +8,7 @@ use crate::store::statement::{Arg, Bound, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, Lease, Mark, TableName};
 
 /// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
-/// (a mark that did not match every row locks and lists its fenced rows), `ON DUPLICATE KEY UPDATE` upserts whose
+/// (a mark that did not match every row lists the rows it changed), `ON DUPLICATE KEY UPDATE` upserts whose
 /// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
 /// tables in `utf8mb4_bin`; no migration lock (DDL commits implicitly, every step of `migrate`
 /// is idempotent instead).
@@ -71,8 +71,8 @@ impl SqlDialect for MySqlDialect {
         " ON DUPLICATE KEY UPDATE event_id = event_id"
     }
 
-    /// No `UPDATE … RETURNING`: the fenced rows locked and listed, then the UPDATE without an id
-    /// list (`mark.rs`).
+    /// No `UPDATE … RETURNING`: the UPDATE without an id list, then (when it did not match every
+    /// mark) the rows it changed listed (`mark.rs`).
     fn mark_statements(
         &self,
         table: &TableName,
@@ -82,12 +82,12 @@ impl SqlDialect for MySqlDialect {
     ) -> Vec<(&'static str, Bound)> {
         vec![
             (
-                "lock_fenced",
-                super::mark::lock_fenced_rows(table, lease, marks),
-            ),
-            (
                 "mark",
                 mark_rows_counted(Backend::MySql, table, lease, marks, now_ms),
+            ),
+            (
+                "marked",
+                super::mark::marked_rows(table, lease, marks, now_ms),
             ),
         ]
     }

@@ -147,8 +147,8 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         ]
     }
 
-    /// The statements a mark of `marks` runs when some row is stale, named (`lock_fenced`,
-    /// `mark`): for `EXPLAIN` in tests. Default: the fenced UPDATE with `RETURNING event_id`.
+    /// The statements a mark of `marks` runs when some row is stale, named (`mark`, and MySQL's
+    /// `marked`): for `EXPLAIN` in tests. Default: the fenced UPDATE with `RETURNING event_id`.
     fn mark_statements(
         &self,
         table: &TableName,

@@ -7,7 +7,7 @@ use super::insert::{distinct_records, insert_records};
 use super::mark::{MarkColumns, mark_rows, mark_rows_counted};
 use super::{Arg, Bound};
 use crate::record::{Record, Status};
-use crate::store::mysql::lock_fenced_rows;
+use crate::store::mysql::marked_rows;
 use crate::store::postgres::claim::reject_leased_rows;
 use crate::store::{
     Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, FailedFilter, Lease, Mark,
@@ -327,11 +327,11 @@ fn mark_is_one_fenced_statement() {
     );
     assert!(!pg.sql.contains("FORCE"));
     assert_placeholders(Backend::MySql, &mysql);
-    let lock = lock_fenced_rows(&table(), &lease(), &marks);
+    let marked = marked_rows(&table(), &lease(), &marks, 100);
     assert_eq!(
-        &*lock.sql,
-        "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND status = 'delivering' AND worker_id = ? \
-         AND lock_until_ms = ? AND event_id IN (?, ?, ?) FOR UPDATE"
+        &*marked.sql,
+        "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND event_id IN (?, ?, ?) \
+         AND worker_id = ? AND lock_until_ms IS NULL AND updated_at_ms = ?"
     );
 
     // A batch whose rows all get one status sets it as a literal, no CASE.
