@@ -8,7 +8,8 @@
 //! Data flows one way: producer → store → worker → plugin (router → sink) → store. The seams are
 //! [`store::OutboxStore`], [`publish::Publisher`] and the WIT world in `wit/`;
 //! `docs/ARCHITECTURE.md` has the one-page map.
-//! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope.
+//! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope;
+//!   [`glob`]: event type globs (routes, the console's search).
 //! - [`store`]: the [`store::OutboxStore`] contract; the shared executor, statement building, row
 //!   decoding, envelope judge and schema; one module per database (SQLite, MySQL/MariaDB,
 //!   PostgreSQL) holding its SQL differences and its producer `save`. Its module doc says who
@@ -38,6 +39,7 @@
 pub mod admin;
 pub mod config;
 pub mod envelope;
+pub mod glob;
 pub mod metrics;
 pub mod monitor;
 pub mod plugin;

@@ -142,6 +142,9 @@ pub struct FilterArgs {
     /// Only rows created before this time (RFC 3339 or Unix ms).
     #[arg(long)]
     pub until: Option<String>,
+    /// Only rows whose last error is exactly this text (as `failed list` prints it).
+    #[arg(long = "error")]
+    pub last_error: Option<String>,
 }
 
 /// `outboxd requeue`.

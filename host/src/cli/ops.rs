@@ -121,7 +121,7 @@ pub async fn requeue(config: &Config, args: RequeueArgs) -> Result<()> {
     let filter = args.filter.to_filter()?;
     if filter.is_empty() && !args.all {
         bail!(
-            "requeue needs a filter (--event-id, --type, --room, --since, --until, --app) or --all"
+            "requeue needs a filter (--event-id, --type, --room, --since, --until, --error, --app) or --all"
         );
     }
     let store = connect(config).await?;
@@ -336,6 +336,7 @@ impl FilterArgs {
                 .as_deref()
                 .map(|t| parse_time(t).context("--until"))
                 .transpose()?,
+            last_error: self.last_error.clone(),
         })
     }
 }
