@@ -14,7 +14,8 @@
 //!   decoding, envelope judge and schema; one module per database (SQLite, MySQL/MariaDB,
 //!   PostgreSQL) holding its SQL differences and its producer `save`. Its module doc says who
 //!   checks and who retries what.
-//! - [`retention`]: bounded batched deletes of old `delivered`/`failed` rows.
+//! - [`retention`]: bounded batched deletes of old `delivered`/`failed` rows; [`dead_letters`]:
+//!   `failed` rows requeued or deleted in chunks (`outboxd requeue`, the console).
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
@@ -38,6 +39,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod dead_letters;
 pub mod envelope;
 pub mod glob;
 pub mod metrics;

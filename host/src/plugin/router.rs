@@ -12,7 +12,7 @@ use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
 use tokio_util::task::AbortOnDropHandle;
 
 pub use crate::glob::glob_match;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SinkAnswers};
 use crate::publish::{Answered, Event, Outcome, Publisher};
 
 /// One route: events whose type matches `event_type` go to `publisher`, the sink named `sink`.
@@ -124,7 +124,8 @@ impl Publisher for RoutedPublisher {
                     async move {
                         let started = Instant::now();
                         let results = publisher.publish(batch).await;
-                        self.metrics.observe_publish(name, started.elapsed());
+                        self.metrics
+                            .observe_sink_publish(name, started.elapsed(), tally(&results));
                         answered(name, positions, results)
                     }
                     .boxed()
@@ -144,7 +145,7 @@ impl Publisher for RoutedPublisher {
                     let task = AbortOnDropHandle::new(tokio::spawn(async move {
                         let started = Instant::now();
                         let results = publisher.publish(&events).await;
-                        metrics.observe_publish(&sink_name, started.elapsed());
+                        metrics.observe_sink_publish(&sink_name, started.elapsed(), tally(&results));
                         results
                     }));
                     async move {
@@ -164,6 +165,20 @@ impl Publisher for RoutedPublisher {
         let first = (!unrouted.is_empty()).then_some(unrouted);
         stream::iter(first).chain(sinks).boxed()
     }
+}
+
+/// What a sink answered, counted per outcome.
+fn tally(results: &[Outcome]) -> SinkAnswers {
+    let mut answers = SinkAnswers::default();
+    for outcome in results {
+        match outcome {
+            Outcome::Delivered => answers.delivered += 1,
+            Outcome::Retryable { .. } => answers.retryable += 1,
+            Outcome::Permanent { .. } => answers.permanent += 1,
+            Outcome::Deferred { .. } => answers.deferred += 1,
+        }
+    }
+    answers
 }
 
 /// A sink's results by batch position; a list of the wrong length fails all of them as retryable.
