@@ -1,5 +1,6 @@
 //! The admin HTTP listener (`[admin] listen`): `GET /metrics`, `GET /healthz`, `GET /readyz`,
-//! and `POST /reload` when the host supports reloading.
+//! `POST /reload` when the host supports reloading, and the operator console at `/` (its pages,
+//! `/api/…` and actions: `crate::console`).
 //!
 //! Plain hyper 1 over HTTP/1.1; one task per connection; stops accepting when the shutdown token
 //! is cancelled. Readiness is [`Readiness`]: the database answered the last status refresh and
@@ -11,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::console::{Console, ConsoleRequest};
 use crate::metrics::{self, Metrics};
 
 /// Whether this host can serve: the database answers and every sink has started.
@@ -85,9 +86,7 @@ impl Readiness {
     }
 }
 
-/// What `POST /reload` runs: `Ok(summary)` when the new set is serving, `Err(reason)` when it was
-/// refused (the running set keeps serving).
-pub type ReloadFn = Arc<dyn Fn() -> BoxFuture<'static, Result<String, String>> + Send + Sync>;
+pub use crate::reload::ReloadFn;
 
 /// What the listener serves.
 #[derive(Clone)]
@@ -98,6 +97,8 @@ pub struct AdminState {
     pub readiness: Arc<Readiness>,
     /// Run on `POST /reload`; `None`: 404.
     pub reload: Option<ReloadFn>,
+    /// The console at `/`; `None` (`[admin] console = false`): its paths are 404.
+    pub console: Option<Arc<Console>>,
 }
 
 /// A bound admin listener, not yet serving.
@@ -145,15 +146,15 @@ impl AdminListener {
     /// Serves until `shutdown` is cancelled (connections in progress finish on their own tasks).
     pub async fn serve(self, state: AdminState, shutdown: CancellationToken) {
         if let Ok(addr) = self.listener.local_addr() {
-            info!(%addr, "admin listener serving /metrics, /healthz, /readyz");
+            info!(%addr, console = state.console.is_some(), "admin listener serving /metrics, /healthz, /readyz and the console at /");
         }
         loop {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 accepted = self.listener.accept() => accepted,
             };
-            let stream = match accepted {
-                Ok((stream, _peer)) => stream,
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(error) => {
                     warn!(%error, "admin listener: accept failed");
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -164,7 +165,7 @@ impl AdminListener {
             tokio::spawn(async move {
                 let service = service_fn(move |request| {
                     let state = state.clone();
-                    async move { Ok::<_, Infallible>(respond(&state, request).await) }
+                    async move { Ok::<_, Infallible>(respond(&state, request, peer).await) }
                 });
                 if let Err(error) = http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -177,8 +178,32 @@ impl AdminListener {
     }
 }
 
-/// Answers one request.
-async fn respond(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Answers one request from `peer`.
+async fn respond(
+    state: &AdminState,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Full<Bytes>> {
+    if let Some(console) = &state.console
+        && Console::owns(request.uri().path())
+    {
+        let (parts, body) = request.into_parts();
+        let limited = http_body_util::Limited::new(body, crate::console::request::MAX_FORM_BYTES);
+        let body = match http_body_util::BodyExt::collect(limited).await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the form is too large\n".into(),
+                );
+            }
+        };
+        let request = ConsoleRequest::new(parts.method, &parts.uri, &parts.headers, &body, peer);
+        return console
+            .handle(&request)
+            .await
+            .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found\n".into()));
+    }
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => reply(
             StatusCode::OK,
@@ -216,7 +241,7 @@ async fn respond(state: &AdminState, request: Request<Incoming>) -> Response<Ful
         ),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /healthz, /readyz\n".into(),
+            "not found: try /metrics, /healthz, /readyz, and the console at /\n".into(),
         ),
     }
 }

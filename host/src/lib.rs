@@ -26,7 +26,8 @@
 //!   included); the worker's and store's options derived from it.
 //! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
 //!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
-//!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`).
+//!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`);
+//!   [`console`]: the operator console it serves at `/` (pages and `/api/…`).
 //! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
@@ -39,6 +40,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod console;
 pub mod dead_letters;
 pub mod envelope;
 pub mod glob;

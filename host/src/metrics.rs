@@ -382,6 +382,15 @@ impl Metrics {
         }
     }
 
+    /// The breaker state gauge of `sink` (0 closed, 1 open, 2 half-open), if it was ever set.
+    pub fn breaker_state(&self, sink: &str) -> Option<i64> {
+        self.breaker_state
+            .get(&SinkLabels {
+                sink: sink.to_string(),
+            })
+            .map(|gauge| gauge.get())
+    }
+
     /// Publishes a status refresh of `app_code`.
     pub fn set_status_counts(&self, app_code: &str, counts: &StatusCounts) {
         for (status, value) in [

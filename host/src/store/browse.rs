@@ -43,6 +43,9 @@ pub struct EventQuery {
     pub event_type: Option<String>,
     /// Only rows whose `last_error` contains this text (case-insensitive), applied on top.
     pub error_contains: Option<String>,
+    /// Only rows whose `last_error` is exactly this text (one group of dead letters), applied on
+    /// top.
+    pub last_error: Option<String>,
     /// Only rows created at or after this time (UTC ms): part of the index range.
     pub since_ms: Option<i64>,
     /// Only rows created before this time (UTC ms): part of the index range.
@@ -63,6 +66,7 @@ impl EventQuery {
     pub fn filters_on_top(&self) -> bool {
         self.event_type.is_some()
             || self.error_contains.is_some()
+            || self.last_error.is_some()
             || (self.room_id.is_some() && !self.room_index)
     }
 
@@ -81,12 +85,16 @@ impl EventQuery {
                 .as_ref()
                 .is_some_and(|e| e.to_lowercase().contains(&text.to_lowercase()))
         });
+        let exact_ok = self
+            .last_error
+            .as_ref()
+            .is_none_or(|text| row.last_error.as_deref() == Some(text.as_str()));
         let since_ok = self.since_ms.is_none_or(|since| row.created_at_ms >= since);
         let until_ok = self.until_ms.is_none_or(|until| row.created_at_ms < until);
         let before_ok = self.before.as_ref().is_none_or(|c| {
             (row.created_at_ms, row.event_id.as_str()) < (c.created_at_ms, c.event_id.as_str())
         });
-        status_ok && room_ok && type_ok && error_ok && since_ok && until_ok && before_ok
+        status_ok && room_ok && type_ok && error_ok && exact_ok && since_ok && until_ok && before_ok
     }
 }
 
