@@ -147,7 +147,7 @@ bench: build
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins
+.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd
 
@@ -168,6 +168,9 @@ bench-isolation: release
 
 bench-plugins: release
 	bash bench/plugins.sh
+
+bench-console: release
+	bash bench/console.sh
 
 ## fuzz: the parsers' fuzz targets (host/fuzz: `envelope` the protobuf decoder, `judge` a claim's
 ## row judge, `config` the config loader), FUZZ_SECONDS (default 60) each, with libFuzzer through

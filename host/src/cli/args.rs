@@ -210,6 +210,9 @@ pub struct BenchArgs {
     /// `--history-scaling` and its options.
     #[command(flatten)]
     pub scaling: bench_scaling::ScalingBenchArgs,
+    /// `--console-history`: the console's pages over a large table.
+    #[command(flatten)]
+    pub console: super::bench_console::ConsoleBenchArgs,
     /// How `--retention` and `--history-scaling` load their history.
     #[command(flatten)]
     pub history: bench_history::HistoryArgs,

@@ -11,12 +11,14 @@
 //!   [`bench_retention`]: `outboxd bench --retention` (claim latency while retention cleans old
 //!   rows); [`bench_scaling`]: `outboxd bench --history-scaling` (claim cost as the delivered
 //!   history grows); [`bench_history`]: the set-based history loader both use;
+//!   [`bench_console`]: `outboxd bench --console-history` (the console's pages over a large table);
 //!   [`bench_latency`]: `outboxd bench --rate` (commit → delivered), with [`bench_trace`] (what
 //!   the slowest rows waited for);
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 mod args;
 pub mod bench;
+pub mod bench_console;
 pub mod bench_history;
 pub mod bench_latency;
 pub mod bench_latency_report;
@@ -116,6 +118,9 @@ pub async fn execute(cli: Cli) -> Result<()> {
         Command::Requeue(args) => ops::requeue(&config, args).await,
         Command::Bench(args) if args.retention.retention => {
             bench_retention::command(&config, args).await
+        }
+        Command::Bench(args) if args.console.console_history.is_some() => {
+            bench_console::command(&config, args).await
         }
         Command::Bench(args) if args.scaling.history_scaling.is_some() => {
             bench_scaling::command(&config, args).await
