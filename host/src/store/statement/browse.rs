@@ -122,7 +122,6 @@ pub(crate) fn delete_failed_keys(
     let mut b = SqlBuilder::new(backend);
     b.push("DELETE FROM ")
         .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND event_id IN ")
