@@ -215,7 +215,12 @@ impl Access {
             if given.is_empty() || !AdminToken::matches_text(csrf, given) {
                 return Err(refuse(format!("{what} refused: the form's CSRF token is missing or stale (reload the page)")));
             }
-            let cross_site = request.header("sec-fetch-site").is_some_and(|s| s == "cross-site")
+            // A browser says where a form came from: only this origin (or the user's own
+            // navigation) may act; another site, another port of this host, or an opaque
+            // origin (`null`) may not.
+            let cross_site = request
+                .header("sec-fetch-site")
+                .is_some_and(|s| !matches!(s, "same-origin" | "none"))
                 || request.header("origin").is_some_and(|origin| {
                     request
                         .header("host")
