@@ -26,7 +26,7 @@
 //!   included); the worker's and store's options derived from it.
 //! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
 //!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
-//!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`);
+//!   [`readiness`]: what `/readyz` answers; [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`);
 //!   [`console`]: the operator console it serves at `/` (pages and `/api/…`).
 //! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
@@ -50,6 +50,7 @@ pub mod plugin;
 pub mod progress;
 pub mod publish;
 pub mod record;
+pub mod readiness;
 pub mod reload;
 pub mod retention;
 pub mod retry;

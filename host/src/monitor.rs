@@ -13,7 +13,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::admin::Readiness;
+use crate::readiness::Readiness;
 use crate::metrics::{Metrics, RowOutcome};
 use crate::record::now_ms;
 use crate::store::{CountsParams, OutboxStore, StatusCounts};

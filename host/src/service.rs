@@ -13,13 +13,13 @@ use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminListener, AdminState, BindError, Readiness, ReloadFn};
+use crate::admin::{AdminListener, AdminState, BindError, Readiness};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_wake};
 use crate::console::{Console, ConsoleParts};
 use crate::plugin::{PluginError, SinkControls, SwappablePublisher, load_publisher_with_controls};
-use crate::reload::{ConfigSource, Loaded, Reloader};
+use crate::reload::{ConfigSource, Loaded, ReloadFn, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
 use crate::wake::Wake;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use super::request::ConsoleRequest;
-use crate::config::AdminToken;
+use crate::config::admin::AdminToken;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "outboxd_console";

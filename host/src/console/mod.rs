@@ -36,7 +36,7 @@ pub use form::{PAGE_ROWS, SCAN_ROWS};
 pub use jobs::Job;
 pub use request::{CONTENT_SECURITY_POLICY, ConsoleRequest};
 
-use crate::config::AdminConfig;
+use crate::config::admin::AdminConfig;
 use crate::metrics::Metrics;
 use crate::monitor::StatusSnapshot;
 use crate::plugin::SinkControls;
