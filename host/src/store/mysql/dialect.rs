@@ -97,12 +97,6 @@ impl SqlDialect for MySqlDialect {
         ]
     }
 
-    /// sqlx connects with `CLIENT_FOUND_ROWS`, so `ON DUPLICATE KEY UPDATE event_id = event_id`
-    /// counts a duplicate as 1.
-    fn insert_counts_duplicates(&self) -> bool {
-        true
-    }
-
     fn clock_ms(&self) -> Option<&'static str> {
         // UNIX_TIMESTAMP of a session-time DATETIME is UTC whatever the session's time zone.
         Some("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")

@@ -16,6 +16,7 @@ mod browse;
 mod claim;
 mod dialect;
 mod mark;
+mod save;
 
 use super::claim_position::ClaimPositions;
 use super::driver::Driver;
@@ -200,7 +201,7 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Backend::MySql, table, records).await
+    exec::save::<MySqlStore, _>(&mut **tx, table, records).await
 }
 
 #[cfg(test)]

@@ -71,12 +71,6 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         " ON CONFLICT (app_code, event_id) DO NOTHING"
     }
 
-    /// Whether an INSERT's affected-row count includes ignored duplicates; `save` then subtracts
-    /// the ids that already existed.
-    fn insert_counts_duplicates(&self) -> bool {
-        false
-    }
-
     /// Whether a key list is bound as one array parameter (`column = ANY($n)`, one `text[]`)
     /// instead of `column IN (?, ?, …)`, one placeholder per value. PostgreSQL: with a cached
     /// (generic) plan, an `IN` list of 500 placeholders is rebuilt as an array for every row the

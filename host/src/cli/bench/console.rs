@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context as _;
 use sqlx::{ConnectOptions as _, Row as _};
 
-use super::BenchArgs;
-use super::bench_history::HistoryWriter;
+use super::super::BenchArgs;
+use super::history::HistoryWriter;
 use outboxd::config::Config;
 use outboxd::console::{Console, ConsoleParts, ConsoleRequest};
 use outboxd::metrics::Metrics;
