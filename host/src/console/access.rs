@@ -241,3 +241,59 @@ pub fn is_loopback(peer: SocketAddr) -> bool {
         std::net::IpAddr::V6(ip) => ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(peer: &str, headers: &[(&'static str, &str)]) -> ConsoleRequest {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(*name, value.parse().unwrap());
+        }
+        ConsoleRequest::new(http::Method::GET, &"/".parse().unwrap(), &map, b"", peer.parse().unwrap())
+    }
+
+    fn token(text: &str) -> AdminToken {
+        crate::config::Config::from_toml_str(&format!("[admin]\ntoken = \"{text}\"\n"), std::iter::empty())
+            .expect("config")
+            .admin
+            .token
+            .expect("token")
+    }
+
+    #[test]
+    fn reading_is_open_on_loopback_only_until_a_read_token_is_set() {
+        let open = Access::new(None, None);
+        assert_eq!(open.caller(&request("127.0.0.1:4000", &[])).unwrap().grant, Grant::Read);
+        assert!(open.caller(&request("[::1]:4000", &[])).is_ok());
+        let refused = open.caller(&request("10.1.2.3:4000", &[])).unwrap_err();
+        assert_eq!(refused.status, http::StatusCode::UNAUTHORIZED);
+        assert!(refused.message.contains("from 10.1.2.3") && refused.message.contains("read_token"), "{}", refused.message);
+        let read = token("read-token-0123456789");
+        let closed = Access::new(None, Some(read));
+        assert!(closed.caller(&request("127.0.0.1:4000", &[])).is_err(), "a read token closes loopback too");
+        let bearer = closed
+            .caller(&request("10.1.2.3:4000", &[("authorization", "Bearer read-token-0123456789")]))
+            .unwrap();
+        assert_eq!(bearer.grant, Grant::Read);
+        assert!(closed.actor(&request("10.1.2.3:4000", &[("authorization", "Bearer read-token-0123456789")]), "pause").is_err());
+    }
+
+    #[test]
+    fn a_login_is_a_session_whose_forms_need_its_csrf_token() {
+        let access = Access::new(Some(token("act-token-0123456789")), None);
+        assert!(access.login("wrong").is_err());
+        let cookie = access.login("act-token-0123456789").unwrap();
+        let pair = cookie.split(';').next().unwrap().to_string();
+        let caller = access.caller(&request("10.0.0.9:1", &[("cookie", &pair)])).unwrap();
+        assert_eq!(caller.grant, Grant::Act);
+        let csrf = caller.csrf.clone().unwrap();
+        let mut form = request("10.0.0.9:1", &[("cookie", &pair), ("host", "h:1"), ("origin", "http://h:1")]);
+        assert!(access.actor(&form, "pause").unwrap_err().message.contains("CSRF"));
+        form.form = vec![("csrf".into(), csrf)];
+        assert!(access.actor(&form, "pause").is_ok());
+        form.headers.insert("sec-fetch-site", "same-site".into());
+        assert!(access.actor(&form, "pause").unwrap_err().message.contains("another site"));
+    }
+}
