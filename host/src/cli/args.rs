@@ -143,6 +143,9 @@ pub struct FilterArgs {
     /// Only rows created before this time (RFC 3339 or Unix ms).
     #[arg(long)]
     pub until: Option<String>,
+    /// Only rows whose last error is exactly this text (as `failed list` prints it).
+    #[arg(long = "error")]
+    pub last_error: Option<String>,
 }
 
 /// `outboxd requeue`.
@@ -208,6 +211,9 @@ pub struct BenchArgs {
     /// `--history-scaling` and its options.
     #[command(flatten)]
     pub scaling: scaling::ScalingBenchArgs,
+    /// `--console-history`: the console's pages over a large table.
+    #[command(flatten)]
+    pub console: super::bench::console::ConsoleBenchArgs,
     /// How `--retention` and `--history-scaling` load their history.
     #[command(flatten)]
     pub history: history::HistoryArgs,

@@ -19,6 +19,8 @@
 //!   memory of suspects across claims;
 //! - [`breaker`]: [`BreakerSink`], a sink's circuit breaker (defers events without spending an
 //!   attempt while the sink is down);
+//! - [`pause`]: [`PauseGate`] and [`SinkControls`], pausing a sink at runtime (its events wait
+//!   without spending an attempt);
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
 //! - [`swap`]: [`SwappablePublisher`], the set the worker holds across hot reloads;
 //! - [`check`](mod@check): `outboxd plugin check|test`.
@@ -33,6 +35,7 @@ mod error;
 mod http;
 mod isolate;
 mod log_limit;
+pub mod pause;
 mod redact;
 pub mod router;
 pub mod runtime;
@@ -51,6 +54,8 @@ pub use cache::CacheOutcome;
 pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin};
 pub use engine::{CompiledPlugin, PluginEngine};
 pub use error::{BoxError, PluginError};
+pub use redact::{REDACTED, redacted_config};
+pub use pause::{PAUSED_RETRY, PauseGate, Paused, SinkControls};
 pub use router::{Route, RoutedPublisher};
 pub use runtime::PluginRuntime;
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
@@ -81,6 +86,17 @@ pub async fn load_publisher_with_metrics(
     settings: &PluginSettings,
     metrics: &Metrics,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
+    load_publisher_with_controls(publishing, settings, metrics, &SinkControls::new()).await
+}
+
+/// [`load_publisher_with_metrics`] with each sink behind its switch in `controls` too (router →
+/// pause gate → breaker → plugin), so a paused sink's events wait.
+pub async fn load_publisher_with_controls(
+    publishing: &Publishing,
+    settings: &PluginSettings,
+    metrics: &Metrics,
+    controls: &Arc<SinkControls>,
+) -> Result<Arc<dyn Publisher>, PluginError> {
     let engine = PluginEngine::new(settings)?;
     let started = start_sinks(&engine, publishing.sinks()).await?;
     let sinks: BTreeMap<String, Arc<dyn Publisher>> = started
@@ -95,7 +111,8 @@ pub async fn load_publisher_with_metrics(
             };
             let plugin = Arc::new(sink) as Arc<dyn Publisher>;
             let guarded = BreakerSink::new(&name, plugin, spec.breaker(), metrics.clone());
-            (name, Arc::new(guarded) as Arc<dyn Publisher>)
+            let gated = PauseGate::new(&name, Arc::new(guarded), controls.clone());
+            (name, Arc::new(gated) as Arc<dyn Publisher>)
         })
         .collect();
     let routes = publishing

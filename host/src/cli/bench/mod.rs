@@ -7,11 +7,13 @@
 //! | latency | `--rate` or `--every`, `--seconds` | [`latency`], its report [`latency_report`], what the slowest rows waited for [`trace`] |
 //! | retention | `--retention` | [`retention`], its report [`retention_report`] |
 //! | history scaling | `--history-scaling` | [`scaling`] |
+//! | the console's pages | `--console-history` | [`console`] |
 //!
-//! The last two load old history set-based with [`history`]. Every mode connects, names its
+//! The last three load old history set-based with [`history`]. Every mode connects, names its
 //! tenant, loads its publisher and writes its events through [`harness`], and prints
 //! percentiles from [`samples`].
 
+pub mod console;
 pub mod harness;
 pub mod history;
 pub mod latency;
@@ -33,6 +35,9 @@ use outboxd::config::Config;
 
 /// `outboxd bench`: runs the mode the arguments ask for and prints its report.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
+    if args.console.console_history.is_some() {
+        return console::command(config, args).await;
+    }
     let harness = Harness::new(config, &args)?;
     let report: Box<dyn Display> = if args.retention.retention {
         let options = retention::RetentionBenchOptions::new(&args)?;

@@ -5,7 +5,7 @@ use crate::store::migration::Migration;
 use crate::store::statement::claim::PositionSide;
 use crate::store::statement::mark::mark_rows_counted;
 use crate::store::statement::{Arg, Bound, SqlBuilder, SqlDialect};
-use crate::store::{Backend, CommitFeed, Lease, Mark, TableName};
+use crate::store::{Backend, CommitFeed, EventCursor, Lease, Mark, TableName};
 
 /// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
 /// (a mark that did not match every row lists the rows it changed), `ON DUPLICATE KEY UPDATE` upserts whose
@@ -65,6 +65,11 @@ impl SqlDialect for MySqlDialect {
 
     fn position_args(&self, position: &ClaimPosition) -> Vec<Arg> {
         super::claim::position_args(position)
+    }
+
+    /// Two ranges on the full key, like the claim position (`browse.rs`).
+    fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
+        super::browse::write_before_bound(b, before);
     }
 
     fn ignore_duplicate_key(&self) -> &'static str {

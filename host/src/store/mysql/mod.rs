@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
+mod browse;
 mod claim;
 mod dialect;
 mod mark;

@@ -355,6 +355,7 @@ fn failed_filters_are_anded() {
         room_id: Some("r".into()),
         since_ms: Some(1),
         until_ms: Some(2),
+        last_error: Some("boom".into()),
     };
     let list = select_failed(Backend::Postgres, &table(), &filter, 50);
     assert_eq!(
@@ -362,7 +363,7 @@ fn failed_filters_are_anded() {
         "SELECT app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms \
          FROM room_outbox WHERE status = 'failed' AND app_code = $1 AND event_id IN ($2, $3) \
          AND event_type = $4 AND room_id = $5 AND created_at_ms >= $6 AND created_at_ms < $7 \
-         ORDER BY created_at_ms, event_id LIMIT $8"
+         AND last_error = $8 ORDER BY created_at_ms, event_id LIMIT $9"
     );
     let requeue = requeue_failed(Backend::Sqlite, &table(), &FailedFilter::default(), 9);
     assert_eq!(
