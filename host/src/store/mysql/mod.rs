@@ -49,7 +49,6 @@ impl MySqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(options.connect_timeout)
-            .test_before_acquire(false)
             // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
             // and marks do not deadlock on the secondary index entries they move (under
             // REPEATABLE READ, per-room claims beside marks did: tests/conformance/ordering.rs).
