@@ -216,6 +216,4 @@ mod tests {
         );
         assert!(message.contains("[admin] listen"), "{message}");
     }
-
-
 }

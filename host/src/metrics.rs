@@ -25,7 +25,9 @@ pub use labels::{
     PluginFailureLabels, RowLabels, RowOutcome, SinkLabels, SinkOutcome, SinkOutcomeLabels,
     StatusLabels,
 };
-pub use recent::{LogHistogram, Quantiles, RatePoint, Recent, SLOT_MS, SLOTS, SinkAnswers, SinkWindow};
+pub use recent::{
+    LogHistogram, Quantiles, RatePoint, Recent, SLOT_MS, SLOTS, SinkAnswers, SinkWindow,
+};
 
 /// `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

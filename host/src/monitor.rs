@@ -13,8 +13,8 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::readiness::Readiness;
 use crate::metrics::{Metrics, RowOutcome};
+use crate::readiness::Readiness;
 use crate::record::now_ms;
 use crate::store::{CountsParams, OutboxStore, StatusCounts};
 use crate::wake::Wake;

@@ -82,4 +82,5 @@ mod tests {
             readiness.check().unwrap_err(),
             "database unreachable: connection refused"
         );
-    }}
+    }
+}

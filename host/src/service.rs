@@ -15,9 +15,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::{AdminListener, AdminState, BindError, Readiness};
 use crate::config::Config;
+use crate::console::{Console, ConsoleParts};
 use crate::metrics::Metrics;
 use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_wake};
-use crate::console::{Console, ConsoleParts};
 use crate::plugin::{PluginError, SinkControls, SwappablePublisher, load_publisher_with_controls};
 use crate::reload::{ConfigSource, Loaded, ReloadFn, Reloader};
 use crate::retention::Retention;

@@ -66,7 +66,10 @@ fn event_ids(page: &EventPage) -> Vec<String> {
 }
 
 fn range(from: usize, to_exclusive: usize) -> Vec<String> {
-    (from..to_exclusive).rev().map(|i| format!("e{i:02}")).collect()
+    (from..to_exclusive)
+        .rev()
+        .map(|i| format!("e{i:02}"))
+        .collect()
 }
 
 async fn search(store: &Arc<dyn OutboxStore>, q: &EventQuery) -> EventPage {
@@ -96,7 +99,11 @@ async fn search_pages_newest_first_without_offset(backend: Backend) {
         }
         assert!(pages < 10, "pagination does not end");
     }
-    assert_eq!(seen, range(0, 30), "every row once, newest first, the tenant's only");
+    assert_eq!(
+        seen,
+        range(0, 30),
+        "every row once, newest first, the tenant's only"
+    );
     assert_eq!(pages, 5);
     let first = search(&store, &query()).await;
     assert_eq!(first.events[0].status, "pending");
@@ -172,7 +179,11 @@ async fn filters_on_top_read_a_bounded_window(backend: Backend) {
             None => break,
         }
     }
-    let odd: Vec<String> = (0..30).rev().filter(|i| i % 2 == 1).map(|i| format!("e{i:02}")).collect();
+    let odd: Vec<String> = (0..30)
+        .rev()
+        .filter(|i| i % 2 == 1)
+        .map(|i| format!("e{i:02}"))
+        .collect();
     assert_eq!(seen, odd);
     let glob = EventQuery {
         event_type: Some("?".into()),
@@ -180,7 +191,11 @@ async fn filters_on_top_read_a_bounded_window(backend: Backend) {
         ..query()
     };
     let page = search(&store, &glob).await;
-    assert_eq!(event_ids(&page), ["e08", "e06", "e04", "e02", "e00"], "case-insensitive error text");
+    assert_eq!(
+        event_ids(&page),
+        ["e08", "e06", "e04", "e02", "e00"],
+        "case-insensitive error text"
+    );
     let exact = EventQuery {
         last_error: Some("bust".into()),
         ..query()
@@ -192,7 +207,10 @@ async fn filters_on_top_read_a_bounded_window(backend: Backend) {
         ..query()
     };
     let page = search(&store, &room).await;
-    assert!(page.filtered_on_top, "no room index: the room is applied on top");
+    assert!(
+        page.filtered_on_top,
+        "no room index: the room is applied on top"
+    );
     assert_eq!(page.events.len(), 10);
     assert!(page.events.iter().all(|e| e.room_id == "r1"));
 }
@@ -255,7 +273,11 @@ async fn failed_rows_group_by_error(backend: Backend) {
         .unwrap();
     assert_eq!(groups.len(), 2);
     assert_eq!(groups.iter().map(|g| g.count).sum::<u64>(), 10);
-    assert!(groups.iter().all(|g| g.first_seen_ms == 6_000 && g.last_seen_ms == 6_000));
+    assert!(
+        groups
+            .iter()
+            .all(|g| g.first_seen_ms == 6_000 && g.last_seen_ms == 6_000)
+    );
     let window = store
         .error_groups(&ErrorGroupsParams {
             app_code: APP.into(),
@@ -301,7 +323,11 @@ async fn delete_failed_takes_failed_rows_only_in_chunks(backend: Backend) {
         dry_run: false,
         limit: 100,
     };
-    assert_eq!(store.delete_failed(&everything).await.unwrap(), 1, "e20 is pending");
+    assert_eq!(
+        store.delete_failed(&everything).await.unwrap(),
+        1,
+        "e20 is pending"
+    );
     assert!(db.row(APP, "e20").await.is_some());
     assert!(db.row(APP, "e05").await.is_none());
 }

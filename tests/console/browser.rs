@@ -35,18 +35,31 @@ impl Drop for Driver {
 
 fn start_driver() -> Option<Driver> {
     if !std::path::Path::new(CHROMIUM).exists() || !std::path::Path::new(CHROMEDRIVER).exists() {
-        assert!(!in_ci(), "no {CHROMIUM} / {CHROMEDRIVER}: `make browser` installs them");
-        eprintln!("SKIPPED (no Chromium at {CHROMIUM} with {CHROMEDRIVER}; `make browser` installs them)");
+        assert!(
+            !in_ci(),
+            "no {CHROMIUM} / {CHROMEDRIVER}: `make browser` installs them"
+        );
+        eprintln!(
+            "SKIPPED (no Chromium at {CHROMIUM} with {CHROMEDRIVER}; `make browser` installs them)"
+        );
         return None;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let child = Command::new(CHROMEDRIVER)
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
-    Some(Driver { child, port, profile: tempfile::tempdir().unwrap() })
+    Some(Driver {
+        child,
+        port,
+        profile: tempfile::tempdir().unwrap(),
+    })
 }
 
 async fn browser(driver: &Driver) -> Client {
@@ -67,7 +80,11 @@ async fn browser(driver: &Driver) -> Client {
     let mut last = None;
     for _ in 0..100 {
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector).capabilities(caps.clone()).connect(&url).await {
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
             Ok(client) => return client,
             Err(error) => last = Some(error),
         }
@@ -96,7 +113,11 @@ async fn text(client: &Client) -> String {
 async fn wait_text(client: &Client, needle: &str) -> String {
     wait_until(&format!("the page says {needle:?}"), DEADLINE, || async {
         let main = text(client).await;
-        if main.contains(needle) { Ok(main) } else { Err(main) }
+        if main.contains(needle) {
+            Ok(main)
+        } else {
+            Err(main)
+        }
     })
     .await
 }
@@ -114,7 +135,11 @@ async fn the_console_in_chromium(backend: Backend) {
     wait_until("the overview counts the failed rows", DEADLINE, || async {
         client.refresh().await.unwrap();
         let main = text(&client).await;
-        if main.contains("Shared table") && main.contains('7') { Ok(()) } else { Err(main) }
+        if main.contains("Shared table") && main.contains('7') {
+            Ok(())
+        } else {
+            Err(main)
+        }
     })
     .await;
     assert!(text(&client).await.contains("This host"));
@@ -122,58 +147,153 @@ async fn the_console_in_chromium(backend: Backend) {
 
     // Log in with the action token.
     client.goto(&format!("{base}/login")).await.unwrap();
-    client.form(Locator::Css("form[action='/login']")).await.unwrap()
-        .set_by_name("token", TOKEN).await.unwrap()
-        .submit().await.unwrap();
+    client
+        .form(Locator::Css("form[action='/login']"))
+        .await
+        .unwrap()
+        .set_by_name("token", TOKEN)
+        .await
+        .unwrap()
+        .submit()
+        .await
+        .unwrap();
     wait_until("logged in", DEADLINE, || async {
-        let who = client.execute("return document.querySelector('header .who').innerText", vec![]).await.unwrap();
-        if who.as_str().is_some_and(|w| w.contains("may act")) { Ok(()) } else { Err(who) }
+        let who = client
+            .execute(
+                "return document.querySelector('header .who').innerText",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if who.as_str().is_some_and(|w| w.contains("may act")) {
+            Ok(())
+        } else {
+            Err(who)
+        }
     })
     .await;
 
     // Filter the failed list by type, select dead-2, requeue it, see it delivered.
     client.goto(&format!("{base}/dead")).await.unwrap();
-    client.form(Locator::Css("form.search")).await.unwrap()
-        .set_by_name("type", "RoomGiftSent").await.unwrap()
-        .submit().await.unwrap();
+    client
+        .form(Locator::Css("form.search"))
+        .await
+        .unwrap()
+        .set_by_name("type", "RoomGiftSent")
+        .await
+        .unwrap()
+        .submit()
+        .await
+        .unwrap();
     let main = wait_until("the failed list filtered by type", DEADLINE, || async {
         let main = text(&client).await;
-        if main.contains("dead-2") && !main.contains("dead-1") { Ok(main) } else { Err(main) }
+        if main.contains("dead-2") && !main.contains("dead-1") {
+            Ok(main)
+        } else {
+            Err(main)
+        }
     })
     .await;
-    assert!(main.contains(XSS_TYPE) || !main.contains("xss-1"), "filtered out or shown as text");
+    assert!(
+        main.contains(XSS_TYPE) || !main.contains("xss-1"),
+        "filtered out or shown as text"
+    );
     screenshot(&client, backend, "dead-letters").await;
-    client.find(Locator::Css("input[name='ids'][value='dead-2']")).await.unwrap().click().await.unwrap();
-    client.find(Locator::Css("button[value='requeue']")).await.unwrap().click().await.unwrap();
+    client
+        .find(Locator::Css("input[name='ids'][value='dead-2']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("button[value='requeue']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_text(&client, "1 failed rows match: event dead-2").await;
-    client.find(Locator::Css("button.danger")).await.unwrap().click().await.unwrap();
+    client
+        .find(Locator::Css("button.danger"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     host.wait_status("dead-2", "delivered").await;
-    client.goto(&format!("{base}/event?app=default&id=dead-2")).await.unwrap();
+    client
+        .goto(&format!("{base}/event?app=default&id=dead-2"))
+        .await
+        .unwrap();
     let main = text(&client).await;
-    assert!(main.contains("delivered") && main.contains("sink log"), "{main}");
+    assert!(
+        main.contains("delivered") && main.contains("sink log"),
+        "{main}"
+    );
     screenshot(&client, backend, "event").await;
 
     // The markup event type is text on its page, and no script of it ran.
-    client.goto(&format!("{base}/event?app=default&id=xss-1")).await.unwrap();
+    client
+        .goto(&format!("{base}/event?app=default&id=xss-1"))
+        .await
+        .unwrap();
     assert!(text(&client).await.contains(XSS_TYPE));
-    let ran = client.execute("return window.__xss === undefined ? 0 : 1", vec![]).await.unwrap();
+    let ran = client
+        .execute("return window.__xss === undefined ? 0 : 1", vec![])
+        .await
+        .unwrap();
     assert_eq!(ran, serde_json::json!(0), "the event type ran as a script");
 
     // Pause the sink: a new event waits retryable without an attempt; resume: delivered.
     client.goto(&format!("{base}/sinks")).await.unwrap();
     let main = text(&client).await;
-    assert!(main.contains("config.format") && main.contains("breaker.cool_down"), "{main}");
-    client.find(Locator::Css("button[value='Pause']")).await.unwrap().click().await.unwrap();
+    assert!(
+        main.contains("config.format") && main.contains("breaker.cool_down"),
+        "{main}"
+    );
+    client
+        .find(Locator::Css("button[value='Pause']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_text(&client, "sink log paused").await;
-    host.store.enqueue(&[typed_record("default", "browser-paused", "room-4", "RoomGiftSent", outboxd::record::now_ms())]).await.unwrap();
+    host.store
+        .enqueue(&[typed_record(
+            "default",
+            "browser-paused",
+            "room-4",
+            "RoomGiftSent",
+            outboxd::record::now_ms(),
+        )])
+        .await
+        .unwrap();
     host.wait_status("browser-paused", "retryable").await;
-    assert_eq!(host.db.row("default", "browser-paused").await.unwrap().retry_count, 0);
+    assert_eq!(
+        host.db
+            .row("default", "browser-paused")
+            .await
+            .unwrap()
+            .retry_count,
+        0
+    );
     screenshot(&client, backend, "sinks-paused").await;
-    client.find(Locator::Css("button[value='Resume']")).await.unwrap().click().await.unwrap();
+    client
+        .find(Locator::Css("button[value='Resume']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_text(&client, "sink log resumed").await;
     host.wait_status("browser-paused", "delivered").await;
 
-    client.goto(&format!("{base}/events?status=delivered")).await.unwrap();
+    client
+        .goto(&format!("{base}/events?status=delivered"))
+        .await
+        .unwrap();
     assert!(text(&client).await.contains("browser-paused"));
     screenshot(&client, backend, "events").await;
     client.close().await.unwrap();

@@ -77,8 +77,18 @@ impl Host {
         let now = now_ms();
         let records: Vec<_> = (0..6)
             .map(|i| {
-                let event_type = if i % 2 == 0 { "RoomGiftSent" } else { "RoomMicChanged" };
-                typed_record("default", &format!("dead-{i}"), "room-1", event_type, now - 60_000 + i)
+                let event_type = if i % 2 == 0 {
+                    "RoomGiftSent"
+                } else {
+                    "RoomMicChanged"
+                };
+                typed_record(
+                    "default",
+                    &format!("dead-{i}"),
+                    "room-1",
+                    event_type,
+                    now - 60_000 + i,
+                )
             })
             .collect();
         store.enqueue(&records).await.unwrap();
@@ -102,27 +112,50 @@ impl Host {
             .map(|(i, e)| Mark {
                 event_id: e.event.event_id.clone(),
                 disposition: Disposition::Failed {
-                    error: if i < 4 { "HTTP 503 from the receiver".into() } else { "<b>bold</b> refusal".into() },
+                    error: if i < 4 {
+                        "HTTP 503 from the receiver".into()
+                    } else {
+                        "<b>bold</b> refusal".into()
+                    },
                 },
             })
             .collect();
         store
-            .mark(&MarkParams { lease: &batch.lease, marks: &marks, now_ms: now })
+            .mark(&MarkParams {
+                lease: &batch.lease,
+                marks: &marks,
+                now_ms: now,
+            })
             .await
             .unwrap();
         store
-            .enqueue(&[typed_record("default", "xss-1", "room-<i>2</i>", XSS_TYPE, now)])
+            .enqueue(&[typed_record(
+                "default",
+                "xss-1",
+                "room-<i>2</i>",
+                XSS_TYPE,
+                now,
+            )])
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let service = Service::bind(config(dir.path()), store.clone()).await.expect("binds");
+        let service = Service::bind(config(dir.path()), store.clone())
+            .await
+            .expect("binds");
         let addr = service.admin_addr().expect("admin listener");
         let shutdown = CancellationToken::new();
         let run = service.run(RunMode::Forever, shutdown.clone());
         let task = tokio::spawn(async move {
             run.await.expect("the service runs");
         });
-        let host = Host { db, store, addr, shutdown, task, _dir: dir };
+        let host = Host {
+            db,
+            store,
+            addr,
+            shutdown,
+            task,
+            _dir: dir,
+        };
         host.wait_status("xss-1", "failed").await;
         Some(host)
     }
@@ -159,7 +192,8 @@ impl Answer {
     pub fn header(&self, name: &str) -> Option<String> {
         self.head.lines().find_map(|line| {
             let (key, value) = line.split_once(':')?;
-            key.eq_ignore_ascii_case(name).then(|| value.trim().to_string())
+            key.eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_string())
         })
     }
 
@@ -170,7 +204,13 @@ impl Answer {
 }
 
 /// One request to the host; `headers` as `Name: value` lines, `form` urlencoded.
-pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[String], form: &str) -> Answer {
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[String],
+    form: &str,
+) -> Answer {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for header in headers {
@@ -189,6 +229,14 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[Stri
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Answer { status, head: head.to_string(), body: body.to_string() }
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
 }

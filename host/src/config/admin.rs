@@ -70,11 +70,17 @@ impl AdminToken {
         if text.chars().count() < MIN_TOKEN_CHARS {
             return Err(invalid(
                 key,
-                format!("is {} characters; a token needs at least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 24`)", text.chars().count()),
+                format!(
+                    "is {} characters; a token needs at least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 24`)",
+                    text.chars().count()
+                ),
             ));
         }
         if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(invalid(key, "must not contain spaces or control characters"));
+            return Err(invalid(
+                key,
+                "must not contain spaces or control characters",
+            ));
         }
         Ok(Some(AdminToken(text)))
     }

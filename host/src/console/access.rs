@@ -135,7 +135,8 @@ impl Access {
 
     /// Ends the request's session; the `Set-Cookie` value that clears the cookie.
     pub fn logout(&self, request: &ConsoleRequest) -> String {
-        if let (Some(id), Ok(mut sessions)) = (request.cookie(SESSION_COOKIE), self.sessions.lock()) {
+        if let (Some(id), Ok(mut sessions)) = (request.cookie(SESSION_COOKIE), self.sessions.lock())
+        {
             sessions.remove(id);
         }
         format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
@@ -183,7 +184,10 @@ impl Access {
             message: if self.read_token.is_some() {
                 "reading the console needs a token: log in at /login with [admin] read_token or [admin] token".into()
             } else {
-                format!("reading the console from {} needs a token: it is open on loopback only; set [admin] read_token (or use [admin] token) and log in at /login", peer.ip())
+                format!(
+                    "reading the console from {} needs a token: it is open on loopback only; set [admin] read_token (or use [admin] token) and log in at /login",
+                    peer.ip()
+                )
             },
         })
     }
@@ -194,7 +198,9 @@ impl Access {
         if !self.actions_on() {
             return Err(Refusal {
                 status: http::StatusCode::FORBIDDEN,
-                message: format!("{what} refused: console actions are off; set [admin] token (or OUTBOXD_ADMIN_TOKEN) and restart"),
+                message: format!(
+                    "{what} refused: console actions are off; set [admin] token (or OUTBOXD_ADMIN_TOKEN) and restart"
+                ),
             });
         }
         let refuse = |message: String| Refusal {
@@ -213,7 +219,9 @@ impl Access {
         if let Some(csrf) = &caller.csrf {
             let given = request.f("csrf");
             if given.is_empty() || !AdminToken::matches_text(csrf, given) {
-                return Err(refuse(format!("{what} refused: the form's CSRF token is missing or stale (reload the page)")));
+                return Err(refuse(format!(
+                    "{what} refused: the form's CSRF token is missing or stale (reload the page)"
+                )));
             }
             // A browser says where a form came from: only this origin (or the user's own
             // navigation) may act; another site, another port of this host, or an opaque
@@ -227,7 +235,9 @@ impl Access {
                         .is_none_or(|host| origin.split("://").nth(1) != Some(host))
                 });
             if cross_site {
-                return Err(refuse(format!("{what} refused: the form came from another site")));
+                return Err(refuse(format!(
+                    "{what} refused: the form came from another site"
+                )));
             }
         }
         Ok(caller)
@@ -238,7 +248,9 @@ impl Access {
 pub fn is_loopback(peer: SocketAddr) -> bool {
     match peer.ip() {
         std::net::IpAddr::V4(ip) => ip.is_loopback(),
-        std::net::IpAddr::V6(ip) => ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        std::net::IpAddr::V6(ip) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
@@ -251,33 +263,65 @@ mod tests {
         for (name, value) in headers {
             map.insert(*name, value.parse().unwrap());
         }
-        ConsoleRequest::new(http::Method::GET, &"/".parse().unwrap(), &map, b"", peer.parse().unwrap())
+        ConsoleRequest::new(
+            http::Method::GET,
+            &"/".parse().unwrap(),
+            &map,
+            b"",
+            peer.parse().unwrap(),
+        )
     }
 
     fn token(text: &str) -> AdminToken {
-        crate::config::Config::from_toml_str(&format!("[admin]\ntoken = \"{text}\"\n"), std::iter::empty())
-            .expect("config")
-            .admin
-            .token
-            .expect("token")
+        crate::config::Config::from_toml_str(
+            &format!("[admin]\ntoken = \"{text}\"\n"),
+            std::iter::empty(),
+        )
+        .expect("config")
+        .admin
+        .token
+        .expect("token")
     }
 
     #[test]
     fn reading_is_open_on_loopback_only_until_a_read_token_is_set() {
         let open = Access::new(None, None);
-        assert_eq!(open.caller(&request("127.0.0.1:4000", &[])).unwrap().grant, Grant::Read);
+        assert_eq!(
+            open.caller(&request("127.0.0.1:4000", &[])).unwrap().grant,
+            Grant::Read
+        );
         assert!(open.caller(&request("[::1]:4000", &[])).is_ok());
         let refused = open.caller(&request("10.1.2.3:4000", &[])).unwrap_err();
         assert_eq!(refused.status, http::StatusCode::UNAUTHORIZED);
-        assert!(refused.message.contains("from 10.1.2.3") && refused.message.contains("read_token"), "{}", refused.message);
+        assert!(
+            refused.message.contains("from 10.1.2.3") && refused.message.contains("read_token"),
+            "{}",
+            refused.message
+        );
         let read = token("read-token-0123456789");
         let closed = Access::new(None, Some(read));
-        assert!(closed.caller(&request("127.0.0.1:4000", &[])).is_err(), "a read token closes loopback too");
+        assert!(
+            closed.caller(&request("127.0.0.1:4000", &[])).is_err(),
+            "a read token closes loopback too"
+        );
         let bearer = closed
-            .caller(&request("10.1.2.3:4000", &[("authorization", "Bearer read-token-0123456789")]))
+            .caller(&request(
+                "10.1.2.3:4000",
+                &[("authorization", "Bearer read-token-0123456789")],
+            ))
             .unwrap();
         assert_eq!(bearer.grant, Grant::Read);
-        assert!(closed.actor(&request("10.1.2.3:4000", &[("authorization", "Bearer read-token-0123456789")]), "pause").is_err());
+        assert!(
+            closed
+                .actor(
+                    &request(
+                        "10.1.2.3:4000",
+                        &[("authorization", "Bearer read-token-0123456789")]
+                    ),
+                    "pause"
+                )
+                .is_err()
+        );
     }
 
     #[test]
@@ -286,14 +330,31 @@ mod tests {
         assert!(access.login("wrong").is_err());
         let cookie = access.login("act-token-0123456789").unwrap();
         let pair = cookie.split(';').next().unwrap().to_string();
-        let caller = access.caller(&request("10.0.0.9:1", &[("cookie", &pair)])).unwrap();
+        let caller = access
+            .caller(&request("10.0.0.9:1", &[("cookie", &pair)]))
+            .unwrap();
         assert_eq!(caller.grant, Grant::Act);
         let csrf = caller.csrf.clone().unwrap();
-        let mut form = request("10.0.0.9:1", &[("cookie", &pair), ("host", "h:1"), ("origin", "http://h:1")]);
-        assert!(access.actor(&form, "pause").unwrap_err().message.contains("CSRF"));
+        let mut form = request(
+            "10.0.0.9:1",
+            &[("cookie", &pair), ("host", "h:1"), ("origin", "http://h:1")],
+        );
+        assert!(
+            access
+                .actor(&form, "pause")
+                .unwrap_err()
+                .message
+                .contains("CSRF")
+        );
         form.form = vec![("csrf".into(), csrf)];
         assert!(access.actor(&form, "pause").is_ok());
         form.headers.insert("sec-fetch-site", "same-site".into());
-        assert!(access.actor(&form, "pause").unwrap_err().message.contains("another site"));
+        assert!(
+            access
+                .actor(&form, "pause")
+                .unwrap_err()
+                .message
+                .contains("another site")
+        );
     }
 }

@@ -54,22 +54,37 @@ impl Answer<'_> {
     }
 
     fn failed(&self, message: String) -> Reply {
-        self.console.metrics.count_console_action(self.action, "failed");
+        self.console
+            .metrics
+            .count_console_action(self.action, "failed");
         warn!(target: "outboxd::console", action = self.action, error = %message, "console action failed");
         if self.api {
-            json(StatusCode::SERVICE_UNAVAILABLE, &serde_json::json!({ "error": message }))
+            json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({ "error": message }),
+            )
         } else {
-            html(StatusCode::SERVICE_UNAVAILABLE, pages::message::render("Failed", &message))
+            html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                pages::message::render("Failed", &message),
+            )
         }
     }
 
     fn done(&self, who: &Caller, what: &str, rows: Option<u64>) {
-        self.console.metrics.count_console_action(self.action, "done");
+        self.console
+            .metrics
+            .count_console_action(self.action, "done");
         info!(target: "outboxd::console", action = self.action, who = %who.who, what, rows, "console action");
     }
 }
 
-pub(super) async fn run(console: &Arc<Console>, request: &ConsoleRequest, name: &str, api: bool) -> Reply {
+pub(super) async fn run(
+    console: &Arc<Console>,
+    request: &ConsoleRequest,
+    name: &str,
+    api: bool,
+) -> Reply {
     let action: &'static str = match name {
         "requeue" => "requeue",
         "purge" => "purge",
@@ -78,7 +93,11 @@ pub(super) async fn run(console: &Arc<Console>, request: &ConsoleRequest, name: 
         "reload" => "reload",
         _ => "unknown",
     };
-    let answer = Answer { console, action, api };
+    let answer = Answer {
+        console,
+        action,
+        api,
+    };
     if action == "unknown" {
         return answer.refused(
             StatusCode::NOT_FOUND,
@@ -90,7 +109,16 @@ pub(super) async fn run(console: &Arc<Console>, request: &ConsoleRequest, name: 
         Err(refusal) => return answer.refused(refusal.status, refusal.message),
     };
     match action {
-        "requeue" => dead_letter(console, request, &caller, &answer, DeadLetterAction::Requeue).await,
+        "requeue" => {
+            dead_letter(
+                console,
+                request,
+                &caller,
+                &answer,
+                DeadLetterAction::Requeue,
+            )
+            .await
+        }
         "purge" => dead_letter(console, request, &caller, &answer, DeadLetterAction::Delete).await,
         "pause" | "resume" => switch(console, request, &caller, &answer),
         _ => reload(console, &caller, &answer).await,
@@ -104,7 +132,10 @@ fn target(console: &Console, request: &ConsoleRequest) -> Result<(FailedFilter, 
     let app = form.app_or(console.default_app());
     if !ids.is_empty() {
         if ids.len() > MAX_SELECTION {
-            return Err(format!("{} events selected; at most {MAX_SELECTION} at once (use the filter instead)", ids.len()));
+            return Err(format!(
+                "{} events selected; at most {MAX_SELECTION} at once (use the filter instead)",
+                ids.len()
+            ));
         }
         let words = if ids.len() == 1 {
             format!("event {} of {app}", ids[0])
@@ -149,9 +180,15 @@ async fn dead_letter(
     if request.f("step") != "run" {
         info!(target: "outboxd::console", action = action.name(), who = %caller.who, what = %what, rows = matching, "console dry run");
         return if answer.api {
-            json(StatusCode::OK, &serde_json::json!({ "action": action.name(), "what": what, "matching": matching }))
+            json(
+                StatusCode::OK,
+                &serde_json::json!({ "action": action.name(), "what": what, "matching": matching }),
+            )
         } else {
-            html(StatusCode::OK, pages::confirm::render(request, caller, action.name(), &what, matching))
+            html(
+                StatusCode::OK,
+                pages::confirm::render(request, caller, action.name(), &what, matching),
+            )
         };
     }
     let id = console.jobs.start(Job {
@@ -165,7 +202,11 @@ async fn dead_letter(
         error: None,
         started_at_ms: now_ms(),
     });
-    let (store, jobs, tenants) = (console.store.clone(), console.jobs.clone(), console.app_codes.clone());
+    let (store, jobs, tenants) = (
+        console.store.clone(),
+        console.jobs.clone(),
+        console.app_codes.clone(),
+    );
     let metrics = console.metrics.clone();
     let who = caller.who.clone();
     let name = action.name();
@@ -200,7 +241,12 @@ async fn dead_letter(
     }
 }
 
-fn switch(console: &Console, request: &ConsoleRequest, caller: &Caller, answer: &Answer<'_>) -> Reply {
+fn switch(
+    console: &Console,
+    request: &ConsoleRequest,
+    caller: &Caller,
+    answer: &Answer<'_>,
+) -> Reply {
     let sink = request.f("sink");
     let known = console.loaded.get().is_some_and(|set| {
         set.config
@@ -210,7 +256,10 @@ fn switch(console: &Console, request: &ConsoleRequest, caller: &Caller, answer: 
             .any(|s| s.name() == sink)
     });
     if !known {
-        return answer.refused(StatusCode::NOT_FOUND, format!("no sink named {sink:?} is loaded"));
+        return answer.refused(
+            StatusCode::NOT_FOUND,
+            format!("no sink named {sink:?} is loaded"),
+        );
     }
     let changed = if answer.action == "pause" {
         console.controls.pause(
@@ -224,14 +273,22 @@ fn switch(console: &Console, request: &ConsoleRequest, caller: &Caller, answer: 
         console.controls.resume(sink)
     };
     let notice = match (answer.action, changed) {
-        ("pause", true) => format!("sink {sink} paused: its events wait as retryable without spending attempts"),
+        ("pause", true) => {
+            format!("sink {sink} paused: its events wait as retryable without spending attempts")
+        }
         ("pause", false) => format!("sink {sink} was paused already"),
-        (_, true) => format!("sink {sink} resumed: its events flow within {}s", crate::plugin::PAUSED_RETRY.as_secs()),
+        (_, true) => format!(
+            "sink {sink} resumed: its events flow within {}s",
+            crate::plugin::PAUSED_RETRY.as_secs()
+        ),
         (_, false) => format!("sink {sink} was not paused"),
     };
     answer.done(caller, &format!("sink {sink}"), None);
     if answer.api {
-        json(StatusCode::OK, &serde_json::json!({ "sink": sink, "changed": changed, "notice": notice }))
+        json(
+            StatusCode::OK,
+            &serde_json::json!({ "sink": sink, "changed": changed, "notice": notice }),
+        )
     } else {
         redirect(&super::html::href("/sinks", &[("notice", &notice)]), None)
     }

@@ -41,7 +41,11 @@ pub(super) async fn get(
             Ok(Some(view)) => json(StatusCode::OK, &view),
             Ok(None) => error(
                 StatusCode::NOT_FOUND,
-                format!("no event {:?} in app {:?}", request.q("id"), request.q("app")),
+                format!(
+                    "no event {:?} in app {:?}",
+                    request.q("id"),
+                    request.q("app")
+                ),
             ),
             Err(message) => failed(message),
         },

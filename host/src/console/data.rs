@@ -365,8 +365,14 @@ impl Console {
                             ("max_event_size", bytes(l.event_size_limit())),
                             ("max_retry_after", duration(l.max_retry_after)),
                             ("allow_hosts", l.allow_hosts.join(", ")),
-                            ("max_requests_per_second", l.max_requests_per_second.to_string()),
-                            ("max_concurrent_requests", l.max_concurrent_requests.to_string()),
+                            (
+                                "max_requests_per_second",
+                                l.max_requests_per_second.to_string(),
+                            ),
+                            (
+                                "max_concurrent_requests",
+                                l.max_concurrent_requests.to_string(),
+                            ),
                         ],
                         breaker_failures: breaker.failures,
                         breaker_cool_down: duration(breaker.cool_down),

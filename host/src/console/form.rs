@@ -41,7 +41,12 @@ impl EventsForm {
     /// The form of a request's query string (or, `from_form`, its form body).
     pub fn read(request: &ConsoleRequest, from_form: bool) -> EventsForm {
         let get = |key: &str| {
-            if from_form { request.f(key) } else { request.q(key) }.to_string()
+            if from_form {
+                request.f(key)
+            } else {
+                request.q(key)
+            }
+            .to_string()
         };
         EventsForm {
             app: get("app"),
@@ -59,7 +64,12 @@ impl EventsForm {
 
     /// The tenant, or `default`.
     pub fn app_or(&self, default: &str) -> String {
-        if self.app.is_empty() { default } else { &self.app }.to_string()
+        if self.app.is_empty() {
+            default
+        } else {
+            &self.app
+        }
+        .to_string()
     }
 
     /// The store's query; `default_app` when no tenant was given.
@@ -68,7 +78,9 @@ impl EventsForm {
         let statuses = match self.status.as_str() {
             "" | "any" => Vec::new(),
             status => vec![Status::parse(status).ok_or_else(|| {
-                format!("status {status:?} is none of pending, delivering, retryable, failed, delivered")
+                format!(
+                    "status {status:?} is none of pending, delivering, retryable, failed, delivered"
+                )
             })?],
         };
         Ok(EventQuery {
@@ -156,7 +168,11 @@ pub fn parse_time(field: &str, text: &str) -> Result<Option<i64>, String> {
     }
     humantime::parse_rfc3339_weak(text)
         .map(|t| Some(crate::record::system_time_ms(t)))
-        .map_err(|_| format!("{field} {text:?} is neither RFC 3339 (2026-11-29T10:00:00Z) nor Unix milliseconds"))
+        .map_err(|_| {
+            format!(
+                "{field} {text:?} is neither RFC 3339 (2026-11-29T10:00:00Z) nor Unix milliseconds"
+            )
+        })
 }
 
 /// `created_at_ms.event_id`; `""` is none.
@@ -195,16 +211,26 @@ mod tests {
             since: "yesterday".into(),
             ..EventsForm::default()
         };
-        assert!(form.query("a").unwrap_err().starts_with("since \"yesterday\""));
+        assert!(
+            form.query("a")
+                .unwrap_err()
+                .starts_with("since \"yesterday\"")
+        );
         assert!(parse_cursor("x").unwrap_err().contains("before"));
         let cursor = parse_cursor("17.evt.a.b").unwrap().unwrap();
-        assert_eq!((cursor.created_at_ms, cursor.event_id.as_str()), (17, "evt.a.b"));
+        assert_eq!(
+            (cursor.created_at_ms, cursor.event_id.as_str()),
+            (17, "evt.a.b")
+        );
         assert_eq!(cursor_text(&cursor), "17.evt.a.b");
         let glob = EventsForm {
             event_type: "Room*".into(),
             ..EventsForm::default()
         };
         assert!(glob.failed_filter("a").unwrap_err().contains("glob"));
-        assert_eq!(parse_time("since", "1970-01-01T00:00:01Z").unwrap(), Some(1000));
+        assert_eq!(
+            parse_time("since", "1970-01-01T00:00:01Z").unwrap(),
+            Some(1000)
+        );
     }
 }

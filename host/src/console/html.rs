@@ -70,7 +70,12 @@ impl Html {
     }
 
     /// `<tag attrs>text</tag>`.
-    pub fn el(&mut self, tag: &'static str, attrs: &[(&'static str, &str)], text: &str) -> &mut Html {
+    pub fn el(
+        &mut self,
+        tag: &'static str,
+        attrs: &[(&'static str, &str)],
+        text: &str,
+    ) -> &mut Html {
         self.open(tag, attrs).text(text).close(tag)
     }
 
@@ -88,7 +93,10 @@ impl Html {
 
 /// Attributes written without a value when empty.
 fn is_flag(name: &str) -> bool {
-    matches!(name, "checked" | "selected" | "disabled" | "required" | "open")
+    matches!(
+        name,
+        "checked" | "selected" | "disabled" | "required" | "open"
+    )
 }
 
 /// `path?k=v&…` with each value percent-encoded; empty values are left out.
@@ -127,7 +135,10 @@ mod tests {
     #[test]
     fn links_encode_their_values() {
         assert_eq!(
-            href("/event", &[("app", "a b"), ("id", "x&y=<z>"), ("empty", "")]),
+            href(
+                "/event",
+                &[("app", "a b"), ("id", "x&y=<z>"), ("empty", "")]
+            ),
             "/event?app=a+b&id=x%26y%3D%3Cz%3E"
         );
         assert_eq!(href("/events", &[("type", "")]), "/events");

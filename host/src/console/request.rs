@@ -48,7 +48,14 @@ impl ConsoleRequest {
                 .collect()
         };
         let mut kept = BTreeMap::new();
-        for name in ["cookie", "authorization", "origin", "sec-fetch-site", "accept", "host"] {
+        for name in [
+            "cookie",
+            "authorization",
+            "origin",
+            "sec-fetch-site",
+            "accept",
+            "host",
+        ] {
             if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
                 kept.insert(name, value.to_string());
             }
@@ -104,7 +111,11 @@ fn first<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
 }
 
 /// A response with the console's headers.
-pub fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+pub fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -113,9 +124,15 @@ pub fn respond(status: StatusCode, content_type: &'static str, body: impl Into<B
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
@@ -127,13 +144,18 @@ pub fn html(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 
 /// A JSON document.
 pub fn json(status: StatusCode, value: &impl serde::Serialize) -> Response<Full<Bytes>> {
-    let body = serde_json::to_vec_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
+    let body = serde_json::to_vec_pretty(value)
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     respond(status, "application/json", body)
 }
 
 /// `303 See Other` to `location` (a path of this console), optionally setting a cookie.
 pub fn redirect(location: &str, cookie: Option<String>) -> Response<Full<Bytes>> {
-    let mut response = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", Bytes::new());
+    let mut response = respond(
+        StatusCode::SEE_OTHER,
+        "text/plain; charset=utf-8",
+        Bytes::new(),
+    );
     if let Ok(value) = HeaderValue::from_str(location) {
         response.headers_mut().insert(header::LOCATION, value);
     }

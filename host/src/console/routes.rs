@@ -16,12 +16,25 @@ const JS: &str = include_str!("assets/console.js");
 
 /// The console's path prefixes (`/` itself too).
 const PATHS: [&str; 10] = [
-    "/events", "/event", "/dead", "/sinks", "/jobs", "/login", "/logout", "/actions/", "/api/",
+    "/events",
+    "/event",
+    "/dead",
+    "/sinks",
+    "/jobs",
+    "/login",
+    "/logout",
+    "/actions/",
+    "/api/",
     "/assets/",
 ];
 
 pub(super) fn owns(path: &str) -> bool {
-    path == "/" || PATHS.iter().any(|p| path == *p || path.starts_with(&format!("{p}/")) || (p.ends_with('/') && path.starts_with(p)))
+    path == "/"
+        || PATHS.iter().any(|p| {
+            path == *p
+                || path.starts_with(&format!("{p}/"))
+                || (p.ends_with('/') && path.starts_with(p))
+        })
 }
 
 type Reply = Response<Full<Bytes>>;
@@ -33,11 +46,16 @@ pub(super) async fn route(console: &Arc<Console>, request: &ConsoleRequest) -> O
     }
     let method = &request.method;
     let reply = match (method, path) {
-        (&Method::GET, "/assets/console.css") => respond(StatusCode::OK, "text/css; charset=utf-8", CSS),
+        (&Method::GET, "/assets/console.css") => {
+            respond(StatusCode::OK, "text/css; charset=utf-8", CSS)
+        }
         (&Method::GET, "/assets/console.js") => {
             respond(StatusCode::OK, "text/javascript; charset=utf-8", JS)
         }
-        (&Method::GET, "/login") => html(StatusCode::OK, pages::login::render(None, console.access.actions_on())),
+        (&Method::GET, "/login") => html(
+            StatusCode::OK,
+            pages::login::render(None, console.access.actions_on()),
+        ),
         (&Method::POST, "/login") => match console.access.login(request.f("token")) {
             Ok(cookie) => redirect("/", Some(cookie)),
             Err(refusal) => html(
@@ -75,5 +93,8 @@ pub(super) async fn route(console: &Arc<Console>, request: &ConsoleRequest) -> O
 
 /// A refusal as JSON: `{"error": "…"}`.
 pub(super) fn refusal_json(refusal: &Refusal) -> Reply {
-    json(refusal.status, &serde_json::json!({ "error": refusal.message }))
+    json(
+        refusal.status,
+        &serde_json::json!({ "error": refusal.message }),
+    )
 }

@@ -313,7 +313,10 @@ mod tests {
         tiny.observe(0.0);
         tiny.observe(1e12);
         assert!(tiny.quantile(0.01).unwrap() < 0.2);
-        assert!(tiny.quantile(1.0).unwrap() > 1e8, "the last bucket holds the huge ones");
+        assert!(
+            tiny.quantile(1.0).unwrap() > 1e8,
+            "the last bucket holds the huge ones"
+        );
     }
 
     #[test]
@@ -346,7 +349,15 @@ mod tests {
             ..SinkAnswers::default()
         };
         recent.observe_publish(now, "hook", 10.0, answers);
-        recent.observe_publish(now, "hook", 10.0, SinkAnswers { deferred: 4, ..SinkAnswers::default() });
+        recent.observe_publish(
+            now,
+            "hook",
+            10.0,
+            SinkAnswers {
+                deferred: 4,
+                ..SinkAnswers::default()
+            },
+        );
         let window = recent.sink(now, "hook", 300_000);
         assert_eq!(window.publish.count, 2);
         assert_eq!(window.answers.deferred, 4);

@@ -145,7 +145,11 @@ impl Publisher for RoutedPublisher {
                     let task = AbortOnDropHandle::new(tokio::spawn(async move {
                         let started = Instant::now();
                         let results = publisher.publish(&events).await;
-                        metrics.observe_sink_publish(&sink_name, started.elapsed(), tally(&results));
+                        metrics.observe_sink_publish(
+                            &sink_name,
+                            started.elapsed(),
+                            tally(&results),
+                        );
                         results
                     }));
                     async move {

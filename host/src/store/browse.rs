@@ -73,9 +73,12 @@ impl EventQuery {
     /// Whether `row` passes the filters applied on top (and the status, room, time and position
     /// filters, which the index ranges already applied: checked again for the id lookup).
     pub fn matches(&self, row: &EventSummary) -> bool {
-        let status_ok = self.statuses.is_empty()
-            || self.statuses.iter().any(|s| s.as_str() == row.status);
-        let room_ok = self.room_id.as_ref().is_none_or(|room| *room == row.room_id);
+        let status_ok =
+            self.statuses.is_empty() || self.statuses.iter().any(|s| s.as_str() == row.status);
+        let room_ok = self
+            .room_id
+            .as_ref()
+            .is_none_or(|room| *room == row.room_id);
         let type_ok = self
             .event_type
             .as_ref()

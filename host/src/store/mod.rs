@@ -320,7 +320,10 @@ trait Cannot {
 
 impl<T: OutboxStore + ?Sized> Cannot for T {
     fn cannot(&self, what: &str) -> StoreError {
-        StoreError::Invalid(format!("this {} store cannot {what}", self.backend().name()))
+        StoreError::Invalid(format!(
+            "this {} store cannot {what}",
+            self.backend().name()
+        ))
     }
 }
 
@@ -426,14 +429,21 @@ pub trait OutboxStore: Send + Sync + 'static {
     }
 
     /// One row with its envelope, by primary key; `None` when there is none.
-    async fn event(&self, app_code: &str, event_id: &str) -> Result<Option<EventDetail>, StoreError> {
+    async fn event(
+        &self,
+        app_code: &str,
+        event_id: &str,
+    ) -> Result<Option<EventDetail>, StoreError> {
         let _ = (app_code, event_id);
         Err(self.cannot("read one event"))
     }
 
     /// The newest `params.window` `failed` rows of a tenant grouped by `last_error`, the largest
     /// group first.
-    async fn error_groups(&self, params: &ErrorGroupsParams) -> Result<Vec<ErrorGroup>, StoreError> {
+    async fn error_groups(
+        &self,
+        params: &ErrorGroupsParams,
+    ) -> Result<Vec<ErrorGroup>, StoreError> {
         let _ = params;
         Err(self.cannot("group failed rows"))
     }

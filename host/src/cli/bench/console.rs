@@ -99,19 +99,58 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     let old_id = format!("h{:012}", history / 3);
     let pages: Vec<(&str, String)> = vec![
         ("newest, any status", format!("/events?app={APP}")),
-        ("newest delivered", format!("/events?app={APP}&status=delivered")),
-        ("delivered, page 2 (keyset)", format!("/events?app={APP}&status=delivered&before={}.h{:012}", base_ms + history as i64 - 51, history - 51)),
+        (
+            "newest delivered",
+            format!("/events?app={APP}&status=delivered"),
+        ),
+        (
+            "delivered, page 2 (keyset)",
+            format!(
+                "/events?app={APP}&status=delivered&before={}.h{:012}",
+                base_ms + history as i64 - 51,
+                history - 51
+            ),
+        ),
         ("failed", format!("/events?app={APP}&status=failed")),
-        ("one hour in the middle", format!("/events?app={APP}&since={}&until={}", middle, middle + 3_600_000)),
-        ("event id (old row)", format!("/events?app={APP}&id={old_id}")),
-        ("type glob RoomMic* (on top)", format!("/events?app={APP}&type=RoomMic*")),
-        ("error text 'timeout' (on top)", format!("/events?app={APP}&error=timeout")),
-        ("room room-7 (on top, no room index)", format!("/events?app={APP}&room=room-7")),
-        ("rare type, page 2 (on top)", format!("/events?app={APP}&type=RoomNever&before={}.h{:012}", base_ms + history as i64 - 5000, history - 5000)),
+        (
+            "one hour in the middle",
+            format!(
+                "/events?app={APP}&since={}&until={}",
+                middle,
+                middle + 3_600_000
+            ),
+        ),
+        (
+            "event id (old row)",
+            format!("/events?app={APP}&id={old_id}"),
+        ),
+        (
+            "type glob RoomMic* (on top)",
+            format!("/events?app={APP}&type=RoomMic*"),
+        ),
+        (
+            "error text 'timeout' (on top)",
+            format!("/events?app={APP}&error=timeout"),
+        ),
+        (
+            "room room-7 (on top, no room index)",
+            format!("/events?app={APP}&room=room-7"),
+        ),
+        (
+            "rare type, page 2 (on top)",
+            format!(
+                "/events?app={APP}&type=RoomNever&before={}.h{:012}",
+                base_ms + history as i64 - 5000,
+                history - 5000
+            ),
+        ),
         ("one event", format!("/event?app={APP}&id={one_id}")),
         ("dead letters", format!("/dead?app={APP}")),
     ];
-    println!("{:<40} {:>9} {:>9} {:>9}", "page", "p50 ms", "p95 ms", "max ms");
+    println!(
+        "{:<40} {:>9} {:>9} {:>9}",
+        "page", "p50 ms", "p95 ms", "max ms"
+    );
     for (name, uri) in &pages {
         let mut times = Vec::new();
         for _ in 0..rounds {
@@ -125,7 +164,12 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
         }
         times.sort_by(f64::total_cmp);
         let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-        println!("{name:<40} {:>9.1} {:>9.1} {:>9.1}", at(0.5), at(0.95), at(1.0));
+        println!(
+            "{name:<40} {:>9.1} {:>9.1} {:>9.1}",
+            at(0.5),
+            at(0.95),
+            at(1.0)
+        );
     }
     println!();
     explain(&config.database.url, store.backend(), &table).await?;
@@ -150,8 +194,14 @@ async fn fresh_rows(store: &dyn OutboxStore) -> anyhow::Result<(Vec<String>, u64
     let now = SystemTime::now();
     let records: Vec<Record> = (0..3000)
         .map(|i| {
-            Record::build(&format!("room-{}", i % 50), TYPES[i % 3], i as i64, now, &())
-                .with_app_code(APP)
+            Record::build(
+                &format!("room-{}", i % 50),
+                TYPES[i % 3],
+                i as i64,
+                now,
+                &(),
+            )
+            .with_app_code(APP)
         })
         .collect();
     for chunk in records.chunks(1000) {
@@ -212,7 +262,9 @@ async fn explain(url: &str, backend: Backend, table: &TableName) -> anyhow::Resu
                 let rows = bind_pg(sqlx::query(sqlx::AssertSqlSafe(sql)), &bound)
                     .fetch_all(&mut conn)
                     .await?;
-                rows.iter().map(|r| r.get::<String, _>(0)).collect::<Vec<_>>()
+                rows.iter()
+                    .map(|r| r.get::<String, _>(0))
+                    .collect::<Vec<_>>()
             }
             Backend::MySql => {
                 let mut conn = sqlx::mysql::MySqlConnectOptions::from_str(url)?
@@ -230,8 +282,18 @@ async fn explain(url: &str, backend: Backend, table: &TableName) -> anyhow::Resu
                                 r.try_get::<Option<String>, _>(i)
                                     .ok()
                                     .flatten()
-                                    .or_else(|| r.try_get::<Option<i64>, _>(i).ok().flatten().map(|n| n.to_string()))
-                                    .or_else(|| r.try_get::<Option<f64>, _>(i).ok().flatten().map(|n| format!("{n:.2}")))
+                                    .or_else(|| {
+                                        r.try_get::<Option<i64>, _>(i)
+                                            .ok()
+                                            .flatten()
+                                            .map(|n| n.to_string())
+                                    })
+                                    .or_else(|| {
+                                        r.try_get::<Option<f64>, _>(i)
+                                            .ok()
+                                            .flatten()
+                                            .map(|n| format!("{n:.2}"))
+                                    })
                                     .unwrap_or_else(|| "NULL".into())
                             })
                             .collect::<Vec<_>>()

@@ -5,15 +5,35 @@ use super::super::request::ConsoleRequest;
 use super::layout::{action_form, hidden, page};
 
 /// "`matching` rows: requeue them?" carrying the request's fields on.
-pub(crate) fn render(request: &ConsoleRequest, caller: &Caller, action: &'static str, what: &str, matching: u64) -> String {
-    let title = if action == "requeue" { "Requeue" } else { "Purge" };
+pub(crate) fn render(
+    request: &ConsoleRequest,
+    caller: &Caller,
+    action: &'static str,
+    what: &str,
+    matching: u64,
+) -> String {
+    let title = if action == "requeue" {
+        "Requeue"
+    } else {
+        "Purge"
+    };
     page(title, Some(caller), false, |h| {
         h.el("p", &[], &format!("{matching} failed rows match: {what}."));
         if matching == 0 {
-            h.open("p", &[]).el("a", &[("href", "/dead")], "Back").close("p");
+            h.open("p", &[])
+                .el("a", &[("href", "/dead")], "Back")
+                .close("p");
             return;
         }
-        action_form(h, caller, if action == "requeue" { "/actions/requeue" } else { "/actions/purge" });
+        action_form(
+            h,
+            caller,
+            if action == "requeue" {
+                "/actions/requeue"
+            } else {
+                "/actions/purge"
+            },
+        );
         for (key, value) in &request.form {
             if !matches!(key.as_str(), "csrf" | "step" | "selection") {
                 match key.as_str() {
@@ -32,7 +52,10 @@ pub(crate) fn render(request: &ConsoleRequest, caller: &Caller, action: &'static
         }
         hidden(h, "step", "run");
         let label = format!("{title} {matching} rows");
-        h.el("button", &[("type", "submit"), ("class", "danger")], &label).close("form");
-        h.open("p", &[]).el("a", &[("href", "/dead")], "Cancel").close("p");
+        h.el("button", &[("type", "submit"), ("class", "danger")], &label)
+            .close("form");
+        h.open("p", &[])
+            .el("a", &[("href", "/dead")], "Cancel")
+            .close("p");
     })
 }

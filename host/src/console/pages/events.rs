@@ -8,14 +8,26 @@ use super::super::html::Html;
 use super::layout::page;
 use super::table;
 
-const STATUSES: [&str; 6] = ["", "pending", "delivering", "retryable", "failed", "delivered"];
+const STATUSES: [&str; 6] = [
+    "",
+    "pending",
+    "delivering",
+    "retryable",
+    "failed",
+    "delivered",
+];
 
 /// The search form's fields (shared with the dead-letter list, which leaves out the status).
 pub(crate) fn fields(h: &mut Html, form: &EventsForm, app_codes: &[String], status: bool) {
     h.open("label", &[]).text("app ");
     h.open("select", &[("name", "app")]);
     for app in app_codes {
-        let selected = if *app == form.app || (form.app.is_empty() && Some(app) == app_codes.first()) { "selected" } else { "" };
+        let selected =
+            if *app == form.app || (form.app.is_empty() && Some(app) == app_codes.first()) {
+                "selected"
+            } else {
+                ""
+            };
         if selected.is_empty() {
             h.el("option", &[("value", app)], app);
         } else {
@@ -24,7 +36,9 @@ pub(crate) fn fields(h: &mut Html, form: &EventsForm, app_codes: &[String], stat
     }
     h.close("select").close("label");
     if status {
-        h.open("label", &[]).text("status ").open("select", &[("name", "status")]);
+        h.open("label", &[])
+            .text("status ")
+            .open("select", &[("name", "status")]);
         for s in STATUSES {
             let label = if s.is_empty() { "any" } else { s };
             if form.status == s {
@@ -44,7 +58,10 @@ pub(crate) fn fields(h: &mut Html, form: &EventsForm, app_codes: &[String], stat
         ("until", "until", &form.until, "RFC 3339 or ms"),
     ] {
         h.open("label", &[]).text(label).text(" ");
-        h.open("input", &[("name", name), ("value", value), ("placeholder", hint)]);
+        h.open(
+            "input",
+            &[("name", name), ("value", value), ("placeholder", hint)],
+        );
         h.close("label");
     }
     if !form.group.is_empty() {
@@ -53,9 +70,21 @@ pub(crate) fn fields(h: &mut Html, form: &EventsForm, app_codes: &[String], stat
 }
 
 /// The page.
-pub(crate) fn render(form: &EventsForm, view: Result<EventsView, String>, app_codes: &[String], caller: &Caller) -> String {
+pub(crate) fn render(
+    form: &EventsForm,
+    view: Result<EventsView, String>,
+    app_codes: &[String],
+    caller: &Caller,
+) -> String {
     page("Events", Some(caller), false, |h| {
-        h.open("form", &[("method", "get"), ("action", "/events"), ("class", "search")]);
+        h.open(
+            "form",
+            &[
+                ("method", "get"),
+                ("action", "/events"),
+                ("class", "search"),
+            ],
+        );
         fields(h, form, app_codes, true);
         h.el("button", &[("type", "submit")], "Search");
         h.close("form");

@@ -14,10 +14,14 @@ pub(crate) fn render(job: Option<Job>, latest: &[Job], caller: &Caller) -> Strin
                 (None, true) => "done".into(),
                 (None, false) => "running".into(),
             };
-            h.el("p", &[("class", "job"), ("id", "job")], &format!(
-                "{} #{}: {} of {} rows, {state} ({}).",
-                job.action, job.id, job.done, job.expected, job.target
-            ));
+            h.el(
+                "p",
+                &[("class", "job"), ("id", "job")],
+                &format!(
+                    "{} #{}: {} of {} rows, {state} ({}).",
+                    job.action, job.id, job.done, job.expected, job.target
+                ),
+            );
         }
         h.open("table", &[("class", "rows")]).open("tr", &[]);
         for name in ["job", "action", "what", "who", "rows", "started", "state"] {
@@ -27,10 +31,24 @@ pub(crate) fn render(job: Option<Job>, latest: &[Job], caller: &Caller) -> Strin
         for job in latest {
             h.open("tr", &[]);
             h.open("td", &[]).num(job.id).close("td");
-            h.el("td", &[], &job.action).el("td", &[], &job.target).el("td", &[], &job.who);
-            h.el("td", &[("class", "num")], &format!("{} / {}", job.done, job.expected));
+            h.el("td", &[], &job.action)
+                .el("td", &[], &job.target)
+                .el("td", &[], &job.who);
+            h.el(
+                "td",
+                &[("class", "num")],
+                &format!("{} / {}", job.done, job.expected),
+            );
             h.el("td", &[("class", "time")], &time(job.started_at_ms));
-            h.el("td", &[], if job.finished { job.error.as_deref().unwrap_or("done") } else { "running" });
+            h.el(
+                "td",
+                &[],
+                if job.finished {
+                    job.error.as_deref().unwrap_or("done")
+                } else {
+                    "running"
+                },
+            );
             h.close("tr");
         }
         h.close("table");

@@ -15,7 +15,12 @@ const NAV: [(&str, &str); 4] = [
 ];
 
 /// A whole page: `body` writes the inside of `<main>`.
-pub(crate) fn page(title: &str, caller: Option<&Caller>, refresh: bool, body: impl FnOnce(&mut Html)) -> String {
+pub(crate) fn page(
+    title: &str,
+    caller: Option<&Caller>,
+    refresh: bool,
+    body: impl FnOnce(&mut Html),
+) -> String {
     let mut h = Html::new();
     h.markup("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
     h.el("title", &[], &format!("{title} · outboxd"));
@@ -36,9 +41,16 @@ pub(crate) fn page(title: &str, caller: Option<&Caller>, refresh: bool, body: im
             };
             h.text(&format!("{} · {grant}", caller.who));
             if caller.csrf.is_some() {
-                h.open("form", &[("method", "post"), ("action", "/logout"), ("class", "inline")])
-                    .el("button", &[("type", "submit")], "Log out")
-                    .close("form");
+                h.open(
+                    "form",
+                    &[
+                        ("method", "post"),
+                        ("action", "/logout"),
+                        ("class", "inline"),
+                    ],
+                )
+                .el("button", &[("type", "submit")], "Log out")
+                .close("form");
             } else {
                 h.text(" · ").el("a", &[("href", "/login")], "Log in");
             }
@@ -82,12 +94,18 @@ pub(crate) fn millis(ms: Option<f64>) -> String {
 
 /// A hidden input.
 pub(crate) fn hidden(h: &mut Html, name: &'static str, value: &str) {
-    h.open("input", &[("type", "hidden"), ("name", name), ("value", value)]);
+    h.open(
+        "input",
+        &[("type", "hidden"), ("name", name), ("value", value)],
+    );
 }
 
 /// Opens an action form (closed by the caller) carrying the session's CSRF token.
 pub(crate) fn action_form(h: &mut Html, caller: &Caller, action: &'static str) {
-    h.open("form", &[("method", "post"), ("action", action), ("class", "inline")]);
+    h.open(
+        "form",
+        &[("method", "post"), ("action", action), ("class", "inline")],
+    );
     if let Some(csrf) = &caller.csrf {
         hidden(h, "csrf", csrf);
     }

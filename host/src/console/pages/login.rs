@@ -10,7 +10,15 @@ pub(crate) fn render(message: Option<&str>, actions_on: bool) -> String {
         }
         h.open("form", &[("method", "post"), ("action", "/login")]);
         h.open("label", &[]).text("Token ");
-        h.open("input", &[("type", "password"), ("name", "token"), ("autocomplete", "current-password"), ("required", "")]);
+        h.open(
+            "input",
+            &[
+                ("type", "password"),
+                ("name", "token"),
+                ("autocomplete", "current-password"),
+                ("required", ""),
+            ],
+        );
         h.close("label");
         h.el("button", &[("type", "submit")], "Log in");
         h.close("form");

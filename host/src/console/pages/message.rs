@@ -6,6 +6,8 @@ use super::layout::page;
 pub(crate) fn render(title: &str, message: &str) -> String {
     page(title, None, false, |h| {
         h.el("p", &[("class", "message")], message);
-        h.open("p", &[]).el("a", &[("href", "/")], "Back to the overview").close("p");
+        h.open("p", &[])
+            .el("a", &[("href", "/")], "Back to the overview")
+            .close("p");
     })
 }

@@ -15,12 +15,25 @@ pub(crate) fn render(view: &Overview, caller: &Caller) -> String {
             .text(&format!("Host {} on {}. ", view.node_id, view.database))
             .close("p");
         h.el("h2", &[], "Shared table (every host's rows)");
-        h.open("p", &[("class", "note")]).text(&match view.refreshed_at_ms {
-            Some(at) => format!("Counted {} ago ([admin] refresh_interval).", age(now_ms() - at)),
-            None => "Not counted yet.".into(),
-        }).close("p");
+        h.open("p", &[("class", "note")])
+            .text(&match view.refreshed_at_ms {
+                Some(at) => format!(
+                    "Counted {} ago ([admin] refresh_interval).",
+                    age(now_ms() - at)
+                ),
+                None => "Not counted yet.".into(),
+            })
+            .close("p");
         h.open("table", &[("class", "counts")]).open("tr", &[]);
-        for name in ["app code", "pending", "delivering", "retryable", "failed", "delivered", "oldest pending"] {
+        for name in [
+            "app code",
+            "pending",
+            "delivering",
+            "retryable",
+            "failed",
+            "delivered",
+            "oldest pending",
+        ] {
             h.el("th", &[], name);
         }
         h.close("tr");
@@ -37,17 +50,27 @@ pub(crate) fn render(view: &Overview, caller: &Caller) -> String {
 
         h.el("h2", &[], "This host: the last hour");
         let (delivered, failed) = view.hour_totals;
-        h.el("p", &[], &format!("{delivered} delivered, {failed} failed in the last hour (per second, 10 s steps):"));
+        h.el(
+            "p",
+            &[],
+            &format!(
+                "{delivered} delivered, {failed} failed in the last hour (per second, 10 s steps):"
+            ),
+        );
         chart(h, &view.rates);
         h.open("table", &[("class", "counts")]).open("tr", &[]);
         for name in ["commit → delivered", "events", "p50", "p99"] {
             h.el("th", &[], name);
         }
         h.close("tr");
-        for (label, q) in [("last 5 minutes", &view.latency_recent), ("last hour", &view.latency_hour)] {
+        for (label, q) in [
+            ("last 5 minutes", &view.latency_recent),
+            ("last hour", &view.latency_hour),
+        ] {
             h.open("tr", &[]).el("td", &[], label);
             h.open("td", &[("class", "num")]).num(q.count).close("td");
-            h.el("td", &[], &millis(q.p50_ms)).el("td", &[], &millis(q.p99_ms));
+            h.el("td", &[], &millis(q.p50_ms))
+                .el("td", &[], &millis(q.p99_ms));
             h.close("tr");
         }
         h.close("table");
@@ -59,7 +82,18 @@ pub(crate) fn render(view: &Overview, caller: &Caller) -> String {
 /// The sinks' state table (also on the Sinks page).
 pub(crate) fn sinks(h: &mut Html, sinks: &[SinkState]) {
     h.open("table", &[("class", "counts")]).open("tr", &[]);
-    for name in ["sink", "state", "breaker", "publishes", "publish p50", "publish p99", "delivered", "errors", "error rate", "deferred"] {
+    for name in [
+        "sink",
+        "state",
+        "breaker",
+        "publishes",
+        "publish p50",
+        "publish p99",
+        "delivered",
+        "errors",
+        "error rate",
+        "deferred",
+    ] {
         h.el("th", &[], name);
     }
     h.close("tr");
@@ -67,16 +101,34 @@ pub(crate) fn sinks(h: &mut Html, sinks: &[SinkState]) {
         let r = &sink.recent;
         h.open("tr", &[]).el("td", &[], &sink.name);
         match (&sink.paused_by, sink.paused_since_ms) {
-            (Some(by), Some(since)) => h.el("td", &[("class", "paused")], &format!("paused by {by} at {}", time(since))),
+            (Some(by), Some(since)) => h.el(
+                "td",
+                &[("class", "paused")],
+                &format!("paused by {by} at {}", time(since)),
+            ),
             _ => h.el("td", &[], "running"),
         };
         h.el("td", &[("class", sink.breaker)], sink.breaker);
-        h.open("td", &[("class", "num")]).num(r.publish.count).close("td");
-        h.el("td", &[], &millis(r.publish.p50_ms)).el("td", &[], &millis(r.publish.p99_ms));
-        h.open("td", &[("class", "num")]).num(r.answers.delivered).close("td");
-        h.open("td", &[("class", "num")]).num(r.answers.retryable + r.answers.permanent).close("td");
-        h.el("td", &[], &r.error_rate.map_or("-".into(), |e| format!("{:.1} %", e * 100.0)));
-        h.open("td", &[("class", "num")]).num(r.answers.deferred).close("td");
+        h.open("td", &[("class", "num")])
+            .num(r.publish.count)
+            .close("td");
+        h.el("td", &[], &millis(r.publish.p50_ms))
+            .el("td", &[], &millis(r.publish.p99_ms));
+        h.open("td", &[("class", "num")])
+            .num(r.answers.delivered)
+            .close("td");
+        h.open("td", &[("class", "num")])
+            .num(r.answers.retryable + r.answers.permanent)
+            .close("td");
+        h.el(
+            "td",
+            &[],
+            &r.error_rate
+                .map_or("-".into(), |e| format!("{:.1} %", e * 100.0)),
+        );
+        h.open("td", &[("class", "num")])
+            .num(r.answers.deferred)
+            .close("td");
         h.close("tr");
     }
     h.close("table");
@@ -96,13 +148,47 @@ fn chart(h: &mut Html, rates: &[RatePoint]) {
         rates
             .iter()
             .enumerate()
-            .map(|(i, r)| format!("{:.1},{:.1}", i as f64 * step, H - value(r) / top * (H - 4.0)))
+            .map(|(i, r)| {
+                format!(
+                    "{:.1},{:.1}",
+                    i as f64 * step,
+                    H - value(r) / top * (H - 4.0)
+                )
+            })
             .collect::<Vec<_>>()
             .join(" ")
     };
-    h.open("svg", &[("class", "chart"), ("viewBox", "0 0 720 120"), ("role", "img"), ("aria-label", "delivered and failed per second, last hour")]);
-    h.open("polyline", &[("class", "delivered"), ("points", &line(|r| r.delivered_per_second))]).close("polyline");
-    h.open("polyline", &[("class", "failed"), ("points", &line(|r| r.failed_per_second))]).close("polyline");
+    h.open(
+        "svg",
+        &[
+            ("class", "chart"),
+            ("viewBox", "0 0 720 120"),
+            ("role", "img"),
+            ("aria-label", "delivered and failed per second, last hour"),
+        ],
+    );
+    h.open(
+        "polyline",
+        &[
+            ("class", "delivered"),
+            ("points", &line(|r| r.delivered_per_second)),
+        ],
+    )
+    .close("polyline");
+    h.open(
+        "polyline",
+        &[
+            ("class", "failed"),
+            ("points", &line(|r| r.failed_per_second)),
+        ],
+    )
+    .close("polyline");
     h.close("svg");
-    h.el("p", &[("class", "legend")], &format!("peak {top:.1}/s · green: delivered · red: failed · left: an hour ago, right: now"));
+    h.el(
+        "p",
+        &[("class", "legend")],
+        &format!(
+            "peak {top:.1}/s · green: delivered · red: failed · left: an hour ago, right: now"
+        ),
+    );
 }

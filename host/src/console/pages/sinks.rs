@@ -11,19 +11,27 @@ pub(crate) fn render(view: &SinksView, caller: &Caller, notice: &str) -> String 
         if !notice.is_empty() {
             h.el("p", &[("class", "notice")], notice);
         }
-        h.el("p", &[("class", "note")], &match view.loaded_at_ms {
-            Some(at) => format!("This host's sink set, serving since {}.", time(at)),
-            None => "The sinks are starting.".into(),
-        });
+        h.el(
+            "p",
+            &[("class", "note")],
+            &match view.loaded_at_ms {
+                Some(at) => format!("This host's sink set, serving since {}.", time(at)),
+                None => "The sinks are starting.".into(),
+            },
+        );
         let acting = may_act(h, caller);
         if acting && view.reload {
             action_form(h, caller, "/actions/reload");
-            h.el("button", &[("type", "submit")], "Reload config and plugins").close("form");
+            h.el("button", &[("type", "submit")], "Reload config and plugins")
+                .close("form");
         }
         let states: Vec<_> = view.sinks.iter().map(|s| s.state.clone()).collect();
         super::overview::sinks(h, &states);
         for sink in &view.sinks {
-            h.open("section", &[("class", "sink"), ("id", &format!("sink-{}", sink.name))]);
+            h.open(
+                "section",
+                &[("class", "sink"), ("id", &format!("sink-{}", sink.name))],
+            );
             h.el("h2", &[], &format!("Sink {}", sink.name));
             if acting {
                 let (action, label) = if sink.state.paused_by.is_some() {
@@ -33,11 +41,19 @@ pub(crate) fn render(view: &SinksView, caller: &Caller, notice: &str) -> String 
                 };
                 action_form(h, caller, action);
                 hidden(h, "sink", &sink.name);
-                h.el("button", &[("type", "submit"), ("name", "do"), ("value", label)], &format!("{label} {}", sink.name)).close("form");
+                h.el(
+                    "button",
+                    &[("type", "submit"), ("name", "do"), ("value", label)],
+                    &format!("{label} {}", sink.name),
+                )
+                .close("form");
             }
             h.open("table", &[("class", "pairs")]);
             let mut pair = |k: &str, v: &str| {
-                h.open("tr", &[]).el("th", &[], k).el("td", &[], v).close("tr");
+                h.open("tr", &[])
+                    .el("th", &[], k)
+                    .el("td", &[], v)
+                    .close("tr");
             };
             pair("plugin", &sink.plugin);
             pair("sha256", sink.sha256.as_deref().unwrap_or("(unreadable)"));
@@ -52,9 +68,16 @@ pub(crate) fn render(view: &SinksView, caller: &Caller, notice: &str) -> String 
             h.close("table").close("section");
         }
         h.el("h2", &[], "Routes (first match wins)");
-        h.open("table", &[("class", "rows")]).open("tr", &[]).el("th", &[], "event_type").el("th", &[], "sink").close("tr");
+        h.open("table", &[("class", "rows")])
+            .open("tr", &[])
+            .el("th", &[], "event_type")
+            .el("th", &[], "sink")
+            .close("tr");
         for (glob, sink) in &view.routes {
-            h.open("tr", &[]).el("td", &[], glob).el("td", &[], sink).close("tr");
+            h.open("tr", &[])
+                .el("td", &[], glob)
+                .el("td", &[], sink)
+                .close("tr");
         }
         h.close("table");
     })

@@ -12,11 +12,21 @@ pub(crate) fn rows(h: &mut Html, page: &EventPage, select: bool) {
     if page.events.is_empty() {
         h.el("p", &[("class", "note")], "No rows match on this page.");
     } else {
-        h.open("table", &[("class", "rows")]).open("thead", &[]).open("tr", &[]);
+        h.open("table", &[("class", "rows")])
+            .open("thead", &[])
+            .open("tr", &[]);
         if select {
             h.el("th", &[], "");
         }
-        for name in ["created", "event id", "type", "room", "status", "attempts", "last error"] {
+        for name in [
+            "created",
+            "event id",
+            "type",
+            "room",
+            "status",
+            "attempts",
+            "last error",
+        ] {
             h.el("th", &[], name);
         }
         h.close("tr").close("thead").open("tbody", &[]);
@@ -24,18 +34,37 @@ pub(crate) fn rows(h: &mut Html, page: &EventPage, select: bool) {
             h.open("tr", &[("class", &row.status)]);
             if select {
                 h.open("td", &[]);
-                h.open("input", &[("type", "checkbox"), ("name", "ids"), ("value", &row.event_id), ("aria-label", "select")]);
+                h.open(
+                    "input",
+                    &[
+                        ("type", "checkbox"),
+                        ("name", "ids"),
+                        ("value", &row.event_id),
+                        ("aria-label", "select"),
+                    ],
+                );
                 h.close("td");
             }
             h.el("td", &[("class", "time")], &time(row.created_at_ms));
             h.open("td", &[])
-                .el("a", &[("href", &href("/event", &[("app", &row.app_code), ("id", &row.event_id)]))], &row.event_id)
+                .el(
+                    "a",
+                    &[(
+                        "href",
+                        &href("/event", &[("app", &row.app_code), ("id", &row.event_id)]),
+                    )],
+                    &row.event_id,
+                )
                 .close("td");
             h.el("td", &[], &row.event_type);
             h.el("td", &[], &row.room_id);
             h.el("td", &[("class", "status")], &row.status);
             h.open("td", &[]).num(row.retry_count).close("td");
-            h.el("td", &[("class", "error")], row.last_error.as_deref().unwrap_or(""));
+            h.el(
+                "td",
+                &[("class", "error")],
+                row.last_error.as_deref().unwrap_or(""),
+            );
             h.close("tr");
         }
         h.close("tbody").close("table");
@@ -43,9 +72,19 @@ pub(crate) fn rows(h: &mut Html, page: &EventPage, select: bool) {
 }
 
 /// What the page read, and the link to the next (older) page.
-pub(crate) fn footer(h: &mut Html, page: &EventPage, path: &'static str, form: &EventsForm, elapsed_ms: Option<f64>) {
+pub(crate) fn footer(
+    h: &mut Html,
+    page: &EventPage,
+    path: &'static str,
+    form: &EventsForm,
+    elapsed_ms: Option<f64>,
+) {
     h.open("p", &[("class", "note")]);
-    h.text(&format!("{} rows shown, {} read from the database", page.events.len(), page.scanned));
+    h.text(&format!(
+        "{} rows shown, {} read from the database",
+        page.events.len(),
+        page.scanned
+    ));
     if let Some(ms) = elapsed_ms {
         h.text(&format!(" in {ms:.1} ms"));
     }
@@ -58,7 +97,11 @@ pub(crate) fn footer(h: &mut Html, page: &EventPage, path: &'static str, form: &
         let before = cursor_text(next);
         params.push(("before", &before));
         h.open("p", &[])
-            .el("a", &[("href", &href(path, &params)), ("class", "older")], "Older →")
+            .el(
+                "a",
+                &[("href", &href(path, &params)), ("class", "older")],
+                "Older →",
+            )
             .close("p");
     }
 }

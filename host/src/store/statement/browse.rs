@@ -125,7 +125,7 @@ pub(crate) fn delete_failed_keys(
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND event_id IN ")
-        .bind_list(event_ids.iter().map(String::as_str))
+        .bind_set(event_ids.iter().map(String::as_str))
         .push(" AND status = ")
         .status(Status::Failed);
     b.finish()
@@ -134,7 +134,11 @@ pub(crate) fn delete_failed_keys(
 /// The console's statement texts as the store runs them, for EXPLAIN in benchmarks and tests:
 /// `(name, statement)` with example values bound — one status's window, the same below a
 /// position, one room's window, a time range, the row by id, the error groups.
-pub fn explain_statements(backend: Backend, table: &TableName, app_code: &str) -> Vec<(&'static str, Bound)> {
+pub fn explain_statements(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+) -> Vec<(&'static str, Bound)> {
     let cursor = EventCursor {
         created_at_ms: i64::MAX / 2,
         event_id: "evt_~".into(),
@@ -186,7 +190,10 @@ pub fn explain_statements(backend: Backend, table: &TableName, app_code: &str) -
                 50,
             ),
         ),
-        ("one event by id", select_event(backend, table, app_code, "evt_x")),
+        (
+            "one event by id",
+            select_event(backend, table, app_code, "evt_x"),
+        ),
         (
             "failed rows grouped by error",
             select_error_groups(backend, table, app_code, 10_000),

@@ -13,7 +13,7 @@ fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
     }
     if !filter.event_ids.is_empty() {
         b.push(" AND event_id IN ")
-            .bind_list(filter.event_ids.iter().map(String::as_str));
+            .bind_set(filter.event_ids.iter().map(String::as_str));
     }
     if let Some(event_type) = &filter.event_type {
         b.push(" AND event_type = ").bind(event_type.as_str());
@@ -124,7 +124,7 @@ pub(crate) fn requeue_keys(
     b.push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND event_id IN ")
-        .bind_list(event_ids.iter().map(String::as_str))
+        .bind_set(event_ids.iter().map(String::as_str))
         .push(" AND status = ")
         .status(Status::Failed);
     b.finish()

@@ -81,7 +81,7 @@ pub(crate) fn mark_held_rows(
             b.push("app_code = ")
                 .bind(app_code)
                 .push(" AND event_id IN ")
-                .bind_list(marks.iter().map(|m| m.event_id.as_str()));
+                .bind_set(marks.iter().map(|m| m.event_id.as_str()));
         }
     }
     b.finish()

@@ -26,6 +26,19 @@ use super::migration::Migration;
 use super::{Backend, DeliveryOrder, EventCursor, Lease, Mark, RejectedRow, TableName};
 use crate::record::Status;
 
+/// The length an `IN` list of `n` members is padded to ([`SqlBuilder::bind_set`]): the next
+/// power of two up to 512, then 999 (MariaDB turns an `IN` list of
+/// `in_predicate_conversion_threshold`, 1000, or more members into a derived table), and a
+/// longer list as it is.
+pub(crate) fn padded_set_len(n: usize) -> usize {
+    match n {
+        0 => 0,
+        1..=512 => n.next_power_of_two(),
+        513..=999 => 999,
+        _ => n,
+    }
+}
+
 /// Most rows (or ids) one INSERT, UPDATE or IN list carries, so that bound parameters stay well
 /// below every database's limit (SQLite 32766, MySQL and PostgreSQL 65535): a mark binds at most
 /// 7 values per row, an insert 7.
@@ -339,9 +352,28 @@ impl SqlBuilder {
         self
     }
 
+    /// `(?, ?, …)` binding `values` as the members of a set (an `IN` list), padded to one of a
+    /// few lengths by repeating the last value ([`padded_set_len`]): a database prepares each
+    /// statement text once per connection (MySQL's `COM_STMT_PREPARE`, a round trip of its own;
+    /// SQLite's compile), so claims and marks of every batch size share a dozen texts instead of
+    /// one per size. A repeated member changes no `IN`.
+    pub(crate) fn bind_set<'a>(
+        &mut self,
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> &mut SqlBuilder {
+        let values: Vec<&str> = values.into_iter().collect();
+        let last = values.last().copied();
+        let padding = padded_set_len(values.len()) - values.len();
+        self.bind_list(
+            values
+                .into_iter()
+                .chain(last.into_iter().cycle().take(padding)),
+        )
+    }
+
     /// ` = ANY(?)` binding `values` as one array where the dialect binds lists as arrays
-    /// ([`SqlDialect::binds_lists_as_arrays`]), else ` IN (?, ?, …)` binding every value: the
-    /// membership test of a key column, written after the column.
+    /// ([`SqlDialect::binds_lists_as_arrays`]), else ` IN (?, ?, …)` ([`SqlBuilder::bind_set`]):
+    /// the membership test of a key column, written after the column.
     pub(crate) fn bind_in<'a>(
         &mut self,
         values: impl IntoIterator<Item = &'a str>,
@@ -354,7 +386,7 @@ impl SqlBuilder {
             self
         } else {
             self.sql.push_str(" IN ");
-            self.bind_list(values)
+            self.bind_set(values)
         }
     }
 

@@ -67,7 +67,7 @@ pub(crate) fn delete_purgeable(
         .push(" WHERE app_code = ")
         .bind(params.app_code.as_str())
         .push(" AND event_id IN ")
-        .bind_list(event_ids.iter().map(String::as_str))
+        .bind_set(event_ids.iter().map(String::as_str))
         .push(" AND status = ")
         .status(status(params.status))
         .push(" AND updated_at_ms < ")

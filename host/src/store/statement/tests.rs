@@ -330,9 +330,11 @@ fn mark_is_one_fenced_statement() {
     let marked = marked_rows(&table(), &lease(), &marks, 100);
     assert_eq!(
         &*marked.sql,
-        "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND event_id IN (?, ?, ?) \
+        "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND event_id IN (?, ?, ?, ?) \
          AND worker_id = ? AND lock_until_ms IS NULL AND updated_at_ms = ?"
     );
+    // Three ids padded to four: the last one again.
+    assert_eq!(marked.args[3], marked.args[4]);
 
     // A batch whose rows all get one status sets it as a literal, no CASE.
     let delivered = &marks[..1];
@@ -464,4 +466,31 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
             reason.len()
         );
     }
+}
+
+#[test]
+fn key_sets_are_padded_to_a_few_lengths() {
+    use super::padded_set_len;
+    let lengths: Vec<usize> = [0, 1, 2, 3, 5, 17, 500, 512, 513, 999, 1000]
+        .iter()
+        .map(|&n| padded_set_len(n))
+        .collect();
+    assert_eq!(lengths, [0, 1, 2, 4, 8, 32, 512, 512, 999, 999, 1000]);
+    let distinct: std::collections::BTreeSet<usize> = (1..=super::MAX_ROWS_PER_STATEMENT)
+        .map(padded_set_len)
+        .collect();
+    assert_eq!(distinct.len(), 12, "{distinct:?}");
+    let ids: Vec<String> = (0..5).map(|i| format!("e{i}")).collect();
+    let lease = lease_rows(
+        Backend::MySql,
+        &table(),
+        &lease(),
+        1,
+        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert!(
+        lease.sql.contains("IN (?, ?, ?, ?, ?, ?, ?, ?)"),
+        "{}",
+        lease.sql
+    );
 }

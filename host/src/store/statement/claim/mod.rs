@@ -238,7 +238,7 @@ pub(crate) fn lease_rows(
         .push(" WHERE app_code = ")
         .bind(lease.app_code.as_str())
         .push(" AND event_id IN ")
-        .bind_list(event_ids.iter().copied());
+        .bind_set(event_ids.iter().copied());
     b.finish()
 }
 
@@ -264,6 +264,6 @@ pub(crate) fn reject_rows(
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND event_id IN ")
-        .bind_list(rejected.iter().map(|r| r.event_id.as_str()));
+        .bind_set(rejected.iter().map(|r| r.event_id.as_str()));
     b.finish()
 }
