@@ -17,6 +17,9 @@ use prometheus_client::registry::Registry;
 
 use crate::store::{StatusCounts, StoreError};
 
+mod broker;
+pub use broker::BrokerMetrics;
+
 /// `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -158,6 +161,7 @@ pub struct Metrics {
     clock_offset: Gauge<f64, AtomicU64>,
     clock_refusing: Gauge,
     commit_feed: Family<FeedLabels, Gauge>,
+    brokers: BrokerMetrics,
 }
 
 impl Default for Metrics {
@@ -272,6 +276,7 @@ impl Metrics {
             "Whether the commit feed that wakes idle loops is connected (1) or they probe (0), by feed: binlog (MySQL / MariaDB), listen (PostgreSQL), data_version (SQLite), probe (none)",
             commit_feed.clone(),
         );
+        let brokers = BrokerMetrics::register(&mut registry);
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -288,7 +293,13 @@ impl Metrics {
             clock_offset,
             clock_refusing,
             commit_feed,
+            brokers,
         }
+    }
+
+    /// The `[[broker]]` connections' series.
+    pub fn brokers(&self) -> &BrokerMetrics {
+        &self.brokers
     }
 
     /// Records the last clock measurement: the database's clock minus the host's, and whether

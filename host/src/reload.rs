@@ -108,7 +108,7 @@ fn one_line(error: &dyn std::error::Error) -> String {
 /// The keys (or sections) outside `[[sink]]` and `[[route]]` that differ.
 pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     let (a, b) = (running, next);
-    let checks: [(&'static str, bool); 17] = [
+    let checks: [(&'static str, bool); 18] = [
         ("database.url", a.database.url != b.database.url),
         ("database.table", a.database.table != b.database.table),
         (
@@ -148,6 +148,7 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         ("log", a.log != b.log),
         ("admin", a.admin != b.admin),
         ("retention", a.retention != b.retention),
+        ("broker", a.brokers != b.brokers),
     ];
     let mut changed: Vec<&'static str> = checks
         .into_iter()
