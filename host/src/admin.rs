@@ -2,8 +2,8 @@
 //! and `POST /reload` when the host supports reloading.
 //!
 //! Plain hyper 1 over HTTP/1.1; one task per connection; stops accepting when the shutdown token
-//! is cancelled. Readiness is [`Readiness`]: the database answered the last status refresh and
-//! every sink has started.
+//! is cancelled. Readiness is [`Readiness`]: the database answered the last status refresh,
+//! every sink has started and every `[[broker]]` connection is up.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -33,6 +33,8 @@ pub struct Readiness {
     /// What wakes idle loops, for the `/readyz` body (not a condition of readiness: loops probe
     /// while a feed is down).
     wake: Mutex<Option<String>>,
+    /// The `[[broker]]` connections that are down, each as `broker `NAME` (KIND): REASON`.
+    brokers_down: Mutex<Vec<String>>,
 }
 
 impl Readiness {
@@ -61,6 +63,13 @@ impl Readiness {
         }
     }
 
+    /// Records which `[[broker]]` connections are down (empty: all connected).
+    pub fn set_brokers_down(&self, down: Vec<String>) {
+        if let Ok(mut slot) = self.brokers_down.lock() {
+            *slot = down;
+        }
+    }
+
     /// What wakes idle loops, as last recorded.
     pub fn wake(&self) -> Option<String> {
         self.wake.lock().ok().and_then(|w| w.clone())
@@ -80,6 +89,10 @@ impl Readiness {
         }
         if !self.sinks_started.load(Ordering::SeqCst) {
             return Err("sinks not started".into());
+        }
+        let down = self.brokers_down.lock().map(|d| d.clone()).unwrap_or_default();
+        if !down.is_empty() {
+            return Err(format!("not connected: {}", down.join("; ")));
         }
         Ok(())
     }

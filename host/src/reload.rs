@@ -14,7 +14,8 @@ use tracing::{error, info};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::plugin::{SwappablePublisher, load_publisher_with_metrics};
+use crate::broker::Brokers;
+use crate::plugin::{SwappablePublisher, load_publisher_with_brokers};
 
 /// Reads the configuration again (file, environment, command-line overrides), or says why not.
 pub type ConfigSource = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
@@ -25,6 +26,7 @@ pub struct Reloader {
     running: Mutex<Config>,
     publisher: Arc<SwappablePublisher>,
     metrics: Metrics,
+    brokers: Brokers,
 }
 
 impl Reloader {
@@ -40,7 +42,15 @@ impl Reloader {
             running: Mutex::new(config),
             publisher,
             metrics,
+            brokers: Brokers::none(),
         }
+    }
+
+    /// The same reloader starting new sinks on the running `brokers` (a `[[broker]]` change
+    /// itself needs a restart).
+    pub fn with_brokers(mut self, brokers: Brokers) -> Reloader {
+        self.brokers = brokers;
+        self
     }
 
     /// One reload: `Ok(summary)` once the new set serves, `Err(reason)` (one line, logged) when
@@ -82,9 +92,14 @@ impl Reloader {
                 changed.join(", ")
             ));
         }
-        let publisher = load_publisher_with_metrics(&next.publishing, &next.plugins, &self.metrics)
-            .await
-            .map_err(|e| one_line(&e))?;
+        let publisher = load_publisher_with_brokers(
+            &next.publishing,
+            &next.plugins,
+            &self.metrics,
+            &self.brokers,
+        )
+        .await
+        .map_err(|e| one_line(&e))?;
         self.publisher.swap(publisher);
         Ok(next)
     }

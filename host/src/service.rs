@@ -15,8 +15,9 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{AdminListener, AdminState, BindError, Readiness, ReloadFn};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_wake};
-use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_metrics};
+use crate::broker::Brokers;
+use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_brokers, report_wake};
+use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_brokers};
 use crate::reload::{ConfigSource, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
@@ -174,16 +175,23 @@ impl Service {
             metrics: metrics.clone(),
         };
         tracker.spawn(retention.run(background.clone()));
+        // Opened once for the process: reloaded sinks share them; closed when `run` ends.
+        let brokers = Brokers::open(&config.brokers, &metrics);
+        let _close_brokers = CloseOnDrop(brokers.clone());
+        tracker.spawn(report_brokers(
+            brokers.clone(),
+            readiness.clone(),
+            background.clone(),
+        ));
         let publisher =
-            load_publisher_with_metrics(&config.publishing, &config.plugins, &metrics).await?;
+            load_publisher_with_brokers(&config.publishing, &config.plugins, &metrics, &brokers)
+                .await?;
         let publisher = Arc::new(SwappablePublisher::new(publisher));
         if let Some(source) = reload_source {
-            let _ = reloader.set(Arc::new(Reloader::new(
-                source,
-                config.clone(),
-                publisher.clone(),
-                metrics.clone(),
-            )));
+            let _ = reloader.set(Arc::new(
+                Reloader::new(source, config.clone(), publisher.clone(), metrics.clone())
+                    .with_brokers(brokers.clone()),
+            ));
         }
         readiness.set_sinks_started(true);
         if let Some(interval) = config.log.summary_interval {
@@ -207,6 +215,15 @@ impl Service {
             .with_metrics(metrics)
             .with_wake(wake);
         Ok(worker.run(mode, shutdown).await?)
+    }
+}
+
+/// Closes the broker connections when `run` ends, however it ends.
+struct CloseOnDrop(Brokers);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

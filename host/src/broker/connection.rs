@@ -44,6 +44,8 @@ pub struct Connection {
     max_in_flight: usize,
     max_message_size: u64,
     connect_timeout: Duration,
+    /// The password, kept out of the errors a client reports.
+    secret: Option<String>,
     metrics: Metrics,
     /// The runtime the clients' tasks run on (the host's, not a plugin runtime).
     runtime: tokio::runtime::Handle,
@@ -78,6 +80,7 @@ impl Connection {
             max_in_flight: limits.max_in_flight as usize,
             max_message_size: limits.max_message_size.0,
             connect_timeout: limits.connect_timeout,
+            secret: spec.password().map(|p| p.expose().to_string()),
             metrics,
             runtime: tokio::runtime::Handle::current(),
             closed: CancellationToken::new(),
@@ -258,6 +261,10 @@ impl Connection {
                 humantime::format_duration(limit)
             )),
         };
+        let outcome = outcome.map_err(|reason| match &self.secret {
+            Some(secret) => reason.replace(secret.as_str(), "***"),
+            None => reason,
+        });
         match outcome {
             Ok(session) => {
                 *lock(&self.session) = Some(session.clone());
