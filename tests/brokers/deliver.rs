@@ -28,7 +28,7 @@ async fn delivers_every_event_once_in_room_order(kind: Kind) {
     let config = load(&destination, &db, dir.path(), |_| {});
     let store = db.store_per_room().await;
     let ids = enqueue(&store, EVENTS, ROOMS).await;
-    let (shutdown, running) = start(config, store.clone()).await;
+    let (shutdown, running, _metrics) = start(config, store.clone()).await;
     wait_delivered(&db, EVENTS, DEADLINE).await;
     let received = wait_received(&mut destination, &ids, DEADLINE).await;
     shutdown.cancel();

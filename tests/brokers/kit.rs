@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use futures::StreamExt;
 use lapin::options::{
     BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
     QueueDeclareOptions, QueueDeleteOptions,
@@ -81,7 +80,7 @@ pub struct Destination {
 enum Reader {
     Nats(jetstream::Context),
     Rabbit(Channel),
-    Redis(redis::aio::MultiplexedConnection),
+    Redis(redis::Client),
     Mqtt(AsyncClient),
     Kafka(rskafka::client::Client, Vec<i64>),
 }
@@ -173,15 +172,11 @@ impl Destination {
                 Reader::Rabbit(channel)
             }
             Kind::Redis => {
-                let connection = async {
-                    redis::Client::open(url.as_str())?
-                        .get_multiplexed_async_connection()
-                        .await
-                };
-                match connection.await {
-                    Ok(c) => Reader::Redis(c),
-                    Err(e) => return skip(kind, e.to_string()),
+                let client = redis::Client::open(url.as_str()).unwrap();
+                if let Err(e) = client.get_multiplexed_async_connection().await {
+                    return skip(kind, e.to_string());
                 }
+                Reader::Redis(client)
             }
             Kind::Mqtt => {
                 let (host, port) = host_port();
@@ -227,8 +222,15 @@ impl Destination {
                                         .map(|(_, v)| v.clone())
                                         .unwrap_or_default()
                                 };
-                                sink.lock().unwrap().push(Received {
-                                    id: get("message-id"),
+                                let id = get("message-id");
+                                let mut seen = sink.lock().unwrap();
+                                // A broker's own retransmission to this reader (DUP set) of a
+                                // message it already has is not a publish.
+                                if publish.dup && seen.iter().any(|r| r.id == id) {
+                                    continue;
+                                }
+                                seen.push(Received {
+                                    id,
                                     room: get("room-id"),
                                     version: get("room-version").parse().unwrap_or(-1),
                                     event_type: get("event-type"),
@@ -378,8 +380,10 @@ impl Destination {
                 assert_eq!(properties.delivery_mode(), &Some(2), "persistent");
                 self.seen.lock().unwrap().push(received);
             },
-            Reader::Redis(connection) => {
-                // One stream per room; the reader reads each from the start every time.
+            Reader::Redis(client) => {
+                // A connection per read (the broker may have restarted since); one stream per
+                // room, each read from its start every time.
+                let connection = &mut client.get_multiplexed_async_connection().await.unwrap();
                 let keys: Vec<String> = redis::cmd("KEYS")
                     .arg(format!("{}:*", self.prefix))
                     .query_async(connection)
@@ -471,7 +475,10 @@ impl Destination {
                     .exchange_delete(self.prefix.as_str().into(), ExchangeDeleteOptions::default())
                     .await;
             }
-            Reader::Redis(mut connection) => {
+            Reader::Redis(client) => {
+                let Ok(mut connection) = client.get_multiplexed_async_connection().await else {
+                    return;
+                };
                 let keys: Vec<String> = redis::cmd("KEYS")
                     .arg(format!("{}:*", self.prefix))
                     .query_async(&mut connection)
@@ -528,10 +535,4 @@ pub fn assert_room_order(received: &[Received]) {
             );
         }
     }
-}
-
-/// Stream helper kept for readers that consume (unused by the get-based readers).
-#[allow(dead_code)]
-async fn drain<S: futures::Stream + Unpin>(mut stream: S) {
-    while stream.next().await.is_some() {}
 }

@@ -96,8 +96,9 @@ pub fn load(
 pub async fn start(
     config: Config,
     store: Arc<dyn OutboxStore>,
-) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+) -> (CancellationToken, tokio::task::JoinHandle<()>, outboxd::metrics::Metrics) {
     let service = Service::bind(config, store).await.expect("service binds");
+    let metrics = service.metrics().clone();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -108,7 +109,7 @@ pub async fn start(
                 .expect("service runs");
         }
     });
-    (shutdown, running)
+    (shutdown, running, metrics)
 }
 
 /// Waits until every row is `delivered`; panics naming the others.
