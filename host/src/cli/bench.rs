@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::bench_raw::{RawError, RawLoop, RawOptions};
-use outboxd::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
+use outboxd::config::Config;
 use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::{Record, now_ms};
 use outboxd::retry::RetryPolicy;
@@ -214,7 +214,10 @@ impl Publisher for NoopPublisher {
 
 /// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
-    let publisher = publisher(config, &args).await?;
+    let (publisher, brokers) = super::bench_publisher::publisher(config, &args).await?;
+    if args.broker_raw {
+        super::bench_broker::prepare(super::bench_broker::spec(config, &args)?).await?;
+    }
     if args.rate.is_some() || args.every.is_some() {
         let options = super::bench_latency::LatencyOptions {
             rate: args.rate.unwrap_or(1).max(1),
@@ -236,43 +239,18 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
         raw_clients: args.raw_clients,
         raw_batch_size: args.raw_batch_size,
         rooms: args.rooms,
-        shapes: args.shapes,
+        shapes: args.shapes.clone(),
         table: TableName::new(&args.table).context("--table")?,
     };
     let report = run(config, &options, publisher).await?;
     print!("{report}");
-    Ok(())
-}
-
-/// The publisher of a benchmark: the `--plugin` component with every event routed to it, or a
-/// native no-op.
-async fn publisher(config: &Config, args: &BenchArgs) -> anyhow::Result<Arc<dyn Publisher>> {
-    let Some(plugin) = &args.plugin else {
-        return Ok(Arc::new(NoopPublisher));
-    };
-    let mut settings = std::collections::BTreeMap::new();
-    for pair in &args.plugin_config {
-        let (key, value) = pair
-            .split_once('=')
-            .with_context(|| format!("--plugin-config {pair:?}: expected KEY=VALUE"))?;
-        settings.insert(key.to_string(), value.to_string());
+    if args.broker_raw {
+        let outboxd = report.rows.first().map_or(0.0, BenchRow::drain_rate);
+        let raw = super::bench_broker::raw(config, &args, &options).await?;
+        print!("{}", raw.with_outboxd(outboxd));
     }
-    let sink = SinkConfig {
-        name: "bench".into(),
-        plugin: plugin.clone(),
-        config: settings,
-        limits: SinkLimits::default(),
-        breaker: Default::default(),
-    };
-    let route = RouteConfig {
-        event_type: "*".into(),
-        sink: "bench".into(),
-    };
-    let publishing =
-        Publishing::new(vec![sink], vec![route], std::path::Path::new("")).context("--plugin")?;
-    outboxd::plugin::load_publisher(&publishing, &config.plugins)
-        .await
-        .with_context(|| format!("cannot load the plugin {}", plugin.display()))
+    brokers.close();
+    Ok(())
 }
 
 /// Runs every requested shape against the configured database.

@@ -8,6 +8,9 @@
 //! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_new`] (scaffolding from
 //!   `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no database);
 //! - `bench`: `outboxd bench`, with [`bench_raw`] (the raw SQL baselines it compares against);
+//!   [`bench_publisher`] (the `--plugin` publisher, on the config's `[[broker]]` connections);
+//!   [`bench_broker`] (`--broker-raw`: the broker's own client beside outboxd, its destinations)
+//!   and [`bench_broker_raw`] (those clients);
 //!   [`bench_retention`]: `outboxd bench --retention` (claim latency while retention cleans old
 //!   rows); [`bench_scaling`]: `outboxd bench --history-scaling` (claim cost as the delivered
 //!   history grows); [`bench_history`]: the set-based history loader both use;
@@ -17,9 +20,12 @@
 
 mod args;
 pub mod bench;
+pub mod bench_broker;
+pub mod bench_broker_raw;
 pub mod bench_history;
 pub mod bench_latency;
 pub mod bench_latency_report;
+pub mod bench_publisher;
 pub mod bench_raw;
 pub mod bench_retention;
 pub mod bench_retention_report;
