@@ -8,7 +8,9 @@
 #   1. throughput: EVENTS events (200 rooms) drained by outboxd (batch 1000, 1 loop) table →
 #      plugin → broker, each event marked after the broker confirmed it; then the raw client
 #      publishes EVENTS messages in batches of 1000, pipelined, each confirmed (`--broker-raw`);
-#   2. latency: producers commit 200 rows/s for LATENCY_SECS seconds; commit → delivered
+#   2. the same EVENTS through the native no-op publisher (no plugin, no broker): the
+#      database-bound ceiling of outboxd on this machine, beside which the broker run is read;
+#   3. latency: producers commit 200 rows/s for LATENCY_SECS seconds; commit → delivered
 #      (marked after the broker's confirmation) p50/p90/p99.
 # Needs the brokers of bench/brokers.toml running (Kafka: `make kafka-broker`, then
 # `.toolchains/kafka/tansu broker --listener-url tcp://127.0.0.1:9092`), and those of
@@ -42,14 +44,18 @@ for broker in $BROKERS; do
   raw=$(sed -E 's/.* ([0-9]+) msg\/s confirmed.*/\1/' <<<"$line")
   ours=$(sed -E 's/.*end to end ([0-9]+) ev\/s.*/\1/' <<<"$line")
   ratio=$(sed -E 's/.*= ([0-9.]+)x the raw client/\1/' <<<"$line")
-  section "$broker, latency: outboxd bench --rate 200 --seconds $LATENCY_SECS ${args[*]}"
+  section "$broker, no-op publisher: outboxd bench --events $EVENTS --rooms 200 --shapes outboxd"
+  "$OUTBOXD" --database-url "$URL" bench --events "$EVENTS" --rooms 200 --shapes outboxd | tee "$WORK/noop"
+  noop=$(awk '$1 == "outboxd" {print $7}' "$WORK/noop")
+  section "$broker, latency: outboxd bench --rate 200 --seconds $LATENCY_SECS ${args[*]} --broker-raw"
   "$OUTBOXD" --config "$REPO/bench/brokers.toml" --database-url "$URL" bench --rate 200 \
-    --seconds "$LATENCY_SECS" "${args[@]}" | tee "$WORK/lat"
-  p=$(awk '/^commit → delivered/ {print $0}' "$WORK/lat" | head -n1)
-  printf "%-9s %10s %10s %7s   %s\n" "$broker" "$ours" "$raw" "${ratio}x" "$p" >> "$WORK/summary"
+    --seconds "$LATENCY_SECS" "${args[@]}" --broker-raw | tee "$WORK/lat"
+  p=$(awk '/^ *200 / {print $5 " / " $6 " / " $7}' "$WORK/lat" | head -n1)
+  printf "%-9s %10s %10s %7s %10s %7s   %s\n" "$broker" "$ours" "$raw" "${ratio}x" "$noop" \
+    "$(awk -v a="$ours" -v b="$noop" 'BEGIN { printf "%.2fx", a / b }')" "$p" >> "$WORK/summary"
 done
 
 echo
-echo "== summary (events/s: outboxd table → broker confirmed; raw client confirmed msg/s; latency at 200/s)"
-printf "%-9s %10s %10s %7s   %s\n" broker outboxd raw ratio "commit → delivered"
+echo "== summary (events/s: outboxd table → broker, confirmed; the raw client's confirmed msg/s; outboxd with the no-op publisher; commit → delivered at 200/s, ms)"
+printf "%-9s %10s %10s %7s %10s %7s   %s\n" broker outboxd raw "vs raw" no-op "vs no-op" "p50 / p90 / p99"
 cat "$WORK/summary"

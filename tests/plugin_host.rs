@@ -565,21 +565,43 @@ async fn plugins_built_against_0_1_0_load_unchanged() {
         (compat.join("jsonl-log-0.1.0.wasm"), vec![]),
         (
             fixtures.join("webhook.wasm"),
-            vec![("url", "http://127.0.0.1:9/hook"), ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")],
+            vec![
+                ("url", "http://127.0.0.1:9/hook"),
+                ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ],
         ),
         (
             compat.join("webhook-js-0.1.0.wasm"),
-            vec![("url", "http://127.0.0.1:9/hook"), ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")],
+            vec![
+                ("url", "http://127.0.0.1:9/hook"),
+                ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ],
         ),
     ];
     for (path, config) in cases {
-        assert!(path.is_file(), "{} is missing: run `make plugins`", path.display());
+        assert!(
+            path.is_file(),
+            "{} is missing: run `make plugins`",
+            path.display()
+        );
         let report = check(&path, &settings())
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert_eq!(report.world.version.as_deref(), Some("0.1.0"), "{}", path.display());
-        let http = if config.is_empty() { vec![] } else { vec!["http://127.0.0.1:9".to_string()] };
-        let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(
+            report.world.version.as_deref(),
+            Some("0.1.0"),
+            "{}",
+            path.display()
+        );
+        let http = if config.is_empty() {
+            vec![]
+        } else {
+            vec!["http://127.0.0.1:9".to_string()]
+        };
+        let config = config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let outcomes = test_plugin(&path, config, events(1, "x"), http.clone(), &settings())
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));

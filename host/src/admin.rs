@@ -90,7 +90,11 @@ impl Readiness {
         if !self.sinks_started.load(Ordering::SeqCst) {
             return Err("sinks not started".into());
         }
-        let down = self.brokers_down.lock().map(|d| d.clone()).unwrap_or_default();
+        let down = self
+            .brokers_down
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default();
         if !down.is_empty() {
             return Err(format!("not connected: {}", down.join("; ")));
         }

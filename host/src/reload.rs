@@ -12,9 +12,9 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 use tracing::{error, info};
 
+use crate::broker::Brokers;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::broker::Brokers;
 use crate::plugin::{SwappablePublisher, load_publisher_with_brokers};
 
 /// Reads the configuration again (file, environment, command-line overrides), or says why not.

@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::{AdminListener, AdminState, BindError, Readiness, ReloadFn};
+use crate::broker::Brokers;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::broker::Brokers;
 use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_brokers, report_wake};
 use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_brokers};
 use crate::reload::{ConfigSource, Reloader};

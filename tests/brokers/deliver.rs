@@ -12,9 +12,24 @@ use super::kit::{Destination, Kind, assert_room_order, counts};
 use super::support::{Backend, TestDb, private_server::free_port, status_counts, wait_until};
 use super::{enqueue, fixtures, load, start, wait_delivered, wait_received};
 
-const EVENTS: usize = 300;
-const ROOMS: usize = 10;
-const DEADLINE: Duration = Duration::from_secs(60);
+/// Events per delivery test: 300, or `OUTBOXD_BROKER_EVENTS` (the 100,000-event runs of
+/// docs/PERFORMANCE.md: `OUTBOXD_BROKER_EVENTS=100000 cargo test --test brokers deliver::`).
+fn events() -> usize {
+    std::env::var("OUTBOXD_BROKER_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+/// Rooms of a delivery test: 10 per 300 events, at most 1000.
+fn rooms(events: usize) -> usize {
+    (events / 30).clamp(10, 1000)
+}
+
+/// How long a delivery test waits: a minute, plus 2 ms per event.
+fn deadline(events: usize) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(2 * events as u64)
+}
 
 /// Delivers `EVENTS` events over `ROOMS` rooms through `kind`'s docs config on its shared broker.
 async fn delivers_every_event_once_in_room_order(kind: Kind) {
@@ -27,22 +42,38 @@ async fn delivers_every_event_once_in_room_order(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let config = load(&destination, &db, dir.path(), |_| {});
     let store = db.store_per_room().await;
-    let ids = enqueue(&store, EVENTS, ROOMS).await;
+    let (count, within) = (events(), deadline(events()));
+    let ids = enqueue(&store, count, rooms(count)).await;
+    let started = std::time::Instant::now();
     let (shutdown, running, _metrics) = start(config, store.clone()).await;
-    wait_delivered(&db, EVENTS, DEADLINE).await;
-    let received = wait_received(&mut destination, &ids, DEADLINE).await;
+    wait_delivered(&db, count, within).await;
+    let drained = started.elapsed();
+    let received = wait_received(&mut destination, &ids, within).await;
     shutdown.cancel();
     running.await.unwrap();
     let counts = counts(&received);
     let repeated: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).take(5).collect();
-    assert!(repeated.is_empty(), "{kind:?}: ids received more than once: {repeated:?}");
-    assert_eq!(received.len(), EVENTS, "{kind:?}");
+    assert!(
+        repeated.is_empty(),
+        "{kind:?}: ids received more than once: {repeated:?}"
+    );
+    assert_eq!(received.len(), count, "{kind:?}");
     for message in &received {
         assert!(message.room.starts_with("room-"), "{kind:?}: {message:?}");
-        assert_eq!(message.event_type, format!("T.{}", message.room), "{kind:?}");
+        assert_eq!(
+            message.event_type,
+            format!("T.{}", message.room),
+            "{kind:?}"
+        );
         assert!(message.version > 0, "{kind:?}: {message:?}");
     }
     assert_room_order(&received);
+    eprintln!(
+        "{kind:?}: {count} events over {} rooms delivered in {:.1} s, each id received once, \
+         per-room order kept",
+        rooms(count),
+        drained.as_secs_f64()
+    );
     destination.cleanup().await;
     db.cleanup().await;
 }
@@ -92,7 +123,9 @@ async fn a_broker_that_is_down_leaves_events_retryable_and_opens_the_breaker() {
         let mut breaker = toml::Table::new();
         breaker.insert("failures".into(), 2.into());
         breaker.insert("cool_down".into(), "30s".into());
-        sink.as_table_mut().unwrap().insert("breaker".into(), breaker.into());
+        sink.as_table_mut()
+            .unwrap()
+            .insert("breaker".into(), breaker.into());
         let mut retry = toml::Table::new();
         retry.insert("strategy".into(), "fixed_interval".into());
         retry.insert("interval".into(), "100ms".into());
@@ -112,7 +145,11 @@ async fn a_broker_that_is_down_leaves_events_retryable_and_opens_the_breaker() {
         if text.contains(r#"outboxd_breaker_state{sink="redis"} 1"#) {
             Ok(())
         } else {
-            Err(text.lines().filter(|l| l.contains("breaker")).map(str::to_string).collect::<Vec<_>>())
+            Err(text
+                .lines()
+                .filter(|l| l.contains("breaker"))
+                .map(str::to_string)
+                .collect::<Vec<_>>())
         }
     })
     .await;
@@ -123,7 +160,10 @@ async fn a_broker_that_is_down_leaves_events_retryable_and_opens_the_breaker() {
         .iter()
         .find_map(|r| r.last_error.clone())
         .expect("a retryable row carries the reason");
-    assert!(error.contains("broker `redis` (redis) is unreachable"), "{error}");
+    assert!(
+        error.contains("broker `redis` (redis) is unreachable"),
+        "{error}"
+    );
     assert!(!metrics.brokers().connected("redis"));
     assert!(metrics.brokers().errors("redis", "connect") > 0);
     shutdown.cancel();
@@ -159,6 +199,12 @@ async fn sinks_without_their_broker_are_refused() {
         .await
         .err()
         .expect("refused");
-    assert!(matches!(error, PluginError::BrokerNotAllowed { .. }), "{error}");
-    assert!(error.to_string().contains("limits.allow_brokers"), "{error}");
+    assert!(
+        matches!(error, PluginError::BrokerNotAllowed { .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("limits.allow_brokers"),
+        "{error}"
+    );
 }

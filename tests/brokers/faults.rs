@@ -82,7 +82,9 @@ async fn loses_no_event(kind: Kind) {
         retry.insert("interval".into(), "200ms".into());
         retry.insert("max_attempts".into(), 1000.into());
         table.insert("retry".into(), retry.into());
-        let sink = table["sink"].as_array_mut().unwrap()[0].as_table_mut().unwrap();
+        let sink = table["sink"].as_array_mut().unwrap()[0]
+            .as_table_mut()
+            .unwrap();
         let limits = sink["limits"].as_table_mut().unwrap();
         limits.insert("publish_timeout".into(), "3s".into());
         let mut breaker = toml::Table::new();
@@ -95,7 +97,11 @@ async fn loses_no_event(kind: Kind) {
     let (shutdown, running, metrics) = start(config, store.clone()).await;
     wait_until("a fifth delivered", DEADLINE, || async {
         let c = status_counts(&store).await;
-        if c.delivered as usize >= EVENTS / 5 { Ok(()) } else { Err(c) }
+        if c.delivered as usize >= EVENTS / 5 {
+            Ok(())
+        } else {
+            Err(c)
+        }
     })
     .await;
     let name = connection(kind);
@@ -123,7 +129,11 @@ async fn loses_no_event(kind: Kind) {
                 let delivered = status_counts(&store).await.delivered;
                 wait_until("more delivered after the cut", DEADLINE, || async {
                     let c = status_counts(&store).await;
-                    if c.delivered > delivered || c.delivered as usize == EVENTS { Ok(()) } else { Err(c) }
+                    if c.delivered > delivered || c.delivered as usize == EVENTS {
+                        Ok(())
+                    } else {
+                        Err(c)
+                    }
                 })
                 .await;
             }

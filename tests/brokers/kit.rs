@@ -33,7 +33,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every broker.
-    pub const ALL: [Kind; 5] = [Kind::Nats, Kind::Rabbit, Kind::Redis, Kind::Mqtt, Kind::Kafka];
+    pub const ALL: [Kind; 5] = [
+        Kind::Nats,
+        Kind::Rabbit,
+        Kind::Redis,
+        Kind::Mqtt,
+        Kind::Kafka,
+    ];
 
     /// The index of its example among docs/PLUGINS.md's broker examples.
     fn example(self) -> usize {
@@ -288,17 +294,32 @@ impl Destination {
         let block = super::docs_examples()[self.kind.example()].clone();
         let text = match self.kind {
             Kind::Nats => block
-                .replace("outbox.{app_code}", &format!("{}.{{app_code}}", self.prefix))
+                .replace(
+                    "outbox.{app_code}",
+                    &format!("{}.{{app_code}}", self.prefix),
+                )
                 .replace("nats://127.0.0.1:4222", &self.url),
             Kind::Rabbit => block
-                .replace("outbox.{app_code}", &format!("{}.{{app_code}}", self.prefix))
-                .replace("exchange = \"outbox\"", &format!("exchange = \"{}\"", self.prefix))
+                .replace(
+                    "outbox.{app_code}",
+                    &format!("{}.{{app_code}}", self.prefix),
+                )
+                .replace(
+                    "exchange = \"outbox\"",
+                    &format!("exchange = \"{}\"", self.prefix),
+                )
                 .replace("amqp://127.0.0.1:5672/%2f", &self.url),
             Kind::Redis => block
-                .replace("outbox:{app_code}", &format!("{}:{{app_code}}", self.prefix))
+                .replace(
+                    "outbox:{app_code}",
+                    &format!("{}:{{app_code}}", self.prefix),
+                )
                 .replace("redis://127.0.0.1:6379/0", &self.url),
             Kind::Mqtt => block
-                .replace("outbox/{app_code}", &format!("{}/{{app_code}}", self.prefix))
+                .replace(
+                    "outbox/{app_code}",
+                    &format!("{}/{{app_code}}", self.prefix),
+                )
                 .replace("mqtt://127.0.0.1:1883", &self.url),
             Kind::Kafka => block
                 .replace("outbox-events", &format!("{}-events", self.prefix))
@@ -427,8 +448,10 @@ impl Destination {
                     let end = reader.get_offset(OffsetAt::Latest).await.unwrap();
                     let next = &mut offsets[partition as usize];
                     while *next < end {
-                        let (records, _) =
-                            reader.fetch_records(*next, 1..10_000_000, 1_000).await.unwrap();
+                        let (records, _) = reader
+                            .fetch_records(*next, 1..10_000_000, 1_000)
+                            .await
+                            .unwrap();
                         for record in records {
                             *next = record.offset + 1;
                             let header = |name: &str| {
@@ -472,7 +495,10 @@ impl Destination {
                     .queue_delete(self.prefix.as_str().into(), QueueDeleteOptions::default())
                     .await;
                 let _ = channel
-                    .exchange_delete(self.prefix.as_str().into(), ExchangeDeleteOptions::default())
+                    .exchange_delete(
+                        self.prefix.as_str().into(),
+                        ExchangeDeleteOptions::default(),
+                    )
                     .await;
             }
             Reader::Redis(client) => {
@@ -485,7 +511,10 @@ impl Destination {
                     .await
                     .unwrap_or_default();
                 for key in keys {
-                    let _: Result<(), _> = redis::cmd("DEL").arg(key).query_async(&mut connection).await;
+                    let _: Result<(), _> = redis::cmd("DEL")
+                        .arg(key)
+                        .query_async(&mut connection)
+                        .await;
                 }
             }
             Reader::Mqtt(client) => {

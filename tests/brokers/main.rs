@@ -96,7 +96,11 @@ pub fn load(
 pub async fn start(
     config: Config,
     store: Arc<dyn OutboxStore>,
-) -> (CancellationToken, tokio::task::JoinHandle<()>, outboxd::metrics::Metrics) {
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<()>,
+    outboxd::metrics::Metrics,
+) {
     let service = Service::bind(config, store).await.expect("service binds");
     let metrics = service.metrics().clone();
     let shutdown = CancellationToken::new();

@@ -25,7 +25,12 @@ pub struct PrivateBroker {
 /// The tansu binary: `OUTBOXD_TEST_TANSU`, else `.toolchains/kafka/tansu` (`make kafka-broker`).
 fn tansu() -> PathBuf {
     std::env::var("OUTBOXD_TEST_TANSU").map_or_else(
-        |_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.toolchains/kafka/tansu")),
+        |_| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../.toolchains/kafka/tansu"
+            ))
+        },
         PathBuf::from,
     )
 }
@@ -52,7 +57,10 @@ impl PrivateBroker {
         let bin = binary(kind);
         if !bin.is_file() {
             assert!(!in_ci(), "{} is missing under CI=true", bin.display());
-            eprintln!("SKIPPED (no {}; `make kafka-broker` installs tansu)", bin.display());
+            eprintln!(
+                "SKIPPED (no {}; `make kafka-broker` installs tansu)",
+                bin.display()
+            );
             return None;
         }
         let mut broker = PrivateBroker {
@@ -134,12 +142,16 @@ impl PrivateBroker {
     /// Waits until its port accepts connections (at most 20 s).
     async fn wait_ready(&self) {
         let port = self.port;
-        super::support::wait_until("the private broker listens", Duration::from_secs(20), || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })
+        super::support::wait_until(
+            "the private broker listens",
+            Duration::from_secs(20),
+            || async move {
+                tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+        )
         .await;
     }
 

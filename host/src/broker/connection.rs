@@ -85,8 +85,14 @@ impl Connection {
             runtime: tokio::runtime::Handle::current(),
             closed: CancellationToken::new(),
         });
-        connection.metrics.brokers().set_connected(spec.name(), false);
-        tokio::spawn(watch(Arc::downgrade(&connection), connection.closed.clone()));
+        connection
+            .metrics
+            .brokers()
+            .set_connected(spec.name(), false);
+        tokio::spawn(watch(
+            Arc::downgrade(&connection),
+            connection.closed.clone(),
+        ));
         connection
     }
 
@@ -154,9 +160,7 @@ impl Connection {
             .observe_publish(&self.name, started.elapsed());
         let results: Vec<Sent> = results
             .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| Err(Refusal::Retryable("not published".into())))
-            })
+            .map(|result| result.unwrap_or_else(|| Err(Refusal::Retryable("not published".into()))))
             .collect();
         self.metrics.brokers().count_results(&self.name, &results);
         results
@@ -171,11 +175,9 @@ impl Connection {
     ) -> Vec<Sent> {
         let all = |refusal: Refusal| vec![Err(refusal); chunk.len()];
         let deadline_at = tokio::time::Instant::from_std(deadline);
-        let permits = tokio::time::timeout_at(
-            deadline_at,
-            self.in_flight.acquire_many(chunk.len() as u32),
-        )
-        .await;
+        let permits =
+            tokio::time::timeout_at(deadline_at, self.in_flight.acquire_many(chunk.len() as u32))
+                .await;
         let Ok(Ok(_permits)) = permits else {
             return all(Refusal::Retryable(format!(
                 "waited for broker `{}`'s limits.max_in_flight until the publish deadline",

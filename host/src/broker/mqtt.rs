@@ -48,9 +48,7 @@ impl MqttConnector {
         );
         MqttConnector {
             host: url.host_str().unwrap_or_default().to_string(),
-            port: url
-                .port()
-                .unwrap_or(if spec.tls() { 8883 } else { 1883 }),
+            port: url.port().unwrap_or(if spec.tls() { 8883 } else { 1883 }),
             client_id,
             username: spec.username().map(str::to_string),
             password: spec.password().map(|p| p.expose().to_string()),
@@ -158,9 +156,9 @@ fn classify(reason: PubAckReason) -> Sent {
         }),
         PubAckReason::NotAuthorized
         | PubAckReason::TopicNameInvalid
-        | PubAckReason::PayloadFormatInvalid => {
-            Err(Refusal::Permanent(format!("MQTT broker refused: {reason:?}")))
-        }
+        | PubAckReason::PayloadFormatInvalid => Err(Refusal::Permanent(format!(
+            "MQTT broker refused: {reason:?}"
+        ))),
         other => Err(Refusal::Retryable(format!("MQTT broker: {other:?}"))),
     }
 }

@@ -53,7 +53,9 @@ impl Connector for NatsConnector {
             .name(&self.name)
             .connection_timeout(self.connect_timeout);
         options = match (&self.username, &self.password) {
-            (Some(user), Some(password)) => options.user_and_password(user.clone(), password.clone()),
+            (Some(user), Some(password)) => {
+                options.user_and_password(user.clone(), password.clone())
+            }
             (None, Some(token)) => options.token(token.clone()),
             (Some(user), None) => options.user_and_password(user.clone(), String::new()),
             (None, None) => options,

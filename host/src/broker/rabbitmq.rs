@@ -139,7 +139,10 @@ impl RabbitSession {
             let name = ShortString::try_new(name.clone()).map_err(|_| {
                 Refusal::Permanent("header name of more than 255 bytes".to_string())
             })?;
-            headers.insert(name, AMQPValue::LongString(LongString::from(value.as_bytes())));
+            headers.insert(
+                name,
+                AMQPValue::LongString(LongString::from(value.as_bytes())),
+            );
         }
         if let Some(key) = &message.key {
             headers.insert(

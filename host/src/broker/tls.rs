@@ -14,9 +14,7 @@ pub(super) fn client_config(ca_pem: Option<&[u8]>) -> Result<Arc<ClientConfig>, 
         Some(pem) => {
             for cert in CertificateDer::pem_slice_iter(pem) {
                 let cert = cert.map_err(|e| format!("tls.ca_file: {e}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("tls.ca_file: {e}"))?;
+                roots.add(cert).map_err(|e| format!("tls.ca_file: {e}"))?;
             }
         }
         None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),

@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
-use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::BenchArgs;
 use super::bench_raw::{RawError, RawLoop, RawOptions};
 use outboxd::config::Config;
-use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::publish::{Event, Publisher};
 use outboxd::record::{Record, now_ms};
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{
@@ -201,17 +200,6 @@ pub enum BenchError {
     },
 }
 
-/// A publisher that accepts everything at once: measures the host, not a sink.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoopPublisher;
-
-#[async_trait]
-impl Publisher for NoopPublisher {
-    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
-        vec![Outcome::Delivered; batch.len()]
-    }
-}
-
 /// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     let (publisher, brokers) = super::bench_publisher::publisher(config, &args).await?;
@@ -228,8 +216,12 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
             trace_slowest: args.trace_slowest,
             table: TableName::new(&args.table).context("--table")?,
         };
-        let report = super::bench_latency::run(config, &options, publisher).await?;
-        print!("{report}");
+        let report = super::bench_latency::run(config, &options, publisher).await;
+        if args.broker_raw {
+            super::bench_broker::cleanup(super::bench_broker::spec(config, &args)?).await;
+        }
+        print!("{}", report?);
+        brokers.close();
         return Ok(());
     }
     let options = BenchOptions {
@@ -246,7 +238,14 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     print!("{report}");
     if args.broker_raw {
         let outboxd = report.rows.first().map_or(0.0, BenchRow::drain_rate);
-        let raw = super::bench_broker::raw(config, &args, &options).await?;
+        let raw = super::bench_broker::raw(
+            config,
+            &args,
+            options.events,
+            options.batch_size,
+            options.rooms,
+        )
+        .await?;
         print!("{}", raw.with_outboxd(outboxd));
     }
     brokers.close();
@@ -255,7 +254,7 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
 
 /// Runs every requested shape against the configured database.
 ///
-/// Every shape publishes through `publisher`: [`NoopPublisher`] measures the host and the
+/// Every shape publishes through `publisher`: [`NoopPublisher`](super::bench_publisher::NoopPublisher) measures the host and the
 /// database; a plugin (`outboxd bench --plugin FILE`) measures what users run.
 pub async fn run(
     config: &Config,

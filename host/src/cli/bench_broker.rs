@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use super::BenchArgs;
-use super::bench::BenchOptions;
 use outboxd::broker::Message;
 use outboxd::config::{BrokerKind, BrokerSpec, Config};
 
@@ -97,11 +96,14 @@ pub async fn cleanup(spec: &BrokerSpec) {
     }
 }
 
-/// `options.events` messages like the plugin's, through the broker's own client.
+/// `events` messages like the plugin's over `rooms` rooms, through the broker's own client, in
+/// rounds of `batch`.
 pub async fn raw(
     config: &Config,
     args: &BenchArgs,
-    options: &BenchOptions,
+    events: u32,
+    batch: u32,
+    rooms: u32,
 ) -> anyhow::Result<RawBrokerReport> {
     let spec = spec(config, args)?;
     let topic = match spec.kind() {
@@ -110,17 +112,17 @@ pub async fn raw(
         BrokerKind::Mqtt => format!("{PREFIX}/raw"),
         BrokerKind::Kafka => PREFIX.to_string(),
     };
-    let messages: Vec<Message> = (0..options.events)
-        .map(|i| message(&topic, i, options.rooms.max(1)))
+    let messages: Vec<Message> = (0..events)
+        .map(|i| message(&topic, i, rooms.max(1)))
         .collect();
-    let batch = options.batch_size.max(1);
+    let batch = batch.max(1);
     let started = Instant::now();
     super::bench_broker_raw::publish(spec, &messages, batch as usize).await?;
     let elapsed = started.elapsed();
     cleanup(spec).await;
     Ok(RawBrokerReport {
         broker: format!("{} ({})", spec.name(), spec.kind()),
-        messages: options.events,
+        messages: events,
         batch,
         elapsed,
         outboxd: 0.0,

@@ -94,7 +94,9 @@ pub async fn cleanup(spec: &BrokerSpec) -> anyhow::Result<()> {
         }
         BrokerKind::Rabbitmq => {
             let channel = rabbit_channel(spec).await?;
-            let _ = channel.queue_delete(PREFIX.into(), Default::default()).await;
+            let _ = channel
+                .queue_delete(PREFIX.into(), Default::default())
+                .await;
         }
         BrokerKind::Redis => {
             let mut redis = redis::Client::open(spec.url().as_str())?
@@ -113,7 +115,10 @@ pub async fn cleanup(spec: &BrokerSpec) -> anyhow::Result<()> {
         }
         BrokerKind::Kafka => {
             let client = kafka_client(spec).await?;
-            let _ = client.controller_client()?.delete_topic(PREFIX, 5_000).await;
+            let _ = client
+                .controller_client()?
+                .delete_topic(PREFIX, 5_000)
+                .await;
         }
         BrokerKind::Mqtt => {}
     }
@@ -129,9 +134,11 @@ async fn rabbit_channel(spec: &BrokerSpec) -> anyhow::Result<lapin::Channel> {
 
 async fn kafka_client(spec: &BrokerSpec) -> anyhow::Result<rskafka::client::Client> {
     let (host, port) = host_port(spec, 9092);
-    Ok(rskafka::client::ClientBuilder::new(vec![format!("{host}:{port}")])
-        .build()
-        .await?)
+    Ok(
+        rskafka::client::ClientBuilder::new(vec![format!("{host}:{port}")])
+            .build()
+            .await?,
+    )
 }
 
 /// Publishes `messages` in batches of `batch`, each batch pipelined and every message confirmed
@@ -153,7 +160,9 @@ pub async fn publish(spec: &BrokerSpec, messages: &[Message], batch: usize) -> a
                             .await?,
                     );
                 }
-                for ack in join_all(acks.into_iter().map(std::future::IntoFuture::into_future)).await {
+                for ack in
+                    join_all(acks.into_iter().map(std::future::IntoFuture::into_future)).await
+                {
                     ack?;
                 }
             }
@@ -254,8 +263,10 @@ pub async fn publish(spec: &BrokerSpec, messages: &[Message], batch: usize) -> a
                         });
                 }
                 let produced = join_all(groups.into_iter().map(|(partition, records)| {
-                    writers[partition as usize]
-                        .produce(records, rskafka::client::partition::Compression::NoCompression)
+                    writers[partition as usize].produce(
+                        records,
+                        rskafka::client::partition::Compression::NoCompression,
+                    )
                 }))
                 .await;
                 for result in produced {
@@ -273,12 +284,15 @@ async fn mqtt(spec: &BrokerSpec, messages: &[Message], batch: usize) -> anyhow::
     use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
     use rumqttc::v5::{AsyncClient, Event, MqttOptions};
     let (host, port) = host_port(spec, 1883);
-    let options = MqttOptions::new(format!("outboxd-bench-raw-{}", std::process::id()), host, port);
+    let options = MqttOptions::new(
+        format!("outboxd-bench-raw-{}", std::process::id()),
+        host,
+        port,
+    );
     let (client, mut events) = AsyncClient::new(options, batch.max(16) * 2);
     let acked = Arc::new(AtomicUsize::new(0));
     let notify = Arc::new(tokio::sync::Notify::new());
-    let driver: tokio::task::JoinHandle<Result<(), rumqttc::v5::ConnectionError>> =
-        tokio::spawn({
+    let driver: tokio::task::JoinHandle<Result<(), rumqttc::v5::ConnectionError>> = tokio::spawn({
         let (acked, notify) = (acked.clone(), notify.clone());
         async move {
             loop {

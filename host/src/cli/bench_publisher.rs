@@ -6,10 +6,20 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use super::BenchArgs;
-use super::bench::NoopPublisher;
 use outboxd::broker::Brokers;
 use outboxd::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
-use outboxd::publish::Publisher;
+use outboxd::publish::{Event, Outcome, Publisher};
+
+/// A publisher that accepts everything at once: measures the host, not a sink.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopPublisher;
+
+#[async_trait::async_trait]
+impl Publisher for NoopPublisher {
+    async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        vec![Outcome::Delivered; batch.len()]
+    }
+}
 
 /// The publisher, and the broker connections it publishes on (close them when done).
 pub async fn publisher(

@@ -167,7 +167,9 @@ impl BrokerSpec {
     /// Checks one section outside a configuration (tests, benchmarks): errors keyed `broker.…`,
     /// `ca_file` as given.
     pub fn new(broker: BrokerConfig) -> Result<BrokerSpec, ConfigError> {
-        BrokerSpec::check(broker, "broker", Path::new(""), &|name| std::env::var(name).ok())
+        BrokerSpec::check(broker, "broker", Path::new(""), &|name| {
+            std::env::var(name).ok()
+        })
     }
 
     /// Checks one section; `key` names it in errors (`broker[1]`), `env` reads variables.

@@ -55,7 +55,10 @@ mod tests {
     /// Every case of the producers' golden file encodes to its bytes.
     #[test]
     fn matches_the_golden_envelopes() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../producers/golden/envelopes.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../producers/golden/envelopes.json"
+        );
         let golden: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let cases = golden["cases"].as_array().unwrap();

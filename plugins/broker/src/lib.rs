@@ -105,7 +105,10 @@ impl BrokerPlugin {
                 ("app-code".to_string(), event.app_code.clone()),
                 ("room-id".to_string(), event.room_id.clone()),
                 ("room-version".to_string(), event.room_version.to_string()),
-                ("occurred-at-ms".to_string(), event.occurred_at_ms.to_string()),
+                (
+                    "occurred-at-ms".to_string(),
+                    event.occurred_at_ms.to_string(),
+                ),
                 (
                     "content-type".to_string(),
                     self.payload.content_type().to_string(),

@@ -89,7 +89,9 @@ mod tests {
         assert_eq!(id.render(&event("e-9")), "e-9");
         assert!(Template::parse("key", "").unwrap().is_empty());
         assert_eq!(
-            Template::parse("topic", "plain").unwrap().render(&event("e")),
+            Template::parse("topic", "plain")
+                .unwrap()
+                .render(&event("e")),
             "plain"
         );
     }

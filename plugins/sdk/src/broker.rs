@@ -15,8 +15,8 @@
 //! }]);
 //! ```
 
-pub use crate::bindings::outbox::publisher::broker::Message;
 use crate::PublishError;
+pub use crate::bindings::outbox::publisher::broker::Message;
 
 /// Publishes `messages` in order on the connection named `connection` and returns one result
 /// per message, in order, each once the broker confirmed it (see the WIT `broker.publish`).

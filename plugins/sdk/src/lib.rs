@@ -39,10 +39,10 @@
 
 #![warn(missing_docs)]
 
-pub mod config;
-pub mod event_json;
 #[cfg(feature = "broker")]
 pub mod broker;
+pub mod config;
+pub mod event_json;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod log;
