@@ -8,7 +8,7 @@ DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
 
-.PHONY: all build plugins rust-plugins wasm-target demo demo-producers test test-producers chaos bench isolation fuzz clean
+.PHONY: all build plugins rust-plugins wasm-target browser demo demo-console demo-producers test test-producers chaos bench isolation fuzz clean
 .SECONDEXPANSION:
 
 all: build
@@ -119,22 +119,42 @@ $(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm: $(JS_TOOLCHAIN) $(COMPAT_WIT)/publis
 	sed 's#outbox:publisher/\([a-z-]*\)@0\.1\.[0-9]*#outbox:publisher/\1@0.1.0#' plugins/js/webhook/webhook.js > $(PLUGIN_OUT)/compat/src/webhook.js
 	$(COMPONENTIZE_JS) $(PLUGIN_OUT)/compat/src/webhook.js --wit $(COMPAT_WIT) --world-name publisher --disable fetch-event -o $@
 
-## demo: migrate a fresh SQLite file, enqueue sample room events, deliver them through the log
-## plugin until drained, print the status.
+## demo: migrate a fresh SQLite file, enqueue sample room events (and one no route takes, so
+## the dead letters have one), deliver them through the log plugin until drained, print the
+## status; then, in a terminal (not in CI), serve the console over the demo's events until
+## Ctrl-C. `make demo-console` serves it again later.
+DEMO_CONSOLE_URL := http://127.0.0.1:9464/
 demo: build
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(DEMO) migrate
 	$(DEMO) enqueue --room room-1 --type RoomGiftSent --count 3 --body-json '{"gift":"rose","from":"u1","to":"u2"}'
 	$(DEMO) enqueue --room room-1 --type RoomMicChanged --body-json '{"seat":2,"user":"u3","action":"up"}'
 	$(DEMO) enqueue --room room-2 --type RoomHeatChanged --count 2 --body-json '{"heat":1024}'
+	$(DEMO) enqueue --room room-2 --type UserBanned --body-json '{"user":"u9"}'
 	$(DEMO) run --drain
 	$(DEMO) status
+	@if [ -t 0 ] && [ -z "$$CI" ]; then \
+		echo "console: $(DEMO_CONSOLE_URL) (the demo's events; Ctrl-C stops it)"; \
+		$(DEMO) run || true; \
+	else \
+		echo "console: run \`make demo-console\` and open $(DEMO_CONSOLE_URL)"; \
+	fi
+
+## demo-console: the console over the demo's database at http://127.0.0.1:9464/ until Ctrl-C.
+demo-console: build
+	@echo "console: $(DEMO_CONSOLE_URL) (the demo's events; Ctrl-C stops it)"
+	$(DEMO) run
+
+## browser: Debian's Chromium and chromedriver for the console's browser test, when missing.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
 
 ## test: the plugins' own unit tests (natively), the import-cycle check of host/src
 ## (tests/scripts/import_cycles.py), then the host's unit, conformance (SQLite, MariaDB,
 ## PostgreSQL), EXPLAIN, worker, plugin-host, sink and end-to-end tests, then the producer
-## libraries' tests (test-producers).
-test: plugins
+## libraries' tests (test-producers). The console's browser test needs Chromium (`browser`).
+test: plugins browser
 	cd plugins && $(CARGO) test --no-fail-fast
 	$(PYTHON) tests/scripts/import_cycles.py host/src
 	$(CARGO) test --workspace --no-fail-fast
@@ -178,7 +198,7 @@ bench: build
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-brokers
+.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd
 
@@ -202,6 +222,9 @@ bench-plugins: release
 
 bench-brokers: release
 	bash bench/brokers.sh
+
+bench-console: release
+	bash bench/console.sh
 
 ## fuzz: the parsers' fuzz targets (host/fuzz: `envelope` the protobuf decoder, `judge` a claim's
 ## row judge, `config` the config loader), FUZZ_SECONDS (default 60) each, with libFuzzer through

@@ -27,7 +27,7 @@ use outboxd::wake::{self, FeedError, Wake, WakeMode};
 use outboxd::worker::{WorkerMode, WorkerOptions};
 use sqlx::{AssertSqlSafe, Connection, Executor, MySqlConnection};
 use support::private_server::{Kind, PrivateServer};
-use support::{Backend, Running, TestDb, record, wait_for, wait_until};
+use support::{Backend, Running, TestDb, record, until_loops_wait, wait_for, wait_until};
 use tokio_util::sync::CancellationToken;
 
 /// The safety net of every worker here: a delivery sooner than this came from a wake-up.
@@ -96,6 +96,15 @@ async fn feed_is(wake: &Wake, connected: bool) {
         DEADLINE,
         || async { wake.has_commit_feed() == connected },
     )
+    .await;
+}
+
+/// Waits until the worker's loop sleeps until woken (no probe planned): the row committed next
+/// is found by a wake-up.
+async fn asleep(wake: &Wake) {
+    until_loops_wait(wake, 1, "the loop asleep until woken", DEADLINE, |p| {
+        p.is_none()
+    })
     .await;
 }
 
@@ -239,9 +248,9 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
 
     // Sparse commits: each delivered at once, though the loop probes only every second.
     let mut worker = start(store.clone(), wake.clone(), POLL);
-    // Quiet spells and the commits' pace are part of these tests: idle for 1.5 s, a loop's probe
-    // has backed off to the second, so only the binlog delivers a row within PROMPT.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The commits' pace is part of these tests; before the first, the loop sleeps until woken
+    // (the poll is a second away), so only the binlog delivers a row within PROMPT.
+    asleep(&wake).await;
     let mut sparse = Vec::new();
     for i in 0..4 {
         sparse.push(commit_and_time(&mut worker, &*producer, &format!("sparse-{i}")).await);
@@ -303,8 +312,8 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
         },
     )
     .await;
-    // Quiet again (part of the test): the probe backs off to the second.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Quiet again: the loop sleeps until woken before the next commit.
+    asleep(&wake).await;
     let mut after_kill = Vec::new();
     for i in 0..3 {
         after_kill.push(commit_and_time(&mut worker, &*producer, &format!("after-kill-{i}")).await);
@@ -419,9 +428,16 @@ async fn without_a_binlog_auto_probes_every_idle_probe_and_binlog_refuses() {
     // The default bound on MySQL / MariaDB: an idle loop claims every 50 ms, so a sparse commit
     // waits for one probe at most, not for the 1 s poll.
     let idle_probe = outboxd::config::DEFAULT_IDLE_PROBE;
-    let mut worker = start(store.clone(), wake, idle_probe);
-    // A quiet spell and sparse commits, part of the test: the probe has backed off to its bound.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut worker = start(store.clone(), wake.clone(), idle_probe);
+    // Sparse commits, part of the test, to a loop whose probe has backed off to its bound.
+    until_loops_wait(
+        &wake,
+        1,
+        "the probe backed off to its bound",
+        DEADLINE,
+        |probe| probe.is_some_and(|p| p > idle_probe / 2),
+    )
+    .await;
     let mut sparse = Vec::new();
     for i in 0..4 {
         sparse.push(commit_and_time(&mut worker, &*store, &format!("probe-{i}")).await);

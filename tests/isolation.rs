@@ -394,9 +394,16 @@ async fn healthy_rows_marked_beside(backend: Backend, other: SinkConfig) -> Opti
         let (worker, shutdown) = (worker.clone(), shutdown.clone());
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
-    // A quiet spell, not a wait on anything observable: the rows below come to an idle worker,
+    // The rows below come to an idle worker (its loop waiting on a probe after an empty round),
     // so the time measured is the delivery's, not the worker's start.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::until_loops_wait(
+        &worker.wake(),
+        1,
+        "the loop idle",
+        Duration::from_secs(10),
+        |p| p.is_some(),
+    )
+    .await;
     let base = now_ms();
     let mut rows: Vec<Record> = (0..300)
         .map(|i| typed_record("app", &id(i), &format!("r{}", i % 30), "RoomGiftSent", base))

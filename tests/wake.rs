@@ -18,7 +18,9 @@ use outboxd::retry::RetryPolicy;
 use outboxd::store::{DeliveryOrder, FailedFilter, OutboxStore, RequeueParams, TableName};
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{WorkerMode, WorkerOptions};
-use support::{Backend, RawInsert, Running, TestDb, record, wait_for, wait_until};
+use support::{
+    Backend, RawInsert, Running, TestDb, record, until_loops_wait, wait_for, wait_until,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Longer than any test waits: a delivery inside a test's deadline came from a wake-up.
@@ -52,12 +54,21 @@ async fn next(running: &mut Running, what: &str) -> String {
     running.next_within(DEADLINE, what).await.0
 }
 
-/// Lets the worker's first (empty) rounds pass, so its loops are idle, waiting the poll interval.
-///
-/// Not a wait on something observable (a loop going idle shows nowhere outside the worker): a
-/// quiet spell, so that the row written next is found by a wake-up, not by a first round.
-async fn until_idle() {
-    tokio::time::sleep(Duration::from_millis(300)).await;
+/// Waits until both loops of the worker woken by `wake` are idle, asleep until woken (the poll
+/// interval is 30 s), so that the row written next is found by a wake-up, not by a round.
+async fn until_asleep(wake: &Wake) {
+    until_waiting(wake, "both loops asleep until woken", |probe| {
+        probe.is_none()
+    })
+    .await;
+}
+
+/// Waits until both loops woken by `wake` wait for work and `probe` holds of the time until the
+/// first probe they planned (`None`: neither probes).
+async fn until_waiting(wake: &Wake, what: &str, probe: impl Fn(Option<Duration>) -> bool) {
+    let loops = options().concurrency as usize;
+    // Backing off past 1.5 s takes about 5 s of empty rounds (10 ms + 20 ms + … + 2.56 s).
+    until_loops_wait(wake, loops, what, 3 * DEADLINE, probe).await;
 }
 
 async fn raw_row(db: &TestDb, event_id: &str) {
@@ -123,14 +134,14 @@ async fn commit_feed_wakes_an_idle_worker(backend: Backend) {
     feed.connected().await;
     let wake = feed.wake.clone();
     let mut running = start(store.clone(), wake.clone());
-    until_idle().await;
+    until_asleep(&wake).await;
     // Written by another connection, the way the Go service writes it.
     raw_row(&db, "from-another-connection").await;
     assert_eq!(
         next(&mut running, "a row committed by another connection").await,
         "from-another-connection"
     );
-    until_idle().await;
+    until_asleep(&wake).await;
     raw_row(&db, "second").await;
     assert_eq!(next(&mut running, "a second row").await, "second");
     running.stop().await;
@@ -159,8 +170,7 @@ async fn requeue_wakes_a_running_worker(backend: Backend) {
     )
     .await;
     // The insert's own wake finds nothing to claim (the row is failed); the loops go idle.
-    until_idle().await;
-    until_idle().await;
+    until_asleep(&feed.wake).await;
     let operator = db.store_default().await;
     let requeued = operator
         .requeue(&RequeueParams {
@@ -221,9 +231,13 @@ async fn a_host_started_on_an_empty_table_probes_soon_without_a_feed(backend: Ba
     let store = db.store_default().await;
     // No feed, an empty table: the loops' first rounds find nothing. A host started (or
     // restarted) into traffic must still find the first row by probing, long before the poll.
-    let mut running = start(store.clone(), Wake::new());
-    // Part of the test: the row comes after the loops' first (empty) rounds.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let wake = Wake::new();
+    let mut running = start(store.clone(), wake.clone());
+    // The row comes after the loops' first (empty) rounds, while they wait on a probe.
+    until_waiting(&wake, "both loops probing after an empty round", |p| {
+        p.is_some()
+    })
+    .await;
     store
         .enqueue(&[record("app", "soon", "room-1", now_ms())])
         .await
@@ -244,10 +258,12 @@ async fn a_producer_in_this_process_wakes_the_worker(backend: Backend) {
     let store = db.store_default().await;
     let wake = Wake::new();
     let mut running = start(store.clone(), wake.clone());
-    // Idle for 3 s (part of the test, not a wait): the loops' adaptive probe has backed off past
-    // 2.5 s (waits of 10 ms, 20 ms, … doubling), so its next probe is about 2 s away; only the
-    // wake delivers within 1 s.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The loops' adaptive probe backs off (waits of 10 ms, 20 ms, … doubling) until neither
+    // probes within 1.5 s: then only the wake delivers within 1 s.
+    until_waiting(&wake, "both loops' next probe 1.5 s away", |p| {
+        p.is_some_and(|p| p >= Duration::from_millis(1500))
+    })
+    .await;
     store
         .enqueue(&[record("app", "in-process", "room-1", now_ms())])
         .await
@@ -370,7 +386,7 @@ async fn postgres_trigger_notifies_per_statement_and_the_listener_reconnects() {
     .await;
     assert_ne!(first_pid, second_pid);
     let mut running = start(store.clone(), wake.clone());
-    until_idle().await;
+    until_asleep(&wake).await;
     raw_row(&db, "after-reconnect").await;
     assert_eq!(
         next(&mut running, "a row after the reconnect").await,
@@ -596,8 +612,11 @@ async fn postgres_host_without_a_free_gate_slot_probes() {
     assert_eq!(wake.gate(), wake::gate::Gate::Off);
     assert!(!wake.has_commit_feed(), "no slot: the loops must probe");
     let mut running = start(store.clone(), wake.clone());
-    // Part of the test: the row comes after the loops' first (empty) rounds.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The row comes after the loops' first (empty) rounds, while they wait on a probe.
+    until_waiting(&wake, "both loops probing after an empty round", |p| {
+        p.is_some()
+    })
+    .await;
     raw_row(&db, "probed").await;
     assert_eq!(next(&mut running, "a row found by probing").await, "probed");
     running.stop().await;

@@ -1,17 +1,16 @@
 //! The admin HTTP listener (`[admin] listen`): `GET /metrics`, `GET /healthz`, `GET /readyz`,
-//! and `POST /reload` when the host supports reloading.
+//! `POST /reload` when the host supports reloading, and the operator console at `/` (its pages,
+//! `/api/…` and actions: `crate::console`).
 //!
 //! Plain hyper 1 over HTTP/1.1; one task per connection; stops accepting when the shutdown token
-//! is cancelled. Readiness is [`Readiness`]: the database answered the last status refresh,
-//! every sink has started and every `[[broker]]` connection is up.
+//! is cancelled. Readiness is [`Readiness`]: the database answered the last status refresh and
+//! every sink has started.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -22,89 +21,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::console::{Console, ConsoleRequest};
 use crate::metrics::{self, Metrics};
 
-/// Whether this host can serve: the database answers and every sink has started.
-#[derive(Debug, Default)]
-pub struct Readiness {
-    sinks_started: AtomicBool,
-    /// `None` before the first refresh; `Some(Err(reason))` while the database fails.
-    database: Mutex<Option<Result<(), String>>>,
-    /// What wakes idle loops, for the `/readyz` body (not a condition of readiness: loops probe
-    /// while a feed is down).
-    wake: Mutex<Option<String>>,
-    /// The `[[broker]]` connections that are down, each as `broker `NAME` (KIND): REASON`.
-    brokers_down: Mutex<Vec<String>>,
-}
-
-impl Readiness {
-    /// A readiness with nothing checked yet (not ready).
-    pub fn new() -> Arc<Readiness> {
-        Arc::new(Readiness::default())
-    }
-
-    /// Records that every sink has started (or, `false`, that the sinks are being replaced).
-    pub fn set_sinks_started(&self, started: bool) {
-        self.sinks_started.store(started, Ordering::SeqCst);
-    }
-
-    /// Records the outcome of the latest database check.
-    pub fn set_database(&self, outcome: Result<(), String>) {
-        if let Ok(mut database) = self.database.lock() {
-            *database = Some(outcome);
-        }
-    }
-
-    /// Records what wakes idle loops and whether its feed is connected, e.g.
-    /// `binlog (connected)` or `probe (log_bin is OFF)`.
-    pub fn set_wake(&self, wake: String) {
-        if let Ok(mut slot) = self.wake.lock() {
-            *slot = Some(wake);
-        }
-    }
-
-    /// Records which `[[broker]]` connections are down (empty: all connected).
-    pub fn set_brokers_down(&self, down: Vec<String>) {
-        if let Ok(mut slot) = self.brokers_down.lock() {
-            *slot = down;
-        }
-    }
-
-    /// What wakes idle loops, as last recorded.
-    pub fn wake(&self) -> Option<String> {
-        self.wake.lock().ok().and_then(|w| w.clone())
-    }
-
-    /// `Ok` when ready, else the reason (for the 503 body).
-    pub fn check(&self) -> Result<(), String> {
-        let database = self
-            .database
-            .lock()
-            .map(|d| d.clone())
-            .unwrap_or_else(|_| Some(Err("readiness state poisoned".into())));
-        match database {
-            None => return Err("database not checked yet".into()),
-            Some(Err(reason)) => return Err(format!("database unreachable: {reason}")),
-            Some(Ok(())) => {}
-        }
-        if !self.sinks_started.load(Ordering::SeqCst) {
-            return Err("sinks not started".into());
-        }
-        let down = self
-            .brokers_down
-            .lock()
-            .map(|d| d.clone())
-            .unwrap_or_default();
-        if !down.is_empty() {
-            return Err(format!("not connected: {}", down.join("; ")));
-        }
-        Ok(())
-    }
-}
-
-/// What `POST /reload` runs: `Ok(summary)` when the new set is serving, `Err(reason)` when it was
-/// refused (the running set keeps serving).
-pub type ReloadFn = Arc<dyn Fn() -> BoxFuture<'static, Result<String, String>> + Send + Sync>;
+pub use crate::readiness::Readiness;
+use crate::reload::ReloadFn;
 
 /// What the listener serves.
 #[derive(Clone)]
@@ -115,6 +36,8 @@ pub struct AdminState {
     pub readiness: Arc<Readiness>,
     /// Run on `POST /reload`; `None`: 404.
     pub reload: Option<ReloadFn>,
+    /// The console at `/`; `None` (`[admin] console = false`): its paths are 404.
+    pub console: Option<Arc<Console>>,
 }
 
 /// A bound admin listener, not yet serving.
@@ -162,15 +85,15 @@ impl AdminListener {
     /// Serves until `shutdown` is cancelled (connections in progress finish on their own tasks).
     pub async fn serve(self, state: AdminState, shutdown: CancellationToken) {
         if let Ok(addr) = self.listener.local_addr() {
-            info!(%addr, "admin listener serving /metrics, /healthz, /readyz");
+            info!(%addr, console = state.console.is_some(), "admin listener serving /metrics, /healthz, /readyz and the console at /");
         }
         loop {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 accepted = self.listener.accept() => accepted,
             };
-            let stream = match accepted {
-                Ok((stream, _peer)) => stream,
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(error) => {
                     warn!(%error, "admin listener: accept failed");
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -181,7 +104,7 @@ impl AdminListener {
             tokio::spawn(async move {
                 let service = service_fn(move |request| {
                     let state = state.clone();
-                    async move { Ok::<_, Infallible>(respond(&state, request).await) }
+                    async move { Ok::<_, Infallible>(respond(&state, request, peer).await) }
                 });
                 if let Err(error) = http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -194,8 +117,32 @@ impl AdminListener {
     }
 }
 
-/// Answers one request.
-async fn respond(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Answers one request from `peer`.
+async fn respond(
+    state: &AdminState,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Full<Bytes>> {
+    if let Some(console) = &state.console
+        && Console::owns(request.uri().path())
+    {
+        let (parts, body) = request.into_parts();
+        let limited = http_body_util::Limited::new(body, crate::console::request::MAX_FORM_BYTES);
+        let body = match http_body_util::BodyExt::collect(limited).await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the form is too large\n".into(),
+                );
+            }
+        };
+        let request = ConsoleRequest::new(parts.method, &parts.uri, &parts.headers, &body, peer);
+        return console
+            .handle(&request)
+            .await
+            .unwrap_or_else(|| text(StatusCode::NOT_FOUND, "not found\n".into()));
+    }
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => reply(
             StatusCode::OK,
@@ -233,7 +180,7 @@ async fn respond(state: &AdminState, request: Request<Incoming>) -> Response<Ful
         ),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics, /healthz, /readyz\n".into(),
+            "not found: try /metrics, /healthz, /readyz, and the console at /\n".into(),
         ),
     }
 }
@@ -268,20 +215,5 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("[admin] listen"), "{message}");
-    }
-
-    #[test]
-    fn readiness_needs_database_and_sinks() {
-        let readiness = Readiness::new();
-        assert_eq!(readiness.check().unwrap_err(), "database not checked yet");
-        readiness.set_database(Ok(()));
-        assert_eq!(readiness.check().unwrap_err(), "sinks not started");
-        readiness.set_sinks_started(true);
-        assert!(readiness.check().is_ok());
-        readiness.set_database(Err("connection refused".into()));
-        assert_eq!(
-            readiness.check().unwrap_err(),
-            "database unreachable: connection refused"
-        );
     }
 }

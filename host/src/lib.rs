@@ -8,12 +8,14 @@
 //! Data flows one way: producer → store → worker → plugin (router → sink) → store. The seams are
 //! [`store::OutboxStore`], [`publish::Publisher`] and the WIT world in `wit/`;
 //! `docs/ARCHITECTURE.md` has the one-page map.
-//! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope.
+//! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope;
+//!   [`glob`]: event type globs (routes, the console's search).
 //! - [`store`]: the [`store::OutboxStore`] contract; the shared executor, statement building, row
 //!   decoding, envelope judge and schema; one module per database (SQLite, MySQL/MariaDB,
 //!   PostgreSQL) holding its SQL differences and its producer `save`. Its module doc says who
 //!   checks and who retries what.
-//! - [`retention`]: bounded batched deletes of old `delivered`/`failed` rows.
+//! - [`retention`]: bounded batched deletes of old `delivered`/`failed` rows; [`dead_letters`]:
+//!   `failed` rows requeued or deleted in chunks (`outboxd requeue`, the console).
 //! - [`retry`]: the retry policy (fixed interval, exponential with full jitter, schedule).
 //! - [`publish`]: the [`publish::Publisher`] seam between the worker and the sinks.
 //! - [`worker`]: the claim → publish → mark loop, graceful shutdown, drain mode.
@@ -26,7 +28,8 @@
 //!   included); the worker's and store's options derived from it.
 //! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
 //!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
-//!   [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`).
+//!   [`readiness`]: what `/readyz` answers; [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`);
+//!   [`console`]: the operator console it serves at `/` (pages and `/api/…`).
 //! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
@@ -40,12 +43,16 @@
 pub mod admin;
 pub mod broker;
 pub mod config;
+pub mod console;
+pub mod dead_letters;
 pub mod envelope;
+pub mod glob;
 pub mod metrics;
 pub mod monitor;
 pub mod plugin;
 pub mod progress;
 pub mod publish;
+pub mod readiness;
 pub mod record;
 pub mod reload;
 pub mod retention;

@@ -8,140 +8,31 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::record::now_ms;
 use crate::store::{StatusCounts, StoreError};
 
 mod broker;
+mod labels;
+mod recent;
+
 pub use broker::BrokerMetrics;
+pub use labels::{
+    ActionLabels, AppLabels, BreakerGauge, DatabaseOpLabels, FeedLabels, PluginFailure,
+    PluginFailureLabels, RowLabels, RowOutcome, SinkLabels, SinkOutcome, SinkOutcomeLabels,
+    StatusLabels,
+};
+pub use recent::{
+    LogHistogram, Quantiles, RatePoint, Recent, SLOT_MS, SLOTS, SinkAnswers, SinkWindow,
+};
 
 /// `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Labels of a per-tenant series.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AppLabels {
-    /// Tenant.
-    pub app_code: String,
-}
-
-/// Labels of the row-count gauge.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusLabels {
-    /// Tenant.
-    pub app_code: String,
-    /// Row status (`pending`, `delivering`, `retryable`, `failed`, `delivered`).
-    pub status: &'static str,
-}
-
-/// What the worker did with a row (the `outcome` label of `outboxd_rows`).
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)] // label values are written as Prometheus spells them
-pub enum RowOutcome {
-    /// Handed out by a claim.
-    claimed,
-    /// Marked `delivered`.
-    delivered,
-    /// Marked `retryable` (an attempt spent).
-    retried,
-    /// Put back `retryable` by an open circuit breaker (no attempt spent).
-    deferred,
-    /// Marked `failed`.
-    failed,
-    /// Moved to `failed` by the claim itself (corrupt envelope, lease expired too often).
-    rejected,
-    /// Left untouched because another worker had taken the lease over.
-    stale,
-}
-
-impl RowOutcome {
-    /// Every outcome, claim's and mark's.
-    pub const ALL: [RowOutcome; 7] = [
-        RowOutcome::claimed,
-        RowOutcome::rejected,
-        RowOutcome::delivered,
-        RowOutcome::retried,
-        RowOutcome::deferred,
-        RowOutcome::failed,
-        RowOutcome::stale,
-    ];
-
-    /// What a mark can do to a row (the rest happen at the claim).
-    pub const MARKED: [RowOutcome; 5] = [
-        RowOutcome::delivered,
-        RowOutcome::retried,
-        RowOutcome::deferred,
-        RowOutcome::failed,
-        RowOutcome::stale,
-    ];
-}
-
-/// Labels of the commit feed gauge.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FeedLabels {
-    /// What wakes idle loops: `binlog`, `listen`, `data_version`, or `probe`.
-    pub feed: String,
-}
-
-/// Labels of the row counters.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RowLabels {
-    /// Tenant.
-    pub app_code: String,
-    /// What happened to the rows.
-    pub outcome: RowOutcome,
-}
-
-/// Labels of a per-sink series.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SinkLabels {
-    /// Sink name.
-    pub sink: String,
-}
-
-/// How a plugin call failed (the `kind` label of `outboxd_plugin_failures`).
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum PluginFailure {
-    /// The guest trapped (panic, unreachable, bad result count, …).
-    trap,
-    /// The call ran past the sink's `limits.publish_timeout`.
-    deadline,
-    /// The instance hit `limits.memory`.
-    memory_limit,
-}
-
-/// Labels of the plugin-failure counter.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginFailureLabels {
-    /// Sink name.
-    pub sink: String,
-    /// Failure kind.
-    pub kind: PluginFailure,
-}
-
-/// Labels of the database-error counter.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DatabaseOpLabels {
-    /// Store operation (`claim`, `mark`, `counts`, …).
-    pub op: String,
-}
-
-/// State of a sink's circuit breaker, as the `outboxd_breaker_state` gauge reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerGauge {
-    /// Publishing normally (0).
-    Closed = 0,
-    /// Cooling down: events are put back without an attempt (1).
-    Open = 1,
-    /// One probe batch is being published (2).
-    HalfOpen = 2,
-}
 
 /// The registry and every metric family. Clones share the same series.
 #[derive(Clone)]
@@ -161,6 +52,9 @@ pub struct Metrics {
     clock_offset: Gauge<f64, AtomicU64>,
     clock_refusing: Gauge,
     commit_feed: Family<FeedLabels, Gauge>,
+    sink_events: Family<SinkOutcomeLabels, Counter>,
+    console_actions: Family<ActionLabels, Counter>,
+    recent: Arc<Recent>,
     brokers: BrokerMetrics,
 }
 
@@ -276,6 +170,18 @@ impl Metrics {
             "Whether the commit feed that wakes idle loops is connected (1) or they probe (0), by feed: binlog (MySQL / MariaDB), listen (PostgreSQL), data_version (SQLite), probe (none)",
             commit_feed.clone(),
         );
+        let sink_events = Family::<SinkOutcomeLabels, Counter>::default();
+        registry.register(
+            "sink_events",
+            "Events answered by each sink, by outcome (delivered, retryable, permanent, deferred: not tried while its breaker is open or it is paused)",
+            sink_events.clone(),
+        );
+        let console_actions = Family::<ActionLabels, Counter>::default();
+        registry.register(
+            "console_actions",
+            "Actions asked of the console (requeue, purge, pause, resume, reload) by result (done, refused, failed)",
+            console_actions.clone(),
+        );
         let brokers = BrokerMetrics::register(&mut registry);
         Metrics {
             registry: Arc::new(registry),
@@ -293,6 +199,9 @@ impl Metrics {
             clock_offset,
             clock_refusing,
             commit_feed,
+            sink_events,
+            console_actions,
+            recent: Arc::new(Recent::default()),
             brokers,
         }
     }
@@ -300,6 +209,31 @@ impl Metrics {
     /// The `[[broker]]` connections' series.
     pub fn brokers(&self) -> &BrokerMetrics {
         &self.brokers
+    }
+
+    /// The last hour of this process's work, slot by slot (the console's charts and windows).
+    pub fn recent(&self) -> &Recent {
+        &self.recent
+    }
+
+    /// Counts one console action of `action` with `result` (`done`, `refused`, `failed`).
+    pub fn count_console_action(&self, action: &str, result: &str) {
+        self.console_actions
+            .get_or_create(&ActionLabels {
+                action: action.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Console actions of `action` with `result` counted so far.
+    pub fn console_actions(&self, action: &str, result: &str) -> u64 {
+        self.console_actions
+            .get(&ActionLabels {
+                action: action.to_string(),
+                result: result.to_string(),
+            })
+            .map_or(0, |counter| counter.get())
     }
 
     /// Records the last clock measurement: the database's clock minus the host's, and whether
@@ -341,6 +275,11 @@ impl Metrics {
 
     /// Adds `count` rows of `app_code` with `outcome`.
     pub fn count_rows(&self, app_code: &str, outcome: RowOutcome, count: u64) {
+        match outcome {
+            RowOutcome::delivered => self.recent.count_rows(now_ms(), count, 0),
+            RowOutcome::failed | RowOutcome::rejected => self.recent.count_rows(now_ms(), 0, count),
+            _ => {}
+        }
         if count > 0 {
             self.rows
                 .get_or_create(&RowLabels {
@@ -363,20 +302,52 @@ impl Metrics {
 
     /// Records the commit → delivered latency of one row.
     pub fn observe_delivery_latency(&self, app_code: &str, latency_ms: i64) {
-        self.delivery_latency
-            .get_or_create(&AppLabels {
-                app_code: app_code.to_string(),
-            })
-            .observe(latency_ms.max(0) as f64 / 1000.0);
+        self.observe_delivery_latencies(app_code, &[latency_ms]);
+    }
+
+    /// Records the commit → delivered latencies of rows of `app_code` marked together.
+    pub fn observe_delivery_latencies(&self, app_code: &str, latencies_ms: &[i64]) {
+        if latencies_ms.is_empty() {
+            return;
+        }
+        let histogram = self.delivery_latency.get_or_create(&AppLabels {
+            app_code: app_code.to_string(),
+        });
+        for latency_ms in latencies_ms {
+            histogram.observe((*latency_ms).max(0) as f64 / 1000.0);
+        }
+        self.recent.observe_latencies(now_ms(), latencies_ms);
     }
 
     /// Records one publish to `sink` that took `elapsed`.
     pub fn observe_publish(&self, sink: &str, elapsed: Duration) {
+        self.observe_sink_publish(sink, elapsed, SinkAnswers::default());
+    }
+
+    /// Records one publish to `sink` that took `elapsed` and what it answered.
+    pub fn observe_sink_publish(&self, sink: &str, elapsed: Duration, answers: SinkAnswers) {
         self.publish_duration
             .get_or_create(&SinkLabels {
                 sink: sink.to_string(),
             })
             .observe(elapsed.as_secs_f64());
+        for (outcome, count) in [
+            (SinkOutcome::delivered, answers.delivered),
+            (SinkOutcome::retryable, answers.retryable),
+            (SinkOutcome::permanent, answers.permanent),
+            (SinkOutcome::deferred, answers.deferred),
+        ] {
+            if count > 0 {
+                self.sink_events
+                    .get_or_create(&SinkOutcomeLabels {
+                        sink: sink.to_string(),
+                        outcome,
+                    })
+                    .inc_by(count);
+            }
+        }
+        self.recent
+            .observe_publish(now_ms(), sink, elapsed.as_secs_f64() * 1000.0, answers);
     }
 
     /// Counts a failed plugin call of `sink` and the rebuild of its instance.
@@ -421,6 +392,15 @@ impl Metrics {
         if state == BreakerGauge::Open && previous != BreakerGauge::Open as i64 {
             self.breaker_opened.get_or_create(&labels).inc();
         }
+    }
+
+    /// The breaker state gauge of `sink` (0 closed, 1 open, 2 half-open), if it was ever set.
+    pub fn breaker_state(&self, sink: &str) -> Option<i64> {
+        self.breaker_state
+            .get(&SinkLabels {
+                sink: sink.to_string(),
+            })
+            .map(|gauge| gauge.get())
     }
 
     /// Publishes a status refresh of `app_code`.

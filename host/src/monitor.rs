@@ -13,9 +13,9 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::admin::Readiness;
 use crate::broker::Brokers;
 use crate::metrics::{Metrics, RowOutcome};
+use crate::readiness::Readiness;
 use crate::record::now_ms;
 use crate::store::{CountsParams, OutboxStore, StatusCounts};
 use crate::wake::Wake;
@@ -88,9 +88,20 @@ pub async fn report_brokers(
 #[derive(Debug, Default, Clone)]
 pub struct StatusSnapshot {
     latest: Arc<Mutex<BTreeMap<String, StatusCounts>>>,
+    refreshed_at_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl StatusSnapshot {
+    /// The counts of every app code as of the last refresh, and when that was (UTC ms; `None`
+    /// before the first one).
+    pub fn latest(&self) -> (BTreeMap<String, StatusCounts>, Option<i64>) {
+        let counts = self.latest.lock().map(|l| l.clone()).unwrap_or_default();
+        let at = self
+            .refreshed_at_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (counts, (at > 0).then_some(at))
+    }
+
     /// Backlog (`pending` + `retryable` + `delivering`) and the oldest pending age over every app
     /// code, as of the last refresh; `None` before the first one.
     pub fn backlog(&self) -> Option<(u64, Option<i64>)> {
@@ -169,6 +180,9 @@ impl StatusRefresher {
                     if let Ok(mut latest) = self.snapshot.latest.lock() {
                         latest.insert(app_code.clone(), counts);
                     }
+                    self.snapshot
+                        .refreshed_at_ms
+                        .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(error) => {
                     self.metrics.count_database_error(&error);

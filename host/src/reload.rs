@@ -5,20 +5,80 @@
 //! needs a restart; a reload that changes one is refused naming the keys. A config that does not
 //! validate, or a plugin that does not load or whose `init` fails, is refused with one error line
 //! and the running set keeps serving. Batches in flight finish on the set they started with
-//! ([`SwappablePublisher`]). Breaker state starts afresh with the new set.
+//! ([`SwappablePublisher`]). Breaker state starts afresh with the new set; a paused sink stays
+//! paused ([`SinkControls`]). [`Loaded`] holds the set serving now, for the console.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
+use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tracing::{error, info};
 
 use crate::broker::Brokers;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::plugin::{SwappablePublisher, load_publisher_with_brokers};
+use crate::plugin::{SinkControls, SwappablePublisher, load_publisher_with};
+use crate::record::now_ms;
+
+/// What `POST /reload` (and the console's Reload button) runs: `Ok(summary)` when the new set is
+/// serving, `Err(reason)` when it was refused (the running set keeps serving).
+pub type ReloadFn =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<String, String>> + Send + Sync>;
 
 /// Reads the configuration again (file, environment, command-line overrides), or says why not.
 pub type ConfigSource = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// The configuration the running sinks were started from, with each plugin file's sha256 as read
+/// right after they started: what the console's Sinks page shows.
+#[derive(Debug, Clone)]
+pub struct LoadedSet {
+    /// The configuration (sinks, routes and the rest).
+    pub config: Config,
+    /// Hex sha256 of each sink's plugin file, by sink name (absent: the file could not be read).
+    pub plugin_sha256: BTreeMap<String, String>,
+    /// When the set started serving, UTC ms.
+    pub loaded_at_ms: i64,
+}
+
+/// The sink set serving now ([`LoadedSet`]), replaced by every reload that succeeds.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    current: RwLock<Option<Arc<LoadedSet>>>,
+}
+
+impl Loaded {
+    /// Nothing loaded yet.
+    pub fn new() -> Arc<Loaded> {
+        Arc::new(Loaded::default())
+    }
+
+    /// Records that the sinks of `config` serve from now on.
+    pub fn set(&self, config: &Config) {
+        let plugin_sha256 = config
+            .publishing
+            .sinks()
+            .iter()
+            .filter_map(|sink| {
+                let bytes = std::fs::read(sink.plugin()).ok()?;
+                Some((sink.name().to_string(), hex::encode(Sha256::digest(&bytes))))
+            })
+            .collect();
+        let set = LoadedSet {
+            config: config.clone(),
+            plugin_sha256,
+            loaded_at_ms: now_ms(),
+        };
+        if let Ok(mut current) = self.current.write() {
+            *current = Some(Arc::new(set));
+        }
+    }
+
+    /// The set serving now; `None` while the sinks start.
+    pub fn get(&self) -> Option<Arc<LoadedSet>> {
+        self.current.read().ok()?.clone()
+    }
+}
 
 /// Reloads the sinks of one running service.
 pub struct Reloader {
@@ -26,22 +86,29 @@ pub struct Reloader {
     running: Mutex<Config>,
     publisher: Arc<SwappablePublisher>,
     metrics: Metrics,
+    controls: Arc<SinkControls>,
+    loaded: Arc<Loaded>,
     brokers: Brokers,
 }
 
 impl Reloader {
-    /// A reloader for a service running `config` through `publisher`.
+    /// A reloader for a service running `config` through `publisher`, its sinks switched by
+    /// `controls` (kept across reloads), recording each new set in `loaded`.
     pub fn new(
         source: ConfigSource,
         config: Config,
         publisher: Arc<SwappablePublisher>,
         metrics: Metrics,
+        controls: Arc<SinkControls>,
+        loaded: Arc<Loaded>,
     ) -> Reloader {
         Reloader {
             source,
             running: Mutex::new(config),
             publisher,
             metrics,
+            controls,
+            loaded,
             brokers: Brokers::none(),
         }
     }
@@ -92,15 +159,17 @@ impl Reloader {
                 changed.join(", ")
             ));
         }
-        let publisher = load_publisher_with_brokers(
+        let publisher = load_publisher_with(
             &next.publishing,
             &next.plugins,
             &self.metrics,
+            &self.controls,
             &self.brokers,
         )
         .await
         .map_err(|e| one_line(&e))?;
         self.publisher.swap(publisher);
+        self.loaded.set(&next);
         Ok(next)
     }
 }

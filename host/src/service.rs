@@ -1,5 +1,6 @@
-//! `outboxd run` as a service: the admin listener, the status refresher, retention, the sinks,
-//! the worker and the summary line, started together and stopped by one shutdown token.
+//! `outboxd run` as a service: the admin listener (with the console), the status refresher,
+//! retention, the sinks, the worker and the summary line, started together and stopped by one
+//! shutdown token.
 //!
 //! Order: the admin listener binds first (so `/healthz` answers while plugins compile and
 //! `/readyz` says what is missing), then the refresher checks the database, then the sinks start
@@ -12,13 +13,14 @@ use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{AdminListener, AdminState, BindError, Readiness, ReloadFn};
+use crate::admin::{AdminListener, AdminState, BindError, Readiness};
 use crate::broker::Brokers;
 use crate::config::Config;
+use crate::console::{Console, ConsoleParts};
 use crate::metrics::Metrics;
 use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_brokers, report_wake};
-use crate::plugin::{PluginError, SwappablePublisher, load_publisher_with_brokers};
-use crate::reload::{ConfigSource, Reloader};
+use crate::plugin::{PluginError, SinkControls, SwappablePublisher, load_publisher_with};
+use crate::reload::{ConfigSource, Loaded, ReloadFn, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
 use crate::wake::Wake;
@@ -144,15 +146,32 @@ impl Service {
         if reload_source.is_some() {
             tracker.spawn(reload_on_sighup(reloader.clone(), background.clone()));
         }
+        let snapshot = StatusSnapshot::default();
+        let controls = SinkControls::new();
+        let loaded = Loaded::new();
         if let Some(listener) = admin {
+            let reload = reload_source.as_ref().map(|_| reload_fn(reloader.clone()));
+            let console = config.admin.console.then(|| {
+                Console::new(ConsoleParts {
+                    store: store.clone(),
+                    app_codes: config.worker.app_codes.clone(),
+                    node_id: config.worker.node_id.clone(),
+                    metrics: metrics.clone(),
+                    snapshot: snapshot.clone(),
+                    loaded: loaded.clone(),
+                    controls: controls.clone(),
+                    reload: reload.clone(),
+                    admin: config.admin.clone(),
+                })
+            });
             let state = AdminState {
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
-                reload: reload_source.as_ref().map(|_| reload_fn(reloader.clone())),
+                reload,
+                console,
             };
             tracker.spawn(listener.serve(state, background.clone()));
         }
-        let snapshot = StatusSnapshot::default();
         let refresher = StatusRefresher {
             store: store.clone(),
             app_codes: config.worker.app_codes.clone(),
@@ -183,14 +202,27 @@ impl Service {
             readiness.clone(),
             background.clone(),
         ));
-        let publisher =
-            load_publisher_with_brokers(&config.publishing, &config.plugins, &metrics, &brokers)
-                .await?;
+        let publisher = load_publisher_with(
+            &config.publishing,
+            &config.plugins,
+            &metrics,
+            &controls,
+            &brokers,
+        )
+        .await?;
         let publisher = Arc::new(SwappablePublisher::new(publisher));
+        loaded.set(&config);
         if let Some(source) = reload_source {
             let _ = reloader.set(Arc::new(
-                Reloader::new(source, config.clone(), publisher.clone(), metrics.clone())
-                    .with_brokers(brokers.clone()),
+                Reloader::new(
+                    source,
+                    config.clone(),
+                    publisher.clone(),
+                    metrics.clone(),
+                    controls,
+                    loaded,
+                )
+                .with_brokers(brokers.clone()),
             ));
         }
         readiness.set_sinks_started(true);

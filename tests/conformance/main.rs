@@ -1,7 +1,7 @@
 //! The `OutboxStore` conformance suite: one set of behaviours, written once, run against SQLite,
 //! MariaDB and PostgreSQL.
 //!
-//! One module per `OutboxStore` operation ([`enqueue`], [`claim`], [`ordering`] for per-room
+//! One module per `OutboxStore` operation ([`browse`] for the console's reads, [`enqueue`], [`claim`], [`ordering`] for per-room
 //! claims, [`mark`], [`counts`], [`failed`] for `list_failed`/`requeue`, [`purge`], [`migrate`]);
 //! [`helpers`] holds the vocabulary they share. Each behaviour is an `async fn(Backend)`, listed at the top of its
 //! module in `support::per_backend!`, which makes one `#[tokio::test]` of it per backend, named
@@ -18,6 +18,7 @@ mod support;
 
 mod helpers;
 
+mod browse;
 mod claim;
 mod counts;
 mod enqueue;

@@ -73,7 +73,7 @@ pub use raw::{Bind, RawInsert, RawPool, RawRow};
 #[allow(unused_imports)]
 pub use records::{record, status_counts, typed_record};
 #[allow(unused_imports)]
-pub use running::Running;
+pub use running::{Running, until_loops_wait};
 #[allow(unused_imports)]
 pub use wait::{POLL_EVERY, wait_for, wait_until, wait_until_blocking, wait_until_every};
 

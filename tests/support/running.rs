@@ -1,6 +1,7 @@
 //! A worker running in the test's runtime with a sink that reports every delivery: the harness of
 //! the wake-up tests (`tests/wake.rs`, `tests/binlog_wake.rs`), which start a worker, commit rows
-//! and wait for them to come out.
+//! and wait for them to come out; and [`until_loops_wait`], which waits for a worker's loops to
+//! go idle (so the rows written next are found by a wake-up or a probe, not by a round).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::OutboxStore;
+use super::{OutboxStore, wait_until};
 
 /// A sink that delivers everything and sends the id of every event it delivers, with when.
 struct Deliveries(mpsc::UnboundedSender<(String, Instant)>);
@@ -67,4 +68,27 @@ impl Running {
         self.shutdown.cancel();
         self.run.await.expect("worker task");
     }
+}
+
+/// Waits until `loops` loops of the worker woken by `wake` wait for work and `probe` holds of
+/// the time until the first probe they planned (`None`: none of them probes, each sleeps until
+/// woken), or panics naming `what` after `timeout`.
+pub async fn until_loops_wait(
+    wake: &Wake,
+    loops: usize,
+    what: &str,
+    timeout: Duration,
+    probe: impl Fn(Option<Duration>) -> bool,
+) {
+    wait_until(what, timeout, || async {
+        let (waiting, next_probe) = (wake.waiting_loops(), wake.next_probe_in());
+        if waiting == loops && probe(next_probe) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{waiting} loops waiting, next probe in {next_probe:?}"
+            ))
+        }
+    })
+    .await;
 }

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use super::{bench, bench_history, bench_retention, bench_scaling, plugin_new};
+use super::bench::{history, retention, scaling, throughput};
+use super::plugin_new;
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
 #[derive(Debug, Parser)]
@@ -142,6 +143,9 @@ pub struct FilterArgs {
     /// Only rows created before this time (RFC 3339 or Unix ms).
     #[arg(long)]
     pub until: Option<String>,
+    /// Only rows whose last error is exactly this text (as `failed list` prints it).
+    #[arg(long = "error")]
+    pub last_error: Option<String>,
 }
 
 /// `outboxd requeue`.
@@ -197,19 +201,22 @@ pub struct BenchArgs {
         value_delimiter = ',',
         default_value = "outboxd,per-room,go,raw,raw-1idx"
     )]
-    pub shapes: Vec<bench::Shape>,
+    pub shapes: Vec<throughput::Shape>,
     /// Table the benchmark writes (created if missing); keep it away from production data.
     #[arg(long, default_value = "outboxd_bench")]
     pub table: String,
     /// `--retention` and its options.
     #[command(flatten)]
-    pub retention: bench_retention::RetentionBenchArgs,
+    pub retention: retention::RetentionBenchArgs,
     /// `--history-scaling` and its options.
     #[command(flatten)]
-    pub scaling: bench_scaling::ScalingBenchArgs,
+    pub scaling: scaling::ScalingBenchArgs,
+    /// `--console-history`: the console's pages over a large table.
+    #[command(flatten)]
+    pub console: super::bench::console::ConsoleBenchArgs,
     /// How `--retention` and `--history-scaling` load their history.
     #[command(flatten)]
-    pub history: bench_history::HistoryArgs,
+    pub history: history::HistoryArgs,
     /// Latency mode: producers commit this many rows per second, one per transaction, and the
     /// worker (configured as `outboxd run` would be) delivers them; prints commit → delivered
     /// p50/p90/p99. Needs `--seconds`.

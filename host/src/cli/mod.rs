@@ -7,31 +7,12 @@
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
 //! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_new`] (scaffolding from
 //!   `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no database);
-//! - `bench`: `outboxd bench`, with [`bench_raw`] (the raw SQL baselines it compares against);
-//!   [`bench_publisher`] (the `--plugin` publisher, on the config's `[[broker]]` connections);
-//!   [`bench_broker`] (`--broker-raw`: the broker's own client beside outboxd, its destinations)
-//!   and [`bench_broker_raw`] (those clients);
-//!   [`bench_retention`]: `outboxd bench --retention` (claim latency while retention cleans old
-//!   rows); [`bench_scaling`]: `outboxd bench --history-scaling` (claim cost as the delivered
-//!   history grows); [`bench_history`]: the set-based history loader both use;
-//!   [`bench_latency`]: `outboxd bench --rate` (commit → delivered), with [`bench_trace`] (what
-//!   the slowest rows waited for);
+//! - [`bench`]: `outboxd bench`, its modes (throughput, latency, retention, history scaling) over
+//!   one shared harness;
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 mod args;
 pub mod bench;
-pub mod bench_broker;
-pub mod bench_broker_raw;
-pub mod bench_history;
-pub mod bench_latency;
-pub mod bench_latency_report;
-pub mod bench_publisher;
-pub mod bench_raw;
-pub mod bench_retention;
-pub mod bench_retention_report;
-pub mod bench_scaling;
-pub mod bench_trace;
-pub mod bench_yardstick;
 pub mod ops;
 pub mod plugin;
 pub mod plugin_bench;
@@ -120,12 +101,6 @@ pub async fn execute(cli: Cli) -> Result<()> {
                 },
         } => ops::list_failed(&config, json, limit, &filter).await,
         Command::Requeue(args) => ops::requeue(&config, args).await,
-        Command::Bench(args) if args.retention.retention => {
-            bench_retention::command(&config, args).await
-        }
-        Command::Bench(args) if args.scaling.history_scaling.is_some() => {
-            bench_scaling::command(&config, args).await
-        }
         Command::Bench(args) => bench::command(&config, args).await,
         Command::Plugin { command } => plugin::command(&config, command).await,
     }

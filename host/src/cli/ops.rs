@@ -10,6 +10,7 @@ use tracing::info;
 
 use super::{EnqueueArgs, FilterArgs, RequeueArgs};
 use outboxd::config::Config;
+use outboxd::dead_letters::{self, DeadLetterAction};
 use outboxd::metrics::Metrics;
 use outboxd::progress::RowsProgress;
 use outboxd::record::{Record, now_ms};
@@ -121,7 +122,7 @@ pub async fn requeue(config: &Config, args: RequeueArgs) -> Result<()> {
     let filter = args.filter.to_filter()?;
     if filter.is_empty() && !args.all {
         bail!(
-            "requeue needs a filter (--event-id, --type, --room, --since, --until, --app) or --all"
+            "requeue needs a filter (--event-id, --type, --room, --since, --until, --error, --app) or --all"
         );
     }
     let store = connect(config).await?;
@@ -138,41 +139,19 @@ pub async fn requeue(config: &Config, args: RequeueArgs) -> Result<()> {
         store.close().await;
         return Ok(());
     }
-    // Chunks of `--chunk` rows, one short transaction each, tenant by tenant (each chunk a
-    // range of the tenant's status index); then one statement for whatever is left (tenants
-    // outside worker.app_codes, rows that failed meanwhile).
+    // Chunks of `--chunk` rows, one short transaction each, tenant by tenant, then the rest
+    // (outboxd::dead_letters).
     let mut progress = RowsProgress::new("requeue", total);
-    let tenants = match &filter.app_code {
-        Some(app_code) => vec![app_code.clone()],
-        None => config.worker.app_codes.clone(),
-    };
-    for app_code in tenants {
-        let params = RequeueParams {
-            filter: FailedFilter {
-                app_code: Some(app_code),
-                ..filter.clone()
-            },
-            dry_run: false,
-            now_ms,
-            limit: Some(args.chunk),
-        };
-        loop {
-            let moved = store.requeue(&params).await?;
-            progress.add(moved);
-            if moved < u64::from(args.chunk) {
-                break;
-            }
-        }
-    }
-    if filter.app_code.is_none() {
-        let rest = store
-            .requeue(&RequeueParams {
-                dry_run: false,
-                ..count(filter)
-            })
-            .await?;
-        progress.add(rest);
-    }
+    dead_letters::run_in_chunks(
+        store.as_ref(),
+        DeadLetterAction::Requeue,
+        &filter,
+        &config.worker.app_codes,
+        args.chunk,
+        now_ms,
+        |moved| progress.add(moved),
+    )
+    .await?;
     let moved = progress.done();
     progress.finish();
     println!("requeued {moved} failed rows");
@@ -336,6 +315,7 @@ impl FilterArgs {
                 .as_deref()
                 .map(|t| parse_time(t).context("--until"))
                 .transpose()?,
+            last_error: self.last_error.clone(),
         })
     }
 }

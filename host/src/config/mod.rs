@@ -27,7 +27,7 @@ use serde::Deserialize;
 use env::apply_env;
 use raw::{RawConfig, duration};
 
-pub use admin::{AdminConfig, DEFAULT_ADMIN_LISTEN};
+pub use admin::{AdminConfig, AdminToken, DEFAULT_ADMIN_LISTEN};
 pub use batch_size::{DEFAULT_BATCH_SIZE, LEAST_DEFAULT_BATCH_SIZE};
 pub use broker::{BrokerConfig, BrokerKind, BrokerLimits, BrokerSpec, BrokerTls, Secret};
 pub use byte_size::ByteSize;

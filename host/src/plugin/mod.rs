@@ -21,6 +21,8 @@
 //!   memory of suspects across claims;
 //! - [`breaker`]: [`BreakerSink`], a sink's circuit breaker (defers events without spending an
 //!   attempt while the sink is down);
+//! - [`pause`]: [`PauseGate`] and [`SinkControls`], pausing a sink at runtime (its events wait
+//!   without spending an attempt);
 //! - [`router`]: [`RoutedPublisher`], `[[route]]` globs → sinks;
 //! - [`swap`]: [`SwappablePublisher`], the set the worker holds across hot reloads;
 //! - [`check`](mod@check): `outboxd plugin check|test`.
@@ -36,6 +38,7 @@ mod error;
 mod http;
 mod isolate;
 mod log_limit;
+pub mod pause;
 mod redact;
 pub mod router;
 pub mod runtime;
@@ -54,6 +57,8 @@ pub use cache::CacheOutcome;
 pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin};
 pub use engine::{CompiledPlugin, PluginEngine};
 pub use error::{BoxError, PluginError};
+pub use pause::{PAUSED_RETRY, PauseGate, Paused, SinkControls};
+pub use redact::{REDACTED, redacted_config};
 pub use router::{Route, RoutedPublisher};
 pub use runtime::PluginRuntime;
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
@@ -85,7 +90,25 @@ pub async fn load_publisher_with_metrics(
     settings: &PluginSettings,
     metrics: &Metrics,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
-    load_publisher_with_brokers(publishing, settings, metrics, &Brokers::none()).await
+    load_publisher_with(
+        publishing,
+        settings,
+        metrics,
+        &SinkControls::new(),
+        &Brokers::none(),
+    )
+    .await
+}
+
+/// [`load_publisher_with_metrics`] with each sink behind its switch in `controls` too (router →
+/// pause gate → breaker → plugin), so a paused sink's events wait.
+pub async fn load_publisher_with_controls(
+    publishing: &Publishing,
+    settings: &PluginSettings,
+    metrics: &Metrics,
+    controls: &Arc<SinkControls>,
+) -> Result<Arc<dyn Publisher>, PluginError> {
+    load_publisher_with(publishing, settings, metrics, controls, &Brokers::none()).await
 }
 
 /// [`load_publisher_with_metrics`] whose sinks may publish on `brokers` (each on the
@@ -94,6 +117,18 @@ pub async fn load_publisher_with_brokers(
     publishing: &Publishing,
     settings: &PluginSettings,
     metrics: &Metrics,
+    brokers: &Brokers,
+) -> Result<Arc<dyn Publisher>, PluginError> {
+    load_publisher_with(publishing, settings, metrics, &SinkControls::new(), brokers).await
+}
+
+/// The production publisher: every sink behind its switch in `controls`, its breaker, and with
+/// the `brokers` connections its `limits.allow_brokers` names.
+pub async fn load_publisher_with(
+    publishing: &Publishing,
+    settings: &PluginSettings,
+    metrics: &Metrics,
+    controls: &Arc<SinkControls>,
     brokers: &Brokers,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
     let engine = PluginEngine::new(settings)?;
@@ -116,7 +151,8 @@ pub async fn load_publisher_with_brokers(
             };
             let plugin = Arc::new(sink) as Arc<dyn Publisher>;
             let guarded = BreakerSink::new(&name, plugin, spec.breaker(), metrics.clone());
-            (name, Arc::new(guarded) as Arc<dyn Publisher>)
+            let gated = PauseGate::new(&name, Arc::new(guarded), controls.clone());
+            (name, Arc::new(gated) as Arc<dyn Publisher>)
         })
         .collect();
     let routes = publishing

@@ -70,6 +70,28 @@ impl Redactor {
     }
 }
 
+/// `config` as the console shows it: the value of every key that looks secret replaced by
+/// [`REDACTED`], and a password inside a URL value too.
+pub fn redacted_config(config: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    config
+        .iter()
+        .map(|(key, value)| {
+            let shown = if is_secret_key(key) {
+                REDACTED.to_string()
+            } else {
+                match url::Url::parse(value) {
+                    Ok(mut url) if url.password().is_some() => {
+                        let _ = url.set_password(Some(REDACTED));
+                        url.to_string()
+                    }
+                    _ => value.clone(),
+                }
+            };
+            (key.clone(), shown)
+        })
+        .collect()
+}
+
 /// Whether a config key names a secret.
 fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
@@ -102,6 +124,22 @@ mod tests {
             "sig *** failed at http://example.com/hook with ***, abc"
         );
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn the_console_sees_secrets_as_stars() {
+        let config: BTreeMap<String, String> = [
+            ("secret", "whsec_abcdefgh"),
+            ("url", "https://user:hunter22@hooks.example.com/x"),
+            ("format", "json"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let shown = redacted_config(&config);
+        assert_eq!(shown["secret"], "***");
+        assert_eq!(shown["url"], "https://user:***@hooks.example.com/x");
+        assert_eq!(shown["format"], "json");
     }
 
     #[test]

@@ -11,7 +11,8 @@ use futures::FutureExt;
 use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::metrics::Metrics;
+pub use crate::glob::glob_match;
+use crate::metrics::{Metrics, SinkAnswers};
 use crate::publish::{Answered, Event, Outcome, Publisher};
 
 /// One route: events whose type matches `event_type` go to `publisher`, the sink named `sink`.
@@ -123,7 +124,8 @@ impl Publisher for RoutedPublisher {
                     async move {
                         let started = Instant::now();
                         let results = publisher.publish(batch).await;
-                        self.metrics.observe_publish(name, started.elapsed());
+                        self.metrics
+                            .observe_sink_publish(name, started.elapsed(), tally(&results));
                         answered(name, positions, results)
                     }
                     .boxed()
@@ -143,7 +145,11 @@ impl Publisher for RoutedPublisher {
                     let task = AbortOnDropHandle::new(tokio::spawn(async move {
                         let started = Instant::now();
                         let results = publisher.publish(&events).await;
-                        metrics.observe_publish(&sink_name, started.elapsed());
+                        metrics.observe_sink_publish(
+                            &sink_name,
+                            started.elapsed(),
+                            tally(&results),
+                        );
                         results
                     }));
                     async move {
@@ -165,6 +171,20 @@ impl Publisher for RoutedPublisher {
     }
 }
 
+/// What a sink answered, counted per outcome.
+fn tally(results: &[Outcome]) -> SinkAnswers {
+    let mut answers = SinkAnswers::default();
+    for outcome in results {
+        match outcome {
+            Outcome::Delivered => answers.delivered += 1,
+            Outcome::Retryable { .. } => answers.retryable += 1,
+            Outcome::Permanent { .. } => answers.permanent += 1,
+            Outcome::Deferred { .. } => answers.deferred += 1,
+        }
+    }
+    answers
+}
+
 /// A sink's results by batch position; a list of the wrong length fails all of them as retryable.
 fn answered(name: &str, positions: Vec<usize>, results: Vec<Outcome>) -> Answered {
     if results.len() == positions.len() {
@@ -179,55 +199,4 @@ fn answered(name: &str, positions: Vec<usize>, results: Vec<Outcome>) -> Answere
         .into_iter()
         .map(|position| (position, Outcome::retryable(message.clone())))
         .collect()
-}
-
-/// Whether `text` matches `glob`: `*` matches any run of characters (including none), `?`
-/// exactly one character, anything else itself.
-pub fn glob_match(glob: &str, text: &str) -> bool {
-    let glob: Vec<char> = glob.chars().collect();
-    let text: Vec<char> = text.chars().collect();
-    let (mut g, mut t) = (0, 0);
-    // Position after the last `*` seen, and the text position it is currently matched up to.
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match glob.get(g) {
-            Some('*') => {
-                star = Some((g + 1, t));
-                g += 1;
-            }
-            Some(&c) if c == '?' || c == text[t] => {
-                g += 1;
-                t += 1;
-            }
-            _ => match star {
-                Some((after, matched)) => {
-                    g = after;
-                    t = matched + 1;
-                    star = Some((after, matched + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    glob[g..].iter().all(|&c| c == '*')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("*", ""));
-        assert!(glob_match("*", "room.created"));
-        assert!(glob_match("room.*", "room.created"));
-        assert!(!glob_match("room.*", "user.created"));
-        assert!(glob_match("room.?reated", "room.created"));
-        assert!(!glob_match("room.?", "room.ab"));
-        assert!(glob_match("*.member.*", "room.member.joined"));
-        assert!(glob_match("a*b*c", "aXXbYYbZc"));
-        assert!(!glob_match("a*b*c", "aXXbYYbZ"));
-        assert!(glob_match("exact", "exact"));
-        assert!(!glob_match("exact", "exactly"));
-    }
 }

@@ -13,7 +13,7 @@ use super::session::Session;
 use super::statement::failed::{
     count_failed, requeue_failed, requeue_keys, select_failed, select_requeue_chunk,
 };
-use super::statement::insert::{COUNT_EXISTING_MAX_IDS, distinct_records, insert_records};
+use super::statement::insert::{distinct_records, insert_records};
 use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeable};
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record::Record;
@@ -22,64 +22,47 @@ use crate::store::{
     StoreError, TableName,
 };
 
+/// The producer insert's step a database may do its own way: one chunk of distinct records
+/// inserted, counting the rows it inserted. The default: one INSERT ignoring duplicate ids
+/// ([`super::statement::SqlDialect::ignore_duplicate_key`]), whose affected-row count is the rows
+/// inserted (PostgreSQL, SQLite). MySQL counts differently (`store/mysql/save.rs`).
+pub(crate) trait SaveOps {
+    /// The database the rows go to.
+    const BACKEND: Backend;
+
+    /// Inserts `chunk` (distinct ids, at most [`MAX_ROWS_PER_STATEMENT`]) as `pending` rows of
+    /// `table`; returns the rows inserted (not the duplicates ignored).
+    async fn insert_chunk<S: Session>(
+        session: &mut S,
+        table: &TableName,
+        chunk: &[&Record],
+    ) -> Result<u64, StoreError> {
+        session
+            .run(insert_records(Self::BACKEND, table, chunk))
+            .await
+            .map_err(db(SAVE_OP))
+    }
+}
+
+/// The operation a producer insert's errors name.
+pub(crate) const SAVE_OP: &str = "enqueue";
+
 /// Inserts `records` as `pending` rows inside the caller's transaction, ignoring ids already
 /// present (and repeats within `records`: the first wins). Returns rows inserted.
-pub(crate) async fn save<S: Session>(
+pub(crate) async fn save<O: SaveOps, S: Session>(
     session: &mut S,
-    backend: Backend,
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    const OP: &str = "enqueue";
     if let Some(reason) = records.iter().find_map(too_long_for_columns) {
         return Err(StoreError::Invalid(reason));
     }
     let records = distinct_records(records);
     let mut inserted = 0;
     for chunk in records.chunks(MAX_ROWS_PER_STATEMENT) {
-        let existing = if backend.dialect().insert_counts_duplicates() {
-            count_existing(session, backend, table, chunk).await?
-        } else {
-            0
-        };
-        let affected = session
-            .run(insert_records(backend, table, chunk))
-            .await
-            .map_err(db(OP))?;
-        inserted += affected.saturating_sub(existing);
+        inserted += O::insert_chunk(session, table, chunk).await?;
     }
     Ok(inserted)
-}
-
-/// How many of `records` already exist, one primary-key range read per tenant and id chunk.
-async fn count_existing<S: Session>(
-    session: &mut S,
-    backend: Backend,
-    table: &TableName,
-    records: &[&Record],
-) -> Result<u64, StoreError> {
-    let mut by_app: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
-    for record in records {
-        by_app
-            .entry(record.app_code.as_str())
-            .or_default()
-            .push(record.event_id.as_str());
-    }
-    let mut existing = 0;
-    for (app_code, ids) in by_app {
-        for ids in ids.chunks(COUNT_EXISTING_MAX_IDS) {
-            let rows = session
-                .rows::<Int>(super::statement::insert::count_existing(
-                    backend, table, app_code, ids,
-                ))
-                .await
-                .map_err(db("enqueue"))?;
-            existing += rows
-                .first()
-                .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0));
-        }
-    }
-    Ok(existing)
 }
 
 /// The VARCHAR sizes of migration 0001, in characters. Checked before any row is written so a
@@ -115,14 +98,16 @@ fn too_long_for_columns(record: &Record) -> Option<String> {
 }
 
 /// [`save`] in a transaction of its own.
-pub(crate) async fn enqueue<D: Driver>(driver: &D, records: &[Record]) -> Result<u64, StoreError> {
+pub(crate) async fn enqueue<D: Driver + SaveOps>(
+    driver: &D,
+    records: &[Record],
+) -> Result<u64, StoreError> {
     if records.is_empty() {
         return Ok(0);
     }
-    let statements = driver.statements();
-    let mut tx = begin_write(driver, "enqueue").await?;
-    let inserted = save(&mut *tx, statements.backend(), statements.table(), records).await?;
-    tx.commit().await.map_err(db("enqueue"))?;
+    let mut tx = begin_write(driver, SAVE_OP).await?;
+    let inserted = save::<D, _>(&mut *tx, driver.statements().table(), records).await?;
+    tx.commit().await.map_err(db(SAVE_OP))?;
     Ok(inserted)
 }
 

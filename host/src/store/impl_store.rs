@@ -99,6 +99,35 @@ macro_rules! impl_store {
                 $crate::store::exec::purge(self, params).await
             }
 
+            async fn search_events(
+                &self,
+                query: &$crate::store::EventQuery,
+            ) -> Result<$crate::store::EventPage, $crate::store::StoreError> {
+                $crate::store::exec_browse::search_events(self, query).await
+            }
+
+            async fn event(
+                &self,
+                app_code: &str,
+                event_id: &str,
+            ) -> Result<Option<$crate::store::EventDetail>, $crate::store::StoreError> {
+                $crate::store::exec_browse::event(self, app_code, event_id).await
+            }
+
+            async fn error_groups(
+                &self,
+                params: &$crate::store::ErrorGroupsParams,
+            ) -> Result<Vec<$crate::store::ErrorGroup>, $crate::store::StoreError> {
+                $crate::store::exec_browse::error_groups(self, params).await
+            }
+
+            async fn delete_failed(
+                &self,
+                params: &$crate::store::DeleteFailedParams,
+            ) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::exec_browse::delete_failed(self, params).await
+            }
+
             async fn close(&self) {
                 $crate::store::driver::Driver::pool(self).close().await
             }

@@ -68,6 +68,10 @@ pub struct FailedFilter {
     pub since_ms: Option<i64>,
     /// Only rows created before this time (UTC ms).
     pub until_ms: Option<i64>,
+    /// Only rows whose `last_error` is exactly this text (one group of the console's dead
+    /// letters). No index holds it: the rows of the other filters are read and this one is
+    /// applied on top.
+    pub last_error: Option<String>,
 }
 
 impl FailedFilter {
@@ -79,6 +83,7 @@ impl FailedFilter {
             && self.room_id.is_none()
             && self.since_ms.is_none()
             && self.until_ms.is_none()
+            && self.last_error.is_none()
     }
 }
 

@@ -2,13 +2,14 @@
 //!
 //! # Layout
 //! - this file: the contract only (`error.rs`: [`StoreError`]; `maintenance.rs`: the params and
-//!   results of counts, failed rows, requeue and purge);
+//!   results of counts, failed rows, requeue and purge; `browse.rs`: those of the console's
+//!   reads and dead-letter deletes);
 //! - [`sqlite`], [`mysql`], [`postgres`]: **what each database does**, one folder each: its store
 //!   and connection setup (`mod.rs`, with the producer `save`), its SQL and migrations
 //!   (`dialect.rs`, its `SqlDialect`: placeholders, row locks, catalog queries, its commit feed),
 //!   and its own form of a whole operation where it differs (PostgreSQL's one-statement claim and
 //!   `RETURNING` mark in `postgres/claim.rs`, `postgres/mark.rs`; MariaDB's claim-position seek
-//!   form and locked mark in `mysql/claim.rs`, `mysql/mark.rs`) — to see what PostgreSQL does,
+//!   form and autocommit mark in `mysql/claim.rs`, `mysql/mark.rs`) — to see what PostgreSQL does,
 //!   open `postgres/`;
 //! - `backend.rs`: URL → [`Backend`] → connected store, the one place naming every backend; what
 //!   a database does is asked of its `Backend` ([`Backend::commit_feed`],
@@ -16,7 +17,8 @@
 //!   the first direct connection every backend makes;
 //! - the operations written once: `exec_claim` (the claim; its per-database steps are the
 //!   `ClaimOps` trait's default bodies), `exec_mark` (the mark; `MarkOps`), `exec_held` (the held
-//!   claim), `exec` (insert, counts, failed rows, requeue, purge), over what a backend provides
+//!   claim), `exec` (insert, counts, failed rows, requeue, purge), `exec_browse` (the console's
+//!   event search, row, error groups, dead-letter deletes), over what a backend provides
 //!   (`driver.rs`: `Driver`, and the one retry of transient errors; `session.rs`: `Session`, a
 //!   connection running bound statements); `impl_store.rs` makes a backend an [`OutboxStore`];
 //! - [`statement`]: statement building shared by every backend, grouped by operation; `row`: row
@@ -68,11 +70,13 @@
 //!   worker.
 
 mod backend;
+mod browse;
 pub mod claim_position;
 mod connect;
 mod driver;
 mod error;
 mod exec;
+mod exec_browse;
 mod exec_claim;
 mod exec_held;
 mod exec_mark;
@@ -98,6 +102,10 @@ use crate::publish::Event;
 use crate::record::Record;
 
 pub use backend::connect;
+pub use browse::{
+    DeleteFailedParams, ErrorGroup, ErrorGroupsParams, EventCursor, EventDetail, EventPage,
+    EventQuery, EventSummary,
+};
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, redact_url};
 pub use error::StoreError;
 pub use held::HeldBatch;
@@ -305,6 +313,20 @@ pub struct MarkReport {
     pub stale: Vec<String>,
 }
 
+/// Why a store without the console's operations (a wrapper in a benchmark) refuses one.
+trait Cannot {
+    fn cannot(&self, what: &str) -> StoreError;
+}
+
+impl<T: OutboxStore + ?Sized> Cannot for T {
+    fn cannot(&self, what: &str) -> StoreError {
+        StoreError::Invalid(format!(
+            "this {} store cannot {what}",
+            self.backend().name()
+        ))
+    }
+}
+
 /// The outbox table in one database.
 ///
 /// Implemented by [`sqlite::SqliteStore`], [`mysql::MySqlStore`] and [`postgres::PostgresStore`].
@@ -397,6 +419,41 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// went (a dry run: how many match in all). Safe with many hosts purging at once: a row
     /// deleted by another host (or requeued meanwhile) is simply not counted.
     async fn purge(&self, params: &PurgeParams) -> Result<u64, StoreError>;
+
+    /// One page of a tenant's rows newest first, matching `query` ([`EventQuery`]: every read is
+    /// a bounded range of an index the claims have; the filters no index holds are applied on top
+    /// of a window). The default refuses, like [`OutboxStore::claim_held`]'s.
+    async fn search_events(&self, query: &EventQuery) -> Result<EventPage, StoreError> {
+        let _ = query;
+        Err(self.cannot("search events"))
+    }
+
+    /// One row with its envelope, by primary key; `None` when there is none.
+    async fn event(
+        &self,
+        app_code: &str,
+        event_id: &str,
+    ) -> Result<Option<EventDetail>, StoreError> {
+        let _ = (app_code, event_id);
+        Err(self.cannot("read one event"))
+    }
+
+    /// The newest `params.window` `failed` rows of a tenant grouped by `last_error`, the largest
+    /// group first.
+    async fn error_groups(
+        &self,
+        params: &ErrorGroupsParams,
+    ) -> Result<Vec<ErrorGroup>, StoreError> {
+        let _ = params;
+        Err(self.cannot("group failed rows"))
+    }
+
+    /// Deletes the oldest `params.limit` `failed` rows matching the filter, by primary key in one
+    /// short transaction (a dry run: counts every match); returns how many went (would go).
+    async fn delete_failed(&self, params: &DeleteFailedParams) -> Result<u64, StoreError> {
+        let _ = params;
+        Err(self.cannot("delete failed rows"))
+    }
 
     /// Closes the connection pool.
     async fn close(&self);

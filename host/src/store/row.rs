@@ -2,7 +2,7 @@
 //! types the store's queries return ([`FromColumns`]), the same for every backend.
 
 use crate::record::Status;
-use crate::store::{FailedRow, StatusCounts};
+use crate::store::{ErrorGroup, EventDetail, EventSummary, FailedRow, StatusCounts};
 
 /// Typed access to the columns of a result row, by position.
 pub(crate) trait Columns {
@@ -12,6 +12,8 @@ pub(crate) trait Columns {
     fn opt_text(&self, index: usize) -> Result<Option<String>, sqlx::Error>;
     /// A BIGINT column or COUNT/MIN aggregate.
     fn int(&self, index: usize) -> Result<i64, sqlx::Error>;
+    /// A nullable BIGINT column (`lock_until_ms`).
+    fn opt_int(&self, index: usize) -> Result<Option<i64>, sqlx::Error>;
     /// An INT column (`retry_count`).
     fn int32(&self, index: usize) -> Result<i32, sqlx::Error>;
     /// A BLOB/BYTEA column.
@@ -25,6 +27,7 @@ where
     String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     i32: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     Vec<u8>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
@@ -35,6 +38,9 @@ where
         self.try_get(index)
     }
     fn int(&self, index: usize) -> Result<i64, sqlx::Error> {
+        self.try_get(index)
+    }
+    fn opt_int(&self, index: usize) -> Result<Option<i64>, sqlx::Error> {
         self.try_get(index)
     }
     fn int32(&self, index: usize) -> Result<i32, sqlx::Error> {
@@ -188,6 +194,45 @@ impl FromColumns for FailedRow {
             last_error: row.opt_text(5)?,
             created_at_ms: row.int(6)?,
             updated_at_ms: row.int(7)?,
+        })
+    }
+}
+
+impl FromColumns for EventSummary {
+    fn from_columns(row: &dyn Columns) -> Result<EventSummary, sqlx::Error> {
+        Ok(EventSummary {
+            app_code: row.text(0)?,
+            event_id: row.text(1)?,
+            event_type: row.text(2)?,
+            room_id: row.text(3)?,
+            status: row.text(4)?,
+            retry_count: u32::try_from(row.int32(5)?).unwrap_or(0),
+            last_error: row.opt_text(6)?,
+            created_at_ms: row.int(7)?,
+            updated_at_ms: row.int(8)?,
+            next_retry_at_ms: row.int(9)?,
+            worker_id: row.text(10)?,
+            lock_until_ms: row.opt_int(11)?,
+        })
+    }
+}
+
+impl FromColumns for EventDetail {
+    fn from_columns(row: &dyn Columns) -> Result<EventDetail, sqlx::Error> {
+        Ok(EventDetail {
+            summary: EventSummary::from_columns(row)?,
+            envelope: row.bytes(12)?,
+        })
+    }
+}
+
+impl FromColumns for ErrorGroup {
+    fn from_columns(row: &dyn Columns) -> Result<ErrorGroup, sqlx::Error> {
+        Ok(ErrorGroup {
+            last_error: row.opt_text(0)?,
+            count: u64::try_from(row.int(1)?).unwrap_or(0),
+            first_seen_ms: row.int(2)?,
+            last_seen_ms: row.int(3)?,
         })
     }
 }

@@ -23,6 +23,9 @@ pub mod binlog;
 pub mod postgres;
 pub mod rate;
 pub mod sqlite;
+mod waiting;
+
+pub use waiting::WaitRecord;
 
 pub use postgres::gate;
 
@@ -62,6 +65,8 @@ struct WakeInner {
     rate: Mutex<ArrivalRate>,
     /// What wakes the loops, as logged at start (`binlog`, `probe (log_bin is OFF)`, …).
     kind: Mutex<String>,
+    /// The loops waiting for work now.
+    waiting: Arc<waiting::Waiting>,
 }
 
 impl Default for WakeInner {
@@ -74,6 +79,7 @@ impl Default for WakeInner {
             arm: watch::Sender::new(false),
             rate: Mutex::new(ArrivalRate::default()),
             kind: Mutex::new("probe".into()),
+            waiting: Arc::default(),
         }
     }
 }
@@ -133,6 +139,28 @@ impl Wake {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// How many of the loops woken through this wake are waiting for work now (between an idle
+    /// round and the next claim).
+    pub fn waiting_loops(&self) -> usize {
+        self.inner.waiting.count()
+    }
+
+    /// How long until the first probe a waiting loop has planned; `None` when no waiting loop
+    /// probes (each sleeps until woken, or the poll interval).
+    pub fn next_probe_in(&self) -> Option<Duration> {
+        self.inner.waiting.next_probe_in()
+    }
+
+    /// Records that loop `loop_id` waits for work, on a probe due at `probe` or (`None`) until
+    /// woken, for as long as the record lives.
+    pub(crate) fn record_wait(
+        &self,
+        loop_id: &str,
+        probe: Option<tokio::time::Instant>,
+    ) -> WaitRecord {
+        WaitRecord::new(self.inner.waiting.clone(), loop_id, probe)
     }
 
     /// Records what wakes the loops ([`Wake::kind`]).

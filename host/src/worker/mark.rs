@@ -75,6 +75,7 @@ impl Worker {
         let options = &*self.options;
         let marked_at = self.now_ms();
         let mut stats = BatchStats::default();
+        let mut latencies = Vec::new();
         for (position, mark) in positions.into_iter().zip(marks) {
             let event = &events[position];
             let stale = report.stale.contains(&mark.event_id);
@@ -93,8 +94,7 @@ impl Worker {
             let status = status_logged(fate);
             match fate {
                 RowOutcome::delivered => {
-                    self.metrics
-                        .observe_delivery_latency(app_code, marked_at - created_at_ms[position]);
+                    latencies.push(marked_at - created_at_ms[position]);
                     debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
                         event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
                         status, "event delivered");
@@ -113,6 +113,8 @@ impl Worker {
                 }
             }
         }
+        self.metrics
+            .observe_delivery_latencies(app_code, &latencies);
         for fate in RowOutcome::MARKED {
             self.metrics.count_rows(app_code, fate, stats.of(fate));
         }

@@ -205,11 +205,18 @@ impl<'a> Slot<'a> {
         if self.deliveries.stopped() {
             return;
         }
-        let wake_at = match idle {
+        let (wake_at, probe) = match idle {
             Idle::ClaimNow => return,
-            Idle::UntilWoken => tokio::time::Instant::now() + self.worker.options.poll_interval,
-            Idle::ProbeAt(at) => at,
+            Idle::UntilWoken => (
+                tokio::time::Instant::now() + self.worker.options.poll_interval,
+                None,
+            ),
+            Idle::ProbeAt(at) => (at, Some(at)),
         };
+        let _waiting = self
+            .worker
+            .wake
+            .record_wait(&self.deliveries.lane.worker_id, probe);
         self.deliveries.sleep_until(wake_at, shutdown).await;
     }
 }

@@ -5,10 +5,10 @@ use crate::store::migration::Migration;
 use crate::store::statement::claim::PositionSide;
 use crate::store::statement::mark::mark_rows_counted;
 use crate::store::statement::{Arg, Bound, SqlBuilder, SqlDialect};
-use crate::store::{Backend, CommitFeed, Lease, Mark, TableName};
+use crate::store::{Backend, CommitFeed, EventCursor, Lease, Mark, TableName};
 
 /// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
-/// (a mark that did not match every row locks and lists its fenced rows), `ON DUPLICATE KEY UPDATE` upserts whose
+/// (a mark that did not match every row lists the rows it changed), `ON DUPLICATE KEY UPDATE` upserts whose
 /// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
 /// tables in `utf8mb4_bin`; no migration lock (DDL commits implicitly, every step of `migrate`
 /// is idempotent instead).
@@ -67,12 +67,17 @@ impl SqlDialect for MySqlDialect {
         super::claim::position_args(position)
     }
 
+    /// Two ranges on the full key, like the claim position (`browse.rs`).
+    fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
+        super::browse::write_before_bound(b, before);
+    }
+
     fn ignore_duplicate_key(&self) -> &'static str {
         " ON DUPLICATE KEY UPDATE event_id = event_id"
     }
 
-    /// No `UPDATE … RETURNING`: the fenced rows locked and listed, then the UPDATE without an id
-    /// list (`mark.rs`).
+    /// No `UPDATE … RETURNING`: the UPDATE without an id list, then (when it did not match every
+    /// mark) the rows it changed listed (`mark.rs`).
     fn mark_statements(
         &self,
         table: &TableName,
@@ -82,20 +87,14 @@ impl SqlDialect for MySqlDialect {
     ) -> Vec<(&'static str, Bound)> {
         vec![
             (
-                "lock_fenced",
-                super::mark::lock_fenced_rows(table, lease, marks),
-            ),
-            (
                 "mark",
                 mark_rows_counted(Backend::MySql, table, lease, marks, now_ms),
             ),
+            (
+                "marked",
+                super::mark::marked_rows(table, lease, marks, now_ms),
+            ),
         ]
-    }
-
-    /// sqlx connects with `CLIENT_FOUND_ROWS`, so `ON DUPLICATE KEY UPDATE event_id = event_id`
-    /// counts a duplicate as 1.
-    fn insert_counts_duplicates(&self) -> bool {
-        true
     }
 
     fn clock_ms(&self) -> Option<&'static str> {

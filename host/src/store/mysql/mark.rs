@@ -1,13 +1,16 @@
-//! MySQL's / MariaDB's mark: it has no `UPDATE … RETURNING`, so when the fenced UPDATE alone did
-//! not match every mark, the rows still under the lease are locked and listed (`SELECT … FOR
-//! UPDATE`, [`lock_fenced_rows`]) and then updated, in one transaction.
+//! MySQL's / MariaDB's mark: the fenced UPDATE alone, in autocommit (no `BEGIN`, no `COMMIT`
+//! round trip: the statement commits itself). Its affected-row count is the rows its WHERE
+//! matched (sqlx connects with `CLIENT_FOUND_ROWS`); when that is every mark, every row was still
+//! under the lease. Otherwise (rare: a row reclaimed by another host, or this mark run again
+//! after a lost reply) MySQL has no `UPDATE … RETURNING`, so the rows this mark changed are
+//! listed by what it wrote ([`marked_rows`]).
 
 use super::MySqlStore;
-use crate::store::driver::{begin_write, db};
-use crate::store::exec_mark::{MarkOps, mark_counted};
+use crate::store::driver::db;
+use crate::store::exec_mark::MarkOps;
 use crate::store::row::EventId;
 use crate::store::session::Session;
-use crate::store::statement::mark::{lease_fence, mark_rows_counted};
+use crate::store::statement::mark::mark_rows_counted;
 use crate::store::statement::{Bound, SqlBuilder};
 use crate::store::{Backend, Lease, Mark, StoreError, TableName};
 
@@ -19,33 +22,34 @@ impl MarkOps for MySqlStore {
         now_ms: i64,
     ) -> Result<Vec<EventId>, StoreError> {
         const OP: &str = "mark";
-        if let Some(ids) = mark_counted(self, lease, marks, now_ms).await? {
-            return Ok(ids);
-        }
-        // Some row was stale (rare): lock and list the fenced rows, then update them.
         let table = self.statements.table();
-        let mut tx = begin_write(self, OP).await?;
-        let locked = tx
-            .rows::<EventId>(lock_fenced_rows(table, lease, marks))
-            .await
-            .map_err(db(OP))?;
-        if !locked.is_empty() {
-            let update = mark_rows_counted(Backend::MySql, table, lease, marks, now_ms);
-            tx.run(update).await.map_err(db(OP))?;
+        let mut conn = self.pool().acquire().await.map_err(db(OP))?;
+        let update = mark_rows_counted(Backend::MySql, table, lease, marks, now_ms);
+        let matched = conn.run(update).await.map_err(db(OP))?;
+        if matched == marks.len() as u64 {
+            return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
         }
-        tx.commit().await.map_err(db(OP))?;
-        Ok(locked)
+        conn.rows::<EventId>(marked_rows(table, lease, marks, now_ms))
+            .await
+            .map_err(db(OP))
     }
 }
 
-/// Locks and lists the rows of `marks` still under the lease, before the mark's UPDATE runs
-/// again (after a first run that did not match every mark was rolled back).
-pub(crate) fn lock_fenced_rows(table: &TableName, lease: &Lease, marks: &[Mark]) -> Bound {
+/// The rows of `marks` that a mark under `lease` at `now_ms` changed: each keeps the lease's
+/// worker id with no lease left and `updated_at_ms = now_ms`. A row another host reclaimed
+/// carries that host's worker id; a row marked earlier, another time. A mark run again after a
+/// lost reply (the same `now_ms`) finds the rows its first run changed.
+pub(crate) fn marked_rows(table: &TableName, lease: &Lease, marks: &[Mark], now_ms: i64) -> Bound {
     let mut b = SqlBuilder::new(Backend::MySql);
     b.push("SELECT event_id FROM ")
         .push(table.as_str())
-        .push(" FORCE INDEX (PRIMARY)");
-    lease_fence(&mut b, lease, marks.iter().map(|m| m.event_id.as_str()));
-    b.push(" FOR UPDATE");
+        .push(" FORCE INDEX (PRIMARY) WHERE app_code = ")
+        .bind(lease.app_code.as_str())
+        .push(" AND event_id")
+        .bind_in(marks.iter().map(|m| m.event_id.as_str()))
+        .push(" AND worker_id = ")
+        .bind(lease.worker_id.as_str())
+        .push(" AND lock_until_ms IS NULL AND updated_at_ms = ")
+        .bind(now_ms);
     b.finish()
 }

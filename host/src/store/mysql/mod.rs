@@ -2,9 +2,8 @@
 //!
 //! Claims lock rows with `FOR UPDATE SKIP LOCKED`, which needs MariaDB ≥ 10.6 or MySQL ≥ 8.0;
 //! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
-//! `UPDATE … RETURNING`: a mark's fenced UPDATE commits when it matched every row; when it
-//! matched fewer, it is rolled back, and the rows still under the lease are locked and listed
-//! (`SELECT … FOR UPDATE`) and then updated, in one transaction. The store's own connections
+//! `UPDATE … RETURNING`: a mark is its fenced UPDATE in autocommit, and when it matched fewer
+//! rows than marks, the rows it changed are listed by what it wrote (`mark.rs`). The store's own connections
 //! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
 
 use std::sync::Arc;
@@ -12,9 +11,11 @@ use std::sync::Arc;
 use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
+mod browse;
 mod claim;
 mod dialect;
 mod mark;
+mod save;
 
 use super::claim_position::ClaimPositions;
 use super::driver::Driver;
@@ -29,7 +30,7 @@ use super::{Backend, ConnectOptions, StoreError, TableName};
 use crate::record::Record;
 pub(crate) use dialect::MySqlDialect;
 #[cfg(test)]
-pub(crate) use mark::lock_fenced_rows;
+pub(crate) use mark::marked_rows;
 
 /// The outbox in a MySQL or MariaDB database.
 #[derive(Debug, Clone)]
@@ -48,6 +49,7 @@ impl MySqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(options.connect_timeout)
+            .test_before_acquire(false)
             // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
             // and marks do not deadlock on the secondary index entries they move (under
             // REPEATABLE READ, per-room claims beside marks did: tests/conformance/ordering.rs).
@@ -199,7 +201,7 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Backend::MySql, table, records).await
+    exec::save::<MySqlStore, _>(&mut **tx, table, records).await
 }
 
 #[cfg(test)]

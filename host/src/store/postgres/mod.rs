@@ -110,6 +110,11 @@ impl Driver for PostgresStore {
     }
 }
 
+/// The producer insert as written once: its affected rows are the rows inserted.
+impl exec::SaveOps for PostgresStore {
+    const BACKEND: Backend = Backend::Postgres;
+}
+
 impl_store!(PostgresStore, Backend::Postgres);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
@@ -138,5 +143,5 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Backend::Postgres, table, records).await
+    exec::save::<PostgresStore, _>(&mut **tx, table, records).await
 }

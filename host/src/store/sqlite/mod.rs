@@ -166,6 +166,11 @@ impl MarkOps for SqliteStore {}
 /// loading: `Backend::holds_claims`).
 impl HeldOps for SqliteStore {}
 
+/// The producer insert as written once: its affected rows are the rows inserted.
+impl exec::SaveOps for SqliteStore {
+    const BACKEND: Backend = Backend::Sqlite;
+}
+
 impl_store!(SqliteStore, Backend::Sqlite);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
@@ -200,7 +205,7 @@ pub async fn save(
     table: &TableName,
     records: &[Record],
 ) -> Result<u64, StoreError> {
-    exec::save(&mut **tx, Backend::Sqlite, table, records).await
+    exec::save::<SqliteStore, _>(&mut **tx, table, records).await
 }
 
 #[cfg(test)]

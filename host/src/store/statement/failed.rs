@@ -27,6 +27,9 @@ fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
     if let Some(until) = filter.until_ms {
         b.push(" AND created_at_ms < ").bind(until);
     }
+    if let Some(last_error) = &filter.last_error {
+        b.push(" AND last_error = ").bind(last_error.as_str());
+    }
 }
 
 /// `SELECT columns` of the oldest `limit` `failed` rows matching `filter`.

@@ -43,37 +43,6 @@ pub(crate) fn insert_records(backend: Backend, table: &TableName, records: &[&Re
     b.finish()
 }
 
-/// How many of `event_ids` of tenant `app_code` already exist (MySQL only: see
-/// [`Backend::insert_counts_duplicates`]). A plain consistent read: locking reads here would make
-/// concurrent producers deadlock on the index gap their new ids share. `app_code = ? AND
-/// event_id IN (…)` is a primary-key range; MariaDB plans a row-constructor
-/// `(app_code, event_id) IN ((?, ?), …)` of hundreds of pairs as a scan (1.2 s for 1000 pairs on
-/// a 5k-row table), and turns IN lists of [`COUNT_EXISTING_MAX_IDS`] or more into a derived table.
-pub(crate) fn count_existing(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    event_ids: &[&str],
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("SELECT COUNT(*) FROM ")
-        .push(table.as_str())
-        .push(" WHERE app_code = ")
-        .bind(app_code)
-        .push(" AND event_id IN (");
-    for (i, event_id) in event_ids.iter().enumerate() {
-        if i > 0 {
-            b.push(", ");
-        }
-        b.bind(*event_id);
-    }
-    b.push(")");
-    b.finish()
-}
-
-/// Most ids in one [`count_existing`] statement (below MariaDB's `in_predicate_conversion_threshold`).
-pub(crate) const COUNT_EXISTING_MAX_IDS: usize = 500;
-
 /// The records to insert: the first of each (app_code, event_id), like the database would keep.
 pub(crate) fn distinct_records(records: &[Record]) -> Vec<&Record> {
     let mut seen = HashSet::with_capacity(records.len());

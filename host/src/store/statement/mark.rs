@@ -141,7 +141,7 @@ pub(crate) fn update_by_key(backend: Backend, table: &TableName) -> SqlBuilder {
 }
 
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
-/// with `RETURNING event_id` (MySQL, which has no `RETURNING`, locks and lists the rows first:
+/// with `RETURNING event_id` (MySQL, which has no `RETURNING`, lists the rows it changed after it:
 /// `store/mysql/mark.rs`).
 pub(crate) fn mark_rows(
     backend: Backend,

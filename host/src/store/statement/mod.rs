@@ -6,10 +6,12 @@
 //! every value is a bound parameter. The statements themselves are grouped by operation:
 //! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), `insert` (the producer
 //! insert), `mark` (the fenced mark), `failed` (list, count and requeue `failed` rows) and
-//! [`purge`] (retention's batched deletes).
+//! [`purge`] (retention's batched deletes), [`browse`] (the console's reads and dead-letter
+//! deletes).
 //! Schema statements live in [`super::schema`]. Statements of fixed shape are built once per store
 //! ([`claim::Statements`]); those carrying an IN list or a VALUES list are built per call.
 
+pub mod browse;
 pub mod claim;
 pub(crate) mod failed;
 pub(crate) mod held;
@@ -21,7 +23,7 @@ use std::sync::Arc;
 
 use super::claim_position::ClaimPosition;
 use super::migration::Migration;
-use super::{Backend, DeliveryOrder, Lease, Mark, RejectedRow, TableName};
+use super::{Backend, DeliveryOrder, EventCursor, Lease, Mark, RejectedRow, TableName};
 use crate::record::Status;
 
 /// Most rows (or ids) one INSERT, UPDATE or IN list carries, so that bound parameters stay well
@@ -69,12 +71,6 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         " ON CONFLICT (app_code, event_id) DO NOTHING"
     }
 
-    /// Whether an INSERT's affected-row count includes ignored duplicates; `save` then subtracts
-    /// the ids that already existed.
-    fn insert_counts_duplicates(&self) -> bool {
-        false
-    }
-
     /// Whether a key list is bound as one array parameter (`column = ANY($n)`, one `text[]`)
     /// instead of `column IN (?, ?, …)`, one placeholder per value. PostgreSQL: with a cached
     /// (generic) plan, an `IN` list of 500 placeholders is rebuilt as an array for every row the
@@ -106,6 +102,14 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
             Arg::Int(position.created_at_ms),
             Arg::from(position.event_id.as_str()),
         ]
+    }
+
+    /// Writes the console's condition "strictly older than `before` in `(created_at_ms,
+    /// event_id)` order", in the form the database seeks on an index key ending in those columns.
+    /// Default: one row comparison (PostgreSQL, SQLite); MariaDB writes two ranges
+    /// (`store/mysql/browse.rs`).
+    fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
+        browse::write_row_comparison_before(b, before);
     }
 
     /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
@@ -153,8 +157,8 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         ]
     }
 
-    /// The statements a mark of `marks` runs when some row is stale, named (`lock_fenced`,
-    /// `mark`): for `EXPLAIN` in tests. Default: the fenced UPDATE with `RETURNING event_id`.
+    /// The statements a mark of `marks` runs when some row is stale, named (`mark`, and MySQL's
+    /// `marked`): for `EXPLAIN` in tests. Default: the fenced UPDATE with `RETURNING event_id`.
     fn mark_statements(
         &self,
         table: &TableName,

@@ -179,7 +179,7 @@ impl Statements {
 
     /// Every statement besides the branch statements ([`Statements::claim_statement`]) that a
     /// claim handing out `event_ids` under `lease` (rejecting the first of them) and the mark of
-    /// those rows as delivered run, named `lease`, `reject`, `lock_fenced` and `mark` (those the
+    /// those rows as delivered run, named `lease`, `reject`, `mark` and (MySQL) `marked` (those the
     /// dialect needs), with their arguments: e.g. for `EXPLAIN` in tests.
     pub fn follow_up_statements(
         &self,

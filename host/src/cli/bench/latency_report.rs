@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::bench_trace::SlowRows;
+use super::samples::{Samples, ms, nearest_rank};
+use super::trace::SlowRows;
 
 /// Latency percentiles of one run.
 #[derive(Debug, Clone)]
@@ -21,7 +22,7 @@ pub struct LatencyReport {
     pub wake: String,
     /// Rows committed.
     pub events: usize,
-    /// Rows counted in the percentiles (those committed after [`WARM_UP`](super::bench_latency::WARM_UP)).
+    /// Rows counted in the percentiles (those committed after [`WARM_UP`](super::latency::WARM_UP)).
     pub counted: usize,
     /// Rows/s the producers reached: rows committed ÷ the time from the start to the last commit.
     pub achieved_rate: f64,
@@ -38,7 +39,7 @@ pub struct LatencyReport {
     /// The slowest rows' waits for a claim (`--trace-slowest`; empty otherwise).
     pub slow_rows: SlowRows,
     /// The counted rows committed once the claims had caught up after the warm-up
-    /// ([`super::bench_trace::caught_up`]): from when (after the start), and their latencies,
+    /// ([`super::trace::caught_up`]): from when (after the start), and their latencies,
     /// sorted.
     pub steady: Option<(Duration, Vec<Duration>)>,
 }
@@ -83,7 +84,6 @@ impl Phases {
 
 impl fmt::Display for Phases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         write!(f, "per row p50/p90/p99 ms:")?;
         for (name, phase) in [
             ("commit→claim", &self.to_claim),
@@ -124,13 +124,9 @@ pub struct RoundTimes {
 
 impl fmt::Display for RoundTimes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        let mut claim_times: Vec<Duration> = self.claims.iter().map(|(d, _)| *d).collect();
-        claim_times.sort();
-        let mut mark_times = self.marks.clone();
-        mark_times.sort();
-        let mut gaps = self.gaps.clone();
-        gaps.sort();
+        let claim_times: Samples = self.claims.iter().map(|(d, _)| *d).collect();
+        let mark_times = Samples::new(self.marks.clone());
+        let gaps = Samples::new(self.gaps.clone());
         let busy: Vec<usize> = self
             .claims
             .iter()
@@ -144,27 +140,18 @@ impl fmt::Display for RoundTimes {
             self.claims.len(),
             busy.len(),
             rows as f64 / busy.len().max(1) as f64,
-            ms(nearest_rank(&claim_times, 50.0)),
-            ms(nearest_rank(&claim_times, 99.0)),
-            ms(nearest_rank(&gaps, 50.0)),
-            ms(nearest_rank(&gaps, 99.0)),
-            ms(gaps.iter().rev().nth(2).copied().unwrap_or_default()),
-            ms(gaps.iter().rev().nth(1).copied().unwrap_or_default()),
-            ms(nearest_rank(&gaps, 100.0)),
+            claim_times.ms(50.0),
+            claim_times.ms(99.0),
+            gaps.ms(50.0),
+            gaps.ms(99.0),
+            ms(gaps.largest(2)),
+            ms(gaps.largest(1)),
+            gaps.ms(100.0),
             mark_times.len(),
-            ms(nearest_rank(&mark_times, 50.0)),
-            ms(nearest_rank(&mark_times, 99.0)),
+            mark_times.ms(50.0),
+            mark_times.ms(99.0),
         )
     }
-}
-
-/// The `p`-th percentile (0–100) of ascending `sorted` (nearest rank); zero when empty.
-fn nearest_rank(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 impl LatencyReport {
@@ -176,7 +163,6 @@ impl LatencyReport {
 
 impl fmt::Display for LatencyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         writeln!(
             f,
             "database: {}  poll_interval: {}  wake: {}  commit feed: {}",

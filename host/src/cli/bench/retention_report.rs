@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::bench_history::{AfterLoad, Loader};
+use super::history::{AfterLoad, Loader};
+use super::samples::{Samples, ms};
 use outboxd::config::RetentionConfig;
 
 /// Timed claim + mark calls of one window.
@@ -19,13 +20,7 @@ pub struct LatencyWindow {
 impl LatencyWindow {
     /// The `p`-th percentile (0..=100) of the calls, nearest rank; zero without calls.
     pub fn percentile(&self, p: f64) -> Duration {
-        let mut sorted = self.calls.clone();
-        sorted.sort_unstable();
-        if sorted.is_empty() {
-            return Duration::ZERO;
-        }
-        let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-        sorted[rank.clamp(1, sorted.len()) - 1]
+        Samples::new(self.calls.clone()).percentile(p)
     }
 
     /// Claim + mark calls per second of wall time.
@@ -70,10 +65,6 @@ pub struct RetentionBenchReport {
     pub cleanup_time: Duration,
     /// History rows left when the measurement stopped.
     pub history_left: u64,
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 fn write_window(f: &mut fmt::Formatter<'_>, name: &str, w: &LatencyWindow) -> fmt::Result {

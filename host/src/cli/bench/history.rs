@@ -16,15 +16,88 @@
 //! ("History does not slow claims") for why `analyze` is the default.
 
 use std::str::FromStr as _;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use sqlx::{ConnectOptions as _, Connection as _};
 
 use outboxd::record::Record;
-use outboxd::store::{Backend, StoreError, TableName};
+use outboxd::store::{
+    Backend, ClaimParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore, StoreError,
+    TableName,
+};
 
 /// Rows per load statement (one transaction each).
 pub const SQL_CHUNK: u64 = 100_000;
+
+/// How far in the past the history rows were created and delivered.
+pub const HISTORY_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Errors of the history benchmarks (`--retention`, `--history-scaling`).
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryBenchError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A claim handed out fewer rows than were just enqueued for it.
+    #[error("{phase}: claimed {claimed} of {expected} rows")]
+    ShortClaim {
+        /// Loading the history or measuring.
+        phase: &'static str,
+        /// Rows handed out.
+        claimed: usize,
+        /// Rows expected.
+        expected: u32,
+    },
+    /// The cleanup task panicked or was aborted.
+    #[error("retention cleanup task: {0}")]
+    Cleanup(#[from] tokio::task::JoinError),
+}
+
+/// The timed call of both history benchmarks: claims exactly `expected` rows at `at_ms` and
+/// marks them delivered at `at_ms`.
+pub async fn claim_and_deliver(
+    store: &dyn OutboxStore,
+    app_code: &str,
+    expected: u32,
+    at_ms: i64,
+    phase: &'static str,
+) -> Result<(), HistoryBenchError> {
+    let batch = store
+        .claim(&ClaimParams {
+            app_code: app_code.to_string(),
+            worker_id: "bench-history".into(),
+            limit: expected,
+            lease_ms: 60_000,
+            now_ms: at_ms,
+            max_attempts: 20,
+            ordering: DeliveryOrder::None,
+            scan_due: true,
+        })
+        .await?;
+    if batch.events.len() != expected as usize {
+        return Err(HistoryBenchError::ShortClaim {
+            phase,
+            claimed: batch.events.len(),
+            expected,
+        });
+    }
+    let marks: Vec<Mark> = batch
+        .events
+        .iter()
+        .map(|c| Mark {
+            event_id: c.event.event_id.clone(),
+            disposition: Disposition::Delivered,
+        })
+        .collect();
+    store
+        .mark(&MarkParams {
+            lease: &batch.lease,
+            marks: &marks,
+            now_ms: at_ms,
+        })
+        .await?;
+    Ok(())
+}
 
 /// Statistics maintenance run after each load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -61,7 +134,7 @@ pub enum Loader {
 }
 
 /// The history options shared by `--retention` and `--history-scaling` (flattened into
-/// [`BenchArgs`](super::BenchArgs)).
+/// [`BenchArgs`](super::super::BenchArgs)).
 #[derive(Debug, Clone, clap::Args)]
 pub struct HistoryArgs {
     /// How the history is loaded: `sql` (set-based, default) or `store` (through the store).

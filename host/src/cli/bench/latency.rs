@@ -21,20 +21,21 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::bench_trace::{ClaimSpan, RowWait, SlowRows, caught_up};
-use outboxd::config::Config;
+use super::super::BenchArgs;
+use super::harness::Harness;
+use super::trace::{ClaimSpan, RowWait, SlowRows, caught_up};
 use outboxd::publish::Publisher;
-use outboxd::record::{Record, now_ms};
+use outboxd::record::Record;
 use outboxd::store::{
-    self, Backend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder,
-    Disposition, FailedRow, ListFailedParams, MarkParams, MarkReport, MigrateOptions, OutboxStore,
-    PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
+    Backend, ClaimBatch, ClaimParams, CountsParams, DeliveryOrder, Disposition, FailedRow,
+    ListFailedParams, MarkParams, MarkReport, MigrateOptions, OutboxStore, PurgeParams,
+    RequeueParams, StatusCounts, StoreError, TableName,
 };
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{RunMode, Worker, WorkerError};
 
-use super::bench_latency_report::RowTimes;
-pub use super::bench_latency_report::{LatencyReport, Phases, RoundTimes};
+use super::latency_report::RowTimes;
+pub use super::latency_report::{LatencyReport, Phases, RoundTimes};
 
 /// Rows committed during this first part of a run are not counted in the percentiles.
 pub const WARM_UP: Duration = Duration::from_secs(1);
@@ -52,11 +53,23 @@ pub struct LatencyOptions {
     pub seconds: u32,
     /// Producer tasks, each on its own connection.
     pub producers: u32,
-    /// Benchmark table (created if missing).
-    pub table: TableName,
     /// Print the claims that ran while this many of the slowest rows waited for theirs
-    /// ([`super::bench_trace`]); 0: none.
+    /// ([`super::trace`]); 0: none.
     pub trace_slowest: usize,
+}
+
+impl LatencyOptions {
+    /// The latency options of `args` (`--rate` or `--every`, `--seconds`, …).
+    pub fn new(args: &BenchArgs) -> LatencyOptions {
+        LatencyOptions {
+            rate: args.rate.unwrap_or(1).max(1),
+            every: args.every.filter(|every| !every.is_zero()),
+            quiet_first: args.quiet_first.unwrap_or_default(),
+            seconds: args.seconds.unwrap_or(1),
+            producers: args.producers,
+            trace_slowest: args.trace_slowest,
+        }
+    }
 }
 
 /// Errors of a latency run.
@@ -83,22 +96,17 @@ pub enum LatencyError {
 
 /// Runs the producers and a worker publishing through `publisher`; returns the latencies.
 pub async fn run(
-    config: &Config,
+    harness: &Harness<'_>,
     options: &LatencyOptions,
     publisher: Arc<dyn Publisher>,
 ) -> Result<LatencyReport, LatencyError> {
-    let connect = |max_connections| ConnectOptions {
-        table: options.table.clone(),
-        max_connections,
-        ..config.connect_options()
-    };
-    let inner = store::connect(&connect(config.database.max_connections)).await?;
+    let config = harness.config;
     // The config's worker options drive the worker: per-room ordering needs the room index.
-    inner
-        .migrate_with(&MigrateOptions::for_ordering(config.worker.ordering))
+    let inner = harness
+        .store(0, &MigrateOptions::for_ordering(config.worker.ordering))
         .await?;
     let producers = options.producers.max(1);
-    let producer_store = store::connect(&connect(producers)).await?;
+    let producer_store = harness.pool(producers).await?;
     let timed = Arc::new(TimedStore {
         inner,
         delivered_at: Mutex::new(HashMap::new()),
@@ -108,13 +116,13 @@ pub async fn run(
         claim_log: Mutex::new(Vec::new()),
         mark_log: Mutex::new(Vec::new()),
     });
-    let app_code = format!("latency-{}", now_ms());
+    let app_code = Harness::app_code("latency");
 
     let shutdown = CancellationToken::new();
     let wake = Wake::new();
     let feed = wake::start_commit_feed_with(
         &config.database.url,
-        &options.table,
+        &harness.table,
         config.worker.wake,
         &wake,
         shutdown.child_token(),
@@ -222,7 +230,7 @@ pub async fn run(
         options.trace_slowest,
     );
     Ok(LatencyReport {
-        database: store::redact_url(&config.database.url),
+        database: harness.database(),
         rate: options.rate,
         every: options.every,
         quiet_first: options.quiet_first,

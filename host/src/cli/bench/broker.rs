@@ -1,7 +1,7 @@
 //! `outboxd bench --plugin plugins/out/broker.wasm --broker-raw`: beside outboxd's end-to-end
 //! run (table → plugin → broker, confirmed), the broker's own client publishing the same number
 //! of messages of the same shape with the same confirmation, in batches of the same size, one
-//! batch in flight (`bench_broker_raw.rs`), so the ratio is measured in one run. Also the
+//! batch in flight (`broker_raw.rs`), so the ratio is measured in one run. Also the
 //! benchmark's destinations: made before the run, removed after it.
 //!
 //! Names: the plugin's topic starts with `outboxd-bench` (`outboxd-bench.{app_code}` on NATS
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::BenchArgs;
+use super::super::BenchArgs;
 use outboxd::broker::Message;
 use outboxd::config::{BrokerKind, BrokerSpec, Config};
 
@@ -86,12 +86,12 @@ pub fn spec<'a>(config: &'a Config, args: &BenchArgs) -> anyhow::Result<&'a Brok
 /// Makes the benchmark's destination on the broker (removing a leftover one first).
 pub async fn prepare(spec: &BrokerSpec) -> anyhow::Result<()> {
     cleanup(spec).await;
-    super::bench_broker_raw::prepare(spec).await
+    super::broker_raw::prepare(spec).await
 }
 
 /// Removes the benchmark's destination (best effort).
 pub async fn cleanup(spec: &BrokerSpec) {
-    if let Err(error) = super::bench_broker_raw::cleanup(spec).await {
+    if let Err(error) = super::broker_raw::cleanup(spec).await {
         tracing::debug!(error = %error, "benchmark cleanup");
     }
 }
@@ -117,7 +117,7 @@ pub async fn raw(
         .collect();
     let batch = batch.max(1);
     let started = Instant::now();
-    super::bench_broker_raw::publish(spec, &messages, batch as usize).await?;
+    super::broker_raw::publish(spec, &messages, batch as usize).await?;
     let elapsed = started.elapsed();
     cleanup(spec).await;
     Ok(RawBrokerReport {

@@ -12,19 +12,16 @@ use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-
-use super::BenchArgs;
-use super::bench_history::{AfterLoad, HistoryWriter};
-use super::bench_retention::{LatencyWindow, RetentionBenchError, claim_and_deliver, records};
-use outboxd::config::Config;
+use super::super::BenchArgs;
+use super::harness::{EventIds, Harness, records};
+use super::history::{AfterLoad, HISTORY_AGE, HistoryBenchError, HistoryWriter, claim_and_deliver};
+use super::retention::LatencyWindow;
+use super::samples::ms;
 use outboxd::record::now_ms;
-use outboxd::store::{self, ConnectOptions, TableName};
+use outboxd::store::{self, MigrateOptions};
 
 /// Untimed claim + mark calls before each size's measured rounds.
 const WARM_UP: u32 = 5;
-/// How far in the past the history rows were created.
-const HISTORY_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The `--history-scaling` options of `outboxd bench` (flattened into [`BenchArgs`]).
 #[derive(Debug, Clone, clap::Args)]
@@ -73,10 +70,6 @@ pub struct ScalingReport {
     pub rows: Vec<ScalingRow>,
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 impl fmt::Display for ScalingReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -119,50 +112,56 @@ impl fmt::Display for ScalingReport {
     }
 }
 
-/// `outboxd bench --history-scaling`: runs the measurement and prints the report.
-pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
-    let sizes = args.scaling.history_scaling.clone().unwrap_or_default();
-    if sizes.is_empty() || sizes.windows(2).any(|w| w[0] >= w[1]) {
-        anyhow::bail!("--history-scaling takes ascending sizes, e.g. 10000,100000,1000000");
+/// What `--history-scaling` measures.
+#[derive(Debug, Clone)]
+pub struct ScalingOptions {
+    /// History sizes, ascending.
+    pub sizes: Vec<u64>,
+    /// Measured calls per size.
+    pub rounds: u32,
+    /// Fresh rows per call.
+    pub batch: u32,
+    /// Statistics maintenance after each load.
+    pub after_load: AfterLoad,
+}
+
+impl ScalingOptions {
+    /// The `--history-scaling` options of `args`, checked.
+    pub fn new(args: &BenchArgs) -> anyhow::Result<ScalingOptions> {
+        let sizes = args.scaling.history_scaling.clone().unwrap_or_default();
+        if sizes.is_empty() || sizes.windows(2).any(|w| w[0] >= w[1]) {
+            anyhow::bail!("--history-scaling takes ascending sizes, e.g. 10000,100000,1000000");
+        }
+        if args.scaling.rounds == 0 || args.scaling.scaling_batch == 0 {
+            anyhow::bail!("--rounds and --scaling-batch must be greater than 0");
+        }
+        Ok(ScalingOptions {
+            sizes,
+            rounds: args.scaling.rounds,
+            batch: args.scaling.scaling_batch,
+            after_load: args.history.after_load,
+        })
     }
-    if args.scaling.rounds == 0 || args.scaling.scaling_batch == 0 {
-        anyhow::bail!("--rounds and --scaling-batch must be greater than 0");
-    }
-    let table = TableName::new(&args.table).context("--table")?;
-    let report = run(
-        config,
-        &table,
-        &sizes,
-        args.scaling.rounds,
-        args.scaling.scaling_batch,
-        args.history.after_load,
-    )
-    .await?;
-    print!("{report}");
-    Ok(())
 }
 
 /// Grows the history through `sizes` and measures each.
 pub async fn run(
-    config: &Config,
-    table: &TableName,
-    sizes: &[u64],
-    rounds: u32,
-    batch: u32,
-    after_load: AfterLoad,
-) -> Result<ScalingReport, RetentionBenchError> {
-    let store = store::connect(&ConnectOptions {
-        table: table.clone(),
-        max_connections: config.database.max_connections.max(2),
-        ..config.connect_options()
-    })
-    .await?;
-    store.migrate().await?;
-    let app_code = format!("bench-scaling-{}", now_ms());
+    harness: &Harness<'_>,
+    options: &ScalingOptions,
+) -> Result<ScalingReport, HistoryBenchError> {
+    let ScalingOptions {
+        sizes,
+        rounds,
+        batch,
+        after_load,
+    } = options;
+    let (rounds, batch, after_load) = (*rounds, *batch, *after_load);
+    let store = harness.store(2, &MigrateOptions::default()).await?;
+    let app_code = Harness::app_code("scaling");
     let base_ms = now_ms() - HISTORY_AGE.as_millis() as i64;
     let mut writer = HistoryWriter::connect(
-        &config.database.url,
-        table,
+        &harness.config.database.url,
+        &harness.table,
         &app_code,
         &format!("{app_code}-h"),
         base_ms,
@@ -171,7 +170,7 @@ pub async fn run(
     let next_fresh = AtomicU64::new(0);
     let mut loaded = 0u64;
     let mut rows = Vec::new();
-    for &size in sizes {
+    for &size in sizes.iter() {
         let started = Instant::now();
         writer
             .load(loaded, size, |n| {
@@ -216,7 +215,7 @@ pub async fn run(
     writer.close().await;
     store.close().await;
     Ok(ScalingReport {
-        database: store::redact_url(&config.database.url),
+        database: harness.database(),
         batch,
         after_load,
         rows,
@@ -229,15 +228,17 @@ async fn call(
     app_code: &str,
     batch: u32,
     next_fresh: &AtomicU64,
-) -> Result<Duration, RetentionBenchError> {
+) -> Result<Duration, HistoryBenchError> {
     let from = next_fresh.fetch_add(u64::from(batch), std::sync::atomic::Ordering::Relaxed);
     store
         .enqueue(&records(
             app_code,
-            "f",
-            from,
-            from + u64::from(batch),
-            now_ms(),
+            from..from + u64::from(batch),
+            1000,
+            EventIds::Numbered {
+                kind: "f",
+                created_at_ms: now_ms(),
+            },
         ))
         .await?;
     let started = Instant::now();

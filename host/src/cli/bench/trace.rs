@@ -113,7 +113,7 @@ impl SlowRows {
 
 impl fmt::Display for SlowRows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let ms = super::samples::ms;
         if self.rows.is_empty() {
             return Ok(());
         }

@@ -3,7 +3,7 @@
 //! (JetStream PubAck, RabbitMQ publisher confirms of persistent messages, Redis `XADD` replies,
 //! MQTT QoS 1 PUBACKs, Kafka `acks=all`), pipelined within a batch, one batch in flight. They
 //! connect without credentials (the benchmark's brokers have none). Also the benchmark's
-//! destinations (see `bench_broker.rs`).
+//! destinations (see `broker.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use futures::future::join_all;
 
-use super::bench_broker::{KAFKA_PARTITIONS, PREFIX};
+use super::broker::{KAFKA_PARTITIONS, PREFIX};
 use outboxd::broker::{Message, kafka_partition};
 use outboxd::config::{BrokerKind, BrokerSpec};
 

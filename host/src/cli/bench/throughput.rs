@@ -1,27 +1,27 @@
-//! `outboxd bench`: enqueue N events, drain them through a publisher (a no-op, or a plugin with
-//! `--plugin`), report events/s.
+//! `outboxd bench` (the throughput mode, the default): enqueue N events, drain them through a
+//! publisher (a no-op, or a plugin with `--plugin`), report events/s per delivery shape.
 //!
 //! Each shape runs on its own app code in the benchmark table, so runs never see each other's
 //! rows. The `go` shape replays the Go version's delivery shape on the same store (claim 100, one
 //! mark statement per row, one batch in flight), and the `raw` shape is a plain SQL client with no
-//! outboxd code in its loop (`bench_raw.rs`), so the ratios to both are measured in the same run.
+//! outboxd code in its loop (`raw.rs`), so the ratios to both are measured in the same run.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::BenchArgs;
-use super::bench_raw::{RawError, RawLoop, RawOptions};
+use super::super::BenchArgs;
+use super::harness::{EventIds, Harness, records};
+use super::raw::{RawError, RawLoop, RawOptions};
 use outboxd::config::Config;
 use outboxd::publish::{Event, Publisher};
-use outboxd::record::{Record, now_ms};
+use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{
-    self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams,
-    MigrateOptions, OutboxStore, StoreError, TableName,
+    self, ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, MigrateOptions,
+    OutboxStore, StoreError,
 };
 use outboxd::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
 
@@ -38,7 +38,7 @@ pub enum Shape {
     /// code in the loop (`--raw-clients` clients, `--batch-size` rows per claim).
     Raw,
     /// The raw two-write loop on the yardstick table (`<table>_1idx`): the seed's columns, the
-    /// primary key and ONE claim index, no triggers (issue 25's yardstick; `bench_yardstick`).
+    /// primary key and ONE claim index, no triggers (issue 25's yardstick; `yardstick.rs`).
     #[value(name = "raw-1idx")]
     RawOneIndex,
     /// The raw ceiling: lock with `SELECT … FOR UPDATE SKIP LOCKED`, one UPDATE to delivered,
@@ -80,8 +80,22 @@ pub struct BenchOptions {
     pub rooms: u32,
     /// Shapes to run, in order.
     pub shapes: Vec<Shape>,
-    /// Benchmark table (created if missing).
-    pub table: TableName,
+}
+
+impl BenchOptions {
+    /// The throughput options of `args`: outboxd's batch size and loops default to the config's
+    /// `worker.batch_size` and `worker.concurrency`.
+    pub fn new(config: &Config, args: &BenchArgs) -> BenchOptions {
+        BenchOptions {
+            events: args.events,
+            batch_size: args.batch_size.unwrap_or(config.worker.batch_size),
+            workers: args.workers.unwrap_or(config.worker.concurrency),
+            raw_clients: args.raw_clients,
+            raw_batch_size: args.raw_batch_size,
+            rooms: args.rooms,
+            shapes: args.shapes.clone(),
+        }
+    }
 }
 
 /// One measured shape.
@@ -200,101 +214,36 @@ pub enum BenchError {
     },
 }
 
-/// `outboxd bench`: runs the shapes the arguments ask for and prints the report.
-pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
-    let (publisher, brokers) = super::bench_publisher::publisher(config, &args).await?;
-    if args.broker_raw {
-        super::bench_broker::prepare(super::bench_broker::spec(config, &args)?).await?;
-    }
-    if args.rate.is_some() || args.every.is_some() {
-        let options = super::bench_latency::LatencyOptions {
-            rate: args.rate.unwrap_or(1).max(1),
-            every: args.every.filter(|every| !every.is_zero()),
-            quiet_first: args.quiet_first.unwrap_or_default(),
-            seconds: args.seconds.unwrap_or(1),
-            producers: args.producers,
-            trace_slowest: args.trace_slowest,
-            table: TableName::new(&args.table).context("--table")?,
-        };
-        let report = super::bench_latency::run(config, &options, publisher).await;
-        if args.broker_raw {
-            super::bench_broker::cleanup(super::bench_broker::spec(config, &args)?).await;
-        }
-        print!("{}", report?);
-        brokers.close();
-        return Ok(());
-    }
-    let options = BenchOptions {
-        events: args.events,
-        batch_size: args.batch_size.unwrap_or(config.worker.batch_size),
-        workers: args.workers.unwrap_or(config.worker.concurrency),
-        raw_clients: args.raw_clients,
-        raw_batch_size: args.raw_batch_size,
-        rooms: args.rooms,
-        shapes: args.shapes.clone(),
-        table: TableName::new(&args.table).context("--table")?,
-    };
-    let report = run(config, &options, publisher).await?;
-    print!("{report}");
-    if args.broker_raw {
-        let outboxd = report.rows.first().map_or(0.0, BenchRow::drain_rate);
-        let raw = super::bench_broker::raw(
-            config,
-            &args,
-            options.events,
-            options.batch_size,
-            options.rooms,
-        )
-        .await?;
-        print!("{}", raw.with_outboxd(outboxd));
-    }
-    brokers.close();
-    Ok(())
-}
-
-/// Runs every requested shape against the configured database.
+/// Runs every requested shape on the harness's table.
 ///
-/// Every shape publishes through `publisher`: [`NoopPublisher`](super::bench_publisher::NoopPublisher) measures the host and the
-/// database; a plugin (`outboxd bench --plugin FILE`) measures what users run.
+/// Every shape publishes through `publisher`: [`super::harness::NoopPublisher`] measures the
+/// host and the database; a plugin (`outboxd bench --plugin FILE`) measures what users run.
 pub async fn run(
-    config: &Config,
+    harness: &Harness<'_>,
     options: &BenchOptions,
     publisher: Arc<dyn Publisher>,
 ) -> Result<BenchReport, BenchError> {
-    let store = store::connect(&ConnectOptions {
-        table: options.table.clone(),
-        max_connections: config.database.max_connections.max(options.workers + 2),
-        ..config.connect_options()
-    })
-    .await?;
+    let config = harness.config;
     // Per-room claims need the room index; the other shapes of the same run then pay its
     // writes too (the table is shared).
-    store
-        .migrate_with(&MigrateOptions {
-            room_index: options.shapes.contains(&Shape::PerRoom),
-        })
-        .await?;
+    let migrate = MigrateOptions {
+        room_index: options.shapes.contains(&Shape::PerRoom),
+    };
+    let store = harness.store(options.workers + 2, &migrate).await?;
     let run_id = now_ms();
     let mut rows = Vec::new();
     for &shape in &options.shapes {
         let app_code = format!("bench-{}-{run_id}", shape.name());
         // The yardstick shape runs on a table of its own (created fresh, one claim index).
         let yardstick = if shape == Shape::RawOneIndex {
-            let table = super::bench_yardstick::table_name(&options.table)?;
-            super::bench_yardstick::create(
+            let table = super::yardstick::table_name(&harness.table)?;
+            super::yardstick::create(
                 &config.database.url,
                 &table,
                 config.database.connect_timeout,
             )
             .await?;
-            Some(
-                store::connect(&ConnectOptions {
-                    table: table.clone(),
-                    max_connections: 2,
-                    ..config.connect_options()
-                })
-                .await?,
-            )
+            Some(store::connect(&harness.connect_options(&table, 2)).await?)
         } else {
             None
         };
@@ -324,7 +273,7 @@ pub async fn run(
                     batch_size: options.raw_batch_size,
                     connect_timeout: config.database.connect_timeout,
                 };
-                super::bench_raw::drain(raw, &raw_options).await?;
+                super::raw::drain(raw, &raw_options).await?;
                 (options.raw_batch_size.max(1), options.raw_clients.max(1))
             }
         };
@@ -356,7 +305,7 @@ pub async fn run(
     }
     store.close().await;
     Ok(BenchReport {
-        database: store::redact_url(&config.database.url),
+        database: harness.database(),
         rooms: options.rooms,
         rows,
     })
@@ -369,26 +318,15 @@ async fn enqueue(
     options: &BenchOptions,
 ) -> Result<Duration, StoreError> {
     let started = Instant::now();
-    let body = vec![7u8; 64];
-    let now = SystemTime::now();
-    let mut version = 0;
-    for chunk_start in (0..options.events).step_by(1000) {
-        let records: Vec<Record> = (chunk_start..options.events.min(chunk_start + 1000))
-            .map(|i| {
-                version += 1;
-                let mut record = Record::build(
-                    format!("room-{}", i % options.rooms.max(1)),
-                    "RoomGiftSent",
-                    version,
-                    now,
-                    &(),
-                )
-                .with_app_code(app_code);
-                record.envelope.body = body.clone();
-                record
-            })
-            .collect();
-        store.enqueue(&records).await?;
+    let events = u64::from(options.events);
+    for from in (0..events).step_by(1000) {
+        let chunk = records(
+            app_code,
+            from..events.min(from + 1000),
+            options.rooms,
+            EventIds::Fresh,
+        );
+        store.enqueue(&chunk).await?;
     }
     Ok(started.elapsed())
 }

@@ -15,25 +15,22 @@
 //! before. Fresh rows share the history's tenant, so the claim walks the same index the purge does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::BenchArgs;
-use super::bench_history::{AfterLoad, HistoryWriter, Loader};
-pub use super::bench_retention_report::{LatencyWindow, RetentionBenchReport};
-use outboxd::config::{Config, RetentionConfig};
-use outboxd::metrics::Metrics;
-use outboxd::record::{Record, now_ms};
-use outboxd::retention::Retention;
-use outboxd::store::{
-    self, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder, Disposition, Lease, Mark,
-    MarkParams, OutboxStore, StoreError, TableName,
+use super::super::BenchArgs;
+use super::harness::{EventIds, Harness, records};
+use super::history::{
+    AfterLoad, HISTORY_AGE, HistoryBenchError, HistoryWriter, Loader, claim_and_deliver,
 };
+pub use super::retention_report::{LatencyWindow, RetentionBenchReport};
+use outboxd::config::RetentionConfig;
+use outboxd::metrics::Metrics;
+use outboxd::record::now_ms;
+use outboxd::retention::Retention;
+use outboxd::store::{CountsParams, MigrateOptions, OutboxStore};
 
-/// How far in the past the history rows were created and delivered.
-const HISTORY_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The retention age the cleanup uses: the history is older, the fresh rows are younger.
 const CLEANUP_AGE: Duration = Duration::from_secs(24 * 3600);
 /// Rows per history chunk (one enqueue, one claim, one mark).
@@ -76,74 +73,44 @@ pub struct RetentionBenchOptions {
     pub quiet_windows: u32,
     /// Bound on the cleanup phase.
     pub max_cleanup: Duration,
-    /// Benchmark table (created if missing).
-    pub table: TableName,
     /// How the history is loaded.
     pub loader: Loader,
     /// Statistics maintenance after the load.
     pub after_load: AfterLoad,
 }
 
-/// Errors of a retention benchmark run.
-#[derive(Debug, thiserror::Error)]
-pub enum RetentionBenchError {
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A claim handed out fewer rows than were just enqueued for it.
-    #[error("{phase}: claimed {claimed} of {expected} rows")]
-    ShortClaim {
-        /// Loading the history or measuring.
-        phase: &'static str,
-        /// Rows handed out.
-        claimed: usize,
-        /// Rows expected.
-        expected: u32,
-    },
-    /// The cleanup task panicked or was aborted.
-    #[error("retention cleanup task: {0}")]
-    Cleanup(#[from] tokio::task::JoinError),
-}
-
-/// `outboxd bench --retention`: runs the measurement and prints the report.
-pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
-    let r = args.retention;
-    if r.claim_batch == 0 || r.windows == 0 || r.window.is_zero() {
-        anyhow::bail!("--claim-batch, --windows and --window must be greater than 0");
+impl RetentionBenchOptions {
+    /// The `--retention` options of `args`, checked.
+    pub fn new(args: &BenchArgs) -> anyhow::Result<RetentionBenchOptions> {
+        let r = &args.retention;
+        if r.claim_batch == 0 || r.windows == 0 || r.window.is_zero() {
+            anyhow::bail!("--claim-batch, --windows and --window must be greater than 0");
+        }
+        Ok(RetentionBenchOptions {
+            history: r.history,
+            claim_batch: r.claim_batch,
+            window: r.window,
+            quiet_windows: r.windows,
+            max_cleanup: r.max_cleanup,
+            loader: args.history.loader,
+            after_load: args.history.after_load,
+        })
     }
-    let options = RetentionBenchOptions {
-        history: r.history,
-        claim_batch: r.claim_batch,
-        window: r.window,
-        quiet_windows: r.windows,
-        max_cleanup: r.max_cleanup,
-        table: TableName::new(&args.table).context("--table")?,
-        loader: args.history.loader,
-        after_load: args.history.after_load,
-    };
-    let report = run(config, &options).await?;
-    print!("{report}");
-    Ok(())
 }
 
 /// Loads the history, measures the quiet windows, then the cleanup windows.
 pub async fn run(
-    config: &Config,
+    harness: &Harness<'_>,
     options: &RetentionBenchOptions,
-) -> Result<RetentionBenchReport, RetentionBenchError> {
-    let store = store::connect(&ConnectOptions {
-        table: options.table.clone(),
-        max_connections: config.database.max_connections.max(4),
-        ..config.connect_options()
-    })
-    .await?;
-    store.migrate().await?;
-    let app_code = format!("bench-retention-{}", now_ms());
+) -> Result<RetentionBenchReport, HistoryBenchError> {
+    let config = harness.config;
+    let store = harness.store(4, &MigrateOptions::default()).await?;
+    let app_code = Harness::app_code("retention");
     let started = Instant::now();
     let base = now_ms() - HISTORY_AGE.as_millis() as i64;
     let mut writer = HistoryWriter::connect(
         &config.database.url,
-        &options.table,
+        &harness.table,
         &app_code,
         &format!("{app_code}-h"),
         base,
@@ -220,7 +187,7 @@ pub async fn run(
         .await?;
     store.close().await;
     Ok(RetentionBenchReport {
-        database: store::redact_url(&config.database.url),
+        database: harness.database(),
         history: options.history,
         loader: (options.loader, options.after_load),
         load,
@@ -234,80 +201,6 @@ pub async fn run(
     })
 }
 
-/// Rows `from..to` of the bench tenant, event ids `{app_code}-{kind}{i}`, created at
-/// `created_at_ms + i`.
-pub(super) fn records(
-    app_code: &str,
-    kind: &str,
-    from: u64,
-    to: u64,
-    created_at_ms: i64,
-) -> Vec<Record> {
-    (from..to)
-        .map(|i| {
-            let mut record = Record::build(
-                format!("room-{}", i % 1000),
-                "RoomGiftSent",
-                i as i64 + 1,
-                SystemTime::now(),
-                &(),
-            )
-            .with_app_code(app_code)
-            .with_event_id(format!("{app_code}-{kind}{i}"));
-            record.created_at_ms = created_at_ms + i as i64;
-            record.envelope.occurred_at_ms = record.created_at_ms;
-            record.envelope.body = vec![7u8; 64];
-            record
-        })
-        .collect()
-}
-
-/// Claims exactly `expected` rows at `at_ms` and marks them delivered at `at_ms`.
-pub(super) async fn claim_and_deliver(
-    store: &dyn OutboxStore,
-    app_code: &str,
-    expected: u32,
-    at_ms: i64,
-    phase: &'static str,
-) -> Result<(), RetentionBenchError> {
-    let batch = store
-        .claim(&ClaimParams {
-            app_code: app_code.to_string(),
-            worker_id: "bench-retention".into(),
-            limit: expected,
-            lease_ms: 60_000,
-            now_ms: at_ms,
-            max_attempts: 20,
-            ordering: DeliveryOrder::None,
-            scan_due: true,
-        })
-        .await?;
-    if batch.events.len() != expected as usize {
-        return Err(RetentionBenchError::ShortClaim {
-            phase,
-            claimed: batch.events.len(),
-            expected,
-        });
-    }
-    let marks: Vec<Mark> = batch
-        .events
-        .iter()
-        .map(|c| Mark {
-            event_id: c.event.event_id.clone(),
-            disposition: Disposition::Delivered,
-        })
-        .collect();
-    let lease: &Lease = &batch.lease;
-    store
-        .mark(&MarkParams {
-            lease,
-            marks: &marks,
-            now_ms: at_ms,
-        })
-        .await?;
-    Ok(())
-}
-
 /// Loads `history` rows delivered long ago (created from `base` on), a chunk at a time through
 /// the store (`--loader store`).
 async fn load_history(
@@ -315,11 +208,19 @@ async fn load_history(
     app_code: &str,
     history: u32,
     base: i64,
-) -> Result<(), RetentionBenchError> {
+) -> Result<(), HistoryBenchError> {
     let mut next_report = 100_000;
     for from in (0..history).step_by(LOAD_CHUNK as usize) {
         let to = history.min(from + LOAD_CHUNK);
-        let rows = records(app_code, "h", u64::from(from), u64::from(to), base);
+        let rows = records(
+            app_code,
+            u64::from(from)..u64::from(to),
+            1000,
+            EventIds::Numbered {
+                kind: "h",
+                created_at_ms: base,
+            },
+        );
         store.enqueue(&rows).await?;
         claim_and_deliver(store, app_code, to - from, base + i64::from(to), "history").await?;
         if to >= next_report {
@@ -338,17 +239,19 @@ async fn measure(
     options: &RetentionBenchOptions,
     next_fresh: &AtomicU64,
     done: &CancellationToken,
-) -> Result<LatencyWindow, RetentionBenchError> {
+) -> Result<LatencyWindow, HistoryBenchError> {
     let started = Instant::now();
     let mut window = LatencyWindow::default();
     while started.elapsed() < options.window && !done.is_cancelled() {
         let from = next_fresh.fetch_add(u64::from(options.claim_batch), Ordering::Relaxed);
         let rows = records(
             app_code,
-            "f",
-            from,
-            from + u64::from(options.claim_batch),
-            now_ms(),
+            from..from + u64::from(options.claim_batch),
+            1000,
+            EventIds::Numbered {
+                kind: "f",
+                created_at_ms: now_ms(),
+            },
         );
         store.enqueue(&rows).await?;
         let call = Instant::now();

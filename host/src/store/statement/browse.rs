@@ -1,0 +1,202 @@
+//! The console's statements: one status's rows newest first (a range of the claim index, or of
+//! the room index for a room), one row by primary key, `failed` rows grouped by error over the
+//! newest ones, and deleting dead letters by primary key. Each reads one index range and stops
+//! at its `LIMIT`; the filters no index holds are applied by the caller on the rows returned.
+
+use super::{Bound, SqlBuilder};
+use crate::record::Status;
+use crate::store::{Backend, EventCursor, TableName};
+
+/// Every column but the envelope, in [`crate::store::EventSummary`]'s order.
+pub(crate) const SUMMARY_COLUMNS: &str = "app_code, event_id, event_type, room_id, status, retry_count, last_error, created_at_ms, updated_at_ms, next_retry_at_ms, worker_id, lock_until_ms";
+
+/// The index range one window reads.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WindowRange<'a> {
+    /// Tenant.
+    pub(crate) app_code: &'a str,
+    /// One status.
+    pub(crate) status: Option<Status>,
+    /// A room, read through the room index (its key leads with `app_code, room_id, status`).
+    pub(crate) room_id: Option<&'a str>,
+    /// `created_at_ms >= since`.
+    pub(crate) since_ms: Option<i64>,
+    /// `created_at_ms < until`.
+    pub(crate) until_ms: Option<i64>,
+    /// Strictly older than this position.
+    pub(crate) before: Option<&'a EventCursor>,
+}
+
+/// The newest `limit` rows of one status in `range`, newest first.
+pub(crate) fn select_window(
+    backend: Backend,
+    table: &TableName,
+    range: &WindowRange<'_>,
+    limit: u32,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT ")
+        .push(SUMMARY_COLUMNS)
+        .push(" FROM ")
+        .push(table.as_str())
+        .push(" WHERE app_code = ")
+        .bind(range.app_code);
+    if let Some(room_id) = range.room_id {
+        b.push(" AND room_id = ").bind(room_id);
+    }
+    if let Some(status) = range.status {
+        b.push(" AND status = ").status(status);
+    }
+    if let Some(since) = range.since_ms {
+        b.push(" AND created_at_ms >= ").bind(since);
+    }
+    if let Some(until) = range.until_ms {
+        b.push(" AND created_at_ms < ").bind(until);
+    }
+    if let Some(before) = range.before {
+        backend.dialect().write_before_bound(&mut b, before);
+    }
+    b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
+        .bind(i64::from(limit.max(1)));
+    b.finish()
+}
+
+/// The default form of [`super::SqlDialect::write_before_bound`]: one row comparison
+/// `(created_at_ms, event_id) < (?, ?)`, which PostgreSQL and SQLite seek on the index key.
+pub(crate) fn write_row_comparison_before(b: &mut SqlBuilder, before: &EventCursor) {
+    b.push(" AND (created_at_ms, event_id) < (")
+        .bind(before.created_at_ms)
+        .push(", ")
+        .bind(before.event_id.as_str())
+        .push(")");
+}
+
+/// One row with its envelope, by primary key.
+pub(crate) fn select_event(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    event_id: &str,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT ")
+        .push(SUMMARY_COLUMNS)
+        .push(", envelope FROM ")
+        .push(table.as_str())
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND event_id = ")
+        .bind(event_id);
+    b.finish()
+}
+
+/// The newest `window` `failed` rows of a tenant (a range of the claim index, read backwards),
+/// grouped by `last_error`: the error, the count, the first and last `updated_at_ms`.
+pub(crate) fn select_error_groups(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    window: u32,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT last_error, COUNT(*), MIN(updated_at_ms), MAX(updated_at_ms) FROM (SELECT last_error, updated_at_ms FROM ")
+        .push(table.as_str())
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND status = ")
+        .status(Status::Failed)
+        .push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
+        .bind(i64::from(window.max(1)))
+        .push(") newest GROUP BY last_error");
+    b.finish()
+}
+
+/// Deletes the tenant's `event_ids` by primary key, while still `failed` (a row requeued by
+/// someone else in between is left alone).
+pub(crate) fn delete_failed_keys(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    event_ids: &[String],
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("DELETE FROM ")
+        .push(table.as_str())
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND event_id IN ")
+        .bind_list(event_ids.iter().map(String::as_str))
+        .push(" AND status = ")
+        .status(Status::Failed);
+    b.finish()
+}
+
+/// The console's statement texts as the store runs them, for EXPLAIN in benchmarks and tests:
+/// `(name, statement)` with example values bound — one status's window, the same below a
+/// position, one room's window, a time range, the row by id, the error groups.
+pub fn explain_statements(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+) -> Vec<(&'static str, Bound)> {
+    let cursor = EventCursor {
+        created_at_ms: i64::MAX / 2,
+        event_id: "evt_~".into(),
+    };
+    let status = |status| WindowRange {
+        app_code,
+        status: Some(status),
+        ..WindowRange::default()
+    };
+    vec![
+        (
+            "window of one status (newest first)",
+            select_window(backend, table, &status(Status::Delivered), 50),
+        ),
+        (
+            "window below a position (next page)",
+            select_window(
+                backend,
+                table,
+                &WindowRange {
+                    before: Some(&cursor),
+                    ..status(Status::Delivered)
+                },
+                50,
+            ),
+        ),
+        (
+            "window in a time range",
+            select_window(
+                backend,
+                table,
+                &WindowRange {
+                    since_ms: Some(0),
+                    until_ms: Some(i64::MAX / 2),
+                    ..status(Status::Delivered)
+                },
+                50,
+            ),
+        ),
+        (
+            "window of one room (room index)",
+            select_window(
+                backend,
+                table,
+                &WindowRange {
+                    room_id: Some("room-1"),
+                    ..status(Status::Delivered)
+                },
+                50,
+            ),
+        ),
+        (
+            "one event by id",
+            select_event(backend, table, app_code, "evt_x"),
+        ),
+        (
+            "failed rows grouped by error",
+            select_error_groups(backend, table, app_code, 10_000),
+        ),
+    ]
+}
