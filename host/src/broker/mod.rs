@@ -6,7 +6,7 @@
 //! - [`Connection`] (`connection.rs`): one connection's publish path, the same for every kind:
 //!   size check, in-flight limit, the session (connected on demand, reconnected with backoff),
 //!   the deadline, metrics; its [`ConnectionState`] for readiness;
-//! - one file per kind, each a [`Connector`] making a [`Session`] that publishes a batch and
+//! - one file per kind, each a `Connector` making a `Session` that publishes a batch and
 //!   reports each message once the broker confirmed it: `nats.rs` (JetStream PubAck),
 //!   `rabbitmq.rs` (publisher confirms of persistent messages), `redis.rs` (`XADD` replies),
 //!   `mqtt.rs` (QoS 1 PUBACKs matched to packet ids), `kafka.rs` (`acks=all`, keyed partitions

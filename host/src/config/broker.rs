@@ -1,7 +1,7 @@
 //! `[[broker]]` sections: the message-broker connections outboxd opens for sinks (NATS JetStream,
 //! RabbitMQ, Redis Streams, MQTT, Kafka), with their credentials, TLS and limits.
 //!
-//! [`BrokerConfig`] is the section as written; [`BrokerSpec`] is what [`check_brokers`] makes of
+//! [`BrokerConfig`] is the section as written; [`BrokerSpec`] is what `check_brokers` makes of
 //! it, once, at load: a unique name, a URL of the kind's scheme without a password in it, the
 //! password read from the environment or a file (never from the config file itself), a CA file
 //! that reads, limits a connection can run with. The broker module (`crate::broker`) takes specs
@@ -148,7 +148,7 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// A `[[broker]]` checked by [`check_brokers`].
+/// A `[[broker]]` checked by `check_brokers` (at config load).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerSpec {
     name: String,
