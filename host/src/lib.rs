@@ -22,6 +22,8 @@
 //! - [`wake`]: what wakes idle loops: commit feeds (PostgreSQL `LISTEN`, SQLite
 //!   `data_version`), producers in the same process, adaptive probing where neither exists.
 //! - [`plugin`]: the wasmtime host running sink plugins built against `wit/`, and routing.
+//! - [`broker`]: the `[[broker]]` connections (NATS JetStream, RabbitMQ, Redis Streams, MQTT,
+//!   Kafka) plugins publish confirmed messages on through the WIT `broker` import.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once (sinks and routes
 //!   included); the worker's and store's options derived from it.
 //! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
@@ -39,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod broker;
 pub mod config;
 pub mod console;
 pub mod dead_letters;

@@ -17,9 +17,11 @@ use prometheus_client::registry::Registry;
 use crate::record::now_ms;
 use crate::store::{StatusCounts, StoreError};
 
+mod broker;
 mod labels;
 mod recent;
 
+pub use broker::BrokerMetrics;
 pub use labels::{
     ActionLabels, AppLabels, BreakerGauge, DatabaseOpLabels, FeedLabels, PluginFailure,
     PluginFailureLabels, RowLabels, RowOutcome, SinkLabels, SinkOutcome, SinkOutcomeLabels,
@@ -53,6 +55,7 @@ pub struct Metrics {
     sink_events: Family<SinkOutcomeLabels, Counter>,
     console_actions: Family<ActionLabels, Counter>,
     recent: Arc<Recent>,
+    brokers: BrokerMetrics,
 }
 
 impl Default for Metrics {
@@ -179,6 +182,7 @@ impl Metrics {
             "Actions asked of the console (requeue, purge, pause, resume, reload) by result (done, refused, failed)",
             console_actions.clone(),
         );
+        let brokers = BrokerMetrics::register(&mut registry);
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -198,7 +202,13 @@ impl Metrics {
             sink_events,
             console_actions,
             recent: Arc::new(Recent::default()),
+            brokers,
         }
+    }
+
+    /// The `[[broker]]` connections' series.
+    pub fn brokers(&self) -> &BrokerMetrics {
+        &self.brokers
     }
 
     /// The last hour of this process's work, slot by slot (the console's charts and windows).

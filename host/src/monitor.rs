@@ -13,6 +13,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::broker::Brokers;
 use crate::metrics::{Metrics, RowOutcome};
 use crate::readiness::Readiness;
 use crate::record::now_ms;
@@ -49,6 +50,37 @@ pub async fn report_wake(
         } else {
             format!("{kind} (reconnecting; probing meanwhile)")
         });
+    }
+}
+
+/// Reports which `[[broker]]` connections are down to `readiness` every
+/// [`WAKE_REPORT_INTERVAL`], until `shutdown` (their `outboxd_broker_connected` gauges are set
+/// by the connections themselves).
+pub async fn report_brokers(
+    brokers: Brokers,
+    readiness: Arc<Readiness>,
+    shutdown: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(WAKE_REPORT_INTERVAL);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let down = brokers
+            .states()
+            .into_iter()
+            .filter(|(_, state)| !state.connected)
+            .map(|(name, state)| {
+                format!(
+                    "broker `{name}` ({}): {}",
+                    state.kind,
+                    state.last_error.unwrap_or_else(|| "down".into())
+                )
+            })
+            .collect();
+        readiness.set_brokers_down(down);
     }
 }
 

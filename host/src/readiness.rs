@@ -1,5 +1,6 @@
 //! [`Readiness`]: whether this host can serve (`/readyz`): the database answered the last status
-//! refresh and every sink has started; and what wakes idle loops, for the `/readyz` body.
+//! refresh, every sink has started and every `[[broker]]` connection is up; and what wakes idle
+//! loops, for the `/readyz` body.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,8 @@ pub struct Readiness {
     /// What wakes idle loops, for the `/readyz` body (not a condition of readiness: loops probe
     /// while a feed is down).
     wake: Mutex<Option<String>>,
+    /// The `[[broker]]` connections that are down, each as `broker `NAME` (KIND): REASON`.
+    brokers_down: Mutex<Vec<String>>,
 }
 
 impl Readiness {
@@ -41,6 +44,13 @@ impl Readiness {
         }
     }
 
+    /// Records which `[[broker]]` connections are down (empty: all connected).
+    pub fn set_brokers_down(&self, down: Vec<String>) {
+        if let Ok(mut slot) = self.brokers_down.lock() {
+            *slot = down;
+        }
+    }
+
     /// What wakes idle loops, as last recorded.
     pub fn wake(&self) -> Option<String> {
         self.wake.lock().ok().and_then(|w| w.clone())
@@ -60,6 +70,14 @@ impl Readiness {
         }
         if !self.sinks_started.load(Ordering::SeqCst) {
             return Err("sinks not started".into());
+        }
+        let down = self
+            .brokers_down
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default();
+        if !down.is_empty() {
+            return Err(format!("not connected: {}", down.join("; ")));
         }
         Ok(())
     }

@@ -15,9 +15,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tracing::{error, info};
 
+use crate::broker::Brokers;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::plugin::{SinkControls, SwappablePublisher, load_publisher_with_controls};
+use crate::plugin::{SinkControls, SwappablePublisher, load_publisher_with};
 use crate::record::now_ms;
 
 /// What `POST /reload` (and the console's Reload button) runs: `Ok(summary)` when the new set is
@@ -87,6 +88,7 @@ pub struct Reloader {
     metrics: Metrics,
     controls: Arc<SinkControls>,
     loaded: Arc<Loaded>,
+    brokers: Brokers,
 }
 
 impl Reloader {
@@ -107,7 +109,15 @@ impl Reloader {
             metrics,
             controls,
             loaded,
+            brokers: Brokers::none(),
         }
+    }
+
+    /// The same reloader starting new sinks on the running `brokers` (a `[[broker]]` change
+    /// itself needs a restart).
+    pub fn with_brokers(mut self, brokers: Brokers) -> Reloader {
+        self.brokers = brokers;
+        self
     }
 
     /// One reload: `Ok(summary)` once the new set serves, `Err(reason)` (one line, logged) when
@@ -149,11 +159,12 @@ impl Reloader {
                 changed.join(", ")
             ));
         }
-        let publisher = load_publisher_with_controls(
+        let publisher = load_publisher_with(
             &next.publishing,
             &next.plugins,
             &self.metrics,
             &self.controls,
+            &self.brokers,
         )
         .await
         .map_err(|e| one_line(&e))?;
@@ -181,7 +192,7 @@ fn one_line(error: &dyn std::error::Error) -> String {
 /// The keys (or sections) outside `[[sink]]` and `[[route]]` that differ.
 pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     let (a, b) = (running, next);
-    let checks: [(&'static str, bool); 17] = [
+    let checks: [(&'static str, bool); 18] = [
         ("database.url", a.database.url != b.database.url),
         ("database.table", a.database.table != b.database.table),
         (
@@ -221,6 +232,7 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         ("log", a.log != b.log),
         ("admin", a.admin != b.admin),
         ("retention", a.retention != b.retention),
+        ("broker", a.brokers != b.brokers),
     ];
     let mut changed: Vec<&'static str> = checks
         .into_iter()

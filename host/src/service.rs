@@ -14,11 +14,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::{AdminListener, AdminState, BindError, Readiness};
+use crate::broker::Brokers;
 use crate::config::Config;
 use crate::console::{Console, ConsoleParts};
 use crate::metrics::Metrics;
-use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_wake};
-use crate::plugin::{PluginError, SinkControls, SwappablePublisher, load_publisher_with_controls};
+use crate::monitor::{StatusRefresher, StatusSnapshot, log_summaries, report_brokers, report_wake};
+use crate::plugin::{PluginError, SinkControls, SwappablePublisher, load_publisher_with};
 use crate::reload::{ConfigSource, Loaded, ReloadFn, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
@@ -193,20 +194,36 @@ impl Service {
             metrics: metrics.clone(),
         };
         tracker.spawn(retention.run(background.clone()));
-        let publisher =
-            load_publisher_with_controls(&config.publishing, &config.plugins, &metrics, &controls)
-                .await?;
+        // Opened once for the process: reloaded sinks share them; closed when `run` ends.
+        let brokers = Brokers::open(&config.brokers, &metrics);
+        let _close_brokers = CloseOnDrop(brokers.clone());
+        tracker.spawn(report_brokers(
+            brokers.clone(),
+            readiness.clone(),
+            background.clone(),
+        ));
+        let publisher = load_publisher_with(
+            &config.publishing,
+            &config.plugins,
+            &metrics,
+            &controls,
+            &brokers,
+        )
+        .await?;
         let publisher = Arc::new(SwappablePublisher::new(publisher));
         loaded.set(&config);
         if let Some(source) = reload_source {
-            let _ = reloader.set(Arc::new(Reloader::new(
-                source,
-                config.clone(),
-                publisher.clone(),
-                metrics.clone(),
-                controls,
-                loaded,
-            )));
+            let _ = reloader.set(Arc::new(
+                Reloader::new(
+                    source,
+                    config.clone(),
+                    publisher.clone(),
+                    metrics.clone(),
+                    controls,
+                    loaded,
+                )
+                .with_brokers(brokers.clone()),
+            ));
         }
         readiness.set_sinks_started(true);
         if let Some(interval) = config.log.summary_interval {
@@ -230,6 +247,15 @@ impl Service {
             .with_metrics(metrics)
             .with_wake(wake);
         Ok(worker.run(mode, shutdown).await?)
+    }
+}
+
+/// Closes the broker connections when `run` ends, however it ends.
+struct CloseOnDrop(Brokers);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

@@ -249,6 +249,11 @@ pub struct BenchArgs {
     /// A setting passed to the plugin's init (repeatable), e.g. `quiet=true`.
     #[arg(long = "plugin-config", value_name = "KEY=VALUE")]
     pub plugin_config: Vec<String>,
+    /// With the `broker` plugin: make the benchmark's destination on the `[[broker]]` the
+    /// plugin's `connection` names, and after the run publish as many messages with that
+    /// broker's own client (same confirmation, same batch size) and print both rates.
+    #[arg(long, requires = "plugin")]
+    pub broker_raw: bool,
 }
 
 /// `outboxd plugin …`.

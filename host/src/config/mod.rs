@@ -8,6 +8,7 @@
 
 pub mod admin;
 mod batch_size;
+pub mod broker;
 mod byte_size;
 mod deadlines;
 mod env;
@@ -28,6 +29,7 @@ use raw::{RawConfig, duration};
 
 pub use admin::{AdminConfig, AdminToken, DEFAULT_ADMIN_LISTEN};
 pub use batch_size::{DEFAULT_BATCH_SIZE, LEAST_DEFAULT_BATCH_SIZE};
+pub use broker::{BrokerConfig, BrokerKind, BrokerLimits, BrokerSpec, BrokerTls, Secret};
 pub use byte_size::ByteSize;
 pub use deadlines::DEADLINE_MARGIN;
 pub use origin::AllowedOrigin;
@@ -68,6 +70,8 @@ pub struct Config {
     /// `[[sink]]`s (plugin paths resolved against the config file's folder) and `[[route]]`s,
     /// checked together.
     pub publishing: Publishing,
+    /// `[[broker]]` connections, each sink's `limits.allow_brokers` checked against them.
+    pub brokers: Vec<BrokerSpec>,
 }
 
 /// `[database]`.
@@ -250,7 +254,8 @@ impl Config {
             }
             None => (toml::Table::new(), "defaults".to_string()),
         };
-        let applied = apply_env(&mut table, env)?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let applied = apply_env(&mut table, env.iter().cloned())?;
         if let Some(url) = database_url {
             let database = table
                 .entry("database")
@@ -273,7 +278,12 @@ impl Config {
                 message: e.to_string(),
             })?;
         let base_dir = path.and_then(Path::parent).unwrap_or(Path::new(""));
-        raw.validate(base_dir)
+        let lookup = |name: &str| {
+            env.iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        };
+        raw.validate(base_dir, &lookup)
     }
 
     /// Checks that `outboxd run` has somewhere to deliver: at least one `[[sink]]` and one

@@ -38,6 +38,8 @@ pub(super) struct RawConfig {
     sinks: Vec<SinkConfig>,
     #[serde(rename = "route")]
     routes: Vec<RouteConfig>,
+    #[serde(rename = "broker")]
+    brokers: Vec<BrokerConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -166,9 +168,15 @@ impl Default for RawLog {
 }
 
 impl RawConfig {
-    pub(super) fn validate(self, base_dir: &Path) -> Result<Config, ConfigError> {
+    /// Checks every section; `env` reads the variables `[[broker]]` passwords come from.
+    pub(super) fn validate(
+        self,
+        base_dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let database = self.database.validate()?;
         let mut publishing = Publishing::new(self.sinks, self.routes, base_dir)?;
+        let brokers = broker::check_brokers(self.brokers, publishing.sinks(), base_dir, env)?;
         if let Some(bytes) = self.worker.max_batch_bytes {
             publishing.default_batch_bytes(bytes)?;
         }
@@ -198,6 +206,7 @@ impl RawConfig {
             admin,
             retention,
             publishing,
+            brokers,
         })
     }
 }

@@ -77,6 +77,9 @@ pub struct SinkLimits {
     pub max_retry_after: Duration,
     /// Outbound HTTP allowlist (`scheme://host[:port]`); empty: no wasi:http at all.
     pub allow_hosts: Vec<String>,
+    /// `[[broker]]` connections the sink's plugin may publish on (the `broker` import); empty:
+    /// none, and a plugin importing `broker` is refused at start.
+    pub allow_brokers: Vec<String>,
     /// Whether an allowed host name may resolve to an internal address (loopback, private,
     /// link-local, the metadata address 169.254.169.254, …). Default false: such a connection is
     /// refused unless `allow_hosts` names that IP literal.
@@ -112,6 +115,7 @@ impl Default for SinkLimits {
             max_event_size: None,
             max_retry_after: Duration::from_secs(3600),
             allow_hosts: Vec::new(),
+            allow_brokers: Vec::new(),
             allow_private_addresses: false,
             max_requests_per_second: 0,
             max_concurrent_requests: 16,

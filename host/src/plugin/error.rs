@@ -62,7 +62,7 @@ pub enum PluginError {
     /// The component imports an interface outside what the host provides.
     #[error(
         "plugin {} imports `{import}`, which this host does not provide (it provides \
-         outbox:publisher/*, WASI 0.2 cli, clocks, filesystem, io, random and sockets, and \
+         outbox:publisher/* (broker to sinks with limits.allow_brokers), WASI 0.2 cli, clocks, filesystem, io, random and sockets, and \
          wasi:http 0.2 to sinks with limits.allow_hosts)",
         path.display()
     )]
@@ -112,6 +112,19 @@ pub enum PluginError {
         path.display()
     )]
     HttpNotAllowed {
+        /// The sink's name.
+        sink: String,
+        /// The plugin's path.
+        path: PathBuf,
+    },
+    /// The plugin imports the `broker` interface but its sink may use no broker connection.
+    #[error(
+        "sink `{sink}`: plugin {} imports outbox:publisher/broker (publishing to message \
+         brokers), but the sink may use no broker connection: name [[broker]] connections in \
+         `limits.allow_brokers`, e.g. `limits = {{ allow_brokers = [\"events\"] }}`",
+        path.display()
+    )]
+    BrokerNotAllowed {
         /// The sink's name.
         sink: String,
         /// The plugin's path.

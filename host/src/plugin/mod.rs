@@ -12,6 +12,8 @@
 //! - `redact`: secret config values kept out of logs and `last_error`;
 //! - `log_limit`: a sink's cap on its plugin's log lines (rate and length);
 //! - `state`: per-instance store state, memory limiter, logging and stdio → `tracing`;
+//! - `broker_host`: the `broker` import: a plugin's messages on the `[[broker]]` connections its
+//!   sink may use, answered before the call's deadline;
 //! - [`runtime`]: [`PluginRuntime`], the threads guest calls run on, apart from the host's tasks;
 //! - [`sink`]: [`PluginSink`], one `[[sink]]` with its limits and instance pool, splitting
 //!   batches into calls by count and bytes;
@@ -27,6 +29,7 @@
 
 mod bindings;
 pub mod breaker;
+mod broker_host;
 pub mod cache;
 pub mod check;
 mod egress;
@@ -61,6 +64,7 @@ pub use runtime::PluginRuntime;
 pub use sink::{MAX_IDLE_INSTANCES, PluginSink, SinkStats};
 pub use swap::SwappablePublisher;
 
+use crate::broker::Brokers;
 use crate::config::{PluginSettings, Publishing, SinkSpec};
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
@@ -86,7 +90,14 @@ pub async fn load_publisher_with_metrics(
     settings: &PluginSettings,
     metrics: &Metrics,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
-    load_publisher_with_controls(publishing, settings, metrics, &SinkControls::new()).await
+    load_publisher_with(
+        publishing,
+        settings,
+        metrics,
+        &SinkControls::new(),
+        &Brokers::none(),
+    )
+    .await
 }
 
 /// [`load_publisher_with_metrics`] with each sink behind its switch in `controls` too (router →
@@ -97,8 +108,37 @@ pub async fn load_publisher_with_controls(
     metrics: &Metrics,
     controls: &Arc<SinkControls>,
 ) -> Result<Arc<dyn Publisher>, PluginError> {
+    load_publisher_with(publishing, settings, metrics, controls, &Brokers::none()).await
+}
+
+/// [`load_publisher_with_metrics`] whose sinks may publish on `brokers` (each on the
+/// connections its `limits.allow_brokers` names).
+pub async fn load_publisher_with_brokers(
+    publishing: &Publishing,
+    settings: &PluginSettings,
+    metrics: &Metrics,
+    brokers: &Brokers,
+) -> Result<Arc<dyn Publisher>, PluginError> {
+    load_publisher_with(publishing, settings, metrics, &SinkControls::new(), brokers).await
+}
+
+/// The production publisher: every sink behind its switch in `controls`, its breaker, and with
+/// the `brokers` connections its `limits.allow_brokers` names.
+pub async fn load_publisher_with(
+    publishing: &Publishing,
+    settings: &PluginSettings,
+    metrics: &Metrics,
+    controls: &Arc<SinkControls>,
+    brokers: &Brokers,
+) -> Result<Arc<dyn Publisher>, PluginError> {
     let engine = PluginEngine::new(settings)?;
-    let started = start_sinks(&engine, publishing.sinks()).await?;
+    let started = try_join_all(
+        publishing
+            .sinks()
+            .iter()
+            .map(|sink| PluginSink::start_with_brokers(&engine, sink, brokers)),
+    )
+    .await?;
     let sinks: BTreeMap<String, Arc<dyn Publisher>> = started
         .into_iter()
         .zip(publishing.sinks())

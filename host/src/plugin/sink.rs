@@ -28,6 +28,7 @@ use super::log_limit::LogLimit;
 use super::redact::Redactor;
 use super::state::{HostState, SinkShared};
 use super::world::{self, WorldInfo};
+use crate::broker::Brokers;
 use crate::config::SinkSpec;
 use crate::metrics::Metrics;
 use crate::publish::{Event, Outcome, Publisher};
@@ -95,6 +96,17 @@ impl PluginSink {
     /// `limits.allow_hosts` is not empty; a plugin importing it otherwise is
     /// [`PluginError::HttpNotAllowed`].
     pub async fn start(engine: &PluginEngine, sink: &SinkSpec) -> Result<PluginSink, PluginError> {
+        PluginSink::start_with_brokers(engine, sink, &Brokers::none()).await
+    }
+
+    /// [`PluginSink::start`] with the process's broker connections: the plugin may publish on
+    /// those the sink's `limits.allow_brokers` names; a plugin importing the `broker` interface
+    /// on a sink that names none is [`PluginError::BrokerNotAllowed`].
+    pub async fn start_with_brokers(
+        engine: &PluginEngine,
+        sink: &SinkSpec,
+        brokers: &Brokers,
+    ) -> Result<PluginSink, PluginError> {
         let limits = sink.limits();
         let name: Arc<str> = Arc::from(sink.name());
         let http = HttpPolicy::new(name.clone(), sink);
@@ -102,6 +114,13 @@ impl PluginSink {
         let world = world::inspect(engine.engine(), sink.plugin(), &plugin.component)?;
         if world.imports_http() && !http.allows_any() {
             return Err(PluginError::HttpNotAllowed {
+                sink: sink.name().to_string(),
+                path: sink.plugin().to_path_buf(),
+            });
+        }
+        let brokers = brokers.only(&limits.allow_brokers);
+        if world.imports_broker() && brokers.is_empty() {
+            return Err(PluginError::BrokerNotAllowed {
                 sink: sink.name().to_string(),
                 path: sink.plugin().to_path_buf(),
             });
@@ -121,6 +140,7 @@ impl PluginSink {
                 limits.log_lines_per_second,
                 usize::try_from(limits.log_line_max.0).unwrap_or(usize::MAX),
             ),
+            brokers,
         });
         let core = SinkCore {
             name,

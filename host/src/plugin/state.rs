@@ -1,6 +1,7 @@
 //! Per-instance store state: the empty WASI context, the wasi:http context and hooks (linked
 //! only for sinks that allow hosts), the memory limiter, the deadline, and the host side of the
-//! `logging` import and of guest stdout/stderr (both land in `tracing`, secrets redacted).
+//! `logging` import and of guest stdout/stderr (both land in `tracing`, secrets redacted); the
+//! `broker` import is `broker_host.rs`.
 
 use std::io;
 use std::pin::Pin;
@@ -20,6 +21,7 @@ use super::bindings::outbox::publisher::types;
 use super::http::{HttpPolicy, SinkHttpHooks};
 use super::log_limit::LogLimit;
 use super::redact::Redactor;
+use crate::broker::Brokers;
 
 /// Stderr lines of one call kept for a trap's reason.
 const TAIL_LINES: usize = 3;
@@ -36,12 +38,14 @@ pub(super) struct SinkShared {
     pub(super) http: Arc<HttpPolicy>,
     /// Line rate and length cap of everything its plugin logs.
     pub(super) log_limit: LogLimit,
+    /// The broker connections its plugin may publish on (`limits.allow_brokers`).
+    pub(super) brokers: Brokers,
 }
 
 /// The data of one plugin instance's `Store`.
 pub(super) struct HostState {
     /// The sink this instance serves.
-    sink: Arc<SinkShared>,
+    pub(super) sink: Arc<SinkShared>,
     wasi: WasiCtx,
     table: ResourceTable,
     http: WasiHttpCtx,

@@ -5,7 +5,7 @@
 //! Version rule: every `outbox:publisher/…@V` the plugin imports (every plugin imports at least
 //! `outbox:publisher/types`, which carries the `event` record) must be semver-compatible with
 //! [`WIT_VERSION`]: same major version, and for `0.x` the same minor version (`0.1.0` … `0.1.9`
-//! all load on a `0.1.0` host). Anything the plugin uses that the host lacks is then reported
+//! all load on a `0.1.1` host). Anything the plugin uses that the host lacks is then reported
 //! by the linker, naming the missing item.
 
 use std::path::Path;
@@ -21,7 +21,7 @@ use super::state::HostState;
 /// The WIT package plugins implement.
 pub const WIT_PACKAGE: &str = "outbox:publisher";
 /// The version of [`WIT_PACKAGE`] this host is built from (`wit/publisher.wit`).
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.1.1";
 /// The versions this host loads, as shown to users.
 pub const SUPPORTED_VERSIONS: &str = "0.1.x";
 
@@ -41,6 +41,10 @@ const PROVIDED: &[&str] = &[
 /// The prefix of the wasi:http interfaces (`outgoing-handler`, `types`).
 const HTTP_PREFIX: &str = "wasi:http/";
 
+/// The prefix of the `broker` interface, which a plugin may use only on a sink with
+/// `limits.allow_brokers`.
+const BROKER_PREFIX: &str = "outbox:publisher/broker@";
+
 /// What a component imports and exports, once it passed the world and version checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorldInfo {
@@ -59,6 +63,14 @@ impl WorldInfo {
         self.imports
             .iter()
             .any(|name| name.starts_with(HTTP_PREFIX))
+    }
+
+    /// Whether the plugin imports the `broker` interface, which it may use only on a sink whose
+    /// `limits.allow_brokers` names connections.
+    pub fn imports_broker(&self) -> bool {
+        self.imports
+            .iter()
+            .any(|name| name.starts_with(BROKER_PREFIX))
     }
 }
 
@@ -136,8 +148,8 @@ pub fn inspect(
     })
 }
 
-/// Links `component` against WASI p2 and the `logging` import, plus wasi:http when `http`, and
-/// type-checks its exports.
+/// Links `component` against WASI p2 and the `outbox:publisher` imports (`logging`, `broker`),
+/// plus wasi:http when `http`, and type-checks its exports.
 pub(super) fn link(
     engine: &Engine,
     path: &Path,

@@ -13,7 +13,7 @@
 // as in the Rust webhook plugin) or traps the runtime, and so does a refused connection (a trap
 // fails the whole batch as retryable and the instance is rebuilt).
 
-import { log } from 'outbox:publisher/logging@0.1.0';
+import { log } from 'outbox:publisher/logging@0.1.1';
 
 const SNIPPET_CHARS = 200;
 const SETTINGS = ['url', 'secret'];

@@ -33,10 +33,14 @@
 //! - [`event_json`]: the event's JSON form, the one definition every plugin sending JSON uses;
 //! - [`log`]: lines into outboxd's log;
 //! - `http` (feature `http`): a batch of requests sent concurrently over wasi:http, timeouts,
-//!   and the classification of answers into publish results.
+//!   and the classification of answers into publish results;
+//! - `broker` (feature `broker`): publishing confirmed messages on the host's `[[broker]]`
+//!   connections (the plugin then targets the `broker-publisher` world).
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "broker")]
+pub mod broker;
 pub mod config;
 pub mod event_json;
 #[cfg(feature = "http")]
@@ -46,10 +50,25 @@ pub mod log;
 pub mod runtime;
 
 /// The bindings of the `outbox:publisher/publisher` world, generated from `wit/publisher.wit`.
+#[cfg(not(feature = "broker"))]
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "publisher",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_publisher",
+        default_bindings_module: "outboxd_plugin::bindings",
+    });
+}
+
+/// The bindings of the `outbox:publisher/broker-publisher` world (`publisher` plus the `broker`
+/// import), generated from `wit/publisher.wit`.
+#[cfg(feature = "broker")]
+#[allow(missing_docs)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "broker-publisher",
         path: "../../wit",
         pub_export_macro: true,
         export_macro_name: "export_publisher",

@@ -78,7 +78,8 @@ impl<'a> Harness<'a> {
     }
 
     /// The publisher of a run: the `--plugin` component with every event routed to it (settings
-    /// from `--plugin-config`, default limits), or a native no-op ([`NoopPublisher`]).
+    /// from `--plugin-config`, default limits; the config's `[[broker]]` connections allowed,
+    /// only the one a `connection` setting names opened), or a native no-op ([`NoopPublisher`]).
     pub async fn publisher(&self, args: &BenchArgs) -> anyhow::Result<Arc<dyn Publisher>> {
         let Some(plugin) = &args.plugin else {
             return Ok(Arc::new(NoopPublisher));
@@ -90,11 +91,24 @@ impl<'a> Harness<'a> {
                 .with_context(|| format!("--plugin-config {pair:?}: expected KEY=VALUE"))?;
             settings.insert(key.to_string(), value.to_string());
         }
+        let wanted: Vec<_> = self
+            .config
+            .brokers
+            .iter()
+            .filter(|b| settings.get("connection").is_none_or(|c| c == b.name()))
+            .cloned()
+            .collect();
+        // The sinks hold the connections: they live as long as the publisher.
+        let brokers =
+            outboxd::broker::Brokers::open(&wanted, &outboxd::metrics::Metrics::default());
         let sink = SinkConfig {
             name: "bench".into(),
             plugin: plugin.clone(),
             config: settings,
-            limits: SinkLimits::default(),
+            limits: SinkLimits {
+                allow_brokers: brokers.names(),
+                ..SinkLimits::default()
+            },
             breaker: Default::default(),
         };
         let route = RouteConfig {
@@ -103,9 +117,14 @@ impl<'a> Harness<'a> {
         };
         let publishing = Publishing::new(vec![sink], vec![route], std::path::Path::new(""))
             .context("--plugin")?;
-        outboxd::plugin::load_publisher(&publishing, &self.config.plugins)
-            .await
-            .with_context(|| format!("cannot load the plugin {}", plugin.display()))
+        outboxd::plugin::load_publisher_with_brokers(
+            &publishing,
+            &self.config.plugins,
+            &outboxd::metrics::Metrics::default(),
+            &brokers,
+        )
+        .await
+        .with_context(|| format!("cannot load the plugin {}", plugin.display()))
     }
 }
 

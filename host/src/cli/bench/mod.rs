@@ -8,11 +8,14 @@
 //! | retention | `--retention` | [`retention`], its report [`retention_report`] |
 //! | history scaling | `--history-scaling` | [`scaling`] |
 //! | the console's pages | `--console-history` | [`console`] |
+//! | a broker beside its own client | `--plugin …/broker.wasm --broker-raw` | [`broker`] (destinations, report), [`broker_raw`] (the brokers' own clients) |
 //!
 //! The last three load old history set-based with [`history`]. Every mode connects, names its
 //! tenant, loads its publisher and writes its events through [`harness`], and prints
 //! percentiles from [`samples`].
 
+pub mod broker;
+pub mod broker_raw;
 pub mod console;
 pub mod harness;
 pub mod history;
@@ -39,6 +42,13 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
         return console::command(config, args).await;
     }
     let harness = Harness::new(config, &args)?;
+    let broker = if args.broker_raw {
+        let spec = broker::spec(config, &args)?;
+        broker::prepare(spec).await?;
+        Some(spec)
+    } else {
+        None
+    };
     let report: Box<dyn Display> = if args.retention.retention {
         let options = retention::RetentionBenchOptions::new(&args)?;
         Box::new(retention::run(&harness, &options).await?)
@@ -48,11 +58,30 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     } else if args.rate.is_some() || args.every.is_some() {
         let options = latency::LatencyOptions::new(&args);
         let publisher = harness.publisher(&args).await?;
-        Box::new(latency::run(&harness, &options, publisher).await?)
+        let report = latency::run(&harness, &options, publisher).await;
+        if let Some(spec) = broker {
+            broker::cleanup(spec).await;
+        }
+        Box::new(report?)
     } else {
         let options = throughput::BenchOptions::new(config, &args);
         let publisher = harness.publisher(&args).await?;
-        Box::new(throughput::run(&harness, &options, publisher).await?)
+        let report = throughput::run(&harness, &options, publisher).await?;
+        if broker.is_some() {
+            let outboxd = report.rows.first().map_or(0.0, |row| row.drain_rate());
+            print!("{report}");
+            let raw = broker::raw(
+                config,
+                &args,
+                options.events,
+                options.batch_size,
+                options.rooms,
+            )
+            .await?;
+            Box::new(raw.with_outboxd(outboxd))
+        } else {
+            Box::new(report)
+        }
     };
     print!("{report}");
     Ok(())

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench/brokers.sh: outboxd delivering into each broker through the shipped `broker` plugin,
+# beside that broker's own client publishing as many messages of the same shape with the same
+# confirmation in the same run (docs/PERFORMANCE.md, "Brokers").
+#
+# Per broker (BROKERS, default "nats rabbitmq redis mqtt kafka"; the connections of
+# bench/brokers.toml), on a fresh PostgreSQL database:
+#   1. throughput: EVENTS events (200 rooms) drained by outboxd (batch 1000, 1 loop) table →
+#      plugin → broker, each event marked after the broker confirmed it; then the raw client
+#      publishes EVENTS messages in batches of 1000, pipelined, each confirmed (`--broker-raw`);
+#   2. the same EVENTS through the native no-op publisher (no plugin, no broker): the
+#      database-bound ceiling of outboxd on this machine, beside which the broker run is read;
+#   3. latency: producers commit 200 rows/s for LATENCY_SECS seconds; commit → delivered
+#      (marked after the broker's confirmation) p50/p90/p99.
+# Needs the brokers of bench/brokers.toml running (Kafka: `make kafka-broker`, then
+# `.toolchains/kafka/tansu broker --listener-url tcp://127.0.0.1:9092`), and those of
+# bench/lib.sh. Environment: EVENTS (20000), LATENCY_SECS (20), BROKERS.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+EVENTS=${EVENTS:-20000}
+LATENCY_SECS=${LATENCY_SECS:-20}
+BROKERS=${BROKERS:-nats rabbitmq redis mqtt kafka}
+BROKER_PLUGIN=$REPO/plugins/out/broker.wasm
+[ -f "$BROKER_PLUGIN" ] || { echo "no plugin at $BROKER_PLUGIN: make rust-plugins" >&2; exit 1; }
+
+topic() {
+  case $1 in
+    nats | rabbitmq) echo 'outboxd-bench.{app_code}' ;;
+    redis) echo 'outboxd-bench:{app_code}' ;;
+    mqtt) echo 'outboxd-bench/{app_code}' ;;
+    kafka) echo 'outboxd-bench' ;;
+  esac
+}
+
+header "brokers: $EVENTS events per broker, then 200 events/s for ${LATENCY_SECS}s, PostgreSQL"
+: > "$WORK/summary"
+for broker in $BROKERS; do
+  fresh_db postgres "outboxd_bench_$broker"
+  args=(--plugin "$BROKER_PLUGIN" --plugin-config "connection=$broker" --plugin-config "topic=$(topic "$broker")")
+  section "$broker, throughput: outboxd bench --events $EVENTS --rooms 200 --shapes outboxd ${args[*]} --broker-raw"
+  "$OUTBOXD" --config "$REPO/bench/brokers.toml" --database-url "$URL" bench --events "$EVENTS" \
+    --rooms 200 --shapes outboxd "${args[@]}" --broker-raw | tee "$WORK/out"
+  line=$(grep '^broker:' "$WORK/out")
+  raw=$(sed -E 's/.* ([0-9]+) msg\/s confirmed.*/\1/' <<<"$line")
+  ours=$(sed -E 's/.*end to end ([0-9]+) ev\/s.*/\1/' <<<"$line")
+  ratio=$(sed -E 's/.*= ([0-9.]+)x the raw client/\1/' <<<"$line")
+  section "$broker, no-op publisher: outboxd bench --events $EVENTS --rooms 200 --shapes outboxd"
+  "$OUTBOXD" --database-url "$URL" bench --events "$EVENTS" --rooms 200 --shapes outboxd | tee "$WORK/noop"
+  noop=$(awk '$1 == "outboxd" {print $7}' "$WORK/noop")
+  section "$broker, latency: outboxd bench --rate 200 --seconds $LATENCY_SECS ${args[*]} --broker-raw"
+  "$OUTBOXD" --config "$REPO/bench/brokers.toml" --database-url "$URL" bench --rate 200 \
+    --seconds "$LATENCY_SECS" "${args[@]}" --broker-raw | tee "$WORK/lat"
+  p=$(awk '/^ *200 / {print $5 " / " $6 " / " $7}' "$WORK/lat" | head -n1)
+  printf "%-9s %10s %10s %7s %10s %7s   %s\n" "$broker" "$ours" "$raw" "${ratio}x" "$noop" \
+    "$(awk -v a="$ours" -v b="$noop" 'BEGIN { printf "%.2fx", a / b }')" "$p" >> "$WORK/summary"
+done
+
+echo
+echo "== summary (events/s: outboxd table → broker, confirmed; the raw client's confirmed msg/s; outboxd with the no-op publisher; commit → delivered at 200/s, ms)"
+printf "%-9s %10s %10s %7s %10s %7s   %s\n" broker outboxd raw "vs raw" no-op "vs no-op" "p50 / p90 / p99"
+cat "$WORK/summary"

@@ -1,0 +1,210 @@
+//! On the shared brokers: each broker's docs config delivers every event exactly once, with its
+//! headers, in per-room order; a broker that does not answer makes events retryable, never
+//! failed, and opens the sink's breaker; the checks that refuse a sink at start.
+
+use std::path::Path;
+use std::time::Duration;
+
+use outboxd::config::{Publishing, SinkConfig, SinkLimits};
+use outboxd::plugin::{PluginError, load_publisher};
+
+use super::kit::{Destination, Kind, assert_room_order, counts};
+use super::support::{Backend, TestDb, private_server::free_port, status_counts, wait_until};
+use super::{enqueue, fixtures, load, start, wait_delivered, wait_received};
+
+/// Events per delivery test: 300, or `OUTBOXD_BROKER_EVENTS` (the 100,000-event runs of
+/// docs/PERFORMANCE.md: `OUTBOXD_BROKER_EVENTS=100000 cargo test --test brokers deliver::`).
+fn events() -> usize {
+    std::env::var("OUTBOXD_BROKER_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+/// Rooms of a delivery test: 10 per 300 events, at most 1000.
+fn rooms(events: usize) -> usize {
+    (events / 30).clamp(10, 1000)
+}
+
+/// How long a delivery test waits: a minute, plus 2 ms per event.
+fn deadline(events: usize) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(2 * events as u64)
+}
+
+/// Delivers `EVENTS` events over `ROOMS` rooms through `kind`'s docs config on its shared broker.
+async fn delivers_every_event_once_in_room_order(kind: Kind) {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let Some(mut destination) = Destination::shared(kind).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = load(&destination, &db, dir.path(), |_| {});
+    let store = db.store_per_room().await;
+    let (count, within) = (events(), deadline(events()));
+    let ids = enqueue(&store, count, rooms(count)).await;
+    let started = std::time::Instant::now();
+    let (shutdown, running, _metrics) = start(config, store.clone()).await;
+    wait_delivered(&db, count, within).await;
+    let drained = started.elapsed();
+    let received = wait_received(&mut destination, &ids, within).await;
+    shutdown.cancel();
+    running.await.unwrap();
+    let counts = counts(&received);
+    let repeated: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).take(5).collect();
+    assert!(
+        repeated.is_empty(),
+        "{kind:?}: ids received more than once: {repeated:?}"
+    );
+    assert_eq!(received.len(), count, "{kind:?}");
+    for message in &received {
+        assert!(message.room.starts_with("room-"), "{kind:?}: {message:?}");
+        assert_eq!(
+            message.event_type,
+            format!("T.{}", message.room),
+            "{kind:?}"
+        );
+        assert!(message.version > 0, "{kind:?}: {message:?}");
+    }
+    assert_room_order(&received);
+    eprintln!(
+        "{kind:?}: {count} events over {} rooms delivered in {:.1} s, each id received once, \
+         per-room order kept",
+        rooms(count),
+        drained.as_secs_f64()
+    );
+    destination.cleanup().await;
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn nats_delivers_every_event_once_in_room_order() {
+    delivers_every_event_once_in_room_order(Kind::Nats).await;
+}
+
+#[tokio::test]
+async fn rabbitmq_delivers_every_event_once_in_room_order() {
+    delivers_every_event_once_in_room_order(Kind::Rabbit).await;
+}
+
+#[tokio::test]
+async fn redis_delivers_every_event_once_in_room_order() {
+    delivers_every_event_once_in_room_order(Kind::Redis).await;
+}
+
+#[tokio::test]
+async fn mqtt_delivers_every_event_once_in_room_order() {
+    delivers_every_event_once_in_room_order(Kind::Mqtt).await;
+}
+
+#[tokio::test]
+async fn kafka_delivers_every_event_once_in_room_order() {
+    delivers_every_event_once_in_room_order(Kind::Kafka).await;
+}
+
+/// A broker nobody listens for: the events stay retryable (no attempt burnt once the breaker is
+/// open, none failed), the breaker opens, the connection counts as down.
+#[tokio::test]
+async fn a_broker_that_is_down_leaves_events_retryable_and_opens_the_breaker() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redis://127.0.0.1:{}/0", free_port());
+    // A destination object only for its config: nothing listens at `url`.
+    let Some(shared) = Destination::shared(Kind::Redis).await else {
+        return;
+    };
+    let mut fake = shared;
+    fake.url = url;
+    let config = load(&fake, &db, dir.path(), |table| {
+        let sink = &mut table["sink"].as_array_mut().unwrap()[0];
+        let mut breaker = toml::Table::new();
+        breaker.insert("failures".into(), 2.into());
+        breaker.insert("cool_down".into(), "30s".into());
+        sink.as_table_mut()
+            .unwrap()
+            .insert("breaker".into(), breaker.into());
+        let mut retry = toml::Table::new();
+        retry.insert("strategy".into(), "fixed_interval".into());
+        retry.insert("interval".into(), "100ms".into());
+        retry.insert("max_attempts".into(), 10.into());
+        table.insert("retry".into(), retry.into());
+    });
+    let store = db.store_default().await;
+    enqueue(&store, 20, 4).await;
+    let service = outboxd::service::Service::bind(config, store.clone())
+        .await
+        .unwrap();
+    let metrics = service.metrics().clone();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(service.run(outboxd::worker::RunMode::Forever, shutdown.clone()));
+    wait_until("the breaker opens", Duration::from_secs(30), || async {
+        let text = metrics.encode();
+        if text.contains(r#"outboxd_breaker_state{sink="redis"} 1"#) {
+            Ok(())
+        } else {
+            Err(text
+                .lines()
+                .filter(|l| l.contains("breaker"))
+                .map(str::to_string)
+                .collect::<Vec<_>>())
+        }
+    })
+    .await;
+    let c = status_counts(&store).await;
+    assert_eq!((c.delivered, c.failed), (0, 0), "{c:?}");
+    let rows = db.all_rows(outboxd::store::DEFAULT_TABLE).await;
+    let error = rows
+        .iter()
+        .find_map(|r| r.last_error.clone())
+        .expect("a retryable row carries the reason");
+    assert!(
+        error.contains("broker `redis` (redis) is unreachable"),
+        "{error}"
+    );
+    assert!(!metrics.brokers().connected("redis"));
+    assert!(metrics.brokers().errors("redis", "connect") > 0);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    fake.cleanup().await;
+    db.cleanup().await;
+}
+
+/// A sink whose `limits.allow_brokers` names an unknown connection is refused naming the key; a
+/// plugin importing `broker` on a sink that may use none is refused naming the sink.
+#[tokio::test]
+async fn sinks_without_their_broker_are_refused() {
+    let error = outboxd::config::Config::from_toml_str(
+        "[[sink]]\nname = \"s\"\nplugin = \"b.wasm\"\nlimits = { allow_brokers = [\"evnets\"] }\n\
+         [[broker]]\nname = \"events\"\nkind = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\n",
+        std::iter::empty(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("sink[0].limits.allow_brokers") && error.contains("`evnets`"),
+        "{error}"
+    );
+    let sink = SinkConfig {
+        name: "bus".into(),
+        plugin: fixtures::plugin("broker"),
+        config: [("connection".to_string(), "events".to_string())].into(),
+        limits: SinkLimits::default(),
+        breaker: Default::default(),
+    };
+    let publishing = Publishing::new(vec![sink], Vec::new(), Path::new("")).unwrap();
+    let error = load_publisher(&publishing, &fixtures::settings())
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(error, PluginError::BrokerNotAllowed { .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("limits.allow_brokers"),
+        "{error}"
+    );
+}
