@@ -200,7 +200,7 @@ bench: build
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
+.PHONY: bench-ab release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd
 
@@ -221,6 +221,13 @@ bench-isolation: release
 
 bench-plugins: release
 	bash bench/plugins.sh
+
+## bench-ab OLD=BINARY [NEW=BINARY]: two builds alternated on each database (throughput over the
+## raw loop, latency at 200/s): the before/after check of a change (bench/ab.sh).
+NEW ?= target/release/outboxd
+bench-ab: release
+	@[ -n "$(OLD)" ] || { echo "usage: make bench-ab OLD=path/to/old/outboxd [NEW=…]" >&2; exit 2; }
+	bash bench/ab.sh $(OLD) $(NEW)
 
 bench-brokers: release
 	bash bench/brokers.sh
