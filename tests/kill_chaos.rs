@@ -18,7 +18,7 @@
 //!
 //! Bounded by default (the form `make test` runs: 3,000 events over 50 rooms, per-room
 //! ordering); `OUTBOXD_CHAOS=full` (`make chaos`) runs 1,000,000 events over 500 rooms with 4
-//! hosts and 40 kills, unordered (see `scale` for why). Without the server binaries the test prints
+//! hosts and 40 kills, per-room ordering. Without the server binaries the test prints
 //! `SKIPPED …`, and fails when `CI=true`. `OUTBOXD_CHAOS_PG_BIN` overrides the PostgreSQL
 //! binaries' folder. The private servers are `tests/support/private_server.rs`, the proxy
 //! `tests/support/tcp_proxy.rs`.
@@ -69,10 +69,9 @@ fn scale() -> Scale {
             batch_size: 200,
             bound: Duration::from_secs(540),
             expect_duplicates: true,
-            // Per-room claims over a backlog of 2,000 events per room scan the blocked rows of
-            // every room whose head is in flight (about 100 events/s here at 1M): the full form
-            // checks the delivery spine at scale, the bounded form checks per-room order.
-            per_room: false,
+            // 2,000 events per room: a per-room claim reads room heads, one seek per room, not
+            // the backlog behind them.
+            per_room: true,
         }
     } else {
         Scale {

@@ -90,8 +90,12 @@ async fn purge_reads_an_index_range_and_deletes_by_primary_key(backend: Backend)
     };
     let store = db.store_default().await;
     seed(&db).await;
-    let (select, delete) =
-        statement_texts(backend, &TableName::default(), PurgeStatus::Delivered, DELETE_IDS);
+    let (select, delete) = statement_texts(
+        backend,
+        &TableName::default(),
+        PurgeStatus::Delivered,
+        DELETE_IDS,
+    );
     match backend {
         Backend::MySql => check_mysql(&db, &select, &delete).await,
         Backend::Postgres => check_postgres(&db, &select, &delete).await,

@@ -11,6 +11,7 @@
 mod support;
 
 use outboxd::record::now_ms;
+use outboxd::store::room_cursor::RoomWalk;
 use outboxd::store::schema::migrations;
 use outboxd::store::statement::claim::{ClaimBranch, Statements};
 use outboxd::store::statement::{Arg, Bound};
@@ -94,24 +95,38 @@ fn branch_index(branch: ClaimBranch) -> String {
 
 /// Every step that reads the outbox is an index SEARCH (never a SCAN of the table or of a whole
 /// index), the claim's (alias `c`) on the branch's index, each per-room probe's (alias `p`) on
-/// the room index with the status in its key.
+/// the room index with the status in its key. The pending branch of a per-room claim walks the
+/// room index instead (alias `x`: each room's head, one seek per room) and reads each head (`c`)
+/// by primary key, probing the other two active statuses.
 fn check_claim(branch: ClaimBranch, ordering: DeliveryOrder, plan: &[String]) {
     let context = format!("{branch:?}/{ordering:?}:\n  {}", plan.join("\n  "));
+    let room_heads = (branch, ordering) == (ClaimBranch::Pending, DeliveryOrder::PerRoom);
     let mut claim = false;
-    let mut probes = 0;
+    let (mut probes, mut seeks) = (0, 0);
     for step in plan {
-        assert!(!step.starts_with("SCAN "), "full scan\n{context}");
+        assert!(!step.starts_with("SCAN ") || step == "SCAN w", "full scan\n{context}");
         if step.starts_with("SEARCH c ") {
             claim = true;
+            let claim_index = if room_heads {
+                format!("sqlite_autoindex_{DEFAULT_TABLE}_1 (app_code=? AND event_id=?)")
+            } else {
+                format!("{} (", branch_index(branch))
+            };
             assert!(
-                step.contains(&format!("INDEX {} (", branch_index(branch))),
+                step.contains(&format!("INDEX {claim_index}")),
                 "claim index\n{context}"
+            );
+        } else if step.starts_with("SEARCH x ") {
+            seeks += 1;
+            assert!(
+                step.contains(&format!("INDEX {} (app_code=? AND status=?", index("room"))),
+                "room head\n{context}"
             );
         } else if step.starts_with("SEARCH p ") {
             probes += 1;
             assert!(
                 step.contains(&format!(
-                    "INDEX {} (app_code=? AND room_id=? AND status=?",
+                    "INDEX {} (app_code=? AND status=? AND room_id=?",
                     index("room")
                 )),
                 "room probe\n{context}"
@@ -119,12 +134,13 @@ fn check_claim(branch: ClaimBranch, ordering: DeliveryOrder, plan: &[String]) {
         }
     }
     assert!(claim, "no step reads the outbox\n{context}");
-    let expected = if ordering == DeliveryOrder::PerRoom {
-        3
-    } else {
-        0
+    let expected = match ordering {
+        DeliveryOrder::PerRoom if room_heads => 2,
+        DeliveryOrder::PerRoom => 3,
+        DeliveryOrder::None => 0,
     };
     assert_eq!(probes, expected, "room probes\n{context}");
+    assert_eq!(seeks > 0, room_heads, "room heads\n{context}");
 }
 
 /// A statement reaching rows by key: a SEARCH of the primary key or of the lease index with the
@@ -147,6 +163,20 @@ fn check_by_key(name: &str, plan: &[String]) {
     );
 }
 
+/// A claim of 100 rows for the seeded tenant at `NOW` with `ordering`.
+fn claim_params(ordering: DeliveryOrder) -> ClaimParams {
+    ClaimParams {
+        app_code: APP.into(),
+        worker_id: "w-new".into(),
+        limit: 100,
+        lease_ms: 1_000,
+        now_ms: NOW,
+        max_attempts: 100,
+        ordering,
+        scan_due: true,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
     let db = TestDb::new(Backend::Sqlite).await.expect("SQLite");
@@ -167,12 +197,12 @@ async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
     let statements = Statements::new(Backend::Sqlite, &TableName::default());
     for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
         for branch in ClaimBranch::ALL {
-            let mut args = vec![Arg::from(APP)];
-            if branch != ClaimBranch::Pending {
-                args.push(Arg::Int(NOW));
-            }
-            args.push(Arg::Int(10));
-            let plan = plan(&db, statements.claim_statement(branch, ordering), &args).await;
+            let mut params = claim_params(ordering);
+            params.limit = 10;
+            let all = RoomWalk::Head;
+            let query = statements.claim_query_walk(branch, &params, 10, &all);
+            assert_eq!(&*query.sql, statements.claim_statement(branch, ordering));
+            let plan = plan(&db, &query.sql, &query.args).await;
             check_claim(branch, ordering, &plan);
         }
     }
@@ -180,16 +210,7 @@ async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
     // The statements explained are the ones the store runs: a real claim takes the live rows in
     // branch order, per room too, and leaves history, failed rows, not-due retries and live
     // leases alone.
-    let params = |ordering| ClaimParams {
-        app_code: APP.into(),
-        worker_id: "w-new".into(),
-        limit: 100,
-        lease_ms: 1_000,
-        now_ms: NOW,
-        max_attempts: 100,
-        ordering,
-        scan_due: true,
-    };
+    let params = claim_params;
     let per_room = store
         .claim(&params(DeliveryOrder::PerRoom))
         .await

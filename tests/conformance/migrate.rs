@@ -17,6 +17,7 @@ crate::support::per_backend!(
     migrate_refuses_a_room_index_name_with_other_columns,
     migrate_drops_the_room_index_of_an_earlier_version,
     migrate_keeps_the_room_index_of_an_earlier_version_when_asked,
+    migrate_rebuilds_a_room_index_of_the_former_columns,
 );
 
 /// `migrate` with the room index (`outboxd migrate` with `worker.ordering = "per-room"`).
@@ -421,7 +422,7 @@ async fn migrate_refuses_a_room_index_name_with_other_columns(backend: Backend) 
     assert!(
         message.contains(
             "index idx_room_outbox_room on room_outbox has columns (app_code, room_id) \
-             but outboxd needs (app_code, room_id, status, created_at_ms, event_id)"
+             but outboxd needs (app_code, status, room_id, created_at_ms, event_id)"
         ),
         "{message}"
     );
@@ -530,4 +531,87 @@ async fn migrate_keeps_the_room_index_of_an_earlier_version_when_asked(backend: 
     let mut p = crate::helpers::params(APP, "w1", 10, 1_000, 1_000);
     p.ordering = outboxd::store::DeliveryOrder::PerRoom;
     assert_eq!(ids(&crate::helpers::claim(&store, p).await), strs(&["e1"]));
+}
+
+/// A per-room table whose room index has the columns earlier builds gave it
+/// `(app_code, room_id, status, …)` (which serves the probes but not the room heads): a per-room
+/// worker refuses to start and says to migrate; `migrate` with the room index rebuilds it, with
+/// rows in every state, and per-room claims go on where they were.
+async fn migrate_rebuilds_a_room_index_of_the_former_columns(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let name = "idx_room_outbox_room";
+    db.execute(
+        &format!(
+            "CREATE INDEX {name} ON {DEFAULT_TABLE} (app_code, room_id, status, created_at_ms, event_id)"
+        ),
+        &[],
+    )
+    .await;
+    let heads = [
+        record(APP, "a1", "ra", 1),
+        record(APP, "b1", "rb", 3),
+        record(APP, "c1", "rc", 4),
+        record(APP, "d1", "rd", 6),
+    ];
+    enqueue(&store, &heads).await;
+    let claimed = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    assert_eq!(ids(&claimed), strs(&["a1", "b1", "c1", "d1"]));
+    let marks = [
+        delivered("a1"),
+        crate::helpers::retryable("b1", 1_000_000, "later"),
+        crate::helpers::failed("c1", "dead"),
+    ];
+    mark(&store, &claimed.lease, &marks, 1_010).await;
+    enqueue(
+        &store,
+        &[
+            record(APP, "a2", "ra", 7),
+            record(APP, "b2", "rb", 8),
+            record(APP, "c2", "rc", 9),
+            record(APP, "d2", "rd", 10),
+        ],
+    )
+    .await;
+    // a1 delivered, b1 retryable, c1 failed, d1 delivering; the second events pending.
+    let refused = store
+        .check_ordering(outboxd::store::DeliveryOrder::PerRoom)
+        .await
+        .expect_err("the room index of the former columns");
+    assert!(
+        refused.to_string().contains("run `outboxd migrate`"),
+        "{refused}"
+    );
+    store.migrate_with(&WITH_ROOM_INDEX).await.unwrap();
+    assert_eq!(
+        db.index_columns(DEFAULT_TABLE).await.get(name).cloned(),
+        Some(strs(&[
+            "app_code",
+            "status",
+            "room_id",
+            "created_at_ms",
+            "event_id"
+        ]))
+    );
+    store
+        .check_ordering(outboxd::store::DeliveryOrder::PerRoom)
+        .await
+        .expect("per-room ordering after the rebuild");
+    // a2 follows its delivered head, c2 its failed one; b2 waits behind its retryable head, d2
+    // behind its lease.
+    let mut p = crate::helpers::params(APP, "w2", 10, 1_020, 1_000);
+    p.ordering = outboxd::store::DeliveryOrder::PerRoom;
+    let mut got = ids(&crate::helpers::claim(&store, p).await);
+    got.sort();
+    assert_eq!(got, strs(&["a2", "c2"]));
+    for (id, status) in [
+        ("a1", "delivered"),
+        ("b1", "retryable"),
+        ("c1", "failed"),
+        ("d1", "delivering"),
+    ] {
+        assert_eq!(status_of(&db, APP, id).await, status, "{id}");
+    }
 }

@@ -55,14 +55,14 @@ async fn per_room_ordering_is_refused_without_the_room_index(backend: Backend) {
         .expect_err("per-room ordering without the room index");
     assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
     let missing = "outbox table schema: table room_outbox has no index idx_room_outbox_room \
-                   (app_code, room_id, status, created_at_ms, event_id), which worker.ordering = \
+                   (app_code, status, room_id, created_at_ms, event_id), which worker.ordering = \
                    \"per-room\" needs (without it every per-room claim scans the tenant's backlog): \
                    run `outboxd migrate` with worker.ordering = \"per-room\" (or `outboxd migrate \
                    --room-index`) first";
     assert_eq!(err.to_string(), missing);
 
     db.execute(
-        "CREATE INDEX by_room ON room_outbox (app_code, room_id, status, created_at_ms, event_id)",
+        "CREATE INDEX by_room ON room_outbox (app_code, status, room_id, created_at_ms, event_id)",
         &[],
     )
     .await;

@@ -35,6 +35,20 @@ pub enum Bind {
     StrList(Vec<String>),
 }
 
+impl Bind {
+    /// The value a store statement binds ([`outboxd::store::statement::Arg`]), to run that
+    /// statement as it is here.
+    pub fn from_arg(arg: &outboxd::store::statement::Arg) -> Bind {
+        use outboxd::store::statement::Arg;
+        match arg {
+            Arg::Text(v) => Bind::Str(v.clone()),
+            Arg::Int(v) => Bind::I64(*v),
+            Arg::Bytes(v) => Bind::Bytes(v.clone()),
+            Arg::TextList(v) => Bind::StrList(v.clone()),
+        }
+    }
+}
+
 /// How a database binds a [`Bind::StrList`]: as one array where it has arrays.
 pub trait BindList: sqlx::Database {
     /// `query` with `values` bound as the next parameter.

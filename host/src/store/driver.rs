@@ -1,5 +1,5 @@
 //! What a backend store provides to the shared operations ([`Driver`]: its pool, its statements,
-//! how it begins a write transaction, its claim positions), and the one retry of transactions the
+//! how it begins a write transaction, its claim positions and room cursors), and the one retry of transactions the
 //! database aborted as transient ([`retry_transient`]).
 
 use std::time::Duration;
@@ -8,6 +8,7 @@ use sqlx::Database;
 
 use super::StoreError;
 use super::claim_position::ClaimPositions;
+use super::room_cursor::RoomCursors;
 use super::session::Session;
 use super::statement::claim::Statements;
 use crate::record;
@@ -34,6 +35,10 @@ pub(crate) trait Driver: Send + Sync {
     fn positions(&self) -> Option<&ClaimPositions> {
         None
     }
+
+    /// The room cursors the store remembers between per-room claims
+    /// ([`super::room_cursor`]).
+    fn room_cursors(&self) -> &RoomCursors;
 }
 
 /// Wraps a driver error with the operation it happened in.

@@ -139,7 +139,7 @@ async fn claim_once<D: ClaimOps>(
     let mut tx = driver.begin_claim().await?;
     steps[1] = Instant::now();
     let positions = driver.positions();
-    let read = read_branches(&mut *tx, driver, positions, params, branches, &mut batch).await?;
+    let reads = read_branches(&mut *tx, driver, positions, params, branches, &mut batch).await?;
     steps[2] = Instant::now();
     driver.lease_and_reject(&mut *tx, params, &batch).await?;
     steps[3] = Instant::now();
@@ -148,7 +148,10 @@ async fn claim_once<D: ClaimOps>(
     log_if_slow(steps, batch.events.len() + batch.rejected.len());
     // Remembered only once the claim is committed: a rolled-back claim's rows are pending again,
     // below where it read.
-    if let (Some(positions), Some(read)) = (positions, read) {
+    if let Some(last_room) = reads.last_room {
+        driver.room_cursors().record(&params.app_code, last_room);
+    }
+    if let (Some(positions), Some(read)) = (positions, reads.pending) {
         positions.record(
             &params.app_code,
             params.now_ms,
@@ -160,10 +163,19 @@ async fn claim_once<D: ClaimOps>(
     Ok(batch)
 }
 
+/// Where a claim's pending branch read, to be remembered once the claim commits.
+#[derive(Default)]
+struct Reads {
+    /// From the claim position (no ordering, where the store keeps positions).
+    pending: Option<PendingRead>,
+    /// The room of the last head a per-room claim read (`Some(None)`: it read none).
+    last_room: Option<Option<String>>,
+}
+
 /// Reads `branches` in order into `batch` (each up to the rows still wanted; rejected rows
 /// count), judging every row. With `positions`, the pending branch (without ordering) reads from
-/// the tenant's claim position ([`pending_from_position`]); what it read is returned, to be
-/// remembered once the claim commits.
+/// the tenant's claim position ([`pending_from_position`]); with per-room ordering it reads room
+/// heads from the room cursor ([`room_heads`]). Where they read is returned.
 async fn read_branches<D: ClaimOps, S: Session>(
     session: &mut S,
     driver: &D,
@@ -171,17 +183,25 @@ async fn read_branches<D: ClaimOps, S: Session>(
     params: &ClaimParams,
     branches: &[ClaimBranch],
     batch: &mut ClaimBatch,
-) -> Result<Option<PendingRead>, StoreError> {
+) -> Result<Reads, StoreError> {
     const OP: &str = "claim";
     let limit = params.limit as usize;
     let mut taken = 0;
-    let mut read = None;
+    let mut reads = Reads::default();
     for &branch in branches {
         let remaining = limit - taken;
         if remaining == 0 {
             break;
         }
+        let per_room_pending =
+            branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::PerRoom;
         let rows = match positions {
+            _ if per_room_pending => {
+                let (rows, last_room) =
+                    room_heads(session, driver, params, &batch.lease, remaining).await?;
+                reads.last_room = Some(last_room);
+                rows
+            }
             Some(positions)
                 if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::None =>
             {
@@ -189,7 +209,7 @@ async fn read_branches<D: ClaimOps, S: Session>(
                 let (rows, pending) =
                     pending_from_position(session, driver, start, params, &batch.lease, remaining)
                         .await?;
-                read = Some(pending);
+                reads.pending = Some(pending);
                 rows
             }
             _ => branch_rows(session, driver, branch, params, &batch.lease, remaining)
@@ -207,7 +227,36 @@ async fn read_branches<D: ClaimOps, S: Session>(
             break;
         }
     }
-    Ok(read)
+    Ok(reads)
+}
+
+/// The pending branch of a per-room claim: up to `limit` room heads from the tenant's room
+/// cursor on ([`crate::store::room_cursor`]), then, when the rooms after the cursor come back
+/// short, from the rooms up to it; and the room of the last head read (the next cursor).
+async fn room_heads<D: ClaimOps, S: Session>(
+    session: &mut S,
+    driver: &D,
+    params: &ClaimParams,
+    lease: &Lease,
+    limit: usize,
+) -> Result<(Vec<CandidateRow>, Option<String>), StoreError> {
+    let statements = driver.statements();
+    let mut walk = Some(driver.room_cursors().start(&params.app_code));
+    let (mut rows, mut last_room) = (Vec::new(), None);
+    while let Some(rooms) = walk.take() {
+        let wanted = limit - rows.len();
+        let query = statements.claim_statement_by_room(params, lease, &rooms, wanted);
+        let read = driver
+            .claimed_rows(session, query)
+            .await
+            .map_err(db("claim"))?;
+        if let Some(row) = read.last() {
+            last_room = Some(row.room_id.clone());
+        }
+        walk = rooms.then(read.len(), wanted);
+        rows.extend(read);
+    }
+    Ok((rows, last_room))
 }
 
 /// Fails the rows a claim without a lease on them rejected (`worker_id` keeps the last worker

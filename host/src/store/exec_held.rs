@@ -13,13 +13,14 @@ use super::driver::{Driver, begin_write, db, retry_transient};
 use super::exec_claim::fail_rejected;
 use super::held::{HeldBatch, HeldTransaction};
 use super::judge::judge;
+use super::room_cursor::RoomWalk;
 use super::row::CandidateRow;
 use super::session::Session;
 use super::statement::MAX_ROWS_PER_STATEMENT;
 use super::statement::claim::ClaimBranch;
 use super::statement::held::mark_held_rows;
 use crate::record;
-use crate::store::{Backend, ClaimParams, StoreError, TableName};
+use crate::store::{Backend, ClaimParams, DeliveryOrder, StoreError, TableName};
 
 /// Claims up to `params.limit` rows (pending, then due retryable, in the leased claim's order;
 /// never an expired lease: see [`HELD_BRANCHES`]) and keeps them locked in the returned batch's
@@ -54,16 +55,20 @@ pub(crate) trait HeldOps: Driver + Sized {
         begin_write(self, HELD_OP).await
     }
 
-    /// The rows of one branch, up to `limit`, in the branch's order, each with the address the
-    /// held mark reaches it by (`None`: by primary key).
+    /// The rows of one branch, up to `limit`, in the branch's order (with per-room ordering, the
+    /// pending branch's heads of the rooms `walk` covers), each with the address the held mark
+    /// reaches it by (`None`: by primary key).
     async fn held_rows<S: Session>(
         &self,
         session: &mut S,
         branch: ClaimBranch,
         params: &ClaimParams,
         limit: usize,
+        walk: &RoomWalk,
     ) -> Result<Vec<(CandidateRow, Option<String>)>, sqlx::Error> {
-        let query = self.statements().claim_query(branch, params, limit);
+        let query = self
+            .statements()
+            .claim_query_walk(branch, params, limit, walk);
         let rows = session.rows::<CandidateRow>(query).await?;
         Ok(rows.into_iter().map(|row| (row, None)).collect())
     }
@@ -110,10 +115,15 @@ where
         if remaining == 0 {
             break;
         }
-        let rows = driver
-            .held_rows(&mut *tx, branch, params, remaining)
-            .await
-            .map_err(db(OP))?;
+        let rows = if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::PerRoom {
+            held_room_heads(&mut *tx, driver, params, remaining).await?
+        } else {
+            let all = RoomWalk::Head;
+            driver
+                .held_rows(&mut *tx, branch, params, remaining, &all)
+                .await
+                .map_err(db(OP))?
+        };
         taken += rows.len();
         for (row, address) in rows {
             match judge(&params.app_code, row, branch, params.max_attempts) {
@@ -152,6 +162,33 @@ where
         rejected,
         Some(Box::new(transaction)),
     ))
+}
+
+/// The pending branch of a per-room held claim: up to `limit` room heads from the tenant's room
+/// cursor on, then from the rooms up to it when those come back short, as the leased claim reads
+/// them (`exec_claim.rs`); the room of the last head read becomes the cursor.
+async fn held_room_heads<D: HeldOps, S: Session>(
+    session: &mut S,
+    driver: &D,
+    params: &ClaimParams,
+    limit: usize,
+) -> Result<Vec<(CandidateRow, Option<String>)>, StoreError> {
+    let mut walk = Some(driver.room_cursors().start(&params.app_code));
+    let (mut rows, mut last_room) = (Vec::new(), None);
+    while let Some(rooms) = walk.take() {
+        let wanted = limit - rows.len();
+        let read = driver
+            .held_rows(session, ClaimBranch::Pending, params, wanted, &rooms)
+            .await
+            .map_err(db(HELD_OP))?;
+        if let Some((row, _)) = read.last() {
+            last_room = Some(row.room_id.clone());
+        }
+        walk = rooms.then(read.len(), wanted);
+        rows.extend(read);
+    }
+    driver.room_cursors().record(&params.app_code, last_room);
+    Ok(rows)
 }
 
 /// A held claim's open transaction (dropping it rolls back: sqlx queues the ROLLBACK and the

@@ -87,6 +87,7 @@ mod maintenance;
 mod migration;
 pub mod mysql;
 pub mod postgres;
+pub mod room_cursor;
 mod room_index;
 mod row;
 pub mod schema;
@@ -158,7 +159,7 @@ pub enum DeliveryOrder {
 /// What [`OutboxStore::migrate_with`] adds to the base schema.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MigrateOptions {
-    /// Create the room index `idx_<table>_room (app_code, room_id, status, created_at_ms,
+    /// Create the room index `idx_<table>_room (app_code, status, room_id, created_at_ms,
     /// event_id)` (on SQLite: of live rows only), which per-room claims need
     /// ([`DeliveryOrder::PerRoom`]). Off by default: every status change also rewrites its entry.
     pub room_index: bool,

@@ -5,7 +5,7 @@
 //! scan the tenant's backlog. (The index itself is [`super::schema`]'s `ROOM_INDEX`.)
 
 use super::driver::{Driver, db};
-use super::schema::{ROOM_INDEX, has_index_columns, same_columns, table_indexes};
+use super::schema::{ROOM_INDEX, has_index_columns, same_column_list, same_columns, table_indexes};
 use super::{DeliveryOrder, StoreError};
 
 /// Ok when claims with `ordering` find the indexes they read: always without ordering; with
@@ -33,7 +33,18 @@ pub(crate) async fn check_ordering<D: Driver>(
         .iter()
         .find(|(_, columns)| same_columns(columns, &ROOM_INDEX))
         .map(|(other, _)| other.as_str());
+    let former = indexes.iter().any(|(existing, columns)| {
+        existing.eq_ignore_ascii_case(&name)
+            && ROOM_INDEX
+                .former_columns
+                .iter()
+                .any(|former| same_column_list(columns, former))
+    });
     let note = match other_name {
+        _ if former => format!(
+            "; {name} has the columns of an earlier version, which cannot read room heads \
+             (`outboxd migrate` rebuilds it)"
+        ),
         Some(other) => format!(
             "; index {other} has its columns, but the per-room claims name {name} on this \
              database (drop {other} once {name} exists)"

@@ -1,11 +1,16 @@
-//! MariaDB's claim position: the pending branch's bound written as two ranges on the pending
-//! index's full key, since MariaDB's range optimizer seeks a row comparison
-//! `(created_at_ms, event_id) > (?, ?)` on `created_at_ms` alone and reads a backlog written in
-//! one millisecond from its head (EXPLAIN's `key_len`).
+//! MariaDB's claim: the claim position's bound written as two ranges on the pending index's full
+//! key, since MariaDB's range optimizer seeks a row comparison `(created_at_ms, event_id) > (?, ?)`
+//! on `created_at_ms` alone and reads a backlog written in one millisecond from its head
+//! (EXPLAIN's `key_len`); and the per-room claim's room heads read by a loose index scan
+//! ([`write_room_heads`]).
 
+use crate::record::Status;
 use crate::store::claim_position::ClaimPosition;
+use crate::store::room_cursor::RoomWalk;
 use crate::store::statement::claim::PositionSide;
+use crate::store::statement::claim::room_heads::{room_index_hint, write_room_probes};
 use crate::store::statement::{Arg, SqlBuilder};
+use crate::store::{Backend, TableName};
 
 /// Writes `created_at_ms > ? OR (created_at_ms = ? AND event_id > ?)` (or its `UpTo` side):
 /// two ranges on the full key.
@@ -35,4 +40,73 @@ pub(crate) fn position_args(position: &ClaimPosition) -> Vec<Arg> {
         created,
         Arg::from(position.event_id.as_str()),
     ]
+}
+
+/// Writes MariaDB's pending branch of a per-room claim, returning `columns` (of alias `c`): the
+/// rooms' first pending `created_at_ms` read by a loose index scan of the room index (one seek
+/// per room with pending events, EXPLAIN's "Using index for group-by"; written with `BETWEEN`
+/// bounds and every key column in the `GROUP BY`, the form whose loose scan MariaDB 10.11 plans:
+/// with `app_code = ?` it scans the tenant's pending entries), each room's head found by that key,
+/// and handed out when no earlier event of its room is pending (a tie in the same millisecond,
+/// or a head committed after the scan), retryable or delivering. The scan is a plain read: only
+/// the heads are locked. Binds what [`room_heads_args`] lists, then the row limit.
+pub(crate) fn write_room_heads(
+    b: &mut SqlBuilder,
+    table: &TableName,
+    columns: &str,
+    walk: Option<PositionSide>,
+) {
+    let t = table.as_str();
+    let hint = room_index_hint(Backend::MySql, table);
+    b.push("SELECT ")
+        .push(columns)
+        .push(" FROM (SELECT x.room_id, MIN(x.created_at_ms) AS head_at FROM ")
+        .push(t)
+        .push(" x")
+        .push(&hint)
+        .push(" WHERE x.app_code BETWEEN ")
+        .placeholder()
+        .push(" AND ")
+        .placeholder()
+        .push(" AND x.status BETWEEN ")
+        .status(Status::Pending)
+        .push(" AND ")
+        .status(Status::Pending);
+    match walk {
+        None => {}
+        Some(PositionSide::After) => {
+            b.push(" AND x.room_id > ").placeholder();
+        }
+        Some(PositionSide::UpTo) => {
+            b.push(" AND x.room_id <= ").placeholder();
+        }
+    }
+    b.push(" GROUP BY x.app_code, x.status, x.room_id) h JOIN ")
+        .push(t)
+        .push(" c")
+        .push(&hint)
+        .push(" ON c.app_code = ")
+        .placeholder()
+        .push(" AND c.status = ")
+        .status(Status::Pending)
+        .push(" AND c.room_id = h.room_id AND c.created_at_ms = h.head_at WHERE 1 = 1");
+    write_room_probes(
+        b,
+        Backend::MySql,
+        table,
+        &[Status::Pending, Status::Retryable, Status::Delivering],
+    );
+    b.push(" LIMIT ")
+        .placeholder()
+        .push(" FOR UPDATE SKIP LOCKED");
+}
+
+/// The values [`write_room_heads`] binds before the row limit.
+pub(crate) fn room_heads_args(app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
+    let mut args = vec![Arg::from(app_code), Arg::from(app_code)];
+    if let Some(cursor) = walk.cursor() {
+        args.push(Arg::from(cursor));
+    }
+    args.push(Arg::from(app_code));
+    args
 }

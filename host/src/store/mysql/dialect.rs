@@ -2,6 +2,7 @@
 
 use crate::store::claim_position::ClaimPosition;
 use crate::store::migration::Migration;
+use crate::store::room_cursor::RoomWalk;
 use crate::store::statement::claim::PositionSide;
 use crate::store::statement::mark::mark_rows_counted;
 use crate::store::statement::{Arg, Bound, SqlBuilder, SqlDialect};
@@ -55,6 +56,22 @@ impl SqlDialect for MySqlDialect {
     /// (tests/stale_plans.rs).
     fn room_probe_index_hint(&self, name: &str) -> Option<String> {
         Some(format!(" FORCE INDEX ({name})"))
+    }
+
+    /// The room heads by a loose index scan: MariaDB runs the default walk's correlated
+    /// `room_id > w.room_id` as a scan of the tenant's pending entries (`claim.rs`).
+    fn write_room_heads(
+        &self,
+        b: &mut SqlBuilder,
+        table: &TableName,
+        columns: &str,
+        walk: Option<PositionSide>,
+    ) {
+        super::claim::write_room_heads(b, table, columns, walk);
+    }
+
+    fn room_heads_args(&self, app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
+        super::claim::room_heads_args(app_code, walk)
     }
 
     /// The row comparison is a range on `created_at_ms` alone in MariaDB (EXPLAIN's `key_len`):

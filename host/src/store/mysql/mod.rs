@@ -23,6 +23,7 @@ use super::exec;
 use super::exec_claim::ClaimOps;
 use super::exec_held::HeldOps;
 use super::impl_store::impl_store;
+use super::room_cursor::RoomCursors;
 use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
@@ -38,6 +39,7 @@ pub struct MySqlStore {
     pool: MySqlPool,
     statements: Statements,
     positions: Arc<ClaimPositions>,
+    room_cursors: Arc<RoomCursors>,
 }
 
 impl MySqlStore {
@@ -73,6 +75,7 @@ impl MySqlStore {
             pool,
             statements: Statements::new(Backend::MySql, &options.table),
             positions: Arc::default(),
+            room_cursors: Arc::default(),
         })
     }
 
@@ -160,6 +163,10 @@ impl Driver for MySqlStore {
     /// where the last full claim stopped ([`super::claim_position`]).
     fn positions(&self) -> Option<&ClaimPositions> {
         Some(&self.positions)
+    }
+
+    fn room_cursors(&self) -> &RoomCursors {
+        &self.room_cursors
     }
 }
 

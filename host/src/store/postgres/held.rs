@@ -5,6 +5,7 @@
 use super::PostgresStore;
 use crate::store::driver::{begin_write, db};
 use crate::store::exec_held::{HELD_OP, HeldOps};
+use crate::store::room_cursor::RoomWalk;
 use crate::store::row::{AddressedRow, CandidateRow};
 use crate::store::session::Session;
 use crate::store::statement::claim::ClaimBranch;
@@ -42,11 +43,12 @@ impl HeldOps for PostgresStore {
         branch: ClaimBranch,
         params: &ClaimParams,
         limit: usize,
+        walk: &RoomWalk,
     ) -> Result<Vec<(CandidateRow, Option<String>)>, sqlx::Error> {
         let address = HELD_ROW_ADDRESS.select;
         let query = self
             .statements
-            .claim_query_with_address(branch, params, limit, address);
+            .claim_query_with_address(branch, params, limit, address, walk);
         let rows = session.rows::<AddressedRow>(query).await?;
         Ok(rows
             .into_iter()

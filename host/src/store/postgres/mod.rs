@@ -23,6 +23,7 @@ use super::claim_position::ClaimPositions;
 use super::driver::Driver;
 use super::exec;
 use super::impl_store::impl_store;
+use super::room_cursor::RoomCursors;
 use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
@@ -36,6 +37,7 @@ pub struct PostgresStore {
     pool: PgPool,
     statements: Statements,
     positions: Arc<ClaimPositions>,
+    room_cursors: Arc<RoomCursors>,
 }
 
 impl PostgresStore {
@@ -59,6 +61,7 @@ impl PostgresStore {
             pool,
             statements: Statements::new(Backend::Postgres, &options.table),
             positions: Arc::default(),
+            room_cursors: Arc::default(),
         })
     }
 
@@ -107,6 +110,10 @@ impl Driver for PostgresStore {
     /// backlog from where the last full claim stopped ([`super::claim_position`]).
     fn positions(&self) -> Option<&ClaimPositions> {
         Some(&self.positions)
+    }
+
+    fn room_cursors(&self) -> &RoomCursors {
+        &self.room_cursors
     }
 }
 

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use super::{
-    CLAIM_INDEXES, CREATE_BOOKKEEPING, ClaimIndex, OUTBOX_COLUMNS, ROOM_INDEX, applied_versions,
-    create_claim_index, plan_claim_indexes, record_version, table_indexes,
+    CLAIM_INDEXES, CREATE_BOOKKEEPING, ClaimIndex, IndexChange, OUTBOX_COLUMNS, ROOM_INDEX,
+    applied_versions, create_claim_index, plan_claim_indexes, record_version, table_indexes,
 };
 use crate::record;
 use crate::store::driver::{Driver, begin_write, db};
@@ -148,7 +148,18 @@ async fn verify_outbox_table<S: Session>(
     }
     let create =
         plan_claim_indexes(backend, table, &indexes, &wanted).map_err(StoreError::Schema)?;
-    for index in create {
+    for change in create {
+        let index = change.index();
+        if let IndexChange::Replace(_) = change {
+            tracing::info!(
+                table = table.as_str(),
+                index = %index.name(table),
+                columns = %index.columns.join(", "),
+                "rebuilding a claim index of an earlier version's columns"
+            );
+            let drop = backend.dialect().drop_index_hint(table, &index.name(table));
+            session.script(drop).await.map_err(db(OP))?;
+        }
         tracing::info!(
             table = table.as_str(),
             index = %index.name(table),

@@ -83,6 +83,9 @@ pub(crate) struct ClaimIndex {
     /// Whether the claims' statements name it on databases whose dialect hints the index
     /// (`SqlDialect::room_probe_index_hint`): there it must exist under its own name.
     pub(crate) named_in_claims: bool,
+    /// Key columns earlier versions gave the index of this name: `migrate` replaces such an
+    /// index (drops it and creates it anew) instead of refusing it.
+    pub(crate) former_columns: &'static [&'static [&'static str]],
 }
 
 impl ClaimIndex {
@@ -102,14 +105,17 @@ impl ClaimIndex {
     }
 }
 
-/// The per-room probes' index ("is an earlier event of this room still pending, retryable or
+/// The per-room claims' index: the room heads (each room's first pending entry, one seek per
+/// room) and the probes ("is an earlier event of this room still pending, retryable or
 /// delivering?", one probe per status). On SQLite it holds live rows only, as migration
-/// `sqlite/0002` made it.
+/// `sqlite/0002` made it. Earlier builds gave it the columns `(app_code, room_id, status, …)`, which
+/// serves the probes but not the heads; `migrate` with the room index rebuilds such an index.
 pub(crate) static ROOM_INDEX: ClaimIndex = ClaimIndex {
     suffix: "room",
-    columns: &["app_code", "room_id", "status", "created_at_ms", "event_id"],
+    columns: &["app_code", "status", "room_id", "created_at_ms", "event_id"],
     live_rows_only: true,
     named_in_claims: true,
+    former_columns: &[&["app_code", "room_id", "status", "created_at_ms", "event_id"]],
 };
 
 /// The claim indexes of migration 0001 that every claim reads; `migrate` checks (and creates)
@@ -121,6 +127,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
         columns: &["app_code", "status", "created_at_ms", "event_id"],
         live_rows_only: false,
         named_in_claims: false,
+        former_columns: &[],
     },
     ClaimIndex {
         suffix: "retry",
@@ -133,6 +140,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
         ],
         live_rows_only: false,
         named_in_claims: false,
+        former_columns: &[],
     },
     ClaimIndex {
         suffix: "lease",
@@ -145,6 +153,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
         ],
         live_rows_only: false,
         named_in_claims: false,
+        former_columns: &[],
     },
 ];
 
@@ -228,22 +237,47 @@ pub(crate) fn has_index_columns(
 
 /// Whether `columns` (an index's key columns, `None` for an expression) are exactly `index`'s.
 pub(crate) fn same_columns(columns: &[Option<String>], index: &ClaimIndex) -> bool {
-    columns.len() == index.columns.len()
-        && columns.iter().zip(index.columns).all(|(column, wanted)| {
+    same_column_list(columns, index.columns)
+}
+
+/// Whether `columns` (an index's key columns, `None` for an expression) are exactly `wanted`.
+pub(crate) fn same_column_list(columns: &[Option<String>], wanted: &[&str]) -> bool {
+    columns.len() == wanted.len()
+        && columns.iter().zip(wanted).all(|(column, wanted)| {
             column
                 .as_deref()
                 .is_some_and(|c| c.eq_ignore_ascii_case(wanted))
         })
 }
 
+/// What `migrate` does about one wanted claim index that the table lacks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum IndexChange {
+    /// Create it.
+    Create(&'static ClaimIndex),
+    /// Drop the index of its name, which has columns an earlier version gave it
+    /// ([`ClaimIndex::former_columns`]), and create it.
+    Replace(&'static ClaimIndex),
+}
+
+impl IndexChange {
+    /// The index created.
+    pub(crate) fn index(&self) -> &'static ClaimIndex {
+        match self {
+            IndexChange::Create(index) | IndexChange::Replace(index) => index,
+        }
+    }
+}
+
 /// What `migrate` must do about the `wanted` claim indexes of a table, given its indexes (name
-/// and key columns, `None` for an expression): the indexes to create, or why it cannot.
+/// and key columns, `None` for an expression): the indexes to create or replace, or why it
+/// cannot.
 pub(crate) fn plan_claim_indexes(
     backend: Backend,
     table: &TableName,
     existing: &[(String, Vec<Option<String>>)],
     wanted: &[&'static ClaimIndex],
-) -> Result<Vec<&'static ClaimIndex>, String> {
+) -> Result<Vec<IndexChange>, String> {
     let mut create = Vec::new();
     let mut conflicts = Vec::new();
     for &index in wanted {
@@ -255,6 +289,14 @@ pub(crate) fn plan_claim_indexes(
             .iter()
             .find(|(existing, _)| existing.eq_ignore_ascii_case(&name))
         {
+            Some((_, columns))
+                if index
+                    .former_columns
+                    .iter()
+                    .any(|former| same_column_list(columns, former)) =>
+            {
+                create.push(IndexChange::Replace(index));
+            }
             Some((existing, columns)) => {
                 let columns: Vec<&str> = columns
                     .iter()
@@ -269,7 +311,7 @@ pub(crate) fn plan_claim_indexes(
                     table = table.as_str(),
                 ));
             }
-            None => create.push(index),
+            None => create.push(IndexChange::Create(index)),
         }
     }
     if conflicts.is_empty() {

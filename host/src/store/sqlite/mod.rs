@@ -8,6 +8,7 @@
 //! as the store.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Sqlite;
@@ -23,6 +24,7 @@ use super::exec_claim::ClaimOps;
 use super::exec_held::HeldOps;
 use super::exec_mark::MarkOps;
 use super::impl_store::impl_store;
+use super::room_cursor::RoomCursors;
 use super::session::{BindTextList, impl_session};
 use super::statement::claim::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
@@ -96,6 +98,7 @@ pub fn synchronous_from_url(url: &str) -> Result<(String, SqliteSynchronous), St
 pub struct SqliteStore {
     pool: SqlitePool,
     statements: Statements,
+    room_cursors: Arc<RoomCursors>,
 }
 
 impl SqliteStore {
@@ -120,6 +123,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             statements: Statements::new(Backend::Sqlite, &options.table),
+            room_cursors: Arc::default(),
         })
     }
 
@@ -152,6 +156,10 @@ impl Driver for SqliteStore {
 
     fn statements(&self) -> &Statements {
         &self.statements
+    }
+
+    fn room_cursors(&self) -> &RoomCursors {
+        &self.room_cursors
     }
 }
 

@@ -17,7 +17,7 @@ pub(crate) struct WindowRange<'a> {
     pub(crate) app_code: &'a str,
     /// One status.
     pub(crate) status: Option<Status>,
-    /// A room, read through the room index (its key leads with `app_code, room_id, status`).
+    /// A room, read through the room index (its key leads with `app_code, status, room_id`).
     pub(crate) room_id: Option<&'a str>,
     /// `created_at_ms >= since`.
     pub(crate) since_ms: Option<i64>,

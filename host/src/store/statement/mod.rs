@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use super::claim_position::ClaimPosition;
 use super::migration::Migration;
+use super::room_cursor::RoomWalk;
 use super::{Backend, DeliveryOrder, EventCursor, Lease, Mark, RejectedRow, TableName};
 use crate::record::Status;
 
@@ -99,6 +100,26 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// ([`crate::store::OutboxStore::check_ordering`]).
     fn room_probe_index_hint(&self, _name: &str) -> Option<String> {
         None
+    }
+
+    /// Writes the pending branch of a per-room claim, returning `columns` (of alias `c`): the heads
+    /// of the rooms `walk` covers (`None`: every room; else that side of the room cursor), those
+    /// whose room has no earlier retryable or delivering event, locked, up to a row limit.
+    /// Default: a recursive walk of the room index ([`claim::room_heads::write_walk`]); MariaDB
+    /// reads the heads with a loose index scan (`store/mysql/claim.rs`).
+    fn write_room_heads(
+        &self,
+        b: &mut SqlBuilder,
+        table: &TableName,
+        columns: &str,
+        walk: Option<claim::PositionSide>,
+    ) {
+        claim::room_heads::write_walk(b, self.backend(), table, columns, walk);
+    }
+
+    /// The values [`SqlDialect::write_room_heads`]'s statement binds before its row limit.
+    fn room_heads_args(&self, app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
+        claim::room_heads::walk_args(app_code, walk)
     }
 
     /// Writes the claim-position condition of the pending branch: the rows on `side` of the
@@ -229,7 +250,8 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         None
     }
 
-    /// The statement that drops index `name` of `table`, for an operator to run.
+    /// The statement that drops index `name` of `table`: `migrate` runs it to rebuild an index
+    /// of an earlier shape, and names it where it refuses an index an operator must drop.
     fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
         format!("DROP INDEX {name}")
     }

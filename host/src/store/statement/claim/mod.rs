@@ -5,6 +5,7 @@
 //! database seeks a claim position in another form (`SqlDialect::write_position_bound`: MariaDB's,
 //! in `store/mysql/claim.rs`) writes that condition.
 
+pub(crate) mod room_heads;
 mod statements;
 
 use std::sync::Arc;
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use super::{Bound, SqlBuilder};
 
 use crate::record::Status;
-use crate::store::schema::ROOM_INDEX;
 use crate::store::{Backend, DeliveryOrder, Lease, RejectedRow, TableName};
 pub use statements::Statements;
 
@@ -129,7 +129,9 @@ pub(crate) fn write_row_comparison_bound(b: &mut SqlBuilder, side: PositionSide)
         .push(")");
 }
 
-/// Writes the locking SELECT of one claim branch returning `columns` (of alias `c`).
+/// Writes the locking SELECT of one claim branch returning `columns` (of alias `c`). `position`
+/// bounds the pending branch: by the claim position without ordering, by the room cursor with
+/// per-room ordering (whose pending branch reads room heads: [`room_heads`]).
 pub(crate) fn write_claim_select(
     b: &mut SqlBuilder,
     backend: Backend,
@@ -139,6 +141,13 @@ pub(crate) fn write_claim_select(
     columns: &str,
     position: Option<PositionSide>,
 ) {
+    if branch == ClaimBranch::Pending && ordering == DeliveryOrder::PerRoom {
+        // `position` is the room walk's side of the room cursor here.
+        backend
+            .dialect()
+            .write_room_heads(b, table, columns, position);
+        return;
+    }
     b.push("SELECT ")
         .push(columns)
         .push(" FROM ")
@@ -168,26 +177,7 @@ pub(crate) fn write_claim_select(
         }
     };
     if ordering == DeliveryOrder::PerRoom {
-        // One probe of the (app_code, room_id, status, created_at_ms, event_id) index per active
-        // status: is there an earlier event of this room still to deliver? Delivered history sits
-        // under other status keys and is never read. One NOT EXISTS per status, each with
-        // `status = const`: with `status IN (…)` MariaDB probes only (app_code, room_id) and reads
-        // the room's whole history (tests/explain.rs).
-        let hint = backend
-            .dialect()
-            .room_probe_index_hint(&ROOM_INDEX.name(table))
-            .unwrap_or_default();
-        for status in ACTIVE_STATUSES {
-            b.push(" AND NOT EXISTS (SELECT 1 FROM ")
-                .push(table.as_str())
-                .push(" p")
-                .push(&hint)
-                .push(" WHERE p.app_code = c.app_code AND p.room_id = c.room_id AND p.status = ")
-                .status(status)
-                .push(" AND p.created_at_ms <= c.created_at_ms")
-                .push(" AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id)")
-                .push(backend.dialect().probe_end());
-        }
+        room_heads::write_room_probes(b, backend, table, &ACTIVE_STATUSES);
     }
     b.push(" ORDER BY ")
         .push(order_by)

@@ -9,6 +9,7 @@ use super::{
     write_claim_select,
 };
 use crate::store::claim_position::ClaimPosition;
+use crate::store::room_cursor::RoomWalk;
 use crate::store::statement::{Arg, Bound, SqlBuilder};
 use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease, Mark, RejectedRow, TableName};
 
@@ -27,6 +28,11 @@ pub struct Statements {
     /// `[side]`: the pending branch's one-statement claim without ordering, reading one side of a
     /// claim position, where the dialect has the one-statement claim.
     claim_lease_by_position: Option<[Arc<str>; 2]>,
+    /// `[side]`: the pending branch's SELECT with per-room ordering, reading the rooms on one
+    /// side of the room cursor.
+    room_walk: [Arc<str>; 2],
+    /// `[side]`: the same as one-statement claims, where the dialect has them.
+    room_walk_lease: Option<[Arc<str>; 2]>,
     /// `[all tenants, one tenant]`.
     counts: [Arc<str>; 2],
 }
@@ -70,6 +76,26 @@ impl Statements {
                 text.expect("a dialect leasing in its claim does so for every branch")
             })
         });
+        let (pending, per_room) = (ClaimBranch::Pending, DeliveryOrder::PerRoom);
+        let room_walk = PositionSide::BOTH.map(|side| {
+            let mut b = SqlBuilder::new(backend);
+            write_claim_select(
+                &mut b,
+                backend,
+                table,
+                pending,
+                per_room,
+                CLAIM_COLUMNS,
+                Some(side),
+            );
+            b.text()
+        });
+        let room_walk_lease = claim_lease.as_ref().map(|_| {
+            PositionSide::BOTH.map(|side| {
+                let text = dialect.claim_lease_text(table, pending, per_room, Some(side));
+                text.expect("a dialect leasing in its claim does so for every branch")
+            })
+        });
         let counts = [false, true].map(|by_app| counts_text(backend, table, by_app));
         Statements {
             backend,
@@ -78,6 +104,8 @@ impl Statements {
             claim_lease,
             claim_by_position,
             claim_lease_by_position,
+            room_walk,
+            room_walk_lease,
             counts,
         }
     }
@@ -212,14 +240,104 @@ impl Statements {
         params: &ClaimParams,
         limit: usize,
     ) -> Bound {
-        let mut args = vec![Arg::from(params.app_code.as_str())];
+        let args = self.claim_args(branch, params, &RoomWalk::Head, limit);
+        Bound {
+            sql: self.claim[branch.index()][ordering_index(params.ordering)].clone(),
+            args,
+        }
+    }
+
+    /// What one claim branch's SELECT binds: the room-heads statement's values for the pending
+    /// branch with per-room ordering (`walk`: the rooms it reads), else `app_code`, then `now_ms`
+    /// for the due branches; then the row limit.
+    fn claim_args(
+        &self,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        walk: &RoomWalk,
+        limit: usize,
+    ) -> Vec<Arg> {
+        let app_code = params.app_code.as_str();
+        let mut args =
+            if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::PerRoom {
+                self.backend.dialect().room_heads_args(app_code, walk)
+            } else {
+                vec![Arg::from(app_code)]
+            };
         if branch != ClaimBranch::Pending {
             args.push(Arg::Int(params.now_ms));
         }
         args.push(Arg::Int(limit as i64));
-        Bound {
-            sql: self.claim[branch.index()][ordering_index(params.ordering)].clone(),
-            args,
+        args
+    }
+
+    /// The statement a per-room claim runs for the pending branch over the rooms `walk` covers
+    /// ([`crate::store::room_cursor`]), with its arguments (e.g. for `EXPLAIN` in tests): the
+    /// one-statement claim and lease under `lease` where the dialect has it, else the locking
+    /// SELECT. It hands out room heads, each leased (or locked) in its own row.
+    pub fn claim_statement_by_room(
+        &self,
+        params: &ClaimParams,
+        lease: &Lease,
+        walk: &RoomWalk,
+        limit: usize,
+    ) -> Bound {
+        let args = self.claim_args(ClaimBranch::Pending, params, walk, limit);
+        let lease_text = self.room_walk_lease.as_ref().and_then(|walk_texts| {
+            let texts = self.claim_lease.as_ref()?;
+            Some(match walk {
+                RoomWalk::Head => texts[ClaimBranch::Pending.index()]
+                    [ordering_index(DeliveryOrder::PerRoom)]
+                .clone(),
+                RoomWalk::After(_) => walk_texts[PositionSide::After.index()].clone(),
+                RoomWalk::UpTo(_) => walk_texts[PositionSide::UpTo.index()].clone(),
+            })
+        });
+        let select = self.claim_statement_by_room_select(walk);
+        match lease_text {
+            Some(sql) => Bound {
+                sql,
+                args: [
+                    Arg::from(lease.worker_id.as_str()),
+                    Arg::Int(lease.lock_until_ms),
+                    Arg::Int(params.now_ms),
+                ]
+                .into_iter()
+                .chain(args)
+                .collect(),
+            },
+            None => Bound { sql: select, args },
+        }
+    }
+
+    /// One claim branch with its arguments, the pending branch with per-room ordering over the
+    /// rooms `walk` covers (the held claim's SELECT).
+    pub fn claim_query_walk(
+        &self,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        limit: usize,
+        walk: &RoomWalk,
+    ) -> Bound {
+        if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::PerRoom {
+            let select = self.claim_statement_by_room_select(walk);
+            return Bound {
+                sql: select,
+                args: self.claim_args(branch, params, walk, limit),
+            };
+        }
+        self.claim_query(branch, params, limit)
+    }
+
+    /// The per-room pending branch's SELECT text over the rooms `walk` covers.
+    fn claim_statement_by_room_select(&self, walk: &RoomWalk) -> Arc<str> {
+        match walk {
+            RoomWalk::Head => {
+                let per_room = ordering_index(DeliveryOrder::PerRoom);
+                self.claim[ClaimBranch::Pending.index()][per_room].clone()
+            }
+            RoomWalk::After(_) => self.room_walk[PositionSide::After.index()].clone(),
+            RoomWalk::UpTo(_) => self.room_walk[PositionSide::UpTo.index()].clone(),
         }
     }
 
@@ -248,14 +366,21 @@ impl Statements {
 
     /// One claim branch's locking SELECT with `address` (an expression of alias `c`) as a
     /// seventh column, for the held claim ([`crate::store::statement::SqlDialect::held_row_address`]); binds like
-    /// [`Statements::claim_select`].
+    /// [`Statements::claim_select`] (with per-room ordering, its pending branch reads the rooms
+    /// `walk` covers).
     pub(crate) fn claim_query_with_address(
         &self,
         branch: ClaimBranch,
         params: &ClaimParams,
         limit: usize,
         address: &str,
+        walk: &RoomWalk,
     ) -> Bound {
+        let side = match walk {
+            RoomWalk::Head => None,
+            RoomWalk::After(_) => Some(PositionSide::After),
+            RoomWalk::UpTo(_) => Some(PositionSide::UpTo),
+        };
         let mut b = SqlBuilder::new(self.backend);
         write_claim_select(
             &mut b,
@@ -266,11 +391,13 @@ impl Statements {
             &format!(
                 "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count, {address}"
             ),
-            None,
+            side.filter(|_| {
+                branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::PerRoom
+            }),
         );
         Bound {
             sql: b.text(),
-            args: self.claim_query(branch, params, limit).args,
+            args: self.claim_args(branch, params, walk, limit),
         }
     }
 
