@@ -200,12 +200,17 @@ bench: build
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: bench-ab release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
+.PHONY: bench-ab bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd
 
 bench-throughput: release
 	bash bench/throughput.sh
+
+## bench-per-room: per-room ordering beside the unordered drain and the raw loop, a shallow
+## backlog (50 events per room) and a deep one (2,000 per room) (bench/per_room.sh).
+bench-per-room: release
+	bash bench/per_room.sh
 
 bench-latency: release
 	bash bench/latency.sh

@@ -251,7 +251,11 @@ fn per_room() -> ClaimParams {
 /// pending events, each head (`c`) and probe (`p`) by a ref on the room index; PostgreSQL by
 /// index-only seeks of the room index (`x`), each head by primary key. No step reads history.
 fn check_room_heads(backend: Backend, walk: &RoomWalk, plan: &[PlanStep], analyzed: &[PlanStep]) {
-    let context = format!("room heads {walk:?}:\n{}\nANALYZE:\n{}", show(plan), show(analyzed));
+    let context = format!(
+        "room heads {walk:?}:\n{}\nANALYZE:\n{}",
+        show(plan),
+        show(analyzed)
+    );
     let room_index = format!("idx_{DEFAULT_TABLE}_room");
     let mut seeks = 0;
     match backend {
@@ -271,7 +275,11 @@ fn check_room_heads(backend: Backend, walk: &RoomWalk, plan: &[PlanStep], analyz
                     "{table}: access {}\n{context}",
                     step.access
                 );
-                assert_eq!(step.index.as_deref(), Some(room_index.as_str()), "{table}\n{context}");
+                assert_eq!(
+                    step.index.as_deref(),
+                    Some(room_index.as_str()),
+                    "{table}\n{context}"
+                );
                 if table == "x" {
                     seeks += 1;
                     assert!(
@@ -280,7 +288,10 @@ fn check_room_heads(backend: Backend, walk: &RoomWalk, plan: &[PlanStep], analyz
                     );
                 }
                 let actual = run.actual_rows.unwrap_or(0.0);
-                assert!(actual <= MAX_PROBE_ROWS, "{table} read {actual} rows\n{context}");
+                assert!(
+                    actual <= MAX_PROBE_ROWS,
+                    "{table} read {actual} rows\n{context}"
+                );
             }
         }
         Backend::Postgres => {

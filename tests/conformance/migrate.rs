@@ -153,7 +153,7 @@ const CLAIM_INDEX_COLUMNS: [&str; 3] = [
 ];
 
 /// The key columns of the room index, which only per-room claims read.
-const ROOM_INDEX_COLUMNS: &str = "app_code,room_id,status,created_at_ms,event_id";
+const ROOM_INDEX_COLUMNS: &str = "app_code,status,room_id,created_at_ms,event_id";
 
 /// Whether `table` has every claim index (under any name).
 async fn has_claim_indexes(db: &TestDb, table: &str) -> bool {
@@ -347,8 +347,8 @@ async fn migrate_creates_the_room_index_only_when_asked(backend: Backend) {
         with_room.get("idx_room_outbox_room"),
         Some(&strs(&[
             "app_code",
-            "room_id",
             "status",
+            "room_id",
             "created_at_ms",
             "event_id"
         ])),

@@ -24,6 +24,9 @@ crate::support::per_backend!(
     claim_per_room_rooms_are_per_tenant,
     claim_per_room_keeps_room_order_under_failures,
     claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight,
+    claim_per_room_goes_round_the_rooms,
+    claim_per_room_reads_heads_not_the_backlog_behind_them,
+    held_claim_per_room_hands_out_room_heads,
 );
 
 /// A fresh database and a store on `room_outbox` migrated with the room index that per-room
@@ -418,4 +421,88 @@ async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(bac
             .delivered,
         (rooms * per_room) as u64
     );
+}
+
+/// A room with a deep backlog does not hold up the others: claims go round the rooms from where
+/// the last one stopped (the room cursor) and wrap around, so a room's head waits at most one
+/// round of claims, not until older rooms' backlogs drain (oldest-first would hand out a00, a01,
+/// a02 … before b0).
+async fn claim_per_room_goes_round_the_rooms(backend: Backend) {
+    let Some((_db, store)) = setup_per_room(backend).await else {
+        return;
+    };
+    let mut recs: Vec<_> = (0..30)
+        .map(|i| record(APP, &format!("a{i:02}"), "A", 100 + i))
+        .collect();
+    recs.push(record(APP, "b0", "B", 1_000));
+    recs.push(record(APP, "c0", "C", 1_001));
+    enqueue(&store, &recs).await;
+    let mut handed_out = Vec::new();
+    for round in 0..5 {
+        let now_ms = 2_000 + round;
+        let batch = claim_ordered(&store, "w1", 1, now_ms).await;
+        assert_eq!(batch.events.len(), 1, "round {round}: {:?}", ids(&batch));
+        handed_out.extend(ids(&batch));
+        let marks: Vec<Mark> = ids(&batch).iter().map(|id| delivered(id)).collect();
+        mark(&store, &batch.lease, &marks, now_ms).await;
+    }
+    assert_eq!(handed_out, strs(&["a00", "b0", "c0", "a01", "a02"]));
+}
+
+/// A claim hands out every room's head however deep the backlog behind each (2,000 events over
+/// 5 rooms: the heads are the 5 oldest events of their rooms, not the 5 oldest of the table),
+/// and with every head in flight the next claim finds nothing to hand out; once the heads are
+/// delivered, the next ones follow.
+async fn claim_per_room_reads_heads_not_the_backlog_behind_them(backend: Backend) {
+    let Some((_db, store)) = setup_per_room(backend).await else {
+        return;
+    };
+    // Room r<k>'s events are created after every event of room r<k-1>.
+    let recs: Vec<_> = (0..2_000)
+        .map(|i| record(APP, &format!("e{i:04}"), &format!("r{}", i / 400), i))
+        .collect();
+    enqueue(&store, &recs).await;
+    let mut heads = ids(&claim_ordered(&store, "w1", 100, 5_000).await);
+    heads.sort();
+    assert_eq!(heads, strs(&["e0000", "e0400", "e0800", "e1200", "e1600"]));
+    let blocked = claim_ordered(&store, "w2", 100, 5_001).await;
+    assert!(blocked.events.is_empty(), "{:?}", ids(&blocked));
+}
+
+/// Held claims (`worker.mode = "held"`) with per-room ordering hand out room heads like leased
+/// ones: the rows stay `pending` while held, the next events of their rooms wait until the batch
+/// is marked, and then follow.
+async fn held_claim_per_room_hands_out_room_heads(backend: Backend) {
+    let Some((db, store)) = setup_per_room(backend).await else {
+        return;
+    };
+    rooms_setup(&store).await;
+    let mut p = params(APP, "h1", 10, 1_000, 30_000);
+    p.ordering = DeliveryOrder::PerRoom;
+    let batch = store.claim_held(&p).await.expect("held claim");
+    let mut held: Vec<String> = batch
+        .events
+        .iter()
+        .map(|e| e.event.event_id.clone())
+        .collect();
+    held.sort();
+    assert_eq!(held, strs(&["e1", "f1"]));
+    assert_eq!(
+        db.row(APP, "e1").await.unwrap().status,
+        "pending",
+        "held, not leased"
+    );
+    let marks: Vec<Mark> = held.iter().map(|id| delivered(id)).collect();
+    let report = batch.mark(&marks, 1_100).await.expect("mark held");
+    assert_eq!(report.applied, 2);
+    p.now_ms = 1_200;
+    let next = store.claim_held(&p).await.expect("held claim");
+    let mut next_ids: Vec<String> = next
+        .events
+        .iter()
+        .map(|e| e.event.event_id.clone())
+        .collect();
+    next_ids.sort();
+    assert_eq!(next_ids, strs(&["e2", "f2"]));
+    next.release().await.expect("release");
 }

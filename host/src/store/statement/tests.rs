@@ -8,8 +8,8 @@ use super::mark::{MarkColumns, mark_rows, mark_rows_counted};
 use super::{Arg, Bound};
 use crate::record::{Record, Status};
 use crate::store::mysql::marked_rows;
-use crate::store::room_cursor::RoomWalk;
 use crate::store::postgres::claim::reject_leased_rows;
+use crate::store::room_cursor::RoomWalk;
 use crate::store::{
     Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, FailedFilter, Lease, Mark,
     RejectedRow, TableName,
@@ -185,8 +185,8 @@ fn per_room_pending_branch_reads_room_heads() {
         format!(
             "WITH RECURSIVE walk (room_id, event_id) AS (SELECT {}, {} UNION ALL SELECT {}, {} \
              FROM walk w WHERE w.room_id IS NOT NULL) SELECT c.event_id, c.event_type, c.room_id, \
-             c.envelope, c.created_at_ms, c.retry_count FROM walk w JOIN room_outbox c ON \
-             c.app_code = ? AND c.event_id = w.event_id WHERE c.status = 'pending' \
+             c.envelope, c.created_at_ms, c.retry_count FROM walk w CROSS JOIN room_outbox c \
+             WHERE c.app_code = ? AND c.event_id = w.event_id AND c.status = 'pending' \
              AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.status = 'retryable' \
              AND p.room_id = c.room_id AND p.created_at_ms <= c.created_at_ms AND (p.created_at_ms < c.created_at_ms \
              OR p.event_id < c.event_id)) AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code \
@@ -227,9 +227,21 @@ fn per_room_pending_branch_reads_room_heads() {
     // PostgreSQL claims and leases the heads in one statement.
     let pg = Statements::new(Backend::Postgres, &table());
     let leased = pg.claim_statement_by_room(&params, &lease, &up_to, 4);
-    assert!(leased.sql.starts_with("UPDATE room_outbox SET "), "{}", leased.sql);
-    assert!(leased.sql.contains("FROM unnest(ARRAY(WITH RECURSIVE walk"), "{}", leased.sql);
-    assert!(leased.sql.contains("LIMIT $13 FOR UPDATE SKIP LOCKED))"), "{}", leased.sql);
+    assert!(
+        leased.sql.starts_with("UPDATE room_outbox SET "),
+        "{}",
+        leased.sql
+    );
+    assert!(
+        leased.sql.contains("FROM unnest(ARRAY(WITH RECURSIVE walk"),
+        "{}",
+        leased.sql
+    );
+    assert!(
+        leased.sql.contains("LIMIT $13 FOR UPDATE SKIP LOCKED))"),
+        "{}",
+        leased.sql
+    );
     // MariaDB: a loose index scan of the room index, the heads joined by their key.
     let mysql = Statements::new(Backend::MySql, &table());
     let select = mysql.claim_query_walk(ClaimBranch::Pending, &params, 4, &up_to);

@@ -65,13 +65,15 @@ pub(crate) fn write_walk(
         }
         b.push(HEAD_ORDER);
     }
+    // `CROSS JOIN`: the walk drives (SQLite otherwise may read every pending row `c` of the
+    // tenant and look each up in the walk); each head is read by primary key.
     b.push(" FROM walk w WHERE w.room_id IS NOT NULL) SELECT ")
         .push(columns)
-        .push(" FROM walk w JOIN ")
+        .push(" FROM walk w CROSS JOIN ")
         .push(t)
-        .push(" c ON c.app_code = ")
+        .push(" c WHERE c.app_code = ")
         .placeholder()
-        .push(" AND c.event_id = w.event_id WHERE c.status = ")
+        .push(" AND c.event_id = w.event_id AND c.status = ")
         .status(Status::Pending);
     write_room_probes(b, backend, table, &[Status::Retryable, Status::Delivering]);
     b.push(" LIMIT ")
