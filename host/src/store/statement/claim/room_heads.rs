@@ -152,3 +152,6 @@ pub(crate) fn write_room_probes(
             .push(backend.dialect().probe_end());
     }
 }
+
+#[cfg(test)]
+mod tests;
