@@ -46,10 +46,13 @@ pub(crate) fn position_args(position: &ClaimPosition) -> Vec<Arg> {
 /// rooms' first pending `created_at_ms` read by a loose index scan of the room index (one seek
 /// per room with pending events, EXPLAIN's "Using index for group-by"; written with `BETWEEN`
 /// bounds and every key column in the `GROUP BY`, the form whose loose scan MariaDB 10.11 plans:
-/// with `app_code = ?` it scans the tenant's pending entries), each room's head found by that key,
-/// and handed out when no earlier event of its room is pending (a tie in the same millisecond,
-/// or a head committed after the scan), retryable or delivering. The scan is a plain read: only
-/// the heads are locked. Binds what [`room_heads_args`] lists, then the row limit.
+/// with `app_code = ?` it scans the tenant's pending entries), each room's head the least
+/// `event_id` of that millisecond (a ref of the room index: the events committed in one
+/// millisecond, however deep the backlog behind them), read by primary key and handed out when
+/// no earlier event of its room is retryable or delivering. MariaDB seeks no range bounded by a
+/// correlated value (`room_id > w.room_id`, `created_at_ms <= c.created_at_ms`): it reads from
+/// the start of the ref, so every seek here is an equality. The scan is a plain read: only the
+/// heads are locked. Binds what [`room_heads_args`] lists, then the row limit.
 pub(crate) fn write_room_heads(
     b: &mut SqlBuilder,
     table: &TableName,
@@ -81,20 +84,28 @@ pub(crate) fn write_room_heads(
             b.push(" AND x.room_id <= ").placeholder();
         }
     }
+    // The head: the least event id of the room's first millisecond. (In the join condition, not
+    // a derived table of its own: MariaDB merges that one, and a prepared statement run a
+    // second time then fails with "Unknown column 'h.room_id'".)
     b.push(" GROUP BY x.app_code, x.status, x.room_id) h JOIN ")
         .push(t)
-        .push(" c")
-        .push(&hint)
-        .push(" ON c.app_code = ")
+        .push(" c FORCE INDEX (PRIMARY) ON c.app_code = ")
         .placeholder()
-        .push(" AND c.status = ")
+        .push(" AND c.event_id = (SELECT MIN(y.event_id) FROM ")
+        .push(t)
+        .push(" y")
+        .push(&hint)
+        .push(" WHERE y.app_code = ")
+        .placeholder()
+        .push(" AND y.status = ")
         .status(Status::Pending)
-        .push(" AND c.room_id = h.room_id AND c.created_at_ms = h.head_at WHERE 1 = 1");
+        .push(" AND y.room_id = h.room_id AND y.created_at_ms = h.head_at) WHERE c.status = ")
+        .status(Status::Pending);
     write_room_probes(
         b,
         Backend::MySql,
         table,
-        &[Status::Pending, Status::Retryable, Status::Delivering],
+        &[Status::Retryable, Status::Delivering],
     );
     b.push(" LIMIT ")
         .placeholder()
@@ -103,10 +114,11 @@ pub(crate) fn write_room_heads(
 
 /// The values [`write_room_heads`] binds before the row limit.
 pub(crate) fn room_heads_args(app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
-    let mut args = vec![Arg::from(app_code), Arg::from(app_code)];
+    let app = || Arg::from(app_code);
+    let mut args = vec![app(), app()];
     if let Some(cursor) = walk.cursor() {
         args.push(Arg::from(cursor));
     }
-    args.push(Arg::from(app_code));
+    args.extend([app(), app()]);
     args
 }

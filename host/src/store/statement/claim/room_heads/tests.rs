@@ -8,8 +8,8 @@ use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease};
 
 /// The pending branch of a per-room claim reads room heads: PostgreSQL and SQLite walk the room
 /// index, one seek per room, bounded by the room cursor; MariaDB reads the rooms' first pending
-/// entries with a loose index scan. Only the heads are locked, and a head is handed out when no
-/// earlier event of its room is retryable or delivering (MariaDB: or pending, for ties).
+/// entries with a loose index scan and each head by its millisecond. Only the heads are locked,
+/// and a head is handed out when no earlier event of its room is retryable or delivering.
 #[test]
 fn per_room_pending_branch_reads_room_heads() {
     let seek = |column: &str, bound: &str| {
@@ -105,13 +105,13 @@ fn per_room_pending_branch_reads_room_heads() {
     assert_eq!(
         &*select.sql,
         "SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
-         FROM (SELECT x.room_id, MIN(x.created_at_ms) AS head_at FROM room_outbox x FORCE INDEX (idx_room_outbox_room) \
-         WHERE x.app_code BETWEEN ? AND ? AND x.status BETWEEN 'pending' AND 'pending' AND x.room_id <= ? \
-         GROUP BY x.app_code, x.status, x.room_id) h JOIN room_outbox c FORCE INDEX (idx_room_outbox_room) \
-         ON c.app_code = ? AND c.status = 'pending' AND c.room_id = h.room_id AND c.created_at_ms = h.head_at \
-         WHERE 1 = 1 AND NOT EXISTS (SELECT 1 FROM room_outbox p FORCE INDEX (idx_room_outbox_room) \
-         WHERE p.app_code = c.app_code AND p.status = 'pending' AND p.room_id = c.room_id \
-         AND p.created_at_ms <= c.created_at_ms AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id)) \
+         FROM (SELECT x.room_id, MIN(x.created_at_ms) AS head_at FROM room_outbox x \
+         FORCE INDEX (idx_room_outbox_room) WHERE x.app_code BETWEEN ? AND ? \
+         AND x.status BETWEEN 'pending' AND 'pending' AND x.room_id <= ? \
+         GROUP BY x.app_code, x.status, x.room_id) h JOIN room_outbox c FORCE INDEX (PRIMARY) \
+         ON c.app_code = ? AND c.event_id = (SELECT MIN(y.event_id) FROM room_outbox y \
+         FORCE INDEX (idx_room_outbox_room) WHERE y.app_code = ? AND y.status = 'pending' \
+         AND y.room_id = h.room_id AND y.created_at_ms = h.head_at) WHERE c.status = 'pending' \
          AND NOT EXISTS (SELECT 1 FROM room_outbox p FORCE INDEX (idx_room_outbox_room) \
          WHERE p.app_code = c.app_code AND p.status = 'retryable' AND p.room_id = c.room_id \
          AND p.created_at_ms <= c.created_at_ms AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id)) \
@@ -122,6 +122,6 @@ fn per_room_pending_branch_reads_room_heads() {
     );
     assert_eq!(
         select.args,
-        vec![app.clone(), app.clone(), r7, app, Arg::Int(4)]
+        vec![app.clone(), app.clone(), r7, app.clone(), app, Arg::Int(4)]
     );
 }
