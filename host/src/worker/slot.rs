@@ -12,6 +12,7 @@ use tracing::info;
 use super::deliveries::{Deliveries, Totals};
 use super::lane::Lane;
 use super::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerError};
+use crate::store::DeliveryOrder;
 use crate::wake::{Idle, IdleBackoff};
 
 impl Worker {
@@ -48,7 +49,7 @@ impl Worker {
                 continue;
             }
             self.wake.record_round(round.taken);
-            if round.claims_again_at_once() {
+            if round.claims_again_at_once() || slot.room_heads_freed(&round).await {
                 continue;
             }
             slot.wait_for_work(&round, &shutdown).await;
@@ -169,6 +170,21 @@ impl<'a> Slot<'a> {
             }
             Err(e) => round.failed |= self.deliveries.settle((app_code, Err(e))),
         }
+    }
+
+    /// Under per-room ordering, a round that filled no batch while this loop's batches are in
+    /// flight took every room whose head was free: the rooms it holds are free again once those
+    /// batches are marked, not when a commit or the idle probe comes. So the loop finishes its
+    /// deliveries and claims again at once (true), instead of sleeping meanwhile.
+    async fn room_heads_freed(&mut self, round: &Round) -> bool {
+        if self.worker.options.ordering != DeliveryOrder::PerRoom
+            || round.failed
+            || self.deliveries.is_empty()
+        {
+            return false;
+        }
+        self.deliveries.finish_all().await;
+        !self.deliveries.stopped()
     }
 
     /// A draining run's round found nothing: whether the run is over. A delivery that ran beside

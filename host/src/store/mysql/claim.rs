@@ -8,7 +8,9 @@ use crate::record::Status;
 use crate::store::claim_position::ClaimPosition;
 use crate::store::room_cursor::RoomWalk;
 use crate::store::statement::claim::PositionSide;
-use crate::store::statement::claim::room_heads::{room_index_hint, write_room_probes};
+use crate::store::statement::claim::room_heads::{
+    room_index_hint, write_cursor_bound, write_room_probes,
+};
 use crate::store::statement::{Arg, SqlBuilder};
 use crate::store::{Backend, TableName};
 
@@ -75,15 +77,7 @@ pub(crate) fn write_room_heads(
         .status(Status::Pending)
         .push(" AND ")
         .status(Status::Pending);
-    match walk {
-        None => {}
-        Some(PositionSide::After) => {
-            b.push(" AND x.room_id > ").placeholder();
-        }
-        Some(PositionSide::UpTo) => {
-            b.push(" AND x.room_id <= ").placeholder();
-        }
-    }
+    write_cursor_bound(b, walk);
     // The head: the least event id of the room's first millisecond. (In the join condition, not
     // a derived table of its own: MariaDB merges that one, and a prepared statement run a
     // second time then fails with "Unknown column 'h.room_id'".)

@@ -41,15 +41,7 @@ pub(crate) fn write_walk(
             b.push(", ");
         }
         next_head(b, t, &hint, column);
-        match walk {
-            None => {}
-            Some(PositionSide::After) => {
-                b.push(" AND x.room_id > ").placeholder();
-            }
-            Some(PositionSide::UpTo) => {
-                b.push(" AND x.room_id <= ").placeholder();
-            }
-        }
+        write_cursor_bound(b, walk);
         b.push(HEAD_ORDER);
     }
     // Each next room: the first pending entry after the previous room.
@@ -102,6 +94,20 @@ pub(crate) fn walk_args(app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
     }
     args.push(app());
     args
+}
+
+/// Writes the room cursor's bound on `x.room_id` for the rooms `walk` covers (`None`: every
+/// room, no bound): ` AND x.room_id > ?` after the cursor, ` AND x.room_id <= ?` up to it.
+pub(crate) fn write_cursor_bound(b: &mut SqlBuilder, walk: Option<PositionSide>) {
+    match walk {
+        None => {}
+        Some(PositionSide::After) => {
+            b.push(" AND x.room_id > ").placeholder();
+        }
+        Some(PositionSide::UpTo) => {
+            b.push(" AND x.room_id <= ").placeholder();
+        }
+    }
 }
 
 /// `(SELECT x.<column> FROM <table> x WHERE x.app_code = ? AND x.status = 'pending'`: the start
