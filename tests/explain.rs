@@ -303,7 +303,7 @@ fn check_room_heads(backend: Backend, walk: &RoomWalk, plan: &[PlanStep], analyz
                 "sequential scan\n{context}"
             );
             for step in plan.iter().filter(|s| s.access.contains("Scan")) {
-                if step.access == "CTE Scan" || step.access == "WorkTable Scan" {
+                if ["CTE Scan", "WorkTable Scan", "Subquery Scan"].contains(&step.access.as_str()) {
                     continue;
                 }
                 let index = step.index.as_deref().unwrap_or_default();

@@ -11,6 +11,9 @@ use crate::store::driver::db;
 use crate::store::exec_claim::ClaimOps;
 use crate::store::row::{CandidateRow, LeasedRow};
 use crate::store::session::Session;
+use crate::store::statement::claim::room_heads::{
+    write_head_key, write_room_probes, write_walk_cte,
+};
 use crate::store::statement::claim::{
     ClaimBranch, PositionSide, retry_count_after_reclaim, write_claim_select,
 };
@@ -144,4 +147,29 @@ pub(crate) fn reject_leased_rows(
         .bind(now_ms);
     lease_fence(&mut b, lease, rejected.iter().map(|r| r.event_id.as_str()));
     b.finish()
+}
+
+/// Writes PostgreSQL's pending branch of a per-room claim, returning `columns` (of alias `c`):
+/// the room walk ([`write_walk_cte`]), then per room a `LATERAL` subquery reading its head by
+/// the head's whole key and locking it (`FOR UPDATE SKIP LOCKED`) when no earlier event of its
+/// room is retryable or delivering. `LATERAL` keeps the walk driving, one point lookup per room,
+/// whatever the statistics: joined plainly, the planner hash-joined the walk with every pending
+/// row of a tenant whose table it had no statistics for. The subquery's `ctid` column stands for
+/// the row's, so `columns` may name `c.ctid`. Binds like the default walk, then the row limit.
+pub(crate) fn write_room_heads(
+    b: &mut SqlBuilder,
+    table: &TableName,
+    columns: &str,
+    walk: Option<PositionSide>,
+) {
+    let backend = Backend::Postgres;
+    write_walk_cte(b, backend, table, walk);
+    b.push(" SELECT ")
+        .push(columns)
+        .push(" FROM walk w CROSS JOIN LATERAL (SELECT c.ctid AS ctid, c.* FROM ")
+        .push(table.as_str())
+        .push(" c WHERE ");
+    write_head_key(b, "c");
+    write_room_probes(b, backend, table, &[Status::Retryable, Status::Delivering]);
+    b.push(" FOR UPDATE SKIP LOCKED) c LIMIT ").placeholder();
 }

@@ -68,6 +68,19 @@ impl SqlDialect for PostgresDialect {
         " OFFSET 0)"
     }
 
+    /// The room walk, each head read and locked in a `LATERAL` subquery per room
+    /// (`claim.rs`): on a table without statistics PostgreSQL hash-joined the walk with every
+    /// pending row of the tenant (232 ms against 2.7 ms per claim of 25 rooms × 2,000 events).
+    fn write_room_heads(
+        &self,
+        b: &mut SqlBuilder,
+        table: &TableName,
+        columns: &str,
+        walk: Option<PositionSide>,
+    ) {
+        super::claim::write_room_heads(b, table, columns, walk);
+    }
+
     /// Key lists go as one `text[]` parameter (`event_id = ANY($n)`): a mark's
     /// `event_id IN ($5 … $504)` under the cached generic plan rebuilt the 500-element array for
     /// every row the UPDATE read; measured 21–24 ms against 14–16 ms per mark of 500 rows

@@ -32,11 +32,38 @@ pub(crate) fn write_walk(
     columns: &str,
     walk: Option<PositionSide>,
 ) {
+    write_walk_cte(b, backend, table, walk);
+    // `CROSS JOIN`: the walk drives (SQLite otherwise may read every pending row `c` of the
+    // tenant and look each up in the walk); each head is read by its key.
+    b.push(" SELECT ")
+        .push(columns)
+        .push(" FROM walk w CROSS JOIN ")
+        .push(table.as_str())
+        .push(" c WHERE ");
+    write_head_key(b, "c");
+    write_room_probes(b, backend, table, &[Status::Retryable, Status::Delivering]);
+    b.push(" LIMIT ")
+        .placeholder()
+        .push(backend.dialect().row_lock());
+}
+
+/// The walk's columns, each the value of one seek: a room and its head's key.
+const WALK_COLUMNS: [&str; 3] = ["room_id", "created_at_ms", "event_id"];
+
+/// Writes `WITH RECURSIVE walk (room_id, created_at_ms, event_id) AS (…)`: the rooms `walk`
+/// covers in `room_id` order, each with its head's key, one seek of the room index per column
+/// and room (the first pending entry after the previous room is the next room's head).
+pub(crate) fn write_walk_cte(
+    b: &mut SqlBuilder,
+    backend: Backend,
+    table: &TableName,
+    walk: Option<PositionSide>,
+) {
     let t = table.as_str();
     let hint = room_index_hint(backend, table);
     // The first room: its head is the first pending entry (after the cursor).
-    b.push("WITH RECURSIVE walk (room_id, event_id) AS (SELECT ");
-    for (i, column) in ["room_id", "event_id"].into_iter().enumerate() {
+    b.push("WITH RECURSIVE walk (room_id, created_at_ms, event_id) AS (SELECT ");
+    for (i, column) in WALK_COLUMNS.into_iter().enumerate() {
         if i > 0 {
             b.push(", ");
         }
@@ -46,7 +73,7 @@ pub(crate) fn write_walk(
     }
     // Each next room: the first pending entry after the previous room.
     b.push(" UNION ALL SELECT ");
-    for (i, column) in ["room_id", "event_id"].into_iter().enumerate() {
+    for (i, column) in WALK_COLUMNS.into_iter().enumerate() {
         if i > 0 {
             b.push(", ");
         }
@@ -57,20 +84,28 @@ pub(crate) fn write_walk(
         }
         b.push(HEAD_ORDER);
     }
-    // `CROSS JOIN`: the walk drives (SQLite otherwise may read every pending row `c` of the
-    // tenant and look each up in the walk); each head is read by primary key.
-    b.push(" FROM walk w WHERE w.room_id IS NOT NULL) SELECT ")
-        .push(columns)
-        .push(" FROM walk w CROSS JOIN ")
-        .push(t)
-        .push(" c WHERE c.app_code = ")
+    b.push(" FROM walk w WHERE w.room_id IS NOT NULL)");
+}
+
+/// Writes the condition that row `alias` is walk row `w`'s head, still pending: the head's whole
+/// key in the room index and in the primary key, so that whichever index the planner picks
+/// (with or without statistics) reads one entry. Binds the tenant.
+pub(crate) fn write_head_key(b: &mut SqlBuilder, alias: &str) {
+    b.push(alias)
+        .push(".app_code = ")
         .placeholder()
-        .push(" AND c.event_id = w.event_id AND c.status = ")
+        .push(" AND ")
+        .push(alias)
+        .push(".status = ")
         .status(Status::Pending);
-    write_room_probes(b, backend, table, &[Status::Retryable, Status::Delivering]);
-    b.push(" LIMIT ")
-        .placeholder()
-        .push(backend.dialect().row_lock());
+    for column in WALK_COLUMNS {
+        b.push(" AND ")
+            .push(alias)
+            .push(".")
+            .push(column)
+            .push(" = w.")
+            .push(column);
+    }
 }
 
 /// The values [`write_walk`] binds before the row limit: the tenant and the cursor room in the
@@ -78,15 +113,15 @@ pub(crate) fn write_walk(
 pub(crate) fn walk_args(app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
     let app = || Arg::from(app_code);
     let room = |room: &str| Arg::from(room);
-    let mut args = Vec::with_capacity(9);
-    // The first room (two scalar subqueries), then each next room (two more), then the join.
-    for _ in 0..2 {
+    let mut args = Vec::with_capacity(13);
+    // The first room (a scalar subquery per walk column), then each next room, then the join.
+    for _ in WALK_COLUMNS {
         args.push(app());
         if let Some(cursor) = walk.cursor() {
             args.push(room(cursor));
         }
     }
-    for _ in 0..2 {
+    for _ in WALK_COLUMNS {
         args.push(app());
         if let RoomWalk::UpTo(cursor) = walk {
             args.push(room(cursor));

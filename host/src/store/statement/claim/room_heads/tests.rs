@@ -37,32 +37,42 @@ fn per_room_pending_branch_reads_room_heads() {
     let up_to = RoomWalk::UpTo("r7".into());
     let bound = sqlite.claim_statement_by_room(&params, &lease, &up_to, 4);
     let step = " AND x.room_id > w.room_id AND x.room_id <= ?";
+    let probe = |status: &str| {
+        format!(
+            " AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.status = '{status}' \
+             AND p.room_id = c.room_id AND p.created_at_ms <= c.created_at_ms AND (p.created_at_ms < c.created_at_ms \
+             OR p.event_id < c.event_id))"
+        )
+    };
     assert_eq!(
         &*bound.sql,
         format!(
-            "WITH RECURSIVE walk (room_id, event_id) AS (SELECT {}, {} UNION ALL SELECT {}, {} \
-             FROM walk w WHERE w.room_id IS NOT NULL) SELECT c.event_id, c.event_type, c.room_id, \
-             c.envelope, c.created_at_ms, c.retry_count FROM walk w CROSS JOIN room_outbox c \
-             WHERE c.app_code = ? AND c.event_id = w.event_id AND c.status = 'pending' \
-             AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code AND p.status = 'retryable' \
-             AND p.room_id = c.room_id AND p.created_at_ms <= c.created_at_ms AND (p.created_at_ms < c.created_at_ms \
-             OR p.event_id < c.event_id)) AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code \
-             AND p.status = 'delivering' AND p.room_id = c.room_id AND p.created_at_ms <= c.created_at_ms \
-             AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id)) LIMIT ?",
+            "WITH RECURSIVE walk (room_id, created_at_ms, event_id) AS (SELECT {}, {}, {} \
+             UNION ALL SELECT {}, {}, {} FROM walk w WHERE w.room_id IS NOT NULL) \
+             SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
+             FROM walk w CROSS JOIN room_outbox c WHERE c.app_code = ? AND c.status = 'pending' \
+             AND c.room_id = w.room_id AND c.created_at_ms = w.created_at_ms AND c.event_id = w.event_id\
+             {}{} LIMIT ?",
             seek("room_id", " AND x.room_id <= ?"),
+            seek("created_at_ms", " AND x.room_id <= ?"),
             seek("event_id", " AND x.room_id <= ?"),
             seek("room_id", step),
+            seek("created_at_ms", step),
             seek("event_id", step),
+            probe("retryable"),
+            probe("delivering"),
         )
     );
     let (app, r7) = (Arg::from("live"), Arg::from("r7"));
     assert_eq!(
         bound.args,
-        [&app, &r7, &app, &r7, &app, &r7, &app, &r7, &app]
-            .into_iter()
-            .cloned()
-            .chain([Arg::Int(4)])
-            .collect::<Vec<_>>()
+        [
+            &app, &r7, &app, &r7, &app, &r7, &app, &r7, &app, &r7, &app, &r7, &app
+        ]
+        .into_iter()
+        .cloned()
+        .chain([Arg::Int(4)])
+        .collect::<Vec<_>>()
     );
     assert_placeholders(Backend::Sqlite, &bound);
     for walk in [RoomWalk::Head, RoomWalk::After("r7".into()), up_to.clone()] {
@@ -95,9 +105,16 @@ fn per_room_pending_branch_reads_room_heads() {
         leased.sql
     );
     assert!(
-        leased.sql.contains("LIMIT $13 FOR UPDATE SKIP LOCKED))"),
+        leased
+            .sql
+            .contains(" FOR UPDATE SKIP LOCKED) c LIMIT $17)) WITH ORDINALITY"),
         "{}",
         leased.sql
+    );
+    assert!(
+        leased
+            .sql
+            .contains("CROSS JOIN LATERAL (SELECT c.ctid AS ctid, c.* FROM room_outbox c")
     );
     // MariaDB: a loose index scan of the room index, the heads joined by their key.
     let mysql = Statements::new(Backend::MySql, &table());
