@@ -373,3 +373,101 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
 }
 
 support::per_backend!([mysql, postgres] => claim_and_mark_plans_survive_stale_statistics);
+
+/// Rooms of [`mariadb_per_room_claims_stay_loose_scans_claim_after_claim`]'s backlog.
+const LOOSE_ROOMS: i64 = 100;
+/// Its pending rows (1,000 per room).
+const LOOSE_ROWS: i64 = 100_000;
+
+/// MariaDB plans the room heads' loose index scan (one seek per room) when a statement is
+/// prepared; a connection that runs the same prepared statement again after the table changed
+/// plans a range scan of every pending entry of the tenant instead (at a million pending rows,
+/// ~1 s a claim instead of ~10 ms: the per-room `make chaos` delivered 157 events/s). Per-room
+/// claims through the store, each followed by its mark, must each read a number of index entries
+/// bounded by the rooms, not by the backlog: `Handler_read_next` of a private server, whose
+/// counters count this test alone.
+#[tokio::test]
+async fn mariadb_per_room_claims_stay_loose_scans_claim_after_claim() {
+    use sqlx::{Connection, Executor};
+    use support::private_server::{Kind, PrivateServer};
+
+    let Some(server) = PrivateServer::start(Kind::MariaDb).await else {
+        return;
+    };
+    let options = outboxd::store::ConnectOptions::new(server.url());
+    let store = outboxd::store::connect(&options).await.expect("connect");
+    store
+        .migrate_with(&outboxd::store::MigrateOptions { room_index: true })
+        .await
+        .expect("migrate with the room index");
+    let envelope = prost::Message::encode_to_vec(&outboxd::envelope::EventEnvelope {
+        body: b"gift".to_vec(),
+        ..Default::default()
+    });
+    let mut conn = sqlx::MySqlConnection::connect(&server.url())
+        .await
+        .expect("connect");
+    let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {DEFAULT_TABLE} (app_code, event_id, event_type, room_id, status, envelope, \
+         created_at_ms, updated_at_ms) \
+         SELECT '{APP}', CONCAT('e', LPAD(seq, 7, '0')), 'RoomGiftSent', \
+         CONCAT('room', seq % {LOOSE_ROOMS}), 'pending', ?, seq, seq \
+         FROM seq_1_to_{LOOSE_ROWS}"
+    )))
+    .bind(envelope)
+    .execute(&mut conn)
+    .await
+    .expect("load the backlog");
+    assert_eq!(inserted.rows_affected(), LOOSE_ROWS as u64);
+    conn.execute(sqlx::AssertSqlSafe(format!("ANALYZE TABLE {DEFAULT_TABLE}")))
+        .await
+        .expect("analyze");
+
+    let reads = |conn: &mut sqlx::MySqlConnection| {
+        let query = sqlx::query_as::<_, (String, String)>(
+            "SHOW GLOBAL STATUS LIKE 'Handler_read_next'",
+        );
+        async move {
+            let (_, value) = query.fetch_one(conn).await.expect("handler counters");
+            value.parse::<u64>().expect("a count")
+        }
+    };
+    for round in 0..6 {
+        let before = reads(&mut conn).await;
+        let params = ClaimParams {
+            app_code: APP.into(),
+            worker_id: format!("w-{round}"),
+            limit: 40,
+            lease_ms: 60_000,
+            now_ms: now_ms(),
+            max_attempts: 20,
+            ordering: DeliveryOrder::PerRoom,
+            scan_due: false,
+        };
+        let batch = store.claim(&params).await.expect("claim");
+        assert_eq!(batch.events.len(), 40, "round {round}: one head per room");
+        let marks: Vec<Mark> = batch
+            .events
+            .iter()
+            .map(|e| Mark::delivered(e.event.event_id.as_str()))
+            .collect();
+        let report = store
+            .mark(&MarkParams {
+                lease: &batch.lease,
+                marks: &marks,
+                now_ms: now_ms(),
+            })
+            .await
+            .expect("mark");
+        assert_eq!(report.applied, 40);
+        let read = reads(&mut conn).await - before;
+        // A loose scan reads a few entries per room; the range scan reads the backlog.
+        assert!(
+            read < 20 * LOOSE_ROOMS as u64,
+            "round {round}: a per-room claim and its mark read {read} index entries \
+             ({LOOSE_ROWS} pending rows over {LOOSE_ROOMS} rooms)"
+        );
+    }
+    store.close().await;
+    conn.close().await.expect("close");
+}

@@ -35,6 +35,16 @@ pub(crate) trait ClaimOps: Driver + Sized {
         session.rows::<CandidateRow>(query).await
     }
 
+    /// The rows of one room-heads statement (the pending branch of a per-room claim), in the
+    /// branch's order: like [`ClaimOps::claimed_rows`] by default.
+    async fn room_heads_rows<S: Session>(
+        &self,
+        session: &mut S,
+        query: Bound,
+    ) -> Result<Vec<CandidateRow>, sqlx::Error> {
+        self.claimed_rows(session, query).await
+    }
+
     /// The writes after the reads: the lease UPDATE of the rows handed out, then the rejected
     /// rows failed.
     async fn lease_and_reject<S: Session>(
@@ -247,7 +257,7 @@ async fn room_heads<D: ClaimOps, S: Session>(
         let wanted = limit - rows.len();
         let query = statements.claim_statement_by_room(params, lease, &rooms, wanted);
         let read = driver
-            .claimed_rows(session, query)
+            .room_heads_rows(session, query)
             .await
             .map_err(db("claim"))?;
         if let Some(row) = read.last() {

@@ -19,6 +19,14 @@ pub(crate) trait Session: Send {
         statement: Bound,
     ) -> Result<Vec<T>, sqlx::Error>;
 
+    /// Runs a query prepared for this run only (the connection keeps no prepared statement for
+    /// the next run); decodes every row. For a statement whose database plans a re-run of a
+    /// kept one worse than a fresh one (MariaDB's room heads: `store/mysql/claim.rs`).
+    async fn rows_prepared_once<T: FromColumns + Send + 'static>(
+        &mut self,
+        statement: Bound,
+    ) -> Result<Vec<T>, sqlx::Error>;
+
     /// Runs a script of several statements without arguments (a migration).
     async fn script(&mut self, sql: String) -> Result<(), sqlx::Error>;
 }
@@ -74,6 +82,16 @@ macro_rules! impl_session {
                 statement: $crate::store::statement::Bound,
             ) -> Result<Vec<T>, sqlx::Error> {
                 let query = $crate::store::session::bind_args::<$database>(statement);
+                let rows = query.fetch_all(&mut *self).await?;
+                rows.iter().map(|row| T::from_columns(row)).collect()
+            }
+
+            async fn rows_prepared_once<T: $crate::store::row::FromColumns + Send + 'static>(
+                &mut self,
+                statement: $crate::store::statement::Bound,
+            ) -> Result<Vec<T>, sqlx::Error> {
+                let query =
+                    $crate::store::session::bind_args::<$database>(statement).persistent(false);
                 let rows = query.fetch_all(&mut *self).await?;
                 rows.iter().map(|row| T::from_columns(row)).collect()
             }

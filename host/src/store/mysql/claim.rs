@@ -2,17 +2,66 @@
 //! key, since MariaDB's range optimizer seeks a row comparison `(created_at_ms, event_id) > (?, ?)`
 //! on `created_at_ms` alone and reads a backlog written in one millisecond from its head
 //! (EXPLAIN's `key_len`); and the per-room claim's room heads read by a loose index scan
-//! ([`write_room_heads`]).
+//! ([`write_room_heads`]), prepared afresh for every run ([`ClaimOps::room_heads_rows`]).
 
+use super::MySqlStore;
 use crate::record::Status;
+use crate::store::ClaimParams;
+use crate::store::DeliveryOrder;
 use crate::store::claim_position::ClaimPosition;
+use crate::store::exec_claim::ClaimOps;
+use crate::store::exec_held::HeldOps;
 use crate::store::room_cursor::RoomWalk;
+use crate::store::row::CandidateRow;
+use crate::store::session::Session;
+use crate::store::statement::Bound;
+use crate::store::statement::claim::ClaimBranch;
 use crate::store::statement::claim::PositionSide;
 use crate::store::statement::claim::room_heads::{
     room_index_hint, write_cursor_bound, write_room_probes,
 };
 use crate::store::statement::{Arg, SqlBuilder};
 use crate::store::{Backend, TableName};
+
+/// The claim as written once (`SELECT … FOR UPDATE SKIP LOCKED`, then the lease UPDATE by
+/// primary key), but for the room heads of a per-room claim: MariaDB 10.11 plans the loose index
+/// scan of [`write_room_heads`] when a statement is prepared, and a connection that runs the same
+/// prepared statement again after the table changed drops it for a range scan of every pending
+/// entry of the tenant (1M pending rows: ~1 s per claim instead of ~10 ms; measured with
+/// `Handler_read_next`, `tests/stale_plans.rs`). The statement is prepared for each run
+/// instead: one more round trip, bounded reads.
+impl ClaimOps for MySqlStore {
+    async fn room_heads_rows<S: Session>(
+        &self,
+        session: &mut S,
+        query: Bound,
+    ) -> Result<Vec<CandidateRow>, sqlx::Error> {
+        session.rows_prepared_once(query).await
+    }
+}
+
+/// The held claim as written once (the branch SELECTs, rows marked by primary key), the room
+/// heads prepared for each run as in the leased claim.
+impl HeldOps for MySqlStore {
+    async fn held_rows<S: Session>(
+        &self,
+        session: &mut S,
+        branch: ClaimBranch,
+        params: &ClaimParams,
+        limit: usize,
+        walk: &RoomWalk,
+    ) -> Result<Vec<(CandidateRow, Option<String>)>, sqlx::Error> {
+        let query = self
+            .statements
+            .claim_query_walk(branch, params, limit, walk);
+        let rows = if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::PerRoom {
+            session.rows_prepared_once::<CandidateRow>(query).await?
+        } else {
+            session.rows::<CandidateRow>(query).await?
+        };
+        Ok(rows.into_iter().map(|row| (row, None)).collect())
+    }
+}
 
 /// Writes `created_at_ms > ? OR (created_at_ms = ? AND event_id > ?)` (or its `UpTo` side):
 /// two ranges on the full key.

@@ -20,8 +20,6 @@ mod save;
 use super::claim_position::ClaimPositions;
 use super::driver::Driver;
 use super::exec;
-use super::exec_claim::ClaimOps;
-use super::exec_held::HeldOps;
 use super::impl_store::impl_store;
 use super::room_cursor::RoomCursors;
 use super::session::{BindTextList, impl_session};
@@ -169,13 +167,6 @@ impl Driver for MySqlStore {
         &self.room_cursors
     }
 }
-
-/// The claim as written once: `SELECT … FOR UPDATE SKIP LOCKED`, then the lease UPDATE by
-/// primary key (the claim position's bound in MariaDB's seek form: `claim.rs`).
-impl ClaimOps for MySqlStore {}
-
-/// The held claim as written once: the branch SELECTs, rows marked by primary key.
-impl HeldOps for MySqlStore {}
 
 impl_store!(MySqlStore, Backend::MySql);
 
