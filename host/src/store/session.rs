@@ -19,12 +19,13 @@ pub(crate) trait Session: Send {
         statement: Bound,
     ) -> Result<Vec<T>, sqlx::Error>;
 
-    /// Runs a query prepared for this run only (the connection keeps no prepared statement for
-    /// the next run); decodes every row. For a statement whose database plans a re-run of a
-    /// kept one worse than a fresh one (MariaDB's room heads: `store/mysql/claim.rs`).
-    async fn rows_prepared_once<T: FromColumns + Send + 'static>(
+    /// Runs a query sent as plain text, its values already written into it as literals (no
+    /// prepared statement: planned afresh on every run, one round trip); decodes every row. For
+    /// a statement whose database plans a re-run of a prepared one worse than a fresh one
+    /// (MariaDB's room heads: `store/mysql/claim.rs`).
+    async fn rows_of_text<T: FromColumns + Send + 'static>(
         &mut self,
-        statement: Bound,
+        sql: String,
     ) -> Result<Vec<T>, sqlx::Error>;
 
     /// Runs a script of several statements without arguments (a migration).
@@ -86,13 +87,14 @@ macro_rules! impl_session {
                 rows.iter().map(|row| T::from_columns(row)).collect()
             }
 
-            async fn rows_prepared_once<T: $crate::store::row::FromColumns + Send + 'static>(
+            async fn rows_of_text<T: $crate::store::row::FromColumns + Send + 'static>(
                 &mut self,
-                statement: $crate::store::statement::Bound,
+                sql: String,
             ) -> Result<Vec<T>, sqlx::Error> {
-                let query =
-                    $crate::store::session::bind_args::<$database>(statement).persistent(false);
-                let rows = query.fetch_all(&mut *self).await?;
+                // Written by `store::statement` with its values as escaped literals.
+                let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                    .fetch_all(&mut *self)
+                    .await?;
                 rows.iter().map(|row| T::from_columns(row)).collect()
             }
 

@@ -2,7 +2,7 @@
 //! key, since MariaDB's range optimizer seeks a row comparison `(created_at_ms, event_id) > (?, ?)`
 //! on `created_at_ms` alone and reads a backlog written in one millisecond from its head
 //! (EXPLAIN's `key_len`); and the per-room claim's room heads read by a loose index scan
-//! ([`write_room_heads`]), prepared afresh for every run ([`ClaimOps::room_heads_rows`]).
+//! ([`write_room_heads`]), sent as text with its values written in ([`ClaimOps::room_heads_rows`]).
 
 use super::MySqlStore;
 use crate::record::Status;
@@ -25,23 +25,25 @@ use crate::store::{Backend, TableName};
 
 /// The claim as written once (`SELECT … FOR UPDATE SKIP LOCKED`, then the lease UPDATE by
 /// primary key), but for the room heads of a per-room claim: MariaDB 10.11 plans the loose index
-/// scan of [`write_room_heads`] when a statement is prepared, and a connection that runs the same
+/// scan of [`write_room_heads`] for a fresh statement, and a connection that runs the same
 /// prepared statement again after the table changed drops it for a range scan of every pending
-/// entry of the tenant (1M pending rows: ~1 s per claim instead of ~10 ms; measured with
-/// `Handler_read_next`, `tests/stale_plans.rs`). The statement is prepared for each run
-/// instead: one more round trip, bounded reads.
+/// entry of the tenant (1M pending rows: ~1 s a claim instead of ~10 ms; `Handler_read_next` in
+/// `tests/stale_plans.rs`). The room heads go as text with their values written in
+/// ([`inline_values`]): planned on every run, in one round trip. (A prepared statement closed
+/// after each run costs ~40 ms instead: sqlx's sockets keep Nagle's algorithm on, and the next
+/// command waits behind the close, which the server does not answer, for its delayed ACK.)
 impl ClaimOps for MySqlStore {
     async fn room_heads_rows<S: Session>(
         &self,
         session: &mut S,
         query: Bound,
     ) -> Result<Vec<CandidateRow>, sqlx::Error> {
-        session.rows_prepared_once(query).await
+        session.rows_of_text(inline_values(query)).await
     }
 }
 
 /// The held claim as written once (the branch SELECTs, rows marked by primary key), the room
-/// heads prepared for each run as in the leased claim.
+/// heads sent as text as in the leased claim.
 impl HeldOps for MySqlStore {
     async fn held_rows<S: Session>(
         &self,
@@ -55,12 +57,47 @@ impl HeldOps for MySqlStore {
             .statements
             .claim_query_walk(branch, params, limit, walk);
         let rows = if branch == ClaimBranch::Pending && params.ordering == DeliveryOrder::PerRoom {
-            session.rows_prepared_once::<CandidateRow>(query).await?
+            session.rows_of_text(inline_values(query)).await?
         } else {
             session.rows::<CandidateRow>(query).await?
         };
         Ok(rows.into_iter().map(|row| (row, None)).collect())
     }
+}
+
+/// `statement`'s text with each `?` replaced by its value as a literal: a string as
+/// `_utf8mb4 X'…'` (hex, so no character of it is read as SQL), a number in decimal, bytes as
+/// `X'…'`. The statement's text holds no `?` but its placeholders (`store::statement` writes
+/// only fixed fragments, the validated table name and `?`).
+pub(crate) fn inline_values(statement: Bound) -> String {
+    use std::fmt::Write;
+    let hex = |out: &mut String, bytes: &[u8]| {
+        out.push_str("X'");
+        for byte in bytes {
+            let _ = write!(out, "{byte:02x}");
+        }
+        out.push('\'');
+    };
+    let mut out = String::with_capacity(statement.sql.len() + 64 * statement.args.len());
+    let mut args = statement.args.into_iter();
+    for (i, part) in statement.sql.split('?').enumerate() {
+        if i > 0 {
+            match args.next().expect("one value per placeholder") {
+                Arg::Text(text) => {
+                    out.push_str("_utf8mb4 ");
+                    hex(&mut out, text.as_bytes());
+                }
+                Arg::Int(n) => {
+                    let _ = write!(out, "{n}");
+                }
+                Arg::Bytes(bytes) => hex(&mut out, &bytes),
+                Arg::TextList(_) => unreachable!("MySQL binds no array parameter"),
+            }
+        }
+        out.push_str(part);
+    }
+    assert!(args.next().is_none(), "one placeholder per value");
+    out
 }
 
 /// Writes `created_at_ms > ? OR (created_at_ms = ? AND event_id > ?)` (or its `UpTo` side):
@@ -164,4 +201,21 @@ pub(crate) fn room_heads_args(app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
     }
     args.extend([app(), app()]);
     args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_written_in_as_hex_and_decimal_literals() {
+        let statement = Bound {
+            sql: "SELECT 1 FROM t WHERE a = ? AND b = ? LIMIT ?".into(),
+            args: vec![Arg::from("it's é"), Arg::Bytes(vec![0, 255]), Arg::Int(-5)],
+        };
+        assert_eq!(
+            inline_values(statement),
+            "SELECT 1 FROM t WHERE a = _utf8mb4 X'6974277320c3a9' AND b = X'00ff' LIMIT -5"
+        );
+    }
 }
