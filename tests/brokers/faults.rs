@@ -152,8 +152,12 @@ async fn loses_no_event(kind: Kind) {
         if kind == Kind::Nats {
             assert_eq!(got, 1, "{}: JetStream drops repeats", row.event_id);
         } else {
+            // A Kafka producer whose connection is cut after the broker appended a batch but
+            // before its ack arrived sends the batch again within the same attempt (no idempotent
+            // producer): at most one extra copy per cut.
+            let cuts = if kind == Kind::Kafka { 2 } else { 0 };
             assert!(
-                (1..=attempts).contains(&got),
+                (1..=attempts + cuts).contains(&got),
                 "{kind:?} {}: received {got} times in {attempts} attempts",
                 row.event_id
             );
