@@ -12,6 +12,10 @@
 #      database-bound ceiling of outboxd on this machine, beside which the broker run is read;
 #   3. latency: producers commit 200 rows/s for LATENCY_SECS seconds; commit → delivered
 #      (marked after the broker's confirmation) p50/p90/p99.
+# MQTT runs against a private mosquitto (port MQTT_PORT, 18830) with `set_tcp_nodelay true`, started
+# and stopped here: Mosquitto's default keeps Nagle's algorithm on its sockets, and a batch's second
+# PUBACK then waits for the client's delayed ACK (200 events/s: commit → delivered p50 ~130 ms
+# instead of ~3 ms; docs/PLUGINS.md, "Deliver to a broker").
 # Needs the brokers of bench/brokers.toml running (Kafka: `make kafka-broker`, then
 # `.toolchains/kafka/tansu broker --listener-url tcp://127.0.0.1:9092`), and those of
 # bench/lib.sh. Environment: EVENTS (20000), LATENCY_SECS (20), BROKERS.
@@ -22,6 +26,22 @@ LATENCY_SECS=${LATENCY_SECS:-20}
 BROKERS=${BROKERS:-nats rabbitmq redis mqtt kafka}
 BROKER_PLUGIN=$REPO/plugins/out/broker.wasm
 [ -f "$BROKER_PLUGIN" ] || { echo "no plugin at $BROKER_PLUGIN: make rust-plugins" >&2; exit 1; }
+
+# The connections: bench/brokers.toml, MQTT's pointed at the private mosquitto.
+MQTT_PORT=${MQTT_PORT:-18830}
+CONFIG=$WORK/brokers.toml
+sed "s#mqtt://127.0.0.1:1883#mqtt://127.0.0.1:$MQTT_PORT#" "$REPO/bench/brokers.toml" > "$CONFIG"
+if [[ " $BROKERS " == *" mqtt "* ]]; then
+  if (exec 3<>"/dev/tcp/127.0.0.1/$MQTT_PORT") 2>/dev/null; then
+    echo "port $MQTT_PORT is taken: set MQTT_PORT to a free one" >&2; exit 1
+  fi
+  printf 'listener %s 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\npersistence false\n' \
+    "$MQTT_PORT" > "$WORK/mosquitto.conf"
+  mosquitto -c "$WORK/mosquitto.conf" > "$WORK/mosquitto.log" 2>&1 &
+  MOSQUITTO_PID=$!
+  CLEANUP+=("kill $MOSQUITTO_PID")
+  for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$MQTT_PORT") 2>/dev/null && break; sleep 0.1; done
+fi
 
 topic() {
   case $1 in
@@ -38,7 +58,7 @@ for broker in $BROKERS; do
   fresh_db postgres "outboxd_bench_$broker"
   args=(--plugin "$BROKER_PLUGIN" --plugin-config "connection=$broker" --plugin-config "topic=$(topic "$broker")")
   section "$broker, throughput: outboxd bench --events $EVENTS --rooms 200 --shapes outboxd ${args[*]} --broker-raw"
-  "$OUTBOXD" --config "$REPO/bench/brokers.toml" --database-url "$URL" bench --events "$EVENTS" \
+  "$OUTBOXD" --config "$CONFIG" --database-url "$URL" bench --events "$EVENTS" \
     --rooms 200 --shapes outboxd "${args[@]}" --broker-raw | tee "$WORK/out"
   line=$(grep '^broker:' "$WORK/out")
   raw=$(sed -E 's/.* ([0-9]+) msg\/s confirmed.*/\1/' <<<"$line")
@@ -48,7 +68,7 @@ for broker in $BROKERS; do
   "$OUTBOXD" --database-url "$URL" bench --events "$EVENTS" --rooms 200 --shapes outboxd | tee "$WORK/noop"
   noop=$(awk '$1 == "outboxd" {print $7}' "$WORK/noop")
   section "$broker, latency: outboxd bench --rate 200 --seconds $LATENCY_SECS ${args[*]} --broker-raw"
-  "$OUTBOXD" --config "$REPO/bench/brokers.toml" --database-url "$URL" bench --rate 200 \
+  "$OUTBOXD" --config "$CONFIG" --database-url "$URL" bench --rate 200 \
     --seconds "$LATENCY_SECS" "${args[@]}" --broker-raw | tee "$WORK/lat"
   p=$(awk '/^ *200 / {print $5 " / " $6 " / " $7}' "$WORK/lat" | head -n1)
   printf "%-9s %10s %10s %7s %10s %7s   %s\n" "$broker" "$ours" "$raw" "${ratio}x" "$noop" \
