@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     KEY idx_{{table}}_retry (app_code, status, next_retry_at_ms, created_at_ms, event_id),
     -- Expired leases (status 'delivering', lock_until_ms <= now, ORDER BY lock_until_ms, …).
     KEY idx_{{table}}_lease (app_code, status, lock_until_ms, created_at_ms, event_id),
-    -- Per-room ordering: "is an earlier event of this room still pending, retryable or
-    -- delivering?" is a few probes of this index.
-    KEY idx_{{table}}_room (app_code, room_id, status, created_at_ms, event_id)
+    -- Per-room ordering: each room's head (its oldest event of a status), and "is an earlier
+    -- event of this room still pending, retryable or delivering?". Migration 0002 drops it
+    -- unless per-room ordering asks for it (`outboxd migrate --room-index`).
+    KEY idx_{{table}}_room (app_code, status, room_id, created_at_ms, event_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -57,6 +57,7 @@ CREATE INDEX IF NOT EXISTS idx_{{table}}_pending ON {{table}} (app_code, status,
 CREATE INDEX IF NOT EXISTS idx_{{table}}_retry ON {{table}} (app_code, status, next_retry_at_ms, created_at_ms, event_id);
 -- Expired leases (status 'delivering', lock_until_ms <= now, ORDER BY lock_until_ms, …).
 CREATE INDEX IF NOT EXISTS idx_{{table}}_lease ON {{table}} (app_code, status, lock_until_ms, created_at_ms, event_id);
--- Per-room ordering: "is an earlier event of this room still pending, retryable or delivering?"
--- is a few probes of this index.
-CREATE INDEX IF NOT EXISTS idx_{{table}}_room ON {{table}} (app_code, room_id, status, created_at_ms, event_id);
+-- Per-room ordering: each room's head (its oldest event of a status), and "is an earlier event of
+-- this room still pending, retryable or delivering?". Migration 0003 drops it unless per-room
+-- ordering asks for it (`outboxd migrate --room-index`).
+CREATE INDEX IF NOT EXISTS idx_{{table}}_room ON {{table}} (app_code, status, room_id, created_at_ms, event_id);

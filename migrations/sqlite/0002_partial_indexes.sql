@@ -12,7 +12,7 @@
 -- a query whose WHERE implies the index's WHERE; every statement that reads these indexes names
 -- the status as a literal (`c.status = 'retryable'`, `p.status = 'pending'`, …), which implies
 -- these conditions (an `OR` of equalities, not `IN`: SQLite proves `x = 'a'` ⇒ `x = 'a' OR …`,
--- not `x = 'a'` ⇒ `x IN ('a', …)`). The key columns are unchanged, so `migrate`'s check of the
+-- not `x = 'a'` ⇒ `x IN ('a', …)`). The key columns are those `migrate` checks, so its check of the
 -- claim indexes (host/src/store/schema.rs) accepts them. `idx_<table>_pending` stays whole: it
 -- also serves retention (`delivered` / `failed` rows by age), `failed list` and the counts, and
 -- its fresh entries sit at the end of each status's range, whatever the history.
@@ -29,7 +29,7 @@ CREATE INDEX idx_{{table}}_retry ON {{table}} (app_code, status, next_retry_at_m
 -- Leased rows: the claim's expired-lease branch.
 CREATE INDEX idx_{{table}}_lease ON {{table}} (app_code, status, lock_until_ms, created_at_ms, event_id)
     WHERE status = 'delivering';
--- Per-room ordering's probes ("an earlier event of this room still pending, retryable or
--- delivering?", one probe per status).
-CREATE INDEX idx_{{table}}_room ON {{table}} (app_code, room_id, status, created_at_ms, event_id)
+-- Per-room ordering's room heads and probes ("an earlier event of this room still pending,
+-- retryable or delivering?", one probe per status).
+CREATE INDEX idx_{{table}}_room ON {{table}} (app_code, status, room_id, created_at_ms, event_id)
     WHERE status = 'pending' OR status = 'retryable' OR status = 'delivering';

@@ -130,10 +130,12 @@ fn load_config_from(config: Option<&Path>, database_url: Option<&str>) -> Result
 }
 
 /// Logs to stderr in the configured format with `filter` (the configured level, normally);
-/// `RUST_LOG` overrides it.
+/// `RUST_LOG` overrides it. PostgreSQL's notices (sqlx logs them at INFO: "trigger … does not
+/// exist, skipping" from the migrations' `DROP TRIGGER IF EXISTS`) show only as warnings.
 fn init_logging_filter(config: &Config, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{filter},sqlx::postgres::notice=warn"))
+    });
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
