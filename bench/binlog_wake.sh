@@ -20,9 +20,7 @@ ROUNDS=${ROUNDS:-1}
 SPARSE_SECS=${SPARSE_SECS:-30}
 QUIET=${QUIET:-30s}
 
-if (exec 3<>"/dev/tcp/127.0.0.1/$BINLOG_PORT") 2>/dev/null; then
-  echo "port $BINLOG_PORT is taken: set BINLOG_PORT to a free one" >&2; exit 1
-fi
+require_free_port "$BINLOG_PORT" BINLOG_PORT
 
 header "MariaDB wake: binlog against probe, private server on port $BINLOG_PORT"
 

@@ -14,8 +14,8 @@
 #      (marked after the broker's confirmation) p50/p90/p99.
 # MQTT runs against a private mosquitto (port MQTT_PORT, 18830) with `set_tcp_nodelay true`, started
 # and stopped here: Mosquitto's default keeps Nagle's algorithm on its sockets, and a batch's second
-# PUBACK then waits for the client's delayed ACK (200 events/s: commit → delivered p50 ~130 ms
-# instead of ~3 ms; docs/PLUGINS.md, "Deliver to a broker").
+# PUBACK then waits for the client's delayed ACK (200 events/s: commit → delivered p50 70–180 ms
+# instead of ~10 ms; docs/PLUGINS.md, "Deliver to a broker").
 # Needs the brokers of bench/brokers.toml running (Kafka: `make kafka-broker`, then
 # `.toolchains/kafka/tansu broker --listener-url tcp://127.0.0.1:9092`), and those of
 # bench/lib.sh. Environment: EVENTS (20000), LATENCY_SECS (20), BROKERS.
@@ -32,15 +32,13 @@ MQTT_PORT=${MQTT_PORT:-18830}
 CONFIG=$WORK/brokers.toml
 sed "s#mqtt://127.0.0.1:1883#mqtt://127.0.0.1:$MQTT_PORT#" "$REPO/bench/brokers.toml" > "$CONFIG"
 if [[ " $BROKERS " == *" mqtt "* ]]; then
-  if (exec 3<>"/dev/tcp/127.0.0.1/$MQTT_PORT") 2>/dev/null; then
-    echo "port $MQTT_PORT is taken: set MQTT_PORT to a free one" >&2; exit 1
-  fi
+  require_free_port "$MQTT_PORT" MQTT_PORT
   printf 'listener %s 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\npersistence false\n' \
     "$MQTT_PORT" > "$WORK/mosquitto.conf"
   mosquitto -c "$WORK/mosquitto.conf" > "$WORK/mosquitto.log" 2>&1 &
   MOSQUITTO_PID=$!
-  CLEANUP+=("kill $MOSQUITTO_PID")
-  for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$MQTT_PORT") 2>/dev/null && break; sleep 0.1; done
+  CLEANUP+=("kill $MOSQUITTO_PID; wait $MOSQUITTO_PID 2>/dev/null")
+  for _ in $(seq 1 50); do port_open "$MQTT_PORT" && break; sleep 0.1; done
 fi
 
 topic() {

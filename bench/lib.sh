@@ -84,6 +84,18 @@ bench() {
   "$OUTBOXD" --database-url "$URL" bench "$@"
 }
 
+# port_open PORT: whether something listens on 127.0.0.1:PORT.
+port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# require_free_port PORT VAR: exits unless PORT (the value of the environment variable VAR) is free.
+require_free_port() {
+  if port_open "$1"; then
+    echo "port $1 is taken: set $2 to a free one" >&2; exit 1
+  fi
+}
+
 # header TITLE: what was measured with what, for the record.
 header() {
   local commit
