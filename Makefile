@@ -200,7 +200,7 @@ bench: build
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: bench-ab bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
+.PHONY: bench-ab bench-index-writes bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd
 
@@ -220,6 +220,11 @@ bench-binlog-wake: release
 
 bench-history: release
 	bash bench/history.sh
+
+## bench-index-writes: PostgreSQL's WAL and index pages per delivered event, the retry and lease
+## indexes over live rows (migration 0006) against whole ones, alternated (bench/index_writes.sh).
+bench-index-writes: release
+	bash bench/index_writes.sh
 
 bench-isolation: release
 	bash bench/isolation.sh

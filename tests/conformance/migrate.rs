@@ -18,6 +18,7 @@ crate::support::per_backend!(
     migrate_drops_the_room_index_of_an_earlier_version,
     migrate_keeps_the_room_index_of_an_earlier_version_when_asked,
     migrate_rebuilds_a_room_index_of_the_former_columns,
+    migrate_upgrades_whole_claim_indexes_with_rows_in_every_state,
 );
 
 /// `migrate` with the room index (`outboxd migrate` with `worker.ordering = "per-room"`).
@@ -614,4 +615,55 @@ async fn migrate_rebuilds_a_room_index_of_the_former_columns(backend: Backend) {
     ] {
         assert_eq!(status_of(&db, APP, id).await, status, "{id}");
     }
+}
+
+/// A table whose claim indexes cover every row, as migration 0001 made them (and as a Go-era
+/// table adopted under their names has them), with rows in every state and a delivered history:
+/// `migrate` replaces the indexes with the ones this version's claims read (on some databases over
+/// live rows only), losing no row and changing none, and every claim branch then finds exactly
+/// its rows: pending, due retries and expired leases now, later retries and leases once due.
+async fn migrate_upgrades_whole_claim_indexes_with_rows_in_every_state(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let whole = [
+        ("idx_room_outbox_pending", CLAIM_INDEX_COLUMNS[0]),
+        ("idx_room_outbox_retry", CLAIM_INDEX_COLUMNS[1]),
+        ("idx_room_outbox_lease", CLAIM_INDEX_COLUMNS[2]),
+    ];
+    db.create_foreign_table(DEFAULT_TABLE, &[], &whole).await;
+    let later = 1_000_000;
+    let mut rows = RawInsert::live_rows_of_each_kind(APP, 2, 0, later);
+    rows.extend((0..20).map(|i| {
+        RawInsert::pending(APP, &format!("h{i:02}"), "room0", i).with_status("delivered")
+    }));
+    db.insert_raw(DEFAULT_TABLE, &rows).await;
+    let before = db.all_rows(DEFAULT_TABLE).await;
+
+    let store = db.store_unmigrated(DEFAULT_TABLE).await;
+    assert_eq!(store.migrate().await.unwrap(), all_migrations(backend));
+    assert_eq!(db.all_rows(DEFAULT_TABLE).await, before, "rows changed");
+    assert!(has_claim_indexes(&db, DEFAULT_TABLE).await);
+    assert!(store.migrate().await.unwrap().is_empty(), "second migrate");
+
+    let mut now = claim_app(&store, "w1", 100, 2_000, 1_000).await;
+    let mut got = ids(&now);
+    got.sort();
+    assert_eq!(
+        got,
+        strs(&["dx00", "dx01", "p00", "p01", "rd00", "rd01"]),
+        "pending, due retries, expired leases"
+    );
+    let marks: Vec<_> = got.iter().map(|id| delivered(id)).collect();
+    mark(&store, &now.lease, &marks, 2_010).await;
+    now = claim_app(&store, "w1", 100, 2_020, 1_000).await;
+    assert!(ids(&now).is_empty(), "nothing else is due: {:?}", ids(&now));
+    let due_later = claim_app(&store, "w1", 100, later + 1, 1_000).await;
+    let mut got = ids(&due_later);
+    got.sort();
+    assert_eq!(got, strs(&["dl00", "dl01", "rn00", "rn01"]), "once due");
+    for id in ["p00", "rd01", "dx00"] {
+        assert_eq!(status_of(&db, APP, id).await, "delivered", "{id}");
+    }
+    assert_eq!(status_of(&db, APP, "f00").await, "failed");
 }

@@ -326,6 +326,17 @@ impl TestDb {
             .rows_affected())
     }
 
+    /// Runs one query with binds and returns its first column as text, one string per row.
+    pub async fn query_strings(&self, sql: &str, binds: &[Bind]) -> Vec<String> {
+        on_pool!(&self.pool, |pool: DB| bound_query::<DB>(sql, binds)
+            .fetch_all(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(|row| sqlx::Row::get::<String, _>(row, 0))
+            .collect())
+    }
+
     /// Inserts rows into `table` with plain SQL (one multi-row INSERT per call; keep it under a
     /// few thousand rows per call).
     pub async fn insert_raw(&self, table: &str, rows: &[RawInsert]) {

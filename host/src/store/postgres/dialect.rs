@@ -42,6 +42,12 @@ const MIGRATIONS: &[Migration] = &[
         "0005_notify_while_hosts_wait",
         include_str!("../../../../migrations/postgres/0005_notify_while_hosts_wait.sql"),
     ),
+    Migration::new(
+        6,
+        "0006_live_retry_lease_indexes",
+        include_str!("../../../../migrations/postgres/0006_live_retry_lease_indexes.sql"),
+    )
+    .outside_transaction(),
 ];
 
 impl SqlDialect for PostgresDialect {
@@ -141,7 +147,20 @@ impl SqlDialect for PostgresDialect {
     /// `CREATE TABLE IF NOT EXISTS` races between concurrent transactions: a transaction-scoped
     /// advisory lock (any constant: "outboxd" in ASCII) serializes `migrate` runs.
     fn migration_lock(&self) -> Option<&'static str> {
-        Some("SELECT pg_advisory_xact_lock(31366054425523556)")
+        Some(
+            "SELECT CASE WHEN pg_try_advisory_xact_lock(31366054425523556) \
+             THEN 1::bigint ELSE 0::bigint END",
+        )
+    }
+
+    /// The same key as [`Self::migration_lock`], held by the session: a `migrate` building an
+    /// index concurrently and one in its transaction wait for each other.
+    fn migration_session_lock(&self) -> Option<[&'static str; 2]> {
+        Some([
+            "SELECT CASE WHEN pg_try_advisory_lock(31366054425523556) \
+             THEN 1::bigint ELSE 0::bigint END",
+            "SELECT pg_advisory_unlock(31366054425523556)",
+        ])
     }
 
     fn table_columns(&self, table: &TableName) -> Bound {

@@ -19,8 +19,55 @@ use crate::store::{Backend, MigrateOptions, StoreError, TableName};
 /// index, the migration dropping it is recorded without running ([`Migration::runs_with`]).
 /// Then checks the table's columns and claim indexes on every run ([`verify_outbox_table`]), so
 /// a table adopted from another program gets the indexes the claims need, and the room index
-/// when `options` asks for it.
+/// when `options` asks for it. Migrations marked to run outside a transaction follow once that
+/// transaction commits ([`migrate_outside_transaction`]).
 pub(crate) async fn migrate<D: Driver>(
+    driver: &D,
+    options: &MigrateOptions,
+) -> Result<Vec<i64>, StoreError> {
+    let mut applied_now = migrate_in_transaction(driver, options).await?;
+    applied_now.extend(migrate_outside_transaction(driver).await?);
+    Ok(applied_now)
+}
+
+/// How long `migrate` waits between two attempts at the lock another `migrate` holds.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Takes the lock serializing `migrate` runs with `lock`, a statement returning 1 when it took
+/// the lock and 0 when another session holds it, retried every [`LOCK_RETRY`]. Waiting between
+/// statements, not inside one, keeps this session's snapshot out of the way of an index that
+/// another `migrate` builds concurrently (which waits for every older snapshot).
+async fn take_migration_lock<S: Session>(
+    session: &mut S,
+    table: &TableName,
+    lock: &'static str,
+) -> Result<(), StoreError> {
+    let mut logged = false;
+    loop {
+        let taken = session
+            .rows::<Int>(Bound {
+                sql: lock.into(),
+                args: Vec::new(),
+            })
+            .await
+            .map_err(db("migrate"))?;
+        if matches!(taken.as_slice(), [Int(1)]) {
+            return Ok(());
+        }
+        if !logged {
+            tracing::info!(
+                table = table.as_str(),
+                "waiting for another `outboxd migrate` to finish"
+            );
+            logged = true;
+        }
+        tokio::time::sleep(LOCK_RETRY).await;
+    }
+}
+
+/// The migrations that run in the transaction (all but [`Migration::outside_transaction`] ones),
+/// the table's check, and their records.
+async fn migrate_in_transaction<D: Driver>(
     driver: &D,
     options: &MigrateOptions,
 ) -> Result<Vec<i64>, StoreError> {
@@ -29,12 +76,7 @@ pub(crate) async fn migrate<D: Driver>(
     let (backend, table) = (statements.backend(), statements.table());
     let mut tx = begin_write(driver, OP).await?;
     if let Some(lock) = backend.dialect().migration_lock() {
-        tx.run(Bound {
-            sql: lock.into(),
-            args: Vec::new(),
-        })
-        .await
-        .map_err(db(OP))?;
+        take_migration_lock(&mut *tx, table, lock).await?;
     }
     // A table created by another program must have every column before migration 0001's
     // indexes can be created on it.
@@ -54,7 +96,7 @@ pub(crate) async fn migrate<D: Driver>(
         .collect();
     let mut applied_now = Vec::new();
     for migration in backend.dialect().migrations() {
-        if applied.contains(&migration.version) {
+        if applied.contains(&migration.version) || migration.outside_transaction {
             continue;
         }
         if migration.runs_with(options) {
@@ -85,6 +127,81 @@ pub(crate) async fn migrate<D: Driver>(
     }
     tx.commit().await.map_err(db(OP))?;
     Ok(applied_now)
+}
+
+/// The migrations marked to run outside a transaction ([`Migration::outside_transaction`]) not
+/// yet recorded, in version order, on one connection under the dialect's session lock: each
+/// statement in autocommit, the record after the last. On an error the connection is closed,
+/// which releases the lock; the migration runs again from its first statement next time.
+async fn migrate_outside_transaction<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
+    const OP: &str = "migrate";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let dialect = backend.dialect();
+    if !dialect.migrations().iter().any(|m| m.outside_transaction) {
+        return Ok(Vec::new());
+    }
+    let Some([lock, unlock]) = dialect.migration_session_lock() else {
+        return Err(StoreError::Schema(format!(
+            "{backend:?} has migrations to run outside a transaction but no session lock to \
+             serialize them"
+        )));
+    };
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    let applied = async {
+        take_migration_lock(&mut *conn, table, lock).await?;
+        let recorded: HashSet<i64> = conn
+            .rows::<Int>(applied_versions(backend, table))
+            .await
+            .map_err(db(OP))?
+            .into_iter()
+            .map(|Int(version)| version)
+            .collect();
+        let mut applied_now = Vec::new();
+        for migration in dialect.migrations() {
+            if !migration.outside_transaction || recorded.contains(&migration.version) {
+                continue;
+            }
+            tracing::info!(
+                table = table.as_str(),
+                version = migration.version,
+                name = migration.name,
+                "applying a migration outside a transaction (an index built concurrently takes \
+                 a scan of the table; producers keep writing)"
+            );
+            for statement in migration.statements(table) {
+                conn.script(statement)
+                    .await
+                    .map_err(|source| StoreError::Migration {
+                        version: migration.version,
+                        name: migration.name,
+                        source,
+                    })?;
+            }
+            conn.run(record_version(
+                backend,
+                table,
+                migration.version,
+                record::now_ms(),
+            ))
+            .await
+            .map_err(db(OP))?;
+            applied_now.push(migration.version);
+        }
+        Ok::<_, StoreError>(applied_now)
+    }
+    .await;
+    match applied {
+        Ok(applied_now) => {
+            conn.script(unlock.to_string()).await.map_err(db(OP))?;
+            Ok(applied_now)
+        }
+        Err(error) => {
+            // Closing the connection releases its session lock, whatever state it is in.
+            let _ = conn.close().await;
+            Err(error)
+        }
+    }
 }
 
 /// Whether the outbox table exists; an error naming the missing columns when it exists without

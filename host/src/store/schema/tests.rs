@@ -183,3 +183,41 @@ fn migrations_render_the_table_name() {
             .ends_with("VALUES ($1, $2, $3) ON CONFLICT (table_name, version) DO NOTHING")
     );
 }
+
+#[test]
+fn migrations_outside_a_transaction_come_last_and_split_into_statements() {
+    for backend in DIALECTS {
+        let all = migrations(backend);
+        let first_outside = all.iter().position(|m| m.outside_transaction);
+        if let Some(first) = first_outside {
+            // `migrate` runs them after the transaction of the others: listed last, they keep
+            // version order.
+            assert!(
+                all[first..].iter().all(|m| m.outside_transaction),
+                "{backend:?}: a transactional migration after an outside one"
+            );
+            assert!(
+                backend.dialect().migration_session_lock().is_some(),
+                "{backend:?}: no session lock for them"
+            );
+        }
+    }
+    let outside: Vec<_> = migrations(Backend::Postgres)
+        .iter()
+        .filter(|m| m.outside_transaction)
+        .collect();
+    assert_eq!(outside.len(), 1);
+    let statements = outside[0].statements(&table());
+    assert_eq!(statements.len(), 8, "{statements:#?}");
+    assert_eq!(
+        statements[0],
+        "DROP INDEX CONCURRENTLY IF EXISTS idx_room_outbox_retry_new"
+    );
+    assert_eq!(
+        statements[1],
+        "CREATE INDEX CONCURRENTLY idx_room_outbox_retry_new ON room_outbox \
+         (app_code, status, next_retry_at_ms, created_at_ms, event_id)\n    \
+         WHERE status = 'retryable' AND next_retry_at_ms IS NOT NULL"
+    );
+    assert!(statements.iter().all(|s| !s.contains("--") && !s.ends_with(';')));
+}

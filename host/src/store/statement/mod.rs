@@ -231,8 +231,17 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     }
 
     /// Taken inside the migration transaction when the transaction alone does not serialize
-    /// concurrent `migrate` runs: none.
+    /// concurrent `migrate` runs: a statement returning 1 when it took the lock, 0 when another
+    /// session holds it (`migrate` tries again every 50 ms); none.
     fn migration_lock(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The statements that take (returning 1, or 0 when another session holds it) and release, on
+    /// one connection outside any transaction, the lock that serializes `migrate` runs while they
+    /// apply migrations run outside a transaction ([`Migration::outside_transaction`]): none where
+    /// no such migration exists.
+    fn migration_session_lock(&self) -> Option<[&'static str; 2]> {
         None
     }
 
