@@ -53,13 +53,16 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     updated_at_ms    BIGINT       NOT NULL,
     PRIMARY KEY (app_code, event_id),
     -- Each claim branch reads only the rows it returns, however much delivered history the table
-    -- holds: every index leads with (app_code, status), so history sits under other keys.
+    -- holds: history sits under other keys.
     -- Pending branch (ORDER BY created_at_ms, event_id); also failed listings and counts.
     KEY idx_{{table}}_pending (app_code, status, created_at_ms, event_id),
-    -- Due retryable rows (next_retry_at_ms <= now, ORDER BY next_retry_at_ms, created_at_ms, event_id).
-    KEY idx_{{table}}_retry (app_code, status, next_retry_at_ms, created_at_ms, event_id),
-    -- Expired leases (status 'delivering', lock_until_ms <= now, ORDER BY lock_until_ms, …).
-    KEY idx_{{table}}_lease (app_code, status, lock_until_ms, created_at_ms, event_id),
+    -- Due retryable rows (0 < next_retry_at_ms <= now, ORDER BY next_retry_at_ms, created_at_ms,
+    -- event_id). Without the status: outboxd keeps next_retry_at_ms 0 outside 'retryable', so a
+    -- status change of any other kind leaves this index alone (migration 0003).
+    KEY idx_{{table}}_retry (app_code, next_retry_at_ms, created_at_ms, event_id),
+    -- Expired leases (lock_until_ms <= now, ORDER BY lock_until_ms, …). Without the status:
+    -- lock_until_ms is NULL outside 'delivering'.
+    KEY idx_{{table}}_lease (app_code, lock_until_ms, created_at_ms, event_id),
     -- Per-room ordering: each room's head (its oldest event of a status), and "is an earlier
     -- event of this room still pending, retryable or delivering?". Migration 0002 drops it
     -- unless per-room ordering asks for it (`outboxd migrate --room-index`).

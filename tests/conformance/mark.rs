@@ -19,6 +19,7 @@ crate::support::per_backend!(
     mark_is_fenced_against_a_requeued_or_finished_row,
     mark_cuts_last_error_at_a_utf8_boundary,
     mark_rejects_duplicate_ids,
+    status_changes_keep_retry_time_and_lease_to_their_states,
 );
 
 /// A deferred row (its sink's breaker was open) goes back to `retryable` at its time without
@@ -344,4 +345,79 @@ async fn mark_rejects_duplicate_ids(backend: Backend) {
             .applied,
         1
     );
+}
+
+/// Asserts the rule every status change keeps (the claim statements' module docs): a retry time
+/// (above 0) only on `retryable` rows, a lease only on `delivering` ones. MySQL's / MariaDB's
+/// retry and lease indexes rely on it to stay untouched by other status changes.
+async fn assert_rule(db: &crate::support::TestDb, when: &str) {
+    for row in db.all_rows(outboxd::store::DEFAULT_TABLE).await {
+        let retry = row.next_retry_at_ms.unwrap_or(0);
+        assert_eq!(
+            retry > 0,
+            row.status == "retryable",
+            "{when}: {} is {} with next_retry_at_ms {retry}",
+            row.event_id,
+            row.status
+        );
+        assert_eq!(
+            row.lock_until_ms.is_some(),
+            row.status == "delivering",
+            "{when}: {} is {} with lock_until_ms {:?}",
+            row.event_id,
+            row.status,
+            row.lock_until_ms
+        );
+    }
+}
+
+/// Through every status change outboxd makes (lease, delivered, retryable, deferred, failed, a
+/// reclaim of a retried row, a retry at its last attempt rejected by the claim, a requeue), a row
+/// has a retry time only while `retryable` and a lease only while `delivering`.
+async fn status_changes_keep_retry_time_and_lease_to_their_states(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    let ids_of = |n: &[&str]| n.iter().map(|id| record(APP, id, "r", 1)).collect::<Vec<_>>();
+    enqueue(&store, &ids_of(&["a", "b", "c", "d", "e"])).await;
+    assert_rule(&db, "enqueued").await;
+    let first = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    assert_eq!(first.events.len(), 5);
+    assert_rule(&db, "leased").await;
+    let marks = [
+        delivered("a"),
+        retryable("b", 5_000, "later"),
+        failed("c", "never"),
+        deferred("d", 5_000, "breaker open"),
+        retryable("e", 5_000, "later"),
+    ];
+    mark(&store, &first.lease, &marks, 1_010).await;
+    assert_rule(&db, "marked").await;
+    // b, d and e are due: leased again (their retry time back to 0).
+    let second = claim_app(&store, "w1", 10, 6_000, 1_000).await;
+    assert_eq!(second.events.len(), 3);
+    assert_rule(&db, "reclaimed").await;
+    mark(
+        &store,
+        &second.lease,
+        &[delivered("b"), failed("d", "gave up"), retryable("e", 7_000, "again")],
+        6_010,
+    )
+    .await;
+    assert_rule(&db, "marked again").await;
+    // e leased once more and its worker gone: reclaimed at its last attempt, the claim rejects it.
+    assert_eq!(ids(&claim_app(&store, "w1", 10, 8_000, 1_000).await), strs(&["e"]));
+    assert_rule(&db, "leased again").await;
+    let mut last = params(APP, "w2", 10, 10_000, 1_000);
+    last.max_attempts = 3;
+    let rejected = claim(&store, last).await;
+    assert!(rejected.events.is_empty(), "{:?}", ids(&rejected));
+    assert_eq!(status_of(&db, APP, "e").await, "failed");
+    assert_rule(&db, "rejected").await;
+    let every_failed = FailedFilter {
+        app_code: Some(APP.into()),
+        ..FailedFilter::default()
+    };
+    assert_eq!(requeue(&store, every_failed, false, 9_000).await, 3);
+    assert_rule(&db, "requeued").await;
 }

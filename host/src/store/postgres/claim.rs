@@ -80,7 +80,7 @@ pub(crate) fn claim_lease_text(
     retry_count_after_reclaim(&mut b);
     b.push(", status = ")
         .status(Status::Delivering)
-        .push(", worker_id = ")
+        .push(", next_retry_at_ms = 0, worker_id = ")
         .placeholder()
         .push(", lock_until_ms = ")
         .placeholder()

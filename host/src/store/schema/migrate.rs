@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::{
-    CLAIM_INDEXES, CREATE_BOOKKEEPING, ClaimIndex, IndexChange, OUTBOX_COLUMNS, ROOM_INDEX,
+    CREATE_BOOKKEEPING, claim_indexes, ClaimIndex, IndexChange, OUTBOX_COLUMNS, ROOM_INDEX,
     applied_versions, create_claim_index, plan_claim_indexes, record_version, table_indexes,
 };
 use crate::record;
@@ -259,7 +259,7 @@ async fn verify_outbox_table<S: Session>(
         )));
     }
     let indexes = table_indexes(session, backend, table, OP).await?;
-    let mut wanted: Vec<&'static ClaimIndex> = CLAIM_INDEXES.iter().collect();
+    let mut wanted: Vec<&'static ClaimIndex> = claim_indexes(backend).iter().collect();
     if options.room_index {
         wanted.push(&ROOM_INDEX);
     }

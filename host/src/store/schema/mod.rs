@@ -118,44 +118,69 @@ pub(crate) static ROOM_INDEX: ClaimIndex = ClaimIndex {
     former_columns: &[&["app_code", "room_id", "status", "created_at_ms", "event_id"]],
 };
 
-/// The claim indexes of migration 0001 that every claim reads; `migrate` checks (and creates)
-/// them on every run, so an adopted table gets them too. The room index, which only per-room
-/// claims read, is not among them ([`ROOM_INDEX`]).
+/// The claim indexes of migration 0001 that every claim reads, as PostgreSQL and SQLite have
+/// them (MySQL/MariaDB's: `store/mysql/dialect.rs`; each backend's: [`claim_indexes`]); `migrate`
+/// checks (and creates) them on every run, so an adopted table gets them too. The room index,
+/// which only per-room claims read, is not among them ([`ROOM_INDEX`]).
 pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
-    ClaimIndex {
-        suffix: "pending",
-        columns: &["app_code", "status", "created_at_ms", "event_id"],
-        live_rows_only: false,
-        named_in_claims: false,
-        former_columns: &[],
-    },
+    PENDING_INDEX,
     ClaimIndex {
         suffix: "retry",
-        columns: &[
-            "app_code",
-            "status",
-            "next_retry_at_ms",
-            "created_at_ms",
-            "event_id",
-        ],
+        columns: RETRY_COLUMNS_WITH_STATUS,
         live_rows_only: false,
         named_in_claims: false,
         former_columns: &[],
     },
     ClaimIndex {
         suffix: "lease",
-        columns: &[
-            "app_code",
-            "status",
-            "lock_until_ms",
-            "created_at_ms",
-            "event_id",
-        ],
+        columns: LEASE_COLUMNS_WITH_STATUS,
         live_rows_only: false,
         named_in_claims: false,
         former_columns: &[],
     },
 ];
+
+/// The pending branch's index, the same on every database: it also serves retention, the
+/// failed listings and the counts.
+pub(crate) const PENDING_INDEX: ClaimIndex = ClaimIndex {
+    suffix: "pending",
+    columns: &["app_code", "status", "created_at_ms", "event_id"],
+    live_rows_only: false,
+    named_in_claims: false,
+    former_columns: &[],
+};
+
+/// The retry index's columns led by the status (migration 0001's on every database).
+pub(crate) const RETRY_COLUMNS_WITH_STATUS: &[&str] = &[
+    "app_code",
+    "status",
+    "next_retry_at_ms",
+    "created_at_ms",
+    "event_id",
+];
+
+/// The lease index's columns led by the status (migration 0001's on every database).
+pub(crate) const LEASE_COLUMNS_WITH_STATUS: &[&str] = &[
+    "app_code",
+    "status",
+    "lock_until_ms",
+    "created_at_ms",
+    "event_id",
+];
+
+/// The claim indexes `backend`'s claims read ([`SqlDialect::claim_indexes`](super::statement::SqlDialect::claim_indexes)).
+pub(crate) fn claim_indexes(backend: Backend) -> &'static [ClaimIndex; 3] {
+    backend.dialect().claim_indexes()
+}
+
+/// The key columns of each claim index `backend`'s claims read (pending, retry, lease), for
+/// tools and tests that check a table's indexes.
+pub fn claim_index_columns(backend: Backend) -> Vec<Vec<&'static str>> {
+    claim_indexes(backend)
+        .iter()
+        .map(|index| index.columns.to_vec())
+        .collect()
+}
 
 /// The catalog query `migrate` reads a table's indexes with, for tools and tests that read them
 /// on their own connection: the statement (one row per key column, `index name, column name`,

@@ -12,8 +12,9 @@ pub(crate) struct MarkColumns<'a> {
     pub(crate) status: Status,
     /// Whether `retry_count` goes up by one (a failed attempt).
     pub(crate) failed_attempt: bool,
-    /// New `next_retry_at_ms`, when it changes.
-    pub(crate) next_retry_at_ms: Option<i64>,
+    /// New `next_retry_at_ms`: the retry time of a `retryable` row, 0 for every other status
+    /// (the rule in `statement/claim/mod.rs`).
+    pub(crate) next_retry_at_ms: i64,
     /// New `last_error` (cut when bound: [`SqlBuilder::bind_last_error`]); `None` clears it.
     pub(crate) last_error: Option<&'a str>,
 }
@@ -26,7 +27,7 @@ impl<'a> MarkColumns<'a> {
             Disposition::Delivered => MarkColumns {
                 status: Status::Delivered,
                 failed_attempt: false,
-                next_retry_at_ms: None,
+                next_retry_at_ms: 0,
                 last_error: None,
             },
             Disposition::Retryable {
@@ -35,7 +36,7 @@ impl<'a> MarkColumns<'a> {
             } => MarkColumns {
                 status: Status::Retryable,
                 failed_attempt: true,
-                next_retry_at_ms: Some(*next_retry_at_ms),
+                next_retry_at_ms: (*next_retry_at_ms).max(1),
                 last_error: Some(error),
             },
             Disposition::Deferred {
@@ -44,13 +45,13 @@ impl<'a> MarkColumns<'a> {
             } => MarkColumns {
                 status: Status::Retryable,
                 failed_attempt: false,
-                next_retry_at_ms: Some(*next_retry_at_ms),
+                next_retry_at_ms: (*next_retry_at_ms).max(1),
                 last_error: Some(error),
             },
             Disposition::Failed { error } => MarkColumns {
                 status: Status::Failed,
                 failed_attempt: true,
-                next_retry_at_ms: None,
+                next_retry_at_ms: 0,
                 last_error: Some(error),
             },
         }
@@ -95,17 +96,24 @@ pub(crate) fn status_column(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_
     b.push(" ELSE status END");
 }
 
-/// `, next_retry_at_ms = CASE event_id …` (only when a row gets one) and `, last_error = …` (cut
-/// when bound), shared by the leased mark and the held mark.
+/// `, next_retry_at_ms = …` (one value when every row gets the same, as a delivered batch's 0;
+/// else `CASE event_id`) and `, last_error = …` (cut when bound), shared by the leased mark and
+/// the held mark.
 pub(crate) fn retry_and_error_columns(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_>)]) {
-    if columns.iter().any(|(_, c)| c.next_retry_at_ms.is_some()) {
+    let first = columns.first().map_or(0, |(_, c)| c.next_retry_at_ms);
+    if first == 0 && columns.iter().all(|(_, c)| c.next_retry_at_ms == 0) {
+        b.push(", next_retry_at_ms = 0");
+    } else if columns.iter().all(|(_, c)| c.next_retry_at_ms == first) {
+        b.push(", next_retry_at_ms = ").bind(first);
+    } else {
         b.push(", next_retry_at_ms = CASE event_id");
-        for (event_id, cols) in columns {
-            if let Some(at) = cols.next_retry_at_ms {
-                b.push(" WHEN ").bind(*event_id).push(" THEN ").bind(at);
-            }
+        for (event_id, cols) in columns.iter().filter(|(_, c)| c.next_retry_at_ms != 0) {
+            b.push(" WHEN ")
+                .bind(*event_id)
+                .push(" THEN ")
+                .bind(cols.next_retry_at_ms);
         }
-        b.push(" ELSE next_retry_at_ms END");
+        b.push(" ELSE 0 END");
     }
     if columns.iter().any(|(_, c)| c.last_error.is_some()) {
         b.push(", last_error = CASE event_id");

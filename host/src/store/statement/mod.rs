@@ -252,6 +252,19 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// NULL for an expression), ordered by index name and position.
     fn table_index_columns(&self, table: &TableName) -> Bound;
 
+    /// The claim indexes this database's claims read (pending, retry, lease), which `migrate`
+    /// checks and completes. Default: migration 0001's, each led by `(app_code, status)`
+    /// ([`crate::store::schema::CLAIM_INDEXES`]).
+    fn claim_indexes(&self) -> &'static [crate::store::schema::ClaimIndex; 3] {
+        &crate::store::schema::CLAIM_INDEXES
+    }
+
+    /// Writes the retryable branch's bound on `c.next_retry_at_ms`: the rows due at the bound
+    /// time. Default ` AND c.next_retry_at_ms <= ?`.
+    fn write_due_retry_bound(&self, b: &mut SqlBuilder) {
+        b.push(" AND c.next_retry_at_ms <= ").placeholder();
+    }
+
     /// The condition of a partial index over the live rows (`pending`, `retryable`,
     /// `delivering`) that the claims' statements imply, for the indexes `migrate` creates that
     /// way ([`super::schema::ClaimIndex`]); `None`: the database indexes every row.

@@ -209,7 +209,7 @@ fn lease_update_counts_reclaims_first() {
     assert_eq!(
         &*bound.sql,
         "UPDATE room_outbox FORCE INDEX (PRIMARY) SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 ELSE retry_count END, \
-         status = 'delivering', worker_id = ?, lock_until_ms = ?, updated_at_ms = ? \
+         status = 'delivering', next_retry_at_ms = 0, worker_id = ?, lock_until_ms = ?, updated_at_ms = ? \
          WHERE app_code = ? AND event_id IN (?, ?)"
     );
     assert_eq!(bound.args[1], Arg::Int(5_000));
@@ -225,7 +225,7 @@ fn lease_update_counts_reclaims_first() {
             .sql
             .starts_with("UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering'")
     );
-    assert!(bound.sql.contains("status = 'failed', lock_until_ms = NULL, last_error = CASE event_id WHEN $1 THEN $2 ELSE last_error END"));
+    assert!(bound.sql.contains("status = 'failed', next_retry_at_ms = 0, lock_until_ms = NULL, last_error = CASE event_id WHEN $1 THEN $2 ELSE last_error END"));
     assert_placeholders(Backend::Postgres, &bound);
 }
 
@@ -236,7 +236,7 @@ fn dispositions_to_columns() {
         MarkColumns {
             status: Status::Delivered,
             failed_attempt: false,
-            next_retry_at_ms: None,
+            next_retry_at_ms: 0,
             last_error: None
         }
     );
@@ -248,7 +248,13 @@ fn dispositions_to_columns() {
     let retry = MarkColumns::of(&retryable);
     assert_eq!(retry.status, Status::Retryable);
     assert!(retry.failed_attempt);
-    assert_eq!(retry.next_retry_at_ms, Some(9));
+    assert_eq!(retry.next_retry_at_ms, 9);
+    // A retry time is above 0 even when a policy asks for 0: 0 means "not retryable".
+    let at_zero = Disposition::Deferred {
+        next_retry_at_ms: 0,
+        error: String::new(),
+    };
+    assert_eq!(MarkColumns::of(&at_zero).next_retry_at_ms, 1);
     assert_eq!(retry.last_error, Some(long.as_str()));
     let marks = [Mark {
         event_id: "a".into(),
@@ -267,7 +273,7 @@ fn dispositions_to_columns() {
     };
     let failed = MarkColumns::of(&failed);
     assert_eq!(failed.status, Status::Failed);
-    assert_eq!(failed.next_retry_at_ms, None);
+    assert_eq!(failed.next_retry_at_ms, 0, "0 outside retryable");
     assert_eq!(failed.last_error, Some("boom"));
 }
 
@@ -302,7 +308,7 @@ fn mark_is_one_fenced_statement() {
         "UPDATE room_outbox SET status = CASE event_id WHEN $1 THEN 'delivered' WHEN $2 THEN 'retryable' \
          WHEN $3 THEN 'failed' ELSE status END, \
          retry_count = CASE event_id WHEN $4 THEN retry_count + 1 WHEN $5 THEN retry_count + 1 ELSE retry_count END, \
-         next_retry_at_ms = CASE event_id WHEN $6 THEN $7 ELSE next_retry_at_ms END, \
+         next_retry_at_ms = CASE event_id WHEN $6 THEN $7 ELSE 0 END, \
          last_error = CASE event_id WHEN $8 THEN $9 WHEN $10 THEN $11 ELSE NULL END, \
          lock_until_ms = NULL, updated_at_ms = $12 \
          WHERE app_code = $13 AND status = 'delivering' AND worker_id = $14 AND lock_until_ms = $15 \
@@ -340,7 +346,7 @@ fn mark_is_one_fenced_statement() {
     let sqlite = mark_rows(Backend::Sqlite, &table(), &lease(), delivered, 100);
     assert_eq!(
         &*sqlite.sql,
-        "UPDATE room_outbox SET status = 'delivered', \
+        "UPDATE room_outbox SET status = 'delivered', next_retry_at_ms = 0, \
          last_error = NULL, lock_until_ms = NULL, updated_at_ms = ? \
          WHERE app_code = ? AND status = 'delivering' AND worker_id = ? AND lock_until_ms = ? \
          AND event_id IN (?) RETURNING event_id"
@@ -388,7 +394,7 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
     assert_eq!(
         pg.claim_statement(ClaimBranch::ExpiredLease, DeliveryOrder::None),
         "UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 ELSE retry_count END, \
-         status = 'delivering', worker_id = $1, lock_until_ms = $2, updated_at_ms = $3 \
+         status = 'delivering', next_retry_at_ms = 0, worker_id = $1, lock_until_ms = $2, updated_at_ms = $3 \
          FROM unnest(ARRAY(SELECT c.ctid FROM room_outbox c WHERE c.app_code = $4 AND c.status = 'delivering' \
          AND c.lock_until_ms <= $5 ORDER BY c.lock_until_ms, c.created_at_ms, c.event_id LIMIT $6 FOR UPDATE SKIP LOCKED)) \
          WITH ORDINALITY AS claimed(address, position) WHERE room_outbox.ctid = claimed.address \

@@ -4,6 +4,12 @@
 //! PostgreSQL's, in `store/postgres/claim.rs`) supplies those texts instead, and a dialect whose
 //! database seeks a claim position in another form (`SqlDialect::write_position_bound`: MariaDB's,
 //! in `store/mysql/claim.rs`) writes that condition.
+//!
+//! Every statement that changes a row's status keeps one rule, so that MySQL's / MariaDB's retry
+//! and lease indexes, which do not hold the status (`store/mysql/dialect.rs`), are rewritten only
+//! when a row enters or leaves their state: `next_retry_at_ms` is 0 outside `retryable` (above 0
+//! in it), `lock_until_ms` NULL outside `delivering`. Leases and rejections here, marks (leased
+//! and held: `statement/mark.rs`) and requeues (`statement/failed.rs`) write both accordingly.
 
 pub(crate) mod room_heads;
 mod statements;
@@ -164,9 +170,8 @@ pub(crate) fn write_claim_select(
             "c.created_at_ms, c.event_id"
         }
         ClaimBranch::Retryable => {
-            b.status(Status::Retryable)
-                .push(" AND c.next_retry_at_ms <= ")
-                .placeholder();
+            b.status(Status::Retryable);
+            backend.dialect().write_due_retry_bound(b);
             "c.next_retry_at_ms, c.created_at_ms, c.event_id"
         }
         ClaimBranch::ExpiredLease => {
@@ -219,7 +224,8 @@ pub(crate) fn lease_rows(
     event_ids: &[&str],
 ) -> Bound {
     let mut b = claimed_rows_update(backend, table, Status::Delivering);
-    b.push(", worker_id = ")
+    // A row leaves 'retryable' here: its retry time goes back to 0 (module docs).
+    b.push(", next_retry_at_ms = 0, worker_id = ")
         .bind(lease.worker_id.as_str())
         .push(", lock_until_ms = ")
         .bind(lease.lock_until_ms)
@@ -242,7 +248,7 @@ pub(crate) fn reject_rows(
     rejected: &[RejectedRow],
 ) -> Bound {
     let mut b = claimed_rows_update(backend, table, Status::Failed);
-    b.push(", lock_until_ms = NULL, last_error = CASE event_id");
+    b.push(", next_retry_at_ms = 0, lock_until_ms = NULL, last_error = CASE event_id");
     for row in rejected {
         b.push(" WHEN ")
             .bind(row.event_id.as_str())
