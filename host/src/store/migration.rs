@@ -19,7 +19,8 @@ pub struct Migration {
     /// and rebuilding it.
     pub drops_room_index: bool,
     /// Whether `migrate` runs it outside a transaction, one statement at a time, after the
-    /// transaction of the others commits ([`Migration::outside_transaction`]).
+    /// transaction of the others commits (for statements a transaction refuses, such as
+    /// PostgreSQL's `CREATE INDEX CONCURRENTLY`).
     pub outside_transaction: bool,
 }
 

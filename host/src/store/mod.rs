@@ -71,6 +71,7 @@
 
 mod backend;
 mod browse;
+mod claim_index;
 pub mod claim_position;
 mod connect;
 mod driver;

@@ -11,7 +11,7 @@ use super::{DeliveryOrder, StoreError};
 /// Ok when claims with `ordering` find the indexes they read: always without ordering; with
 /// per-room ordering when some index of the table has the room index's columns, under any name
 /// or, where the per-room probes name the index (MySQL/MariaDB `FORCE INDEX`,
-/// [`ClaimIndex::needs_own_name`](super::schema::ClaimIndex::needs_own_name)), under its own.
+/// [`needs_own_name`](super::schema::needs_own_name)), under its own.
 pub(crate) async fn check_ordering<D: Driver>(
     driver: &D,
     ordering: DeliveryOrder,

@@ -3,7 +3,7 @@
 use crate::store::claim_position::ClaimPosition;
 use crate::store::migration::Migration;
 use crate::store::room_cursor::RoomWalk;
-use crate::store::schema::{
+use crate::store::claim_index::{
     ClaimIndex, LEASE_COLUMNS_WITH_STATUS, PENDING_INDEX, RETRY_COLUMNS_WITH_STATUS,
 };
 use crate::store::statement::claim::PositionSide;

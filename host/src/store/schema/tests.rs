@@ -1,6 +1,7 @@
 //! Unit tests of the schema: claim index plans, the DDL per backend, migration bookkeeping.
 
 use super::*;
+use crate::store::claim_index::CLAIM_INDEXES;
 use crate::store::{DEFAULT_TABLE, MigrateOptions};
 
 const DIALECTS: [Backend; 3] = [Backend::Sqlite, Backend::MySql, Backend::Postgres];

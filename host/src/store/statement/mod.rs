@@ -254,9 +254,9 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
 
     /// The claim indexes this database's claims read (pending, retry, lease), which `migrate`
     /// checks and completes. Default: migration 0001's, each led by `(app_code, status)`
-    /// ([`crate::store::schema::CLAIM_INDEXES`]).
-    fn claim_indexes(&self) -> &'static [crate::store::schema::ClaimIndex; 3] {
-        &crate::store::schema::CLAIM_INDEXES
+    /// ([`crate::store::claim_index::CLAIM_INDEXES`]).
+    fn claim_indexes(&self) -> &'static [crate::store::claim_index::ClaimIndex; 3] {
+        &crate::store::claim_index::CLAIM_INDEXES
     }
 
     /// Writes the retryable branch's bound on `c.next_retry_at_ms`: the rows due at the bound
@@ -267,7 +267,7 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
 
     /// The condition of a partial index over the live rows (`pending`, `retryable`,
     /// `delivering`) that the claims' statements imply, for the indexes `migrate` creates that
-    /// way ([`super::schema::ClaimIndex`]); `None`: the database indexes every row.
+    /// way ([`super::claim_index::ClaimIndex`]); `None`: the database indexes every row.
     fn live_rows_predicate(&self) -> Option<&'static str> {
         None
     }
