@@ -111,6 +111,13 @@ async fn delivered_events_leave_the_retry_index_empty() {
         Some("(((status)::text = 'delivering'::text) AND (lock_until_ms IS NOT NULL))")
     );
     assert_eq!(predicate(&db, "idx_room_outbox_pending").await, None);
+    // Dropped after the migration: the next `migrate` creates it over live rows again.
+    db.execute("DROP INDEX idx_room_outbox_retry", &[]).await;
+    assert!(store.migrate().await.unwrap().is_empty());
+    assert_eq!(
+        predicate(&db, "idx_room_outbox_retry").await.as_deref(),
+        Some("(((status)::text = 'retryable'::text) AND (next_retry_at_ms IS NOT NULL))")
+    );
     deliver_all(&store).await;
     let (pending, retry, lease) = (
         pages(&db, "idx_room_outbox_pending").await,

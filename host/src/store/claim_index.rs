@@ -21,6 +21,10 @@ pub(crate) struct ClaimIndex {
     /// Key columns earlier versions gave the index of this name: `migrate` replaces such an
     /// index (drops it and creates it anew) instead of refusing it.
     pub(crate) former_columns: &'static [&'static [&'static str]],
+    /// The rows the index holds, where the database's migrations made it partial on its own
+    /// condition (PostgreSQL's retry and lease indexes, migration 0006): `migrate` creates a
+    /// missing one with it. `None`: every row, or the dialect's live rows ([`Self::live_rows_only`]).
+    pub(crate) predicate: Option<&'static str>,
 }
 
 impl ClaimIndex {
@@ -41,6 +45,7 @@ pub(crate) static ROOM_INDEX: ClaimIndex = ClaimIndex {
     live_rows_only: true,
     named_in_claims: true,
     former_columns: &[&["app_code", "room_id", "status", "created_at_ms", "event_id"]],
+    predicate: None,
 };
 
 /// The claim indexes of migration 0001 that every claim reads, as PostgreSQL and SQLite have
@@ -55,6 +60,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
         live_rows_only: false,
         named_in_claims: false,
         former_columns: &[],
+        predicate: None,
     },
     ClaimIndex {
         suffix: "lease",
@@ -62,6 +68,7 @@ pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
         live_rows_only: false,
         named_in_claims: false,
         former_columns: &[],
+        predicate: None,
     },
 ];
 
@@ -73,6 +80,7 @@ pub(crate) const PENDING_INDEX: ClaimIndex = ClaimIndex {
     live_rows_only: false,
     named_in_claims: false,
     former_columns: &[],
+    predicate: None,
 };
 
 /// The retry index's columns led by the status (migration 0001's on every database).

@@ -51,6 +51,7 @@ static CLAIM_INDEXES: [ClaimIndex; 3] = [
         live_rows_only: false,
         named_in_claims: false,
         former_columns: &[RETRY_COLUMNS_WITH_STATUS],
+        predicate: None,
     },
     ClaimIndex {
         suffix: "lease",
@@ -58,6 +59,7 @@ static CLAIM_INDEXES: [ClaimIndex; 3] = [
         live_rows_only: false,
         named_in_claims: false,
         former_columns: &[LEASE_COLUMNS_WITH_STATUS],
+        predicate: None,
     },
 ];
 

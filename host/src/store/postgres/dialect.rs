@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::store::claim_index::{
+    ClaimIndex, LEASE_COLUMNS_WITH_STATUS, PENDING_INDEX, RETRY_COLUMNS_WITH_STATUS,
+};
 use crate::store::migration::Migration;
 use crate::store::statement::claim::{ClaimBranch, PositionSide};
 use crate::store::statement::held::HeldRowAddress;
@@ -48,6 +51,29 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../../../migrations/postgres/0006_live_retry_lease_indexes.sql"),
     )
     .outside_transaction(),
+];
+
+/// The claim indexes PostgreSQL's claims read: the retry and lease indexes over live rows only
+/// (migration 0006), each on its state and its claim branch's column, which the branch's
+/// comparison proves and the per-room probes do not (so those are never planned on them).
+static CLAIM_INDEXES: [ClaimIndex; 3] = [
+    PENDING_INDEX,
+    ClaimIndex {
+        suffix: "retry",
+        columns: RETRY_COLUMNS_WITH_STATUS,
+        live_rows_only: false,
+        named_in_claims: false,
+        former_columns: &[],
+        predicate: Some("status = 'retryable' AND next_retry_at_ms IS NOT NULL"),
+    },
+    ClaimIndex {
+        suffix: "lease",
+        columns: LEASE_COLUMNS_WITH_STATUS,
+        live_rows_only: false,
+        named_in_claims: false,
+        former_columns: &[],
+        predicate: Some("status = 'delivering' AND lock_until_ms IS NOT NULL"),
+    },
 ];
 
 impl SqlDialect for PostgresDialect {
@@ -138,6 +164,11 @@ impl SqlDialect for PostgresDialect {
     fn clock_ms(&self) -> Option<&'static str> {
         // clock_timestamp(): the time now, not the transaction's start.
         Some("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+    }
+
+    /// The retry and lease indexes over live rows ([`CLAIM_INDEXES`]).
+    fn claim_indexes(&self) -> &'static [ClaimIndex; 3] {
+        &CLAIM_INDEXES
     }
 
     fn migrations(&self) -> &'static [Migration] {

@@ -98,7 +98,8 @@ pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, Stri
 }
 
 /// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table),
-/// over live rows only where `index.live_rows_only` and the database has such a predicate.
+/// over the rows of `index.predicate`, or over live rows only where `index.live_rows_only` and
+/// the database has such a predicate.
 pub(crate) fn create_claim_index(
     backend: Backend,
     table: &TableName,
@@ -110,9 +111,12 @@ pub(crate) fn create_claim_index(
         table.as_str(),
         index.columns.join(", ")
     );
-    if let Some(predicate) = backend.dialect().live_rows_predicate()
-        && index.live_rows_only
-    {
+    if let Some(predicate) = index.predicate.or_else(|| {
+        backend
+            .dialect()
+            .live_rows_predicate()
+            .filter(|_| index.live_rows_only)
+    }) {
         sql.push_str(" WHERE ");
         sql.push_str(predicate);
     }

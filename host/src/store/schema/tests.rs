@@ -222,3 +222,29 @@ fn migrations_outside_a_transaction_come_last_and_split_into_statements() {
     );
     assert!(statements.iter().all(|s| !s.contains("--") && !s.ends_with(';')));
 }
+
+#[test]
+fn postgres_creates_missing_retry_and_lease_indexes_as_migration_0006_builds_them() {
+    let m0006 = migrations(Backend::Postgres)
+        .iter()
+        .find(|m| m.version == 6)
+        .unwrap()
+        .sql(&table());
+    let words = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    for index in &claim_indexes(Backend::Postgres)[1..] {
+        let created = create_claim_index(Backend::Postgres, &table(), index);
+        let (head, predicate) = created.split_once(" WHERE ").expect("partial");
+        // 0006 builds it under a temporary name, CONCURRENTLY, and renames it.
+        let concurrent = head.replace("CREATE INDEX idx_room_outbox_", "CREATE INDEX CONCURRENTLY idx_room_outbox_");
+        let (name, columns) = concurrent.split_once(" ON ").unwrap();
+        assert!(
+            words(&m0006).contains(&format!("{name}_new ON {columns} WHERE {predicate}")),
+            "{created}"
+        );
+    }
+    assert!(
+        !create_claim_index(Backend::Postgres, &table(), &claim_indexes(Backend::Postgres)[0])
+            .contains("WHERE"),
+        "the pending index holds every row"
+    );
+}
