@@ -60,7 +60,14 @@ fn claim_at(now_ms: i64) -> ClaimParams {
 /// Enqueues `EVENTS` events, then claims and marks them delivered, `BATCH` at a time.
 async fn deliver_all(store: &Arc<dyn OutboxStore>) {
     let records: Vec<_> = (0..EVENTS)
-        .map(|i| record(APP, &format!("e{i:05}"), &format!("room{}", i % 50), i as i64))
+        .map(|i| {
+            record(
+                APP,
+                &format!("e{i:05}"),
+                &format!("room{}", i % 50),
+                i as i64,
+            )
+        })
         .collect();
     for chunk in records.chunks(1_000) {
         store.enqueue(chunk).await.unwrap();
@@ -68,11 +75,11 @@ async fn deliver_all(store: &Arc<dyn OutboxStore>) {
     let mut delivered = 0;
     let mut now = 10_000;
     while delivered < EVENTS {
-        let batch = store
-            .claim(&claim_at(now))
-            .await
-            .unwrap();
-        assert!(!batch.events.is_empty(), "{delivered} of {EVENTS} delivered");
+        let batch = store.claim(&claim_at(now)).await.unwrap();
+        assert!(
+            !batch.events.is_empty(),
+            "{delivered} of {EVENTS} delivered"
+        );
         let marks: Vec<Mark> = batch
             .events
             .iter()
@@ -205,10 +212,7 @@ async fn migrate_replaces_whole_indexes_while_producers_write() {
         ]
     );
     assert_eq!(pages(&db, "idx_room_outbox_retry").await, 1, "built empty");
-    let batch = store
-        .claim(&claim_at(200_000))
-        .await
-        .unwrap();
+    let batch = store.claim(&claim_at(200_000)).await.unwrap();
     assert_eq!(batch.events.len(), 200, "the producer's events");
 }
 

@@ -378,7 +378,11 @@ async fn status_changes_keep_retry_time_and_lease_to_their_states(backend: Backe
     let Some((db, store)) = setup(backend).await else {
         return;
     };
-    let ids_of = |n: &[&str]| n.iter().map(|id| record(APP, id, "r", 1)).collect::<Vec<_>>();
+    let ids_of = |n: &[&str]| {
+        n.iter()
+            .map(|id| record(APP, id, "r", 1))
+            .collect::<Vec<_>>()
+    };
     enqueue(&store, &ids_of(&["a", "b", "c", "d", "e"])).await;
     assert_rule(&db, "enqueued").await;
     let first = claim_app(&store, "w1", 10, 1_000, 1_000).await;
@@ -400,13 +404,20 @@ async fn status_changes_keep_retry_time_and_lease_to_their_states(backend: Backe
     mark(
         &store,
         &second.lease,
-        &[delivered("b"), failed("d", "gave up"), retryable("e", 7_000, "again")],
+        &[
+            delivered("b"),
+            failed("d", "gave up"),
+            retryable("e", 7_000, "again"),
+        ],
         6_010,
     )
     .await;
     assert_rule(&db, "marked again").await;
     // e leased once more and its worker gone: reclaimed at its last attempt, the claim rejects it.
-    assert_eq!(ids(&claim_app(&store, "w1", 10, 8_000, 1_000).await), strs(&["e"]));
+    assert_eq!(
+        ids(&claim_app(&store, "w1", 10, 8_000, 1_000).await),
+        strs(&["e"])
+    );
     assert_rule(&db, "leased again").await;
     let mut last = params(APP, "w2", 10, 10_000, 1_000);
     last.max_attempts = 3;

@@ -655,14 +655,26 @@ async fn migrate_upgrades_whole_claim_indexes_with_rows_in_every_state(backend: 
     // lease, which no claim reads).
     let kept = |rows: Vec<crate::support::RawRow>| -> Vec<_> {
         rows.into_iter()
-            .map(|r| (r.event_id, r.status, r.envelope, r.retry_count, r.created_at_ms))
+            .map(|r| {
+                (
+                    r.event_id,
+                    r.status,
+                    r.envelope,
+                    r.retry_count,
+                    r.created_at_ms,
+                )
+            })
             .collect()
     };
     let before = kept(db.all_rows(DEFAULT_TABLE).await);
 
     let store = db.store_unmigrated(DEFAULT_TABLE).await;
     assert_eq!(store.migrate().await.unwrap(), all_migrations(backend));
-    assert_eq!(kept(db.all_rows(DEFAULT_TABLE).await), before, "rows changed");
+    assert_eq!(
+        kept(db.all_rows(DEFAULT_TABLE).await),
+        before,
+        "rows changed"
+    );
     assert!(has_claim_indexes(&db, DEFAULT_TABLE).await);
     assert!(store.migrate().await.unwrap().is_empty(), "second migrate");
 

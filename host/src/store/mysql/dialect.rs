@@ -1,11 +1,11 @@
 //! MySQL's / MariaDB's SQL: what its statements differ in, and its embedded migrations.
 
-use crate::store::claim_position::ClaimPosition;
-use crate::store::migration::Migration;
-use crate::store::room_cursor::RoomWalk;
 use crate::store::claim_index::{
     ClaimIndex, LEASE_COLUMNS_WITH_STATUS, PENDING_INDEX, RETRY_COLUMNS_WITH_STATUS,
 };
+use crate::store::claim_position::ClaimPosition;
+use crate::store::migration::Migration;
+use crate::store::room_cursor::RoomWalk;
 use crate::store::statement::claim::PositionSide;
 use crate::store::statement::mark::mark_rows_counted;
 use crate::store::statement::{Arg, Bound, SqlBuilder, SqlDialect};

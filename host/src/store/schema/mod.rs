@@ -12,8 +12,8 @@ use super::session::Session;
 use super::statement::{Arg, Bound, SqlBuilder};
 use super::{Backend, StoreError, TableName};
 
-pub use super::migration::Migration;
 pub(crate) use super::claim_index::{ClaimIndex, ROOM_INDEX};
+pub use super::migration::Migration;
 pub(crate) use migrate::migrate;
 
 /// Creates the bookkeeping table `outboxd_migrations(table_name, version, applied_at_ms)`: one

@@ -220,7 +220,11 @@ fn migrations_outside_a_transaction_come_last_and_split_into_statements() {
          (app_code, status, next_retry_at_ms, created_at_ms, event_id)\n    \
          WHERE status = 'retryable' AND next_retry_at_ms IS NOT NULL"
     );
-    assert!(statements.iter().all(|s| !s.contains("--") && !s.ends_with(';')));
+    assert!(
+        statements
+            .iter()
+            .all(|s| !s.contains("--") && !s.ends_with(';'))
+    );
 }
 
 #[test]
@@ -235,7 +239,10 @@ fn postgres_creates_missing_retry_and_lease_indexes_as_migration_0006_builds_the
         let created = create_claim_index(Backend::Postgres, &table(), index);
         let (head, predicate) = created.split_once(" WHERE ").expect("partial");
         // 0006 builds it under a temporary name, CONCURRENTLY, and renames it.
-        let concurrent = head.replace("CREATE INDEX idx_room_outbox_", "CREATE INDEX CONCURRENTLY idx_room_outbox_");
+        let concurrent = head.replace(
+            "CREATE INDEX idx_room_outbox_",
+            "CREATE INDEX CONCURRENTLY idx_room_outbox_",
+        );
         let (name, columns) = concurrent.split_once(" ON ").unwrap();
         assert!(
             words(&m0006).contains(&format!("{name}_new ON {columns} WHERE {predicate}")),
@@ -243,8 +250,12 @@ fn postgres_creates_missing_retry_and_lease_indexes_as_migration_0006_builds_the
         );
     }
     assert!(
-        !create_claim_index(Backend::Postgres, &table(), &claim_indexes(Backend::Postgres)[0])
-            .contains("WHERE"),
+        !create_claim_index(
+            Backend::Postgres,
+            &table(),
+            &claim_indexes(Backend::Postgres)[0]
+        )
+        .contains("WHERE"),
         "the pending index holds every row"
     );
 }
