@@ -262,14 +262,19 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let burst_started = Instant::now();
     let mut committed = Vec::new();
+    // The longest a producer's own commit took: a stall of the server (its log's fsync behind the
+    // machine's disk writeback) delays the rows committed around it for as long, wake or not.
+    let mut server_stall = Duration::ZERO;
     for i in 0..200u32 {
         let due = burst_started + Duration::from_micros(500) * i;
         tokio::time::sleep_until(due.into()).await;
         let id = format!("burst-{i}");
+        let started = Instant::now();
         producer
             .enqueue(&[record("app", &id, "room-1", now_ms())])
             .await
             .unwrap();
+        server_stall = server_stall.max(started.elapsed());
         committed.push((id, Instant::now()));
     }
     let committed: std::collections::HashMap<String, Instant> = committed.into_iter().collect();
@@ -281,12 +286,13 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
     burst.sort();
     let p99 = burst[burst.len() * 99 / 100 - 1];
     eprintln!(
-        "burst after a quiet spell: commit → delivered p50 {:?} p99 {p99:?}",
+        "burst after a quiet spell: commit → delivered p50 {:?} p99 {p99:?}, longest producer \
+         commit {server_stall:?}",
         burst[burst.len() / 2]
     );
     assert!(
-        p99 < PROMPT,
-        "burst after a quiet spell: p99 {p99:?} (max {:?})",
+        p99 < PROMPT + server_stall,
+        "burst after a quiet spell: p99 {p99:?} (max {:?}, longest producer commit {server_stall:?})",
         burst.last()
     );
 
