@@ -32,6 +32,27 @@ impl ClaimIndex {
     pub(crate) fn name(&self, table: &TableName) -> String {
         format!("idx_{}_{}", table.as_str(), self.suffix)
     }
+
+    /// This index over the rows `predicate` admits (a partial index, [`Self::predicate`]).
+    pub(crate) const fn over(self, predicate: &'static str) -> ClaimIndex {
+        ClaimIndex {
+            predicate: Some(predicate),
+            ..self
+        }
+    }
+
+    /// This index on other key columns; `migrate` replaces one with `former` columns.
+    pub(crate) const fn keyed(
+        self,
+        columns: &'static [&'static str],
+        former: &'static [&'static [&'static str]],
+    ) -> ClaimIndex {
+        ClaimIndex {
+            columns,
+            former_columns: former,
+            ..self
+        }
+    }
 }
 
 /// The per-room claims' index: the room heads (each room's first pending entry, one seek per
@@ -52,25 +73,7 @@ pub(crate) static ROOM_INDEX: ClaimIndex = ClaimIndex {
 /// them (MySQL/MariaDB's: `store/mysql/dialect.rs`; each backend's: [`claim_indexes`]); `migrate`
 /// checks (and creates) them on every run, so an adopted table gets them too. The room index,
 /// which only per-room claims read, is not among them ([`ROOM_INDEX`]).
-pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [
-    PENDING_INDEX,
-    ClaimIndex {
-        suffix: "retry",
-        columns: RETRY_COLUMNS_WITH_STATUS,
-        live_rows_only: false,
-        named_in_claims: false,
-        former_columns: &[],
-        predicate: None,
-    },
-    ClaimIndex {
-        suffix: "lease",
-        columns: LEASE_COLUMNS_WITH_STATUS,
-        live_rows_only: false,
-        named_in_claims: false,
-        former_columns: &[],
-        predicate: None,
-    },
-];
+pub(crate) static CLAIM_INDEXES: [ClaimIndex; 3] = [PENDING_INDEX, RETRY_INDEX, LEASE_INDEX];
 
 /// The pending branch's index, the same on every database: it also serves retention, the
 /// failed listings and the counts.
@@ -81,6 +84,22 @@ pub(crate) const PENDING_INDEX: ClaimIndex = ClaimIndex {
     named_in_claims: false,
     former_columns: &[],
     predicate: None,
+};
+
+/// The retry branch's index as migration 0001 creates it on every database; a dialect may
+/// change its key ([`ClaimIndex::keyed`]) or its rows ([`ClaimIndex::over`]).
+pub(crate) const RETRY_INDEX: ClaimIndex = ClaimIndex {
+    suffix: "retry",
+    columns: RETRY_COLUMNS_WITH_STATUS,
+    ..PENDING_INDEX
+};
+
+/// The expired-lease branch's index as migration 0001 creates it on every database; a dialect
+/// may change its key or its rows, as for [`RETRY_INDEX`].
+pub(crate) const LEASE_INDEX: ClaimIndex = ClaimIndex {
+    suffix: "lease",
+    columns: LEASE_COLUMNS_WITH_STATUS,
+    ..PENDING_INDEX
 };
 
 /// The retry index's columns led by the status (migration 0001's on every database).

@@ -1,7 +1,8 @@
 //! MySQL's / MariaDB's SQL: what its statements differ in, and its embedded migrations.
 
 use crate::store::claim_index::{
-    ClaimIndex, LEASE_COLUMNS_WITH_STATUS, PENDING_INDEX, RETRY_COLUMNS_WITH_STATUS,
+    ClaimIndex, LEASE_COLUMNS_WITH_STATUS, LEASE_INDEX, PENDING_INDEX, RETRY_COLUMNS_WITH_STATUS,
+    RETRY_INDEX,
 };
 use crate::store::claim_position::ClaimPosition;
 use crate::store::migration::Migration;
@@ -45,22 +46,14 @@ const MIGRATIONS: &[Migration] = &[
 /// own state. `migrate` rebuilds the status-led ones of migration 0001 (`former_columns`).
 static CLAIM_INDEXES: [ClaimIndex; 3] = [
     PENDING_INDEX,
-    ClaimIndex {
-        suffix: "retry",
-        columns: &["app_code", "next_retry_at_ms", "created_at_ms", "event_id"],
-        live_rows_only: false,
-        named_in_claims: false,
-        former_columns: &[RETRY_COLUMNS_WITH_STATUS],
-        predicate: None,
-    },
-    ClaimIndex {
-        suffix: "lease",
-        columns: &["app_code", "lock_until_ms", "created_at_ms", "event_id"],
-        live_rows_only: false,
-        named_in_claims: false,
-        former_columns: &[LEASE_COLUMNS_WITH_STATUS],
-        predicate: None,
-    },
+    RETRY_INDEX.keyed(
+        &["app_code", "next_retry_at_ms", "created_at_ms", "event_id"],
+        &[RETRY_COLUMNS_WITH_STATUS],
+    ),
+    LEASE_INDEX.keyed(
+        &["app_code", "lock_until_ms", "created_at_ms", "event_id"],
+        &[LEASE_COLUMNS_WITH_STATUS],
+    ),
 ];
 
 impl SqlDialect for MySqlDialect {

@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::store::claim_index::{
-    ClaimIndex, LEASE_COLUMNS_WITH_STATUS, PENDING_INDEX, RETRY_COLUMNS_WITH_STATUS,
-};
+use crate::store::claim_index::{ClaimIndex, LEASE_INDEX, PENDING_INDEX, RETRY_INDEX};
 use crate::store::migration::Migration;
 use crate::store::statement::claim::{ClaimBranch, PositionSide};
 use crate::store::statement::held::HeldRowAddress;
@@ -58,22 +56,8 @@ const MIGRATIONS: &[Migration] = &[
 /// comparison proves and the per-room probes do not (so those are never planned on them).
 static CLAIM_INDEXES: [ClaimIndex; 3] = [
     PENDING_INDEX,
-    ClaimIndex {
-        suffix: "retry",
-        columns: RETRY_COLUMNS_WITH_STATUS,
-        live_rows_only: false,
-        named_in_claims: false,
-        former_columns: &[],
-        predicate: Some("status = 'retryable' AND next_retry_at_ms IS NOT NULL"),
-    },
-    ClaimIndex {
-        suffix: "lease",
-        columns: LEASE_COLUMNS_WITH_STATUS,
-        live_rows_only: false,
-        named_in_claims: false,
-        former_columns: &[],
-        predicate: Some("status = 'delivering' AND lock_until_ms IS NOT NULL"),
-    },
+    RETRY_INDEX.over("status = 'retryable' AND next_retry_at_ms IS NOT NULL"),
+    LEASE_INDEX.over("status = 'delivering' AND lock_until_ms IS NOT NULL"),
 ];
 
 impl SqlDialect for PostgresDialect {

@@ -87,13 +87,7 @@ async fn migrate_in_transaction<D: Driver>(
     ))
     .await
     .map_err(db(OP))?;
-    let applied: HashSet<i64> = tx
-        .rows::<Int>(applied_versions(backend, table))
-        .await
-        .map_err(db(OP))?
-        .into_iter()
-        .map(|Int(version)| version)
-        .collect();
+    let applied = recorded_versions(&mut *tx, backend, table).await?;
     let mut applied_now = Vec::new();
     for migration in backend.dialect().migrations() {
         if applied.contains(&migration.version) || migration.outside_transaction {
@@ -150,13 +144,7 @@ async fn migrate_outside_transaction<D: Driver>(driver: &D) -> Result<Vec<i64>, 
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let applied = async {
         take_migration_lock(&mut *conn, table, lock).await?;
-        let recorded: HashSet<i64> = conn
-            .rows::<Int>(applied_versions(backend, table))
-            .await
-            .map_err(db(OP))?
-            .into_iter()
-            .map(|Int(version)| version)
-            .collect();
+        let recorded = recorded_versions(&mut *conn, backend, table).await?;
         let mut applied_now = Vec::new();
         for migration in dialect.migrations() {
             if !migration.outside_transaction || recorded.contains(&migration.version) {
@@ -202,6 +190,21 @@ async fn migrate_outside_transaction<D: Driver>(driver: &D) -> Result<Vec<i64>, 
             Err(error)
         }
     }
+}
+
+/// The versions recorded in the table's bookkeeping table.
+async fn recorded_versions<S: Session>(
+    session: &mut S,
+    backend: Backend,
+    table: &TableName,
+) -> Result<HashSet<i64>, StoreError> {
+    Ok(session
+        .rows::<Int>(applied_versions(backend, table))
+        .await
+        .map_err(db("migrate"))?
+        .into_iter()
+        .map(|Int(version)| version)
+        .collect())
 }
 
 /// Whether the outbox table exists; an error naming the missing columns when it exists without

@@ -451,4 +451,4 @@ impl SqlBuilder {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -173,3 +173,6 @@ pub(crate) fn write_room_heads(
     write_room_probes(b, backend, table, &[Status::Retryable, Status::Delivering]);
     b.push(" FOR UPDATE SKIP LOCKED) c LIMIT ").placeholder();
 }
+
+#[cfg(test)]
+mod tests;
