@@ -248,8 +248,22 @@ pub async fn run(
     })
 }
 
-/// Commits `rate × seconds` rows, one per transaction, spread over the producer tasks on a fixed
-/// schedule (row `i` is due at `i / rate` s); returns each row's id and commit time.
+/// When each of `total` rows is due, from the start: row `i` at a random moment of its own slot
+/// `[i × interval, (i + 1) × interval)` (the same moments every run: a fixed seed). The mean rate
+/// is the asked one and the rows stay in order, but the commits do not keep step with anything
+/// periodic in the host: at 200 rows/s an exact 5 ms schedule would meet SQLite's 5 ms
+/// `data_version` watch (and the 5 ms probe) at one fixed phase, and measure that phase's luck,
+/// not the wake.
+fn schedule(total: u64, interval: Duration) -> Vec<Duration> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x0b0c_5eed);
+    (0..total)
+        .map(|i| interval.mul_f64(i as f64 + rng.random::<f64>()))
+        .collect()
+}
+
+/// Commits `rate × seconds` rows, one per transaction, spread over the producer tasks on the
+/// [`schedule`]; returns each row's id and commit time.
 async fn produce(
     store: &dyn OutboxStore,
     app_code: &str,
@@ -266,12 +280,14 @@ async fn produce(
         ),
     };
     let producers = u64::from(options.producers.max(1));
+    let due = schedule(total, interval);
+    let due = &due;
     let started = tokio::time::Instant::now();
     let tasks = (0..producers).map(|producer| async move {
         let mut committed = Vec::new();
         let mut i = producer;
         while i < total {
-            tokio::time::sleep_until(started + interval * i as u32).await;
+            tokio::time::sleep_until(started + due[i as usize]).await;
             let record = Record::build(
                 format!("room-{}", i % 100),
                 "RoomGiftSent",
@@ -404,6 +420,31 @@ impl OutboxStore for TimedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each row is due inside its own slot, in order, and at 200 rows/s the moments fall on
+    /// every phase of a 5 ms period (the SQLite watch), not on one.
+    #[test]
+    fn schedule_keeps_the_rate_and_order_but_no_fixed_phase() {
+        let interval = Duration::from_millis(5);
+        let due = schedule(2_000, interval);
+        assert_eq!(due.len(), 2_000);
+        for (i, at) in due.iter().enumerate() {
+            assert!(
+                *at >= interval * i as u32 && *at < interval * (i as u32 + 1),
+                "row {i}: {at:?}"
+            );
+        }
+        assert!(due.windows(2).all(|w| w[0] < w[1]));
+        let mut phases = [0u32; 5];
+        for at in &due {
+            phases[(at.as_micros() % 5_000 / 1_000) as usize] += 1;
+        }
+        assert!(
+            phases.iter().all(|&n| n > 300),
+            "phases per ms of 5: {phases:?}"
+        );
+        assert_eq!(due, schedule(2_000, interval), "the same moments every run");
+    }
 
     #[test]
     fn percentiles_by_nearest_rank() {

@@ -32,12 +32,12 @@ fn array_literal(addresses: &[&str]) -> String {
 }
 
 /// Writes the marks of rows a held transaction locked, by primary key (or by the addresses the
-/// claim read, where the dialect has them: `addresses`, one per mark, in the same order), in one UPDATE (`marks` at
-/// most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids): the same column values per
-/// [`crate::store::Disposition`] as the leased mark, `last_error` cut where bound, plus
-/// `worker_id` (the worker that handled the row). A row still `delivering` was reclaimed from a
-/// dead leased worker by the held claim: that reclaim counts as an attempt here, as the leased
-/// claim counts it in its lease UPDATE.
+/// claim read, where the dialect has them: `addresses`, one per mark, in the same order), in one
+/// UPDATE (`marks` at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids): the same column
+/// values per [`crate::store::Disposition`] as the leased mark, `last_error` cut where bound,
+/// plus `worker_id` (the worker that handled the row). A row still `delivering` was reclaimed
+/// from a dead leased worker by the held claim: that reclaim counts as an attempt here, as the
+/// leased claim counts it in its lease UPDATE.
 pub(crate) fn mark_held_rows(
     backend: Backend,
     table: &TableName,

@@ -27,6 +27,21 @@ pub(crate) fn lease() -> Lease {
     }
 }
 
+/// The claim arguments the statement tests bind: tenant `live`, worker `w`, ten rows, a 1 s lease
+/// at `now_ms` 7, three attempts.
+pub(crate) fn claim_params(ordering: DeliveryOrder, scan_due: bool) -> ClaimParams {
+    ClaimParams {
+        app_code: "live".into(),
+        worker_id: "w".into(),
+        limit: 10,
+        lease_ms: 1_000,
+        now_ms: 7,
+        max_attempts: 3,
+        ordering,
+        scan_due,
+    }
+}
+
 fn record(event_id: &str) -> Record {
     Record::build(
         "room-1",
@@ -96,16 +111,7 @@ fn claim_queries_bind_what_their_text_asks() {
     for backend in BACKENDS {
         let statements = Statements::new(backend, &table());
         for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
-            let params = ClaimParams {
-                app_code: "live".into(),
-                worker_id: "w".into(),
-                limit: 10,
-                lease_ms: 1_000,
-                now_ms: 7,
-                max_attempts: 3,
-                ordering,
-                scan_due: true,
-            };
+            let params = claim_params(ordering, true);
             for branch in ClaimBranch::ALL {
                 let bound = statements.claim_query(branch, &params, 4);
                 assert_placeholders(backend, &bound);

@@ -4,8 +4,8 @@
 use super::reject_leased_rows;
 use crate::store::statement::Arg;
 use crate::store::statement::claim::{ClaimBranch, Statements, reject_rows};
-use crate::store::statement::tests::{assert_placeholders, lease, table};
-use crate::store::{Backend, ClaimParams, DeliveryOrder, RejectedRow};
+use crate::store::statement::tests::{assert_placeholders, claim_params, lease, table};
+use crate::store::{Backend, DeliveryOrder, RejectedRow};
 
 #[test]
 fn postgres_claims_and_leases_in_one_statement_per_branch() {
@@ -25,16 +25,7 @@ fn postgres_claims_and_leases_in_one_statement_per_branch() {
         pg.claim_statement(ClaimBranch::Pending, DeliveryOrder::PerRoom)
             .contains("room_outbox.retry_count, claimed.position")
     );
-    let params = ClaimParams {
-        app_code: "live".into(),
-        worker_id: "w".into(),
-        limit: 10,
-        lease_ms: 1_000,
-        now_ms: 7,
-        max_attempts: 3,
-        ordering: DeliveryOrder::PerRoom,
-        scan_due: true,
-    };
+    let params = claim_params(DeliveryOrder::PerRoom, true);
     for branch in ClaimBranch::ALL {
         let bound = pg
             .claim_lease_query(branch, &params, &lease(), 4)

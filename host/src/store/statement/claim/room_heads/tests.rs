@@ -3,8 +3,8 @@
 use crate::store::room_cursor::RoomWalk;
 use crate::store::statement::Arg;
 use crate::store::statement::claim::{ClaimBranch, Statements};
-use crate::store::statement::tests::{BACKENDS, assert_placeholders, table};
-use crate::store::{Backend, ClaimParams, DeliveryOrder, Lease};
+use crate::store::statement::tests::{BACKENDS, assert_placeholders, claim_params, table};
+use crate::store::{Backend, DeliveryOrder, Lease};
 
 /// The pending branch of a per-room claim reads room heads: PostgreSQL and SQLite walk the room
 /// index, one seek per room, bounded by the room cursor; MariaDB reads the rooms' first pending
@@ -19,16 +19,7 @@ fn per_room_pending_branch_reads_room_heads() {
         )
     };
     let sqlite = Statements::new(Backend::Sqlite, &table());
-    let params = ClaimParams {
-        app_code: "live".into(),
-        worker_id: "w".into(),
-        limit: 10,
-        lease_ms: 1_000,
-        now_ms: 7,
-        max_attempts: 3,
-        ordering: DeliveryOrder::PerRoom,
-        scan_due: false,
-    };
+    let params = claim_params(DeliveryOrder::PerRoom, false);
     let lease = Lease {
         app_code: "live".into(),
         worker_id: "w".into(),
