@@ -200,7 +200,7 @@ bench: build
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: bench-ab bench-index-writes bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers
+.PHONY: bench-ab bench-index-writes bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers bench-graphile
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd
 
@@ -241,6 +241,11 @@ bench-ab: release
 
 bench-brokers: release
 	bash bench/brokers.sh
+
+## bench-graphile: outboxd's default drain beside graphile-worker's on the same PostgreSQL
+## (bench/graphile.sh; installs graphile-worker from npm into target/bench-graphile).
+bench-graphile: release
+	bash bench/graphile.sh
 
 bench-console: release
 	bash bench/console.sh
