@@ -9,7 +9,8 @@
 # `worker.idle_probe` = 50 ms), default config otherwise, chaos plugin answering `ok`:
 #   - sparse: one row every 2 s for SPARSE_SECS seconds after 2 s of quiet, every row counted;
 #   - burst: 2,000 rows/s from 8 producers for 2 s after QUIET of quiet, every row counted.
-# Prints commit → delivered p50/p90/p99 and the claims the worker ran (the idle cost).
+# Prints commit → delivered p50/p90/p99, the claims the worker ran (the idle cost) and the busiest
+# second of the machine's CPUs during the run (all processes: the producers' commits included).
 #
 # Environment: BINLOG_PORT (3417), ROUNDS (1), SPARSE_SECS (30), QUIET (30s), and those of
 # bench/lib.sh (MYSQL_SERVER is not used). Needs mariadb-install-db and mariadbd. ~4 minutes.
@@ -52,12 +53,27 @@ URL=mysql://root@127.0.0.1:$BINLOG_PORT/wake
 run() {
   local wake=$1 label=$2 table=$3; shift 3
   section "wake=$wake, $label: outboxd bench $*"
+  busy_seconds > "$WORK/busy" &
+  local sampler=$!
   OUTBOXD_WORKER_WAKE=$wake bench "$@" "${PLUGIN_ARGS[@]}" --table "$table" | tee "$WORK/out"
-  awk -v wake="$wake" -v label="$label" '
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
+  awk -v wake="$wake" -v label="$label" -v busy="$(sort -n "$WORK/busy" | tail -1)" '
     /^ *rate +events +counted/ { getline; row = $0 }
     /^claims: / { claims = $2 }
-    END { split(row, f); printf "%-7s %-22s %8s %8s %8s %8s %8s %8s %7s\n",
-            wake, label, f[3], f[4], f[5], f[6], f[7], f[8], claims }' "$WORK/out" >> "$WORK/summary"
+    END { split(row, f); printf "%-7s %-22s %8s %8s %8s %8s %8s %8s %7s %8s\n",
+            wake, label, f[3], f[4], f[5], f[6], f[7], f[8], claims, busy "%" }' "$WORK/out" >> "$WORK/summary"
+}
+
+# busy_seconds: every second until killed, the share of the machine's CPU time that was busy in
+# that second (/proc/stat: all but idle and iowait), in percent.
+busy_seconds() {
+  local prev now
+  prev=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)
+  while sleep 1; do
+    now=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)
+    echo "$prev $now" | awk '{ b = $3 - $1; i = $4 - $2; if (b + i > 0) printf "%d\n", 100 * b / (b + i) }'
+    prev=$now
+  done
 }
 
 for i in $(seq 1 "$ROUNDS"); do
@@ -71,5 +87,5 @@ done
 
 echo
 echo "== summary (commit → delivered, ms; private MariaDB with a binlog)"
-printf "%-7s %-22s %8s %8s %8s %8s %8s %8s %7s\n" wake load counted "actual/s" p50 p90 p99 max claims
+printf "%-7s %-22s %8s %8s %8s %8s %8s %8s %7s %8s\n" wake load counted "actual/s" p50 p90 p99 max claims "max cpu"
 cat "$WORK/summary"
