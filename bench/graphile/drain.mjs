@@ -101,6 +101,8 @@ async function main([url, eventsArg, concurrencyArg, localQueueArg, processesArg
 
 // One worker process: waits for "go", runs until "stop", reports failed jobs.
 async function runner(url, concurrency, localQueue) {
+  // A runner outlives no parent: if drain.mjs dies, its runners exit too.
+  process.on("disconnect", () => process.exit(1));
   const go = new Promise((resolve) => process.once("message", resolve));
   process.send("ready");
   await go;
