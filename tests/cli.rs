@@ -888,6 +888,12 @@ async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
     enqueue("Warmup", "1");
     wait_for_status("the warm-up row is delivered", (0, 0, 1));
     enqueue("RoomGiftSent", "10");
+    // Give the host's one loop time to claim all 10 before our probe claims: a probe claim locks
+    // the rows it finds while it runs, a host claim at that moment skips them, and the loop, stuck
+    // on the hanging sink with the rows it did claim, would not claim the others until its publish
+    // deadline. The host claims within one idle probe (50 ms on MariaDB) of the commit; 2 s is a
+    // 40× margin.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     // Wait until the host holds the 10 rows (a held claim of ours then finds none).
     wait_until(
         "the host holds the rows",
