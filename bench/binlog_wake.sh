@@ -68,9 +68,10 @@ run() {
 # that second (/proc/stat: all but idle and iowait), in percent.
 busy_seconds() {
   local prev now
-  prev=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)
+  ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat; }
+  prev=$(ticks)
   while sleep 1; do
-    now=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat)
+    now=$(ticks)
     echo "$prev $now" | awk '{ b = $3 - $1; i = $4 - $2; if (b + i > 0) printf "%d\n", 100 * b / (b + i) }'
     prev=$now
   done

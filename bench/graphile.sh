@@ -38,9 +38,9 @@ fi
 cp "$REPO/bench/graphile/drain.mjs" "$PEER/"
 
 header "outboxd against graphile-worker $(node -p "require('$PEER/node_modules/graphile-worker/package.json').version") (node $(node --version)): $EVENTS events, PostgreSQL"
-: > "$WORK/summary"
 
-# outboxd_run ROUND: outboxd's default drain and raw-1idx; appends "outboxd EV/S RAW1IDX EV/S".
+# outboxd_run ROUND: outboxd's default drain and raw-1idx; appends "ROUND outboxd EV/S RAW1IDX_EV/S"
+# to $WORK/outboxd.
 outboxd_run() {
   section "round $1, outboxd bench --events $EVENTS --shapes raw-1idx,outboxd"
   bench --events "$EVENTS" --shapes raw-1idx,outboxd "${PLUGIN_ARGS[@]}" --table "gw_$1" | tee "$WORK/out"
@@ -48,7 +48,8 @@ outboxd_run() {
     END { print r, "outboxd", ob, raw }' "$WORK/out" >> "$WORK/outboxd"
 }
 
-# graphile_run ROUND: each configuration of GRAPHILE_CONFIGS, in its own schema reset.
+# graphile_run ROUND: each configuration of GRAPHILE_CONFIGS on a fresh graphile_worker schema;
+# appends "ROUND CONCURRENCY:LOCAL_QUEUE:PROCESSES JOBS/S" to $WORK/graphile.
 graphile_run() {
   local cfg conc queue procs
   for cfg in $GRAPHILE_CONFIGS; do

@@ -66,6 +66,14 @@ async function main([url, eventsArg, concurrencyArg, localQueueArg, processesArg
         }),
     ),
   );
+  // A runner that dies mid-drain ends the run at once, not at the deadline.
+  for (const child of children) {
+    child.removeAllListeners("exit");
+    child.on("exit", (code) => {
+      console.error(`graphile-worker: a runner exited mid-drain (${code})`);
+      process.exit(1);
+    });
+  }
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const started = process.hrtime.bigint();
