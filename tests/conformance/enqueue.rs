@@ -16,6 +16,7 @@ crate::support::per_backend!(
     enqueue_is_all_or_nothing,
     save_in_rolled_back_transaction_leaves_nothing,
     save_commits_with_the_callers_transaction,
+    a_duplicate_save_keeps_the_callers_transaction,
     enqueue_keeps_tenants_apart,
 );
 
@@ -179,6 +180,31 @@ async fn save_commits_with_the_callers_transaction(backend: Backend) {
     // save and enqueue share the idempotency key.
     assert_eq!(enqueue(&store, &[r1]).await, 0);
     let batch = claim_app(&store, "w1", 10, 2_000, 1_000).await;
+    assert_eq!(ids(&batch), strs(&["e1", "e2"]));
+}
+
+/// A one-record save of an id already present (MySQL: a plain INSERT refused on the duplicate
+/// key) counts 0 and leaves the caller's transaction going: its earlier and later saves commit.
+async fn a_duplicate_save_keeps_the_callers_transaction(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    let r1 = record(APP, "e1", "r1", 1_000);
+    let mut again = record(APP, "e1", "r2", 2_000);
+    again.envelope.body = b"different".to_vec();
+    let batches = [
+        vec![r1],
+        vec![again.clone()],
+        vec![record(APP, "e2", "r1", 1_001)],
+    ];
+    let results = db.save_in_transaction(DEFAULT_TABLE, &batches, true).await;
+    let counts: Vec<Option<&u64>> = results.iter().map(|r| r.as_ref().ok()).collect();
+    assert_eq!(counts, [Some(&1), Some(&0), Some(&1)], "{results:?}");
+    let row = db.row(APP, "e1").await.expect("row e1");
+    assert_eq!((row.room_id.as_str(), row.created_at_ms), ("r1", 1_000));
+    // Committed before: a one-record enqueue of the same id in a transaction of its own.
+    assert_eq!(enqueue(&store, &[again]).await, 0);
+    let batch = claim_app(&store, "w1", 10, 3_000, 1_000).await;
     assert_eq!(ids(&batch), strs(&["e1", "e2"]));
 }
 

@@ -4,6 +4,13 @@
 //! already present, read just before the INSERT, are subtracted from its affected rows. Both
 //! statements see the same committed rows unless another transaction commits one of the same
 //! ids in between (then the count is off by those, never the rows).
+//!
+//! One record (a producer's one event per transaction, the common case) goes as a plain INSERT
+//! instead, one statement: inserted, 1; refused as a duplicate key, 0, the row already there
+//! (InnoDB rolls back the failed statement, not the transaction). Several records keep the
+//! count and the ignoring INSERT: a plain INSERT refused for one duplicate would insert none of
+//! them, and the retry after it would upgrade the duplicate's shared lock to an exclusive one,
+//! which deadlocks two producers saving the same ids.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +20,7 @@ use crate::store::driver::db;
 use crate::store::exec::{SAVE_OP, SaveOps};
 use crate::store::row::Int;
 use crate::store::session::Session;
-use crate::store::statement::insert::insert_records;
+use crate::store::statement::insert::{insert_records, insert_records_strict};
 use crate::store::statement::{Bound, SqlBuilder};
 use crate::store::{Backend, StoreError, TableName};
 
@@ -23,12 +30,22 @@ pub(crate) const COUNT_EXISTING_MAX_IDS: usize = 500;
 impl SaveOps for MySqlStore {
     const BACKEND: Backend = Backend::MySql;
 
-    /// The ids already present counted, then the INSERT; its affected rows less those.
+    /// One record: the plain INSERT, a duplicate key counted 0. Several: the ids already present
+    /// counted, then the INSERT; its affected rows less those.
     async fn insert_chunk<S: Session>(
         session: &mut S,
         table: &TableName,
         chunk: &[&Record],
     ) -> Result<u64, StoreError> {
+        if chunk.len() == 1 {
+            return match session
+                .run(insert_records_strict(Backend::MySql, table, chunk))
+                .await
+            {
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(0),
+                inserted => inserted.map_err(db(SAVE_OP)),
+            };
+        }
         let existing = existing(session, table, chunk).await?;
         let affected = session
             .run(insert_records(Backend::MySql, table, chunk))

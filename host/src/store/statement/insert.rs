@@ -11,6 +11,23 @@ use crate::store::{Backend, TableName};
 /// The multi-row INSERT of new `pending` rows (`records` at most [`super::MAX_ROWS_PER_STATEMENT`]),
 /// ignoring ids already present.
 pub(crate) fn insert_records(backend: Backend, table: &TableName, records: &[&Record]) -> Bound {
+    let mut b = values_insert(backend, table, records);
+    b.push(backend.dialect().ignore_duplicate_key());
+    b.finish()
+}
+
+/// The plain INSERT of `records` as `pending` rows, without [`insert_records`]' clause that ignores
+/// a duplicate id: the statement fails on one (MySQL's one-record insert, `store/mysql/save.rs`).
+pub(crate) fn insert_records_strict(
+    backend: Backend,
+    table: &TableName,
+    records: &[&Record],
+) -> Bound {
+    values_insert(backend, table, records).finish()
+}
+
+/// `INSERT INTO table (columns) VALUES (…), …` of `records` as `pending` rows.
+fn values_insert(backend: Backend, table: &TableName, records: &[&Record]) -> SqlBuilder {
     let mut b = SqlBuilder::new(backend);
     b.push("INSERT INTO ")
         .push(table.as_str())
@@ -39,8 +56,7 @@ pub(crate) fn insert_records(backend: Backend, table: &TableName, records: &[&Re
             .bind(record.created_at_ms)
             .push(")");
     }
-    b.push(backend.dialect().ignore_duplicate_key());
-    b.finish()
+    b
 }
 
 /// The records to insert: the first of each (app_code, event_id), like the database would keep.
