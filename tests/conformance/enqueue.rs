@@ -202,7 +202,7 @@ async fn a_duplicate_save_keeps_the_callers_transaction(backend: Backend) {
     assert_eq!(counts, [Some(&1), Some(&0), Some(&1)], "{results:?}");
     let row = db.row(APP, "e1").await.expect("row e1");
     assert_eq!((row.room_id.as_str(), row.created_at_ms), ("r1", 1_000));
-    // Committed before: a one-record enqueue of the same id in a transaction of its own.
+    // After the commit, the same id enqueued alone in a transaction of its own counts 0 too.
     assert_eq!(enqueue(&store, &[again]).await, 0);
     let batch = claim_app(&store, "w1", 10, 3_000, 1_000).await;
     assert_eq!(ids(&batch), strs(&["e1", "e2"]));

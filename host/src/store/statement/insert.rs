@@ -1,5 +1,5 @@
 //! The producer insert: a multi-row INSERT of new `pending` rows that ignores ids already
-//! present, and (where the insert count includes duplicates) the count of ids already there.
+//! present, or the plain INSERT that a duplicate id fails (MySQL's one-record insert).
 
 use std::collections::HashSet;
 
