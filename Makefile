@@ -7,8 +7,15 @@ CARGO ?= cargo
 DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
+# What builds $(OUTBOXD) for the demo and the producer steps: `build` (cargo build) by default.
+# `make test` sets HOST_BUILD=test-build, so the binary its host tests compiled is the one that
+# runs: a plain `cargo build` resolves the dependencies' features without the dev-dependencies
+# and would compile the host and most of its dependencies a second time.
+HOST_BUILD ?= build
 
-.PHONY: all build plugins rust-plugins wasm-target browser demo demo-console demo-producers test test-producers chaos bench isolation fuzz clean
+.PHONY: all build plugins rust-plugins wasm-target browser demo demo-console demo-producers test test-producers chaos bench isolation fuzz clean \
+	check lint test-requirements test-plugins test-imports test-host test-quick test-build test-docs test-benches \
+	test-producers-go test-producers-python test-producers-node
 .SECONDEXPANSION:
 
 all: build
@@ -126,7 +133,7 @@ $(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm: $(JS_TOOLCHAIN) $(COMPAT_WIT)/publis
 ## status; then, in a terminal (not in CI), serve the console over the demo's events until
 ## Ctrl-C. `make demo-console` serves it again later.
 DEMO_CONSOLE_URL := http://127.0.0.1:9464/
-demo: build
+demo: $(HOST_BUILD) rust-plugins
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(DEMO) migrate
 	$(DEMO) enqueue --room room-1 --type RoomGiftSent --count 3 --body-json '{"gift":"rose","from":"u1","to":"u2"}'
@@ -147,34 +154,86 @@ demo-console: build
 	@echo "console: $(DEMO_CONSOLE_URL) (the demo's events; Ctrl-C stops it)"
 	$(DEMO) run
 
-## browser: Debian's Chromium and chromedriver for the console's browser test, when missing.
+## browser: Debian's Chromium and chromedriver for the console's browser test, when missing
+## (apt-get: run it as root; `.ci/run` does).
 browser:
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
 	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
 
-## test: the plugins' own unit tests (natively), the import-cycle check of host/src
-## (tests/scripts/import_cycles.py), then the host's unit, conformance (SQLite, MariaDB,
-## PostgreSQL), EXPLAIN, worker, plugin-host, sink and end-to-end tests, then the producer
-## libraries' tests (test-producers). The console's browser test needs Chromium (`browser`).
-test: plugins browser
+## test: every test, as steps that all run whatever the earlier ones did (tests/scripts/steps.sh):
+## what this machine lacks and which tests skip for it, the lint, every plugin, the plugins' own
+## tests, the import-cycle check, the host's tests (unit, conformance on SQLite, MariaDB and
+## PostgreSQL, plans, worker, plugin host, sinks, brokers, console, end to end, the fuzz checks
+## over their seeds) and doc tests, the API docs, the benches compiled, then the Go, Python and
+## TypeScript producer libraries. Ends with each step's verdict and time; non-zero if any
+## failed. The host is compiled once, for its tests: the producer steps run that binary.
+TEST_STEPS := test-requirements lint plugins test-plugins test-imports test-host test-docs \
+	test-benches test-producers-go test-producers-python test-producers-node demo-producers
+test:
+	@HOST_BUILD=test-build bash tests/scripts/steps.sh $(TEST_STEPS)
+
+## check: the loop to run while working (a few minutes warm): rustfmt, clippy with warnings as
+## errors, the host's unit tests and the conformance suite on SQLite.
+check:
+	@bash tests/scripts/steps.sh lint test-quick
+
+test-requirements:
+	@bash tests/scripts/requirements.sh
+
+## lint: rustfmt and clippy (warnings are errors) over the host's workspace and the guest plugins.
+lint:
+	$(CARGO) fmt --all --check
+	cd plugins && $(CARGO) fmt --all --check
+	cd tests/plugins && $(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-plugins:
 	cd plugins && $(CARGO) test --no-fail-fast
+
+test-imports:
 	$(PYTHON) tests/scripts/import_cycles.py host/src
-	$(CARGO) test --workspace --no-fail-fast
-	@# The criterion benches are not run here, but they must keep compiling.
+
+## test-host: the host's tests with cargo-nextest (settings: tests/nextest.toml), each test binary
+## beside the others, then its doc tests; prints each binary's time and the slowest tests.
+NEXTEST := $(CARGO) nextest run --config-file tests/nextest.toml --workspace
+test-host: plugins
+	@status=0; $(NEXTEST) || status=1; \
+	$(PYTHON) tests/scripts/test_times.py target/nextest/default/junit.xml; \
+	$(CARGO) test --workspace --doc || status=1; exit $$status
+
+## test-quick: the host's unit tests and the SQLite conformance suite (part of `make check`).
+test-quick:
+	$(NEXTEST) -E 'kind(lib) | kind(bin) | (binary(conformance) & test(/::sqlite::/))'
+
+## test-build: compiles the host's tests, and with them target/debug/outboxd (the binary the
+## producer steps run), without running anything.
+test-build:
+	$(NEXTEST) --no-run
+
+## test-docs: the host's API docs, and its example's, build without a broken or private link.
+## (With the example, cargo resolves the dependencies' features as for the tests and clippy, so
+## the docs reuse what clippy compiled instead of checking every dependency once more.)
+test-docs:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p outboxd --no-deps --lib --examples
+
+## test-benches: the criterion benches are not run by `make test`, but they must keep compiling.
+test-benches:
 	$(CARGO) test --workspace --benches --no-run
-	@# The host's API docs build without a broken or private link.
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p outboxd --no-deps
-	$(MAKE) test-producers
 
 ## test-producers: the Go, Python and TypeScript producer libraries (producers/): unit tests, the
 ## golden envelopes, and an end-to-end run per database through target/debug/outboxd and
-## plugins/out/webhook.wasm. Each script installs what it needs (Go from Debian's packages, a
-## venv in .toolchains/, npm ci) once.
-test-producers: build
+## plugins/out/webhook.wasm, then demo-producers. Each script installs what it needs (Go from
+## Debian's packages, a venv in .toolchains/, npm ci) once.
+test-producers: test-producers-go test-producers-python test-producers-node demo-producers
+
+test-producers-go: $(HOST_BUILD) rust-plugins
 	bash producers/go/test.sh
+
+test-producers-python: $(HOST_BUILD) rust-plugins
 	bash producers/python/test.sh
+
+test-producers-node: $(HOST_BUILD) rust-plugins
 	bash producers/node/test.sh
-	$(MAKE) demo-producers
 
 ## demo-producers: `make demo`, then the Go, Python and TypeScript examples each write an event
 ## into its database and its host delivers them (producers/demo.sh; the toolchains are the ones
@@ -254,7 +313,8 @@ bench-console: release
 ## row judge, `config` the config loader), FUZZ_SECONDS (default 60) each, with libFuzzer through
 ## cargo-fuzz (installed when missing; RUSTC_BOOTSTRAP=1 lets stable rustc take its nightly
 ## flags). Seeds: host/fuzz/seeds/TARGET (in git); what the runs learn: host/fuzz/corpus/TARGET;
-## a crash: host/fuzz/artifacts/TARGET/, and the make fails. Not part of `make test`.
+## a crash: host/fuzz/artifacts/TARGET/, and the make fails. Each target's check is
+## host/fuzz/checks/TARGET.rs: `make test` runs it over the seeds (tests/fuzz_seeds.rs).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := envelope judge config
 FUZZ := RUSTC_BOOTSTRAP=1 $(CARGO) fuzz

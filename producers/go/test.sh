@@ -24,6 +24,14 @@ command -v gcc >/dev/null 2>&1 || missing=1
 for dir in go-sql-driver/mysql lib/pq mattn/go-sqlite3; do
     [ -f "$gocode/$dir/go.mod" ] || missing=1
 done
+if [ "$missing" = 1 ] && [ "$(id -u)" != 0 ]; then
+    # Debian's packages need root: say what is missing and how to get it, and fail only in CI.
+    echo "test.sh: Go and its database drivers are missing: as root, run this script once," \
+        "or apt-get install ${packages[*]}"
+    if [ -n "${CI:-}" ]; then exit 1; fi
+    echo "test.sh: SKIPPED producers/go (no Go toolchain)"
+    exit 0
+fi
 if [ "$missing" = 1 ]; then
     echo "test.sh: installing ${packages[*]}"
     export DEBIAN_FRONTEND=noninteractive
