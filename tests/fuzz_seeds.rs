@@ -14,7 +14,9 @@ mod judge;
 
 /// The seed files of `target`, sorted by name; panics when there are none.
 fn seeds(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds")
+        .join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
         .map(|entry| entry.expect("directory entry").path())

@@ -27,7 +27,10 @@ struct Print;
 impl Publisher for Print {
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
         for event in batch {
-            println!("{} {} in {}", event.event_id, event.event_type, event.room_id);
+            println!(
+                "{} {} in {}",
+                event.event_id, event.event_type, event.room_id
+            );
         }
         vec![Outcome::Delivered; batch.len()]
     }
@@ -37,7 +40,10 @@ impl Publisher for Print {
 async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let url = std::env::args().nth(1).unwrap_or_else(|| {
-        format!("sqlite://{}?mode=rwc", dir.path().join("outbox.db").display())
+        format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("outbox.db").display()
+        )
     });
     let config = Config::from_toml_str(
         &format!("[database]\nurl = {url:?}\n[worker]\napp_codes = [\"live\"]\n"),
@@ -48,8 +54,14 @@ async fn main() -> anyhow::Result<()> {
 
     let records: Vec<Record> = (1..=3)
         .map(|n| {
-            Record::build("room-1", "RoomGiftSent", n, SystemTime::now(), &format!("gift {n}"))
-                .with_app_code("live")
+            Record::build(
+                "room-1",
+                "RoomGiftSent",
+                n,
+                SystemTime::now(),
+                &format!("gift {n}"),
+            )
+            .with_app_code("live")
         })
         .collect();
     store.enqueue(&records).await?;

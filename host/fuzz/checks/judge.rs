@@ -50,7 +50,10 @@ pub fn check(data: &[u8]) {
         Ok(claimed) => {
             // Accepted: the envelope decodes, its identity fields are the row's (or empty) and the
             // event carries the row's identity, the envelope's payload and the attempt count.
-            assert!(!(reclaimed && retries >= max_attempts), "a used-up lease was handed out");
+            assert!(
+                !(reclaimed && retries >= max_attempts),
+                "a used-up lease was handed out"
+            );
             let env = decoded.expect("an accepted row's envelope decodes");
             let event = &claimed.event;
             for (in_env, in_row, in_event) in [
@@ -59,7 +62,10 @@ pub fn check(data: &[u8]) {
                 (&env.event_type, &row.event_type, &event.event_type),
                 (&env.room_id, &row.room_id, &event.room_id),
             ] {
-                assert!(in_env.is_empty() || in_env == in_row, "{in_env:?} vs {in_row:?}");
+                assert!(
+                    in_env.is_empty() || in_env == in_row,
+                    "{in_env:?} vs {in_row:?}"
+                );
                 assert_eq!(in_event, in_row);
             }
             assert_eq!(event.room_version, env.room_version);
