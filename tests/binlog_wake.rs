@@ -9,7 +9,9 @@
 //! Every worker here polls every second and, in the binlog tests, probes no sooner than that
 //! (`idle_probe` = `poll_interval` = 1 s), so a row delivered within [`PROMPT`] of its commit
 //! was delivered by the binlog wake (without the feed these rows waited ~780 ms each: the
-//! loop's probe had backed off to the second).
+//! loop's probe had backed off to the second). The burst after a quiet spell starts right after
+//! the loop's poll round (seen through its store, [`ClaimWatch`]), so every row delivered before
+//! a poll after that round was claimed after a binlog wake.
 //! Without MariaDB's binaries or the shared server the tests print `SKIPPED …`; under `CI=true`
 //! they fail instead.
 
@@ -18,16 +20,22 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use outboxd::admin::Readiness;
 use outboxd::metrics::Metrics;
-use outboxd::record::now_ms;
+use outboxd::record::{Record, now_ms};
 use outboxd::retry::RetryPolicy;
-use outboxd::store::{ConnectOptions, DeliveryOrder, OutboxStore, TableName};
+use outboxd::store::{
+    Backend as StoreBackend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder,
+    FailedRow, HeldBatch, ListFailedParams, MarkParams, MarkReport, MigrateOptions, OutboxStore,
+    PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
+};
 use outboxd::wake::{self, FeedError, Wake, WakeMode};
 use outboxd::worker::{WorkerMode, WorkerOptions};
 use sqlx::{AssertSqlSafe, Connection, Executor, MySqlConnection};
 use support::private_server::{Kind, PrivateServer};
 use support::{Backend, Running, TestDb, record, until_loops_wait, wait_for, wait_until};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// The safety net of every worker here: a delivery sooner than this came from a wake-up.
@@ -36,6 +44,13 @@ const POLL: Duration = Duration::from_secs(1);
 const PROMPT: Duration = Duration::from_millis(200);
 /// Longest wait for anything that should happen.
 const DEADLINE: Duration = Duration::from_secs(10);
+/// The quiet spell before the burst: no commit for this long.
+const QUIET: Duration = Duration::from_secs(2);
+/// The most of a server stall (the longest producer commit) the burst's p99 bound allows for:
+/// however long the stall, the bound stays under half the poll, so a burst that waited for the
+/// poll can never pass it.
+const MAX_STALL_ALLOWANCE: Duration = Duration::from_millis(250);
+const _: () = assert!(PROMPT.as_millis() + MAX_STALL_ALLOWANCE.as_millis() < POLL.as_millis() / 2);
 
 fn options(idle_probe: Duration) -> WorkerOptions {
     WorkerOptions {
@@ -56,6 +71,87 @@ fn options(idle_probe: Duration) -> WorkerOptions {
 /// A worker over `store` woken by `wake`, polling every [`POLL`] and probing every `idle_probe`.
 fn start(store: Arc<dyn OutboxStore>, wake: Wake, idle_probe: Duration) -> Running {
     Running::start(store, wake, options(idle_probe))
+}
+
+/// The worker's store, noting how many of its claims have returned and when the last one did:
+/// the burst starts right after the loop's poll round, so the test knows the earliest its next
+/// poll can come.
+struct ClaimWatch {
+    inner: Arc<dyn OutboxStore>,
+    /// Claims returned so far, and when the last one returned.
+    claims: watch::Sender<(u64, Option<Instant>)>,
+}
+
+impl ClaimWatch {
+    fn new(inner: Arc<dyn OutboxStore>) -> ClaimWatch {
+        ClaimWatch {
+            inner,
+            claims: watch::Sender::new((0, None)),
+        }
+    }
+
+    /// A claim returned now.
+    fn returned(&self) {
+        self.claims.send_modify(|(count, last)| {
+            *count += 1;
+            *last = Some(Instant::now());
+        });
+    }
+}
+
+#[async_trait]
+impl OutboxStore for ClaimWatch {
+    fn backend(&self) -> StoreBackend {
+        self.inner.backend()
+    }
+    fn table(&self) -> &TableName {
+        self.inner.table()
+    }
+    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate_with(options).await
+    }
+    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
+        self.inner.check_ordering(ordering).await
+    }
+    async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError> {
+        self.inner.enqueue(records).await
+    }
+    async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+        let claimed = self.inner.claim(params).await;
+        self.returned();
+        claimed
+    }
+    async fn claim_held(&self, params: &ClaimParams) -> Result<HeldBatch, StoreError> {
+        let claimed = self.inner.claim_held(params).await;
+        self.returned();
+        claimed
+    }
+    async fn reclaim_expired(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+        let claimed = self.inner.reclaim_expired(params).await;
+        self.returned();
+        claimed
+    }
+    async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError> {
+        self.inner.mark(params).await
+    }
+    async fn counts(&self, params: &CountsParams) -> Result<StatusCounts, StoreError> {
+        self.inner.counts(params).await
+    }
+    async fn clock_ms(&self) -> Result<Option<i64>, StoreError> {
+        self.inner.clock_ms().await
+    }
+    async fn list_failed(&self, params: &ListFailedParams) -> Result<Vec<FailedRow>, StoreError> {
+        self.inner.list_failed(params).await
+    }
+    async fn requeue(&self, params: &RequeueParams) -> Result<u64, StoreError> {
+        self.inner.requeue(params).await
+    }
+    async fn purge(&self, params: &PurgeParams) -> Result<u64, StoreError> {
+        self.inner.purge(params).await
+    }
+    async fn close(&self) {
+        self.inner.close().await
+    }
 }
 
 /// Commits `event_id` through `producer`, waits for `worker` to deliver it and returns its
@@ -247,19 +343,34 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
     drain_wakes(&wake).await;
 
     // Sparse commits: each delivered at once, though the loop probes only every second.
-    let mut worker = start(store.clone(), wake.clone(), POLL);
+    let claims = Arc::new(ClaimWatch::new(store.clone()));
+    let mut worker = start(claims.clone(), wake.clone(), POLL);
     // The commits' pace is part of these tests; before the first, the loop sleeps until woken
     // (the poll is a second away), so only the binlog delivers a row within PROMPT.
     asleep(&wake).await;
     let mut sparse = Vec::new();
+    let mut quiet_from = Instant::now();
     for i in 0..4 {
         sparse.push(commit_and_time(&mut worker, &*producer, &format!("sparse-{i}")).await);
+        quiet_from = Instant::now();
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     assert_prompt("sparse commits", &sparse);
 
-    // A burst after a quiet spell (2 s, part of the test): 200 rows paced at ~2,000/s.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A burst after a quiet spell (no commit for QUIET, part of the test): 200 rows paced at
+    // ~2,000/s, the first right after the loop's first poll round past the quiet spell. The loop
+    // sleeps until woken after that round (only the binlog follower wakes it), so its next poll
+    // comes POLL after the round at the earliest: a row delivered before then was claimed after
+    // a binlog wake.
+    let mut seen = claims.claims.subscribe();
+    let (claims_before, poll_round) = *tokio::time::timeout(
+        DEADLINE,
+        seen.wait_for(|(_, last)| last.is_some_and(|at| at >= quiet_from + QUIET)),
+    )
+    .await
+    .expect("the loop's poll round after the quiet spell")
+    .expect("claims noted");
+    let poll_round = poll_round.expect("a claim returned");
     let burst_started = Instant::now();
     let mut committed = Vec::new();
     // The longest a producer's own commit took: a stall of the server (its log's fsync behind the
@@ -278,22 +389,62 @@ async fn binlog_wakes_idle_loops_at_commit_and_survives_a_killed_stream() {
         committed.push((id, Instant::now()));
     }
     let committed: std::collections::HashMap<String, Instant> = committed.into_iter().collect();
+    // Per row: commit → delivered, when it was committed and delivered (after the poll round), id.
     let mut burst = Vec::new();
     for _ in 0..committed.len() {
         let (id, delivered_at) = worker.next_within(DEADLINE, "the burst").await;
-        burst.push(delivered_at.saturating_duration_since(committed[&id]));
+        let at = committed[&id];
+        burst.push((
+            delivered_at.saturating_duration_since(at),
+            at.duration_since(poll_round),
+            delivered_at.duration_since(poll_round),
+            id,
+        ));
     }
+    let claims_during = claims.claims.borrow().0 - claims_before;
     burst.sort();
-    let p99 = burst[burst.len() * 99 / 100 - 1];
+    let p99 = burst[burst.len() * 99 / 100 - 1].0;
     eprintln!(
-        "burst after a quiet spell: commit → delivered p50 {:?} p99 {p99:?}, longest producer \
-         commit {server_stall:?}",
-        burst[burst.len() / 2]
+        "burst after a quiet spell: started {:?} after the loop's poll round, commit → delivered \
+         p50 {:?} p99 {p99:?}, longest producer commit {server_stall:?}, last delivered {:?} \
+         after the poll round, {claims_during} claims",
+        burst_started.duration_since(poll_round),
+        burst[burst.len() / 2].0,
+        burst.iter().map(|row| row.2).max(),
     );
+    // The binlog delivered the burst: every row committed more than PROMPT before the loop's
+    // next poll could come was delivered before it (without a wake all of them wait for it).
+    let woken: Vec<_> = burst.iter().filter(|row| row.1 + PROMPT < POLL).collect();
     assert!(
-        p99 < PROMPT + server_stall,
-        "burst after a quiet spell: p99 {p99:?} (max {:?}, longest producer commit {server_stall:?})",
-        burst.last()
+        !woken.is_empty(),
+        "burst after a quiet spell: no row committed more than {PROMPT:?} before the loop's next \
+         poll (the first {:?} after its round)",
+        burst.iter().map(|row| row.1).min()
+    );
+    let waited: Vec<_> = woken
+        .iter()
+        .filter(|row| row.2 >= POLL)
+        .map(|(_, committed, delivered, id)| {
+            format!("{id} committed {committed:?}, delivered {delivered:?}")
+        })
+        .collect();
+    assert!(
+        waited.is_empty(),
+        "burst after a quiet spell: {} of {} rows committed well before the loop's next poll \
+         ({POLL:?} after its round) were delivered only at or after it: no binlog wake \
+         delivered them ({claims_during} claims; times after the poll round): {:?}",
+        waited.len(),
+        woken.len(),
+        &waited[..waited.len().min(5)]
+    );
+    // And promptly: a server stall widens the bound by at most MAX_STALL_ALLOWANCE, so it stays
+    // under half the poll.
+    let bound = PROMPT + server_stall.min(MAX_STALL_ALLOWANCE);
+    assert!(
+        p99 < bound,
+        "burst after a quiet spell: p99 {p99:?} not under {bound:?} (max {:?}, longest producer \
+         commit {server_stall:?}, {claims_during} claims)",
+        burst.last().map(|row| row.0)
     );
 
     // The binlog connection killed from the server's side: the follower reconnects (a new dump

@@ -16,7 +16,7 @@ use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::DeliveryOrder;
-use outboxd::worker::{Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{BatchStats, Worker, WorkerMode, WorkerOptions};
 use support::{Backend, TestDb, record, wait_until};
 
 /// Delivers after `delay`, counting deliveries per event and noting a room with two events in
@@ -72,12 +72,18 @@ fn options(node_id: &str) -> WorkerOptions {
     }
 }
 
-/// A host `shift_ms` ahead claims while an honest host publishes the heads of five rooms;
-/// returns what it claimed, the publisher, and its metrics.
+/// Rooms with a pending head that the honest host does not hold: their rows are committed
+/// after its claim, so only the host ahead can claim them (their heads, one per room).
+const FREE_ROOMS: u64 = 3;
+
+/// A host `shift_ms` ahead claims while an honest host publishes the heads of five rooms (its
+/// 30 s leases live), and [`FREE_ROOMS`] more rooms, committed after the honest host's claim, have
+/// two events each that no one holds; returns what the host ahead's batch did, the publisher, and
+/// its metrics.
 async fn claim_beside_a_live_batch(
     backend: Backend,
     shift_ms: i64,
-) -> Option<(u64, Arc<Slow>, Metrics)> {
+) -> Option<(BatchStats, Arc<Slow>, Metrics)> {
     let db = TestDb::new_server_only(backend).await?;
     let store = db.store_per_room().await;
     let base = now_ms() - 60_000;
@@ -114,58 +120,115 @@ async fn claim_beside_a_live_batch(
         },
     )
     .await;
-    let claimed = ahead.process_batch("ahead/0", "app").await.unwrap().claimed;
+    // Rows the honest host does not hold: two events in each of the free rooms.
+    let free: Vec<_> = (0..2 * FREE_ROOMS as i64)
+        .map(|i| {
+            record(
+                "app",
+                &format!("f{i:02}"),
+                &format!("free-{}", i % FREE_ROOMS as i64),
+                base + 100 + i,
+            )
+        })
+        .collect();
+    store.enqueue(&free).await.unwrap();
+    let ahead = ahead.process_batch("ahead/0", "app").await.unwrap();
     let live = live.await.unwrap().unwrap();
-    assert_eq!(live.delivered, 5);
-    Some((claimed, publisher, metrics))
+    assert_eq!(
+        (live.delivered, live.stale),
+        (5, 0),
+        "the honest host's live batch: delivered, and its leases not taken over"
+    );
+    Some((ahead, publisher, metrics))
 }
 
-async fn a_host_a_lease_ahead_takes_no_live_lease(backend: Backend) {
-    // 40 s ahead: past the honest host's 30 s leases.
-    let Some((claimed, publisher, metrics)) = claim_beside_a_live_batch(backend, 40_000).await
-    else {
-        return;
-    };
-    assert_eq!(claimed, 0, "the host whose clock is off claimed");
-    let twice: Vec<_> = publisher
+/// The value of the unlabelled metric `name` in `text` (its whole line, `name value`).
+fn metric(text: &str, name: &str) -> f64 {
+    let lines: Vec<_> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line of {name}:\n{text}");
+    lines[0]
+        .parse()
+        .unwrap_or_else(|e| panic!("{name} {}: {e}", lines[0]))
+}
+
+/// The events the publisher delivered more than once.
+fn delivered_twice(publisher: &Slow) -> Vec<String> {
+    publisher
         .delivered
         .lock()
         .unwrap()
         .iter()
         .filter(|(_, n)| **n > 1)
         .map(|(id, _)| id.clone())
-        .collect();
+        .collect()
+}
+
+async fn a_host_a_lease_ahead_takes_no_live_lease(backend: Backend) {
+    // 40 s ahead: past the honest host's 30 s leases.
+    let Some((ahead, publisher, metrics)) = claim_beside_a_live_batch(backend, 40_000).await else {
+        return;
+    };
+    // Not even the free rooms' heads: it claims nothing at all while its clock is off.
+    assert_eq!(ahead.claimed, 0, "the host whose clock is off claimed");
+    let twice = delivered_twice(&publisher);
     assert!(twice.is_empty(), "delivered twice: {twice:?}");
     assert!(
         publisher.second_in_flight.lock().unwrap().is_empty(),
         "a second event of a room in flight"
     );
     let text = metrics.encode();
-    assert!(text.contains("outboxd_clock_claims_refused 1"), "{text}");
-    let offset: f64 = text
-        .lines()
-        .find_map(|line| line.strip_prefix("outboxd_clock_offset_seconds "))
-        .expect("offset reported")
-        .parse()
-        .unwrap();
+    assert_eq!(
+        metric(&text, "outboxd_clock_claims_refused"),
+        1.0,
+        "claims refused"
+    );
+    let offset = metric(&text, "outboxd_clock_offset_seconds");
     assert!((-41.0..-39.0).contains(&offset), "offset {offset}");
 }
 
 async fn a_host_within_a_tenth_of_the_lease_claims(backend: Backend) {
     // 1 s ahead, the bound is 3 s: it claims, and the live leases are not expired by its clock.
-    let Some((claimed, publisher, metrics)) = claim_beside_a_live_batch(backend, 1_000).await
-    else {
+    let Some((ahead, publisher, metrics)) = claim_beside_a_live_batch(backend, 1_000).await else {
         return;
     };
+    // The head of each free room, nothing of the five rooms whose heads are in flight (taking
+    // their live leases would claim 5 more) and no second event of a free room.
     assert_eq!(
-        claimed, 0,
-        "every room's head is in flight: nothing to claim"
+        (ahead.claimed, ahead.delivered),
+        (FREE_ROOMS, FREE_ROOMS),
+        "the host 1 s ahead claims and delivers the free rooms' heads"
     );
-    assert!(publisher.second_in_flight.lock().unwrap().is_empty());
+    let mut delivered: Vec<_> = publisher
+        .delivered
+        .lock()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    delivered.sort();
+    assert_eq!(
+        delivered,
+        ["e00", "e01", "e02", "e03", "e04", "f00", "f01", "f02"],
+        "the honest host's five heads and the free rooms' heads"
+    );
+    let twice = delivered_twice(&publisher);
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
     assert!(
-        metrics.encode().contains("outboxd_clock_claims_refused 0"),
+        publisher.second_in_flight.lock().unwrap().is_empty(),
+        "a second event of a room in flight"
+    );
+    let text = metrics.encode();
+    assert_eq!(
+        metric(&text, "outboxd_clock_claims_refused"),
+        0.0,
         "a small offset is no reason to refuse"
     );
+    // Measured (not the gauge's initial 0): about the second it runs ahead.
+    let offset = metric(&text, "outboxd_clock_offset_seconds");
+    assert!((-1.5..-0.5).contains(&offset), "offset {offset}");
 }
 
 support::per_backend!([mysql, postgres] => a_host_a_lease_ahead_takes_no_live_lease, a_host_within_a_tenth_of_the_lease_claims);

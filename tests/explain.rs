@@ -89,6 +89,25 @@ fn show(plan: &[PlanStep]) -> String {
         .join("\n")
 }
 
+/// A MariaDB plan step named for a failure: its table and select id (`p (id=4)`).
+fn node(step: &PlanStep) -> String {
+    let id = step.text.split(' ').next().unwrap_or_default();
+    format!("{} ({id})", step.table.as_deref().unwrap_or("?"))
+}
+
+/// MariaDB: the `ANALYZE` plan has the `EXPLAIN` plan's steps, in its order (each checked
+/// against its run).
+fn aligned(plan: &[PlanStep], analyzed: &[PlanStep], context: &str) {
+    let tables = |steps: &[PlanStep]| -> Vec<Option<String>> {
+        steps.iter().map(|s| s.table.clone()).collect()
+    };
+    assert_eq!(
+        tables(plan),
+        tables(analyzed),
+        "EXPLAIN and ANALYZE steps differ\n{context}"
+    );
+}
+
 /// MariaDB: every step reading the table uses an index range/ref/eq_ref (never `ALL` or a full
 /// `index` scan); the claim step (`c`) uses the branch's index and estimates at most `MAX_ROWS`
 /// rows; each room probe (`p`) looks up (app_code, room_id, status) — all three in its `ref`, so
@@ -108,6 +127,9 @@ fn check_mysql(
     );
     let mut claim_step = false;
     let mut probe_steps = 0;
+    // Room probes the statement ran (r_rows not NULL).
+    let mut probes_run = 0;
+    aligned(plan, analyzed, &context);
     for (step, run) in plan.iter().zip(analyzed) {
         let Some(table) = step.table.as_deref() else {
             continue;
@@ -150,12 +172,23 @@ fn check_mysql(
                     key_parts.split(',').count() >= 3,
                     "room probe looks up {key_parts:?}: the status is not part of the key\n{context}"
                 );
-                // NULL r_rows: never executed (an earlier NOT EXISTS already decided).
-                let actual = run.actual_rows.unwrap_or(0.0);
-                assert!(
-                    actual <= MAX_PROBE_ROWS,
-                    "room probe read {actual} rows per lookup\n{context}"
-                );
+                match run.actual_rows {
+                    Some(actual) => {
+                        probes_run += 1;
+                        assert!(
+                            actual <= MAX_PROBE_ROWS,
+                            "room probe {} read {actual} rows per lookup\n{context}",
+                            node(run)
+                        );
+                    }
+                    // `r_rows=NULL`: never executed (an earlier NOT EXISTS already decided). A
+                    // step without the column was not analyzed at all.
+                    None => assert!(
+                        run.text.contains(" r_rows=NULL "),
+                        "room probe {}: no r_rows in the ANALYZE plan\n{context}",
+                        node(run)
+                    ),
+                }
             }
             other => panic!("unexpected table {other}\n{context}"),
         }
@@ -167,6 +200,11 @@ fn check_mysql(
         0
     };
     assert_eq!(probe_steps.min(1), expected_probes, "room probe\n{context}");
+    assert_eq!(
+        probes_run.min(1),
+        expected_probes,
+        "room probes run (what one reads is shown by those only)\n{context}"
+    );
 }
 
 /// PostgreSQL: no `Seq Scan`; the claim scan (`c`) is an Index Scan / Index Only Scan / Bitmap
@@ -261,13 +299,16 @@ fn check_room_heads(backend: Backend, walk: &RoomWalk, plan: &[PlanStep], analyz
     let mut seeks = 0;
     match backend {
         Backend::MySql => {
+            aligned(plan, analyzed, &context);
             for (step, run) in plan.iter().zip(analyzed) {
                 let Some(table) = step.table.as_deref() else {
                     continue;
                 };
                 if table.starts_with("<derived") {
                     // The rooms found: at most the rooms with pending rows.
-                    let rooms = run.actual_rows.unwrap_or(0.0);
+                    let rooms = run.actual_rows.unwrap_or_else(|| {
+                        panic!("{}: no r_rows in the ANALYZE plan\n{context}", node(run))
+                    });
                     assert!(rooms <= 5.0, "{rooms} rooms\n{context}");
                     continue;
                 }
@@ -290,10 +331,13 @@ fn check_room_heads(backend: Backend, walk: &RoomWalk, plan: &[PlanStep], analyz
                         "not a loose index scan\n{context}"
                     );
                 }
-                let actual = run.actual_rows.unwrap_or(0.0);
+                let actual = run.actual_rows.unwrap_or_else(|| {
+                    panic!("{}: no r_rows in the ANALYZE plan\n{context}", node(run))
+                });
                 assert!(
                     actual <= MAX_PROBE_ROWS,
-                    "{table} read {actual} rows\n{context}"
+                    "{} read {actual} rows\n{context}",
+                    node(run)
                 );
             }
         }

@@ -6,11 +6,14 @@
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use outboxd::store::{
     Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, OutboxStore,
 };
-use support::{Bind, TestDb, record};
+use sqlx::{Connection, Executor, PgConnection};
+use support::{Bind, TestDb, record, wait_until};
 
 /// Tenant.
 const APP: &str = "app_a";
@@ -41,6 +44,24 @@ async fn pages(db: &TestDb, index: &str) -> i64 {
         )
         .await;
     rows[0].parse().unwrap()
+}
+
+/// The phase of a concurrent index build waiting for older transactions' snapshots to end.
+const WAITING_FOR_SNAPSHOTS: &str = "waiting for old snapshots";
+
+/// Longest wait for anything that should happen.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// The index builds on the outbox table in progress now (PostgreSQL's
+/// `pg_stat_progress_create_index`), as `<index>: <phase>`.
+async fn builds_in_progress(db: &TestDb) -> Vec<String> {
+    db.query_strings(
+        "SELECT CAST(CAST(index_relid AS regclass) AS TEXT) || ': ' || phase \
+         FROM pg_stat_progress_create_index \
+         WHERE datname = current_database() AND relid = CAST($1 AS regclass) ORDER BY 1",
+        &[Bind::Str(DEFAULT_TABLE.into())],
+    )
+    .await
 }
 
 /// A claim of up to `BATCH` rows at `now_ms` by worker `w1`, leased for 30 s.
@@ -141,7 +162,8 @@ async fn delivered_events_leave_the_retry_index_empty() {
 
 /// A table whose retry and lease indexes are whole (as migration 0001 built them, before 0006
 /// was applied) with rows in it: `migrate` replaces both with the partial ones, built
-/// concurrently while another connection keeps inserting, and leaves no index behind; an
+/// concurrently while another connection keeps inserting (rows inserted while a build is in
+/// progress, seen in PostgreSQL's progress view), and leaves no index behind; an
 /// interrupted replacement (the new index built, the old one still there) is finished by the
 /// next `migrate`.
 #[tokio::test]
@@ -176,21 +198,71 @@ async fn migrate_replaces_whole_indexes_while_producers_write() {
         .await;
     deliver_all(&store).await;
 
-    // A producer inserting throughout the migration.
-    let producer = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let mut saved = 0u64;
-            for i in 0..200 {
-                let r = record(APP, &format!("p{i:04}"), "room0", 100_000 + i);
-                saved += store.enqueue(&[r]).await.unwrap();
-            }
-            saved
-        })
+    // A producer inserting one row at a time throughout the migration, until it returns.
+    let migrated = AtomicBool::new(false);
+    let saved = AtomicU64::new(0);
+    let producer = async {
+        let mut i = 0;
+        while !migrated.load(Ordering::Acquire) {
+            let r = record(APP, &format!("p{i:05}"), "room0", 100_000 + i);
+            saved.fetch_add(store.enqueue(&[r]).await.unwrap(), Ordering::AcqRel);
+            i += 1;
+        }
+        i as u64
     };
-    let applied = db.store_unmigrated(DEFAULT_TABLE).await.migrate().await;
+    // An older transaction's snapshot (a reader, on no table of the outbox), open before the
+    // migration: each concurrent build waits for it once built, before it can finish. The test
+    // holds it until it has seen producer rows inserted while the first build was in progress.
+    let mut reader = PgConnection::connect(&db.url)
+        .await
+        .expect("connect the reader");
+    reader
+        .execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    reader.execute("SELECT 1").await.unwrap();
+    let overlap = async {
+        let build = wait_until("an index build in progress", DEADLINE, || async {
+            let builds = builds_in_progress(&db).await;
+            match builds.iter().find(|b| b.ends_with(WAITING_FOR_SNAPSHOTS)) {
+                Some(build) => Ok(build.clone()),
+                None => Err(builds),
+            }
+        })
+        .await;
+        let from = saved.load(Ordering::Acquire);
+        // Three rows more: at least two inserted from start to end within the build.
+        let during = wait_until(
+            "producer rows inserted during the build",
+            DEADLINE,
+            || async {
+                match saved.load(Ordering::Acquire) - from {
+                    during if during >= 3 => Ok(during),
+                    during => Err(format!(
+                        "{during} rows inserted since {build} was seen, {from} before"
+                    )),
+                }
+            },
+        )
+        .await;
+        let still = builds_in_progress(&db).await;
+        reader.execute("COMMIT").await.unwrap();
+        (build, during, still)
+    };
+    let migrate = async {
+        let applied = db.store_unmigrated(DEFAULT_TABLE).await.migrate().await;
+        migrated.store(true, Ordering::Release);
+        applied
+    };
+    let (inserts, (build, during, still), applied) = tokio::join!(producer, overlap, migrate);
     assert_eq!(applied.unwrap(), vec![6]);
-    assert_eq!(producer.await.unwrap(), 200);
+    let saved = saved.into_inner();
+    assert_eq!(saved, inserts, "every producer row saved");
+    eprintln!("{saved} producer rows, {during} of them inserted while {build}");
+    assert!(
+        still.contains(&build),
+        "the build {build} ended while the test held the snapshot it waits for: {still:?}"
+    );
 
     assert!(predicate(&db, "idx_room_outbox_retry").await.is_some());
     assert!(predicate(&db, "idx_room_outbox_lease").await.is_some());
@@ -212,8 +284,15 @@ async fn migrate_replaces_whole_indexes_while_producers_write() {
         ]
     );
     assert_eq!(pages(&db, "idx_room_outbox_retry").await, 1, "built empty");
-    let batch = store.claim(&claim_at(200_000)).await.unwrap();
-    assert_eq!(batch.events.len(), 200, "the producer's events");
+    let mut claimed = 0;
+    loop {
+        let batch = store.claim(&claim_at(200_000)).await.unwrap();
+        if batch.events.is_empty() {
+            break;
+        }
+        claimed += batch.events.len() as u64;
+    }
+    assert_eq!(claimed, saved, "the producer's events");
 }
 
 /// Two `migrate` runs at once on a fresh database (two hosts' deploy steps): each waits for the
