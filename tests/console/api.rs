@@ -1,7 +1,7 @@
 //! The console without a browser: the JSON of every page, the action token, sessions and CSRF,
 //! security headers, escaping of database values, and the actions doing what they say.
 
-use crate::host::{DEADLINE, Host, TOKEN, XSS_TYPE, request};
+use crate::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, XSS_TYPE, request};
 use crate::support::{Backend, typed_record, wait_until};
 
 crate::support::per_backend!(json_pages_and_actions, access_and_escaping);
@@ -17,10 +17,10 @@ async fn json_pages_and_actions(backend: Backend) {
         return;
     };
     let addr = host.addr;
-    wait_until("the overview counts 7 failed rows", DEADLINE, || async {
+    wait_until("the overview counts the failed rows", DEADLINE, || async {
         let overview = request(addr, "GET", "/api/overview", &[], "").await.json();
         match overview["table"][0]["counts"]["failed"].as_u64() {
-            Some(7) => Ok(()),
+            Some(FAILED_ROWS) => Ok(()),
             other => Err(other),
         }
     })
