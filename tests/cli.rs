@@ -610,13 +610,133 @@ fn bench_line<'a>(stdout: &'a str, shape: &str) -> Vec<&'a str> {
         .unwrap_or_else(|| panic!("no {shape:?} line in:\n{stdout}"))
 }
 
+/// One shape's line of `outboxd bench`'s throughput report.
+#[derive(Debug)]
+struct BenchRow {
+    shape: String,
+    batch: u32,
+    workers: u32,
+    events: u32,
+    enqueue_rate: f64,
+    drain_s: f64,
+    drain_rate: f64,
+    /// The printed ratios: `vs go`, `vs raw`, `vs 1idx` (`None`: `-`).
+    ratios: [Option<f64>; 3],
+}
+
+/// The shapes the ratio columns compare with, in column order.
+const BENCH_BASES: [&str; 3] = ["go", "raw", "raw-1idx"];
+
+/// Parses the throughput report in `stdout` and checks it says what it measured: the shapes are
+/// `shapes` in order, each delivered `events` events; its rates are finite and positive and its
+/// drain rate is `events` over its drain time (as far as the printed rounding tells); and every
+/// ratio column holds the shape's drain rate over its base shape's (`go`, `raw`, `raw-1idx`),
+/// recomputed from the printed rates and compared with the printed two decimals, or `-` when
+/// the base shape did not run.
+fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRow> {
+    let mut lines = stdout.lines().skip_while(|l| !l.starts_with("shape "));
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_else(|| panic!("no report header in:\n{stdout}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "shape", "batch", "workers", "events", "enqueue", "ev/s", "drain", "s", "drain",
+            "ev/s", "vs", "go", "vs", "raw", "vs", "1idx"
+        ],
+        "{stdout}"
+    );
+    let number = |column: &str, text: &str| -> f64 {
+        let value: f64 = text
+            .parse()
+            .unwrap_or_else(|_| panic!("{column} {text:?} is not a number:\n{stdout}"));
+        assert!(
+            value.is_finite() && value >= 0.0,
+            "{column} {text}:\n{stdout}"
+        );
+        value
+    };
+    let rows: Vec<BenchRow> = lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .take_while(|columns| columns.len() == 10)
+        .map(|c| BenchRow {
+            shape: c[0].to_string(),
+            batch: c[1].parse().unwrap(),
+            workers: c[2].parse().unwrap(),
+            events: c[3].parse().unwrap(),
+            enqueue_rate: number("enqueue ev/s", c[4]),
+            drain_s: number("drain s", c[5]),
+            drain_rate: number("drain ev/s", c[6]),
+            ratios: [c[7], c[8], c[9]].map(|ratio| {
+                (ratio != "-").then(|| {
+                    let value = ratio
+                        .strip_suffix('x')
+                        .unwrap_or_else(|| panic!("ratio {ratio:?} does not end in x:\n{stdout}"));
+                    number("ratio", value)
+                })
+            }),
+        })
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r.shape.as_str()).collect();
+    assert_eq!(names, shapes, "{stdout}");
+    for row in &rows {
+        let shape = &row.shape;
+        assert_eq!(row.events, events, "{shape}: events:\n{stdout}");
+        assert!(
+            row.enqueue_rate > 0.0 && row.drain_rate > 0.0,
+            "{shape}: rates:\n{stdout}"
+        );
+        // drain ev/s = events / drain s: the printed drain time is to 0.005 s, the rate to 0.5.
+        let events = f64::from(events);
+        let slowest = events / (row.drain_s + 0.005) - 0.5;
+        let fastest = if row.drain_s > 0.005 {
+            events / (row.drain_s - 0.005) + 0.5
+        } else {
+            f64::INFINITY
+        };
+        assert!(
+            (slowest..=fastest).contains(&row.drain_rate),
+            "{shape}: {} ev/s is not {events} events in {} s:\n{stdout}",
+            row.drain_rate,
+            row.drain_s
+        );
+        for (base, printed) in BENCH_BASES.iter().zip(row.ratios) {
+            let Some(base_row) = rows.iter().find(|r| r.shape == *base) else {
+                assert_eq!(
+                    printed, None,
+                    "{shape} vs {base}, which did not run:\n{stdout}"
+                );
+                continue;
+            };
+            let printed =
+                printed.unwrap_or_else(|| panic!("{shape}: no ratio to {base}:\n{stdout}"));
+            // The printed rates are rounded to 0.5 ev/s, the printed ratio to 0.005.
+            let (rate, base_rate) = (row.drain_rate, base_row.drain_rate);
+            let low = (rate - 0.5) / (base_rate + 0.5) - 0.005;
+            let high = if base_rate > 0.5 {
+                (rate + 0.5) / (base_rate - 0.5) + 0.005
+            } else {
+                f64::INFINITY
+            };
+            assert!(
+                (low - 1e-9..=high + 1e-9).contains(&printed),
+                "{shape} vs {base}: printed {printed:.2}x, but {rate} / {base_rate} ev/s = {:.4}x:\n{stdout}",
+                rate / base_rate
+            );
+        }
+    }
+    rows
+}
+
 /// `outboxd bench` runs the raw SQL loops beside outboxd on the same table: every row of every
 /// shape ends `delivered`, the raw loop's rows were leased by its own clients (`raw-N`, so no
 /// outboxd code claimed them), the lock-held loop's rows were never leased (written once), and
-/// every shape's line carries its ratio to the raw loop and to the yardstick (`raw-1idx`: the
-/// same loop on a table of its own with the primary key and one claim index only; the `go`
-/// shape, one mark per row, is left to the SQLite-only default run below: on MariaDB it alone
-/// would take ~20 s here).
+/// every shape's line carries its ratio to the raw loop and to the yardstick, its drain rate over
+/// theirs ([`check_bench_report`]; the yardstick `raw-1idx` is the same loop on a table of its
+/// own with the primary key and one claim index only; the `go` shape, one mark per row, is left
+/// to the SQLite-only default run below: on MariaDB it alone would take ~20 s here).
 async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -642,31 +762,13 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
         "bench_raw_t",
     ]));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let header = bench_line(&stdout, "shape");
+    let rows = check_bench_report(&stdout, &["outboxd", "raw", "raw-1idx", "raw-held"], 1500);
+    let batch_and_workers: Vec<_> = rows.iter().map(|r| (r.batch, r.workers)).collect();
     assert_eq!(
-        header[header.len() - 6..],
-        ["vs", "go", "vs", "raw", "vs", "1idx"],
-        "{stdout}"
+        batch_and_workers,
+        [(100, 2), (100, 3), (100, 3), (100, 3)],
+        "outboxd: --batch-size, --workers; the raw loops: --raw-batch-size, --raw-clients: {stdout}"
     );
-    let raw = bench_line(&stdout, "raw");
-    assert_eq!(
-        raw[1..4],
-        ["100", "3", "1500"],
-        "batch, clients, events: {stdout}"
-    );
-    assert_eq!(raw[raw.len() - 2], "1.00x", "{stdout}");
-    let one_index = bench_line(&stdout, "raw-1idx");
-    assert_eq!(one_index[1..4], ["100", "3", "1500"], "{stdout}");
-    assert_eq!(one_index.last(), Some(&"1.00x"), "{stdout}");
-    for shape in ["outboxd", "raw-held", "raw-1idx"] {
-        let line = bench_line(&stdout, shape);
-        for ratio in &line[line.len() - 2..] {
-            let value: f64 = ratio.trim_end_matches('x').parse().unwrap_or_else(|_| {
-                panic!("{shape}: ratio column {ratio:?} is not a ratio: {stdout}")
-            });
-            assert!(value > 0.0, "{stdout}");
-        }
-    }
     // The yardstick ran on its own table, leased by the raw loop's clients.
     let yardstick = db.rows_where("bench_raw_t_1idx", "1 = 1", &[]).await;
     assert_eq!(yardstick.len(), 1500, "{stdout}");
@@ -728,10 +830,11 @@ fn bench_on_a_fresh_sqlite_file(args: &[&str]) -> String {
 #[test]
 fn bench_runs_the_raw_loop_by_default() {
     let stdout = bench_on_a_fresh_sqlite_file(&["--events", "300"]);
-    for shape in ["outboxd", "per-room", "go"] {
-        let line = bench_line(&stdout, shape);
-        assert_eq!(line[3], "300", "{stdout}");
-    }
+    check_bench_report(
+        &stdout,
+        &["outboxd", "per-room", "go", "raw", "raw-1idx"],
+        300,
+    );
     let outboxd = bench_line(&stdout, "outboxd");
     assert_eq!(outboxd[1..3], ["1000", "1"], "{stdout}");
     let raw = bench_line(&stdout, "raw");
@@ -756,6 +859,7 @@ fn bench_takes_batch_size_and_loops_from_the_config() {
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     let stdout = bench(&["--table", "from_config"]);
+    check_bench_report(&stdout, &["outboxd", "raw"], 200);
     assert_eq!(
         bench_line(&stdout, "outboxd")[1..3],
         ["500", "2"],

@@ -397,7 +397,7 @@ async fn healthy_rows_marked_beside(backend: Backend, other: SinkConfig) -> Opti
     // The rows below come to an idle worker (its loop waiting on a probe after an empty round),
     // so the time measured is the delivery's, not the worker's start.
     support::until_loops_wait(
-        &worker.wake(),
+        worker.wake(),
         1,
         "the loop idle",
         Duration::from_secs(10),

@@ -9,23 +9,20 @@ import (
 	outbox "github.com/outboxd/outboxd/producers/go"
 )
 
-// giftSent writes a business change and its event in one transaction of db (opened with any
-// MySQL driver).
-func giftSent(ctx context.Context, db *sql.DB, producer *outbox.Producer, body []byte) (string, error) {
+// giftSent writes event inside one transaction of db with the business change, and reports
+// whether its row is new.
+func giftSent(ctx context.Context, db *sql.DB, producer *outbox.Producer, event outbox.Event) (bool, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	defer tx.Rollback() // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, "UPDATE room SET version = ? WHERE id = ?", 7, "room-42"); err != nil {
-		return "", err
+	// ... the business change goes here, on tx: tx.ExecContext(ctx, "UPDATE room ...") ...
+	inserted, err := producer.Enqueue(ctx, tx, event)
+	if err != nil {
+		return false, err
 	}
-	event := outbox.Build("room-42", "RoomGiftSent", 7, time.Now(), body)
-	event.AppCode = "live"
-	if _, err := producer.Enqueue(ctx, tx, event); err != nil {
-		return "", err
-	}
-	return event.EventID, tx.Commit()
+	return inserted, tx.Commit()
 }
 
 func ExampleProducer_Enqueue() {
@@ -33,10 +30,27 @@ func ExampleProducer_Enqueue() {
 	if err != nil {
 		panic(err)
 	}
-	var db *sql.DB // sql.Open("mysql", dsn) with the driver of your choice
-	if db != nil {
-		_, _ = giftSent(context.Background(), db, producer, []byte(`{"gift":"rose"}`))
+	// A program opens its database with its driver: sql.Open("mysql", dsn). This example runs
+	// on the package tests' in-memory stand-in for a MySQL outbox table.
+	db, err := sql.Open("outbox-fake", "ExampleProducer_Enqueue")
+	if err != nil {
+		panic(err)
 	}
+	defer db.Close()
+
+	event := outbox.Build("room-42", "RoomGiftSent", 7, time.Now(), []byte(`{"gift":"rose"}`))
+	event.AppCode = "live"
+	// A retry of the same event (same AppCode and EventID) keeps the row already written.
+	for _, attempt := range []string{"first", "retry"} {
+		inserted, err := giftSent(context.Background(), db, producer, event)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: inserted=%v\n", attempt, inserted)
+	}
+	// Output:
+	// first: inserted=true
+	// retry: inserted=false
 }
 
 func ExampleNewEventID() {

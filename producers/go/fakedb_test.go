@@ -22,6 +22,29 @@ type fakeDB struct {
 	inserts    [][]driver.NamedValue // the arguments of every INSERT
 }
 
+// The fake as a database/sql driver named "outbox-fake", for the examples: they open it with
+// sql.Open as a program opens its real driver. Each data source name is one fake table.
+func init() { sql.Register("outbox-fake", fakeDriver{}) }
+
+type fakeDriver struct{}
+
+var fakeTables = struct {
+	sync.Mutex
+	byName map[string]*fakeDB
+}{byName: map[string]*fakeDB{}}
+
+// Open returns a connection to the fake table named name, made empty on first use.
+func (fakeDriver) Open(name string) (driver.Conn, error) {
+	fakeTables.Lock()
+	defer fakeTables.Unlock()
+	f := fakeTables.byName[name]
+	if f == nil {
+		f = &fakeDB{keys: map[[2]string][]byte{}}
+		fakeTables.byName[name] = f
+	}
+	return fakeConn{f}, nil
+}
+
 // open returns a *sql.DB over the fake.
 func (f *fakeDB) open() *sql.DB {
 	if f.keys == nil {

@@ -1,13 +1,27 @@
 //! The console without a browser: the JSON of every page, the action token, sessions and CSRF,
 //! security headers, escaping of database values, and the actions doing what they say.
 
-use crate::host::{DEADLINE, Host, TOKEN, XSS_TYPE, request};
+use crate::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, XSS_TYPE, request};
 use crate::support::{Backend, typed_record, wait_until};
+use outboxd::plugin::pause::PAUSED_RETRY;
 
 crate::support::per_backend!(json_pages_and_actions, access_and_escaping);
 
 fn bearer() -> Vec<String> {
     vec![format!("Authorization: Bearer {TOKEN}")]
+}
+
+/// The value of the series `series` (name and labels, as printed) in the `/metrics` text;
+/// `None` when it is not there.
+fn metric(metrics: &str, series: &str) -> Option<u128> {
+    metrics.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        Some(
+            value
+                .parse()
+                .unwrap_or_else(|e| panic!("{series}: {value:?}: {e}")),
+        )
+    })
 }
 
 /// Every `/api/…` answers; requeue (dry run, then run) brings a dead letter back and it is
@@ -17,10 +31,10 @@ async fn json_pages_and_actions(backend: Backend) {
         return;
     };
     let addr = host.addr;
-    wait_until("the overview counts 7 failed rows", DEADLINE, || async {
+    wait_until("the overview counts the failed rows", DEADLINE, || async {
         let overview = request(addr, "GET", "/api/overview", &[], "").await.json();
         match overview["table"][0]["counts"]["failed"].as_u64() {
-            Some(7) => Ok(()),
+            Some(FAILED_ROWS) => Ok(()),
             other => Err(other),
         }
     })
@@ -110,6 +124,7 @@ async fn json_pages_and_actions(backend: Backend) {
     // Pause: a new event waits retryable, no attempt spent; resume: delivered.
     let pause = request(addr, "POST", "/api/actions/pause", &bearer(), "sink=log").await;
     assert_eq!(pause.json()["changed"], true, "{}", pause.body);
+    let enqueued = std::time::Instant::now();
     host.store
         .enqueue(&[typed_record(
             "default",
@@ -133,6 +148,10 @@ async fn json_pages_and_actions(backend: Backend) {
     );
     let resume = request(addr, "POST", "/api/actions/resume", &bearer(), "sink=log").await;
     assert_eq!(resume.json()["changed"], true);
+    // while-paused was deferred once, then waits PAUSED_RETRY before it is claimed again: a
+    // resume within that time leaves it at one deferral (a slower one, one more per period).
+    let paused_for = enqueued.elapsed();
+    let deferrals = 1 + paused_for.as_millis() / PAUSED_RETRY.as_millis();
     host.wait_status("while-paused", "delivered").await;
     let unknown = request(addr, "POST", "/api/actions/pause", &bearer(), "sink=nope").await;
     assert_eq!(unknown.status, 404);
@@ -160,9 +179,25 @@ async fn json_pages_and_actions(backend: Backend) {
         r#"outboxd_console_actions_total{action="requeue",result="done"} 1"#,
         r#"outboxd_console_actions_total{action="pause",result="done"} 1"#,
         r#"outboxd_console_actions_total{action="purge",result="done"} 1"#,
-        r#"outboxd_sink_events_total{sink="log",outcome="deferred"}"#,
     ] {
         assert!(metrics.contains(line), "missing {line}");
+    }
+    // The paused sink answered while-paused `deferred` (no other event came to it paused).
+    let deferred = metric(
+        &metrics,
+        r#"outboxd_sink_events_total{sink="log",outcome="deferred"}"#,
+    );
+    if paused_for < PAUSED_RETRY {
+        assert_eq!(
+            deferred,
+            Some(1),
+            "the log sink's deferred events; /metrics:\n{metrics}"
+        );
+    } else {
+        assert!(
+            deferred.is_some_and(|n| (1..=deferrals).contains(&n)),
+            "{deferred:?} deferred, paused for {paused_for:?}: {metrics}"
+        );
     }
     host.stop().await;
 }

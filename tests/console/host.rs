@@ -24,6 +24,11 @@ pub const TOKEN: &str = "console-test-token-0123456789";
 pub const DEADLINE: Duration = Duration::from_secs(40);
 /// The event type that is markup.
 pub const XSS_TYPE: &str = "<script>window.__xss=1</script>";
+/// The room of the event of type [`XSS_TYPE`]: markup too.
+pub const XSS_ROOM: &str = "room-<i>2</i>";
+/// The `failed` rows of the table once [`Host::start`] returns: the 6 dead letters and the event
+/// of type [`XSS_TYPE`].
+pub const FAILED_ROWS: u64 = 7;
 
 /// A running host.
 pub struct Host {
@@ -129,13 +134,7 @@ impl Host {
             .await
             .unwrap();
         store
-            .enqueue(&[typed_record(
-                "default",
-                "xss-1",
-                "room-<i>2</i>",
-                XSS_TYPE,
-                now,
-            )])
+            .enqueue(&[typed_record("default", "xss-1", XSS_ROOM, XSS_TYPE, now)])
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -194,14 +194,8 @@ async fn fresh_rows(store: &dyn OutboxStore) -> anyhow::Result<(Vec<String>, u64
     let now = SystemTime::now();
     let records: Vec<Record> = (0..3000)
         .map(|i| {
-            Record::build(
-                &format!("room-{}", i % 50),
-                TYPES[i % 3],
-                i as i64,
-                now,
-                &(),
-            )
-            .with_app_code(APP)
+            Record::build(format!("room-{}", i % 50), TYPES[i % 3], i as i64, now, &())
+                .with_app_code(APP)
         })
         .collect();
     for chunk in records.chunks(1000) {
