@@ -111,6 +111,15 @@ TANSU := $(TOOLCHAINS)/kafka/tansu
 .PHONY: kafka-broker
 kafka-broker: $(TANSU)
 
+## toolchains: what `make plugins` and the broker tests install into .toolchains/ (the Python and
+## JavaScript plugin toolchains, tansu): downloads, so `.ci/run` runs it beside the compile.
+## Also the producer libraries' test environments (producers/python's venv, producers/node's
+## node_modules).
+.PHONY: toolchains
+toolchains: $(PY_TOOLCHAIN) $(JS_TOOLCHAIN) $(TANSU)
+	bash producers/python/test.sh --install-only
+	bash producers/node/test.sh --install-only
+
 $(TANSU):
 	rm -rf $(TOOLCHAINS)/kafka
 	$(PYTHON) -m venv $(TOOLCHAINS)/kafka

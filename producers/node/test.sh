@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # producers/node: install the locked dependencies (only when node_modules is missing or the lock
 # or Node changed), build the package and the tests with tsc, run every test with node --test.
+# With --install-only, the dependencies only.
 #
 # The end-to-end tests need the host built (`make build`: target/debug/outboxd, or $OUTBOXD_BIN,
 # and plugins/out/webhook.wasm), MariaDB on 127.0.0.1:3306 and PostgreSQL on 127.0.0.1:5432. What
@@ -25,6 +26,8 @@ if [ ! -d node_modules ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   done
   echo "$want" > "$stamp"
 fi
+# --install-only: the dependencies and nothing more (.ci/run installs them beside the compile).
+if [ "${1:-}" = --install-only ]; then exit 0; fi
 
 rm -rf dist build
 npm run --silent build

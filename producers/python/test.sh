@@ -5,6 +5,7 @@
 # build the host first (`make build`).
 #
 #   producers/python/test.sh [pytest arguments…]      e.g. -k sqlite, -x, -q
+#   producers/python/test.sh --install-only           the virtualenv only
 #
 # The virtualenv lives in <repo>/.toolchains/producers-python (ignored by git). It is made from
 # the pinned requirements-test.txt once, with the package installed editable, and made again when
@@ -44,5 +45,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
+# --install-only: the environment and nothing more (.ci/run installs it beside the compile).
+if [ "${1:-}" = --install-only ]; then exit 0; fi
 cd "$here"
 exec "$venv/bin/python" -m pytest "$@"
