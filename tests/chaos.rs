@@ -146,31 +146,52 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
         &db,
         "loop-1",
         "retryable",
-        "plugin `looping` exceeded its 300ms publish deadline",
+        Some("plugin `looping` exceeded its 300ms publish deadline"),
     )
     .await;
     expect(
         &db,
         "alloc-1",
         "retryable",
-        "plugin `hungry` exceeded its memory cap of 16777216 bytes",
+        Some("plugin `hungry` exceeded its memory cap of 16777216 bytes"),
     )
     .await;
-    expect(&db, "boom-1", "retryable", "plugin `trapping` trapped").await;
+    expect(
+        &db,
+        "boom-1",
+        "retryable",
+        Some("plugin `trapping` trapped"),
+    )
+    .await;
     // The trap's neighbour was found innocent (bisection) and delivered on the same claim.
-    expect(&db, "trap-ok-1", "delivered", "").await;
+    expect(&db, "trap-ok-1", "delivered", None).await;
     // Too few results for both, and for each alone.
     for id in ["short-1", "short-2"] {
-        expect(&db, id, "retryable", "returned 0 results for 1 events").await;
+        expect(
+            &db,
+            id,
+            "retryable",
+            Some("returned 0 results for 1 events"),
+        )
+        .await;
     }
-    let limited = expect(&db, "limited-1", "retryable", "").await;
+    // A rate-limited answer's `last_error` is its message as the plugin gave it (docs/PLUGINS.md:
+    // `rate-limited({message, retry-after-ms})` → `message`), untouched: its 60 s retry-after is
+    // under `limits.max_retry_after` (1 h), so nothing is appended. The `limited` sink's first
+    // call, hence `call 1` (compared whole: `call 10` would contain it).
+    let limited = expect(&db, "limited-1", "retryable", Some("chaos rate limited")).await;
+    assert_eq!(
+        limited.last_error.as_deref(),
+        Some("chaos rate limited, call 1"),
+        "limited-1: {limited:?}"
+    );
     let next = limited.next_retry_at_ms.unwrap();
     assert!(
         next >= before + 60_000 && next <= now_ms() + 60_000,
         "rate-limit retry-after ignored: {next}"
     );
     for id in ["fine-1", "fine-2", "fine-3"] {
-        expect(&db, id, "delivered", "").await;
+        expect(&db, id, "delivered", None).await;
     }
 
     // The host goes on: the next batch (to the healthy and the trapping sink, whose instance is
@@ -186,15 +207,26 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
     assert_eq!((stats.claimed, stats.delivered), (2, 2), "{stats:?}");
 }
 
-/// Asserts row `id` has `status` and a `last_error` containing `reason`; returns the row.
-async fn expect(db: &TestDb, id: &str, status: &str, reason: &str) -> support::RawRow {
+/// Asserts row `id` has `status` and a `last_error` containing `reason` (`Some`, never empty), or
+/// no `last_error` at all (`None`: a row delivered on its first attempt, docs/PLUGINS.md's `—`);
+/// returns the row.
+async fn expect(db: &TestDb, id: &str, status: &str, reason: Option<&str>) -> support::RawRow {
     let row = db.row("app", id).await.unwrap();
     assert_eq!(row.status, status, "{id}: {row:?}");
-    let error = row.last_error.clone().unwrap_or_default();
-    assert!(
-        error.contains(reason),
-        "{id}: last_error {error:?} lacks {reason:?}"
-    );
+    match reason {
+        Some(reason) => {
+            assert!(
+                !reason.is_empty(),
+                "{id}: an empty reason matches any error"
+            );
+            let error = row.last_error.clone().unwrap_or_default();
+            assert!(
+                error.contains(reason),
+                "{id}: last_error {error:?} lacks {reason:?}"
+            );
+        }
+        None => assert_eq!(row.last_error, None, "{id}: {row:?}"),
+    }
     row
 }
 

@@ -412,7 +412,7 @@ impl Destination {
                     .unwrap();
                 let mut all = Vec::new();
                 for key in keys {
-                    let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+                    let entries: Vec<StreamEntry> = redis::cmd("XRANGE")
                         .arg(&key)
                         .arg("-")
                         .arg("+")
@@ -530,6 +530,9 @@ impl Destination {
         }
     }
 }
+
+/// One Redis stream entry as `XRANGE` answers it: its id and its fields.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
 
 /// The partition outboxd puts a key in (the same murmur2 as the Java client).
 fn rskafka_partition(key: &[u8]) -> i32 {

@@ -1,7 +1,9 @@
 //! A TCP proxy a test controls, between outboxd hosts and their database: it forwards bytes both
 //! ways until the test drops every connection (a network cut: both ends see the connection close)
 //! or stalls them (a network that stops delivering: connections stay open, no byte moves either
-//! way until the stall ends, so clients wait on their own timeouts).
+//! way until the stall ends, so clients wait on their own timeouts), or holds what clients send
+//! (the servers' answers still flow), counting what it holds, so that a cut made then is sure to
+//! drop a request in flight.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,7 +25,11 @@ struct State {
     cuts: watch::Sender<u64>,
     /// While true, no byte is forwarded.
     stalled: watch::Sender<bool>,
+    /// While true, no byte a client sends is forwarded.
+    holding: watch::Sender<bool>,
     accepted: AtomicU64,
+    /// Chunks a client sent that [`TcpProxy::hold`] held.
+    held: AtomicU64,
 }
 
 impl TcpProxy {
@@ -36,7 +42,9 @@ impl TcpProxy {
         let state = Arc::new(State {
             cuts: watch::channel(0).0,
             stalled: watch::channel(false).0,
+            holding: watch::channel(false).0,
             accepted: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         });
         let accept = tokio::spawn({
             let state = state.clone();
@@ -75,6 +83,19 @@ impl TcpProxy {
         self.state.stalled.send_replace(stalled);
     }
 
+    /// Holds (`true`) or lets through (`false`) the bytes clients send, on every connection,
+    /// open or new; the servers' bytes flow as before.
+    pub fn hold(&self, holding: bool) {
+        self.state.holding.send_replace(holding);
+    }
+
+    /// Chunks of bytes a client sent that [`TcpProxy::hold`] held so far (counted when held). One
+    /// held stays held until the hold ends, or is dropped by a cut made before: a request the
+    /// server never got, in flight at that cut, which the client must send again.
+    pub fn held(&self) -> u64 {
+        self.state.held.load(Ordering::Relaxed)
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.state.accepted.load(Ordering::Relaxed)
@@ -94,20 +115,39 @@ async fn forward(client: TcpStream, server: TcpStream, state: &State) {
     cuts.mark_unchanged();
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, state.stalled.subscribe());
-    let down = pump(server_read, client_write, state.stalled.subscribe());
+    let hold = (state.holding.subscribe(), &state.held);
+    let up = pump(
+        client_read,
+        server_write,
+        state.stalled.subscribe(),
+        Some(hold),
+        cuts.clone(),
+    );
+    let down = pump(
+        server_read,
+        client_write,
+        state.stalled.subscribe(),
+        None,
+        cuts.clone(),
+    );
     tokio::select! {
+        biased;
+        _ = cuts.changed() => {}
         _ = up => {}
         _ = down => {}
-        _ = cuts.changed() => {}
     }
 }
 
-/// Copies `from` → `to`, holding each chunk while the proxy is stalled.
+/// Copies `from` → `to`, holding each chunk while the proxy is stalled, and while `hold`'s
+/// switch is on (counting the chunk held in its counter). A chunk held across a cut is dropped
+/// with its connection, never forwarded: when a cut and the end of a hold come together, the
+/// cut wins.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut stalled: watch::Receiver<bool>,
+    mut hold: Option<(watch::Receiver<bool>, &AtomicU64)>,
+    cuts: watch::Receiver<u64>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -115,10 +155,23 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if let Some((holding, held)) = &mut hold
+            && *holding.borrow_and_update()
+        {
+            held.fetch_add(1, Ordering::Relaxed);
+            while *holding.borrow_and_update() {
+                if holding.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
         while *stalled.borrow_and_update() {
             if stalled.changed().await.is_err() {
                 return;
             }
+        }
+        if cuts.has_changed().unwrap_or(true) {
+            return;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
