@@ -454,13 +454,17 @@ async fn kill_chaos(kind: Kind) {
             all_logs.push(replacement.log.clone());
             hosts[victim] = replacement;
         }
-        // A host that started while the database was down exits 1 ("cannot open database …:
-        // Connection refused"); start it again, as a supervisor would.
+        // A host that started while the database was down exits 1 at start-up: it cannot open
+        // the database ("cannot open database …: Connection refused"), or the connection it
+        // opened broke under its first statement ("error communicating with database"). Start
+        // it again, as a supervisor would; any other exit fails the test.
         for (slot, host) in hosts.iter_mut().enumerate() {
             if let Ok(Some(status)) = host.child.try_wait() {
                 let log = std::fs::read_to_string(&host.log).unwrap_or_default();
+                let database_gone = log.contains("error: cannot open database")
+                    || log.contains("error communicating with database");
                 assert!(
-                    status.code() == Some(1) && log.contains("error: cannot open database"),
+                    status.code() == Some(1) && database_gone,
                     "host {slot} exited with {status:?}: {log}"
                 );
                 supervisor_restarts += 1;

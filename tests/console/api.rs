@@ -182,7 +182,11 @@ async fn json_pages_and_actions(backend: Backend) {
         if body.lines().any(|line| line == purged) {
             Ok(body)
         } else {
-            Err(body.lines().filter(|l| l.contains("actions_total")).collect::<Vec<_>>().join("\n"))
+            Err(body
+                .lines()
+                .filter(|l| l.contains("actions_total"))
+                .collect::<Vec<_>>()
+                .join("\n"))
         }
     })
     .await;
