@@ -26,8 +26,8 @@ build: rust-plugins
 # ---------------------------------------------------------------------------------------------
 # plugins: every guest plugin into plugins/out/*.wasm:
 # - Rust: the plugins/ workspace (shipped sinks, on the SDK in plugins/sdk) and tests/plugins/
-#   (the `chaos` test guest), built for wasm32-wasip2, each workspace in its own target/
-#   (whatever CARGO_TARGET_DIR says): plugins/out/log.wasm, webhook.wasm, im.wasm, chaos.wasm;
+#   (the `chaos` test guest), built for wasm32-wasip2 into plugins/target (whatever
+#   CARGO_TARGET_DIR says): plugins/out/log.wasm, webhook.wasm, im.wasm, chaos.wasm;
 # - Python: plugins/python/NAME/app.py with componentize-py → plugins/out/NAME.wasm (with `_`
 #   written `-`), e.g. plugins/out/jsonl-log.wasm;
 # - JavaScript: plugins/js/NAME/NAME.js with componentize-js → plugins/out/NAME-js.wasm, e.g.
@@ -69,12 +69,15 @@ wasm-target:
 	elif [ -f $(WASM_TARGET_BUNDLE) ]; then bash $(WASM_TARGET_BUNDLE); \
 	else rustup target add wasm32-wasip2; fi
 
+# Both guest workspaces build into plugins/target: same versions, same release profile, so the
+# SDK and its dependencies compile once.
+GUEST_TARGET := $(CURDIR)/plugins/target
 rust-plugins: wasm-target
 	@mkdir -p $(PLUGIN_OUT)
 	@set -e; for ws in $(GUEST_WORKSPACES); do \
-		(cd $$ws && $(CARGO) build --release --target wasm32-wasip2 --target-dir target); \
-		cp $$ws/target/wasm32-wasip2/release/*.wasm $(PLUGIN_OUT)/; \
-	done
+		(cd $$ws && $(CARGO) build --release --target wasm32-wasip2 --target-dir $(GUEST_TARGET)); \
+	done; \
+	cp $(GUEST_TARGET)/wasm32-wasip2/release/*.wasm $(PLUGIN_OUT)/
 
 $(PY_TOOLCHAIN): plugins/toolchain/requirements.txt
 	rm -rf $(TOOLCHAINS)/python
