@@ -184,7 +184,7 @@ TEST_STEPS := test-requirements lint plugins test-plugins test-imports test-host
 test:
 	@HOST_BUILD=test-build bash tests/scripts/steps.sh $(TEST_STEPS)
 
-## check: the loop to run while working (a few minutes warm): rustfmt, clippy with warnings as
+## check: the loop to run while working (about a minute warm): rustfmt, clippy with warnings as
 ## errors, the host's unit tests and the conformance suite on SQLite.
 check:
 	@bash tests/scripts/steps.sh lint test-quick
