@@ -166,6 +166,16 @@ fn delivered_twice(publisher: &Slow) -> Vec<String> {
         .collect()
 }
 
+/// No event delivered twice and no room with a second event in flight, whatever the clocks.
+fn assert_each_delivered_once_alone(publisher: &Slow) {
+    let twice = delivered_twice(publisher);
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    assert!(
+        publisher.second_in_flight.lock().unwrap().is_empty(),
+        "a second event of a room in flight"
+    );
+}
+
 async fn a_host_a_lease_ahead_takes_no_live_lease(backend: Backend) {
     // 40 s ahead: past the honest host's 30 s leases.
     let Some((ahead, publisher, metrics)) = claim_beside_a_live_batch(backend, 40_000).await else {
@@ -173,12 +183,7 @@ async fn a_host_a_lease_ahead_takes_no_live_lease(backend: Backend) {
     };
     // Not even the free rooms' heads: it claims nothing at all while its clock is off.
     assert_eq!(ahead.claimed, 0, "the host whose clock is off claimed");
-    let twice = delivered_twice(&publisher);
-    assert!(twice.is_empty(), "delivered twice: {twice:?}");
-    assert!(
-        publisher.second_in_flight.lock().unwrap().is_empty(),
-        "a second event of a room in flight"
-    );
+    assert_each_delivered_once_alone(&publisher);
     let text = metrics.encode();
     assert_eq!(
         metric(&text, "outboxd_clock_claims_refused"),
@@ -214,12 +219,7 @@ async fn a_host_within_a_tenth_of_the_lease_claims(backend: Backend) {
         ["e00", "e01", "e02", "e03", "e04", "f00", "f01", "f02"],
         "the honest host's five heads and the free rooms' heads"
     );
-    let twice = delivered_twice(&publisher);
-    assert!(twice.is_empty(), "delivered twice: {twice:?}");
-    assert!(
-        publisher.second_in_flight.lock().unwrap().is_empty(),
-        "a second event of a room in flight"
-    );
+    assert_each_delivered_once_alone(&publisher);
     let text = metrics.encode();
     assert_eq!(
         metric(&text, "outboxd_clock_claims_refused"),
