@@ -14,7 +14,7 @@ DEMO := $(OUTBOXD) --config demo/outboxd.toml
 HOST_BUILD ?= build
 
 .PHONY: all build plugins rust-plugins wasm-target browser demo demo-console demo-producers test test-producers chaos bench isolation fuzz clean \
-	check lint test-requirements test-plugins test-imports test-host test-quick test-build test-docs test-benches \
+	check lint test-requirements test-plugins test-imports test-doc-paths test-host test-quick test-build test-docs test-benches \
 	test-producers-go test-producers-python test-producers-node
 .SECONDEXPANSION:
 
@@ -174,12 +174,12 @@ browser:
 
 ## test: every test, as steps that all run whatever the earlier ones did (tests/scripts/steps.sh):
 ## what this machine lacks and which tests skip for it, the lint, every plugin, the plugins' own
-## tests, the import-cycle check, the host's tests (unit, conformance on SQLite, MariaDB and
+## tests, the import-cycle check, the paths the docs name, the host's tests (unit, conformance on SQLite, MariaDB and
 ## PostgreSQL, plans, worker, plugin host, sinks, brokers, console, end to end, the fuzz checks
 ## over their seeds) and doc tests, the API docs, the benches compiled, then the Go, Python and
 ## TypeScript producer libraries. Ends with each step's verdict and time; non-zero if any
 ## failed. The host is compiled once, for its tests: the producer steps run that binary.
-TEST_STEPS := test-requirements lint plugins test-plugins test-imports test-host test-docs \
+TEST_STEPS := test-requirements lint plugins test-plugins test-imports test-doc-paths test-host test-docs \
 	test-benches test-producers-go test-producers-python test-producers-node demo-producers
 test:
 	@HOST_BUILD=test-build bash tests/scripts/steps.sh $(TEST_STEPS)
@@ -204,6 +204,11 @@ test-plugins:
 
 test-imports:
 	$(PYTHON) tests/scripts/import_cycles.py host/src
+
+## test-doc-paths: every repository path README.md and docs/ name exists, and every link between
+## the pages (and its #anchor) resolves (tests/scripts/doc_paths.py).
+test-doc-paths:
+	$(PYTHON) tests/scripts/doc_paths.py
 
 ## test-host: the host's tests with cargo-nextest (settings: tests/nextest.toml), each test binary
 ## beside the others, then its doc tests; prints each binary's time and the slowest tests.
