@@ -41,7 +41,7 @@ impl Kind {
         Kind::Kafka,
     ];
 
-    /// The index of its example among docs/PLUGINS.md's broker examples.
+    /// The index of its example among the broker examples of docs/plugins/broker-examples.md.
     fn example(self) -> usize {
         self as usize
     }

@@ -1,7 +1,7 @@
 //! Brokers as sinks, against real brokers: outboxd's own service (`Service`, as `outboxd run`
 //! builds it) delivering from PostgreSQL through the shipped `broker` plugin into NATS JetStream,
 //! RabbitMQ, Redis Streams, MQTT 5 and Kafka (tansu), each run from its config in
-//! docs/PLUGINS.md as written (pointed at a destination of the test's own).
+//! docs/plugins/broker-examples.md as written (pointed at a destination of the test's own).
 //!
 //! - `deliver`: on the shared brokers, every event arrives exactly once with its headers, in
 //!   per-room order; a broker that is not there makes events retryable (never failed) and the
@@ -37,15 +37,19 @@ use tokio_util::sync::CancellationToken;
 use kit::{Destination, Received};
 use support::{TestDb, record, wait_until};
 
-/// The broker examples of docs/PLUGINS.md, in order (NATS, RabbitMQ, Redis, MQTT, Kafka).
+/// The broker examples of docs/plugins/broker-examples.md, in order (NATS, RabbitMQ, Redis,
+/// MQTT, Kafka).
 pub fn docs_examples() -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PLUGINS.md");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/plugins/broker-examples.md"
+    );
     let text = std::fs::read_to_string(path).unwrap();
     let section = text
-        .split("### One example per broker")
+        .split("## One example per broker")
         .nth(1)
-        .expect("docs/PLUGINS.md has its broker examples")
-        .split("\n### ")
+        .expect("docs/plugins/broker-examples.md has its broker examples")
+        .split("\n## ")
         .next()
         .unwrap();
     let blocks: Vec<String> = section
