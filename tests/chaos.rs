@@ -175,7 +175,7 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
         )
         .await;
     }
-    // A rate-limited answer's `last_error` is its message as the plugin gave it (docs/PLUGINS.md:
+    // A rate-limited answer's `last_error` is its message as the plugin gave it (docs/plugins/contract.md:
     // `rate-limited({message, retry-after-ms})` → `message`), untouched: its 60 s retry-after is
     // under `limits.max_retry_after` (1 h), so nothing is appended. The `limited` sink's first
     // call, hence `call 1` (compared whole: `call 10` would contain it).
@@ -208,7 +208,7 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
 }
 
 /// Asserts row `id` has `status` and a `last_error` containing `reason` (`Some`, never empty), or
-/// no `last_error` at all (`None`: a row delivered on its first attempt, docs/PLUGINS.md's `—`);
+/// no `last_error` at all (`None`: a row delivered on its first attempt, docs/plugins/contract.md's `—`);
 /// returns the row.
 async fn expect(db: &TestDb, id: &str, status: &str, reason: Option<&str>) -> support::RawRow {
     let row = db.row("app", id).await.unwrap();

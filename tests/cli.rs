@@ -878,7 +878,7 @@ fn bench_takes_batch_size_and_loops_from_the_config() {
 /// `worker.mode = "held"` end to end: `run --drain` delivers everything once and isolates a
 /// corrupt row; then a host killed (SIGKILL) while a batch publishes leaves its rows `pending`
 /// with no attempt spent, claimable again at once — the one guarantee held mode relaxes
-/// (docs/OPERATIONS.md, "Held mode"); and its crash guard: a restarted host's first claim is
+/// (docs/operate/held-mode.md); and its crash guard: a restarted host's first claim is
 /// leased, so when it dies on the same rows again, their reclaim counts an attempt.
 async fn held_mode_drains_and_a_killed_host_costs_no_attempt(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {

@@ -2,7 +2,7 @@
 //! the worker, the sinks and the status refresher, and encoded by the admin listener.
 //!
 //! Exposition is `prometheus-client`'s OpenMetrics text format (Prometheus scrapes it as is).
-//! Every metric is listed, with its meaning, in `docs/OPERATIONS.md`.
+//! Every metric is listed, with its meaning, in `docs/operate/watch.md`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

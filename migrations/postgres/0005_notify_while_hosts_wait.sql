@@ -5,8 +5,8 @@
 -- share a flush. With migration 0002's trigger every producer commit notified, which capped the
 -- producers at about one commit per WAL flush (~1,000/s on a disk that flushes in ~1 ms, for the
 -- whole cluster). Now a commit notifies only while a host is waiting for one ("armed"); a host
--- whose table is busy probes instead and leaves the producers alone (docs/OPERATIONS.md,
--- "Wake on commit").
+-- whose table is busy probes instead and leaves the producers alone (docs/operate/wake.md,
+-- "PostgreSQL").
 --
 -- The protocol, on advisory locks keyed (hashtext('outboxd_<table>'), slot), slot 0..7:
 -- - An armed host holds its slot's lock exclusively (a session lock on its gate connection,

@@ -18,7 +18,7 @@
 //!   leased claim the held claim relaxes: under a lease, a host that dies mid-publish spends an
 //!   attempt when its rows are reclaimed, so an event that kills every host that publishes it
 //!   ends in `failed` after `max_attempts`; held, it is handed out again and again (see
-//!   docs/OPERATIONS.md, "Held mode", for what guards against that).
+//!   docs/operate/held-mode.md for what guards against that).
 //! - **Bad rows stay alone**, as in the leased claim: a row whose envelope is empty, does not
 //!   decode or disagrees with the row is failed inside the held transaction and listed in
 //!   [`HeldBatch::rejected`]; it is committed with the mark (or with [`HeldBatch::release`]:

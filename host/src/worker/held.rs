@@ -2,7 +2,7 @@
 //! locked by an open transaction ([`OutboxStore::claim_held`](crate::store::OutboxStore::claim_held)),
 //! publishes it, and marks every row in one go when the whole batch is answered (or the publish
 //! deadline passes), committing the transaction. Each row is written once instead of twice (no
-//! lease), at the cost documented in docs/OPERATIONS.md ("Held mode"): a host that dies or hangs
+//! lease), at the cost documented in docs/operate/held-mode.md: a host that dies or hangs
 //! mid-publish spends no attempt, and a slow sink holds the marks of the other sinks' rows of the
 //! same batch until it answers or the deadline passes.
 //!

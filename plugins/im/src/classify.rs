@@ -26,7 +26,7 @@ pub enum Class {
     Auth,
 }
 
-/// The class of IM `ErrorCode` `code` (non-zero). The table (also in docs/PLUGINS.md):
+/// The class of IM `ErrorCode` `code` (non-zero). The table (also in docs/plugins/im.md):
 ///
 /// | codes | meaning | class |
 /// |---|---|---|
