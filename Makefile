@@ -205,8 +205,9 @@ test-plugins:
 test-imports:
 	$(PYTHON) tests/scripts/import_cycles.py host/src
 
-## test-doc-paths: every repository path README.md and docs/ name exists, and every link between
-## the pages (and its #anchor) resolves (tests/scripts/doc_paths.py).
+## test-doc-paths: every repository path README.md and docs/ name exists, every link between the
+## pages (and its #anchor) resolves, docs/README.md lists every page, no docs page is over 300
+## lines and README.md is at most 12 KB (tests/scripts/doc_paths.py).
 test-doc-paths:
 	$(PYTHON) tests/scripts/doc_paths.py
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Fails (exit 1) when README.md or a page under docs/ names a repository path that does not exist.
+"""Fails (exit 1) when README.md or a page under docs/ names a repository path that does not exist,
+links to a page or anchor that does not exist, or outgrows its size.
 
 What is checked, in README.md and every docs/**/*.md (fenced code blocks are left out):
 
 - Markdown links `[text](target)` that are not URLs: the target, relative to the page, must
   exist, and a `#fragment` must be a heading of the target page (GitHub's slugs) or an
   `<a id="…">` in it. A bare `#fragment` is looked up in the page itself.
+- docs/README.md, the index, links to every other page under docs/; no page under docs/ is over
+  300 lines, and README.md is at most 12 KB.
 - Inline code that names a repository path. Each whitespace-separated word of a backtick span is
   a candidate (so `bash bench/throughput.sh` names `bench/throughput.sh`) when it ends in a known
   file extension, or contains a `/` and starts with a top-level entry of the repository
@@ -177,14 +180,52 @@ def check(page):
     return problems
 
 
+def unlisted(checked):
+    """The docs pages that docs/README.md, the index, does not link to."""
+    index = os.path.join(root, "docs", "README.md")
+    if not os.path.exists(index):
+        return ["docs/README.md: the index of the docs pages is missing"]
+    linked = set()
+    for _, line in lines_outside_fences(index):
+        for target in re.findall(r"\]\(([^)#\s]+)", line):
+            linked.add(os.path.normpath(os.path.join(os.path.dirname(index), target)))
+    return [
+        f"docs/README.md: does not list {os.path.relpath(page, root)}"
+        for page in checked
+        if page.startswith(os.path.join(root, "docs") + os.sep) and page != index and page not in linked
+    ]
+
+
+MAX_PAGE_LINES = 300
+MAX_README_BYTES = 12 * 1024
+
+
+def too_long(checked):
+    """Pages over their size: a docs page over 300 lines, README.md over 12 KB."""
+    problems = []
+    for page in checked:
+        rel = os.path.relpath(page, root)
+        if rel == "README.md":
+            size = os.path.getsize(page)
+            if size > MAX_README_BYTES:
+                problems.append(f"README.md: {size} bytes, more than {MAX_README_BYTES}")
+        else:
+            lines = sum(1 for _ in open(page, encoding="utf-8"))
+            if lines > MAX_PAGE_LINES:
+                problems.append(f"{rel}: {lines} lines, more than {MAX_PAGE_LINES}")
+    return problems
+
+
 def main():
     problems = []
     checked = pages()
     for page in checked:
         problems += check(page)
+    problems += unlisted(checked)
+    problems += too_long(checked)
     for problem in problems:
         print(problem)
-    print(f"doc_paths: {len(checked)} pages, {len(problems)} missing paths or anchors")
+    print(f"doc_paths: {len(checked)} pages, {len(problems)} problems")
     return 1 if problems else 0
 
 
