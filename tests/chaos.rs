@@ -175,10 +175,11 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
         )
         .await;
     }
-    // A rate-limited answer's `last_error` is its message as the plugin gave it (docs/plugins/contract.md:
-    // `rate-limited({message, retry-after-ms})` → `message`), untouched: its 60 s retry-after is
-    // under `limits.max_retry_after` (1 h), so nothing is appended. The `limited` sink's first
-    // call, hence `call 1` (compared whole: `call 10` would contain it).
+    // A rate-limited answer's `last_error` is its message as the plugin gave it
+    // (docs/plugins/contract.md: `rate-limited({message, retry-after-ms})` → `message`),
+    // untouched: its 60 s retry-after is under `limits.max_retry_after` (1 h), so nothing is
+    // appended. The `limited` sink's first call, hence `call 1` (compared whole: `call 10` would
+    // contain it).
     let limited = expect(&db, "limited-1", "retryable", Some("chaos rate limited")).await;
     assert_eq!(
         limited.last_error.as_deref(),
@@ -208,8 +209,8 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
 }
 
 /// Asserts row `id` has `status` and a `last_error` containing `reason` (`Some`, never empty), or
-/// no `last_error` at all (`None`: a row delivered on its first attempt, docs/plugins/contract.md's `—`);
-/// returns the row.
+/// no `last_error` at all (`None`: a row delivered on its first attempt, docs/plugins/contract.md's
+/// `—`); returns the row.
 async fn expect(db: &TestDb, id: &str, status: &str, reason: Option<&str>) -> support::RawRow {
     let row = db.row("app", id).await.unwrap();
     assert_eq!(row.status, status, "{id}: {row:?}");
