@@ -3,7 +3,7 @@
 //! failed, and where the store keeps one (PostgreSQL, MariaDB) the tenant's claim position
 //! ([`super::claim_position`]) read and remembered. The steps a database does its own way are
 //! [`ClaimOps`]' methods: their default bodies are the SELECT-then-lease claim (SQLite, MariaDB);
-//! PostgreSQL's one-statement claim overrides them in `store/postgres/claim.rs`.
+//! PostgreSQL's one-statement claim overrides them in `store/postgres/claim/`.
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@
 //!   and connection setup (`mod.rs`, with the producer `save`), its SQL and migrations
 //!   (`dialect.rs`, its `SqlDialect`: placeholders, row locks, catalog queries, its commit feed),
 //!   and its own form of a whole operation where it differs (PostgreSQL's one-statement claim and
-//!   `RETURNING` mark in `postgres/claim.rs`, `postgres/mark.rs`; MariaDB's claim-position seek
+//!   `RETURNING` mark in `postgres/claim/`, `postgres/mark.rs`; MariaDB's claim-position seek
 //!   form and autocommit mark in `mysql/claim.rs`, `mysql/mark.rs`) — to see what PostgreSQL does,
 //!   open `postgres/`;
 //! - `backend.rs`: URL → [`Backend`] → connected store, the one place naming every backend; what

@@ -153,7 +153,7 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
 
     /// One claim branch claimed and leased in one statement, where the database can (PostgreSQL:
     /// `UPDATE … FROM unnest(ARRAY(SELECT ctid … FOR UPDATE SKIP LOCKED)) WITH ORDINALITY …
-    /// RETURNING`, `store/postgres/claim.rs`), reading `position`'s side of a claim position when
+    /// RETURNING`, `store/postgres/claim/`), reading `position`'s side of a claim position when
     /// given. `None` (the default): the claim SELECTs, then leases by primary key in a second
     /// statement. A dialect that has it has it for every branch and ordering.
     fn claim_lease_text(

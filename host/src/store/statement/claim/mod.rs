@@ -1,7 +1,7 @@
 //! The claim's statements: the three branch SELECTs (built once per store in [`Statements`]),
 //! the UPDATE leasing the rows handed out, the UPDATE failing the rows the claim rejected, and the
 //! status counts. A dialect that claims in one statement (`SqlDialect::claim_lease_text`:
-//! PostgreSQL's, in `store/postgres/claim.rs`) supplies those texts instead, and a dialect whose
+//! PostgreSQL's, in `store/postgres/claim/`) supplies those texts instead, and a dialect whose
 //! database seeks a claim position in another form (`SqlDialect::write_position_bound`: MariaDB's,
 //! in `store/mysql/claim.rs`) writes that condition.
 //!
