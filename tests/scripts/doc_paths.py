@@ -43,9 +43,8 @@ ALLOWED = {
     ".toolchains/": "installed by `make plugins` (Python and JavaScript toolchains, tansu)",
     "host/fuzz/corpus/": "written by `make fuzz` runs (ignored by git)",
     "host/fuzz/artifacts/": "written by `make fuzz` when a target crashes (ignored by git)",
-    "artifacts/": "a crash input `make fuzz` writes, named from host/fuzz",
     "node_modules/": "installed by npm in a plugin project",
-    "*.wasm": "plugin components are built (`make plugins`, a plugin project's `make`), never committed",
+    "*.wasm": "plugin components are built (`make plugins`, a plugin project's `make`)",
     ".venv/": "installed by a Python plugin project's first `make`",
 }
 
