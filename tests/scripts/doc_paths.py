@@ -188,10 +188,11 @@ def unlisted(checked):
     for _, line in lines_outside_fences(index):
         for target in re.findall(r"\]\(([^)#\s]+)", line):
             linked.add(os.path.normpath(os.path.join(os.path.dirname(index), target)))
+    docs_dir = os.path.join(root, "docs") + os.sep
     return [
         f"docs/README.md: does not list {os.path.relpath(page, root)}"
         for page in checked
-        if page.startswith(os.path.join(root, "docs") + os.sep) and page != index and page not in linked
+        if page.startswith(docs_dir) and page != index and page not in linked
     ]
 
 
