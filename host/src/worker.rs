@@ -52,10 +52,11 @@ mod deliveries;
 mod held;
 mod lane;
 mod mark;
+mod options;
 mod slot;
 
 pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
-pub use held::WorkerMode;
+pub use crate::config::WorkerMode;
 
 /// How often a busy loop's claim also reads the due branches (retryable rows whose retry is due,
 /// expired leases) of an app code while the pending branch keeps handing out rows

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::bindings::outbox::publisher::broker::{self, Message as WitMessage};
 use super::bindings::outbox::publisher::types::{PublishError, RateLimit};
 use super::state::HostState;
-use crate::broker::{Message, Refusal, Sent};
+use crate::broker::{Message, BrokerRefusal, PublishOutcome};
 
 /// How long before the call's deadline a broker publish gives up waiting for confirmations.
 pub const DEADLINE_MARGIN: Duration = Duration::from_millis(200);
@@ -62,11 +62,11 @@ fn from_wit(message: WitMessage) -> Message {
     }
 }
 
-fn to_wit(sent: Sent) -> Result<(), PublishError> {
+fn to_wit(sent: PublishOutcome) -> Result<(), PublishError> {
     sent.map_err(|refusal| match refusal {
-        Refusal::Retryable(message) => PublishError::Retryable(message),
-        Refusal::Permanent(message) => PublishError::Permanent(message),
-        Refusal::RateLimited {
+        BrokerRefusal::Retryable(message) => PublishError::Retryable(message),
+        BrokerRefusal::Permanent(message) => PublishError::Permanent(message),
+        BrokerRefusal::RateLimited {
             message,
             retry_after,
         } => PublishError::RateLimited(RateLimit {
