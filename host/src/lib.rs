@@ -31,6 +31,7 @@
 //!   [`readiness`]: what `/readyz` answers; [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`);
 //!   [`console`]: the operator console it serves at `/` (pages and `/api/…`).
 //! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
+//! - `outage.rs`: when "went away" and "came back" are logged (database, commit feeds, brokers).
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
 //!   shutdown.
@@ -49,6 +50,7 @@ pub mod envelope;
 pub mod glob;
 pub mod metrics;
 pub mod monitor;
+mod outage;
 pub mod plugin;
 pub mod progress;
 pub mod publish;

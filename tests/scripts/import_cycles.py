@@ -426,7 +426,7 @@ def a_cycle(comp, succ):
 
 
 def name(m):
-    return "::".join(m) or "crate"
+    return "::".join(m) or "the root"
 
 
 def cycles(modules, edges, files):
@@ -447,11 +447,14 @@ def cycles(modules, edges, files):
                 continue  # one is inside the other: a parent and its own children
             x, y = a[: c + 1], b[: c + 1]
             siblings.setdefault(a[:c], {}).setdefault(x, {}).setdefault(y, (a, b, path))
+    parents = {m[:n] for m in modules for n in range(len(m))}
     for parent in sorted(siblings):
         graph = siblings[parent]
         nodes = set(graph) | {y for outs in graph.values() for y in outs}
         succ = lambda v: graph.get(v, {})
         for comp in strongly_connected(nodes, succ):
+            if not any(m in parents for m in comp):
+                continue  # files only: the file check above reported it
             circle = a_cycle(comp, succ)
             steps = []
             for x, y in zip(circle, circle[1:]):

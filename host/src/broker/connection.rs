@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Connector, Message, BrokerRefusal, PublishOutcome, BrokerSession};
 use crate::config::{BrokerKind, BrokerSpec};
 use crate::metrics::Metrics;
+use crate::outage::Outage;
 
 /// First wait after a failed connection attempt; doubled per failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -40,6 +41,9 @@ pub struct Connection {
     /// Held while connecting, so attempts never overlap; holds the backoff.
     attempts: tokio::sync::Mutex<Backoff>,
     last_error: Mutex<Option<String>>,
+    /// Logged once when the connection goes (it cannot connect, or it was lost) and once when it
+    /// is back.
+    outage: Outage,
     in_flight: Semaphore,
     max_in_flight: usize,
     max_message_size: u64,
@@ -76,6 +80,7 @@ impl Connection {
                 wait: FIRST_BACKOFF,
             }),
             last_error: Mutex::new(Some("not connected yet".into())),
+            outage: Outage::new(),
             in_flight: Semaphore::new(limits.max_in_flight as usize),
             max_in_flight: limits.max_in_flight as usize,
             max_message_size: limits.max_message_size.0,
@@ -276,15 +281,19 @@ impl Connection {
                 *lock(&self.last_error) = None;
                 backoff.wait = FIRST_BACKOFF;
                 self.metrics.brokers().set_connected(&self.name, true);
+                self.outage.recovered(|ended| {
+                    tracing::info!(broker = %self.name, kind = %self.kind, outage = %ended.lasted_text(),
+                        failures = ended.failures, "broker back after an outage");
+                });
                 tracing::info!(broker = %self.name, kind = %self.kind, "broker connected");
                 Ok(session)
             }
             Err(reason) => {
-                let previous = lock(&self.last_error).replace(reason.clone());
-                if previous.as_deref() != Some(reason.as_str()) {
+                *lock(&self.last_error) = Some(reason.clone());
+                self.outage.failed(|| {
                     tracing::warn!(broker = %self.name, kind = %self.kind, error = %reason,
                         "cannot connect to the broker; retrying with backoff (its messages are retryable meanwhile)");
-                }
+                });
                 self.metrics.brokers().count_error(&self.name, "connect");
                 backoff.next = Instant::now() + backoff.wait;
                 backoff.wait = (backoff.wait * 2).min(MAX_BACKOFF);
@@ -309,7 +318,9 @@ impl Connection {
             *lock(&self.last_error) = Some("the connection was lost".into());
             self.metrics.brokers().set_connected(&self.name, false);
             self.metrics.brokers().count_error(&self.name, "disconnect");
-            tracing::warn!(broker = %self.name, kind = %self.kind, "broker connection lost; reconnecting");
+            self.outage.failed(|| {
+                tracing::warn!(broker = %self.name, kind = %self.kind, "broker connection lost; reconnecting");
+            });
         }
     }
 

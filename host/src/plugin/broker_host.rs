@@ -1,7 +1,7 @@
 //! The host side of the WIT `broker` import: a plugin's messages handed to the `[[broker]]`
 //! connection it names, if its sink may use it (`limits.allow_brokers`), answered once the broker
 //! confirmed each, and always before the call's deadline: the guest is blocked in this host call,
-//! where epochs are not checked, so the publish itself ends [`DEADLINE_MARGIN`] before it
+//! where epochs are not checked, so the publish itself ends [`BROKER_RETURN_MARGIN`] before it
 //! (messages unconfirmed then are retryable) and leaves the guest time to return its results.
 
 use std::time::{Duration, Instant};
@@ -11,8 +11,10 @@ use super::bindings::outbox::publisher::types::{PublishError, RateLimit};
 use super::state::HostState;
 use crate::broker::{Message, BrokerRefusal, PublishOutcome};
 
-/// How long before the call's deadline a broker publish gives up waiting for confirmations.
-pub const DEADLINE_MARGIN: Duration = Duration::from_millis(200);
+/// How long before the plugin call's deadline a broker publish gives up waiting for
+/// confirmations, left to the guest to return its results. (Not the configuration's
+/// [`DEADLINE_MARGIN`](crate::config::DEADLINE_MARGIN), which nests the configured timeouts.)
+pub const BROKER_RETURN_MARGIN: Duration = Duration::from_millis(200);
 
 /// The deadline of a broker publish made outside an armed call (never in practice).
 const UNARMED_DEADLINE: Duration = Duration::from_secs(10);
@@ -38,7 +40,7 @@ impl broker::Host for HostState {
         let now = Instant::now();
         let deadline = self.deadline.map_or(now + UNARMED_DEADLINE, |deadline| {
             deadline
-                .checked_sub(DEADLINE_MARGIN)
+                .checked_sub(BROKER_RETURN_MARGIN)
                 .filter(|d| *d > now)
                 .unwrap_or(now)
         });
