@@ -7,7 +7,8 @@
 //! # Layout
 //! Data flows one way: producer → store → worker → plugin (router → sink) → store. The seams are
 //! [`store::OutboxStore`], [`publish::Publisher`] and the WIT world in `wit/`;
-//! `docs/ARCHITECTURE.md` has the one-page map.
+//! `docs/ARCHITECTURE.md` has the one-page map. No module or folder imports another that imports
+//! it back (`make test-imports`).
 //! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope;
 //!   [`glob`]: event type globs (routes, the console's search).
 //! - [`store`]: the [`store::OutboxStore`] contract; the shared executor, statement building, row
@@ -25,7 +26,7 @@
 //! - [`broker`]: the `[[broker]]` connections (NATS JetStream, RabbitMQ, Redis Streams, MQTT,
 //!   Kafka) plugins publish confirmed messages on through the WIT `broker` import.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once (sinks and routes
-//!   included); the worker's and store's options derived from it.
+//!   included); the store's options derived from it (the worker's are derived beside the worker).
 //! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
 //!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
 //!   [`readiness`]: what `/readyz` answers; [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`);

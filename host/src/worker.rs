@@ -27,6 +27,7 @@
 //! - `mark.rs`: outcomes turned into marks, marked fenced on the lease, counted and logged.
 //! - `held.rs`: held mode's round and its crash guard.
 //! - `clock.rs`: the host's clock checked against the database's.
+//! - `options.rs`: [`WorkerOptions`] derived from a loaded configuration.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,8 +57,8 @@ mod mark;
 mod options;
 mod slot;
 
-pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
 pub use crate::config::WorkerMode;
+pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
 
 /// How often a busy loop's claim also reads the due branches (retryable rows whose retry is due,
 /// expired leases) of an app code while the pending branch keeps handing out rows

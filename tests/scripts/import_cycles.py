@@ -86,15 +86,19 @@ def rust_strip(text):
 
 
 def item_end(text, i):
-    """Index just past the item starting at `i`: its first `;` or its balanced `{…}` block."""
+    """Index just past the item (or field, or statement) starting at `i`: through its first `;`
+    or `,` at its own level, or its balanced `{…}` block; or up to the bracket that closes the
+    enclosing one."""
     depth = 0
     while i < len(text):
         c = text[i]
-        if c in "([":
+        if c in "([" or (c == "{" and depth > 0):
             depth += 1
-        elif c in ")]":
+        elif c in ")]}":
+            if depth == 0:
+                return i
             depth -= 1
-        elif c == ";" and depth == 0:
+        elif c in ";," and depth == 0:
             return i + 1
         elif c == "{" and depth == 0:
             level = 0
@@ -434,7 +438,7 @@ def cycles(modules, edges, files):
     lines = []
     for comp in strongly_connected(modules, lambda v: edges[v]):
         circle = a_cycle(comp, lambda v: edges[v])
-        more = f" (one circle of {len(comp)} tangled files)" if len(comp) > len(circle) - 1 else ""
+        more = f" ({len(comp)} files in one tangle)" if len(comp) > len(circle) - 1 else ""
         lines.append("file cycle: " + " -> ".join(files.get(m, name(m)) for m in circle) + more)
     # folder level: siblings under each parent, with one witnessing file edge per sibling edge
     siblings = {}  # parent -> {child: {sibling: (from module, to module, path)}}
@@ -463,7 +467,7 @@ def cycles(modules, edges, files):
             lines.append(
                 f"folder cycle in {name(parent)}: "
                 + " -> ".join(m[-1] for m in circle)
-                + (f" (one circle of {len(comp)} tangled: {', '.join(m[-1] for m in comp)})" if len(comp) > len(circle) - 1 else "")
+                + (f" ({len(comp)} in one tangle: {', '.join(m[-1] for m in comp)})" if len(comp) > len(circle) - 1 else "")
                 + "\n"
                 + "\n".join(steps)
             )

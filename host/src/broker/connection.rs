@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::{Connector, Message, BrokerRefusal, PublishOutcome, BrokerSession};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome};
 use crate::config::{BrokerKind, BrokerSpec};
 use crate::metrics::Metrics;
 use crate::outage::Outage;
@@ -165,10 +165,15 @@ impl Connection {
             .observe_publish(&self.name, started.elapsed());
         let results: Vec<PublishOutcome> = results
             .into_iter()
-            .map(|result| result.unwrap_or_else(|| Err(BrokerRefusal::Retryable("not published".into()))))
+            .map(|result| {
+                result.unwrap_or_else(|| Err(BrokerRefusal::Retryable("not published".into())))
+            })
             .collect();
         for result in &results {
-            let kind = result.as_ref().err().map_or("confirmed", BrokerRefusal::metric_kind);
+            let kind = result
+                .as_ref()
+                .err()
+                .map_or("confirmed", BrokerRefusal::metric_kind);
             self.metrics.brokers().count_message(&self.name, kind);
         }
         results

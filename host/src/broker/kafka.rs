@@ -17,7 +17,9 @@ use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandl
 use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
 
-use super::{Connector, Message, BrokerRefusal, PublishOutcome, BrokerSession, kafka_partition, tls};
+use super::{
+    BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, kafka_partition, tls,
+};
 use crate::config::BrokerSpec;
 
 /// The header carrying the message id.
@@ -135,7 +137,9 @@ impl BrokerSession for KafkaSession {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(BrokerRefusal::Retryable("Kafka: not produced".into()))))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(BrokerRefusal::Retryable("Kafka: not produced".into())))
+            })
             .collect()
     }
 
@@ -176,7 +180,11 @@ impl KafkaSession {
     }
 
     /// The partition client of `(topic, partition)`.
-    async fn writer(&self, topic: &str, partition: i32) -> Result<Arc<PartitionClient>, BrokerRefusal> {
+    async fn writer(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<PartitionClient>, BrokerRefusal> {
         let key = (topic.to_string(), partition);
         if let Some(writer) = self.writers.lock().await.get(&key) {
             return Ok(writer.clone());
@@ -228,7 +236,9 @@ fn classify(error: &KafkaError) -> BrokerRefusal {
             | ProtocolError::InvalidTopicException
             | ProtocolError::InvalidRecord
             | ProtocolError::TopicAuthorizationFailed => {
-                return BrokerRefusal::Permanent(format!("Kafka refused the record: {protocol_error}"));
+                return BrokerRefusal::Permanent(format!(
+                    "Kafka refused the record: {protocol_error}"
+                ));
             }
             _ => {}
         }

@@ -20,7 +20,7 @@ use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 use rumqttc::{TlsConfiguration, Transport};
 use tokio::sync::oneshot;
 
-use super::{Connector, Message, BrokerRefusal, PublishOutcome, BrokerSession, tls};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, tls};
 use crate::config::BrokerSpec;
 
 /// Requests the client may queue before `publish` waits.
@@ -182,7 +182,9 @@ impl BrokerSession for MqttSession {
         join_all(answers.into_iter().map(|answer| async move {
             match answer {
                 Ok(receiver) => receiver.await.unwrap_or_else(|_| {
-                    Err(BrokerRefusal::Retryable("MQTT: the connection closed".into()))
+                    Err(BrokerRefusal::Retryable(
+                        "MQTT: the connection closed".into(),
+                    ))
                 }),
                 Err(refusal) => Err(refusal),
             }
@@ -201,7 +203,10 @@ impl BrokerSession for MqttSession {
 
 impl MqttSession {
     /// Queues one message's waiter and hands the message to the client.
-    async fn send(&self, message: &Message) -> Result<oneshot::Receiver<PublishOutcome>, BrokerRefusal> {
+    async fn send(
+        &self,
+        message: &Message,
+    ) -> Result<oneshot::Receiver<PublishOutcome>, BrokerRefusal> {
         if message.topic.contains(['+', '#']) {
             return Err(BrokerRefusal::Permanent(format!(
                 "MQTT topic {:?} has a wildcard (`+` or `#`)",
@@ -219,7 +224,9 @@ impl MqttSession {
         };
         let _order = self.send.lock().await;
         if self.broken() {
-            return Err(BrokerRefusal::Retryable("MQTT: the connection is lost".into()));
+            return Err(BrokerRefusal::Retryable(
+                "MQTT: the connection is lost".into(),
+            ));
         }
         let (waiter, answer) = oneshot::channel();
         lock(&self.waiters.queued).push_back(waiter);

@@ -12,7 +12,7 @@ use async_nats::{Client, ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use super::{Connector, Message, BrokerRefusal, PublishOutcome, BrokerSession, tls};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, tls};
 use crate::config::BrokerSpec;
 
 /// The header JetStream deduplicates on.
@@ -151,7 +151,9 @@ fn headers(message: &Message) -> Result<HeaderMap, BrokerRefusal> {
         map.append(name.as_str(), value.as_str());
     }
     if message.message_id.contains(['\r', '\n']) {
-        return Err(BrokerRefusal::Permanent("message id has a line break".into()));
+        return Err(BrokerRefusal::Permanent(
+            "message id has a line break".into(),
+        ));
     }
     map.insert(MSG_ID, message.message_id.as_str());
     Ok(map)

@@ -13,7 +13,7 @@ use lapin::tcp::OwnedTLSConfig;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 
-use super::{Connector, Message, BrokerRefusal, PublishOutcome, BrokerSession};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome};
 use crate::config::BrokerSpec;
 
 /// Connects to RabbitMQ as `[[broker]]` says.
@@ -132,7 +132,9 @@ impl RabbitSession {
             ))
         })?;
         let message_id = ShortString::try_new(message.message_id.clone()).map_err(|_| {
-            BrokerRefusal::Permanent("message id of more than 255 bytes (an AMQP short string)".into())
+            BrokerRefusal::Permanent(
+                "message id of more than 255 bytes (an AMQP short string)".into(),
+            )
         })?;
         let mut headers = FieldTable::default();
         for (name, value) in &message.headers {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError, TlsCertificates};
 
-use super::{Connector, Message, BrokerRefusal, PublishOutcome, BrokerSession};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome};
 use crate::config::BrokerSpec;
 
 /// Connects to Redis as `[[broker]]` says.

@@ -33,7 +33,6 @@ impl WorkerMode {
     }
 }
 
-
 /// Refuses held mode on SQLite (its open transaction would hold the database's only write lock
 /// while plugins publish, stopping every producer for up to `worker.publish_timeout`) and when
 /// `database.max_connections` does not exceed `worker.concurrency` (each loop holds a connection

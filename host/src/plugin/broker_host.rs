@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::bindings::outbox::publisher::broker::{self, Message as WitMessage};
 use super::bindings::outbox::publisher::types::{PublishError, RateLimit};
 use super::state::HostState;
-use crate::broker::{Message, BrokerRefusal, PublishOutcome};
+use crate::broker::{BrokerRefusal, Message, PublishOutcome};
 
 /// How long before the plugin call's deadline a broker publish gives up waiting for
 /// confirmations, left to the guest to return its results. (Not the configuration's

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use super::{
-    CREATE_BOOKKEEPING, ClaimIndex, IndexChange, ROOM_INDEX, applied_versions,
-    claim_indexes, create_claim_index, plan_claim_indexes, record_version, table_indexes,
+    CREATE_BOOKKEEPING, ClaimIndex, IndexChange, ROOM_INDEX, applied_versions, claim_indexes,
+    create_claim_index, plan_claim_indexes, record_version, table_indexes,
 };
 use crate::record;
 use crate::store::driver::{Driver, begin_write, db};
