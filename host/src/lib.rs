@@ -7,8 +7,8 @@
 //! # Layout
 //! Data flows one way: producer → store → worker → plugin (router → sink) → store. The seams are
 //! [`store::OutboxStore`], [`publish::Publisher`] and the WIT world in `wit/`;
-//! `docs/ARCHITECTURE.md` has the one-page map. No module or folder imports another that imports
-//! it back (`make test-imports`).
+//! `docs/ARCHITECTURE.md` has the one-page map. No module or folder imports another that
+//! imports it back (`make test-imports`).
 //! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope;
 //!   [`glob`]: event type globs (routes, the console's search).
 //! - [`store`]: the [`store::OutboxStore`] contract; the shared executor, statement building, row

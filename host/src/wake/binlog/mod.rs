@@ -18,7 +18,8 @@
 //!
 //! The server sends a heartbeat every [`HEARTBEAT`] while the binlog is quiet; a stream silent
 //! for [`SILENCE`] is taken as lost. The follower reconnects on its own (backing off up to
-//! [`MAX_RECONNECT_WAIT`](super::MAX_RECONNECT_WAIT)); while it is down the loops probe ([`super::IdleBackoff`]).
+//! [`MAX_RECONNECT_WAIT`](super::MAX_RECONNECT_WAIT)); while it is down the loops probe
+//! ([`super::IdleBackoff`]).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -175,7 +176,7 @@ pub fn spawn_follower(
 async fn follow_forever(target: &Target, server_id: u32, opened: Opened, wake: &Wake) {
     let database = redact_url(&target.url);
     let mut opened = Some(opened);
-    let mut reconnect_wait = Duration::from_millis(100);
+    let mut reconnect_wait = super::FIRST_RECONNECT_WAIT;
     let outage = Outage::new();
     loop {
         let current = match opened.take() {
@@ -193,7 +194,7 @@ async fn follow_forever(target: &Target, server_id: u32, opened: Opened, wake: &
                 // Rows committed while no one followed have no event coming.
                 wake.wake();
                 let lost = follow(current, wake).await;
-                reconnect_wait = Duration::from_millis(100);
+                reconnect_wait = super::FIRST_RECONNECT_WAIT;
                 outage.failed(|| {
                     warn!(database = %database, error = %lost,
                         "commit feed lost the binlog stream; reconnecting");

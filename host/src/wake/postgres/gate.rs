@@ -8,8 +8,9 @@
 //!
 //! One connection per host, kept apart from the listener and the store's pool (it holds session
 //! locks for as long as it lives):
-//! - it takes one of [`GATE_SLOTS`] slots on the table for its life (a session lock on the slot's
-//!   registry key, asked without waiting: a host beyond [`GATE_SLOTS`] gets none and its loops probe);
+//! - it takes one of [`GATE_SLOTS`] slots on the table for its life (a session lock on the
+//!   slot's registry key, asked without waiting: a host beyond [`GATE_SLOTS`] gets none and its
+//!   loops probe);
 //! - **arming** takes the slot's gate lock exclusively. The trigger takes every gate lock shared
 //!   until its transaction ends, without waiting, and notifies when it cannot have one; so the
 //!   arm waits for the producers that passed the trigger before it (and did not notify) to end,
@@ -80,7 +81,7 @@ pub enum Gate {
 /// Runs the gate of `channel` (the notification channel; its hash keys the locks) until the
 /// task is dropped, feeding `wake`'s gate state and following its arm requests.
 pub(super) async fn run(url: &str, channel: &str, wake: &Wake) {
-    let mut reconnect_wait = Duration::from_millis(100);
+    let mut reconnect_wait = crate::wake::FIRST_RECONNECT_WAIT;
     let mut armed_count = 0u64;
     let outage = Outage::new();
     loop {
@@ -91,7 +92,7 @@ pub(super) async fn run(url: &str, channel: &str, wake: &Wake) {
                 reconnect_wait = MAX_GATE_RECONNECT_WAIT;
             }
             Ok(Served::Lost) => {
-                reconnect_wait = Duration::from_millis(100);
+                reconnect_wait = crate::wake::FIRST_RECONNECT_WAIT;
                 outage.failed(|| {
                     warn!(database = %redact_url(url), channel, "notify gate lost its connection; reconnecting");
                 });

@@ -8,13 +8,12 @@
 //! Since migration 0005 the trigger notifies only while some host's gate is armed
 //! ([`gate`], which runs beside the listener on a connection of its own).
 //!
-//! The listener reconnects on its own (backing off up to [`MAX_RECONNECT_WAIT`](super::MAX_RECONNECT_WAIT)); while it is
-//! down the loops probe adaptively, and after every (re)connect it wakes a loop once, since
-//! notifications sent while it was away are gone.
+//! The listener reconnects on its own (backing off up to
+//! [`MAX_RECONNECT_WAIT`](super::MAX_RECONNECT_WAIT)); while it is down the loops probe
+//! adaptively, and after every (re)connect it wakes a loop once, since notifications sent while it
+//! was away are gone.
 
 pub mod gate;
-
-use std::time::Duration;
 
 use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
@@ -53,13 +52,13 @@ pub fn spawn_listener(
 
 /// Connects, listens and forwards notifications; reconnects after any error.
 async fn listen_forever(url: &str, channel: &str, wake: &Wake) {
-    let mut reconnect_wait = Duration::from_millis(100);
+    let mut reconnect_wait = super::FIRST_RECONNECT_WAIT;
     let outage = Outage::new();
     loop {
         match listen_once(url, channel, wake, &outage).await {
             Ok(()) => {
                 // The connection was lost after it had worked: try again soon.
-                reconnect_wait = Duration::from_millis(100);
+                reconnect_wait = super::FIRST_RECONNECT_WAIT;
                 outage.failed(|| {
                     warn!(database = %redact_url(url), channel, "commit feed lost its connection; reconnecting");
                 });
