@@ -202,8 +202,14 @@ lint:
 test-plugins:
 	cd plugins && $(CARGO) test --no-fail-fast
 
+## test-imports: no import circle between files or folders (tests/scripts/import_cycles.py) in the
+## host, the bench (once it is its own crate), and the Python and TypeScript producers; first the
+## check's own test over tests/fixtures/import_cycles. (Go refuses package cycles itself.)
+IMPORT_ROOTS := host/src $(wildcard bench/src) producers/python/src producers/python/tests \
+	producers/node/src producers/node/test
 test-imports:
-	$(PYTHON) tests/scripts/import_cycles.py host/src
+	$(PYTHON) tests/scripts/test_import_cycles.py
+	$(PYTHON) tests/scripts/import_cycles.py $(IMPORT_ROOTS)
 
 ## test-doc-paths: every repository path README.md and docs/ name exists, every link between the
 ## pages (and its #anchor) resolves, docs/README.md lists every page, no docs page is over 300

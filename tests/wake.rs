@@ -598,7 +598,7 @@ async fn postgres_host_without_a_free_gate_slot_probes() {
     let store = db.store_default().await;
     let table = TableName::default();
     let mut others = pg_pool(&db).acquire().await.expect("connection");
-    for slot in 0..wake::gate::SLOTS {
+    for slot in 0..wake::gate::GATE_SLOTS {
         // The registry keys (slot + 1000) that hosts' gates hold for their lives.
         gate_lock(&mut others, "pg_advisory_lock", &table, 1000 + slot).await;
     }

@@ -7,7 +7,8 @@
 //! # Layout
 //! Data flows one way: producer → store → worker → plugin (router → sink) → store. The seams are
 //! [`store::OutboxStore`], [`publish::Publisher`] and the WIT world in `wit/`;
-//! `docs/ARCHITECTURE.md` has the one-page map.
+//! `docs/ARCHITECTURE.md` has the one-page map. No module or folder imports another that
+//! imports it back (`make test-imports`).
 //! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope;
 //!   [`glob`]: event type globs (routes, the console's search).
 //! - [`store`]: the [`store::OutboxStore`] contract; the shared executor, statement building, row
@@ -25,12 +26,13 @@
 //! - [`broker`]: the `[[broker]]` connections (NATS JetStream, RabbitMQ, Redis Streams, MQTT,
 //!   Kafka) plugins publish confirmed messages on through the WIT `broker` import.
 //! - [`config`]: `outboxd.toml` + `OUTBOXD_*` environment, validated once (sinks and routes
-//!   included); the worker's and store's options derived from it.
+//!   included); the store's options derived from it (the worker's are derived beside the worker).
 //! - [`metrics`]: the Prometheus registry the worker, sinks and refresher report to;
 //!   [`monitor`]: the status refresher (table gauges, database readiness) and summary lines;
 //!   [`readiness`]: what `/readyz` answers; [`admin`]: the admin HTTP listener (`/metrics`, `/healthz`, `/readyz`, `/reload`);
 //!   [`console`]: the operator console it serves at `/` (pages and `/api/…`).
 //! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
+//! - `outage.rs`: when "went away" and "came back" are logged (database, commit feeds, brokers).
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
 //!   shutdown.
@@ -49,6 +51,7 @@ pub mod envelope;
 pub mod glob;
 pub mod metrics;
 pub mod monitor;
+mod outage;
 pub mod plugin;
 pub mod progress;
 pub mod publish;

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::broker::Brokers;
 use crate::metrics::{Metrics, RowOutcome};
+use crate::outage::Outage;
 use crate::readiness::Readiness;
 use crate::record::now_ms;
 use crate::store::{CountsParams, OutboxStore, StatusCounts};
@@ -142,7 +143,7 @@ impl StatusRefresher {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut was_failing = false;
+        let outage = Outage::new();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -150,17 +151,14 @@ impl StatusRefresher {
             }
             match self.refresh_once().await {
                 Ok(()) => {
-                    if was_failing {
-                        info!("database reachable again");
-                    }
-                    was_failing = false;
+                    outage.recovered(|ended| {
+                        info!(outage = %ended.lasted_text(), failures = ended.failures,
+                            "database reachable again");
+                    });
                     self.readiness.set_database(Ok(()));
                 }
                 Err(reason) => {
-                    if !was_failing {
-                        warn!(error = %reason, "status refresh failed: not ready");
-                    }
-                    was_failing = true;
+                    outage.failed(|| warn!(error = %reason, "status refresh failed: not ready"));
                     self.readiness.set_database(Err(reason));
                 }
             }

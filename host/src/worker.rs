@@ -27,15 +27,17 @@
 //! - `mark.rs`: outcomes turned into marks, marked fenced on the lease, counted and logged.
 //! - `held.rs`: held mode's round and its crash guard.
 //! - `clock.rs`: the host's clock checked against the database's.
+//! - `options.rs`: [`WorkerOptions`] derived from a loaded configuration.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 
 use crate::metrics::{Metrics, RowOutcome};
+use crate::outage::Outage;
 use crate::publish::Publisher;
 use crate::retry::RetryPolicy;
 use crate::store::{DeliveryOrder, OutboxStore, StoreError};
@@ -52,10 +54,11 @@ mod deliveries;
 mod held;
 mod lane;
 mod mark;
+mod options;
 mod slot;
 
+pub use crate::config::WorkerMode;
 pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
-pub use held::WorkerMode;
 
 /// How often a busy loop's claim also reads the due branches (retryable rows whose retry is due,
 /// expired leases) of an app code while the pending branch keeps handing out rows
@@ -141,7 +144,7 @@ pub struct Worker {
     options: Arc<WorkerOptions>,
     wake: Wake,
     /// When the current database outage began (shared by the loops, logged once each way).
-    outage: Arc<Mutex<Option<Instant>>>,
+    outage: Arc<Outage>,
     metrics: Metrics,
     /// Which claims of a held-mode worker are leased (its crash guard; unused in leased mode).
     held_schedule: Arc<held::HeldSchedule>,
@@ -162,7 +165,7 @@ impl Worker {
             store,
             publisher,
             wake: Wake::new(),
-            outage: Arc::new(Mutex::new(None)),
+            outage: Arc::new(Outage::new()),
             metrics: Metrics::default(),
             held_schedule: Arc::new(held::HeldSchedule::new(options.concurrency)),
             clock: clock::system_clock(),
@@ -254,22 +257,18 @@ impl Worker {
 
     /// Logs the start of a database outage once (the loops go on retrying every poll interval).
     fn outage_began(&self, error: &StoreError) {
-        let mut outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
-        if outage.is_none() {
-            *outage = Some(Instant::now());
+        self.outage.failed(|| {
             error!(node_id = %self.options.node_id, status = "database_unreachable", error = %error,
                 "database unreachable; retrying every poll interval until it answers");
-        }
+        });
     }
 
     /// Logs the end of a database outage, once, with its length.
     fn outage_over(&self) {
-        let mut outage = self.outage.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(since) = outage.take() {
-            let lasted = Duration::from_millis(since.elapsed().as_millis() as u64);
+        self.outage.recovered(|ended| {
             info!(node_id = %self.options.node_id, status = "database_reachable",
-                outage = %humantime::format_duration(lasted), "database reachable again");
-        }
+                outage = %ended.lasted_text(), failures = ended.failures, "database reachable again");
+        });
     }
 
     /// One round for one app code: claim, publish, mark. Returns what happened to the rows.

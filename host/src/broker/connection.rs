@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::{Connector, Message, Refusal, Sent, Session};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome};
 use crate::config::{BrokerKind, BrokerSpec};
 use crate::metrics::Metrics;
+use crate::outage::Outage;
 
 /// First wait after a failed connection attempt; doubled per failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -36,10 +37,13 @@ pub struct Connection {
     name: Arc<str>,
     kind: BrokerKind,
     connector: Arc<dyn Connector>,
-    session: Mutex<Option<Arc<dyn Session>>>,
+    session: Mutex<Option<Arc<dyn BrokerSession>>>,
     /// Held while connecting, so attempts never overlap; holds the backoff.
     attempts: tokio::sync::Mutex<Backoff>,
     last_error: Mutex<Option<String>>,
+    /// Logged once when the connection goes (it cannot connect, or it was lost) and once when it
+    /// is back.
+    outage: Outage,
     in_flight: Semaphore,
     max_in_flight: usize,
     max_message_size: u64,
@@ -76,6 +80,7 @@ impl Connection {
                 wait: FIRST_BACKOFF,
             }),
             last_error: Mutex::new(Some("not connected yet".into())),
+            outage: Outage::new(),
             in_flight: Semaphore::new(limits.max_in_flight as usize),
             max_in_flight: limits.max_in_flight as usize,
             max_message_size: limits.max_message_size.0,
@@ -129,19 +134,19 @@ impl Connection {
     /// Publishes `messages` in order; one result per message, each once the broker confirmed
     /// it, every message still unconfirmed at `deadline` retryable. A message over
     /// `limits.max_message_size` or with an empty topic fails permanently, alone.
-    pub async fn publish(&self, messages: &[Message], deadline: Instant) -> Vec<Sent> {
+    pub async fn publish(&self, messages: &[Message], deadline: Instant) -> Vec<PublishOutcome> {
         let started = Instant::now();
-        let mut results: Vec<Option<Sent>> = vec![None; messages.len()];
+        let mut results: Vec<Option<PublishOutcome>> = vec![None; messages.len()];
         let mut valid = Vec::with_capacity(messages.len());
         for (position, message) in messages.iter().enumerate() {
             let size = message.size();
             if size > self.max_message_size {
-                results[position] = Some(Err(Refusal::Permanent(format!(
+                results[position] = Some(Err(BrokerRefusal::Permanent(format!(
                     "message of {size} bytes exceeds broker `{}`'s limits.max_message_size ({} bytes)",
                     self.name, self.max_message_size
                 ))));
             } else if message.topic.is_empty() {
-                results[position] = Some(Err(Refusal::Permanent(format!(
+                results[position] = Some(Err(BrokerRefusal::Permanent(format!(
                     "message for broker `{}` has an empty topic",
                     self.name
                 ))));
@@ -158,11 +163,19 @@ impl Connection {
         self.metrics
             .brokers()
             .observe_publish(&self.name, started.elapsed());
-        let results: Vec<Sent> = results
+        let results: Vec<PublishOutcome> = results
             .into_iter()
-            .map(|result| result.unwrap_or_else(|| Err(Refusal::Retryable("not published".into()))))
+            .map(|result| {
+                result.unwrap_or_else(|| Err(BrokerRefusal::Retryable("not published".into())))
+            })
             .collect();
-        self.metrics.brokers().count_results(&self.name, &results);
+        for result in &results {
+            let kind = result
+                .as_ref()
+                .err()
+                .map_or("confirmed", BrokerRefusal::metric_kind);
+            self.metrics.brokers().count_message(&self.name, kind);
+        }
         results
     }
 
@@ -172,14 +185,14 @@ impl Connection {
         messages: &[Message],
         chunk: &[usize],
         deadline: Instant,
-    ) -> Vec<Sent> {
-        let all = |refusal: Refusal| vec![Err(refusal); chunk.len()];
+    ) -> Vec<PublishOutcome> {
+        let all = |refusal: BrokerRefusal| vec![Err(refusal); chunk.len()];
         let deadline_at = tokio::time::Instant::from_std(deadline);
         let permits =
             tokio::time::timeout_at(deadline_at, self.in_flight.acquire_many(chunk.len() as u32))
                 .await;
         let Ok(Ok(_permits)) = permits else {
-            return all(Refusal::Retryable(format!(
+            return all(BrokerRefusal::Retryable(format!(
                 "waited for broker `{}`'s limits.max_in_flight until the publish deadline",
                 self.name
             )));
@@ -187,7 +200,7 @@ impl Connection {
         let session = match self.session(deadline).await {
             Ok(session) => session,
             Err(reason) => {
-                return all(Refusal::Retryable(format!(
+                return all(BrokerRefusal::Retryable(format!(
                     "broker `{}` ({}) is unreachable: {reason}",
                     self.name, self.kind
                 )));
@@ -201,13 +214,13 @@ impl Connection {
         match sent {
             Ok(mut sent) if sent.len() == chunk.len() => {
                 for result in &mut sent {
-                    if let Err(Refusal::Retryable(reason)) = result {
+                    if let Err(BrokerRefusal::Retryable(reason)) = result {
                         *reason = format!("broker `{}`: {reason}", self.name);
                     }
                 }
                 sent
             }
-            Ok(sent) => all(Refusal::Retryable(format!(
+            Ok(sent) => all(BrokerRefusal::Retryable(format!(
                 "broker `{}` answered {} results for {} messages",
                 self.name,
                 sent.len(),
@@ -215,7 +228,7 @@ impl Connection {
             ))),
             Err(_elapsed) => {
                 self.metrics.brokers().count_error(&self.name, "timeout");
-                all(Refusal::Retryable(format!(
+                all(BrokerRefusal::Retryable(format!(
                     "broker `{}` did not confirm before the sink's publish deadline",
                     self.name
                 )))
@@ -225,7 +238,7 @@ impl Connection {
 
     /// The live session, connecting when there is none (not before the backoff allows, and not
     /// past `deadline`).
-    async fn session(&self, deadline: Instant) -> Result<Arc<dyn Session>, String> {
+    async fn session(&self, deadline: Instant) -> Result<Arc<dyn BrokerSession>, String> {
         if let Some(session) = self.current() {
             return Ok(session);
         }
@@ -249,7 +262,7 @@ impl Connection {
         &self,
         backoff: &mut Backoff,
         deadline: Instant,
-    ) -> Result<Arc<dyn Session>, String> {
+    ) -> Result<Arc<dyn BrokerSession>, String> {
         let limit = self
             .connect_timeout
             .min(deadline.saturating_duration_since(Instant::now()));
@@ -273,15 +286,19 @@ impl Connection {
                 *lock(&self.last_error) = None;
                 backoff.wait = FIRST_BACKOFF;
                 self.metrics.brokers().set_connected(&self.name, true);
+                self.outage.recovered(|ended| {
+                    tracing::info!(broker = %self.name, kind = %self.kind, outage = %ended.lasted_text(),
+                        failures = ended.failures, "broker back after an outage");
+                });
                 tracing::info!(broker = %self.name, kind = %self.kind, "broker connected");
                 Ok(session)
             }
             Err(reason) => {
-                let previous = lock(&self.last_error).replace(reason.clone());
-                if previous.as_deref() != Some(reason.as_str()) {
+                *lock(&self.last_error) = Some(reason.clone());
+                self.outage.failed(|| {
                     tracing::warn!(broker = %self.name, kind = %self.kind, error = %reason,
                         "cannot connect to the broker; retrying with backoff (its messages are retryable meanwhile)");
-                }
+                });
                 self.metrics.brokers().count_error(&self.name, "connect");
                 backoff.next = Instant::now() + backoff.wait;
                 backoff.wait = (backoff.wait * 2).min(MAX_BACKOFF);
@@ -291,7 +308,7 @@ impl Connection {
     }
 
     /// The session, unless there is none or it is broken.
-    fn current(&self) -> Option<Arc<dyn Session>> {
+    fn current(&self) -> Option<Arc<dyn BrokerSession>> {
         lock(&self.session)
             .as_ref()
             .filter(|session| !session.broken())
@@ -299,14 +316,16 @@ impl Connection {
     }
 
     /// Drops `session` if it is still the current one: the next publish reconnects.
-    fn discard(&self, session: &Arc<dyn Session>) {
+    fn discard(&self, session: &Arc<dyn BrokerSession>) {
         let mut slot = lock(&self.session);
         if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, session)) {
             *slot = None;
             *lock(&self.last_error) = Some("the connection was lost".into());
             self.metrics.brokers().set_connected(&self.name, false);
             self.metrics.brokers().count_error(&self.name, "disconnect");
-            tracing::warn!(broker = %self.name, kind = %self.kind, "broker connection lost; reconnecting");
+            self.outage.failed(|| {
+                tracing::warn!(broker = %self.name, kind = %self.kind, "broker connection lost; reconnecting");
+            });
         }
     }
 

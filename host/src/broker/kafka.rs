@@ -17,7 +17,9 @@ use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandl
 use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
 
-use super::{Connector, Message, Refusal, Sent, Session, kafka_partition, tls};
+use super::{
+    BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, kafka_partition, tls,
+};
 use crate::config::BrokerSpec;
 
 /// The header carrying the message id.
@@ -55,7 +57,7 @@ impl KafkaConnector {
 
 #[async_trait]
 impl Connector for KafkaConnector {
-    async fn connect(&self) -> Result<Arc<dyn Session>, String> {
+    async fn connect(&self) -> Result<Arc<dyn BrokerSession>, String> {
         let mut builder = ClientBuilder::new(vec![self.bootstrap.clone()])
             .client_id(self.client_id.clone())
             .backoff_config(BackoffConfig {
@@ -90,9 +92,9 @@ struct KafkaSession {
 }
 
 #[async_trait]
-impl Session for KafkaSession {
-    async fn publish(&self, messages: &[Message]) -> Vec<Sent> {
-        let mut results: Vec<Option<Sent>> = vec![None; messages.len()];
+impl BrokerSession for KafkaSession {
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
+        let mut results: Vec<Option<PublishOutcome>> = vec![None; messages.len()];
         let mut groups: BTreeMap<(String, i32), Vec<usize>> = BTreeMap::new();
         for (position, message) in messages.iter().enumerate() {
             match self.partition_count(&message.topic).await {
@@ -135,7 +137,9 @@ impl Session for KafkaSession {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Refusal::Retryable("Kafka: not produced".into()))))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(BrokerRefusal::Retryable("Kafka: not produced".into())))
+            })
             .collect()
     }
 
@@ -150,7 +154,7 @@ impl Session for KafkaSession {
 
 impl KafkaSession {
     /// How many partitions `topic` has (asked once, then remembered).
-    async fn partition_count(&self, topic: &str) -> Result<i32, Refusal> {
+    async fn partition_count(&self, topic: &str) -> Result<i32, BrokerRefusal> {
         if let Some(&count) = self.partitions.lock().await.get(topic) {
             return Ok(count);
         }
@@ -158,7 +162,7 @@ impl KafkaSession {
             .client
             .list_topics()
             .await
-            .map_err(|e| Refusal::Retryable(format!("Kafka metadata: {e}")))?;
+            .map_err(|e| BrokerRefusal::Retryable(format!("Kafka metadata: {e}")))?;
         let mut known = self.partitions.lock().await;
         for listed in topics {
             known.insert(listed.name, listed.partitions.len() as i32);
@@ -168,7 +172,7 @@ impl KafkaSession {
             .copied()
             .filter(|&count| count > 0)
             .ok_or_else(|| {
-                Refusal::Retryable(format!(
+                BrokerRefusal::Retryable(format!(
                     "Kafka has no topic `{topic}` (create it, or turn on the broker's topic \
                      auto-creation)"
                 ))
@@ -176,7 +180,11 @@ impl KafkaSession {
     }
 
     /// The partition client of `(topic, partition)`.
-    async fn writer(&self, topic: &str, partition: i32) -> Result<Arc<PartitionClient>, Refusal> {
+    async fn writer(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<PartitionClient>, BrokerRefusal> {
         let key = (topic.to_string(), partition);
         if let Some(writer) = self.writers.lock().await.get(&key) {
             return Ok(writer.clone());
@@ -220,7 +228,7 @@ fn record(message: &Message) -> Record {
 
 /// A produce error as a result: a record or topic Kafka can never take permanent, the rest
 /// retryable.
-fn classify(error: &KafkaError) -> Refusal {
+fn classify(error: &KafkaError) -> BrokerRefusal {
     if let KafkaError::ServerError { protocol_error, .. } = error {
         match protocol_error {
             ProtocolError::MessageTooLarge
@@ -228,10 +236,12 @@ fn classify(error: &KafkaError) -> Refusal {
             | ProtocolError::InvalidTopicException
             | ProtocolError::InvalidRecord
             | ProtocolError::TopicAuthorizationFailed => {
-                return Refusal::Permanent(format!("Kafka refused the record: {protocol_error}"));
+                return BrokerRefusal::Permanent(format!(
+                    "Kafka refused the record: {protocol_error}"
+                ));
             }
             _ => {}
         }
     }
-    Refusal::Retryable(format!("Kafka: {error}"))
+    BrokerRefusal::Retryable(format!("Kafka: {error}"))
 }

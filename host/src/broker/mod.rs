@@ -6,7 +6,7 @@
 //! - [`Connection`] (`connection.rs`): one connection's publish path, the same for every kind:
 //!   size check, in-flight limit, the session (connected on demand, reconnected with backoff),
 //!   the deadline, metrics; its [`ConnectionState`] for readiness;
-//! - one file per kind, each a `Connector` making a `Session` that publishes a batch and
+//! - one file per kind, each a `Connector` making a `BrokerSession` that publishes a batch and
 //!   reports each message once the broker confirmed it: `nats.rs` (JetStream PubAck),
 //!   `rabbitmq.rs` (publisher confirms of persistent messages), `redis.rs` (`XADD` replies),
 //!   `mqtt.rs` (QoS 1 PUBACKs matched to packet ids), `kafka.rs` (`acks=all`, keyed partitions
@@ -62,7 +62,7 @@ impl Message {
 
 /// Why a broker did not take a message, classed like a plugin's publish result.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub enum BrokerRefusal {
     /// Retry later (unreachable, unconfirmed in time, refused for a passing reason).
     Retryable(String),
     /// Never deliverable as it is (too large, a topic the broker refuses).
@@ -76,16 +76,28 @@ pub enum Refusal {
     },
 }
 
+impl BrokerRefusal {
+    /// The refusal's `kind` label in `outboxd_broker_messages`: `retryable`, `permanent` or
+    /// `rate_limited`.
+    pub fn metric_kind(&self) -> &'static str {
+        match self {
+            BrokerRefusal::Retryable(_) => "retryable",
+            BrokerRefusal::Permanent(_) => "permanent",
+            BrokerRefusal::RateLimited { .. } => "rate_limited",
+        }
+    }
+}
+
 /// One message's result: confirmed, or refused.
-pub type Sent = Result<(), Refusal>;
+pub type PublishOutcome = Result<(), BrokerRefusal>;
 
 /// A live connection of one kind.
 #[async_trait]
-pub(crate) trait Session: Send + Sync {
+pub(crate) trait BrokerSession: Send + Sync {
     /// Publishes `messages` in order; one result per message, each once the broker confirmed
     /// it (or refused it). Must not return early for a message still unconfirmed: the caller
     /// bounds the whole call with the deadline.
-    async fn publish(&self, messages: &[Message]) -> Vec<Sent>;
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome>;
 
     /// Whether the connection is up right now (readiness, `outboxd_broker_connected`).
     fn connected(&self) -> bool;
@@ -99,7 +111,7 @@ pub(crate) trait Session: Send + Sync {
 #[async_trait]
 pub(crate) trait Connector: Send + Sync {
     /// Connects (TCP, TLS, the broker's handshake, authentication) and returns the session.
-    async fn connect(&self) -> Result<Arc<dyn Session>, String>;
+    async fn connect(&self) -> Result<Arc<dyn BrokerSession>, String>;
 }
 
 /// The connector of `spec`'s kind.

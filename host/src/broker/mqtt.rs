@@ -20,7 +20,7 @@ use rumqttc::v5::{AsyncClient, Event, EventLoop, MqttOptions};
 use rumqttc::{TlsConfiguration, Transport};
 use tokio::sync::oneshot;
 
-use super::{Connector, Message, Refusal, Sent, Session, tls};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, tls};
 use crate::config::BrokerSpec;
 
 /// Requests the client may queue before `publish` waits.
@@ -60,7 +60,7 @@ impl MqttConnector {
 
 #[async_trait]
 impl Connector for MqttConnector {
-    async fn connect(&self) -> Result<Arc<dyn Session>, String> {
+    async fn connect(&self) -> Result<Arc<dyn BrokerSession>, String> {
         let mut options = MqttOptions::new(&self.client_id, &self.host, self.port);
         options.set_keep_alive(Duration::from_secs(30));
         options.set_clean_start(true);
@@ -96,8 +96,8 @@ impl Connector for MqttConnector {
 /// packet id until their PUBACK.
 #[derive(Default)]
 struct Waiters {
-    queued: Mutex<VecDeque<oneshot::Sender<Sent>>>,
-    sent: Mutex<HashMap<u16, oneshot::Sender<Sent>>>,
+    queued: Mutex<VecDeque<oneshot::Sender<PublishOutcome>>>,
+    sent: Mutex<HashMap<u16, oneshot::Sender<PublishOutcome>>>,
     broken: AtomicBool,
 }
 
@@ -108,7 +108,7 @@ impl Waiters {
         let queued: Vec<_> = lock(&self.queued).drain(..).collect();
         let sent: Vec<_> = lock(&self.sent).drain().map(|(_, w)| w).collect();
         for waiter in queued.into_iter().chain(sent) {
-            let _ = waiter.send(Err(Refusal::Retryable(format!("MQTT: {reason}"))));
+            let _ = waiter.send(Err(BrokerRefusal::Retryable(format!("MQTT: {reason}"))));
         }
     }
 }
@@ -147,19 +147,19 @@ async fn drive(mut events: EventLoop, waiters: Arc<Waiters>) {
 }
 
 /// A PUBACK's reason as a result.
-fn classify(reason: PubAckReason) -> Sent {
+fn classify(reason: PubAckReason) -> PublishOutcome {
     match reason {
         PubAckReason::Success | PubAckReason::NoMatchingSubscribers => Ok(()),
-        PubAckReason::QuotaExceeded => Err(Refusal::RateLimited {
+        PubAckReason::QuotaExceeded => Err(BrokerRefusal::RateLimited {
             message: "MQTT broker: quota exceeded".into(),
             retry_after: QUOTA_WAIT,
         }),
         PubAckReason::NotAuthorized
         | PubAckReason::TopicNameInvalid
-        | PubAckReason::PayloadFormatInvalid => Err(Refusal::Permanent(format!(
+        | PubAckReason::PayloadFormatInvalid => Err(BrokerRefusal::Permanent(format!(
             "MQTT broker refused: {reason:?}"
         ))),
-        other => Err(Refusal::Retryable(format!("MQTT broker: {other:?}"))),
+        other => Err(BrokerRefusal::Retryable(format!("MQTT broker: {other:?}"))),
     }
 }
 
@@ -173,8 +173,8 @@ struct MqttSession {
 }
 
 #[async_trait]
-impl Session for MqttSession {
-    async fn publish(&self, messages: &[Message]) -> Vec<Sent> {
+impl BrokerSession for MqttSession {
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
         let mut answers = Vec::with_capacity(messages.len());
         for message in messages {
             answers.push(self.send(message).await);
@@ -182,7 +182,9 @@ impl Session for MqttSession {
         join_all(answers.into_iter().map(|answer| async move {
             match answer {
                 Ok(receiver) => receiver.await.unwrap_or_else(|_| {
-                    Err(Refusal::Retryable("MQTT: the connection closed".into()))
+                    Err(BrokerRefusal::Retryable(
+                        "MQTT: the connection closed".into(),
+                    ))
                 }),
                 Err(refusal) => Err(refusal),
             }
@@ -201,9 +203,12 @@ impl Session for MqttSession {
 
 impl MqttSession {
     /// Queues one message's waiter and hands the message to the client.
-    async fn send(&self, message: &Message) -> Result<oneshot::Receiver<Sent>, Refusal> {
+    async fn send(
+        &self,
+        message: &Message,
+    ) -> Result<oneshot::Receiver<PublishOutcome>, BrokerRefusal> {
         if message.topic.contains(['+', '#']) {
-            return Err(Refusal::Permanent(format!(
+            return Err(BrokerRefusal::Permanent(format!(
                 "MQTT topic {:?} has a wildcard (`+` or `#`)",
                 message.topic
             )));
@@ -219,7 +224,9 @@ impl MqttSession {
         };
         let _order = self.send.lock().await;
         if self.broken() {
-            return Err(Refusal::Retryable("MQTT: the connection is lost".into()));
+            return Err(BrokerRefusal::Retryable(
+                "MQTT: the connection is lost".into(),
+            ));
         }
         let (waiter, answer) = oneshot::channel();
         lock(&self.waiters.queued).push_back(waiter);
@@ -236,7 +243,7 @@ impl MqttSession {
         if let Err(error) = sent {
             // Ours is the last waiter queued (the lock is held): it never reaches the loop.
             lock(&self.waiters.queued).pop_back();
-            return Err(Refusal::Retryable(format!("MQTT: {error}")));
+            return Err(BrokerRefusal::Retryable(format!("MQTT: {error}")));
         }
         Ok(answer)
     }

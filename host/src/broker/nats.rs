@@ -12,7 +12,7 @@ use async_nats::{Client, ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use super::{Connector, Message, Refusal, Sent, Session, tls};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, tls};
 use crate::config::BrokerSpec;
 
 /// The header JetStream deduplicates on.
@@ -48,7 +48,7 @@ impl NatsConnector {
 
 #[async_trait]
 impl Connector for NatsConnector {
-    async fn connect(&self) -> Result<Arc<dyn Session>, String> {
+    async fn connect(&self) -> Result<Arc<dyn BrokerSession>, String> {
         let mut options = ConnectOptions::new()
             .name(&self.name)
             .connection_timeout(self.connect_timeout);
@@ -84,8 +84,8 @@ struct NatsSession {
 }
 
 #[async_trait]
-impl Session for NatsSession {
-    async fn publish(&self, messages: &[Message]) -> Vec<Sent> {
+impl BrokerSession for NatsSession {
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
         let max_payload = self.client.server_info().max_payload;
         let mut acks = Vec::with_capacity(messages.len());
         for message in messages {
@@ -97,7 +97,7 @@ impl Session for NatsSession {
                 }
             };
             if max_payload > 0 && message.payload.len() > max_payload {
-                acks.push(Err(Refusal::Permanent(format!(
+                acks.push(Err(BrokerRefusal::Permanent(format!(
                     "message of {} bytes exceeds the NATS server's max_payload ({max_payload} bytes)",
                     message.payload.len()
                 ))));
@@ -135,23 +135,25 @@ impl Session for NatsSession {
 }
 
 /// The message's headers and its `Nats-Msg-Id`; a name or value NATS cannot carry is permanent.
-fn headers(message: &Message) -> Result<HeaderMap, Refusal> {
+fn headers(message: &Message) -> Result<HeaderMap, BrokerRefusal> {
     let mut map = HeaderMap::new();
     for (name, value) in &message.headers {
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_graphic() && c != ':') {
-            return Err(Refusal::Permanent(format!(
+            return Err(BrokerRefusal::Permanent(format!(
                 "header name {name:?} is not a NATS header name (visible ASCII without `:`)"
             )));
         }
         if value.contains(['\r', '\n']) {
-            return Err(Refusal::Permanent(format!(
+            return Err(BrokerRefusal::Permanent(format!(
                 "header `{name}` has a line break in its value"
             )));
         }
         map.append(name.as_str(), value.as_str());
     }
     if message.message_id.contains(['\r', '\n']) {
-        return Err(Refusal::Permanent("message id has a line break".into()));
+        return Err(BrokerRefusal::Permanent(
+            "message id has a line break".into(),
+        ));
     }
     map.insert(MSG_ID, message.message_id.as_str());
     Ok(map)
@@ -159,12 +161,12 @@ fn headers(message: &Message) -> Result<HeaderMap, Refusal> {
 
 /// A JetStream publish error as a result: payload over the server's limit permanent, the rest
 /// (no stream yet, timeouts, a broken pipe while reconnecting) retryable.
-fn classify(kind: PublishErrorKind, text: &str) -> Refusal {
+fn classify(kind: PublishErrorKind, text: &str) -> BrokerRefusal {
     match kind {
-        PublishErrorKind::MaxPayloadExceeded => Refusal::Permanent(format!("NATS: {text}")),
-        PublishErrorKind::StreamNotFound => Refusal::Retryable(format!(
+        PublishErrorKind::MaxPayloadExceeded => BrokerRefusal::Permanent(format!("NATS: {text}")),
+        PublishErrorKind::StreamNotFound => BrokerRefusal::Retryable(format!(
             "NATS: {text} (create a JetStream stream that takes the subject)"
         )),
-        _ => Refusal::Retryable(format!("NATS: {text}")),
+        _ => BrokerRefusal::Retryable(format!("NATS: {text}")),
     }
 }

@@ -13,7 +13,7 @@ use lapin::tcp::OwnedTLSConfig;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 
-use super::{Connector, Message, Refusal, Sent, Session};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome};
 use crate::config::BrokerSpec;
 
 /// Connects to RabbitMQ as `[[broker]]` says.
@@ -50,7 +50,7 @@ impl RabbitConnector {
 
 #[async_trait]
 impl Connector for RabbitConnector {
-    async fn connect(&self) -> Result<Arc<dyn Session>, String> {
+    async fn connect(&self) -> Result<Arc<dyn BrokerSession>, String> {
         let properties =
             ConnectionProperties::default().with_connection_name(self.name.clone().into());
         let tls = OwnedTLSConfig {
@@ -86,8 +86,8 @@ struct RabbitSession {
 }
 
 #[async_trait]
-impl Session for RabbitSession {
-    async fn publish(&self, messages: &[Message]) -> Vec<Sent> {
+impl BrokerSession for RabbitSession {
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
         let mut confirms = Vec::with_capacity(messages.len());
         for message in messages {
             confirms.push(self.send(message).await);
@@ -96,18 +96,18 @@ impl Session for RabbitSession {
             let confirm = confirm?;
             match confirm.await {
                 Ok(Confirmation::Ack(None)) => Ok(()),
-                Ok(Confirmation::Ack(Some(returned))) => Err(Refusal::Retryable(format!(
+                Ok(Confirmation::Ack(Some(returned))) => Err(BrokerRefusal::Retryable(format!(
                     "RabbitMQ returned the message unrouted ({} {}): no queue is bound for its \
                      routing key",
                     returned.reply_code, returned.reply_text
                 ))),
-                Ok(Confirmation::Nack(_)) => Err(Refusal::Retryable(
+                Ok(Confirmation::Nack(_)) => Err(BrokerRefusal::Retryable(
                     "RabbitMQ refused the message (nack)".into(),
                 )),
-                Ok(Confirmation::NotRequested) => Err(Refusal::Retryable(
+                Ok(Confirmation::NotRequested) => Err(BrokerRefusal::Retryable(
                     "RabbitMQ did not confirm (the channel is not in confirm mode)".into(),
                 )),
-                Err(error) => Err(Refusal::Retryable(format!("RabbitMQ: {error}"))),
+                Err(error) => Err(BrokerRefusal::Retryable(format!("RabbitMQ: {error}"))),
             }
         }))
         .await
@@ -124,20 +124,22 @@ impl Session for RabbitSession {
 
 impl RabbitSession {
     /// Sends one message; its confirm is awaited later.
-    async fn send(&self, message: &Message) -> Result<lapin::PublisherConfirm, Refusal> {
+    async fn send(&self, message: &Message) -> Result<lapin::PublisherConfirm, BrokerRefusal> {
         let routing_key = ShortString::try_new(message.topic.clone()).map_err(|_| {
-            Refusal::Permanent(format!(
+            BrokerRefusal::Permanent(format!(
                 "routing key of {} bytes is over AMQP's 255",
                 message.topic.len()
             ))
         })?;
         let message_id = ShortString::try_new(message.message_id.clone()).map_err(|_| {
-            Refusal::Permanent("message id of more than 255 bytes (an AMQP short string)".into())
+            BrokerRefusal::Permanent(
+                "message id of more than 255 bytes (an AMQP short string)".into(),
+            )
         })?;
         let mut headers = FieldTable::default();
         for (name, value) in &message.headers {
             let name = ShortString::try_new(name.clone()).map_err(|_| {
-                Refusal::Permanent("header name of more than 255 bytes".to_string())
+                BrokerRefusal::Permanent("header name of more than 255 bytes".to_string())
             })?;
             headers.insert(
                 name,
@@ -167,6 +169,6 @@ impl RabbitSession {
                 properties,
             )
             .await
-            .map_err(|e| Refusal::Retryable(format!("RabbitMQ: {e}")))
+            .map_err(|e| BrokerRefusal::Retryable(format!("RabbitMQ: {e}")))
     }
 }

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError, TlsCertificates};
 
-use super::{Connector, Message, Refusal, Sent, Session};
+use super::{BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome};
 use crate::config::BrokerSpec;
 
 /// Connects to Redis as `[[broker]]` says.
@@ -42,7 +42,7 @@ impl RedisConnector {
 
 #[async_trait]
 impl Connector for RedisConnector {
-    async fn connect(&self) -> Result<Arc<dyn Session>, String> {
+    async fn connect(&self) -> Result<Arc<dyn BrokerSession>, String> {
         let client = match &self.ca_pem {
             Some(pem) => Client::build_with_tls(
                 self.url.as_str(),
@@ -75,8 +75,8 @@ struct RedisSession {
 }
 
 #[async_trait]
-impl Session for RedisSession {
-    async fn publish(&self, messages: &[Message]) -> Vec<Sent> {
+impl BrokerSession for RedisSession {
+    async fn publish(&self, messages: &[Message]) -> Vec<PublishOutcome> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for message in messages {
@@ -103,15 +103,15 @@ impl Session for RedisSession {
                 .map(|reply| {
                     reply.map(|_id| ()).map_err(|e| {
                         if e.is_io_error() || e.is_connection_dropped() {
-                            Refusal::Retryable(format!("Redis: {e}"))
+                            BrokerRefusal::Retryable(format!("Redis: {e}"))
                         } else {
-                            Refusal::Permanent(format!("Redis refused XADD: {e}"))
+                            BrokerRefusal::Permanent(format!("Redis refused XADD: {e}"))
                         }
                     })
                 })
                 .collect(),
             Ok(replies) => vec![
-                Err(Refusal::Retryable(format!(
+                Err(BrokerRefusal::Retryable(format!(
                     "Redis answered {} replies for {} commands",
                     replies.len(),
                     messages.len()
@@ -125,7 +125,7 @@ impl Session for RedisSession {
                 {
                     self.broken.store(true, Ordering::Relaxed);
                 }
-                vec![Err(Refusal::Retryable(format!("Redis: {error}"))); messages.len()]
+                vec![Err(BrokerRefusal::Retryable(format!("Redis: {error}"))); messages.len()]
             }
         }
     }

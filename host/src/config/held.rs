@@ -1,10 +1,37 @@
-//! `worker.mode = "held"` needs, checked once by config loading: a database with row locks
-//! (PostgreSQL, MariaDB/MySQL, not SQLite) and a spare pooled connection beside the one each
-//! worker loop keeps for the whole publish.
+//! `worker.mode` ([`WorkerMode`]) and what `"held"` needs, checked once by config loading: a
+//! database with row locks (PostgreSQL, MariaDB/MySQL, not SQLite) and a spare pooled connection
+//! beside the one each worker loop keeps for the whole publish.
+
+use serde::Deserialize;
 
 use super::{ConfigError, DatabaseConfig, WorkerConfig, invalid};
 use crate::store::Backend;
-use crate::worker::WorkerMode;
+
+/// How a worker claims and marks a batch. In config: `worker.mode = "leased" | "held"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkerMode {
+    /// The claim leases its rows (`delivering`, `worker_id`, `lock_until_ms`) and commits; each
+    /// sink's results are marked as it answers, fenced on the lease. A host that dies mid-publish
+    /// spends an attempt when its rows are reclaimed after the lease.
+    #[default]
+    Leased,
+    /// The claim's `SELECT … FOR UPDATE SKIP LOCKED` keeps its rows locked in an open
+    /// transaction while they publish; one UPDATE (per 1000 rows) writes every result, then
+    /// commit. A host that dies or hangs mid-publish rolls back: its rows are claimable again at
+    /// once **without** an attempt counted. Refused on SQLite (config check).
+    Held,
+}
+
+impl WorkerMode {
+    /// The config value (`leased`, `held`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerMode::Leased => "leased",
+            WorkerMode::Held => "held",
+        }
+    }
+}
 
 /// Refuses held mode on SQLite (its open transaction would hold the database's only write lock
 /// while plugins publish, stopping every producer for up to `worker.publish_timeout`) and when

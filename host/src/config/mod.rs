@@ -32,6 +32,7 @@ pub use batch_size::{DEFAULT_BATCH_SIZE, LEAST_DEFAULT_BATCH_SIZE};
 pub use broker::{BrokerConfig, BrokerKind, BrokerLimits, BrokerSpec, BrokerTls, Secret};
 pub use byte_size::ByteSize;
 pub use deadlines::DEADLINE_MARGIN;
+pub use held::WorkerMode;
 pub use origin::AllowedOrigin;
 pub use retention::RetentionConfig;
 pub use sink::{
@@ -41,7 +42,6 @@ pub use sink::{
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
 use crate::wake::WakeMode;
-use crate::worker::WorkerMode;
 
 /// Default `worker.idle_probe` on MySQL / MariaDB: an idle loop without a commit feed claims at
 /// least this often (one index probe each).

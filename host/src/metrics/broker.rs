@@ -10,8 +10,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::broker::{Refusal, Sent};
-
 /// Labels of a connection's series.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BrokerLabels {
@@ -98,17 +96,10 @@ impl BrokerMetrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Counts one publish call's results.
-    pub fn count_results(&self, broker: &str, results: &[Sent]) {
-        for result in results {
-            let kind = match result {
-                Ok(()) => "confirmed",
-                Err(Refusal::Retryable(_)) => "retryable",
-                Err(Refusal::Permanent(_)) => "permanent",
-                Err(Refusal::RateLimited { .. }) => "rate_limited",
-            };
-            self.messages.get_or_create(&kinds(broker, kind)).inc();
-        }
+    /// Counts one published message of `broker` by its result (`confirmed`, `retryable`,
+    /// `permanent`, `rate_limited`).
+    pub fn count_message(&self, broker: &str, kind: &str) {
+        self.messages.get_or_create(&kinds(broker, kind)).inc();
     }
 
     /// Messages of `broker` counted with `kind` so far.

@@ -113,7 +113,7 @@ struct SinkSlot {
 }
 
 #[derive(Debug, Clone, Default)]
-struct Slot {
+struct TimeSlot {
     start_ms: i64,
     delivered: u64,
     failed: u64,
@@ -167,20 +167,20 @@ pub struct SinkWindow {
 /// The last hour of this host's work, one slot per [`SLOT_MS`].
 #[derive(Debug, Default)]
 pub struct Recent {
-    slots: Mutex<VecDeque<Slot>>,
+    slots: Mutex<VecDeque<TimeSlot>>,
 }
 
 impl Recent {
     /// Runs `f` on the slot of `now_ms`, opening it (and dropping slots older than an hour).
-    fn with_slot(&self, now_ms: i64, f: impl FnOnce(&mut Slot)) {
+    fn with_slot(&self, now_ms: i64, f: impl FnOnce(&mut TimeSlot)) {
         let Ok(mut slots) = self.slots.lock() else {
             return;
         };
         let start_ms = now_ms - now_ms.rem_euclid(SLOT_MS);
         if slots.back().is_none_or(|last| last.start_ms < start_ms) {
-            slots.push_back(Slot {
+            slots.push_back(TimeSlot {
                 start_ms,
-                ..Slot::default()
+                ..TimeSlot::default()
             });
         }
         while slots
@@ -250,7 +250,7 @@ impl Recent {
     }
 
     /// Slots that started within `window_ms` of `now_ms`.
-    fn window(&self, now_ms: i64, window_ms: i64) -> Vec<Slot> {
+    fn window(&self, now_ms: i64, window_ms: i64) -> Vec<TimeSlot> {
         let slots = self.slots.lock().map(|s| s.clone()).unwrap_or_default();
         slots
             .into_iter()

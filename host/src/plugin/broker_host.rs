@@ -1,7 +1,7 @@
 //! The host side of the WIT `broker` import: a plugin's messages handed to the `[[broker]]`
 //! connection it names, if its sink may use it (`limits.allow_brokers`), answered once the broker
 //! confirmed each, and always before the call's deadline: the guest is blocked in this host call,
-//! where epochs are not checked, so the publish itself ends [`DEADLINE_MARGIN`] before it
+//! where epochs are not checked, so the publish itself ends [`BROKER_RETURN_MARGIN`] before it
 //! (messages unconfirmed then are retryable) and leaves the guest time to return its results.
 
 use std::time::{Duration, Instant};
@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 use super::bindings::outbox::publisher::broker::{self, Message as WitMessage};
 use super::bindings::outbox::publisher::types::{PublishError, RateLimit};
 use super::state::HostState;
-use crate::broker::{Message, Refusal, Sent};
+use crate::broker::{BrokerRefusal, Message, PublishOutcome};
 
-/// How long before the call's deadline a broker publish gives up waiting for confirmations.
-pub const DEADLINE_MARGIN: Duration = Duration::from_millis(200);
+/// How long before the plugin call's deadline a broker publish gives up waiting for
+/// confirmations, left to the guest to return its results. (Not the configuration's
+/// [`DEADLINE_MARGIN`](crate::config::DEADLINE_MARGIN), which nests the configured timeouts.)
+pub const BROKER_RETURN_MARGIN: Duration = Duration::from_millis(200);
 
 /// The deadline of a broker publish made outside an armed call (never in practice).
 const UNARMED_DEADLINE: Duration = Duration::from_secs(10);
@@ -38,7 +40,7 @@ impl broker::Host for HostState {
         let now = Instant::now();
         let deadline = self.deadline.map_or(now + UNARMED_DEADLINE, |deadline| {
             deadline
-                .checked_sub(DEADLINE_MARGIN)
+                .checked_sub(BROKER_RETURN_MARGIN)
                 .filter(|d| *d > now)
                 .unwrap_or(now)
         });
@@ -62,11 +64,11 @@ fn from_wit(message: WitMessage) -> Message {
     }
 }
 
-fn to_wit(sent: Sent) -> Result<(), PublishError> {
+fn to_wit(sent: PublishOutcome) -> Result<(), PublishError> {
     sent.map_err(|refusal| match refusal {
-        Refusal::Retryable(message) => PublishError::Retryable(message),
-        Refusal::Permanent(message) => PublishError::Permanent(message),
-        Refusal::RateLimited {
+        BrokerRefusal::Retryable(message) => PublishError::Retryable(message),
+        BrokerRefusal::Permanent(message) => PublishError::Permanent(message),
+        BrokerRefusal::RateLimited {
             message,
             retry_after,
         } => PublishError::RateLimited(RateLimit {

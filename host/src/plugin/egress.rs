@@ -103,7 +103,7 @@ trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
 impl<T> Stream for T where T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
 
 /// What [`send`] returns: the response, and the connection's I/O driver.
-pub type Sent = (
+pub type SentRequest = (
     Response<ResponseBody>,
     Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>,
 );
@@ -114,7 +114,7 @@ pub async fn send(
     mut request: Request<impl Body<Data = Bytes, Error = Error> + Send + 'static>,
     options: RequestOptions,
     rule: &AddressRule,
-) -> Result<Sent, (Error, Option<Refused>)> {
+) -> Result<SentRequest, (Error, Option<Refused>)> {
     let uri = request.uri();
     let authority = uri
         .authority()

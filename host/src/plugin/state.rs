@@ -67,10 +67,10 @@ impl HostState {
     pub(super) fn new(sink: Arc<SinkShared>, memory_cap: u64) -> HostState {
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
         let wasi = WasiCtx::builder()
-            .stdout(GuestOutput::new(sink.clone(), Stream::Stdout, None))
+            .stdout(GuestOutput::new(sink.clone(), GuestStream::Stdout, None))
             .stderr(GuestOutput::new(
                 sink.clone(),
-                Stream::Stderr,
+                GuestStream::Stderr,
                 Some(stderr_tail.clone()),
             ))
             .allow_tcp(false)
@@ -217,7 +217,7 @@ impl ResourceLimiter for MemoryLimiter {
 
 /// Which guest output stream.
 #[derive(Clone, Copy)]
-enum Stream {
+enum GuestStream {
     Stdout,
     Stderr,
 }
@@ -228,7 +228,7 @@ enum Stream {
 #[derive(Clone)]
 struct GuestOutput {
     sink: Arc<SinkShared>,
-    stream: Stream,
+    stream: GuestStream,
     pending: Arc<Mutex<PendingLine>>,
     /// Where the last lines are kept (stderr only), skipping Rust's `note: …` hints.
     tail: Option<Arc<Mutex<Vec<String>>>>,
@@ -237,7 +237,7 @@ struct GuestOutput {
 impl GuestOutput {
     fn new(
         sink: Arc<SinkShared>,
-        stream: Stream,
+        stream: GuestStream,
         tail: Option<Arc<Mutex<Vec<String>>>>,
     ) -> GuestOutput {
         GuestOutput {
@@ -309,10 +309,10 @@ impl GuestOutput {
         };
         let sink = &*self.sink.name;
         match self.stream {
-            Stream::Stdout => {
+            GuestStream::Stdout => {
                 tracing::info!(target: "outboxd::plugin", sink, stream = "stdout", "{line}{marker}")
             }
-            Stream::Stderr => {
+            GuestStream::Stderr => {
                 tracing::warn!(target: "outboxd::plugin", sink, stream = "stderr", "{line}{marker}")
             }
         }

@@ -272,6 +272,14 @@ impl Wake {
 /// Shortest idle wait of adaptive probing: while rows keep arriving, a loop claims again this soon.
 pub const PROBE_MIN: Duration = Duration::from_millis(5);
 
+/// First wait before a commit feed (the binlog reader, the PostgreSQL listener and its notify
+/// gate) reconnects, after a lost connection or a first failed attempt; doubled per failure.
+pub const FIRST_RECONNECT_WAIT: Duration = Duration::from_millis(100);
+
+/// Longest wait between two reconnect attempts of a commit feed (the binlog reader, the
+/// PostgreSQL listener).
+pub const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(5);
+
 /// The idle wait of a loop without a commit feed: [`PROBE_MIN`] after a round that found rows
 /// (and after the first round of a loop that has just started: a host started or restarted into
 /// traffic picks it up within milliseconds, not after a whole `poll_interval`), doubling with

@@ -22,7 +22,7 @@ impl Worker {
         events: &'a [Event],
     ) -> BoxStream<'a, Answered> {
         let timeout = self.options.publish_timeout;
-        let publishing = Publishing {
+        let publishing = PublishUnderDeadline {
             parts: Some(self.publisher.publish_parts(events)),
             deadline: Box::pin(tokio::time::sleep(timeout)),
             answered: vec![false; events.len()],
@@ -51,7 +51,7 @@ impl Worker {
 }
 
 /// One publish under its deadline.
-struct Publishing<'a> {
+struct PublishUnderDeadline<'a> {
     /// The publisher's parts; `None` once it ended or the deadline passed.
     parts: Option<BoxStream<'a, Answered>>,
     /// `worker.publish_timeout` from the start of the publish.
@@ -60,7 +60,7 @@ struct Publishing<'a> {
     answered: Vec<bool>,
 }
 
-impl Publishing<'_> {
+impl PublishUnderDeadline<'_> {
     /// `part` without the positions out of range or answered before; the rest are now answered.
     fn first_answers(&mut self, part: Answered) -> Answered {
         part.into_iter()

@@ -8,12 +8,9 @@ use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
 
 use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
+use crate::config::DEADLINE_MARGIN;
 use crate::publish::{Answered, Event, Outcome};
 use crate::store::{ClaimBatch, Lease};
-
-/// What a batch's lease must hold beyond the publish deadline: time to mark (the configured
-/// `worker.publish_timeout` is at least this much shorter than `worker.lease`).
-pub(super) const LEASE_MARGIN: Duration = Duration::from_secs(1);
 
 impl Worker {
     /// Publishes a claimed batch and marks its rows: the mark counters (delivered, retried, …).
@@ -61,12 +58,13 @@ impl Worker {
     /// Whether what is left of `lease` holds a whole publish and the mark after it. A batch
     /// claimed ahead that waited for the one before it and falls short goes back untried, no
     /// attempt spent, to be claimed again with a fresh lease. (A batch that did not wait has the
-    /// lease config checked: publish_timeout + margin <= lease.)
+    /// lease config checked: publish_timeout + [`DEADLINE_MARGIN`] <= lease; the margin is the
+    /// time the lease must hold beyond the publish deadline to mark.)
     fn lease_holds_a_publish(&self, lease: &Lease) -> bool {
         let lease_left = Duration::from_millis(
             u64::try_from(lease.lock_until_ms.saturating_sub(self.now_ms())).unwrap_or(0),
         );
-        lease_left >= self.options.publish_timeout + LEASE_MARGIN
+        lease_left >= self.options.publish_timeout + DEADLINE_MARGIN
     }
 }
 

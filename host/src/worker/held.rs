@@ -26,39 +26,12 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::stream::StreamExt;
-use serde::Deserialize;
 use tracing::warn;
 
 use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
 use crate::publish::Event;
 use crate::store::{ClaimBatch, HeldBatch, Mark};
-
-/// How a worker claims and marks a batch. In config: `worker.mode = "leased" | "held"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WorkerMode {
-    /// The claim leases its rows (`delivering`, `worker_id`, `lock_until_ms`) and commits; each
-    /// sink's results are marked as it answers, fenced on the lease. A host that dies mid-publish
-    /// spends an attempt when its rows are reclaimed after the lease.
-    #[default]
-    Leased,
-    /// The claim's `SELECT … FOR UPDATE SKIP LOCKED` keeps its rows locked in an open
-    /// transaction while they publish; one UPDATE (per 1000 rows) writes every result, then
-    /// commit. A host that dies or hangs mid-publish rolls back: its rows are claimable again at
-    /// once **without** an attempt counted. Refused on SQLite (config check).
-    Held,
-}
-
-impl WorkerMode {
-    /// The config value (`leased`, `held`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkerMode::Leased => "leased",
-            WorkerMode::Held => "held",
-        }
-    }
-}
 
 /// Which claims of a held-mode worker are leased: the crash guard (module docs). Shared by the
 /// worker's loops.

@@ -6,7 +6,7 @@ use tokio::sync::Semaphore;
 
 use super::Worker;
 use super::ahead::ClaimAhead;
-use super::deliver::LEASE_MARGIN;
+use crate::config::DEADLINE_MARGIN;
 
 /// What a loop keeps for its whole life and its deliveries borrow: its worker id, how far it
 /// claims ahead, and the turn its batches take to publish.
@@ -33,7 +33,7 @@ impl Lane {
                 worker.store.backend().concurrent_writers(),
                 options
                     .lease
-                    .saturating_sub(options.publish_timeout + LEASE_MARGIN),
+                    .saturating_sub(options.publish_timeout + DEADLINE_MARGIN),
             ),
             publishing: Semaphore::new(1),
         }

@@ -4,14 +4,15 @@
 use std::collections::HashSet;
 
 use super::{
-    CREATE_BOOKKEEPING, ClaimIndex, IndexChange, OUTBOX_COLUMNS, ROOM_INDEX, applied_versions,
-    claim_indexes, create_claim_index, plan_claim_indexes, record_version, table_indexes,
+    CREATE_BOOKKEEPING, ClaimIndex, IndexChange, ROOM_INDEX, applied_versions, claim_indexes,
+    create_claim_index, plan_claim_indexes, record_version, table_indexes,
 };
 use crate::record;
 use crate::store::driver::{Driver, begin_write, db};
 use crate::store::row::{Int, Name};
 use crate::store::session::Session;
 use crate::store::statement::Bound;
+use crate::store::statement::insert::OUTBOX_COLUMNS;
 use crate::store::{Backend, MigrateOptions, StoreError, TableName};
 
 /// Applies the embedded migrations not yet recorded for the table, in one write transaction

@@ -53,24 +53,6 @@ pub(crate) fn record_version(
     b.finish()
 }
 
-/// Every column of the outbox table (migration 0001), in table order: the outbox INSERT lists them
-/// in this order and `migrate` checks that the table has them all.
-pub(crate) const OUTBOX_COLUMNS: [&str; 13] = [
-    "app_code",
-    "event_id",
-    "event_type",
-    "room_id",
-    "status",
-    "envelope",
-    "created_at_ms",
-    "retry_count",
-    "last_error",
-    "worker_id",
-    "lock_until_ms",
-    "next_retry_at_ms",
-    "updated_at_ms",
-];
-
 /// The claim indexes `backend`'s claims read ([`SqlDialect::claim_indexes`](super::statement::SqlDialect::claim_indexes)).
 pub(crate) fn claim_indexes(backend: Backend) -> &'static [ClaimIndex; 3] {
     backend.dialect().claim_indexes()

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::store::claim_index::CLAIM_INDEXES;
+use crate::store::statement::insert::OUTBOX_COLUMNS;
 use crate::store::{DEFAULT_TABLE, MigrateOptions};
 
 const DIALECTS: [Backend; 3] = [Backend::Sqlite, Backend::MySql, Backend::Postgres];

@@ -5,8 +5,25 @@ use std::collections::HashSet;
 
 use super::{Bound, SqlBuilder};
 use crate::record::{Record, Status};
-use crate::store::schema::OUTBOX_COLUMNS;
 use crate::store::{Backend, TableName};
+
+/// Every column of the outbox table (migration 0001), in table order: the outbox INSERT lists them
+/// in this order and the schema's `migrate` checks that the table has them all.
+pub(crate) const OUTBOX_COLUMNS: [&str; 13] = [
+    "app_code",
+    "event_id",
+    "event_type",
+    "room_id",
+    "status",
+    "envelope",
+    "created_at_ms",
+    "retry_count",
+    "last_error",
+    "worker_id",
+    "lock_until_ms",
+    "next_retry_at_ms",
+    "updated_at_ms",
+];
 
 /// The multi-row INSERT of new `pending` rows (`records` at most [`super::MAX_ROWS_PER_STATEMENT`]),
 /// ignoring ids already present.

@@ -18,7 +18,8 @@
 //!
 //! The server sends a heartbeat every [`HEARTBEAT`] while the binlog is quiet; a stream silent
 //! for [`SILENCE`] is taken as lost. The follower reconnects on its own (backing off up to
-//! [`MAX_RECONNECT_WAIT`]); while it is down the loops probe ([`super::IdleBackoff`]).
+//! [`MAX_RECONNECT_WAIT`](super::MAX_RECONNECT_WAIT)); while it is down the loops probe
+//! ([`super::IdleBackoff`]).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -33,12 +34,10 @@ use tracing::{info, warn};
 mod open;
 
 use super::Wake;
+use crate::outage::Outage;
 use crate::store::redact_url;
 
 pub use open::{Opened, Target, Unavailable, open, server_id};
-
-/// Longest wait between two reconnect attempts.
-pub const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(5);
 
 /// The second wake after a commit: a claim woken by the first may have run before the commit
 /// was visible.
@@ -177,7 +176,8 @@ pub fn spawn_follower(
 async fn follow_forever(target: &Target, server_id: u32, opened: Opened, wake: &Wake) {
     let database = redact_url(&target.url);
     let mut opened = Some(opened);
-    let mut reconnect_wait = Duration::from_millis(100);
+    let mut reconnect_wait = super::FIRST_RECONNECT_WAIT;
+    let outage = Outage::new();
     loop {
         let current = match opened.take() {
             Some(current) => Ok(current),
@@ -185,23 +185,31 @@ async fn follow_forever(target: &Target, server_id: u32, opened: Opened, wake: &
         };
         match current {
             Ok(current) => {
+                outage.recovered(|ended| {
+                    info!(database = %database, server_id, outage = %ended.lasted_text(),
+                        failures = ended.failures, "commit feed back after an outage");
+                });
                 info!(database = %database, server_id, "commit feed following the binlog");
                 wake.set_commit_feed(true);
                 // Rows committed while no one followed have no event coming.
                 wake.wake();
                 let lost = follow(current, wake).await;
-                reconnect_wait = Duration::from_millis(100);
-                warn!(database = %database, error = %lost,
-                    "commit feed lost the binlog stream; reconnecting");
+                reconnect_wait = super::FIRST_RECONNECT_WAIT;
+                outage.failed(|| {
+                    warn!(database = %database, error = %lost,
+                        "commit feed lost the binlog stream; reconnecting");
+                });
             }
             Err(err) => {
-                warn!(database = %database, error = %err, retry_in = ?reconnect_wait,
-                    "commit feed cannot follow the binlog; probing until it reconnects");
+                outage.failed(|| {
+                    warn!(database = %database, error = %err, retry_in = ?reconnect_wait,
+                        "commit feed cannot follow the binlog; probing until it reconnects");
+                });
             }
         }
         wake.set_commit_feed(false);
         tokio::time::sleep(reconnect_wait).await;
-        reconnect_wait = (reconnect_wait * 2).min(MAX_RECONNECT_WAIT);
+        reconnect_wait = (reconnect_wait * 2).min(super::MAX_RECONNECT_WAIT);
     }
 }
 

@@ -8,8 +8,9 @@
 //!
 //! One connection per host, kept apart from the listener and the store's pool (it holds session
 //! locks for as long as it lives):
-//! - it takes one of [`SLOTS`] slots on the table for its life (a session lock on the slot's
-//!   registry key, asked without waiting: a host beyond [`SLOTS`] gets none and its loops probe);
+//! - it takes one of [`GATE_SLOTS`] slots on the table for its life (a session lock on the
+//!   slot's registry key, asked without waiting: a host beyond [`GATE_SLOTS`] gets none and its
+//!   loops probe);
 //! - **arming** takes the slot's gate lock exclusively. The trigger takes every gate lock shared
 //!   until its transaction ends, without waiting, and notifies when it cannot have one; so the
 //!   arm waits for the producers that passed the trigger before it (and did not notify) to end,
@@ -28,11 +29,12 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 use tracing::{info, warn};
 
+use crate::outage::Outage;
 use crate::store::redact_url;
 use crate::wake::Wake;
 
 /// How many hosts can be armed on one table at a time (the trigger checks this many gate locks).
-pub const SLOTS: i32 = 8;
+pub const GATE_SLOTS: i32 = 8;
 
 /// Offset of the registry keys (one per slot, held for the connection's life) from the gate keys.
 const REGISTRY: i32 = 1000;
@@ -60,7 +62,7 @@ pub const ARM_RETRY: Duration = Duration::from_millis(250);
 const KEEPALIVE: Duration = Duration::from_secs(10);
 
 /// Longest wait between two reconnect attempts (also after finding every slot taken).
-const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(30);
+const MAX_GATE_RECONNECT_WAIT: Duration = Duration::from_secs(30);
 
 /// The gate's state, as the loops see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,27 +81,32 @@ pub enum Gate {
 /// Runs the gate of `channel` (the notification channel; its hash keys the locks) until the
 /// task is dropped, feeding `wake`'s gate state and following its arm requests.
 pub(super) async fn run(url: &str, channel: &str, wake: &Wake) {
-    let mut reconnect_wait = Duration::from_millis(100);
+    let mut reconnect_wait = crate::wake::FIRST_RECONNECT_WAIT;
     let mut armed_count = 0u64;
+    let outage = Outage::new();
     loop {
-        match serve(url, channel, wake, &mut armed_count).await {
+        match serve(url, channel, wake, &mut armed_count, &outage).await {
             Ok(Served::NoSlot) => {
-                warn!(database = %redact_url(url), channel, slots = SLOTS,
+                warn!(database = %redact_url(url), channel, slots = GATE_SLOTS,
                     "every notify slot of the table is taken by other hosts; this host probes");
-                reconnect_wait = MAX_RECONNECT_WAIT;
+                reconnect_wait = MAX_GATE_RECONNECT_WAIT;
             }
             Ok(Served::Lost) => {
-                reconnect_wait = Duration::from_millis(100);
-                warn!(database = %redact_url(url), channel, "notify gate lost its connection; reconnecting");
+                reconnect_wait = crate::wake::FIRST_RECONNECT_WAIT;
+                outage.failed(|| {
+                    warn!(database = %redact_url(url), channel, "notify gate lost its connection; reconnecting");
+                });
             }
             Err(err) => {
-                warn!(database = %redact_url(url), channel, error = %err, retry_in = ?reconnect_wait,
-                    "notify gate cannot connect; probing until it does");
+                outage.failed(|| {
+                    warn!(database = %redact_url(url), channel, error = %err, retry_in = ?reconnect_wait,
+                        "notify gate cannot connect; probing until it does");
+                });
             }
         }
         wake.set_gate(Gate::Off);
         tokio::time::sleep(reconnect_wait).await;
-        reconnect_wait = (reconnect_wait * 2).min(MAX_RECONNECT_WAIT);
+        reconnect_wait = (reconnect_wait * 2).min(MAX_GATE_RECONNECT_WAIT);
     }
 }
 
@@ -117,12 +124,17 @@ async fn serve(
     channel: &str,
     wake: &Wake,
     armed_count: &mut u64,
+    outage: &Outage,
 ) -> Result<Served, sqlx::Error> {
     let mut conn = PgConnection::connect(url).await?;
     sqlx::raw_sql(SESSION_SETUP).execute(&mut conn).await?;
     let Some(slot) = take_slot(&mut conn, channel).await? else {
         return Ok(Served::NoSlot);
     };
+    outage.recovered(|ended| {
+        info!(database = %redact_url(url), channel, outage = %ended.lasted_text(),
+            failures = ended.failures, "notify gate back after an outage");
+    });
     info!(database = %redact_url(url), channel, slot, "notify gate ready");
     let mut want = wake.arm_requests();
     let mut armed = false;
@@ -165,7 +177,7 @@ async fn serve(
 
 /// Takes the first free slot's registry lock (without waiting); `None` when every slot is taken.
 async fn take_slot(conn: &mut PgConnection, channel: &str) -> Result<Option<i32>, sqlx::Error> {
-    for slot in 0..SLOTS {
+    for slot in 0..GATE_SLOTS {
         let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1), $2)")
             .bind(channel)
             .bind(REGISTRY + slot)

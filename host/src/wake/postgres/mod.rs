@@ -8,13 +8,12 @@
 //! Since migration 0005 the trigger notifies only while some host's gate is armed
 //! ([`gate`], which runs beside the listener on a connection of its own).
 //!
-//! The listener reconnects on its own (backing off up to [`MAX_RECONNECT_WAIT`]); while it is
-//! down the loops probe adaptively, and after every (re)connect it wakes a loop once, since
-//! notifications sent while it was away are gone.
+//! The listener reconnects on its own (backing off up to
+//! [`MAX_RECONNECT_WAIT`](super::MAX_RECONNECT_WAIT)); while it is down the loops probe
+//! adaptively, and after every (re)connect it wakes a loop once, since notifications sent while it
+//! was away are gone.
 
 pub mod gate;
-
-use std::time::Duration;
 
 use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
@@ -22,10 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Wake;
+use crate::outage::Outage;
 use crate::store::{TableName, redact_url};
-
-/// Longest wait between two reconnect attempts.
-pub const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(5);
 
 /// The channel the trigger of `table` notifies: `outboxd_<table>` in lower case (PostgreSQL
 /// folds the unquoted table name the same way).
@@ -55,30 +52,44 @@ pub fn spawn_listener(
 
 /// Connects, listens and forwards notifications; reconnects after any error.
 async fn listen_forever(url: &str, channel: &str, wake: &Wake) {
-    let mut reconnect_wait = Duration::from_millis(100);
+    let mut reconnect_wait = super::FIRST_RECONNECT_WAIT;
+    let outage = Outage::new();
     loop {
-        match listen_once(url, channel, wake).await {
+        match listen_once(url, channel, wake, &outage).await {
             Ok(()) => {
                 // The connection was lost after it had worked: try again soon.
-                reconnect_wait = Duration::from_millis(100);
-                warn!(database = %redact_url(url), channel, "commit feed lost its connection; reconnecting");
+                reconnect_wait = super::FIRST_RECONNECT_WAIT;
+                outage.failed(|| {
+                    warn!(database = %redact_url(url), channel, "commit feed lost its connection; reconnecting");
+                });
             }
             Err(err) => {
-                warn!(database = %redact_url(url), channel, error = %err,
-                    retry_in = ?reconnect_wait, "commit feed cannot listen; probing until it reconnects");
+                outage.failed(|| {
+                    warn!(database = %redact_url(url), channel, error = %err,
+                        retry_in = ?reconnect_wait, "commit feed cannot listen; probing until it reconnects");
+                });
             }
         }
         wake.set_commit_feed(false);
         tokio::time::sleep(reconnect_wait).await;
-        reconnect_wait = (reconnect_wait * 2).min(MAX_RECONNECT_WAIT);
+        reconnect_wait = (reconnect_wait * 2).min(super::MAX_RECONNECT_WAIT);
     }
 }
 
 /// One connection's life: `Ok(())` when it was lost after listening, `Err` when it failed.
-async fn listen_once(url: &str, channel: &str, wake: &Wake) -> Result<(), sqlx::Error> {
+async fn listen_once(
+    url: &str,
+    channel: &str,
+    wake: &Wake,
+    outage: &Outage,
+) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect(url).await?;
     listener.eager_reconnect(false);
     listener.listen(channel).await?;
+    outage.recovered(|ended| {
+        info!(database = %redact_url(url), channel, outage = %ended.lasted_text(),
+            failures = ended.failures, "commit feed back after an outage");
+    });
     info!(database = %redact_url(url), channel, "commit feed listening");
     wake.set_commit_feed(true);
     // Rows committed while no one listened have no notification coming.

@@ -7,12 +7,9 @@ the column sizes of migration 0001.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import InvalidEventError
-
-if TYPE_CHECKING:
-    from .event import Event
 
 #: The longest value of each string column, in characters (migration 0001's ``VARCHAR`` sizes).
 MAX_CHARS: dict[str, int] = {"app_code": 64, "event_id": 128, "event_type": 128, "room_id": 128}
@@ -22,6 +19,26 @@ NON_EMPTY: tuple[str, ...] = ("event_id", "event_type", "room_id")
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
+
+
+class EventFields(Protocol):
+    """The fields :func:`validate_event` reads: those of an :class:`~outboxd_producer.Event`.
+    (A protocol, so that this module, which ``event`` uses, does not import ``event``.)"""
+
+    @property
+    def app_code(self) -> object: ...
+    @property
+    def event_id(self) -> object: ...
+    @property
+    def event_type(self) -> object: ...
+    @property
+    def room_id(self) -> object: ...
+    @property
+    def room_version(self) -> object: ...
+    @property
+    def occurred_at_ms(self) -> object: ...
+    @property
+    def body(self) -> object: ...
 
 
 def describe(event_id: object, event_type: object = "", room_id: object = "") -> str:
@@ -74,7 +91,7 @@ def check_int64(event: object, field: str, value: object) -> None:
         raise fail(event, field, f"is {value}, outside the signed 64-bit range")
 
 
-def validate_event(event: Event) -> None:
+def validate_event(event: EventFields) -> None:
     """Raises :class:`InvalidEventError` naming the first field of ``event`` that cannot be
     written; returns ``None`` when every field fits."""
     for field in ("app_code", "event_id", "event_type", "room_id"):
