@@ -23,7 +23,7 @@ pub(super) enum View {
 }
 
 /// What a path leads to.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     /// An embedded file: its content type and text.
     Asset(&'static str, &'static str),
@@ -75,10 +75,12 @@ static ROUTES: LazyLock<Router<Route>> = LazyLock::new(|| {
     router
 });
 
+/// Whether `path` is one of the console's.
 pub(super) fn owns(path: &str) -> bool {
     ROUTES.at(path).is_ok()
 }
 
+/// The answer to `request`; `None` when its path is not the console's.
 pub(super) async fn route(console: &Arc<Console>, request: &ConsoleRequest) -> Option<Reply> {
     let found = ROUTES.at(&request.path).ok()?;
     let access = &console.access;
@@ -128,4 +130,28 @@ fn denied_json(denied: &AccessDenied) -> Reply {
         denied.status,
         &serde_json::json!({ "error": denied.message }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route_of(path: &str) -> Option<Route> {
+        ROUTES.at(path).ok().map(|found| *found.value)
+    }
+
+    #[test]
+    fn paths_lead_to_their_page_json_or_action() {
+        assert_eq!(route_of("/"), Some(Route::Page(View::Overview)));
+        assert_eq!(route_of("/dead"), Some(Route::Page(View::Dead)));
+        assert_eq!(route_of("/api/dead"), Some(Route::Api(Some(View::Dead))));
+        assert_eq!(route_of("/api/nothing/here"), Some(Route::Api(None)));
+        assert_eq!(route_of("/api/actions/pause"), Some(Route::Action(true)));
+        assert_eq!(route_of("/actions/requeue"), Some(Route::Action(false)));
+        let pause = ROUTES.at("/actions/pause").unwrap();
+        assert_eq!(pause.params.get("name"), Some("pause"));
+        for path in ["/metrics", "/healthz", "/readyz", "/reload", "/events/x"] {
+            assert!(!owns(path), "{path} is the admin listener's");
+        }
+    }
 }
