@@ -47,19 +47,9 @@ impl std::fmt::Debug for AdminToken {
 }
 
 impl AdminToken {
-    /// Whether `given` is this token (constant time in the token's length).
+    /// Whether `given` is this token, compared in constant time (`subtle`).
     pub fn matches(&self, given: &str) -> bool {
-        AdminToken::matches_text(&self.0, given)
-    }
-
-    /// Whether `given` equals `expected`, in constant time in `expected`'s length.
-    pub fn matches_text(expected: &str, given: &str) -> bool {
-        let (a, b) = (expected.as_bytes(), given.as_bytes());
-        let mut diff = a.len() ^ b.len();
-        for (i, byte) in a.iter().enumerate() {
-            diff |= usize::from(byte ^ b.get(i).copied().unwrap_or(0));
-        }
-        diff == 0
+        subtle::ConstantTimeEq::ct_eq(self.0.as_bytes(), given.as_bytes()).into()
     }
 
     fn parse(key: &str, text: Option<String>) -> Result<Option<AdminToken>, ConfigError> {

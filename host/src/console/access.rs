@@ -14,7 +14,10 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use cookie::{Cookie, SameSite};
 use rand::Rng;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::request::ConsoleRequest;
 use crate::config::admin::AdminToken;
@@ -46,31 +49,48 @@ pub struct Caller {
     pub csrf: Option<String>,
 }
 
-/// Why a request was refused, as the page or JSON says it.
+/// Why a request was denied access, as the page or JSON says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct AccessDenied {
     /// 401 (no or a wrong token) or 403 (actions off, CSRF).
     pub status: http::StatusCode,
     /// One sentence naming the way in.
     pub message: String,
 }
 
-struct Session {
+/// One browser's login: what its token granted and the CSRF token of its forms.
+struct LoginSession {
     grant: Grant,
     csrf: String,
     created: Instant,
 }
 
-/// The tokens and the logged-in sessions.
+/// The tokens and the logged-in sessions, each kept under the SHA-256 of its cookie value (a
+/// lookup compares digests, never the secret itself).
 pub struct Access {
     token: Option<AdminToken>,
     read_token: Option<AdminToken>,
-    sessions: Mutex<BTreeMap<String, Session>>,
+    sessions: Mutex<BTreeMap<[u8; 32], LoginSession>>,
 }
 
 fn random_hex() -> String {
     let bytes: [u8; 24] = rand::rng().random();
     hex::encode(bytes)
+}
+
+fn session_key(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
+}
+
+/// The session cookie: `HttpOnly`, `SameSite=Strict`, for the whole console.
+fn session_cookie(value: String, max_age: Duration) -> String {
+    Cookie::build((SESSION_COOKIE, value))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(max_age.as_secs() as i64))
+        .build()
+        .to_string()
 }
 
 impl Access {
@@ -100,8 +120,8 @@ impl Access {
     }
 
     /// A login with `token`: the `Set-Cookie` value of a new session, or why not.
-    pub fn login(&self, token: &str) -> Result<String, Refusal> {
-        let grant = self.grant_of(token).ok_or_else(|| Refusal {
+    pub fn login(&self, token: &str) -> Result<String, AccessDenied> {
+        let grant = self.grant_of(token).ok_or_else(|| AccessDenied {
             status: http::StatusCode::UNAUTHORIZED,
             message: "wrong token: use [admin] token (or OUTBOXD_ADMIN_TOKEN), or [admin] read_token to read only".into(),
         })?;
@@ -112,38 +132,35 @@ impl Access {
                 let oldest = sessions
                     .iter()
                     .min_by_key(|(_, s)| s.created)
-                    .map(|(k, _)| k.clone());
+                    .map(|(k, _)| *k);
                 match oldest {
                     Some(key) => sessions.remove(&key),
                     None => break,
                 };
             }
             sessions.insert(
-                id.clone(),
-                Session {
+                session_key(&id),
+                LoginSession {
                     grant,
                     csrf: random_hex(),
                     created: Instant::now(),
                 },
             );
         }
-        Ok(format!(
-            "{SESSION_COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-            SESSION_TTL.as_secs()
-        ))
+        Ok(session_cookie(id, SESSION_TTL))
     }
 
     /// Ends the request's session; the `Set-Cookie` value that clears the cookie.
     pub fn logout(&self, request: &ConsoleRequest) -> String {
         if let (Some(id), Ok(mut sessions)) = (request.cookie(SESSION_COOKIE), self.sessions.lock())
         {
-            sessions.remove(id);
+            sessions.remove(&session_key(&id));
         }
-        format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+        session_cookie(String::new(), Duration::ZERO)
     }
 
     /// Who is asking: a session, a bearer token, or a loopback reader.
-    pub fn caller(&self, request: &ConsoleRequest) -> Result<Caller, Refusal> {
+    pub fn caller(&self, request: &ConsoleRequest) -> Result<Caller, AccessDenied> {
         let peer = request.peer;
         if let Some(bearer) = request
             .header("authorization")
@@ -155,7 +172,7 @@ impl Access {
                     who: format!("{peer} (bearer token)"),
                     csrf: None,
                 }),
-                None => Err(Refusal {
+                None => Err(AccessDenied {
                     status: http::StatusCode::UNAUTHORIZED,
                     message: "wrong bearer token".into(),
                 }),
@@ -163,7 +180,7 @@ impl Access {
         }
         if let Some(id) = request.cookie(SESSION_COOKIE)
             && let Ok(sessions) = self.sessions.lock()
-            && let Some(session) = sessions.get(id)
+            && let Some(session) = sessions.get(&session_key(&id))
             && session.created.elapsed() < SESSION_TTL
         {
             return Ok(Caller {
@@ -179,7 +196,7 @@ impl Access {
                 csrf: None,
             });
         }
-        Err(Refusal {
+        Err(AccessDenied {
             status: http::StatusCode::UNAUTHORIZED,
             message: if self.read_token.is_some() {
                 "reading the console needs a token: log in at /login with [admin] read_token or [admin] token".into()
@@ -194,20 +211,20 @@ impl Access {
 
     /// The caller of an action (`what`, e.g. `requeue`): one with the action token, and for a
     /// session a form with its CSRF token from this site.
-    pub fn actor(&self, request: &ConsoleRequest, what: &str) -> Result<Caller, Refusal> {
+    pub fn actor(&self, request: &ConsoleRequest, what: &str) -> Result<Caller, AccessDenied> {
         if !self.actions_on() {
-            return Err(Refusal {
+            return Err(AccessDenied {
                 status: http::StatusCode::FORBIDDEN,
                 message: format!(
                     "{what} refused: console actions are off; set [admin] token (or OUTBOXD_ADMIN_TOKEN) and restart"
                 ),
             });
         }
-        let refuse = |message: String| Refusal {
+        let refuse = |message: String| AccessDenied {
             status: http::StatusCode::FORBIDDEN,
             message,
         };
-        let caller = self.caller(request).map_err(|r| Refusal {
+        let caller = self.caller(request).map_err(|r| AccessDenied {
             message: format!("{what} refused: {}", r.message),
             ..r
         })?;
@@ -218,7 +235,7 @@ impl Access {
         }
         if let Some(csrf) = &caller.csrf {
             let given = request.f("csrf");
-            if given.is_empty() || !AdminToken::matches_text(csrf, given) {
+            if given.is_empty() || !bool::from(csrf.as_bytes().ct_eq(given.as_bytes())) {
                 return Err(refuse(format!(
                     "{what} refused: the form's CSRF token is missing or stale (reload the page)"
                 )));

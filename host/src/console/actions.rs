@@ -13,22 +13,18 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use tracing::{info, warn};
 
 use super::access::Caller;
 use super::form::EventsForm;
 use super::jobs::Job;
-use super::request::{ConsoleRequest, html, json, redirect};
+use super::request::{ConsoleRequest, Reply, href, html, json, redirect};
 use super::{ACTION_CHUNK, Console, pages};
 use crate::dead_letters::{self, DeadLetterAction};
 use crate::plugin::Paused;
 use crate::record::now_ms;
 use crate::store::FailedFilter;
-
-type Reply = Response<Full<Bytes>>;
 
 /// Most ids one selection may carry.
 const MAX_SELECTION: usize = 1000;
@@ -42,32 +38,23 @@ struct Answer<'a> {
 
 impl Answer<'_> {
     fn refused(&self, status: StatusCode, message: String) -> Reply {
-        self.console
-            .metrics
-            .count_console_action(self.action, "refused");
-        warn!(target: "outboxd::console", action = self.action, error = %message, "console action refused");
-        if self.api {
-            json(status, &serde_json::json!({ "error": message }))
-        } else {
-            html(status, pages::message::render("Refused", &message))
-        }
+        self.error("refused", status, "Refused", message)
     }
 
     fn failed(&self, message: String) -> Reply {
+        self.error("failed", StatusCode::SERVICE_UNAVAILABLE, "Failed", message)
+    }
+
+    /// Counts, logs and answers an action that did not happen (`result`: refused or failed).
+    fn error(&self, result: &str, status: StatusCode, title: &str, message: String) -> Reply {
         self.console
             .metrics
-            .count_console_action(self.action, "failed");
-        warn!(target: "outboxd::console", action = self.action, error = %message, "console action failed");
+            .count_console_action(self.action, result);
+        warn!(target: "outboxd::console", action = self.action, error = %message, "console action {result}");
         if self.api {
-            json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &serde_json::json!({ "error": message }),
-            )
+            json(status, &serde_json::json!({ "error": message }))
         } else {
-            html(
-                StatusCode::SERVICE_UNAVAILABLE,
-                pages::message::render("Failed", &message),
-            )
+            html(status, pages::message::render(title, &message))
         }
     }
 
@@ -85,14 +72,10 @@ pub(super) async fn run(
     name: &str,
     api: bool,
 ) -> Reply {
-    let action: &'static str = match name {
-        "requeue" => "requeue",
-        "purge" => "purge",
-        "pause" => "pause",
-        "resume" => "resume",
-        "reload" => "reload",
-        _ => "unknown",
-    };
+    let action = ["requeue", "purge", "pause", "resume", "reload"]
+        .into_iter()
+        .find(|action| *action == name)
+        .unwrap_or("unknown");
     let answer = Answer {
         console,
         action,
@@ -106,7 +89,7 @@ pub(super) async fn run(
     }
     let caller = match console.access.actor(request, action) {
         Ok(caller) => caller,
-        Err(refusal) => return answer.refused(refusal.status, refusal.message),
+        Err(denied) => return answer.refused(denied.status, denied.message),
     };
     match action {
         "requeue" => {
@@ -290,7 +273,7 @@ fn switch(
             &serde_json::json!({ "sink": sink, "changed": changed, "notice": notice }),
         )
     } else {
-        redirect(&super::html::href("/sinks", &[("notice", &notice)]), None)
+        redirect(&href("/sinks", &[("notice", &notice)]), None)
     }
 }
 
@@ -307,7 +290,7 @@ async fn reload(console: &Console, caller: &Caller, answer: &Answer<'_>) -> Repl
             if answer.api {
                 json(StatusCode::OK, &serde_json::json!({ "notice": summary }))
             } else {
-                redirect(&super::html::href("/sinks", &[("notice", &summary)]), None)
+                redirect(&href("/sinks", &[("notice", &summary)]), None)
             }
         }
         Err(reason) => answer.refused(StatusCode::CONFLICT, format!("reload refused: {reason}")),

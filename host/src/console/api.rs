@@ -4,20 +4,19 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 
 use super::Console;
 use super::form::{DeadForm, EventsForm};
-use super::request::{ConsoleRequest, json};
+use super::request::{ConsoleRequest, Reply, json};
+use super::routes::View;
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
+fn error(status: StatusCode, message: impl Into<String>) -> Reply {
     json(status, &serde_json::json!({ "error": message.into() }))
 }
 
 /// A bad form is 400, a database error 503.
-fn failed(message: String) -> Response<Full<Bytes>> {
+fn failed(message: String) -> Reply {
     let status = if message.starts_with("database") || message.contains("database error") {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
@@ -26,18 +25,26 @@ fn failed(message: String) -> Response<Full<Bytes>> {
     error(status, message)
 }
 
+/// The JSON of `view` (`None`: a name that is none).
 pub(super) async fn get(
     console: &Arc<Console>,
     request: &ConsoleRequest,
-    name: &str,
-) -> Response<Full<Bytes>> {
-    match name {
-        "overview" => json(StatusCode::OK, &console.overview()),
-        "events" => match console.events(&EventsForm::read(request, false)).await {
+    view: Option<View>,
+) -> Reply {
+    let Some(view) = view else {
+        let name = request.path.trim_start_matches("/api/");
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no /api/{name}: try overview, events, event, dead, sinks, jobs"),
+        );
+    };
+    match view {
+        View::Overview => json(StatusCode::OK, &console.overview()),
+        View::Events => match console.events(&EventsForm::read(request, false)).await {
             Ok(view) => json(StatusCode::OK, &view),
             Err(message) => failed(message),
         },
-        "event" => match console.event(request.q("app"), request.q("id")).await {
+        View::Event => match console.event(request.q("app"), request.q("id")).await {
             Ok(Some(view)) => json(StatusCode::OK, &view),
             Ok(None) => error(
                 StatusCode::NOT_FOUND,
@@ -49,21 +56,17 @@ pub(super) async fn get(
             ),
             Err(message) => failed(message),
         },
-        "dead" => match console.dead(&DeadForm::read(request)).await {
+        View::Dead => match console.dead(&DeadForm::read(request)).await {
             Ok(view) => json(StatusCode::OK, &view),
             Err(message) => failed(message),
         },
-        "sinks" => json(StatusCode::OK, &console.sinks()),
-        "jobs" => match request.q("id") {
+        View::Sinks => json(StatusCode::OK, &console.sinks()),
+        View::Jobs => match request.q("id") {
             "" => json(StatusCode::OK, &console.jobs.latest(20)),
             id => match id.parse().ok().and_then(|id| console.jobs.get(id)) {
                 Some(job) => json(StatusCode::OK, &job),
                 None => error(StatusCode::NOT_FOUND, format!("no job {id:?}")),
             },
         },
-        other => error(
-            StatusCode::NOT_FOUND,
-            format!("no /api/{other}: try overview, events, event, dead, sinks, jobs"),
-        ),
     }
 }

@@ -2,12 +2,13 @@
 //! each at `/api/…`. Readable without JavaScript (a small embedded script only refreshes the live
 //! pages); every asset is embedded in the binary; nothing loads from another origin.
 //!
-//! - `routes.rs`: path → page, JSON or action; `request.rs`: the request as read and the
-//!   responses with their security headers (a strict Content-Security-Policy);
-//! - `access.rs`: who may read (loopback, or a token) and act (`[admin] token`), sessions, CSRF;
+//! - `routes.rs`: path → page, JSON or action (a `matchit` router); `request.rs`: the request as
+//!   read and the responses with their security headers (a strict Content-Security-Policy);
+//! - `access.rs`: who may read (loopback, or a token) and act (`[admin] token`), login sessions
+//!   (`cookie`), CSRF, tokens compared in constant time (`subtle`);
 //! - `data.rs`: what each page shows, gathered once for the page and its JSON; `form.rs`: the
 //!   search forms → the store's queries;
-//! - `pages/`: one renderer per page over `html.rs`, a writer that escapes every runtime value;
+//! - `pages/`: one `maud` template per page (checked at compile time; every value escaped);
 //!   `api.rs`: the same views as JSON;
 //! - `actions.rs`: requeue, purge, pause, resume, reload — each logged (who, what, how many) and
 //!   counted in `outboxd_console_actions`; `jobs.rs`: the chunked dead-letter jobs in flight.
@@ -20,7 +21,6 @@ mod actions;
 mod api;
 mod data;
 mod form;
-pub mod html;
 mod jobs;
 mod pages;
 pub mod request;
@@ -34,7 +34,7 @@ pub use access::{Grant, SESSION_COOKIE, is_loopback};
 pub use data::{DeadView, EventView, EventsView, Overview, SinksView};
 pub use form::{PAGE_ROWS, SCAN_ROWS};
 pub use jobs::Job;
-pub use request::{CONTENT_SECURITY_POLICY, ConsoleRequest};
+pub use request::{CONTENT_SECURITY_POLICY, ConsoleRequest, Reply};
 
 use crate::config::admin::AdminConfig;
 use crate::metrics::Metrics;
@@ -102,10 +102,7 @@ impl Console {
     }
 
     /// Answers a console request; `None` when the path is not the console's.
-    pub async fn handle(
-        self: &Arc<Self>,
-        request: &ConsoleRequest,
-    ) -> Option<http::Response<http_body_util::Full<bytes::Bytes>>> {
+    pub async fn handle(self: &Arc<Self>, request: &ConsoleRequest) -> Option<Reply> {
         routes::route(self, request).await
     }
 

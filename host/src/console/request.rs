@@ -10,6 +10,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 
+/// A console response.
+pub type Reply = Response<Full<Bytes>>;
+
 /// The Content-Security-Policy of every console response.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
@@ -95,11 +98,11 @@ impl ConsoleRequest {
     }
 
     /// A cookie's value.
-    pub fn cookie(&self, name: &str) -> Option<&str> {
-        self.header("cookie")?.split(';').find_map(|pair| {
-            let (key, value) = pair.trim().split_once('=')?;
-            (key == name).then_some(value)
-        })
+    pub fn cookie(&self, name: &str) -> Option<String> {
+        cookie::Cookie::split_parse(self.header("cookie")?)
+            .flatten()
+            .find(|cookie| cookie.name() == name)
+            .map(|cookie| cookie.value().to_string())
     }
 }
 
@@ -111,11 +114,7 @@ fn first<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
 }
 
 /// A response with the console's headers.
-pub fn respond(
-    status: StatusCode,
-    content_type: &'static str,
-    body: impl Into<Bytes>,
-) -> Response<Full<Bytes>> {
+pub fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -138,19 +137,19 @@ pub fn respond(
 }
 
 /// An HTML page.
-pub fn html(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+pub fn html(status: StatusCode, body: String) -> Reply {
     respond(status, "text/html; charset=utf-8", body)
 }
 
 /// A JSON document.
-pub fn json(status: StatusCode, value: &impl serde::Serialize) -> Response<Full<Bytes>> {
+pub fn json(status: StatusCode, value: &impl serde::Serialize) -> Reply {
     let body = serde_json::to_vec_pretty(value)
         .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     respond(status, "application/json", body)
 }
 
 /// `303 See Other` to `location` (a path of this console), optionally setting a cookie.
-pub fn redirect(location: &str, cookie: Option<String>) -> Response<Full<Bytes>> {
+pub fn redirect(location: &str, cookie: Option<String>) -> Reply {
     let mut response = respond(
         StatusCode::SEE_OTHER,
         "text/plain; charset=utf-8",
@@ -163,4 +162,31 @@ pub fn redirect(location: &str, cookie: Option<String>) -> Response<Full<Bytes>>
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response
+}
+
+/// `path?k=v&…` with each value percent-encoded; empty values are left out.
+pub fn href(path: &str, params: &[(&str, &str)]) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in params.iter().filter(|(_, value)| !value.is_empty()) {
+        query.append_pair(key, value);
+    }
+    match query.finish() {
+        query if query.is_empty() => path.to_string(),
+        query => format!("{path}?{query}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn links_encode_their_values() {
+        assert_eq!(
+            super::href(
+                "/event",
+                &[("app", "a b"), ("id", "x&y=<z>"), ("empty", "")]
+            ),
+            "/event?app=a+b&id=x%26y%3D%3Cz%3E"
+        );
+        assert_eq!(super::href("/events", &[("type", "")]), "/events");
+    }
 }

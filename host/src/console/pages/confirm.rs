@@ -1,8 +1,15 @@
 //! The dry run's answer: how many rows an action would change, and the button that runs it.
 
+use maud::html;
+
 use super::super::access::Caller;
 use super::super::request::ConsoleRequest;
 use super::layout::{action_form, hidden, page};
+
+/// The form fields a confirmation carries on to the run.
+const CARRIED: [&str; 9] = [
+    "ids", "app", "group", "scope", "type", "room", "since", "until", "id",
+];
 
 /// "`matching` rows: requeue them?" carrying the request's fields on.
 pub(crate) fn render(
@@ -12,50 +19,26 @@ pub(crate) fn render(
     what: &str,
     matching: u64,
 ) -> String {
-    let title = if action == "requeue" {
-        "Requeue"
+    let (title, path) = if action == "requeue" {
+        ("Requeue", "/actions/requeue")
     } else {
-        "Purge"
+        ("Purge", "/actions/purge")
     };
-    page(title, Some(caller), false, |h| {
-        h.el("p", &[], &format!("{matching} failed rows match: {what}."));
-        if matching == 0 {
-            h.open("p", &[])
-                .el("a", &[("href", "/dead")], "Back")
-                .close("p");
-            return;
+    let fields = html! {
+        @for (key, value) in &request.form {
+            @if CARRIED.contains(&key.as_str()) { (hidden(key, value)) }
         }
-        action_form(
-            h,
-            caller,
-            if action == "requeue" {
-                "/actions/requeue"
-            } else {
-                "/actions/purge"
-            },
-        );
-        for (key, value) in &request.form {
-            if !matches!(key.as_str(), "csrf" | "step" | "selection") {
-                match key.as_str() {
-                    "ids" => hidden(h, "ids", value),
-                    "app" => hidden(h, "app", value),
-                    "group" => hidden(h, "group", value),
-                    "scope" => hidden(h, "scope", value),
-                    "type" => hidden(h, "type", value),
-                    "room" => hidden(h, "room", value),
-                    "since" => hidden(h, "since", value),
-                    "until" => hidden(h, "until", value),
-                    "id" => hidden(h, "id", value),
-                    _ => {}
-                }
-            }
+        (hidden("step", "run"))
+        button.danger type="submit" { (title) " " (matching) " rows" }
+    };
+    let main = html! {
+        p { (matching) " failed rows match: " (what) "." }
+        @if matching == 0 {
+            p { a href="/dead" { "Back" } }
+        } @else {
+            (action_form(caller, path, fields))
+            p { a href="/dead" { "Cancel" } }
         }
-        hidden(h, "step", "run");
-        let label = format!("{title} {matching} rows");
-        h.el("button", &[("type", "submit"), ("class", "danger")], &label)
-            .close("form");
-        h.open("p", &[])
-            .el("a", &[("href", "/dead")], "Cancel")
-            .close("p");
-    })
+    };
+    page(title, Some(caller), false, main)
 }

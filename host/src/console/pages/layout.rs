@@ -1,10 +1,12 @@
 //! The frame of every page: the title, the navigation, who is reading, and `data-refresh` on
-//! pages whose figures move (the embedded script reloads their `<main>` every few seconds).
+//! pages whose figures move (the embedded script reloads their `<main>` every few seconds); and
+//! the pieces pages share: header rows, key/value rows, hidden fields, action forms.
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use maud::{DOCTYPE, Markup, Render, html};
+
 use super::super::access::{Caller, Grant};
-use super::super::html::Html;
 
 /// The navigation, `(path, label)`.
 const NAV: [(&str, &str); 4] = [
@@ -14,58 +16,74 @@ const NAV: [(&str, &str); 4] = [
     ("/sinks", "Sinks"),
 ];
 
-/// A whole page: `body` writes the inside of `<main>`.
-pub(crate) fn page(
-    title: &str,
-    caller: Option<&Caller>,
-    refresh: bool,
-    body: impl FnOnce(&mut Html),
-) -> String {
-    let mut h = Html::new();
-    h.markup("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
-    h.el("title", &[], &format!("{title} · outboxd"));
-    h.markup("<link rel=\"stylesheet\" href=\"/assets/console.css\"><script src=\"/assets/console.js\" defer></script></head>");
-    h.open("body", &[("data-refresh", if refresh { "5" } else { "" })]);
-    h.open("header", &[]).el("strong", &[], "outboxd");
-    h.open("nav", &[]);
-    for (path, label) in NAV {
-        h.el("a", &[("href", path)], label);
-    }
-    h.close("nav");
-    h.open("span", &[("class", "who")]);
-    match caller {
-        Some(caller) => {
-            let grant = match caller.grant {
-                Grant::Act => "may act",
-                Grant::Read => "reading",
-            };
-            h.text(&format!("{} · {grant}", caller.who));
-            if caller.csrf.is_some() {
-                h.open(
-                    "form",
-                    &[
-                        ("method", "post"),
-                        ("action", "/logout"),
-                        ("class", "inline"),
-                    ],
-                )
-                .el("button", &[("type", "submit")], "Log out")
-                .close("form");
-            } else {
-                h.text(" · ").el("a", &[("href", "/login")], "Log in");
+/// A whole page with `main` inside `<main>`.
+pub(crate) fn page(title: &str, caller: Option<&Caller>, refresh: bool, main: Markup) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · outboxd" }
+                link rel="stylesheet" href="/assets/console.css";
+                script src="/assets/console.js" defer {}
+            }
+            body data-refresh=(if refresh { "5" } else { "" }) {
+                header {
+                    strong { "outboxd" }
+                    nav { @for (path, label) in NAV { a href=(path) { (label) } } }
+                    span.who {
+                        @if let Some(caller) = caller {
+                            (caller.who) " · " (if caller.grant == Grant::Act { "may act" } else { "reading" })
+                            @if caller.csrf.is_some() {
+                                form.inline method="post" action="/logout" {
+                                    button type="submit" { "Log out" }
+                                }
+                            } @else {
+                                " · " a href="/login" { "Log in" }
+                            }
+                        } @else {
+                            a href="/login" { "Log in" }
+                        }
+                    }
+                }
+                main id="main" { h1 { (title) } (main) }
             }
         }
-        None => {
-            h.el("a", &[("href", "/login")], "Log in");
+    }
+    .into_string()
+}
+
+/// A table's header row.
+pub(crate) fn heads(names: &[&str]) -> Markup {
+    html! { tr { @for name in names { th { (name) } } } }
+}
+
+/// A key/value row of a `pairs` table.
+pub(crate) fn pair(key: &str, value: impl Render) -> Markup {
+    html! { tr { th { (key) } td { (value) } } }
+}
+
+/// A hidden input.
+pub(crate) fn hidden(name: &str, value: &str) -> Markup {
+    html! { input type="hidden" name=(name) value=(value); }
+}
+
+/// A form posting to the action `action`: `fields`, and the session's CSRF token.
+pub(crate) fn action_form(caller: &Caller, action: &str, fields: Markup) -> Markup {
+    html! {
+        form.inline method="post" action=(action) {
+            @if let Some(csrf) = &caller.csrf { (hidden("csrf", csrf)) }
+            (fields)
         }
     }
-    h.close("span").close("header");
-    h.open("main", &[("id", "main")]);
-    h.el("h1", &[], title);
-    body(&mut h);
-    h.close("main").close("body");
-    h.markup("</html>");
-    h.finish()
+}
+
+/// Where to log in to act, for a reader.
+pub(crate) fn login_note() -> Markup {
+    html! {
+        p.note { "Actions need the admin token: " a href="/login" { "log in" } " with [admin] token." }
+    }
 }
 
 /// UTC milliseconds as RFC 3339 (`2026-11-29T10:00:00.123Z`).
@@ -90,36 +108,4 @@ pub(crate) fn millis(ms: Option<f64>) -> String {
         Some(ms) => format!("{ms:.1} ms"),
         None => "-".into(),
     }
-}
-
-/// A hidden input.
-pub(crate) fn hidden(h: &mut Html, name: &'static str, value: &str) {
-    h.open(
-        "input",
-        &[("type", "hidden"), ("name", name), ("value", value)],
-    );
-}
-
-/// Opens an action form (closed by the caller) carrying the session's CSRF token.
-pub(crate) fn action_form(h: &mut Html, caller: &Caller, action: &'static str) {
-    h.open(
-        "form",
-        &[("method", "post"), ("action", action), ("class", "inline")],
-    );
-    if let Some(csrf) = &caller.csrf {
-        hidden(h, "csrf", csrf);
-    }
-}
-
-/// Whether the caller may act; otherwise writes where to log in.
-pub(crate) fn may_act(h: &mut Html, caller: &Caller) -> bool {
-    if caller.grant == Grant::Act {
-        return true;
-    }
-    h.open("p", &[("class", "note")])
-        .text("Actions need the admin token: ")
-        .el("a", &[("href", "/login")], "log in")
-        .text(" with [admin] token.")
-        .close("p");
-    false
 }

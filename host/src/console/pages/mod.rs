@@ -1,5 +1,5 @@
-//! The console's pages, one renderer each over [`super::html::Html`]; `layout.rs` is the frame
-//! around them (title, navigation, who is reading, the live-refresh hook).
+//! The console's pages, one `maud` template each; `layout.rs` is the frame around them (title,
+//! navigation, who is reading, the live-refresh hook) and the pieces they share.
 
 pub(super) mod confirm;
 mod dead;
@@ -15,72 +15,50 @@ mod table;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 
 use super::Console;
 use super::access::Caller;
 use super::form::{DeadForm, EventsForm};
-use super::request::{ConsoleRequest, html};
+use super::request::{ConsoleRequest, Reply, html};
+use super::routes::View;
 
-/// A page for a reader.
+/// The page of `view` for a reader.
 pub(super) async fn get(
     console: &Arc<Console>,
     request: &ConsoleRequest,
     caller: &Caller,
-) -> Response<Full<Bytes>> {
-    let notice = request.q("notice");
-    let page = match request.path.as_str() {
-        "/" => overview::render(&console.overview(), caller),
-        "/events" => {
+    view: View,
+) -> Reply {
+    let page = match view {
+        View::Overview => overview::render(&console.overview(), caller),
+        View::Events => {
             let form = EventsForm::read(request, false);
-            events::render(
-                &form,
-                console.events(&form).await,
-                &console.app_codes,
-                caller,
-            )
+            let found = console.events(&form).await;
+            events::render(&form, found, &console.app_codes, caller)
         }
-        "/event" => match console.event(request.q("app"), request.q("id")).await {
+        View::Event => match console.event(request.q("app"), request.q("id")).await {
             Ok(Some(view)) => event::render(&view, caller),
             Ok(None) => {
+                let (id, app) = (request.q("id"), request.q("app"));
+                let message = format!("no event {id:?} in app {app:?}");
                 return html(
                     StatusCode::NOT_FOUND,
-                    message::render(
-                        "Not found",
-                        &format!(
-                            "no event {:?} in app {:?}",
-                            request.q("id"),
-                            request.q("app")
-                        ),
-                    ),
+                    message::render("Not found", &message),
                 );
             }
             Err(error) => message::render("Database error", &error),
         },
-        "/dead" => {
+        View::Dead => {
             let form = DeadForm::read(request);
-            dead::render(&form, console.dead(&form).await, &console.app_codes, caller)
+            let found = console.dead(&form).await;
+            dead::render(&form, found, &console.app_codes, caller)
         }
-        "/sinks" => sinks::render(&console.sinks(), caller, notice),
-        "/jobs" => jobs::render(
-            request
-                .q("id")
-                .parse()
-                .ok()
-                .and_then(|id| console.jobs.get(id)),
-            &console.jobs.latest(10),
-            caller,
-        ),
-        _ => {
-            return html(
-                StatusCode::NOT_FOUND,
-                message::render(
-                    "Not found",
-                    &format!("no page {}: try /, /events, /dead, /sinks", request.path),
-                ),
-            );
+        View::Sinks => sinks::render(&console.sinks(), caller, request.q("notice")),
+        View::Jobs => {
+            let job = request.q("id").parse().ok();
+            let job = job.and_then(|id| console.jobs.get(id));
+            jobs::render(job, &console.jobs.latest(10), caller)
         }
     };
     html(StatusCode::OK, page)
