@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::connection::State;
-use async_nats::jetstream::context::{Context, PublishErrorKind};
+use async_nats::jetstream::context::{Context, PublishError, PublishErrorKind};
 use async_nats::{Client, ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -167,4 +167,11 @@ fn classify(kind: PublishErrorKind, text: &str) -> Refusal {
         )),
         _ => Refusal::Retryable(format!("NATS: {text}")),
     }
+}
+
+/// NATS refusing a message, as a session reports it: no JetStream stream takes its subject (the
+/// server's "no responders"; the stand-in broker's `refused` answer).
+pub(super) fn refused() -> Sent {
+    let error = PublishError::new(PublishErrorKind::StreamNotFound);
+    Err(classify(error.kind(), &error.to_string()))
 }

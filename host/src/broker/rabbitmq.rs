@@ -94,21 +94,7 @@ impl Session for RabbitSession {
         }
         join_all(confirms.into_iter().map(|confirm| async move {
             let confirm = confirm?;
-            match confirm.await {
-                Ok(Confirmation::Ack(None)) => Ok(()),
-                Ok(Confirmation::Ack(Some(returned))) => Err(Refusal::Retryable(format!(
-                    "RabbitMQ returned the message unrouted ({} {}): no queue is bound for its \
-                     routing key",
-                    returned.reply_code, returned.reply_text
-                ))),
-                Ok(Confirmation::Nack(_)) => Err(Refusal::Retryable(
-                    "RabbitMQ refused the message (nack)".into(),
-                )),
-                Ok(Confirmation::NotRequested) => Err(Refusal::Retryable(
-                    "RabbitMQ did not confirm (the channel is not in confirm mode)".into(),
-                )),
-                Err(error) => Err(Refusal::Retryable(format!("RabbitMQ: {error}"))),
-            }
+            classify(confirm.await)
         }))
         .await
     }
@@ -169,4 +155,30 @@ impl RabbitSession {
             .await
             .map_err(|e| Refusal::Retryable(format!("RabbitMQ: {e}")))
     }
+}
+
+/// A publisher confirm as a result: an ack without a returned message confirms it; a returned
+/// (unrouted) message, a nack or no confirm at all is retryable.
+fn classify(confirm: lapin::Result<Confirmation>) -> Sent {
+    match confirm {
+        Ok(Confirmation::Ack(None)) => Ok(()),
+        Ok(Confirmation::Ack(Some(returned))) => Err(Refusal::Retryable(format!(
+            "RabbitMQ returned the message unrouted ({} {}): no queue is bound for its \
+             routing key",
+            returned.reply_code, returned.reply_text
+        ))),
+        Ok(Confirmation::Nack(_)) => Err(Refusal::Retryable(
+            "RabbitMQ refused the message (nack)".into(),
+        )),
+        Ok(Confirmation::NotRequested) => Err(Refusal::Retryable(
+            "RabbitMQ did not confirm (the channel is not in confirm mode)".into(),
+        )),
+        Err(error) => Err(Refusal::Retryable(format!("RabbitMQ: {error}"))),
+    }
+}
+
+/// RabbitMQ refusing a message, as a session reports it: the broker's nack (the stand-in
+/// broker's `refused` answer).
+pub(super) fn refused() -> Sent {
+    classify(Ok(Confirmation::Nack(None)))
 }
