@@ -2,8 +2,10 @@
 //! (`jsonl-log`, componentize-py) and the JavaScript plugin (`webhook-js`, componentize-js, over
 //! the host's allowlisted wasi:http to a real Standard Webhooks receiver on loopback) deliver
 //! enqueued events with `outboxd run --drain` on SQLite; `outboxd plugin test` reports each
-//! outcome; `outboxd plugin new` projects in Rust, Python and JavaScript build with `make` and
-//! pass `outboxd plugin test`; `outboxd plugin bench` measures a plugin.
+//! outcome; the `broker` plugin runs under `outboxd plugin test` against its stand-in broker
+//! (confirmed, refused as each kind refuses, down); `outboxd plugin new` projects in Rust,
+//! Python and JavaScript build with `make` and pass `outboxd plugin test`; `outboxd plugin bench`
+//! measures a plugin.
 //!
 //! Needs `make plugins` (which installs the Python and JavaScript toolchains into
 //! `.toolchains/`). Every `outboxd` process of this binary shares one precompiled-artifact cache,
@@ -289,6 +291,174 @@ async fn js_webhook_plugin_test_delivers_and_denied_origins_never_leave_the_host
         receiver.request_count(),
         1,
         "the denied request never left the host"
+    );
+}
+
+/// `outboxd plugin test` of the shipped `broker` plugin (`payload = body`) on two events, with
+/// `extra` arguments (the stand-in broker's flags).
+fn broker_plugin_test(extra: &[&str]) -> Output {
+    run(outboxd()
+        .args(["plugin", "test"])
+        .arg(fixtures::plugin("broker"))
+        .args(["--config", "payload=body"])
+        .args([
+            "--event",
+            r#"{"event_id":"evt-1","room_id":"r-7","occurred_at_ms":1700000000000,"body":"hello"}"#,
+        ])
+        .args([
+            "--event",
+            r#"{"event_id":"evt-2","event_type":"RoomMicChanged","room_id":"r-8","room_version":4,"occurred_at_ms":1700000000001,"body":"hi!"}"#,
+        ])
+        .args(extra))
+}
+
+/// What the stand-in broker prints for the two events of [`broker_plugin_test`].
+const BROKER_MESSAGES: &str = "\
+message evt-1
+  destination: outbox.default.RoomGiftSent
+  key:         r-7
+  header:      event-id: evt-1
+  header:      event-type: RoomGiftSent
+  header:      app-code: default
+  header:      room-id: r-7
+  header:      room-version: 1
+  header:      occurred-at-ms: 1700000000000
+  header:      content-type: application/octet-stream
+  payload:     5 bytes
+message evt-2
+  destination: outbox.default.RoomMicChanged
+  key:         r-8
+  header:      event-id: evt-2
+  header:      event-type: RoomMicChanged
+  header:      app-code: default
+  header:      room-id: r-8
+  header:      room-version: 4
+  header:      occurred-at-ms: 1700000000001
+  header:      content-type: application/octet-stream
+  payload:     3 bytes
+";
+
+#[test]
+fn broker_plugin_test_prints_each_message_and_delivers_when_the_stand_in_confirms() {
+    let output = broker_plugin_test(&["--config", "connection=events"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        format!(
+            "stand-in broker `events` (nats) answering confirmed: 2 messages received\n\
+             {BROKER_MESSAGES}\
+             evt-1\tRoomGiftSent\tdelivered\n\
+             evt-2\tRoomMicChanged\tdelivered\n"
+        )
+    );
+
+    // A key the plugin leaves out, a name the plugin's `connection` and `--broker` agree on.
+    let output = run_ok(
+        outboxd()
+            .args(["plugin", "test"])
+            .arg(fixtures::plugin("broker"))
+            .args(["--config", "connection=rabbit", "--config", "key="])
+            .args([
+                "--config",
+                "headers=false",
+                "--config",
+                "topic=rooms.{room_id}",
+            ])
+            .args(["--broker", "rabbit", "--broker-kind", "rabbitmq"])
+            .args(["--event", r#"{"occurred_at_ms":1700000000000}"#]),
+    );
+    assert_eq!(
+        text(&output.stdout),
+        "stand-in broker `rabbit` (rabbitmq) answering confirmed: 1 message received\n\
+         message evt_sample_0\n  \
+         destination: rooms.room-1\n  \
+         key:         (none)\n  \
+         payload:     54 bytes\n\
+         evt_sample_0\tRoomGiftSent\tdelivered\n"
+    );
+}
+
+#[test]
+fn broker_plugin_test_gives_each_kinds_refusal_and_retries_when_the_stand_in_is_down() {
+    let refusals = [
+        (
+            "nats",
+            "retryable: broker `nats`: NATS: no stream found for given subject (create a \
+             JetStream stream that takes the subject)",
+        ),
+        (
+            "rabbitmq",
+            "retryable: broker `rabbitmq`: RabbitMQ refused the message (nack)",
+        ),
+        (
+            "redis",
+            "failed (permanent): Redis refused XADD: \"WRONGTYPE\": Operation against a key \
+             holding the wrong kind of value",
+        ),
+        (
+            "mqtt",
+            "failed (permanent): MQTT broker refused: NotAuthorized",
+        ),
+        (
+            "kafka",
+            "failed (permanent): Kafka refused the record: TopicAuthorizationFailed",
+        ),
+    ];
+    for (kind, outcome) in refusals {
+        let connection = format!("connection={kind}");
+        let output = broker_plugin_test(&[
+            "--config",
+            &connection,
+            "--broker",
+            kind,
+            "--broker-kind",
+            kind,
+            "--broker-answer",
+            "refused",
+        ]);
+        assert!(output.status.success(), "{kind}: {}", text(&output.stderr));
+        assert_eq!(
+            text(&output.stdout),
+            format!(
+                "stand-in broker `{kind}` ({kind}) answering refused: 2 messages received\n\
+                 {BROKER_MESSAGES}\
+                 evt-1\tRoomGiftSent\t{outcome}\n\
+                 evt-2\tRoomMicChanged\t{outcome}\n"
+            ),
+            "{kind}"
+        );
+    }
+
+    let output = broker_plugin_test(&[
+        "--config",
+        "connection=events",
+        "--broker-kind",
+        "kafka",
+        "--broker-answer",
+        "down",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let unreachable = "retryable: broker `events` (kafka) is unreachable: connection refused";
+    assert_eq!(
+        text(&output.stdout),
+        format!(
+            "stand-in broker `events` (kafka) answering down: 0 messages received\n\
+             evt-1\tRoomGiftSent\t{unreachable}\n\
+             evt-2\tRoomMicChanged\t{unreachable}\n"
+        )
+    );
+
+    // A connection the stand-in is not: the sink may not use it, as on a real host.
+    let output = broker_plugin_test(&["--config", "connection=elsewhere"]);
+    let refused = "failed (permanent): sink `test` may not publish on broker `elsewhere`: it is \
+                   not in the sink's limits.allow_brokers (events)";
+    assert_eq!(
+        text(&output.stdout),
+        format!(
+            "stand-in broker `events` (nats) answering confirmed: 0 messages received\n\
+             evt-1\tRoomGiftSent\t{refused}\n\
+             evt-2\tRoomMicChanged\t{refused}\n"
+        )
     );
 }
 

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use rskafka::BackoffConfig;
 use rskafka::chrono::DateTime;
-use rskafka::client::error::{Error as KafkaError, ProtocolError};
+use rskafka::client::error::{Error as KafkaError, ProtocolError, RequestContext};
 use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
@@ -244,4 +244,16 @@ fn classify(error: &KafkaError) -> BrokerRefusal {
         }
     }
     BrokerRefusal::Retryable(format!("Kafka: {error}"))
+}
+
+/// Kafka refusing a message, as a session reports it: a produce response saying the client may
+/// not write to the topic (the stand-in broker's `refused` answer).
+pub(super) fn refused(topic: &str) -> PublishOutcome {
+    Err(classify(&KafkaError::ServerError {
+        protocol_error: ProtocolError::TopicAuthorizationFailed,
+        error_message: None,
+        request: RequestContext::Topic(topic.to_string()),
+        response: None,
+        is_virtual: false,
+    }))
 }

@@ -10,7 +10,9 @@
 //!   reports each message once the broker confirmed it: `nats.rs` (JetStream PubAck),
 //!   `rabbitmq.rs` (publisher confirms of persistent messages), `redis.rs` (`XADD` replies),
 //!   `mqtt.rs` (QoS 1 PUBACKs matched to packet ids), `kafka.rs` (`acks=all`, keyed partitions
-//!   by `partition.rs`'s murmur2); `tls.rs`: the rustls client settings they share.
+//!   by `partition.rs`'s murmur2); `tls.rs`: the rustls client settings they share;
+//! - [`StandInBroker`] (`stand_in.rs`): a connection whose session keeps each message and
+//!   answers as a chosen kind would (confirmed, refused, down), for `outboxd plugin test`.
 
 mod connection;
 mod kafka;
@@ -19,6 +21,7 @@ mod nats;
 mod partition;
 mod rabbitmq;
 mod redis;
+mod stand_in;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -29,6 +32,7 @@ use async_trait::async_trait;
 
 pub use connection::{Connection, ConnectionState};
 pub use partition::kafka_partition;
+pub use stand_in::{StandInAnswer, StandInBroker};
 
 use crate::config::{BrokerKind, BrokerSpec};
 use crate::metrics::Metrics;

@@ -163,6 +163,12 @@ fn classify(reason: PubAckReason) -> PublishOutcome {
     }
 }
 
+/// An MQTT broker refusing a message, as a session reports it: a PUBACK saying the client may
+/// not publish on the topic (the stand-in broker's `refused` answer).
+pub(super) fn refused() -> PublishOutcome {
+    classify(PubAckReason::NotAuthorized)
+}
+
 /// A connected client and its waiters.
 struct MqttSession {
     client: AsyncClient,

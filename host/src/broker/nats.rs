@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::connection::State;
-use async_nats::jetstream::context::{Context, PublishErrorKind};
+use async_nats::jetstream::context::{Context, PublishError, PublishErrorKind};
 use async_nats::{Client, ConnectOptions, HeaderMap};
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -169,4 +169,11 @@ fn classify(kind: PublishErrorKind, text: &str) -> BrokerRefusal {
         )),
         _ => BrokerRefusal::Retryable(format!("NATS: {text}")),
     }
+}
+
+/// NATS refusing a message, as a session reports it: no JetStream stream takes its subject (the
+/// server's "no responders"; the stand-in broker's `refused` answer).
+pub(super) fn refused() -> PublishOutcome {
+    let error = PublishError::new(PublishErrorKind::StreamNotFound);
+    Err(classify(error.kind(), &error.to_string()))
 }

@@ -94,21 +94,7 @@ impl BrokerSession for RabbitSession {
         }
         join_all(confirms.into_iter().map(|confirm| async move {
             let confirm = confirm?;
-            match confirm.await {
-                Ok(Confirmation::Ack(None)) => Ok(()),
-                Ok(Confirmation::Ack(Some(returned))) => Err(BrokerRefusal::Retryable(format!(
-                    "RabbitMQ returned the message unrouted ({} {}): no queue is bound for its \
-                     routing key",
-                    returned.reply_code, returned.reply_text
-                ))),
-                Ok(Confirmation::Nack(_)) => Err(BrokerRefusal::Retryable(
-                    "RabbitMQ refused the message (nack)".into(),
-                )),
-                Ok(Confirmation::NotRequested) => Err(BrokerRefusal::Retryable(
-                    "RabbitMQ did not confirm (the channel is not in confirm mode)".into(),
-                )),
-                Err(error) => Err(BrokerRefusal::Retryable(format!("RabbitMQ: {error}"))),
-            }
+            classify(confirm.await)
         }))
         .await
     }
@@ -171,4 +157,30 @@ impl RabbitSession {
             .await
             .map_err(|e| BrokerRefusal::Retryable(format!("RabbitMQ: {e}")))
     }
+}
+
+/// A publisher confirm as a result: an ack without a returned message confirms it; a returned
+/// (unrouted) message, a nack or no confirm at all is retryable.
+fn classify(confirm: lapin::Result<Confirmation>) -> PublishOutcome {
+    match confirm {
+        Ok(Confirmation::Ack(None)) => Ok(()),
+        Ok(Confirmation::Ack(Some(returned))) => Err(BrokerRefusal::Retryable(format!(
+            "RabbitMQ returned the message unrouted ({} {}): no queue is bound for its \
+             routing key",
+            returned.reply_code, returned.reply_text
+        ))),
+        Ok(Confirmation::Nack(_)) => Err(BrokerRefusal::Retryable(
+            "RabbitMQ refused the message (nack)".into(),
+        )),
+        Ok(Confirmation::NotRequested) => Err(BrokerRefusal::Retryable(
+            "RabbitMQ did not confirm (the channel is not in confirm mode)".into(),
+        )),
+        Err(error) => Err(BrokerRefusal::Retryable(format!("RabbitMQ: {error}"))),
+    }
+}
+
+/// RabbitMQ refusing a message, as a session reports it: the broker's nack (the stand-in
+/// broker's `refused` answer).
+pub(super) fn refused() -> PublishOutcome {
+    classify(Ok(Confirmation::Nack(None)))
 }

@@ -98,18 +98,9 @@ impl BrokerSession for RedisSession {
         let replies: Result<Vec<redis::RedisResult<String>>, RedisError> =
             pipe.query_async(&mut connection).await;
         match replies {
-            Ok(replies) if replies.len() == messages.len() => replies
-                .into_iter()
-                .map(|reply| {
-                    reply.map(|_id| ()).map_err(|e| {
-                        if e.is_io_error() || e.is_connection_dropped() {
-                            BrokerRefusal::Retryable(format!("Redis: {e}"))
-                        } else {
-                            BrokerRefusal::Permanent(format!("Redis refused XADD: {e}"))
-                        }
-                    })
-                })
-                .collect(),
+            Ok(replies) if replies.len() == messages.len() => {
+                replies.into_iter().map(classify).collect()
+            }
             Ok(replies) => vec![
                 Err(BrokerRefusal::Retryable(format!(
                     "Redis answered {} replies for {} commands",
@@ -137,4 +128,27 @@ impl BrokerSession for RedisSession {
     fn broken(&self) -> bool {
         self.broken.load(Ordering::Relaxed)
     }
+}
+
+/// One `XADD`'s reply as a result: an entry id confirms the message; a connection error is
+/// retryable, a command error (a key holding another type) permanent.
+fn classify(reply: redis::RedisResult<String>) -> PublishOutcome {
+    reply.map(|_id| ()).map_err(|e| {
+        if e.is_io_error() || e.is_connection_dropped() {
+            BrokerRefusal::Retryable(format!("Redis: {e}"))
+        } else {
+            BrokerRefusal::Permanent(format!("Redis refused XADD: {e}"))
+        }
+    })
+}
+
+/// Redis refusing a message, as a session reports it: the error reply of an `XADD` to a key that
+/// holds another type (the stand-in broker's `refused` answer).
+pub(super) fn refused() -> PublishOutcome {
+    let reply = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    classify(
+        redis::parse_redis_value(reply)
+            .and_then(redis::Value::extract_error)
+            .map(|value| format!("{value:?}")),
+    )
 }

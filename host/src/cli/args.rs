@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use super::bench::{history, retention, scaling, throughput};
-use super::plugin_new;
+use super::{plugin_new, plugin_test};
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
 #[derive(Debug, Parser)]
@@ -264,7 +264,8 @@ pub enum PluginCommand {
         /// The `.wasm` component.
         file: PathBuf,
     },
-    /// Run init and publish on sample events without a database; print each result.
+    /// Run init and publish on sample events without a database; print each result (and, for a
+    /// plugin that imports the `broker` interface, each message a stand-in broker received).
     Test {
         /// The `.wasm` component.
         file: PathBuf,
@@ -280,6 +281,9 @@ pub enum PluginCommand {
         /// body or body_base64; all optional). Without --event one sample event is used.
         #[arg(long = "event", value_name = "JSON")]
         events: Vec<String>,
+        /// The stand-in broker a plugin importing the `broker` interface publishes on.
+        #[command(flatten)]
+        stand_in: plugin_test::StandInArgs,
     },
     /// Write a new plugin project (Rust, Python or JavaScript) that builds with `make` and
     /// passes `outboxd plugin test`.

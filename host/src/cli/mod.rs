@@ -5,8 +5,10 @@
 //!
 //! - this file: loading the config, logging, dispatch; `args.rs`: the arguments;
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
-//! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_new`] (scaffolding from
-//!   `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no database);
+//! - [`plugin`]: `outboxd plugin check|test|new|bench`, with [`plugin_test`] (sample events, a
+//!   stand-in broker for broker plugins, printed by [`stand_in_report`]), [`plugin_new`]
+//!   (scaffolding from `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no
+//!   database);
 //! - [`bench`]: `outboxd bench`, its modes (throughput, latency, retention, history scaling) over
 //!   one shared harness;
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
@@ -17,7 +19,9 @@ pub mod ops;
 pub mod plugin;
 pub mod plugin_bench;
 pub mod plugin_new;
+pub mod plugin_test;
 pub mod signals;
+pub mod stand_in_report;
 
 use std::path::Path;
 use std::process::ExitCode;

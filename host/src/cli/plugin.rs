@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::{PluginCommand, plugin_bench, plugin_new};
+use super::{PluginCommand, plugin_bench, plugin_new, plugin_test};
 use outboxd::config::Config;
 
 /// `outboxd plugin check|test|new|bench`.
@@ -17,24 +17,16 @@ pub async fn command(config: &Config, command: PluginCommand) -> Result<()> {
             config: settings,
             allow_hosts,
             events,
+            stand_in,
         } => {
-            let settings = parse_settings(&settings)?;
-            let events = parse_events(&events, |_| {})?;
-            let outcomes = outboxd::plugin::test_plugin(
-                &file,
-                settings,
-                events.clone(),
+            let options = plugin_test::PluginTestOptions {
+                file: &file,
+                config: parse_settings(&settings)?,
+                events: parse_events(&events, |_| {})?,
                 allow_hosts,
-                &config.plugins,
-            )
-            .await?;
-            println!(
-                "{}",
-                outboxd::plugin::TestReport {
-                    events: &events,
-                    outcomes: &outcomes
-                }
-            );
+                stand_in: &stand_in,
+            };
+            plugin_test::run(options, &config.plugins).await?;
         }
         PluginCommand::New {
             name,

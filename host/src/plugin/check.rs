@@ -13,6 +13,7 @@ use super::engine::PluginEngine;
 use super::error::PluginError;
 use super::sink::{PluginSink, prepare};
 use super::world::{SUPPORTED_VERSIONS, WIT_PACKAGE, WorldInfo};
+use crate::broker::Brokers;
 use crate::config::{PluginSettings, SinkConfig, SinkLimits, SinkSpec};
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::DEFAULT_APP_CODE;
@@ -85,6 +86,27 @@ pub async fn test_plugin(
     allow_hosts: Vec<String>,
     settings: &PluginSettings,
 ) -> Result<Vec<Outcome>, PluginError> {
+    test_plugin_with_brokers(
+        path,
+        config,
+        events,
+        allow_hosts,
+        &Brokers::none(),
+        settings,
+    )
+    .await
+}
+
+/// [`test_plugin`] on a sink that may also publish on every connection of `brokers` (its
+/// `limits.allow_brokers` names them all), e.g. a [`crate::broker::StandInBroker`]'s.
+pub async fn test_plugin_with_brokers(
+    path: &Path,
+    config: Vec<(String, String)>,
+    events: Vec<Event>,
+    allow_hosts: Vec<String>,
+    brokers: &Brokers,
+    settings: &PluginSettings,
+) -> Result<Vec<Outcome>, PluginError> {
     let engine = PluginEngine::new(settings)?;
     let sink = SinkConfig {
         breaker: Default::default(),
@@ -93,6 +115,7 @@ pub async fn test_plugin(
         config: config.into_iter().collect(),
         limits: SinkLimits {
             allow_hosts,
+            allow_brokers: brokers.names(),
             ..SinkLimits::default()
         },
     };
@@ -100,7 +123,7 @@ pub async fn test_plugin(
         sink: "test".to_string(),
         reason: e.to_string(),
     })?;
-    let sink = PluginSink::start(&engine, &sink).await?;
+    let sink = PluginSink::start_with_brokers(&engine, &sink, brokers).await?;
     Ok(sink.publish(&events).await)
 }
 

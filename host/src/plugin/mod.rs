@@ -54,7 +54,10 @@ use futures::future::try_join_all;
 
 pub use breaker::{BreakerSink, BreakerState};
 pub use cache::CacheOutcome;
-pub use check::{CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin};
+pub use check::{
+    CheckReport, TestReport, check, parse_config_pair, parse_event_json, test_plugin,
+    test_plugin_with_brokers,
+};
 pub use engine::{CompiledPlugin, PluginEngine};
 pub use error::{BoxError, PluginError};
 pub use pause::{PAUSED_RETRY, PauseGate, Paused, SinkControls};
