@@ -6,6 +6,8 @@
 CARGO ?= cargo
 DEMO_DIR := target/demo
 OUTBOXD := target/debug/outboxd
+# The benchmark, a binary of its own (bench/): `make bench`, and in release form the bench-* scripts.
+OUTBOXD_BENCH := target/debug/outboxd-bench
 DEMO := $(OUTBOXD) --config demo/outboxd.toml
 # What builds $(OUTBOXD) for the demo and the producer steps: `build` (cargo build) by default.
 # `make test` sets HOST_BUILD=test-build, so the binary its host tests compiled is the one that
@@ -276,16 +278,18 @@ chaos: plugins
 isolation: build
 	bash tests/scripts/isolation.sh
 
-## bench: delivery throughput on the configured database (default SQLite), vs the Go shape.
-bench: build
-	$(OUTBOXD) bench --events 20000
+## bench: delivery throughput on the configured database (default SQLite), vs the Go shape
+## (`outboxd-bench`, the benchmark's own binary).
+bench:
+	$(CARGO) build --bin outboxd-bench
+	$(OUTBOXD_BENCH) --events 20000
 
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
-## a release build. They make and drop their own databases on the servers of MYSQL_SERVER and
+## a release build of outboxd and outboxd-bench. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
 .PHONY: bench-ab bench-index-writes bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers bench-graphile
 release: rust-plugins
-	$(CARGO) build --release --bin outboxd
+	$(CARGO) build --release --bin outboxd --bin outboxd-bench
 
 bench-throughput: release
 	bash bench/throughput.sh
@@ -317,9 +321,9 @@ bench-plugins: release
 
 ## bench-ab OLD=BINARY [NEW=BINARY]: two builds alternated on each database (throughput over the
 ## raw loop, latency at 200/s): the before/after check of a change (bench/ab.sh).
-NEW ?= target/release/outboxd
+NEW ?= target/release/outboxd-bench
 bench-ab: release
-	@[ -n "$(OLD)" ] || { echo "usage: make bench-ab OLD=path/to/old/outboxd [NEW=…]" >&2; exit 2; }
+	@[ -n "$(OLD)" ] || { echo "usage: make bench-ab OLD=path/to/old/outboxd-bench [NEW=…]" >&2; exit 2; }
 	bash bench/ab.sh $(OLD) $(NEW)
 
 bench-brokers: release

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# bench/ab.sh OLD NEW: two builds of outboxd side by side, alternating, on each database: did a
+# bench/ab.sh OLD NEW: two builds of outboxd-bench side by side, alternating, on each database: did a
 # change move throughput or latency? (The before/after check of a restructuring.)
 #
-# OLD and NEW are `outboxd` binaries (e.g. release builds of two commits: `git worktree add
-# /tmp/old COMMIT && cargo build --release --bin outboxd` there). For ROUNDS rounds, on each
-# database of DATABASES, in the order OLD, NEW (NEW, OLD on even rounds, so neither always goes
+# OLD and NEW are `outboxd-bench` binaries (e.g. release builds of two commits: `git worktree add
+# /tmp/old COMMIT && cargo build --release --bin outboxd-bench` there); an `outboxd` binary of a
+# commit from before the benchmark had its own binary runs as `outboxd bench`. For ROUNDS rounds,
+# on each database of DATABASES, in the order OLD, NEW (NEW, OLD on even rounds, so neither always goes
 # first):
-#   - throughput: `outboxd bench --events EVENTS --shapes raw,outboxd` through the chaos plugin
+#   - throughput: `outboxd-bench --events EVENTS --shapes raw,outboxd` through the chaos plugin
 #     on a fresh table; the figure is outboxd's drain over the raw SQL loop of the same run (the
 #     machine's load moves both);
-#   - latency: `outboxd bench --rate RATE --seconds 10`, commit → delivered p50 / p99.
+#   - latency: `outboxd-bench --rate RATE --seconds 10`, commit → delivered p50 / p99.
 # Prints one summary line per run and, per database, the medians of each build.
 #
 # Environment: ROUNDS (3), EVENTS (50000), RATE (200), and those of bench/lib.sh (DATABASES,
@@ -17,7 +18,7 @@
 set -euo pipefail
 OLD=$(realpath "${1:?usage: bench/ab.sh OLD_BINARY NEW_BINARY}")
 NEW=$(realpath "${2:?usage: bench/ab.sh OLD_BINARY NEW_BINARY}")
-export OUTBOXD=$NEW
+export OUTBOXD_BENCH=$NEW
 source "$(dirname "$0")/lib.sh"
 ROUNDS=${ROUNDS:-3}
 EVENTS=${EVENTS:-50000}
@@ -27,14 +28,26 @@ header "A/B: old $OLD against new $NEW"
 echo "old: $OLD (file time $(date -u -r "$OLD" '+%Y-%m-%d %H:%M UTC'))"
 : > "$WORK/summary"
 
+# bench_of BUILD ARGS...: the benchmark of binary BUILD on $URL (`outboxd-bench ARGS`, or
+# `outboxd bench ARGS` for an `outboxd` from before the benchmark had a binary of its own).
+bench_of() {
+  local build=$1
+  shift
+  if [ "$(basename "$build")" = outboxd ]; then
+    "$build" --database-url "$URL" bench "$@"
+  else
+    "$build" --database-url "$URL" "$@"
+  fi
+}
+
 # one BUILD LABEL DB ROUND: a throughput run and a latency run of binary BUILD.
 one() {
   local build=$1 label=$2 db=$3 round=$4 ratio lat
   section "$db, round $round, $label"
-  "$build" --database-url "$URL" bench --events "$EVENTS" --shapes raw,outboxd \
+  bench_of "$build" --events "$EVENTS" --shapes raw,outboxd \
     "${PLUGIN_ARGS[@]}" --table "ab_${label}_$round" | tee "$WORK/thru"
   ratio=$(awk '$1 == "outboxd" { print $9 }' "$WORK/thru")
-  "$build" --database-url "$URL" bench --rate "$RATE" --seconds 10 "${PLUGIN_ARGS[@]}" \
+  bench_of "$build" --rate "$RATE" --seconds 10 "${PLUGIN_ARGS[@]}" \
     --table "ab_lat_${label}_$round" | tee "$WORK/lat"
   lat=$(awk '/^ *rate +events/ { getline; print $5, $7 }' "$WORK/lat")
   echo "$db $label $round ${ratio%x} $lat" >> "$WORK/summary"

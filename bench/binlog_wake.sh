@@ -52,7 +52,7 @@ URL=mysql://root@127.0.0.1:$BINLOG_PORT/wake
 # run WAKE LABEL TABLE ARGS...: one latency run with worker.wake = WAKE; figures to the summary.
 run() {
   local wake=$1 label=$2 table=$3; shift 3
-  section "wake=$wake, $label: outboxd bench $*"
+  section "wake=$wake, $label: outboxd-bench $*"
   busy_seconds > "$WORK/busy" &
   local sampler=$!
   OUTBOXD_WORKER_WAKE=$wake bench "$@" "${PLUGIN_ARGS[@]}" --table "$table" | tee "$WORK/out"

@@ -55,18 +55,18 @@ header "brokers: $EVENTS events per broker, then 200 events/s for ${LATENCY_SECS
 for broker in $BROKERS; do
   fresh_db postgres "outboxd_bench_$broker"
   args=(--plugin "$BROKER_PLUGIN" --plugin-config "connection=$broker" --plugin-config "topic=$(topic "$broker")")
-  section "$broker, throughput: outboxd bench --events $EVENTS --rooms 200 --shapes outboxd ${args[*]} --broker-raw"
-  "$OUTBOXD" --config "$CONFIG" --database-url "$URL" bench --events "$EVENTS" \
+  section "$broker, throughput: outboxd-bench --events $EVENTS --rooms 200 --shapes outboxd ${args[*]} --broker-raw"
+  "$OUTBOXD_BENCH" --config "$CONFIG" --database-url "$URL" --events "$EVENTS" \
     --rooms 200 --shapes outboxd "${args[@]}" --broker-raw | tee "$WORK/out"
   line=$(grep '^broker:' "$WORK/out")
   raw=$(sed -E 's/.* ([0-9]+) msg\/s confirmed.*/\1/' <<<"$line")
   ours=$(sed -E 's/.*end to end ([0-9]+) ev\/s.*/\1/' <<<"$line")
   ratio=$(sed -E 's/.*= ([0-9.]+)x the raw client/\1/' <<<"$line")
-  section "$broker, no-op publisher: outboxd bench --events $EVENTS --rooms 200 --shapes outboxd"
-  "$OUTBOXD" --database-url "$URL" bench --events "$EVENTS" --rooms 200 --shapes outboxd | tee "$WORK/noop"
+  section "$broker, no-op publisher: outboxd-bench --events $EVENTS --rooms 200 --shapes outboxd"
+  "$OUTBOXD_BENCH" --database-url "$URL" --events "$EVENTS" --rooms 200 --shapes outboxd | tee "$WORK/noop"
   noop=$(awk '$1 == "outboxd" {print $7}' "$WORK/noop")
-  section "$broker, latency: outboxd bench --rate 200 --seconds $LATENCY_SECS ${args[*]} --broker-raw"
-  "$OUTBOXD" --config "$CONFIG" --database-url "$URL" bench --rate 200 \
+  section "$broker, latency: outboxd-bench --rate 200 --seconds $LATENCY_SECS ${args[*]} --broker-raw"
+  "$OUTBOXD_BENCH" --config "$CONFIG" --database-url "$URL" --rate 200 \
     --seconds "$LATENCY_SECS" "${args[@]}" --broker-raw | tee "$WORK/lat"
   p=$(awk '/^ *200 / {print $5 " / " $6 " / " $7}' "$WORK/lat" | head -n1)
   printf "%-9s %10s %10s %7s %10s %7s   %s\n" "$broker" "$ours" "$raw" "${ratio}x" "$noop" \

@@ -2,7 +2,7 @@
 # bench/console.sh: the console's pages over a table with HISTORY rows (docs/OPERATIONS.md,
 # "Console", "What each search costs").
 #
-# Per database, on a fresh database: `outboxd bench --console-history HISTORY --rounds ROUNDS`
+# Per database, on a fresh database: `outboxd-bench --console-history HISTORY --rounds ROUNDS`
 # loads HISTORY old `delivered` rows of one tenant set-based (INSERT … SELECT, then ANALYZE), then
 # 2,000 failed and 1,000 pending rows through the store; times each console page that reads the
 # table ROUNDS times (the console writing the whole page, no HTTP) and prints p50/p95/max; then
@@ -20,7 +20,7 @@ header "console: pages over $HISTORY rows of history"
 : > "$WORK/summary"
 for db in $DATABASES; do
   fresh_db "$db" "outboxd_bench_console_$$"
-  section "$db: outboxd bench --console-history $HISTORY --rounds $ROUNDS"
+  section "$db: outboxd-bench --console-history $HISTORY --rounds $ROUNDS"
   bench --console-history "$HISTORY" --rounds "$ROUNDS" --table console_history | tee "$WORK/out"
   awk -v db="$db" '/^page /{on=1; next} on && NF == 0 {on=0} on {print db ": " $0}' "$WORK/out" >> "$WORK/summary"
 done

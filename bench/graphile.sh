@@ -5,7 +5,7 @@
 #
 # For ROUNDS rounds, on a fresh database each round (outboxd first on odd rounds, graphile-worker
 # first on even ones, so neither always goes first):
-#   - outboxd: `outboxd bench --events EVENTS --shapes raw-1idx,outboxd` through the chaos plugin:
+#   - outboxd: `outboxd-bench --events EVENTS --shapes raw-1idx,outboxd` through the chaos plugin:
 #     the default config (batch 1000, 1 loop, leased), and the raw two-write SQL loop on a table
 #     with only the primary key and one claim index (the yardstick `vs 1idx`);
 #   - graphile-worker (bench/graphile/drain.mjs): EVENTS jobs added, then worker processes with a
@@ -42,7 +42,7 @@ header "outboxd against graphile-worker $(node -p "require('$PEER/node_modules/g
 # outboxd_run ROUND: outboxd's default drain and raw-1idx; appends "ROUND outboxd EV/S RAW1IDX_EV/S"
 # to $WORK/outboxd.
 outboxd_run() {
-  section "round $1, outboxd bench --events $EVENTS --shapes raw-1idx,outboxd"
+  section "round $1, outboxd-bench --events $EVENTS --shapes raw-1idx,outboxd"
   bench --events "$EVENTS" --shapes raw-1idx,outboxd "${PLUGIN_ARGS[@]}" --table "gw_$1" | tee "$WORK/out"
   awk -v r="$1" '$1 == "raw-1idx" { raw = $7 } $1 == "outboxd" { ob = $7 }
     END { print r, "outboxd", ob, raw }' "$WORK/out" >> "$WORK/outboxd"

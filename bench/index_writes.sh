@@ -4,7 +4,7 @@
 # the status, migration 0003) and as migration 0001 built them (`whole`: led by the status, over
 # every row), side by side (docs/PERFORMANCE.md, "Index writes per event").
 #
-# Each round, for each variant on a fresh database: `outboxd bench --shapes raw-1idx,outboxd`
+# Each round, for each variant on a fresh database: `outboxd-bench --shapes raw-1idx,outboxd`
 # (EVENTS events per shape enqueued and drained through the no-op plugin, default config). For
 # `whole` the table is migrated first and its two indexes rebuilt the old way. Reported per
 # variant: the outboxd shape's drain rate and its ratio over raw-1idx (the raw loop on a table

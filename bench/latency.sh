@@ -2,7 +2,7 @@
 # bench/latency.sh: commit → delivered latency per database, with the default configuration
 # (docs/PERFORMANCE.md, "Current figures").
 #
-# `outboxd bench --rate N --seconds S`: producers (4, each on its own connection) commit one row per
+# `outboxd-bench --rate N --seconds S`: producers (4, each on its own connection) commit one row per
 # transaction at N rows/s; the worker, configured as `outboxd run` would be (its database's wake-up
 # feed included), delivers them through the chaos plugin answering `ok`. A row's latency runs from
 # its producer's COMMIT returning to its `delivered` mark returning; the first second's rows are
@@ -28,7 +28,7 @@ run() {
   local db=$1 label=$2 wake; shift 2
   n=$((n + 1))
   fresh_db "$db" "outboxd_bench_lat_$$_$n"
-  section "$db, $label: outboxd bench $*"
+  section "$db, $label: outboxd-bench $*"
   bench "$@" "${PLUGIN_ARGS[@]}" --table lat | tee "$WORK/out"
   wake=$(sed -n 's/.*  wake: \(.*\)  commit feed.*/\1/p' "$WORK/out" | cut -c1-24)
   awk -v db="$db" -v label="$label" -v wake="$wake" '

@@ -1,8 +1,10 @@
 # bench/lib.sh: what the bench/*.sh scripts share. Sourced by them, not run on its own.
 #
 # Environment (every script):
-#   OUTBOXD          the binary (default: target/release/outboxd of this checkout;
-#                    build it with `cargo build --release --bin outboxd`)
+#   OUTBOXD_BENCH    the benchmark binary (default: target/release/outboxd-bench of this
+#                    checkout; build it with `cargo build --release --bin outboxd-bench`)
+#   OUTBOXD          the outboxd binary, for the scripts that migrate or run it (default:
+#                    target/release/outboxd; `cargo build --release --bin outboxd`)
 #   PLUGIN           the publisher plugin (default: plugins/out/chaos.wasm, answering `ok` to every
 #                    event with `quiet=true`; build it with `make rust-plugins`)
 #   MYSQL_SERVER     a MariaDB/MySQL server, URL without a database
@@ -17,7 +19,8 @@
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# The binary and the plugin as absolute paths (given ones relative to the caller's directory).
+# The binaries and the plugin as absolute paths (given ones relative to the caller's directory).
+if [ -n "${OUTBOXD_BENCH:-}" ]; then OUTBOXD_BENCH=$(realpath "$OUTBOXD_BENCH"); else OUTBOXD_BENCH=$REPO/target/release/outboxd-bench; fi
 if [ -n "${OUTBOXD:-}" ]; then OUTBOXD=$(realpath "$OUTBOXD"); else OUTBOXD=$REPO/target/release/outboxd; fi
 if [ -n "${PLUGIN:-}" ]; then PLUGIN=$(realpath "$PLUGIN"); else PLUGIN=$REPO/plugins/out/chaos.wasm; fi
 MYSQL_SERVER=${MYSQL_SERVER:-mysql://root@127.0.0.1:3306}
@@ -27,6 +30,7 @@ export RUST_LOG=${RUST_LOG:-warn,sqlx::query=error}
 # No admin endpoint: two runs (or a running host) must not fight over its port.
 export OUTBOXD_ADMIN_LISTEN=
 
+[ -x "$OUTBOXD_BENCH" ] || { echo "no binary at $OUTBOXD_BENCH: cargo build --release --bin outboxd-bench (or set OUTBOXD_BENCH)" >&2; exit 1; }
 [ -x "$OUTBOXD" ] || { echo "no binary at $OUTBOXD: cargo build --release --bin outboxd (or set OUTBOXD)" >&2; exit 1; }
 [ -f "$PLUGIN" ] || { echo "no plugin at $PLUGIN: make rust-plugins (or set PLUGIN)" >&2; exit 1; }
 # The no-op publisher every delivery of these scripts goes through.
@@ -79,9 +83,9 @@ fresh_db() {
   esac
 }
 
-# bench ARGS...: `outboxd bench` on $URL.
+# bench ARGS...: `outboxd-bench` on $URL.
 bench() {
-  "$OUTBOXD" --database-url "$URL" bench "$@"
+  "$OUTBOXD_BENCH" --database-url "$URL" "$@"
 }
 
 # port_open PORT: whether something listens on 127.0.0.1:PORT.
@@ -103,7 +107,7 @@ header() {
   if ! git -C "$REPO" diff --quiet HEAD -- host migrations 2>/dev/null; then commit="$commit (host/ or migrations/ changed since)"; fi
   echo "== $1"
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')  commit: $commit"
-  echo "binary: $OUTBOXD (file time $(date -u -r "$OUTBOXD" '+%Y-%m-%d %H:%M UTC'))"
+  echo "binaries: $OUTBOXD_BENCH (file time $(date -u -r "$OUTBOXD_BENCH" '+%Y-%m-%d %H:%M UTC')), $OUTBOXD (file time $(date -u -r "$OUTBOXD" '+%Y-%m-%d %H:%M UTC'))"
   echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 

@@ -2,7 +2,7 @@
 # bench/per_room.sh: what per-room ordering costs, shallow and deep backlogs (docs/PERFORMANCE.md,
 # "Per-room ordering").
 #
-# Per database, one `outboxd bench` run per backlog shape on a fresh table with the room index,
+# Per database, one `outboxd-bench` run per backlog shape on a fresh table with the room index,
 # every event through the chaos plugin answering `ok`, shapes raw (the plain SQL loop), outboxd
 # (unordered) and per-room (`worker.ordering = "per-room"`), side by side:
 #   - shallow: EVENTS events over EVENTS/50 rooms (50 per room, the throughput bench's shape);
@@ -22,7 +22,7 @@ header "per-room ordering: $EVENTS events per shape"
 # run DB LABEL ARGS...: one bench run; its shape lines go to the summary.
 run() {
   local db=$1 label=$2; shift 2
-  section "$db, $label: outboxd bench $*"
+  section "$db, $label: outboxd-bench $*"
   bench "$@" | tee "$WORK/out"
   awk -v db="$db" -v label="$label" '$1 ~ /^(raw|outboxd|per-room)$/ {
     printf "%-9s %-24s %-8s %11s %8s\n", db, label, $1, $7, $9 }' "$WORK/out" >> "$WORK/summary"

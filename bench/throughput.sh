@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/throughput.sh: how fast a backlog drains, outboxd against a plain SQL loop and against the
-# Go version's shape, side by side in one `outboxd bench` run per database
+# Go version's shape, side by side in one `outboxd-bench` run per database
 # (docs/PERFORMANCE.md, "Current figures").
 #
 # Per database, on a fresh database (SQLite: a fresh file), every event through the chaos plugin
@@ -31,7 +31,7 @@ header "throughput: $EVENTS events per shape"
 # run DB LABEL ARGS...: one bench run; its shape lines go to the summary.
 run() {
   local db=$1 label=$2; shift 2
-  section "$db, $label: outboxd bench $*"
+  section "$db, $label: outboxd-bench $*"
   bench "$@" | tee "$WORK/out"
   awk -v db="$db" -v label="$label" '$1 ~ /^(raw|raw-1idx|raw-held|outboxd|held|go|per-room)$/ {
     printf "%-9s %-18s %-8s %6s %7s %11s %8s %8s %8s\n", db, label, $1, $2, $3, $7, $9, $10, $8 }' \

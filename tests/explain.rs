@@ -1,7 +1,7 @@
 //! Proof that every claim branch reads only the rows it returns, however much delivered history
 //! the outbox holds: 200k `delivered` rows plus a few live rows of each kind, then `EXPLAIN` of the
 //! exact claim SELECTs the store runs
-//! (`store::statement::claim::Statements::claim_select`), on MariaDB and
+//! (`store::internals::ClaimStatements::claim_select`), on MariaDB and
 //! PostgreSQL, with and without per-room ordering.
 //!
 //! A branch passes when the outbox table is read through an index range/ref on one of the
@@ -14,8 +14,7 @@
 
 mod support;
 
-use outboxd::store::room_cursor::RoomWalk;
-use outboxd::store::statement::claim::{ClaimBranch, Statements};
+use outboxd::store::internals::{ClaimBranch, ClaimStatements, RoomWalk};
 use outboxd::store::{Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, TableName};
 use support::backlog::{APP, HISTORY, LATER, LIVE, NOW, ROOMS};
 use support::{Bind, PlanStep, RawInsert, TestDb};
@@ -380,7 +379,7 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
         started.elapsed()
     );
 
-    let statements = Statements::new(backend, &TableName::default());
+    let statements = ClaimStatements::new(backend, &TableName::default());
     for walk in [
         RoomWalk::Head,
         RoomWalk::After("room1".into()),

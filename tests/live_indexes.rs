@@ -311,7 +311,7 @@ async fn concurrent_migrates_apply_each_migration_once() {
     let mut applied = ra.unwrap();
     applied.extend(rb.unwrap());
     applied.sort();
-    let all: Vec<i64> = outboxd::store::schema::migrations(Backend::Postgres)
+    let all: Vec<i64> = outboxd::store::internals::migrations(Backend::Postgres)
         .iter()
         .map(|m| m.version)
         .collect();

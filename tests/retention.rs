@@ -1,13 +1,13 @@
 //! Proof that a retention batch never scans the table: 100k old `delivered` rows plus live rows,
 //! then `EXPLAIN` of the exact purge statements the store runs
-//! (`store::statement::purge::statement_texts`) on MariaDB and PostgreSQL. The id SELECT must
+//! (`store::internals::purge_statement_texts`) on MariaDB and PostgreSQL. The id SELECT must
 //! read a range of the `(app_code, status, created_at_ms, event_id)` index and (run with ANALYZE)
 //! about `LIMIT` rows, the DELETE must address rows by primary key. No planner setting is forced.
 //! Then a real purge pass over the same table deletes exactly the old finished rows.
 
 mod support;
 
-use outboxd::store::statement::purge::statement_texts;
+use outboxd::store::internals::purge_statement_texts;
 use outboxd::store::{Backend, DEFAULT_TABLE, PurgeParams, PurgeStatus, TableName};
 use support::{Bind, PlanStep, RawInsert, TestDb};
 
@@ -90,7 +90,7 @@ async fn purge_reads_an_index_range_and_deletes_by_primary_key(backend: Backend)
     };
     let store = db.store_default().await;
     seed(&db).await;
-    let (select, delete) = statement_texts(
+    let (select, delete) = purge_statement_texts(
         backend,
         &TableName::default(),
         PurgeStatus::Delivered,

@@ -11,10 +11,7 @@
 mod support;
 
 use outboxd::record::now_ms;
-use outboxd::store::room_cursor::RoomWalk;
-use outboxd::store::schema::migrations;
-use outboxd::store::statement::claim::{ClaimBranch, Statements};
-use outboxd::store::statement::{Arg, Bound};
+use outboxd::store::internals::{Arg, Bound, ClaimBranch, ClaimStatements, RoomWalk, migrations};
 use outboxd::store::{
     Backend, ClaimBatch, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams,
     MigrateOptions, PurgeStatus, TableName,
@@ -205,7 +202,7 @@ async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
     assert_eq!(index_entries(&db, &index("lease")).await, 2 * LIVE);
     assert!(index_entries(&db, &index("pending")).await > HISTORY);
 
-    let statements = Statements::new(Backend::Sqlite, &TableName::default());
+    let statements = ClaimStatements::new(Backend::Sqlite, &TableName::default());
     for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
         for branch in ClaimBranch::ALL {
             let mut params = claim_params(ordering);
@@ -270,7 +267,7 @@ async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
 
     // Retention and `failed list` still read the status index, which keeps every status.
     for status in [PurgeStatus::Delivered, PurgeStatus::Failed] {
-        let (select, _) = outboxd::store::statement::purge::statement_texts(
+        let (select, _) = outboxd::store::internals::purge_statement_texts(
             Backend::Sqlite,
             &TableName::default(),
             status,

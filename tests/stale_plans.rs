@@ -3,7 +3,7 @@
 //! MariaDB table with `STATS_AUTO_RECALC = 0`; in
 //! production the same holds for any backlog that arrives between two autoanalyze runs or right
 //! after a deploy). `EXPLAIN` of every statement a claim and a mark run (the store's own texts:
-//! [`Statements::claim_statement`] and [`Statements::follow_up_statements`]) must reach the rows
+//! [`ClaimStatements::claim_statement`] and [`ClaimStatements::follow_up_statements`]) must reach the rows
 //! through an index on its full key, never through the tenant's whole key range:
 //!
 //! - PostgreSQL: no `Seq Scan`; a scan of the primary key has `event_id` in its `Index Cond`
@@ -21,10 +21,9 @@
 mod support;
 
 use outboxd::record::now_ms;
-use outboxd::store::claim_position::ClaimPosition;
-use outboxd::store::room_cursor::RoomWalk;
-use outboxd::store::statement::claim::{ClaimBranch, PositionSide, Statements};
-use outboxd::store::statement::{Arg, Bound};
+use outboxd::store::internals::{
+    Arg, Bound, ClaimBranch, ClaimPosition, ClaimStatements, PositionSide, RoomWalk,
+};
 use outboxd::store::{
     Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, TableName,
 };
@@ -75,8 +74,8 @@ fn show(plan: &[PlanStep]) -> String {
         .join("\n")
 }
 
-/// The binds of one claim branch statement, in the order [`Statements::claim_statement`] documents.
-fn claim_binds(statements: &Statements, branch: ClaimBranch, now: i64) -> Vec<Bind> {
+/// The binds of one claim branch statement, in the order [`ClaimStatements::claim_statement`] documents.
+fn claim_binds(statements: &ClaimStatements, branch: ClaimBranch, now: i64) -> Vec<Bind> {
     let mut binds = Vec::new();
     if statements.leases_in_claim() {
         binds.extend([
@@ -221,7 +220,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
         "{backend:?}: loaded {ROWS} rows in {:?}, not analyzed",
         started.elapsed()
     );
-    let statements = Statements::new(backend, &TableName::default());
+    let statements = ClaimStatements::new(backend, &TableName::default());
     let now = now_ms();
 
     // A real claim first, so the lease the follow-up statements are fenced on exists.

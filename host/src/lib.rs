@@ -37,8 +37,9 @@
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
 //!   shutdown.
 //!
-//! The `outboxd` command line and its bench modes are not part of this library: they live in the
-//! binary (`host/src/main.rs`, `host/src/cli/`) and use only this public API.
+//! The `outboxd` command line is not part of this library: it lives in the binary
+//! (`host/src/main.rs`, `host/src/cli/`) and uses only this public API. The benchmark is a crate
+//! of its own (`bench/`, the `outboxd-bench` binary), on this API and [`store::internals`].
 
 #![warn(missing_docs)]
 

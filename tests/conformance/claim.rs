@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use outboxd::record::truncate_error;
-use outboxd::store::claim_position::HEAD_SCAN_EVERY_MS;
+use outboxd::store::internals::HEAD_SCAN_EVERY_MS;
 use outboxd::store::{
     Backend, ClaimBatch, ClaimParams, DEFAULT_TABLE, FailedFilter, Lease, MarkReport, OutboxStore,
 };
@@ -67,7 +67,7 @@ async fn claim_orders_pending_by_created_at_then_event_id(backend: Backend) {
     assert_eq!(created, vec![100, 200, 200, 200, 300]);
 }
 
-/// A burst built with one timestamp (`Record::build`, as `outboxd bench` enqueues its backlog) is
+/// A burst built with one timestamp (`Record::build`, as `outboxd-bench` enqueues its backlog) is
 /// claimed in the order it was built and inserted: its ids count up within the millisecond, so a
 /// claimed batch is a run of neighbouring rows (on SQLite, neighbouring pages of the table).
 async fn claim_takes_a_burst_of_one_timestamp_in_the_order_it_was_built(backend: Backend) {
@@ -611,7 +611,7 @@ async fn claim_reads_the_head_again_within_a_second_of_a_full_backlog(backend: B
     assert_eq!(batch.events.len(), 3);
 }
 
-/// A backlog written in one millisecond (a burst; `outboxd bench`'s backlog) drains in claim order
+/// A backlog written in one millisecond (a burst; `outboxd-bench`'s backlog) drains in claim order
 /// however a store reads it (a claim position is on both columns of the order,
 /// `(created_at_ms, event_id)`): each claim's rows in order, the burst's rows across claims in
 /// order, none twice, no claim short while rows wait; a row of the same millisecond with a

@@ -160,7 +160,7 @@ const ROOM_INDEX_COLUMNS: &str = "app_code,status,room_id,created_at_ms,event_id
 /// Whether `table` has every claim index the backend's claims read (under any name).
 async fn has_claim_indexes(db: &TestDb, table: &str) -> bool {
     let indexes = db.index_columns(table).await;
-    outboxd::store::schema::claim_index_columns(db.backend)
+    outboxd::store::internals::claim_index_columns(db.backend)
         .iter()
         .all(|wanted| indexes.values().any(|columns| columns == wanted))
 }
@@ -175,7 +175,7 @@ async fn has_room_index(db: &TestDb, table: &str) -> bool {
 
 /// The versions of every embedded migration of `backend`, oldest first.
 fn all_migrations(backend: Backend) -> Vec<i64> {
-    outboxd::store::schema::migrations(backend)
+    outboxd::store::internals::migrations(backend)
         .iter()
         .map(|m| m.version)
         .collect()
@@ -471,7 +471,7 @@ async fn migrate_drops_the_room_index_of_an_earlier_version(backend: Backend) {
 /// Makes `table` look migrated by an earlier version (the room index part of the base schema):
 /// forgets the migration that took the room index out of it. Returns that migration's version.
 async fn forget_room_index_drop(db: &TestDb, table: &str) -> i64 {
-    let version = outboxd::store::schema::migrations(db.backend)
+    let version = outboxd::store::internals::migrations(db.backend)
         .iter()
         .find(|m| m.name.ends_with("_room_index_on_demand"))
         .expect("the migration that drops the room index")

@@ -36,10 +36,10 @@ pub enum Bind {
 }
 
 impl Bind {
-    /// The value a store statement binds ([`outboxd::store::statement::Arg`]), to run that
+    /// The value a store statement binds ([`outboxd::store::internals::Arg`]), to run that
     /// statement as it is here.
-    pub fn from_arg(arg: &outboxd::store::statement::Arg) -> Bind {
-        use outboxd::store::statement::Arg;
+    pub fn from_arg(arg: &outboxd::store::internals::Arg) -> Bind {
+        use outboxd::store::internals::Arg;
         match arg {
             Arg::Text(v) => Bind::Str(v.clone()),
             Arg::Int(v) => Bind::I64(*v),

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use outboxd::store::schema::index_columns_query;
+use outboxd::store::internals::index_columns_query;
 use sqlx::Row;
 
 use super::raw::{Bind, RawPool, bound_query, on_pool};
@@ -61,7 +61,7 @@ impl TestDb {
 
     /// The indexes of `table` from the catalog: lower-case index name → key columns in order
     /// (`(expression)` for an expression key). Runs the store's own catalog query
-    /// ([`outboxd::store::schema::index_columns_query`], the one migrate checks the claim indexes
+    /// ([`outboxd::store::internals::index_columns_query`], the one migrate checks the claim indexes
     /// with) on this test's plain pool.
     pub async fn index_columns(&self, table: &str) -> BTreeMap<String, Vec<String>> {
         let table = TableName::new(table).expect("valid table name");

@@ -1,5 +1,5 @@
-//! The row judge of a claim (`outboxd::store::judge_columns`): any row is handed out or rejected
-//! alone, never a panic, and the two answers are consistent.
+//! The row judge of a claim (`outboxd::store::internals::judge_columns`): any row is handed out
+//! or rejected alone, never a panic, and the two answers are consistent.
 //!
 //! Input layout (so seeds can be written by hand, `seeds/judge/`):
 //! - byte 0: the claim branch (`% 3`: pending, retryable, expired lease);
@@ -11,8 +11,7 @@
 //! - the rest: the `envelope` column.
 
 use outboxd::envelope::EventEnvelope;
-use outboxd::store::statement::claim::ClaimBranch;
-use outboxd::store::{RowColumns, judge_columns};
+use outboxd::store::internals::{ClaimBranch, RowColumns, judge_columns};
 use prost::Message;
 
 const HEADER: usize = 18;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use super::bench::{history, retention, scaling, throughput};
 use super::{plugin_new, plugin_test};
 
 /// outboxd: moves events committed to the `room_outbox` table out to sink plugins, at least once.
@@ -72,8 +71,6 @@ pub enum Command {
         #[arg(long = "app")]
         app_code: Option<String>,
     },
-    /// Measure delivery throughput: enqueue N events, drain them with a no-op publisher.
-    Bench(BenchArgs),
     /// Tools for plugin authors.
     Plugin {
         /// What to do.
@@ -163,97 +160,6 @@ pub struct RequeueArgs {
     /// Rows moved per transaction (oldest first), so a large requeue never holds a long lock.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunk: u32,
-}
-
-/// `outboxd bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Events per measured run.
-    #[arg(long, default_value_t = 10_000)]
-    pub events: u32,
-    /// Claim batch size of outboxd's runs (default: the config's `worker.batch_size`, so with no
-    /// config file the host's default, 1000).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5000))]
-    pub batch_size: Option<u32>,
-    /// Worker loops (batches in flight) of outboxd's runs (default: the config's
-    /// `worker.concurrency`, so with no config file the host's default, 1).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub workers: Option<u32>,
-    /// Concurrent clients (connections) of the raw SQL loops (`raw`, `raw-held`).
-    #[arg(long, default_value_t = 2)]
-    pub raw_clients: u32,
-    /// Rows per claim of the raw SQL loops: the yardstick's batch, fixed while outboxd's
-    /// `--batch-size` is swept (default 500, the two-write loop the throughput targets were set
-    /// against).
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
-    pub raw_batch_size: u32,
-    /// Rooms the events are spread over.
-    #[arg(long, default_value_t = 1000)]
-    pub rooms: u32,
-    /// Runs to measure, comma-separated: outboxd, per-room (ordering on), go (the Go version's
-    /// shape: batch 100, one mark statement per row, one batch in flight), raw (a plain SQL
-    /// client, no outboxd code: claim with FOR UPDATE SKIP LOCKED, then one fenced mark per
-    /// batch; `--batch-size`, `--raw-clients`), raw-1idx (the same loop on a table with the
-    /// primary key and one claim index only: the yardstick), raw-held (the ceiling: lock, mark
-    /// delivered, commit in one transaction; each row written once).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "outboxd,per-room,go,raw,raw-1idx"
-    )]
-    pub shapes: Vec<throughput::Shape>,
-    /// Table the benchmark writes (created if missing); keep it away from production data.
-    #[arg(long, default_value = "outboxd_bench")]
-    pub table: String,
-    /// `--retention` and its options.
-    #[command(flatten)]
-    pub retention: retention::RetentionBenchArgs,
-    /// `--history-scaling` and its options.
-    #[command(flatten)]
-    pub scaling: scaling::ScalingBenchArgs,
-    /// `--console-history`: the console's pages over a large table.
-    #[command(flatten)]
-    pub console: super::bench::console::ConsoleBenchArgs,
-    /// How `--retention` and `--history-scaling` load their history.
-    #[command(flatten)]
-    pub history: history::HistoryArgs,
-    /// Latency mode: producers commit this many rows per second, one per transaction, and the
-    /// worker (configured as `outboxd run` would be) delivers them; prints commit → delivered
-    /// p50/p90/p99. Needs `--seconds`.
-    #[arg(long, requires = "seconds", group = "latency")]
-    pub rate: Option<u32>,
-    /// Latency mode, a quiet room: one row every DURATION (e.g. `2s`) instead of `--rate`.
-    /// Needs `--seconds`.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
-        requires = "seconds", group = "latency")]
-    pub every: Option<std::time::Duration>,
-    /// Latency mode: how long the producers write.
-    #[arg(long, requires = "latency")]
-    pub seconds: Option<u32>,
-    /// Latency mode: the worker idles this long (e.g. `60s`) before the producers start, and
-    /// every row counts (no warm-up): a burst after a quiet spell.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
-        requires = "latency")]
-    pub quiet_first: Option<std::time::Duration>,
-    /// Latency mode: producer tasks, each on its own database connection.
-    #[arg(long, default_value_t = 4)]
-    pub producers: u32,
-    /// Latency mode: for this many of the slowest rows, print the claims the worker ran between
-    /// the row's commit and the claim that handed it out (start, duration, rows / limit).
-    #[arg(long, requires = "latency", default_value_t = 0)]
-    pub trace_slowest: usize,
-    /// Publish through this plugin (`.wasm` component; every event routed to it) instead of a
-    /// native no-op publisher.
-    #[arg(long, value_name = "FILE")]
-    pub plugin: Option<PathBuf>,
-    /// A setting passed to the plugin's init (repeatable), e.g. `quiet=true`.
-    #[arg(long = "plugin-config", value_name = "KEY=VALUE")]
-    pub plugin_config: Vec<String>,
-    /// With the `broker` plugin: make the benchmark's destination on the `[[broker]]` the
-    /// plugin's `connection` names, and after the run publish as many messages with that
-    /// broker's own client (same confirmation, same batch size) and print both rates.
-    #[arg(long, requires = "plugin")]
-    pub broker_raw: bool,
 }
 
 /// `outboxd plugin …`.

@@ -1,7 +1,8 @@
 //! The `outboxd` command line: the contract scripts and docs use.
 //!
 //! Global options pick the config file and database; subcommands migrate, enqueue, run, report,
-//! requeue, benchmark, and help plugin authors (`plugin check|test|new|bench`).
+//! requeue, and help plugin authors (`plugin check|test|new|bench`). The benchmark of the delivery
+//! itself is a binary of its own, `outboxd-bench` (`bench/`).
 //!
 //! - this file: loading the config, logging, dispatch; `args.rs`: the arguments;
 //! - [`ops`]: the store operations (migrate, enqueue, run, status, failed, requeue);
@@ -9,12 +10,9 @@
 //!   stand-in broker for broker plugins, printed by [`stand_in_report`]), [`plugin_new`]
 //!   (scaffolding from `plugins/templates/`) and [`plugin_bench`] (one plugin measured, no
 //!   database);
-//! - [`bench`]: `outboxd bench`, its modes (throughput, latency, retention, history scaling) over
-//!   one shared harness;
 //! - [`signals`]: SIGINT/SIGTERM/SIGQUIT handling of `outboxd run`, and its exit codes.
 
 mod args;
-pub mod bench;
 pub mod ops;
 pub mod plugin;
 pub mod plugin_bench;
@@ -105,7 +103,6 @@ pub async fn execute(cli: Cli) -> Result<()> {
                 },
         } => ops::list_failed(&config, json, limit, &filter).await,
         Command::Requeue(args) => ops::requeue(&config, args).await,
-        Command::Bench(args) => bench::command(&config, args).await,
         Command::Plugin { command } => plugin::command(&config, command).await,
     }
 }
@@ -198,17 +195,6 @@ mod tests {
             "--dry-run",
         ])
         .unwrap();
-        Cli::try_parse_from([
-            "outboxd",
-            "bench",
-            "--events",
-            "10",
-            "--batch-size",
-            "5",
-            "--workers",
-            "2",
-        ])
-        .unwrap();
         let cli = Cli::try_parse_from([
             "outboxd",
             "--config",
@@ -221,5 +207,12 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.config, Some(PathBuf::from("a.toml")));
+    }
+
+    /// The benchmark is `outboxd-bench`, not a subcommand of the binary operators deploy.
+    #[test]
+    fn bench_is_not_a_subcommand() {
+        let error = Cli::try_parse_from(["outboxd", "bench", "--events", "10"]).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::InvalidSubcommand);
     }
 }

@@ -21,10 +21,12 @@
 //!   event search, row, error groups, dead-letter deletes), over what a backend provides
 //!   (`driver.rs`: `Driver`, and the one retry of transient errors; `session.rs`: `Session`, a
 //!   connection running bound statements); `impl_store.rs` makes a backend an [`OutboxStore`];
-//! - [`statement`]: statement building shared by every backend, grouped by operation; `row`: row
-//!   decoding; `judge`: the envelope judge (no SQL); [`schema`]: migrations (`migration.rs`:
-//!   one [`schema::Migration`]), the columns and claim indexes outboxd needs, `migrate`;
-//!   `room_index`: the start check of per-room ordering.
+//! - `statement`: statement building shared by every backend, grouped by operation; `row`: row
+//!   decoding; `judge`: the envelope judge (no SQL); `schema`: migrations (`migration.rs`:
+//!   one `Migration`), the columns and claim indexes outboxd needs, `migrate`;
+//!   `room_index`: the start check of per-room ordering;
+//! - [`internals`]: the statements, migrations and catalog queries above, exposed for
+//!   `outboxd-bench` and the plan tests only (not the API of a host, plugin or producer).
 //!
 //! Every backend passes the same conformance suite (`tests/conformance/`). Methods take one
 //! params struct and an explicit `now_ms`, so behaviour that depends on time (leases, due retries)
@@ -72,7 +74,7 @@
 mod backend;
 mod browse;
 mod claim_index;
-pub mod claim_position;
+pub(crate) mod claim_position;
 mod connect;
 mod driver;
 mod error;
@@ -83,18 +85,19 @@ mod exec_held;
 mod exec_mark;
 mod held;
 mod impl_store;
+pub mod internals;
 mod judge;
 mod maintenance;
 mod migration;
 pub mod mysql;
 pub mod postgres;
-pub mod room_cursor;
+pub(crate) mod room_cursor;
 mod room_index;
 mod row;
-pub mod schema;
+pub(crate) mod schema;
 mod session;
 pub mod sqlite;
-pub mod statement;
+pub(crate) mod statement;
 mod table_name;
 
 use async_trait::async_trait;
@@ -111,7 +114,6 @@ pub use browse::{
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, redact_url};
 pub use error::StoreError;
 pub use held::HeldBatch;
-pub use judge::{RowColumns, judge_columns};
 pub use maintenance::{
     CountsParams, FailedFilter, FailedRow, ListFailedParams, PurgeParams, PurgeStatus,
     RequeueParams, StatusCounts,

@@ -38,7 +38,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How outboxd opens a SQLite database URL, for every connection it makes to the file (the
 /// store's pool, the commit watcher, the benchmarks' plain clients): created if missing, WAL,
 /// the busy timeout, and the URL's `synchronous` ([`synchronous_from_url`]).
-pub fn connect_options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
+pub(crate) fn connect_options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
     let (url, synchronous) = synchronous_from_url(url)?;
     Ok(SqliteConnectOptions::from_str(&url)
         .map_err(StoreError::db("connect"))?

@@ -147,9 +147,9 @@ impl Statements {
     }
 
     /// The statement a claim runs for the pending branch (no ordering) when it reads `side` of a
-    /// claim position ([`crate::store::claim_position`]), with its arguments, e.g. for `EXPLAIN`
-    /// in tests: the one-statement claim and lease under `lease` where the dialect has it, else
-    /// the locking SELECT.
+    /// claim position ([`ClaimPosition`](crate::store::internals::ClaimPosition)), with its
+    /// arguments, e.g. for `EXPLAIN` in tests: the one-statement claim and lease under `lease`
+    /// where the dialect has it, else the locking SELECT.
     pub fn claim_statement_by_position(
         &self,
         params: &ClaimParams,
@@ -272,9 +272,9 @@ impl Statements {
     }
 
     /// The statement a per-room claim runs for the pending branch over the rooms `walk` covers
-    /// ([`crate::store::room_cursor`]), with its arguments (e.g. for `EXPLAIN` in tests): the
-    /// one-statement claim and lease under `lease` where the dialect has it, else the locking
-    /// SELECT. It hands out room heads, each leased (or locked) in its own row.
+    /// ([`RoomWalk`](crate::store::internals::RoomWalk)), with its arguments (e.g. for `EXPLAIN`
+    /// in tests): the one-statement claim and lease under `lease` where the dialect has it, else
+    /// the locking SELECT. It hands out room heads, each leased (or locked) in its own row.
     pub fn claim_statement_by_room(
         &self,
         params: &ClaimParams,

@@ -1,4 +1,4 @@
-//! `outboxd bench` (the throughput mode, the default): enqueue N events, drain them through a
+//! `outboxd-bench` (the throughput mode, the default): enqueue N events, drain them through a
 //! publisher (a no-op, or a plugin with `--plugin`), report events/s per delivery shape.
 //!
 //! Each shape runs on its own app code in the benchmark table, so runs never see each other's
@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::super::BenchArgs;
-use super::harness::{EventIds, Harness, records};
-use super::raw::{RawError, RawLoop, RawOptions};
+use crate::args::{BenchArgs, Shape};
+use crate::harness::{EventIds, Harness, records};
+use crate::raw::{RawError, RawLoop, RawOptions};
 use outboxd::config::Config;
 use outboxd::publish::{Event, Publisher};
 use outboxd::record::now_ms;
@@ -24,44 +24,6 @@ use outboxd::store::{
     OutboxStore, StoreError,
 };
 use outboxd::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
-
-/// A delivery shape to measure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Shape {
-    /// outboxd's worker: batch size and worker count from the options, one mark per batch.
-    Outboxd,
-    /// outboxd's worker with per-room ordering on.
-    PerRoom,
-    /// The Go version's shape: claim 100, one mark statement per row, one batch in flight.
-    Go,
-    /// Issue 10's raw two-write SQL loop: a plain sqlx client, claim then fenced mark, no outboxd
-    /// code in the loop (`--raw-clients` clients, `--batch-size` rows per claim).
-    Raw,
-    /// The raw two-write loop on the yardstick table (`<table>_1idx`): the seed's columns, the
-    /// primary key and ONE claim index, no triggers (issue 25's yardstick; `yardstick.rs`).
-    #[value(name = "raw-1idx")]
-    RawOneIndex,
-    /// The raw ceiling: lock with `SELECT … FOR UPDATE SKIP LOCKED`, one UPDATE to delivered,
-    /// commit, in one transaction (each row written once; not at-least-once safe as outboxd is).
-    RawHeld,
-    /// outboxd's worker in held mode (`worker.mode = "held"`): rows locked in the claim's open
-    /// transaction while they publish, one mark UPDATE per batch, no lease written.
-    Held,
-}
-
-impl Shape {
-    fn name(self) -> &'static str {
-        match self {
-            Shape::Outboxd => "outboxd",
-            Shape::PerRoom => "per-room",
-            Shape::Go => "go",
-            Shape::Raw => "raw",
-            Shape::RawOneIndex => "raw-1idx",
-            Shape::RawHeld => "raw-held",
-            Shape::Held => "held",
-        }
-    }
-}
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -216,8 +178,8 @@ pub enum BenchError {
 
 /// Runs every requested shape on the harness's table.
 ///
-/// Every shape publishes through `publisher`: [`super::harness::NoopPublisher`] measures the
-/// host and the database; a plugin (`outboxd bench --plugin FILE`) measures what users run.
+/// Every shape publishes through `publisher`: [`crate::harness::NoopPublisher`] measures the
+/// host and the database; a plugin (`outboxd-bench --plugin FILE`) measures what users run.
 pub async fn run(
     harness: &Harness<'_>,
     options: &BenchOptions,
@@ -236,8 +198,8 @@ pub async fn run(
         let app_code = format!("bench-{}-{run_id}", shape.name());
         // The yardstick shape runs on a table of its own (created fresh, one claim index).
         let yardstick = if shape == Shape::RawOneIndex {
-            let table = super::yardstick::table_name(&harness.table)?;
-            super::yardstick::create(
+            let table = crate::yardstick::table_name(&harness.table)?;
+            crate::yardstick::create(
                 &config.database.url,
                 &table,
                 config.database.connect_timeout,
@@ -273,7 +235,7 @@ pub async fn run(
                     batch_size: options.raw_batch_size,
                     connect_timeout: config.database.connect_timeout,
                 };
-                super::raw::drain(raw, &raw_options).await?;
+                crate::raw::drain(raw, &raw_options).await?;
                 (options.raw_batch_size.max(1), options.raw_clients.max(1))
             }
         };

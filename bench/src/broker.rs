@@ -1,4 +1,4 @@
-//! `outboxd bench --plugin plugins/out/broker.wasm --broker-raw`: beside outboxd's end-to-end
+//! `outboxd-bench --plugin plugins/out/broker.wasm --broker-raw`: beside outboxd's end-to-end
 //! run (table → plugin → broker, confirmed), the broker's own client publishing the same number
 //! of messages of the same shape with the same confirmation, in batches of the same size, one
 //! batch in flight (`broker_raw.rs`), so the ratio is measured in one run. Also the
@@ -8,21 +8,17 @@
 //! and RabbitMQ, `outboxd-bench:{app_code}` on Redis, `outboxd-bench/{app_code}` on MQTT, the
 //! topic `outboxd-bench` on Kafka); a NATS stream `OUTBOXD_BENCH`, a RabbitMQ topic exchange (the
 //! connection's `exchange`) with a queue `outboxd-bench` bound to it, a Kafka topic of
-//! [`KAFKA_PARTITIONS`] partitions.
+//! [`KAFKA_PARTITIONS`](crate::broker_raw::KAFKA_PARTITIONS) partitions.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::super::BenchArgs;
+use crate::args::BenchArgs;
+use crate::broker_raw::PREFIX;
 use outboxd::broker::Message;
 use outboxd::config::{BrokerKind, BrokerSpec, Config};
-
-/// The benchmark's names' prefix.
-pub const PREFIX: &str = "outboxd-bench";
-/// Partitions of the benchmark's Kafka topic.
-pub const KAFKA_PARTITIONS: i32 = 3;
 
 /// The raw client's run, and outboxd's beside it.
 #[derive(Debug, Clone)]
@@ -86,12 +82,12 @@ pub fn spec<'a>(config: &'a Config, args: &BenchArgs) -> anyhow::Result<&'a Brok
 /// Makes the benchmark's destination on the broker (removing a leftover one first).
 pub async fn prepare(spec: &BrokerSpec) -> anyhow::Result<()> {
     cleanup(spec).await;
-    super::broker_raw::prepare(spec).await
+    crate::broker_raw::prepare(spec).await
 }
 
 /// Removes the benchmark's destination (best effort).
 pub async fn cleanup(spec: &BrokerSpec) {
-    if let Err(error) = super::broker_raw::cleanup(spec).await {
+    if let Err(error) = crate::broker_raw::cleanup(spec).await {
         tracing::debug!(error = %error, "benchmark cleanup");
     }
 }
@@ -117,7 +113,7 @@ pub async fn raw(
         .collect();
     let batch = batch.max(1);
     let started = Instant::now();
-    super::broker_raw::publish(spec, &messages, batch as usize).await?;
+    crate::broker_raw::publish(spec, &messages, batch as usize).await?;
     let elapsed = started.elapsed();
     cleanup(spec).await;
     Ok(RawBrokerReport {

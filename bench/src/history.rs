@@ -134,7 +134,7 @@ pub enum Loader {
 }
 
 /// The history options shared by `--retention` and `--history-scaling` (flattened into
-/// [`BenchArgs`](super::super::BenchArgs)).
+/// [`BenchArgs`](crate::args::BenchArgs)).
 #[derive(Debug, Clone, clap::Args)]
 pub struct HistoryArgs {
     /// How the history is loaded: `sql` (set-based, default) or `store` (through the store).
@@ -190,8 +190,8 @@ impl HistoryWriter {
     ) -> Result<HistoryWriter, StoreError> {
         let conn = match Backend::from_url(url)? {
             Backend::Sqlite => {
-                let options =
-                    outboxd::store::sqlite::connect_options(url)?.disable_statement_logging();
+                let options = outboxd::store::internals::sqlite_connect_options(url)?
+                    .disable_statement_logging();
                 Conn::Sqlite(options.connect().await.map_err(db("history connect"))?)
             }
             Backend::MySql => {

@@ -1,11 +1,11 @@
-//! The report of `outboxd bench --retention`: claim + mark latency per window, quiet and while
+//! The report of `outboxd-bench --retention`: claim + mark latency per window, quiet and while
 //! the retention cleanup deletes the history.
 
 use std::fmt;
 use std::time::Duration;
 
-use super::history::{AfterLoad, Loader};
-use super::samples::{Samples, ms};
+use crate::history::{AfterLoad, Loader};
+use crate::samples::{Samples, ms};
 use outboxd::config::RetentionConfig;
 
 /// Timed claim + mark calls of one window.

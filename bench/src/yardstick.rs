@@ -1,4 +1,4 @@
-//! The yardstick table of `outboxd bench --shapes raw-1idx`: the seed's columns with only the
+//! The yardstick table of `outboxd-bench --shapes raw-1idx`: the seed's columns with only the
 //! primary key and ONE claim index, `(app_code, status, created_at_ms, event_id)`, as issue 25
 //! named the raw loop to compare against. outboxd's own table has three claim indexes (pending,
 //! retry, lease; the last two hold live rows only on PostgreSQL and lack the status on
@@ -78,7 +78,7 @@ pub async fn create(
             execute_all(pool.map_err(connect)?, &statements).await
         }
         Backend::Sqlite => {
-            let options = outboxd::store::sqlite::connect_options(url)?;
+            let options = outboxd::store::internals::sqlite_connect_options(url)?;
             let pool = one_connection::<sqlx::Sqlite>(connect_timeout)
                 .connect_with(options)
                 .await;

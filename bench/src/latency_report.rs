@@ -1,11 +1,11 @@
-//! The report of `outboxd bench --rate`: latency percentiles, where a round's time went (claims
+//! The report of `outboxd-bench --rate`: latency percentiles, where a round's time went (claims
 //! and marks), and each counted row's latency cut into phases at the worker's store calls.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::samples::{Samples, ms, nearest_rank};
-use super::trace::SlowRows;
+use crate::samples::{Samples, ms, nearest_rank};
+use crate::trace::SlowRows;
 
 /// Latency percentiles of one run.
 #[derive(Debug, Clone)]
@@ -22,7 +22,7 @@ pub struct LatencyReport {
     pub wake: String,
     /// Rows committed.
     pub events: usize,
-    /// Rows counted in the percentiles (those committed after [`WARM_UP`](super::latency::WARM_UP)).
+    /// Rows counted in the percentiles (those committed after [`WARM_UP`](crate::latency::WARM_UP)).
     pub counted: usize,
     /// Rows/s the producers reached: rows committed ÷ the time from the start to the last commit.
     pub achieved_rate: f64,
@@ -39,7 +39,7 @@ pub struct LatencyReport {
     /// The slowest rows' waits for a claim (`--trace-slowest`; empty otherwise).
     pub slow_rows: SlowRows,
     /// The counted rows committed once the claims had caught up after the warm-up
-    /// ([`super::trace::caught_up`]): from when (after the start), and their latencies,
+    /// ([`crate::trace::caught_up`]): from when (after the start), and their latencies,
     /// sorted.
     pub steady: Option<(Duration, Vec<Duration>)>,
 }

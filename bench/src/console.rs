@@ -1,4 +1,4 @@
-//! `outboxd bench --console-history N`: the console's pages over a table with N rows of history.
+//! `outboxd-bench --console-history N`: the console's pages over a table with N rows of history.
 //!
 //! Loads N old `delivered` rows of one tenant set-based ([`HistoryWriter`], as `--retention`
 //! does), then through the store 2,000 `failed` rows (three error texts, three event types) and
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context as _;
 use sqlx::{ConnectOptions as _, Row as _};
 
-use super::super::BenchArgs;
-use super::history::HistoryWriter;
+use crate::args::BenchArgs;
+use crate::history::HistoryWriter;
 use outboxd::config::Config;
 use outboxd::console::{Console, ConsoleParts, ConsoleRequest};
 use outboxd::metrics::Metrics;
@@ -23,20 +23,11 @@ use outboxd::monitor::StatusSnapshot;
 use outboxd::plugin::SinkControls;
 use outboxd::record::{Record, now_ms};
 use outboxd::reload::Loaded;
-use outboxd::store::statement::browse::explain_statements;
-use outboxd::store::statement::{Arg, Bound};
+use outboxd::store::internals::{Arg, Bound, console_explain_statements};
 use outboxd::store::{
     self, Backend, ClaimParams, ConnectOptions, DeliveryOrder, Mark, MarkParams, OutboxStore,
     TableName,
 };
-
-/// The `--console-history` options of `outboxd bench` (flattened into [`BenchArgs`]).
-#[derive(Debug, Clone, clap::Args)]
-pub struct ConsoleBenchArgs {
-    /// Time the console's pages over this many rows of delivered history (e.g. 10000000).
-    #[arg(long, conflicts_with_all = ["rate", "retention", "history_scaling"])]
-    pub console_history: Option<u64>,
-}
 
 /// The tenant of the benchmark's rows.
 const APP: &str = "bench-console";
@@ -49,7 +40,7 @@ const ERRORS: [&str; 3] = [
 /// Event types of the fresh rows.
 const TYPES: [&str; 3] = ["RoomGiftSent", "RoomMicChanged", "RoomPkEnded"];
 
-/// `outboxd bench --console-history N`.
+/// `outboxd-bench --console-history N`.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     let history = args.console.console_history.unwrap_or(0);
     let rounds = args.scaling.rounds.max(1);
@@ -244,7 +235,7 @@ async fn fresh_rows(store: &dyn OutboxStore) -> anyhow::Result<(Vec<String>, u64
 
 /// Prints each console statement's plan.
 async fn explain(url: &str, backend: Backend, table: &TableName) -> anyhow::Result<()> {
-    for (name, bound) in explain_statements(backend, table, APP) {
+    for (name, bound) in console_explain_statements(backend, table, APP) {
         println!("== {name}\n{}", bound.sql);
         let lines = match backend {
             Backend::Postgres => {

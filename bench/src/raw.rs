@@ -1,4 +1,4 @@
-//! `outboxd bench`'s raw baselines: a plain sqlx client on the same database and table as the
+//! `outboxd-bench`'s raw baselines: a plain sqlx client on the same database and table as the
 //! other shapes, with no outboxd code in the loop (no store, no worker, no publisher), so the
 //! report can print outboxd's rate as a ratio to what a hand-written client gets.
 //!
@@ -132,7 +132,7 @@ pub async fn drain(raw: RawLoop, options: &RawOptions) -> Result<(), RawError> {
             }
         }
         Backend::Sqlite => {
-            let connect = outboxd::store::sqlite::connect_options(&options.url)?;
+            let connect = outboxd::store::internals::sqlite_connect_options(&options.url)?;
             let pool = SqlitePoolOptions::new()
                 .max_connections(clients)
                 .acquire_timeout(options.connect_timeout)

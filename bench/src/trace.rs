@@ -1,4 +1,4 @@
-//! `outboxd bench --rate N --seconds S --trace-slowest K`: for the K counted rows that waited
+//! `outboxd-bench --rate N --seconds S --trace-slowest K`: for the K counted rows that waited
 //! longest between their producer's commit and the start of the claim that handed them out, the
 //! claims the worker ran meanwhile (when each started, how long it took, how many rows it handed
 //! out and how many it asked for).
@@ -113,7 +113,7 @@ impl SlowRows {
 
 impl fmt::Display for SlowRows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = super::samples::ms;
+        let ms = crate::samples::ms;
         if self.rows.is_empty() {
             return Ok(());
         }

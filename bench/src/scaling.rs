@@ -1,4 +1,4 @@
-//! `outboxd bench --history-scaling 10000,100000,…`: the cost of a claim as the delivered
+//! `outboxd-bench --history-scaling 10000,100000,…`: the cost of a claim as the delivered
 //! history grows, from one run on one table.
 //!
 //! For each size, in ascending order, the same tenant's history is grown to that many old
@@ -12,31 +12,16 @@ use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use super::super::BenchArgs;
-use super::harness::{EventIds, Harness, records};
-use super::history::{AfterLoad, HISTORY_AGE, HistoryBenchError, HistoryWriter, claim_and_deliver};
-use super::retention::LatencyWindow;
-use super::samples::ms;
+use crate::args::BenchArgs;
+use crate::harness::{EventIds, Harness, records};
+use crate::history::{AfterLoad, HISTORY_AGE, HistoryBenchError, HistoryWriter, claim_and_deliver};
+use crate::retention::LatencyWindow;
+use crate::samples::ms;
 use outboxd::record::now_ms;
 use outboxd::store::{self, MigrateOptions};
 
 /// Untimed claim + mark calls before each size's measured rounds.
 const WARM_UP: u32 = 5;
-
-/// The `--history-scaling` options of `outboxd bench` (flattened into [`BenchArgs`]).
-#[derive(Debug, Clone, clap::Args)]
-pub struct ScalingBenchArgs {
-    /// Measure claim + mark cost at each of these delivered-history sizes, comma-separated and
-    /// ascending (the same table grows), e.g. `10000,100000,1000000,10000000`.
-    #[arg(long, value_delimiter = ',', conflicts_with_all = ["rate", "retention"])]
-    pub history_scaling: Option<Vec<u64>>,
-    /// Measured claim + mark calls per size (`--history-scaling`).
-    #[arg(long, default_value_t = 100)]
-    pub rounds: u32,
-    /// Fresh rows per measured claim + mark (`--history-scaling`).
-    #[arg(long, default_value_t = 500)]
-    pub scaling_batch: u32,
-}
 
 /// One measured size.
 #[derive(Debug, Clone)]

@@ -1,42 +1,14 @@
-//! `outboxd bench`: the benchmark modes, and the dispatch that runs the one the arguments ask
-//! for over one [`Harness`] and prints its report.
-//!
-//! | mode | flags | module |
-//! |---|---|---|
-//! | throughput (the default) | `--events`, `--shapes` | [`throughput`]; the raw SQL loops it compares against in [`raw`], the one-index yardstick table in [`yardstick`] |
-//! | latency | `--rate` or `--every`, `--seconds` | [`latency`], its report [`latency_report`], what the slowest rows waited for [`trace`] |
-//! | retention | `--retention` | [`retention`], its report [`retention_report`] |
-//! | history scaling | `--history-scaling` | [`scaling`] |
-//! | the console's pages | `--console-history` | [`console`] |
-//! | a broker beside its own client | `--plugin …/broker.wasm --broker-raw` | [`broker`] (destinations, report), [`broker_raw`] (the brokers' own clients) |
-//!
-//! The last three load old history set-based with [`history`]. Every mode connects, names its
-//! tenant, loads its publisher and writes its events through [`harness`], and prints
-//! percentiles from [`samples`].
-
-pub mod broker;
-pub mod broker_raw;
-pub mod console;
-pub mod harness;
-pub mod history;
-pub mod latency;
-pub mod latency_report;
-pub mod raw;
-pub mod retention;
-pub mod retention_report;
-pub mod samples;
-pub mod scaling;
-pub mod throughput;
-pub mod trace;
-pub mod yardstick;
+//! The dispatch: runs the mode the arguments ask for over one [`Harness`] and prints its report
+//! (the modes are listed in `main.rs`).
 
 use std::fmt::Display;
 
-use super::BenchArgs;
-pub use harness::Harness;
+use crate::args::BenchArgs;
+use crate::harness::Harness;
+use crate::{broker, console, latency, retention, scaling, throughput};
 use outboxd::config::Config;
 
-/// `outboxd bench`: runs the mode the arguments ask for and prints its report.
+/// Runs the mode the arguments ask for and prints its report.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     if args.console.console_history.is_some() {
         return console::command(config, args).await;

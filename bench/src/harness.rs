@@ -1,4 +1,4 @@
-//! What every `outboxd bench` mode shares: the benchmark table and the stores on it, a fresh
+//! What every `outboxd-bench` mode shares: the benchmark table and the stores on it, a fresh
 //! tenant per run, the publisher events go through, and the event rows a run writes.
 //!
 //! A mode takes a [`Harness`], connects what it needs through it, and returns a report the
@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 use async_trait::async_trait;
 
-use super::super::BenchArgs;
+use crate::args::BenchArgs;
 use outboxd::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::{Record, now_ms};
@@ -31,7 +31,7 @@ pub struct Harness<'a> {
 }
 
 impl<'a> Harness<'a> {
-    /// The harness of `outboxd bench` run with `args` under `config`.
+    /// The harness of `outboxd-bench` run with `args` under `config`.
     pub fn new(config: &'a Config, args: &BenchArgs) -> anyhow::Result<Harness<'a>> {
         Ok(Harness {
             config,

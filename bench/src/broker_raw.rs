@@ -1,9 +1,9 @@
-//! The raw broker clients of `outboxd bench --broker-raw`: each broker's own client crate, no
+//! The raw broker clients of `outboxd-bench --broker-raw`: each broker's own client crate, no
 //! outboxd code, publishing batches of messages with the confirmation outboxd waits for
 //! (JetStream PubAck, RabbitMQ publisher confirms of persistent messages, Redis `XADD` replies,
 //! MQTT QoS 1 PUBACKs, Kafka `acks=all`), pipelined within a batch, one batch in flight. They
 //! connect without credentials (the benchmark's brokers have none). Also the benchmark's
-//! destinations (see `broker.rs`).
+//! destinations, named with [`PREFIX`] (see `broker.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,9 +13,13 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use futures::future::join_all;
 
-use super::broker::{KAFKA_PARTITIONS, PREFIX};
 use outboxd::broker::{Message, kafka_partition};
 use outboxd::config::{BrokerKind, BrokerSpec};
+
+/// The benchmark's names' prefix (its destinations, and the plugin's topics in `bench/brokers.sh`).
+pub const PREFIX: &str = "outboxd-bench";
+/// Partitions of the benchmark's Kafka topic.
+pub const KAFKA_PARTITIONS: i32 = 3;
 
 fn host_port(spec: &BrokerSpec, default: u16) -> (String, u16) {
     let url = spec.url();

@@ -1,4 +1,4 @@
-//! `outboxd bench --retention`: claim latency on a table holding N old `delivered` rows, quiet
+//! `outboxd-bench --retention`: claim latency on a table holding N old `delivered` rows, quiet
 //! versus while the retention cleanup deletes them, side by side from one run.
 //!
 //! 1. Loads the history, every timestamp 30 days in the past: set-based by default
@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::super::BenchArgs;
-use super::harness::{EventIds, Harness, records};
-use super::history::{
+use crate::args::BenchArgs;
+use crate::harness::{EventIds, Harness, records};
+use crate::history::{
     AfterLoad, HISTORY_AGE, HistoryBenchError, HistoryWriter, Loader, claim_and_deliver,
 };
-pub use super::retention_report::{LatencyWindow, RetentionBenchReport};
+pub use crate::retention_report::{LatencyWindow, RetentionBenchReport};
 use outboxd::config::RetentionConfig;
 use outboxd::metrics::Metrics;
 use outboxd::record::now_ms;
@@ -35,30 +35,6 @@ use outboxd::store::{CountsParams, MigrateOptions, OutboxStore};
 const CLEANUP_AGE: Duration = Duration::from_secs(24 * 3600);
 /// Rows per history chunk (one enqueue, one claim, one mark).
 const LOAD_CHUNK: u32 = 1000;
-
-/// The `--retention` options of `outboxd bench` (flattened into [`BenchArgs`]).
-#[derive(Debug, Clone, clap::Args)]
-pub struct RetentionBenchArgs {
-    /// Measure claim latency quiet vs while retention deletes `--history` old delivered rows
-    /// (instead of the delivery shapes or the `--rate` latency mode).
-    #[arg(long, conflicts_with = "rate")]
-    pub retention: bool,
-    /// Old `delivered` rows loaded before measuring (`--retention`).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub history: u32,
-    /// Rows per measured claim + mark (`--retention`).
-    #[arg(long, default_value_t = 10)]
-    pub claim_batch: u32,
-    /// Length of one measurement window (`--retention`).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub window: Duration,
-    /// Quiet windows measured before the cleanup starts (`--retention`).
-    #[arg(long, default_value_t = 3)]
-    pub windows: u32,
-    /// Stop measuring the cleanup after this long even if history is left (`--retention`).
-    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-    pub max_cleanup: Duration,
-}
 
 /// What to measure.
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
-//! `outboxd bench --rate N --seconds S`: commit → delivered latency with the configured worker.
+//! `outboxd-bench --rate N --seconds S`: commit → delivered latency with the configured worker.
 //!
 //! Producers on connections of their own (a separate pool, like services writing the outbox)
 //! commit one row per transaction at `N` rows/s for `S` seconds; the worker runs with the loaded
@@ -21,9 +21,9 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use super::super::BenchArgs;
-use super::harness::Harness;
-use super::trace::{ClaimSpan, RowWait, SlowRows, caught_up};
+use crate::args::BenchArgs;
+use crate::harness::Harness;
+use crate::trace::{ClaimSpan, RowWait, SlowRows, caught_up};
 use outboxd::publish::Publisher;
 use outboxd::record::Record;
 use outboxd::store::{
@@ -34,8 +34,8 @@ use outboxd::store::{
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{RunMode, Worker, WorkerError};
 
-use super::latency_report::RowTimes;
-pub use super::latency_report::{LatencyReport, Phases, RoundTimes};
+use crate::latency_report::RowTimes;
+pub use crate::latency_report::{LatencyReport, Phases, RoundTimes};
 
 /// Rows committed during this first part of a run are not counted in the percentiles.
 pub const WARM_UP: Duration = Duration::from_secs(1);
@@ -54,7 +54,7 @@ pub struct LatencyOptions {
     /// Producer tasks, each on its own connection.
     pub producers: u32,
     /// Print the claims that ran while this many of the slowest rows waited for theirs
-    /// ([`super::trace`]); 0: none.
+    /// ([`crate::trace`]); 0: none.
     pub trace_slowest: usize,
 }
 

@@ -1,0 +1,114 @@
+//! `outboxd-bench`: measures outboxd's delivery on a table of its own, through the `outboxd`
+//! library's public API (and `outboxd::store::internals` for the statements it times by hand).
+//! It is a separate binary: the `outboxd` that operators deploy does not carry it.
+//!
+//! # Layout
+//! - this file: the process (config, logging, exit code); [`args`]: the command line; [`run`]:
+//!   the dispatch to one mode.
+//!
+//! | mode | flags | module |
+//! |---|---|---|
+//! | throughput (the default) | `--events`, `--shapes` | [`throughput`]; the raw SQL loops it compares against in [`raw`], the one-index yardstick table in [`yardstick`] |
+//! | latency | `--rate` or `--every`, `--seconds` | [`latency`], its report [`latency_report`], what the slowest rows waited for [`trace`] |
+//! | retention | `--retention` | [`retention`], its report [`retention_report`] |
+//! | history scaling | `--history-scaling` | [`scaling`] |
+//! | the console's pages | `--console-history` | [`console`] |
+//! | a broker beside its own client | `--plugin …/broker.wasm --broker-raw` | [`broker`] (report, outboxd's side), [`broker_raw`] (the brokers' own clients, the benchmark's destinations) |
+//!
+//! Retention, history scaling and the console's pages load old history with [`history`]. Every
+//! mode connects, names its tenant, loads its publisher and writes its events through
+//! [`harness`], and prints percentiles from [`samples`]. Imports go one way: `run` → the modes →
+//! their reports, `harness`, `history`, `samples` → `args` (which imports only `history`).
+
+mod args;
+mod broker;
+mod broker_raw;
+mod console;
+mod harness;
+mod history;
+mod latency;
+mod latency_report;
+mod raw;
+mod retention;
+mod retention_report;
+mod run;
+mod samples;
+mod scaling;
+mod throughput;
+mod trace;
+mod yardstick;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Parser;
+
+use outboxd::config::{Config, LogFormat};
+use outboxd::store::Backend;
+
+use args::Cli;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Loads the config, starts logging and runs the benchmark.
+async fn execute(cli: Cli) -> Result<()> {
+    let config = load_config(cli.config.as_deref(), cli.database_url.as_deref())?;
+    init_logging(&config);
+    run::command(&config, cli.bench).await
+}
+
+/// Loads `--config` (or ./outboxd.toml when present) and applies `--database-url`, as `outboxd`
+/// does.
+fn load_config(config: Option<&Path>, database_url: Option<&str>) -> Result<Config> {
+    let default_path = Path::new("outboxd.toml");
+    let path = match config {
+        Some(path) => Some(path),
+        None if default_path.exists() => Some(default_path),
+        None => None,
+    };
+    if let Some(url) = database_url {
+        Backend::from_url(url)?;
+    }
+    Ok(Config::load_with_database_url(
+        path,
+        std::env::vars(),
+        database_url,
+    )?)
+}
+
+/// Logs to stderr at the configured level and format; `RUST_LOG` overrides the level.
+/// PostgreSQL's notices show only as warnings.
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "{},sqlx::postgres::notice=warn",
+            config.log.level
+        ))
+    });
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let _ = match config.log.format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
