@@ -9,7 +9,7 @@ use http::StatusCode;
 use super::Console;
 use super::form::{DeadForm, EventsForm};
 use super::request::{ConsoleRequest, Reply, json};
-use super::routes::View;
+use super::view::View;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Reply {
     json(status, &serde_json::json!({ "error": message.into() }))

@@ -25,6 +25,7 @@ mod jobs;
 mod pages;
 pub mod request;
 mod routes;
+mod view;
 
 use std::sync::Arc;
 

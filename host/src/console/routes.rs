@@ -9,18 +9,8 @@ use matchit::Router;
 
 use super::access::AccessDenied;
 use super::request::{ConsoleRequest, Reply, html, json, redirect, respond};
+use super::view::View;
 use super::{Console, actions, api, pages};
-
-/// What a page and its JSON show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum View {
-    Overview,
-    Events,
-    Event,
-    Dead,
-    Sinks,
-    Jobs,
-}
 
 /// What a path leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

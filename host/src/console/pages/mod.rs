@@ -21,7 +21,7 @@ use super::Console;
 use super::access::Caller;
 use super::form::{DeadForm, EventsForm};
 use super::request::{ConsoleRequest, Reply, html};
-use super::routes::View;
+use super::view::View;
 
 /// The page of `view` for a reader.
 pub(super) async fn get(
