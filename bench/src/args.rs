@@ -199,7 +199,8 @@ pub struct ScalingBenchArgs {
 /// The `--console-history` options of `outboxd-bench` .
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConsoleBenchArgs {
-    /// Time the console's pages over this many rows of delivered history (e.g. 10000000).
+    /// Time the console's pages over this many rows of delivered history (at least 5000; e.g.
+    /// 10000000).
     #[arg(long, conflicts_with_all = ["rate", "retention", "history_scaling"])]
     pub console_history: Option<u64>,
 }

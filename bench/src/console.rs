@@ -40,9 +40,17 @@ const ERRORS: [&str; 3] = [
 /// Event types of the fresh rows.
 const TYPES: [&str; 3] = ["RoomGiftSent", "RoomMicChanged", "RoomPkEnded"];
 
+/// The smallest `--console-history`: the deepest timed search starts 5,000 rows back.
+const MIN_HISTORY: u64 = 5_000;
+
 /// `outboxd-bench --console-history N`.
 pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
     let history = args.console.console_history.unwrap_or(0);
+    anyhow::ensure!(
+        history >= MIN_HISTORY,
+        "--console-history {history}: at least {MIN_HISTORY} rows (the timed searches start \
+         5,000 rows before the newest)"
+    );
     let rounds = args.scaling.rounds.max(1);
     let table = TableName::new(&args.table).context("--table")?;
     let store = store::connect(&ConnectOptions {
