@@ -1,5 +1,5 @@
 //! Every config users read must load as written: each ```` ```toml ```` block of README.md and
-//! docs/*.md, and the config files shipped in demo/ and deploy/. A block that is refused fails
+//! docs/**/*.md, and the config files shipped in demo/ and deploy/. A block that is refused fails
 //! this test naming the file, the line and the error.
 
 use std::path::{Path, PathBuf};
@@ -37,15 +37,25 @@ fn toml_blocks(markdown: &str) -> Vec<(usize, String)> {
     blocks
 }
 
+/// Every `.md` file under `dir`, in its subfolders too.
+fn markdown_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(markdown_under(&path));
+        } else if path.extension().is_some_and(|ext| ext == "md") {
+            found.push(path);
+        }
+    }
+    found
+}
+
 #[test]
 fn every_documented_config_loads_as_written() {
     let root = repo();
     let mut markdown = vec![root.join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
-        .collect();
+    let mut docs = markdown_under(&root.join("docs"));
     docs.sort();
     markdown.extend(docs);
     let mut checked = 0;
