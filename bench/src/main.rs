@@ -38,14 +38,12 @@ mod throughput;
 mod trace;
 mod yardstick;
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Parser;
 
-use outboxd::config::{Config, LogFormat};
-use outboxd::store::Backend;
+use outboxd::startup;
 
 use args::Cli;
 
@@ -69,46 +67,7 @@ fn main() -> ExitCode {
 
 /// Loads the config, starts logging and runs the benchmark.
 async fn execute(cli: Cli) -> Result<()> {
-    let config = load_config(cli.config.as_deref(), cli.database_url.as_deref())?;
-    init_logging(&config);
+    let config = startup::load_config(cli.config.as_deref(), cli.database_url.as_deref())?;
+    startup::init_logging(&config, &config.log.level);
     run::command(&config, cli.bench).await
-}
-
-/// Loads `--config` (or ./outboxd.toml when present) and applies `--database-url`, as `outboxd`
-/// does.
-fn load_config(config: Option<&Path>, database_url: Option<&str>) -> Result<Config> {
-    let default_path = Path::new("outboxd.toml");
-    let path = match config {
-        Some(path) => Some(path),
-        None if default_path.exists() => Some(default_path),
-        None => None,
-    };
-    if let Some(url) = database_url {
-        Backend::from_url(url)?;
-    }
-    Ok(Config::load_with_database_url(
-        path,
-        std::env::vars(),
-        database_url,
-    )?)
-}
-
-/// Logs to stderr at the configured level and format; `RUST_LOG` overrides the level.
-/// PostgreSQL's notices show only as warnings.
-fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!(
-            "{},sqlx::postgres::notice=warn",
-            config.log.level
-        ))
-    });
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    let _ = match config.log.format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }

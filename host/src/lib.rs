@@ -35,7 +35,7 @@
 //! - `outage.rs`: when "went away" and "came back" are logged (database, commit feeds, brokers).
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
-//!   shutdown.
+//!   shutdown; [`startup`]: loading the config and starting logging, as both binaries do.
 //!
 //! The `outboxd` command line is not part of this library: it lives in the binary
 //! (`host/src/main.rs`, `host/src/cli/`) and uses only this public API. The benchmark is a crate
@@ -62,6 +62,7 @@ pub mod reload;
 pub mod retention;
 pub mod retry;
 pub mod service;
+pub mod startup;
 pub mod store;
 pub mod wake;
 pub mod worker;

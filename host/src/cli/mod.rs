@@ -21,16 +21,15 @@ pub mod plugin_test;
 pub mod signals;
 pub mod stand_in_report;
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Parser;
 
-use outboxd::config::{Config, LogFormat};
+use outboxd::config::Config;
 use outboxd::reload::ConfigSource;
-use outboxd::store;
+use outboxd::startup;
 
 pub use args::*;
 
@@ -78,9 +77,9 @@ pub async fn execute(cli: Cli) -> Result<()> {
     {
         // The plugin's own log lines would flood the terminal and time the terminal, not the
         // plugin: only outboxd's own warnings and errors are shown.
-        init_logging_filter(&config, "warn,outboxd::plugin=off");
+        startup::init_logging(&config, "warn,outboxd::plugin=off");
     } else {
-        init_logging_filter(&config, &config.log.level);
+        startup::init_logging(&config, &config.log.level);
     }
     match cli.command {
         Command::Migrate { room_index } => ops::migrate(&config, room_index).await,
@@ -88,7 +87,7 @@ pub async fn execute(cli: Cli) -> Result<()> {
         Command::Run { drain } => {
             let (path, url) = (cli.config.clone(), cli.database_url.clone());
             let source: ConfigSource = Arc::new(move || {
-                load_config_from(path.as_deref(), url.as_deref()).map_err(|e| format!("{e:#}"))
+                startup::load_config(path.as_deref(), url.as_deref()).map_err(|e| format!("{e:#}"))
             });
             ops::run(&config, drain, source).await
         }
@@ -109,43 +108,7 @@ pub async fn execute(cli: Cli) -> Result<()> {
 
 /// Loads `--config` (or ./outboxd.toml when present) and applies `--database-url`.
 fn load_config(cli: &Cli) -> Result<Config> {
-    load_config_from(cli.config.as_deref(), cli.database_url.as_deref())
-}
-
-/// [`load_config`] from its parts (also what a hot reload re-reads).
-fn load_config_from(config: Option<&Path>, database_url: Option<&str>) -> Result<Config> {
-    let default_path = Path::new("outboxd.toml");
-    let path = match config {
-        Some(path) => Some(path),
-        None if default_path.exists() => Some(default_path),
-        None => None,
-    };
-    if let Some(url) = database_url {
-        store::Backend::from_url(url)?;
-    }
-    Ok(Config::load_with_database_url(
-        path,
-        std::env::vars(),
-        database_url,
-    )?)
-}
-
-/// Logs to stderr in the configured format with `filter` (the configured level, normally);
-/// `RUST_LOG` overrides it. PostgreSQL's notices (sqlx logs them at INFO: "trigger … does not
-/// exist, skipping" from the migrations' `DROP TRIGGER IF EXISTS`) show only as warnings.
-fn init_logging_filter(config: &Config, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{filter},sqlx::postgres::notice=warn"))
-    });
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    let _ = match config.log.format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+    startup::load_config(cli.config.as_deref(), cli.database_url.as_deref())
 }
 
 #[cfg(test)]

@@ -1,0 +1,46 @@
+//! What a command-line program on this library does first, the same way in `outboxd` and
+//! `outboxd-bench`: load the config and start logging.
+
+use std::path::Path;
+
+use crate::config::{Config, LogFormat};
+use crate::store::Backend;
+
+/// Loads `config` (or `./outboxd.toml` when present, else the defaults), with the `OUTBOXD_*`
+/// environment and `database_url` (a `--database-url` flag) over it. A `database_url` no backend
+/// takes is refused first, naming the URL's scheme.
+pub fn load_config(config: Option<&Path>, database_url: Option<&str>) -> anyhow::Result<Config> {
+    let default_path = Path::new("outboxd.toml");
+    let path = match config {
+        Some(path) => Some(path),
+        None if default_path.exists() => Some(default_path),
+        None => None,
+    };
+    if let Some(url) = database_url {
+        Backend::from_url(url)?;
+    }
+    Ok(Config::load_with_database_url(
+        path,
+        std::env::vars(),
+        database_url,
+    )?)
+}
+
+/// Logs to stderr in the configured format with `filter` (normally the configured level);
+/// `RUST_LOG` overrides it. PostgreSQL's notices (sqlx logs them at INFO: "trigger … does not
+/// exist, skipping" from the migrations' `DROP TRIGGER IF EXISTS`) show only as warnings.
+/// A second call changes nothing.
+pub fn init_logging(config: &Config, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{filter},sqlx::postgres::notice=warn"))
+    });
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let _ = match config.log.format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
