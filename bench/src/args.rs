@@ -140,6 +140,12 @@ pub enum Shape {
     /// outboxd's worker in held mode (`worker.mode = "held"`): rows locked in the claim's open
     /// transaction while they publish, one mark UPDATE per batch, no lease written.
     Held,
+    /// outboxd's worker owning partitions (`worker.mode = "partitioned"`): rows read without
+    /// writing, one fenced mark per row.
+    Partitioned,
+    /// Partitioned with per-room ordering on.
+    #[value(name = "partitioned-per-room")]
+    PartitionedPerRoom,
 }
 
 impl Shape {
@@ -153,6 +159,8 @@ impl Shape {
             Shape::RawOneIndex => "raw-1idx",
             Shape::RawHeld => "raw-held",
             Shape::Held => "held",
+            Shape::Partitioned => "partitioned",
+            Shape::PartitionedPerRoom => "partitioned-per-room",
         }
     }
 }

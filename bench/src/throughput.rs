@@ -116,7 +116,7 @@ impl fmt::Display for BenchReport {
         writeln!(f, "database: {}  rooms: {}", self.database, self.rooms)?;
         writeln!(
             f,
-            "{:<9} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>7} {:>8}",
+            "{:<20} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>7} {:>8}",
             "shape",
             "batch",
             "workers",
@@ -135,7 +135,7 @@ impl fmt::Display for BenchReport {
             };
             writeln!(
                 f,
-                "{:<9} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>7} {:>8}",
+                "{:<20} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>7} {:>8}",
                 row.shape.name(),
                 row.batch_size,
                 row.workers,
@@ -217,7 +217,11 @@ pub async fn run(
                 drain_go_shape(&*store, &app_code, &*publisher).await?;
                 (100, 1)
             }
-            Shape::Outboxd | Shape::PerRoom | Shape::Held => {
+            Shape::Outboxd
+            | Shape::PerRoom
+            | Shape::Held
+            | Shape::Partitioned
+            | Shape::PartitionedPerRoom => {
                 drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
             }
@@ -312,15 +316,15 @@ async fn drain_worker(
             lease: Duration::from_secs(60),
             publish_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
-            ordering: if shape == Shape::PerRoom {
+            ordering: if matches!(shape, Shape::PerRoom | Shape::PartitionedPerRoom) {
                 DeliveryOrder::PerRoom
             } else {
                 DeliveryOrder::None
             },
-            mode: if shape == Shape::Held {
-                WorkerMode::Held
-            } else {
-                WorkerMode::Leased
+            mode: match shape {
+                Shape::Held => WorkerMode::Held,
+                Shape::Partitioned | Shape::PartitionedPerRoom => WorkerMode::Partitioned,
+                _ => WorkerMode::Leased,
             },
             concurrency: options.workers,
             node_id: "bench".into(),

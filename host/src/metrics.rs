@@ -19,6 +19,7 @@ use crate::store::{StatusCounts, StoreError};
 
 mod broker;
 mod labels;
+mod partitions;
 mod recent;
 
 pub use broker::BrokerMetrics;
@@ -27,6 +28,7 @@ pub use labels::{
     PluginFailureLabels, RowLabels, RowOutcome, SinkLabels, SinkOutcome, SinkOutcomeLabels,
     StatusLabels,
 };
+pub use partitions::{PartitionChangeLabels, PartitionLabels, PartitionMetrics};
 pub use recent::{
     LogHistogram, Quantiles, RatePoint, Recent, SLOT_MS, SLOTS, SinkAnswers, SinkWindow,
 };
@@ -56,6 +58,7 @@ pub struct Metrics {
     console_actions: Family<ActionLabels, Counter>,
     recent: Arc<Recent>,
     brokers: BrokerMetrics,
+    partitions: PartitionMetrics,
 }
 
 impl Default for Metrics {
@@ -183,6 +186,7 @@ impl Metrics {
             console_actions.clone(),
         );
         let brokers = BrokerMetrics::register(&mut registry);
+        let partitions = PartitionMetrics::register(&mut registry);
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -203,7 +207,13 @@ impl Metrics {
             console_actions,
             recent: Arc::new(Recent::default()),
             brokers,
+            partitions,
         }
+    }
+
+    /// The partition ownership series (`worker.mode = "partitioned"`).
+    pub fn partitions(&self) -> &PartitionMetrics {
+        &self.partitions
     }
 
     /// The `[[broker]]` connections' series.

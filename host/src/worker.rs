@@ -55,7 +55,9 @@ mod held;
 mod lane;
 mod mark;
 mod options;
+mod partitions;
 mod slot;
+mod waves;
 
 pub use crate::config::WorkerMode;
 pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
@@ -148,6 +150,8 @@ pub struct Worker {
     metrics: Metrics,
     /// Which claims of a held-mode worker are leased (its crash guard; unused in leased mode).
     held_schedule: Arc<held::HeldSchedule>,
+    /// The partitions this host owns (partitioned mode; empty otherwise).
+    partitions: Arc<partitions::PartitionBook>,
     /// This host's clock (leases, retry times, marks).
     clock: Clock,
     /// Whether that clock agrees with the database's well enough to claim.
@@ -168,6 +172,7 @@ impl Worker {
             outage: Arc::new(Outage::new()),
             metrics: Metrics::default(),
             held_schedule: Arc::new(held::HeldSchedule::new(options.concurrency)),
+            partitions: Arc::new(partitions::PartitionBook::new(&options.node_id)),
             clock: clock::system_clock(),
             clock_guard: Arc::new(ClockGuard::new(options.lease)),
             options: Arc::new(options),
@@ -221,10 +226,7 @@ impl Worker {
         mode: RunMode,
         shutdown: CancellationToken,
     ) -> Result<BatchStats, WorkerError> {
-        self.store
-            .check_ordering(self.options.ordering)
-            .await
-            .inspect_err(|e| self.metrics.count_database_error(e))?;
+        let heartbeat = self.start_partitions(&shutdown).await?;
         let tracker = TaskTracker::new();
         let totals = Arc::new(Totals::default());
         let mut handles = Vec::new();
@@ -249,10 +251,44 @@ impl Worker {
             }
         }
         tracker.wait().await;
+        if let Some((beating, stop)) = heartbeat {
+            stop.cancel();
+            let _ = beating.await;
+            // Leaving: the partitions go to the other hosts at their next heartbeat.
+            if let Err(e) = self.heartbeat(true).await {
+                info!(node_id = %self.options.node_id, error = %e,
+                    "could not release the partitions on the way out; they pass on when their lease ends");
+            }
+        }
         match first_error {
             Some(e) => Err(e),
             None => Ok(totals.snapshot()),
         }
+    }
+
+    /// Before the loops start. Partitioned mode: the first heartbeat (its error returned: the
+    /// tables missing, the database down), then the heartbeat task, with what stops it. The
+    /// other modes: the start check of the indexes their claims read
+    /// ([`OutboxStore::check_ordering`]).
+    async fn start_partitions(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<(tokio::task::JoinHandle<()>, CancellationToken)>, WorkerError> {
+        if self.options.mode != WorkerMode::Partitioned {
+            self.store
+                .check_ordering(self.options.ordering)
+                .await
+                .inspect_err(|e| self.metrics.count_database_error(e))?;
+            return Ok(None);
+        }
+        self.heartbeat(false).await?;
+        let stop = shutdown.child_token();
+        let worker = self.clone();
+        let beating = tokio::spawn({
+            let stop = stop.clone();
+            async move { worker.run_heartbeat(stop).await }
+        });
+        Ok(Some((beating, stop)))
     }
 
     /// Logs the start of a database outage once (the loops go on retrying every poll interval).
@@ -278,7 +314,7 @@ impl Worker {
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
         let (mut stats, batch) = self.claim_batch(worker_id, app_code, true).await?;
-        if let Some(batch) = batch {
+        if let Some((batch, _turn)) = batch {
             stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
         }
         Ok(stats)

@@ -258,7 +258,8 @@ async fn claim_writes_the_lease(backend: Backend) {
         Lease {
             app_code: APP.into(),
             worker_id: "worker-1".into(),
-            lock_until_ms: 31_000
+            lock_until_ms: 31_000,
+            partition: None,
         }
     );
     assert!(batch.rejected.is_empty());

@@ -27,4 +27,5 @@ mod held;
 mod mark;
 mod migrate;
 mod ordering;
+mod partitions;
 mod purge;

@@ -7,7 +7,8 @@ use serde::Deserialize;
 use super::{ConfigError, DatabaseConfig, WorkerConfig, invalid};
 use crate::store::Backend;
 
-/// How a worker claims and marks a batch. In config: `worker.mode = "leased" | "held"`.
+/// How a worker claims and marks a batch. In config: `worker.mode = "leased" | "held" |
+/// "partitioned"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WorkerMode {
@@ -21,14 +22,21 @@ pub enum WorkerMode {
     /// commit. A host that dies or hangs mid-publish rolls back: its rows are claimable again at
     /// once **without** an attempt counted. Refused on SQLite (config check).
     Held,
+    /// Hosts own partitions of the tenant's rooms (leased on the database's clock, rebalanced by
+    /// heartbeat) and read their partitions' due rows without writing them; each row is written
+    /// once, with its outcome, fenced on the partition's owner and epoch. With per-room order a
+    /// batch carries many events of a room, published in waves of one event per room. A host
+    /// that dies mid-publish spends no attempt: the partition's next owner reads its rows again.
+    Partitioned,
 }
 
 impl WorkerMode {
-    /// The config value (`leased`, `held`).
+    /// The config value (`leased`, `held`, `partitioned`).
     pub fn as_str(self) -> &'static str {
         match self {
             WorkerMode::Leased => "leased",
             WorkerMode::Held => "held",
+            WorkerMode::Partitioned => "partitioned",
         }
     }
 }

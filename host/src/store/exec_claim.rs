@@ -138,6 +138,7 @@ async fn claim_once<D: ClaimOps>(
             app_code: params.app_code.clone(),
             worker_id: params.worker_id.clone(),
             lock_until_ms: params.now_ms.saturating_add(params.lease_ms),
+            partition: None,
         },
         events: Vec::new(),
         rejected: Vec::new(),

@@ -60,6 +60,20 @@ macro_rules! impl_store {
                 $crate::store::exec_held::claim_held(self, params).await
             }
 
+            async fn rebalance(
+                &self,
+                params: &$crate::store::RebalanceParams<'_>,
+            ) -> Result<$crate::store::Ownership, $crate::store::StoreError> {
+                $crate::store::exec_partitions::rebalance(self, params).await
+            }
+
+            async fn read_partition(
+                &self,
+                read: &$crate::store::PartitionRead,
+            ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
+                $crate::store::exec_partitions::read_partition(self, read).await
+            }
+
             async fn mark(
                 &self,
                 params: &$crate::store::MarkParams<'_>,

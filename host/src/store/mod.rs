@@ -83,6 +83,7 @@ mod exec_browse;
 mod exec_claim;
 mod exec_held;
 mod exec_mark;
+mod exec_partitions;
 mod held;
 mod impl_store;
 pub mod internals;
@@ -90,6 +91,7 @@ mod judge;
 mod maintenance;
 mod migration;
 pub mod mysql;
+mod partitions;
 pub mod postgres;
 pub(crate) mod room_cursor;
 mod room_index;
@@ -117,6 +119,9 @@ pub use held::HeldBatch;
 pub use maintenance::{
     CountsParams, FailedFilter, FailedRow, ListFailedParams, PurgeParams, PurgeStatus,
     RequeueParams, StatusCounts,
+};
+pub use partitions::{
+    Ownership, PARTITIONS, PartitionFence, PartitionRead, RebalanceParams, partition_count,
 };
 pub use table_name::TableName;
 
@@ -211,8 +216,13 @@ pub struct Lease {
     pub app_code: String,
     /// Claiming worker.
     pub worker_id: String,
-    /// `lock_until_ms` written by the claim.
+    /// `lock_until_ms` written by the claim; for a partition read, how long this host's lease
+    /// on the partition held when it read (renewed by its heartbeat).
     pub lock_until_ms: i64,
+    /// `Some` for a batch read from an owned partition ([`OutboxStore::read_partition`]): marks
+    /// change a row only while `worker_id` still owns that partition at that epoch, instead of
+    /// matching the row's own lease.
+    pub partition: Option<PartitionFence>,
 }
 
 /// One row handed out by a claim.
@@ -397,6 +407,25 @@ pub trait OutboxStore: Send + Sync + 'static {
             "this {} store cannot reclaim expired leases alone (worker.mode = \"held\")",
             self.backend().name()
         )))
+    }
+
+    /// One heartbeat of partition ownership for `params.host_id` (see [`Ownership`]): the host
+    /// and its partitions renewed, `params.release` given up, free or expired partitions taken
+    /// up to its fair share, all on the database's clock. The default refuses, like
+    /// [`OutboxStore::claim_held`]'s.
+    async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError> {
+        let _ = params;
+        Err(self.cannot("own partitions"))
+    }
+
+    /// One owned partition's due rows, read without writing them (pending by write order —
+    /// with per-room order, of rooms with nothing retryable or delivering —, retryable rows
+    /// whose retry is due, expired leases of the leased design), as a batch whose marks are
+    /// fenced on the partition's owner and epoch. Rows whose envelope does not decode go to
+    /// `failed` (reported in [`ClaimBatch::rejected`]). The default refuses.
+    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
+        let _ = read;
+        Err(self.cannot("read a partition"))
     }
 
     /// Applies the marks of one claimed batch in one statement, fenced on its lease.

@@ -4,9 +4,16 @@
 
 use tracing::warn;
 
+use std::collections::BTreeSet;
+
+use super::partitions::PartitionTurn;
 use super::{BatchStats, Worker, WorkerError, WorkerMode};
 use crate::metrics::RowOutcome;
-use crate::store::{ClaimBatch, ClaimParams, RejectedRow, StoreError};
+use crate::store::{ClaimBatch, ClaimParams, PartitionRead, RejectedRow, StoreError};
+
+/// A batch to deliver, with the partition it was read from (partitioned mode: the partition is
+/// read again once the batch is marked and the turn dropped).
+pub(super) type Claimed = (ClaimBatch, Option<PartitionTurn>);
 
 impl Worker {
     /// Claims a batch of `app_code`: the claim's counters, and the rows to publish (`None` when
@@ -17,7 +24,7 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
         scan_due: bool,
-    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
+    ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
         if !self
             .clock_guard
             .allows_claims(&*self.store, &self.clock, &self.metrics)
@@ -32,7 +39,54 @@ impl Worker {
             // of held mode (its crash guard) run the same way.
             return Ok((self.held_mode_round(worker_id, app_code).await?, None));
         }
-        self.claim_leased(worker_id, app_code, scan_due).await
+        if self.options.mode == WorkerMode::Partitioned {
+            return self.read_owned(worker_id, app_code).await;
+        }
+        let (stats, batch) = self.claim_leased(worker_id, app_code, scan_due).await?;
+        Ok((stats, batch.map(|batch| (batch, None))))
+    }
+
+    /// Reads the owned partitions of `app_code` in turn until one has due rows (or each was
+    /// read once): the read's counters, and the batch with its partition's turn. Nothing is
+    /// written but the rows whose envelope does not decode.
+    async fn read_owned(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+    ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
+        let mut tried = BTreeSet::new();
+        let mut stats = BatchStats::default();
+        while let Some(turn) = self.partitions.take_turn(app_code, &tried) {
+            tried.insert(turn.fence.partition);
+            let now_ms = self.now_ms();
+            let read = self
+                .store
+                .read_partition(&PartitionRead {
+                    app_code: app_code.to_string(),
+                    host_id: self.partitions.host_id.clone(),
+                    fence: turn.fence,
+                    limit: self.options.batch_size,
+                    now_ms,
+                    lease_ms: self.options.lease.as_millis() as i64,
+                    max_attempts: self.options.retry.max_attempts,
+                    per_room: self.options.ordering == crate::store::DeliveryOrder::PerRoom,
+                })
+                .await;
+            let (read_stats, batch) = self.booked(worker_id, app_code, read)?;
+            stats.claimed += read_stats.claimed;
+            stats.rejected += read_stats.rejected;
+            let lag_ms = batch
+                .as_ref()
+                .and_then(|b| b.events.first())
+                .map_or(0, |first| now_ms - first.created_at_ms);
+            self.metrics
+                .partitions()
+                .set_lag(app_code, turn.fence.partition, lag_ms);
+            if let Some(batch) = batch {
+                return Ok((stats, Some((batch, Some(turn)))));
+            }
+        }
+        Ok((stats, None))
     }
 
     /// A leased claim of `app_code`: the claim's counters, and the rows to publish (`None` when

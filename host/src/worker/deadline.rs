@@ -21,7 +21,16 @@ impl Worker {
         &'a self,
         events: &'a [Event],
     ) -> BoxStream<'a, Answered> {
-        let timeout = self.options.publish_timeout;
+        self.publish_within(events, self.options.publish_timeout)
+    }
+
+    /// [`Worker::publish_within_deadline`] with a deadline of `timeout` (what is left of a batch's
+    /// deadline when it publishes in several calls: per-room waves, `waves.rs`).
+    pub(super) fn publish_within<'a>(
+        &'a self,
+        events: &'a [Event],
+        timeout: Duration,
+    ) -> BoxStream<'a, Answered> {
         let publishing = PublishUnderDeadline {
             parts: Some(self.publisher.publish_parts(events)),
             deadline: Box::pin(tokio::time::sleep(timeout)),

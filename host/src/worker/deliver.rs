@@ -10,7 +10,7 @@ use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
 use crate::config::DEADLINE_MARGIN;
 use crate::publish::{Answered, Event, Outcome};
-use crate::store::{ClaimBatch, Lease};
+use crate::store::{ClaimBatch, DeliveryOrder, Lease};
 
 impl Worker {
     /// Publishes a claimed batch and marks its rows: the mark counters (delivered, retried, …).
@@ -26,6 +26,12 @@ impl Worker {
         batch: ClaimBatch,
         queued: bool,
     ) -> Result<BatchStats, WorkerError> {
+        if batch.lease.partition.is_some()
+            && self.options.ordering == DeliveryOrder::PerRoom
+            && waves_of_more_than_one(&batch)
+        {
+            return self.deliver_in_waves(worker_id, app_code, batch).await;
+        }
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
         let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
@@ -33,11 +39,13 @@ impl Worker {
             events: &events,
             created_at_ms: &created_at_ms,
         };
-        let mut parts = if queued && !self.lease_holds_a_publish(&lease) {
-            untried(events.len())
-        } else {
-            self.publish_within_deadline(&events)
-        };
+        // A partition's batch needs no lease of its own: the heartbeat keeps the partition.
+        let mut parts =
+            if queued && lease.partition.is_none() && !self.lease_holds_a_publish(&lease) {
+                untried(events.len())
+            } else {
+                self.publish_within_deadline(&events)
+            };
         let mut marking = FuturesUnordered::new();
         let mut stats = BatchStats::default();
         loop {
@@ -76,4 +84,14 @@ fn untried(len: usize) -> BoxStream<'static, Answered> {
         .map(|position| (position, Outcome::deferred(reason, Duration::ZERO)))
         .collect();
     stream::iter([part]).boxed()
+}
+
+/// Whether some room has more than one event in `batch` (then per-room order publishes it in
+/// waves: `waves.rs`).
+fn waves_of_more_than_one(batch: &ClaimBatch) -> bool {
+    let mut rooms = std::collections::HashSet::with_capacity(batch.events.len());
+    !batch
+        .events
+        .iter()
+        .all(|claimed| rooms.insert(claimed.event.room_id.as_str()))
 }

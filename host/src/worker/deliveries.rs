@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::error;
 
 use super::lane::Lane;
+use super::partitions::PartitionTurn;
 use super::{BatchStats, RunMode, Worker, WorkerError};
 use crate::metrics::RowOutcome;
 use crate::store::ClaimBatch;
@@ -59,12 +60,17 @@ impl<'a> Deliveries<'a> {
     }
 
     /// Starts delivering `batch` of `app_code`: it publishes once the loop's batch before it is
-    /// marked.
-    pub(super) fn start(&mut self, app_code: &'a str, batch: ClaimBatch) {
+    /// marked. `turn`: the partition it was read from, freed once the batch is marked.
+    pub(super) fn start(
+        &mut self,
+        app_code: &'a str,
+        batch: ClaimBatch,
+        turn: Option<PartitionTurn>,
+    ) {
         let (worker, lane) = (self.worker, self.lane);
         self.in_flight.push(Box::pin(async move {
             // Never closed, so acquiring cannot fail.
-            let (_turn, queued) = match lane.publishing.try_acquire() {
+            let (_publishing, queued) = match lane.publishing.try_acquire() {
                 Ok(turn) => (Some(turn), false),
                 Err(_) => (lane.publishing.acquire().await.ok(), true),
             };
@@ -73,6 +79,7 @@ impl<'a> Deliveries<'a> {
                 .deliver(&lane.worker_id, app_code, batch, queued)
                 .await;
             lane.ahead.delivered_in(turn_began.elapsed());
+            drop(turn);
             (app_code, delivered)
         }));
     }

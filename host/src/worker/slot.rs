@@ -164,8 +164,8 @@ impl<'a> Slot<'a> {
                 let taken = stats.claimed + stats.rejected;
                 round.taken += taken;
                 round.any_full |= taken >= u64::from(worker.options.batch_size);
-                if let Some(batch) = batch {
-                    self.deliveries.start(app_code, batch);
+                if let Some((batch, turn)) = batch {
+                    self.deliveries.start(app_code, batch, turn);
                 }
             }
             Err(e) => round.failed |= self.deliveries.settle((app_code, Err(e))),

@@ -38,6 +38,11 @@ const MIGRATIONS: &[Migration] = &[
         "0003_retry_lease_without_status",
         include_str!("../../../../migrations/mysql/0003_retry_lease_without_status.sql"),
     ),
+    Migration::new(
+        4,
+        "0004_partitions",
+        include_str!("../../../../migrations/mysql/0004_partitions.sql"),
+    ),
 ];
 
 /// The claim indexes MySQL's / MariaDB's claims read: the retry and lease indexes without the
@@ -150,6 +155,29 @@ impl SqlDialect for MySqlDialect {
                 super::mark::marked_rows(table, lease, marks, now_ms),
             ),
         ]
+    }
+
+    fn now_ms_expression(&self) -> Option<&'static str> {
+        Some("CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+    }
+
+    fn partition_of_row(&self) -> Option<&'static str> {
+        // The indexed virtual column of migration 0004: `CRC32(room_id) & 63`.
+        Some("outbox_partition")
+    }
+
+    fn partition_index_hint(&self, table: &TableName) -> String {
+        format!(" FORCE INDEX (idx_{}_part)", table.as_str())
+    }
+
+    fn fence_lock(&self) -> &'static str {
+        // At READ COMMITTED (the store's sessions) InnoDB reads another table's rows in an
+        // UPDATE without locking them: ask for the shared lock.
+        " LOCK IN SHARE MODE"
+    }
+
+    fn ignore_duplicate_partition(&self) -> &'static str {
+        " ON DUPLICATE KEY UPDATE epoch = epoch"
     }
 
     fn clock_ms(&self) -> Option<&'static str> {

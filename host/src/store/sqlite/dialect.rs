@@ -28,6 +28,11 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../../../migrations/sqlite/0003_room_index_on_demand.sql"),
     )
     .dropping_room_index(),
+    Migration::new(
+        4,
+        "0004_partitions",
+        include_str!("../../../../migrations/sqlite/0004_partitions.sql"),
+    ),
 ];
 
 impl SqlDialect for SqliteDialect {

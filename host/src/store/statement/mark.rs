@@ -1,6 +1,7 @@
 //! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease
 //! (MySQL's locking SELECT listing the fenced rows is in `store/mysql/mark.rs`).
 
+use super::partitions::partitions_table;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, Disposition, Lease, Mark, TableName};
@@ -58,23 +59,51 @@ impl<'a> MarkColumns<'a> {
     }
 }
 
-/// `app_code = ? AND status = 'delivering' AND worker_id = ? AND lock_until_ms = ? AND event_id IN (…)`:
-/// a row changes only while the claim's lease is still on it.
+/// The fence of a mark: `app_code = ? AND status = 'delivering' AND worker_id = ? AND
+/// lock_until_ms = ? AND event_id IN (…)`, a row changes only while the claim's lease is still on
+/// it; or, for a batch read from a partition ([`Lease::partition`]), `app_code = ? AND status IN
+/// ('pending', 'retryable', 'delivering') AND event_id IN (…) AND EXISTS (the partition's row with
+/// this owner and epoch)`, read under a shared lock where the database needs one, so a host that
+/// lost the partition changes nothing.
 pub(crate) fn lease_fence<'a>(
     b: &mut SqlBuilder,
+    table: &TableName,
     lease: &Lease,
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
-    b.push(" WHERE app_code = ")
-        .bind(lease.app_code.as_str())
-        .push(" AND status = ")
+    b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
+    let Some(fence) = lease.partition else {
+        b.push(" AND status = ")
+            .status(Status::Delivering)
+            .push(" AND worker_id = ")
+            .bind(lease.worker_id.as_str())
+            .push(" AND lock_until_ms = ")
+            .bind(lease.lock_until_ms)
+            .push(" AND event_id")
+            .bind_in(event_ids);
+        return;
+    };
+    let lock = b.fence_lock();
+    b.push(" AND status IN (")
+        .status(Status::Pending)
+        .push(", ")
+        .status(Status::Retryable)
+        .push(", ")
         .status(Status::Delivering)
-        .push(" AND worker_id = ")
+        .push(") AND event_id")
+        .bind_in(event_ids)
+        .push(" AND EXISTS (SELECT 1 FROM ")
+        .push(&partitions_table(table))
+        .push(" p WHERE p.app_code = ")
+        .bind(lease.app_code.as_str())
+        .push(" AND p.partition_id = ")
+        .bind(i64::from(fence.partition))
+        .push(" AND p.owner = ")
         .bind(lease.worker_id.as_str())
-        .push(" AND lock_until_ms = ")
-        .bind(lease.lock_until_ms)
-        .push(" AND event_id")
-        .bind_in(event_ids);
+        .push(" AND p.epoch = ")
+        .bind(fence.epoch)
+        .push(lock)
+        .push(")");
 }
 
 /// ` status = …`: one literal when every row gets the same status (a batch that was delivered:
@@ -198,7 +227,16 @@ fn mark_update(
     retry_and_error_columns(&mut b, &columns);
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms);
-    lease_fence(&mut b, lease, marks.iter().map(|m| m.event_id.as_str()));
+    if lease.partition.is_some() {
+        // The owner handled the row last (MySQL's mark lists the rows it changed by it).
+        b.push(", worker_id = ").bind(lease.worker_id.as_str());
+    }
+    lease_fence(
+        &mut b,
+        table,
+        lease,
+        marks.iter().map(|m| m.event_id.as_str()),
+    );
     if returning {
         b.push(" RETURNING event_id");
     }

@@ -17,6 +17,7 @@ pub(crate) mod failed;
 pub(crate) mod held;
 pub(crate) mod insert;
 pub(crate) mod mark;
+pub(crate) mod partitions;
 pub mod purge;
 
 use std::sync::Arc;
@@ -215,6 +216,39 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// where the database has no clock apart from the host's (SQLite, in the host's process).
     fn clock_ms(&self) -> Option<&'static str> {
         None
+    }
+
+    /// An expression of one BIGINT: the database's clock, UTC milliseconds (what
+    /// [`SqlDialect::clock_ms`] selects), written into the statements of partition ownership so
+    /// that leases count on the database's clock. `None`: the host's clock, bound (SQLite).
+    fn now_ms_expression(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The partition of a row of the outbox table, as its index has it (the migration adding
+    /// partitions defines it; [`crate::store::PARTITIONS`] of them); `None`: one partition
+    /// (SQLite).
+    fn partition_of_row(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Written after the subquery of a partition mark that reads its fence: a shared lock on the
+    /// partition's row, so a host taking the partition over waits for the mark to commit (and
+    /// the mark, for the takeover). Nothing where the database writes one transaction at a time
+    /// (SQLite).
+    fn fence_lock(&self) -> &'static str {
+        ""
+    }
+
+    /// Written after the alias of the outbox table in a partition read: nothing (the planner
+    /// picks the partition index); MariaDB/MySQL name it.
+    fn partition_index_hint(&self, _table: &TableName) -> String {
+        String::new()
+    }
+
+    /// Appended to the INSERT creating a tenant's partition rows: keep the ones that exist.
+    fn ignore_duplicate_partition(&self) -> &'static str {
+        " ON CONFLICT (app_code, partition_id) DO NOTHING"
     }
 
     /// The embedded migrations (`migrations/<backend>/`), oldest first.
@@ -432,6 +466,12 @@ impl SqlBuilder {
             self.sql.push_str(" IN ");
             self.bind_set(values)
         }
+    }
+
+    /// The dialect's lock on the partition row a partition mark reads
+    /// ([`SqlDialect::fence_lock`]).
+    pub(crate) fn fence_lock(&self) -> &'static str {
+        self.dialect.fence_lock()
     }
 
     /// The text of a fixed statement (no values bound yet).

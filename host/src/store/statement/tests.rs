@@ -24,6 +24,7 @@ pub(crate) fn lease() -> Lease {
         app_code: "live".into(),
         worker_id: "w1".into(),
         lock_until_ms: 5_000,
+        partition: None,
     }
 }
 

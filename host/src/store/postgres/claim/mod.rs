@@ -145,7 +145,12 @@ pub(crate) fn reject_leased_rows(
     }
     b.push(" ELSE last_error END, updated_at_ms = ")
         .bind(now_ms);
-    lease_fence(&mut b, lease, rejected.iter().map(|r| r.event_id.as_str()));
+    lease_fence(
+        &mut b,
+        table,
+        lease,
+        rejected.iter().map(|r| r.event_id.as_str()),
+    );
     b.finish()
 }
 

@@ -24,6 +24,7 @@ fn per_room_pending_branch_reads_room_heads() {
         app_code: "live".into(),
         worker_id: "w".into(),
         lock_until_ms: 1_007,
+        partition: None,
     };
     let up_to = RoomWalk::UpTo("r7".into());
     let bound = sqlite.claim_statement_by_room(&params, &lease, &up_to, 4);

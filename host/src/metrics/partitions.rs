@@ -1,0 +1,134 @@
+//! The metrics of partition ownership: each host's partitions, its fair share, the live hosts,
+//! partitions taken, released and lost, and the lag of each owned partition.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::AppLabels;
+
+/// Labels of a change of ownership.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionChangeLabels {
+    /// Tenant.
+    pub app_code: String,
+    /// `taken`, `released` (given up to rebalance or on shutdown), `lost` (taken over by another
+    /// host while this one believed it owned it).
+    pub change: String,
+}
+
+/// Labels of one partition's series.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    /// Tenant.
+    pub app_code: String,
+    /// The partition number.
+    pub partition: String,
+}
+
+/// The partition families of one registry.
+#[derive(Clone)]
+pub struct PartitionMetrics {
+    owned: Family<AppLabels, Gauge>,
+    share: Family<AppLabels, Gauge>,
+    hosts: Family<AppLabels, Gauge>,
+    changes: Family<PartitionChangeLabels, Counter>,
+    lag: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl PartitionMetrics {
+    /// Registers the families in `registry` (prefix `outboxd_partition`).
+    pub(super) fn register(registry: &mut Registry) -> PartitionMetrics {
+        let owned = Family::<AppLabels, Gauge>::default();
+        registry.register(
+            "partitions_owned",
+            "Partitions of the app code this host owns (worker.mode = \"partitioned\")",
+            owned.clone(),
+        );
+        let share = Family::<AppLabels, Gauge>::default();
+        registry.register(
+            "partition_share",
+            "Partitions of the app code this host should own: its fair share among the live hosts",
+            share.clone(),
+        );
+        let hosts = Family::<AppLabels, Gauge>::default();
+        registry.register(
+            "partition_hosts",
+            "Live hosts sharing the app code's partitions, as this host last saw them",
+            hosts.clone(),
+        );
+        let changes = Family::<PartitionChangeLabels, Counter>::default();
+        registry.register(
+            "partition_changes",
+            "Partitions taken, released (rebalance, shutdown) and lost (taken over while this host believed it owned them)",
+            changes.clone(),
+        );
+        let lag = Family::<PartitionLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "partition_lag_seconds",
+            "Age of the oldest row in the last read of an owned partition, 0 when the read found none",
+            lag.clone(),
+        );
+        PartitionMetrics {
+            owned,
+            share,
+            hosts,
+            changes,
+            lag,
+        }
+    }
+
+    /// Records a heartbeat's view: partitions owned, the fair share, live hosts.
+    pub fn set_ownership(&self, app_code: &str, owned: usize, share: u32, hosts: u32) {
+        let labels = AppLabels {
+            app_code: app_code.to_string(),
+        };
+        self.owned.get_or_create(&labels).set(owned as i64);
+        self.share.get_or_create(&labels).set(i64::from(share));
+        self.hosts.get_or_create(&labels).set(i64::from(hosts));
+    }
+
+    /// Counts `count` partitions of `app_code` `taken`, `released` or `lost`.
+    pub fn count_change(&self, app_code: &str, change: &'static str, count: usize) {
+        if count > 0 {
+            self.changes
+                .get_or_create(&PartitionChangeLabels {
+                    app_code: app_code.to_string(),
+                    change: change.to_string(),
+                })
+                .inc_by(count as u64);
+        }
+    }
+
+    /// The partitions of `app_code` counted as `change` so far.
+    pub fn changes(&self, app_code: &str, change: &'static str) -> u64 {
+        self.changes
+            .get(&PartitionChangeLabels {
+                app_code: app_code.to_string(),
+                change: change.to_string(),
+            })
+            .map_or(0, |counter| counter.get())
+    }
+
+    /// Records the lag of one partition: the age of the oldest row its last read returned.
+    pub fn set_lag(&self, app_code: &str, partition: u32, lag_ms: i64) {
+        self.lag
+            .get_or_create(&PartitionLabels {
+                app_code: app_code.to_string(),
+                partition: partition.to_string(),
+            })
+            .set(lag_ms.max(0) as f64 / 1000.0);
+    }
+
+    /// Drops the lag series of a partition this host no longer owns.
+    pub fn forget_lag(&self, app_code: &str, partition: u32) {
+        self.lag.remove(&PartitionLabels {
+            app_code: app_code.to_string(),
+            partition: partition.to_string(),
+        });
+    }
+}

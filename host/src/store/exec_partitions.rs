@@ -1,0 +1,297 @@
+//! Partition ownership, written once for every backend over a pooled connection: the heartbeat
+//! that keeps a host's partitions and takes its fair share ([`rebalance`]), and one partition's
+//! due rows read without writing them ([`read_partition`]). The statements are in
+//! `statement/partitions.rs`; the types in `partitions.rs`.
+
+use super::driver::{Driver, db};
+use super::judge::judge;
+use super::row::{CandidateRow, Columns, EventId, FromColumns, Name};
+use super::session::Session;
+use super::statement::MAX_ROWS_PER_STATEMENT;
+use super::statement::claim::{ClaimBranch, reject_rows};
+use super::statement::partitions as sql;
+use crate::record::Status;
+use crate::store::{
+    ClaimBatch, Lease, Ownership, PartitionFence, PartitionRead, RebalanceParams, StoreError,
+    partition_count,
+};
+
+/// How many lease periods a host row is kept after its host stopped renewing it.
+const FORGET_HOSTS_AFTER_LEASES: i64 = 10;
+
+/// One row of `<table>_partitions` and the database's clock.
+struct PartitionRow {
+    partition: u32,
+    owner: Option<String>,
+    epoch: i64,
+    lease_until_ms: i64,
+    now_ms: i64,
+}
+
+impl FromColumns for PartitionRow {
+    fn from_columns(row: &dyn Columns) -> Result<PartitionRow, sqlx::Error> {
+        Ok(PartitionRow {
+            partition: u32::try_from(row.int32(0)?).unwrap_or(0),
+            owner: row.opt_text(1)?,
+            epoch: row.int(2)?,
+            lease_until_ms: row.int(3)?,
+            now_ms: row.int(4)?,
+        })
+    }
+}
+
+/// A read row and its status.
+struct ReadRow {
+    candidate: CandidateRow,
+    status: String,
+}
+
+impl FromColumns for ReadRow {
+    fn from_columns(row: &dyn Columns) -> Result<ReadRow, sqlx::Error> {
+        Ok(ReadRow {
+            candidate: CandidateRow::from_columns(row)?,
+            status: row.text(6)?,
+        })
+    }
+}
+
+/// This host's fair share of `partitions` among `hosts` live hosts, it being the `rank`-th by id:
+/// `partitions / hosts`, one more for the first `partitions % hosts` hosts. A host not in the
+/// list yet (`rank >= hosts`) gets the share of the last.
+pub(crate) fn fair_share(partitions: u32, hosts: usize, rank: usize) -> u32 {
+    let hosts = hosts.max(1) as u32;
+    let rank = (rank as u32).min(hosts - 1);
+    partitions / hosts + u32::from(rank < partitions % hosts)
+}
+
+/// One heartbeat of a host for a tenant: the host's row renewed (or created), hosts long gone
+/// forgotten, its partitions renewed and those in `params.release` given up, then free or
+/// expired partitions taken up to its fair share. Every lease counts on the database's clock.
+/// A host owning more than its share keeps it: the caller releases the excess once its batches
+/// are marked (the next call's `release`). Leaving: every partition released, the host row gone.
+pub(crate) async fn rebalance<D: Driver>(
+    driver: &D,
+    params: &RebalanceParams<'_>,
+) -> Result<Ownership, StoreError> {
+    const OP: &str = "rebalance";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let (app_code, host_id, lease_ms, now_ms) = (
+        params.app_code,
+        params.host_id,
+        params.lease_ms,
+        params.now_ms,
+    );
+    let partitions = partition_count(backend);
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    if params.leaving {
+        conn.run(sql::release_partitions(
+            backend, table, app_code, host_id, None,
+        ))
+        .await
+        .map_err(db(OP))?;
+        conn.run(sql::delete_hosts(
+            backend,
+            table,
+            app_code,
+            Some(host_id),
+            0,
+            now_ms,
+        ))
+        .await
+        .map_err(db(OP))?;
+        return Ok(Ownership {
+            partitions,
+            ..Ownership::default()
+        });
+    }
+    let renewed = conn
+        .run(sql::renew_host(
+            backend, table, app_code, host_id, lease_ms, now_ms,
+        ))
+        .await
+        .map_err(db(OP))?;
+    if renewed == 0 {
+        conn.run(sql::insert_host(
+            backend, table, app_code, host_id, lease_ms, now_ms,
+        ))
+        .await
+        .map_err(db(OP))?;
+    }
+    let forget_after = lease_ms.saturating_mul(FORGET_HOSTS_AFTER_LEASES);
+    conn.run(sql::delete_hosts(
+        backend,
+        table,
+        app_code,
+        None,
+        forget_after,
+        now_ms,
+    ))
+    .await
+    .map_err(db(OP))?;
+    conn.run(sql::renew_partitions(
+        backend, table, app_code, host_id, lease_ms, now_ms,
+    ))
+    .await
+    .map_err(db(OP))?;
+    if !params.release.is_empty() {
+        conn.run(sql::release_partitions(
+            backend,
+            table,
+            app_code,
+            host_id,
+            Some(params.release),
+        ))
+        .await
+        .map_err(db(OP))?;
+    }
+    let mut rows = conn
+        .rows::<PartitionRow>(sql::read_partitions(backend, table, app_code, now_ms))
+        .await
+        .map_err(db(OP))?;
+    if rows.len() < partitions as usize {
+        conn.run(sql::seed_partitions(backend, table, app_code, partitions))
+            .await
+            .map_err(db(OP))?;
+        rows = conn
+            .rows::<PartitionRow>(sql::read_partitions(backend, table, app_code, now_ms))
+            .await
+            .map_err(db(OP))?;
+    }
+    let hosts = conn
+        .rows::<Name>(sql::live_hosts(backend, table, app_code, now_ms))
+        .await
+        .map_err(db(OP))?;
+    let rank = hosts
+        .iter()
+        .position(|Name(id)| id == host_id)
+        .unwrap_or(hosts.len());
+    let share = fair_share(partitions, hosts.len(), rank);
+    let mut owned: Vec<PartitionFence> = rows
+        .iter()
+        .filter(|row| row.owner.as_deref() == Some(host_id))
+        .map(|row| PartitionFence {
+            partition: row.partition,
+            epoch: row.epoch,
+        })
+        .collect();
+    let wanted = (share as usize).saturating_sub(owned.len());
+    // Free partitions first, then expired ones; a host's rank spreads where each starts, so
+    // hosts joining together do not all race for the same partitions.
+    let start = rank * partitions as usize / hosts.len().max(1);
+    let mut candidates: Vec<&PartitionRow> = rows
+        .iter()
+        .filter(|row| {
+            row.owner.as_deref() != Some(host_id)
+                && (row.owner.is_none() || row.lease_until_ms < row.now_ms)
+                && !params.release.contains(&row.partition)
+        })
+        .collect();
+    candidates.sort_by_key(|row| {
+        (
+            row.owner.is_some(),
+            (row.partition as usize + partitions as usize - start % partitions as usize)
+                % partitions as usize,
+        )
+    });
+    for row in candidates.into_iter().take(wanted) {
+        let take = sql::take_partition(
+            backend,
+            table,
+            app_code,
+            host_id,
+            row.partition,
+            row.epoch,
+            lease_ms,
+            now_ms,
+        );
+        if conn.run(take).await.map_err(db(OP))? == 1 {
+            owned.push(PartitionFence {
+                partition: row.partition,
+                epoch: row.epoch + 1,
+            });
+        }
+    }
+    owned.sort();
+    let leased_hosts_active = !conn
+        .rows::<EventId>(sql::live_leases(backend, table, app_code, now_ms))
+        .await
+        .map_err(db(OP))?
+        .is_empty();
+    Ok(Ownership {
+        owned,
+        share,
+        hosts: hosts.len().max(1) as u32,
+        partitions,
+        leased_hosts_active,
+    })
+}
+
+/// Reads a partition's due rows without writing them (see [`sql::read_partition`]): merged by
+/// write order up to `read.limit`, each judged as a claim judges its rows. A row whose envelope
+/// does not decode goes to `failed` at once (the only write; the rest of the batch flows). The
+/// batch's [`Lease`] fences its marks on the partition's owner and epoch.
+pub(crate) async fn read_partition<D: Driver>(
+    driver: &D,
+    read: &PartitionRead,
+) -> Result<ClaimBatch, StoreError> {
+    const OP: &str = "read partition";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let mut batch = ClaimBatch {
+        lease: Lease {
+            app_code: read.app_code.clone(),
+            worker_id: read.host_id.clone(),
+            lock_until_ms: read.now_ms.saturating_add(read.lease_ms),
+            partition: Some(read.fence),
+        },
+        events: Vec::new(),
+        rejected: Vec::new(),
+    };
+    if read.limit == 0 {
+        return Ok(batch);
+    }
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    let mut rows = conn
+        .rows::<ReadRow>(sql::read_partition(backend, table, read))
+        .await
+        .map_err(db(OP))?;
+    rows.sort_by(|a, b| {
+        (a.candidate.created_at_ms, &a.candidate.event_id)
+            .cmp(&(b.candidate.created_at_ms, &b.candidate.event_id))
+    });
+    rows.truncate(read.limit as usize);
+    for row in rows {
+        let branch = if row.status == Status::Delivering.as_str() {
+            ClaimBranch::ExpiredLease
+        } else {
+            ClaimBranch::Pending
+        };
+        match judge(&read.app_code, row.candidate, branch, read.max_attempts) {
+            Ok(event) => batch.events.push(event),
+            Err(rejected) => batch.rejected.push(rejected),
+        }
+    }
+    for chunk in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
+        let reject = reject_rows(backend, table, &read.app_code, read.now_ms, chunk);
+        conn.run(reject).await.map_err(db(OP))?;
+    }
+    Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fair_share;
+
+    #[test]
+    fn shares_add_up_to_every_partition() {
+        for hosts in 1..=70 {
+            let total: u32 = (0..hosts).map(|rank| fair_share(64, hosts, rank)).sum();
+            assert_eq!(total, 64, "{hosts} hosts");
+        }
+        assert_eq!(fair_share(64, 3, 0), 22);
+        assert_eq!(fair_share(64, 3, 2), 21);
+        assert_eq!(fair_share(1, 2, 1), 0);
+        assert_eq!(fair_share(64, 0, 0), 64);
+    }
+}

@@ -1,0 +1,354 @@
+//! The statements of partition ownership: a host's heartbeat, the partitions' leases (taken,
+//! renewed, released, all on the database's clock), and one partition's due rows read without
+//! writing them. The mark's fence on a partition is in `mark.rs` ([`super::mark::lease_fence`]).
+
+use super::claim::CLAIM_COLUMNS;
+use super::{Bound, SqlBuilder};
+use crate::record::Status;
+use crate::store::{Backend, PartitionRead, TableName};
+
+/// The read's branches: pending rows.
+const FROM_PENDING: u8 = 0;
+/// `retryable` rows whose retry is due.
+const FROM_RETRY: u8 = 1;
+/// `delivering` rows of the leased design whose lease expired (a crashed host's).
+const FROM_EXPIRED_LEASE: u8 = 2;
+
+/// `now`: the database's clock where it has one, else the host's `now_ms`, bound.
+fn now(b: &mut SqlBuilder, backend: Backend, now_ms: i64) {
+    match backend.dialect().now_ms_expression() {
+        Some(expression) => b.push(expression),
+        None => b.bind(now_ms),
+    };
+}
+
+/// The partition table of `table`: `<table>_partitions`.
+pub(crate) fn partitions_table(table: &TableName) -> String {
+    format!("{}_partitions", table.as_str())
+}
+
+/// The host table of `table`: `<table>_hosts`.
+fn hosts_table(table: &TableName) -> String {
+    format!("{}_hosts", table.as_str())
+}
+
+/// Extends this host's life: `alive_until_ms = now + lease_ms` (0 rows: not there yet).
+pub(crate) fn renew_host(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    host_id: &str,
+    lease_ms: i64,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(&hosts_table(table))
+        .push(" SET alive_until_ms = ");
+    now(&mut b, backend, now_ms);
+    b.push(" + ")
+        .bind(lease_ms)
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND host_id = ")
+        .bind(host_id);
+    b.finish()
+}
+
+/// Announces this host: its row, alive until `now + lease_ms`.
+pub(crate) fn insert_host(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    host_id: &str,
+    lease_ms: i64,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("INSERT INTO ")
+        .push(&hosts_table(table))
+        .push(" (app_code, host_id, alive_until_ms) VALUES (")
+        .bind(app_code)
+        .push(", ")
+        .bind(host_id)
+        .push(", ");
+    now(&mut b, backend, now_ms);
+    b.push(" + ").bind(lease_ms).push(")");
+    b.finish()
+}
+
+/// Forgets hosts gone for `forget_after_ms`, and this one when it leaves (`host_id`).
+pub(crate) fn delete_hosts(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    leaving: Option<&str>,
+    forget_after_ms: i64,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("DELETE FROM ")
+        .push(&hosts_table(table))
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND (alive_until_ms < ");
+    now(&mut b, backend, now_ms);
+    b.push(" - ").bind(forget_after_ms);
+    if let Some(host_id) = leaving {
+        b.push(" OR host_id = ").bind(host_id);
+    }
+    b.push(")");
+    b.finish()
+}
+
+/// The live hosts of a tenant, by id.
+pub(crate) fn live_hosts(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT host_id FROM ")
+        .push(&hosts_table(table))
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND alive_until_ms > ");
+    now(&mut b, backend, now_ms);
+    b.push(" ORDER BY host_id");
+    b.finish()
+}
+
+/// Creates a tenant's partition rows `0..count`, free, keeping those that exist.
+pub(crate) fn seed_partitions(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    count: u32,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("INSERT INTO ")
+        .push(&partitions_table(table))
+        .push(" (app_code, partition_id, owner, epoch, lease_until_ms) VALUES ");
+    for partition in 0..count {
+        if partition > 0 {
+            b.push(", ");
+        }
+        b.push("(")
+            .bind(app_code)
+            .push(", ")
+            .bind(i64::from(partition))
+            .push(", NULL, 0, 0)");
+    }
+    b.push(backend.dialect().ignore_duplicate_partition());
+    b.finish()
+}
+
+/// Renews every partition `host_id` owns: `lease_until_ms = now + lease_ms`.
+pub(crate) fn renew_partitions(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    host_id: &str,
+    lease_ms: i64,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(&partitions_table(table))
+        .push(" SET lease_until_ms = ");
+    now(&mut b, backend, now_ms);
+    b.push(" + ")
+        .bind(lease_ms)
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND owner = ")
+        .bind(host_id);
+    b.finish()
+}
+
+/// Gives up `partitions` of `host_id` (all of them when `None`): no owner, lease over. The epoch
+/// stays; the next owner bumps it.
+pub(crate) fn release_partitions(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    host_id: &str,
+    partitions: Option<&[u32]>,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(&partitions_table(table))
+        .push(" SET owner = NULL, lease_until_ms = 0 WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND owner = ")
+        .bind(host_id);
+    if let Some(partitions) = partitions {
+        b.push(" AND partition_id IN ")
+            .bind_list(partitions.iter().map(|p| i64::from(*p)));
+    }
+    b.finish()
+}
+
+/// Every partition of a tenant: `partition_id, owner, epoch, lease_until_ms, now` (the clock the
+/// leases count on, in the same row).
+pub(crate) fn read_partitions(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT partition_id, owner, epoch, lease_until_ms, ");
+    now(&mut b, backend, now_ms);
+    b.push(" FROM ")
+        .push(&partitions_table(table))
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" ORDER BY partition_id");
+    b.finish()
+}
+
+/// Takes partition `partition` for `host_id` if it is still at `epoch` and free or its lease
+/// ran out: a new epoch, leased until `now + lease_ms`. One row changed: taken.
+pub(crate) fn take_partition(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    host_id: &str,
+    partition: u32,
+    epoch: i64,
+    lease_ms: i64,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(&partitions_table(table))
+        .push(" SET owner = ")
+        .bind(host_id)
+        .push(", epoch = epoch + 1, lease_until_ms = ");
+    now(&mut b, backend, now_ms);
+    b.push(" + ")
+        .bind(lease_ms)
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND partition_id = ")
+        .bind(i64::from(partition))
+        .push(" AND epoch = ")
+        .bind(epoch)
+        .push(" AND (owner IS NULL OR lease_until_ms < ");
+    now(&mut b, backend, now_ms);
+    b.push(")");
+    b.finish()
+}
+
+/// Whether rows of the tenant are `delivering` under a live lease (a host of the leased design
+/// claiming): one such row's `event_id`, from the lease index.
+pub(crate) fn live_leases(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT event_id FROM ")
+        .push(table.as_str())
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND status = ")
+        .status(Status::Delivering)
+        .push(" AND lock_until_ms > ")
+        .bind(now_ms)
+        .push(" LIMIT 1");
+    b.finish()
+}
+
+/// `app_code = ? AND <partition> = ?` of the rows of one partition (on SQLite, one partition:
+/// the tenant).
+fn in_partition(b: &mut SqlBuilder, backend: Backend, read: &PartitionRead, alias: &str) {
+    b.push(" WHERE ")
+        .push(alias)
+        .push("app_code = ")
+        .bind(read.app_code.as_str());
+    if let Some(partition) = backend.dialect().partition_of_row() {
+        b.push(" AND ")
+            .push(partition)
+            .push(" = ")
+            .bind(i64::from(read.fence.partition));
+    }
+}
+
+/// `FROM <table> c` and the index hint of a partition read.
+fn from_table(b: &mut SqlBuilder, backend: Backend, table: &TableName, alias: &str) {
+    b.push(" FROM ")
+        .push(table.as_str())
+        .push(" ")
+        .push(alias)
+        .push(&backend.dialect().partition_index_hint(table));
+}
+
+/// One branch of the read: up to `limit` rows of the partition by write order, with their status.
+fn write_branch(
+    b: &mut SqlBuilder,
+    backend: Backend,
+    table: &TableName,
+    read: &PartitionRead,
+    branch: u8,
+) {
+    b.push("SELECT * FROM (SELECT ")
+        .push(CLAIM_COLUMNS)
+        .push(", c.status");
+    from_table(b, backend, table, "c");
+    in_partition(b, backend, read, "c.");
+    match branch {
+        FROM_PENDING => {
+            b.push(" AND c.status = ").status(Status::Pending);
+            if read.per_room {
+                // A room with an event still retryable or delivering hands out none of its
+                // pending ones: its order is kept, and only it waits.
+                b.push(" AND c.room_id NOT IN (SELECT r.room_id");
+                from_table(b, backend, table, "r");
+                in_partition(b, backend, read, "r.");
+                b.push(" AND r.status IN (")
+                    .status(Status::Retryable)
+                    .push(", ")
+                    .status(Status::Delivering)
+                    .push("))");
+            }
+        }
+        FROM_RETRY => {
+            b.push(" AND c.status = ")
+                .status(Status::Retryable)
+                .push(" AND c.next_retry_at_ms <= ")
+                .bind(read.now_ms);
+        }
+        _ => {
+            b.push(" AND c.status = ")
+                .status(Status::Delivering)
+                .push(" AND c.lock_until_ms <= ")
+                .bind(read.now_ms);
+        }
+    }
+    b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
+        .bind(i64::from(read.limit))
+        .push(") b")
+        .push(&branch.to_string());
+}
+
+/// A partition's due rows, without writing them: pending (with per-room order, of rooms with no
+/// retryable or delivering event), retryable with their retry due, and `delivering` rows whose
+/// lease expired (a host of the leased design that died); each branch up to `limit` rows by
+/// write order, `CLAIM_COLUMNS` and the status. The caller merges them by write order.
+pub(crate) fn read_partition(backend: Backend, table: &TableName, read: &PartitionRead) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    for (i, branch) in [FROM_PENDING, FROM_RETRY, FROM_EXPIRED_LEASE]
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
+            b.push(" UNION ALL ");
+        }
+        write_branch(&mut b, backend, table, read, branch);
+    }
+    b.finish()
+}

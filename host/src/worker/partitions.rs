@@ -1,0 +1,269 @@
+//! Partition ownership on the worker's side (`worker.mode = "partitioned"`): the partitions this
+//! host owns ([`PartitionBook`]), handed to the loops one at a time ([`PartitionTurn`]: a
+//! partition is read again only once its batch is marked, so no row is read twice), and the
+//! heartbeat that keeps them and rebalances ([`Worker::run_heartbeat`]).
+//!
+//! The heartbeat runs every third of `worker.lease`: it renews this host and its partitions on the
+//! database's clock, takes free or expired partitions up to its fair share, and releases what it
+//! owns above it once those partitions' batches are marked. A joining host gets its share, and a
+//! dead one's partitions are taken over, within two lease periods. When heartbeats fail for a
+//! whole lease (the database cut off), the host stops reading: another may own its partitions by
+//! then, and its marks would be refused anyway (they are fenced on the partition's epoch).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Worker;
+use crate::store::{Ownership, PartitionFence, RebalanceParams, StoreError};
+
+/// One tenant's partitions as this host holds them.
+#[derive(Debug, Default)]
+struct Tenant {
+    /// Owned partitions and their epochs.
+    owned: BTreeMap<u32, i64>,
+    /// Partitions with a batch being read, published or marked.
+    busy: BTreeSet<u32>,
+    /// Owned above the fair share: read no more, released by the next heartbeat once not busy.
+    releasing: BTreeSet<u32>,
+    /// Where the next turn starts looking (round robin).
+    next: u32,
+    /// A host of the leased design is claiming: read nothing.
+    leased_hosts_active: bool,
+}
+
+/// The partitions this host owns, per tenant, shared by its loops and its heartbeat.
+#[derive(Debug)]
+pub(super) struct PartitionBook {
+    /// This host's owner id: `<node_id>#<random>`, unique per process.
+    pub(super) host_id: String,
+    tenants: Mutex<HashMap<String, Tenant>>,
+    /// Until when the last successful heartbeat vouches for the partitions (local clock).
+    valid_until: Mutex<Option<Instant>>,
+}
+
+/// A partition lent to one loop: read it, deliver the batch; dropping the turn frees it.
+#[derive(Debug)]
+pub(super) struct PartitionTurn {
+    book: Arc<PartitionBook>,
+    app_code: String,
+    /// The partition and the epoch it was owned at.
+    pub(super) fence: PartitionFence,
+}
+
+impl Drop for PartitionTurn {
+    fn drop(&mut self) {
+        if let Some(tenant) = self.book.lock().get_mut(&self.app_code) {
+            tenant.busy.remove(&self.fence.partition);
+        }
+    }
+}
+
+impl PartitionBook {
+    /// An empty book for a host of `node_id`.
+    pub(super) fn new(node_id: &str) -> PartitionBook {
+        PartitionBook {
+            host_id: format!("{node_id}#{:016x}", rand::random::<u64>()),
+            tenants: Mutex::new(HashMap::new()),
+            valid_until: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tenant>> {
+        self.tenants.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next owned partition of `app_code` that no loop is reading and that is not being
+    /// released, in turn after the last one handed out; `skip` partitions already tried this
+    /// round are passed over. `None` when there is none, when heartbeats have not vouched for
+    /// ownership within a lease, or while a host of the leased design claims.
+    pub(super) fn take_turn(
+        self: &Arc<Self>,
+        app_code: &str,
+        skip: &BTreeSet<u32>,
+    ) -> Option<PartitionTurn> {
+        let valid = self
+            .valid_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|until| Instant::now() < until);
+        if !valid {
+            return None;
+        }
+        let mut tenants = self.lock();
+        let tenant = tenants.get_mut(app_code)?;
+        if tenant.leased_hosts_active {
+            return None;
+        }
+        let start = tenant.next;
+        let free = |p: &u32| {
+            !tenant.busy.contains(p) && !tenant.releasing.contains(p) && !skip.contains(p)
+        };
+        let (partition, epoch) = tenant
+            .owned
+            .range(start..)
+            .chain(tenant.owned.range(..start))
+            .find(|(p, _)| free(p))
+            .map(|(p, e)| (*p, *e))?;
+        tenant.busy.insert(partition);
+        tenant.next = partition + 1;
+        Some(PartitionTurn {
+            book: self.clone(),
+            app_code: app_code.to_string(),
+            fence: PartitionFence { partition, epoch },
+        })
+    }
+
+    /// How many partitions of `app_code` this host owns.
+    pub(super) fn owned(&self, app_code: &str) -> usize {
+        self.lock().get(app_code).map_or(0, |t| t.owned.len())
+    }
+
+    /// The partitions of `app_code` to release now: being released and not busy.
+    fn releasable(&self, app_code: &str) -> Vec<u32> {
+        self.lock().get(app_code).map_or_else(Vec::new, |t| {
+            t.releasing
+                .iter()
+                .filter(|p| !t.busy.contains(p))
+                .copied()
+                .collect()
+        })
+    }
+
+    /// Takes in a heartbeat's result for `app_code`: the partitions owned now, and those above
+    /// the share put up for release (the highest numbers, the idle ones first). Returns the
+    /// partitions taken and lost since the last heartbeat.
+    fn update(&self, app_code: &str, ownership: &Ownership) -> (Vec<u32>, Vec<u32>) {
+        let mut tenants = self.lock();
+        let tenant = tenants.entry(app_code.to_string()).or_default();
+        let now: BTreeMap<u32, i64> = ownership
+            .owned
+            .iter()
+            .map(|f| (f.partition, f.epoch))
+            .collect();
+        let lost: Vec<u32> = tenant
+            .owned
+            .iter()
+            .filter(|(p, e)| now.get(p) != Some(e) && !tenant.releasing.contains(p))
+            .map(|(p, _)| *p)
+            .collect();
+        let taken: Vec<u32> = now
+            .iter()
+            .filter(|(p, e)| tenant.owned.get(p) != Some(e))
+            .map(|(p, _)| *p)
+            .collect();
+        tenant.owned = now;
+        tenant.releasing.retain(|p| tenant.owned.contains_key(p));
+        tenant.leased_hosts_active = ownership.leased_hosts_active;
+        let excess = tenant.owned.len().saturating_sub(ownership.share as usize);
+        let already = tenant.releasing.len();
+        if excess > already {
+            let mut candidates: Vec<u32> = tenant
+                .owned
+                .keys()
+                .filter(|p| !tenant.releasing.contains(p))
+                .copied()
+                .collect();
+            candidates.sort_by_key(|p| (tenant.busy.contains(p), std::cmp::Reverse(*p)));
+            tenant
+                .releasing
+                .extend(candidates.into_iter().take(excess - already));
+        }
+        (taken, lost)
+    }
+
+    /// Vouches for the partitions until `until` (a heartbeat succeeded).
+    fn vouch_until(&self, until: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+}
+
+impl Worker {
+    /// One heartbeat for every app code: ownership renewed and rebalanced, the book updated,
+    /// changes logged and counted. `leaving`: every partition released.
+    pub(super) async fn heartbeat(&self, leaving: bool) -> Result<(), StoreError> {
+        let book = &self.partitions;
+        let started = Instant::now();
+        let lease_ms = self.options.lease.as_millis() as i64;
+        let metrics = self.metrics.partitions();
+        for app_code in &self.options.app_codes {
+            let release = book.releasable(app_code);
+            let ownership = self
+                .store
+                .rebalance(&RebalanceParams {
+                    app_code,
+                    host_id: &book.host_id,
+                    lease_ms,
+                    release: &release,
+                    leaving,
+                    now_ms: self.now_ms(),
+                })
+                .await
+                .inspect_err(|e| self.metrics.count_database_error(e))?;
+            let released = if leaving {
+                book.owned(app_code)
+            } else {
+                release.len()
+            };
+            let (taken, lost) = book.update(app_code, &ownership);
+            for partition in release.iter().chain(&lost) {
+                metrics.forget_lag(app_code, *partition);
+            }
+            metrics.set_ownership(
+                app_code,
+                ownership.owned.len(),
+                ownership.share,
+                ownership.hosts,
+            );
+            metrics.count_change(app_code, "taken", taken.len());
+            if !taken.is_empty() {
+                self.wake.wake(); // loops waiting for work may have some now
+            }
+            metrics.count_change(app_code, "released", released);
+            metrics.count_change(app_code, "lost", lost.len());
+            let node_id = &self.options.node_id;
+            if !lost.is_empty() {
+                warn!(node_id = %node_id, host_id = %book.host_id, app_code = %app_code, lost = ?lost,
+                    status = "partitions_lost",
+                    "partitions taken over by another host (this one was paused or cut off); their marks were refused");
+            }
+            if !taken.is_empty() || released > 0 {
+                info!(node_id = %node_id, host_id = %book.host_id, app_code = %app_code, taken = ?taken,
+                    released, owned = ownership.owned.len(), share = ownership.share, hosts = ownership.hosts,
+                    status = "rebalanced", "partitions rebalanced");
+            }
+            if ownership.leased_hosts_active {
+                warn!(node_id = %node_id, app_code = %app_code, status = "leased_hosts_active",
+                    "rows are delivering under a live lease: a host in worker.mode = \"leased\" is claiming; reading nothing until it stops");
+            }
+        }
+        // Ownership holds for a lease from the heartbeat's start (the database's leases began
+        // no earlier); a tenth is kept in hand for the clocks' drift.
+        book.vouch_until(started + self.options.lease.mul_f64(0.9));
+        Ok(())
+    }
+
+    /// Heartbeats every third of the lease until `shutdown`; a failed one is logged (once per
+    /// outage) and tried again at the next beat.
+    pub(super) async fn run_heartbeat(&self, shutdown: CancellationToken) {
+        let every = (self.options.lease / 3).max(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            match self.heartbeat(false).await {
+                Ok(()) => self.outage_over(),
+                Err(e) if e.is_unreachable() => self.outage_began(&e),
+                Err(e) => {
+                    warn!(node_id = %self.options.node_id, status = "heartbeat_failed", error = %e,
+                        "partition heartbeat failed; trying again at the next beat");
+                }
+            }
+        }
+    }
+}

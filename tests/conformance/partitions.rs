@@ -1,0 +1,400 @@
+//! Partition ownership (`worker.mode = "partitioned"`): `rebalance` shares a tenant's partitions
+//! among live hosts (fair shares, disjoint, taken over when a host's lease ends or it leaves),
+//! `read_partition` hands out due rows without writing them, and marks are fenced on the
+//! partition's owner and epoch: a host that lost a partition changes nothing.
+//!
+//! Leases count on the database's clock (SQLite: the host's), so these tests pass the wall clock
+//! and wait out short leases instead of shifting `now_ms`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outboxd::record::now_ms;
+use outboxd::store::{
+    Backend, ClaimBatch, OutboxStore, Ownership, PartitionFence, PartitionRead, RebalanceParams,
+    partition_count,
+};
+
+use crate::helpers::{APP, MANY, claim_app, delivered, enqueue, mark, retryable, setup, strs};
+use crate::support::{record, wait_until};
+
+crate::support::per_backend!(
+    one_host_takes_every_partition,
+    two_hosts_share_the_partitions,
+    a_read_writes_nothing_and_each_row_is_read_once,
+    a_host_that_lost_its_partition_changes_nothing,
+    a_leaving_host_hands_its_partitions_on,
+    per_room_reads_hold_back_a_room_behind_its_retry,
+    leased_hosts_stop_partition_reads,
+);
+
+/// A generous lease for tests that do not wait for one to end.
+const LONG_LEASE_MS: i64 = 60_000;
+
+/// One heartbeat of `host` for `APP`.
+async fn rebalance(
+    store: &Arc<dyn OutboxStore>,
+    host: &str,
+    lease_ms: i64,
+    release: &[u32],
+    leaving: bool,
+) -> Ownership {
+    store
+        .rebalance(&RebalanceParams {
+            app_code: APP,
+            host_id: host,
+            lease_ms,
+            release,
+            leaving,
+            now_ms: now_ms(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("rebalance by {host}: {e}"))
+}
+
+/// The partition numbers of `ownership`.
+fn numbers(ownership: &Ownership) -> BTreeSet<u32> {
+    ownership.owned.iter().map(|f| f.partition).collect()
+}
+
+/// Reads one partition of `APP` as `host`.
+async fn read(
+    store: &Arc<dyn OutboxStore>,
+    host: &str,
+    fence: PartitionFence,
+    per_room: bool,
+    now: i64,
+) -> ClaimBatch {
+    store
+        .read_partition(&PartitionRead {
+            app_code: APP.into(),
+            host_id: host.into(),
+            fence,
+            limit: 100,
+            now_ms: now,
+            lease_ms: LONG_LEASE_MS,
+            max_attempts: MANY,
+            per_room,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("read partition {fence:?} by {host}: {e}"))
+}
+
+/// Every owned partition read once: the non-empty batches.
+async fn read_all(
+    store: &Arc<dyn OutboxStore>,
+    host: &str,
+    ownership: &Ownership,
+    per_room: bool,
+    now: i64,
+) -> Vec<ClaimBatch> {
+    let mut batches = Vec::new();
+    for fence in &ownership.owned {
+        let batch = read(store, host, *fence, per_room, now).await;
+        if !batch.events.is_empty() {
+            batches.push(batch);
+        }
+    }
+    batches
+}
+
+/// The event ids of `batches`, sorted.
+fn all_ids(batches: &[ClaimBatch]) -> Vec<String> {
+    let mut ids: Vec<String> = batches
+        .iter()
+        .flat_map(|b| b.events.iter().map(|e| e.event.event_id.clone()))
+        .collect();
+    ids.sort();
+    ids
+}
+
+async fn one_host_takes_every_partition(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let count = partition_count(backend);
+    let ownership = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(ownership.partitions, count);
+    assert_eq!((ownership.hosts, ownership.share), (1, count));
+    assert_eq!(numbers(&ownership), (0..count).collect());
+    assert!(
+        ownership.owned.iter().all(|f| f.epoch == 1),
+        "first owner: epoch 1"
+    );
+    assert!(!ownership.leased_hosts_active);
+    let again = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(again.owned, ownership.owned, "a renewal keeps the epochs");
+}
+
+async fn two_hosts_share_the_partitions(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let count = partition_count(backend);
+    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(a.owned.len() as u32, count);
+    // B joins: every partition is owned and live, so it takes none yet; A sees its share drop.
+    let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+    assert!(b.owned.is_empty(), "live partitions are never stolen");
+    assert_eq!((b.hosts, b.share), (2, count / 2));
+    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert_eq!((a.hosts, a.share), (2, count - count / 2));
+    // A gives up what it owns above its share; B takes it at its next heartbeat.
+    let excess: Vec<u32> = numbers(&a)
+        .into_iter()
+        .rev()
+        .take(a.owned.len() - a.share as usize)
+        .collect();
+    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &excess, false).await;
+    assert_eq!(a.owned.len() as u32, a.share);
+    let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(b.owned.len() as u32, b.share);
+    let (a_set, b_set) = (numbers(&a), numbers(&b));
+    assert!(a_set.is_disjoint(&b_set), "no partition has two owners");
+    assert_eq!(
+        a_set.union(&b_set).copied().collect::<BTreeSet<u32>>(),
+        (0..count).collect()
+    );
+    assert!(
+        b.owned.iter().all(|f| f.epoch == 2),
+        "taken from A: a new epoch"
+    );
+}
+
+async fn a_read_writes_nothing_and_each_row_is_read_once(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    let records: Vec<_> = (0..40)
+        .map(|i| {
+            record(
+                APP,
+                &format!("e{i:02}"),
+                &format!("room-{}", i % 13),
+                100 + i,
+            )
+        })
+        .collect();
+    enqueue(&store, &records).await;
+    let owner = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let now = now_ms();
+    let batches = read_all(&store, "host-a", &owner, false, now).await;
+    let expected: Vec<String> = (0..40).map(|i| format!("e{i:02}")).collect();
+    assert_eq!(
+        all_ids(&batches),
+        expected,
+        "every row in exactly one partition"
+    );
+    for batch in &batches {
+        let created: Vec<i64> = batch.events.iter().map(|e| e.created_at_ms).collect();
+        assert!(created.is_sorted(), "a partition's rows in write order");
+        let rooms: BTreeSet<&str> = batch
+            .events
+            .iter()
+            .map(|e| e.event.room_id.as_str())
+            .collect();
+        for room in rooms {
+            assert!(
+                batches
+                    .iter()
+                    .filter(|b| b.events.iter().any(|e| e.event.room_id == room))
+                    .count()
+                    == 1,
+                "room {room} lives in one partition"
+            );
+        }
+    }
+    for id in &expected {
+        let row = db.row(APP, id).await.unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.worker_id),
+            ("pending", None),
+            "{id}: read, not written"
+        );
+    }
+    for batch in &batches {
+        let marks: Vec<_> = batch
+            .events
+            .iter()
+            .map(|e| delivered(&e.event.event_id))
+            .collect();
+        let report = mark(&store, &batch.lease, &marks, now + 1).await;
+        assert_eq!(
+            (report.applied, report.stale.len()),
+            (marks.len() as u64, 0)
+        );
+    }
+    for id in &expected {
+        let row = db.row(APP, id).await.unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.worker_id.as_deref()),
+            ("delivered", Some("host-a")),
+            "{id}: one write, naming its host"
+        );
+    }
+    assert!(
+        read_all(&store, "host-a", &owner, false, now_ms())
+            .await
+            .is_empty()
+    );
+}
+
+async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(
+        &store,
+        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r1", 200)],
+    )
+    .await;
+    let a = rebalance(&store, "host-a", 300, &[], false).await;
+    let now = now_ms();
+    let stale = read_all(&store, "host-a", &a, false, now).await;
+    assert_eq!(all_ids(&stale), strs(&["e1", "e2"]));
+    // A stops renewing (paused, cut off); once its lease ends, B takes its partitions over.
+    let b = wait_until(
+        "B takes every partition once A's lease ends",
+        Duration::from_secs(10),
+        || async {
+            let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+            if b.owned.len() as u32 == b.partitions {
+                Ok(b)
+            } else {
+                Err(b.owned.len())
+            }
+        },
+    )
+    .await;
+    assert_eq!(b.hosts, 1, "A's host row expired too");
+    // A comes back and marks what it published: refused, the rows untouched.
+    for batch in &stale {
+        let marks: Vec<_> = batch
+            .events
+            .iter()
+            .map(|e| delivered(&e.event.event_id))
+            .collect();
+        let report = mark(&store, &batch.lease, &marks, now_ms()).await;
+        assert_eq!(report.applied, 0, "a lost partition's mark changes nothing");
+        assert_eq!(report.stale.len(), marks.len());
+    }
+    for id in ["e1", "e2"] {
+        assert_eq!(db.row(APP, id).await.unwrap().status, "pending", "{id}");
+    }
+    // A's next heartbeat learns it owns nothing.
+    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert!(
+        a.owned.is_empty(),
+        "B's partitions are live: A gets none back"
+    );
+    let batches = read_all(&store, "host-b", &b, false, now_ms()).await;
+    assert_eq!(
+        all_ids(&batches),
+        strs(&["e1", "e2"]),
+        "the new owner reads them again"
+    );
+    for batch in &batches {
+        let marks: Vec<_> = batch
+            .events
+            .iter()
+            .map(|e| delivered(&e.event.event_id))
+            .collect();
+        assert_eq!(
+            mark(&store, &batch.lease, &marks, now_ms()).await.applied,
+            marks.len() as u64
+        );
+    }
+}
+
+async fn a_leaving_host_hands_its_partitions_on(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(a.owned.len() as u32, a.partitions);
+    let left = rebalance(&store, "host-a", LONG_LEASE_MS, &[], true).await;
+    assert!(left.owned.is_empty());
+    let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(
+        (b.hosts, b.owned.len() as u32),
+        (1, b.partitions),
+        "at once, no lease to wait out"
+    );
+}
+
+async fn per_room_reads_hold_back_a_room_behind_its_retry(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(
+        &store,
+        &[
+            record(APP, "e1", "r1", 100),
+            record(APP, "e2", "r1", 200),
+            record(APP, "e3", "r2", 300),
+        ],
+    )
+    .await;
+    let owner = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let now = now_ms();
+    let batches = read_all(&store, "host-a", &owner, true, now).await;
+    assert_eq!(
+        all_ids(&batches),
+        strs(&["e1", "e2", "e3"]),
+        "a room's events in one batch"
+    );
+    let retry_at = now + 60_000;
+    for batch in &batches {
+        let marks: Vec<_> = batch
+            .events
+            .iter()
+            .map(|e| match e.event.event_id.as_str() {
+                "e3" => delivered("e3"),
+                id => retryable(id, retry_at, "down"),
+            })
+            .collect();
+        mark(&store, &batch.lease, &marks, now).await;
+    }
+    enqueue(
+        &store,
+        &[record(APP, "e4", "r1", 400), record(APP, "e5", "r2", 500)],
+    )
+    .await;
+    let batches = read_all(&store, "host-a", &owner, true, now + 1).await;
+    assert_eq!(
+        all_ids(&batches),
+        strs(&["e5"]),
+        "r1 waits behind its retry; r2 goes on"
+    );
+    let batches = read_all(&store, "host-a", &owner, true, retry_at).await;
+    let r1: Vec<String> = batches
+        .iter()
+        .flat_map(|b| b.events.iter())
+        .filter(|e| e.event.room_id == "r1")
+        .map(|e| e.event.event_id.clone())
+        .collect();
+    assert_eq!(
+        r1,
+        strs(&["e1", "e2"]),
+        "due retries in order; e4 waits until they are marked"
+    );
+}
+
+async fn leased_hosts_stop_partition_reads(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(
+        &store,
+        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r2", 200)],
+    )
+    .await;
+    let before = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert!(!before.leased_hosts_active);
+    // A host of the leased design claims a row (its lease on the host's clock).
+    let claimed = claim_app(&store, "old-host/0", 1, now_ms(), 30_000).await;
+    assert_eq!(claimed.events.len(), 1);
+    let after = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert!(after.leased_hosts_active, "a live lease is seen");
+}
