@@ -2,6 +2,8 @@
 //! crashed workers, stale marks, retries, corrupt rows, per-room ordering under failures, and
 //! graceful shutdown. Each test gets its own database (see `support`).
 
+#[path = "worker/partitioned.rs"]
+mod partitioned;
 mod support;
 
 use std::collections::{HashMap, HashSet};

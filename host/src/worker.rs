@@ -313,6 +313,9 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
+        if self.options.mode == WorkerMode::Partitioned {
+            self.heartbeat(false).await?; // a round outside `run`: own partitions first
+        }
         let (mut stats, batch) = self.claim_batch(worker_id, app_code, true).await?;
         if let Some((batch, _turn)) = batch {
             stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
