@@ -318,7 +318,11 @@ impl Worker {
         }
         let (mut stats, batch) = self.claim_batch(worker_id, app_code, true).await?;
         if let Some((batch, _turn)) = batch {
-            stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
+            stats.add_marks(
+                &self
+                    .deliver(worker_id, app_code, batch, false, None)
+                    .await?,
+            );
         }
         Ok(stats)
     }

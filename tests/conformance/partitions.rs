@@ -27,6 +27,7 @@ crate::support::per_backend!(
     a_leaving_host_hands_its_partitions_on,
     per_room_reads_hold_back_a_room_behind_its_retry,
     leased_hosts_stop_partition_reads,
+    live_partitions_are_those_holding_live_rows,
 );
 
 /// A generous lease for tests that do not wait for one to end.
@@ -397,4 +398,45 @@ async fn leased_hosts_stop_partition_reads(backend: Backend) {
     assert_eq!(claimed.events.len(), 1);
     let after = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
     assert!(after.leased_hosts_active, "a live lease is seen");
+}
+
+async fn live_partitions_are_those_holding_live_rows(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let records: Vec<_> = (0..30)
+        .map(|i| {
+            record(
+                APP,
+                &format!("e{i:02}"),
+                &format!("room-{}", i % 7),
+                100 + i,
+            )
+        })
+        .collect();
+    enqueue(&store, &records).await;
+    let owner = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let batches = read_all(&store, "host-a", &owner, false, now_ms()).await;
+    let holding: BTreeSet<u32> = batches
+        .iter()
+        .filter_map(|b| b.lease.partition.map(|f| f.partition))
+        .collect();
+    let live = store.live_partitions(APP).await.expect("live partitions");
+    // `None`: one partition (the store reads it instead of asking).
+    if let Some(live) = live {
+        assert_eq!(live.into_iter().collect::<BTreeSet<u32>>(), holding);
+    }
+    for batch in &batches {
+        let marks: Vec<_> = batch
+            .events
+            .iter()
+            .map(|e| delivered(&e.event.event_id))
+            .collect();
+        mark(&store, &batch.lease, &marks, now_ms()).await;
+    }
+    let live = store.live_partitions(APP).await.expect("live partitions");
+    assert!(
+        live.is_none_or(|l| l.is_empty()),
+        "delivered rows are not live"
+    );
 }

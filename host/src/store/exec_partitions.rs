@@ -5,11 +5,11 @@
 
 use super::driver::{Driver, db};
 use super::judge::judge;
-use super::row::{CandidateRow, Columns, EventId, FromColumns, Name};
+use super::row::{CandidateRow, Columns, EventId, FromColumns, Int, Name};
 use super::session::Session;
-use super::statement::MAX_ROWS_PER_STATEMENT;
 use super::statement::claim::{ClaimBranch, reject_rows};
 use super::statement::partitions as sql;
+use super::statement::{MAX_ROWS_PER_STATEMENT, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
     ClaimBatch, Lease, Ownership, PartitionFence, PartitionRead, RebalanceParams, StoreError,
@@ -225,6 +225,31 @@ pub(crate) async fn rebalance<D: Driver>(
         partitions,
         leased_hosts_active,
     })
+}
+
+/// The partitions of `app_code` holding live rows, by the dialect's skip scan; `None` where the
+/// tenant has one partition (SQLite: read it).
+pub(crate) async fn live_partitions<D: Driver>(
+    driver: &D,
+    app_code: &str,
+) -> Result<Option<Vec<u32>>, StoreError> {
+    const OP: &str = "live partitions";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let mut b = SqlBuilder::new(backend);
+    if !backend
+        .dialect()
+        .write_live_partitions(&mut b, table, app_code)
+    {
+        return Ok(None);
+    }
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    let rows = conn.rows::<Int>(b.finish()).await.map_err(db(OP))?;
+    Ok(Some(
+        rows.into_iter()
+            .filter_map(|Int(p)| u32::try_from(p).ok())
+            .collect(),
+    ))
 }
 
 /// Reads a partition's due rows without writing them (see [`sql::read_partition`]): merged by

@@ -74,6 +74,13 @@ macro_rules! impl_store {
                 $crate::store::exec_partitions::read_partition(self, read).await
             }
 
+            async fn live_partitions(
+                &self,
+                app_code: &str,
+            ) -> Result<Option<Vec<u32>>, $crate::store::StoreError> {
+                $crate::store::exec_partitions::live_partitions(self, app_code).await
+            }
+
             async fn mark(
                 &self,
                 params: &$crate::store::MarkParams<'_>,

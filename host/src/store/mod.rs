@@ -428,6 +428,15 @@ pub trait OutboxStore: Send + Sync + 'static {
         Err(self.cannot("read a partition"))
     }
 
+    /// The partitions of tenant `app_code` that hold live rows (pending, retryable,
+    /// delivering), found by a skip scan of the partition index (a few index entries per
+    /// partition, never the backlog); `None` where the tenant has one partition (SQLite). The
+    /// default: `None`.
+    async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError> {
+        let _ = app_code;
+        Ok(None)
+    }
+
     /// Applies the marks of one claimed batch in one statement, fenced on its lease.
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError>;
 

@@ -11,6 +11,11 @@ use super::{BatchStats, Worker, WorkerError, WorkerMode};
 use crate::metrics::RowOutcome;
 use crate::store::{ClaimBatch, ClaimParams, PartitionRead, RejectedRow, StoreError};
 
+/// Empty partition reads in a row after which a partitioned read asks which partitions hold live
+/// rows at all ([`crate::store::OutboxStore::live_partitions`]) and reads only those: a host
+/// that has caught up does not read each of its partitions to find the one new row.
+const EMPTY_READS_BEFORE_PROBE: usize = 3;
+
 /// A batch to deliver, with the partition it was read from (partitioned mode: the partition is
 /// read again once the batch is marked and the turn dropped).
 pub(super) type Claimed = (ClaimBatch, Option<PartitionTurn>);
@@ -56,7 +61,23 @@ impl Worker {
     ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
         let mut tried = BTreeSet::new();
         let mut stats = BatchStats::default();
+        let mut empty_reads = 0;
         while let Some(turn) = self.partitions.take_turn(app_code, &tried) {
+            if empty_reads == EMPTY_READS_BEFORE_PROBE {
+                // Caught up, most likely: skip the partitions that hold no live row.
+                drop(turn);
+                let live = self
+                    .store
+                    .live_partitions(app_code)
+                    .await
+                    .inspect_err(|e| self.metrics.count_database_error(e))?;
+                if let Some(live) = live {
+                    let live: BTreeSet<u32> = live.into_iter().collect();
+                    tried.extend(self.partitions.owned_partitions(app_code).difference(&live));
+                }
+                empty_reads += 1;
+                continue;
+            }
             tried.insert(turn.fence.partition);
             let now_ms = self.now_ms();
             let read = self
@@ -85,6 +106,7 @@ impl Worker {
             if let Some(batch) = batch {
                 return Ok((stats, Some((batch, Some(turn)))));
             }
+            empty_reads += 1;
         }
         Ok((stats, None))
     }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
+use tokio::sync::SemaphorePermit;
 
 use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
@@ -19,18 +20,26 @@ impl Worker {
     /// Each part of the answer is marked as soon as the publisher hands it back; when the
     /// publish deadline passes, the events not answered yet are marked retryable, and the parts
     /// already answered (and marked) are kept.
+    ///
+    /// `publishing`: the loop's publishing turn, held until the batch is marked — or, for a
+    /// partition's batch (whose marks need no lease), only until it is published, so the loop's
+    /// next batch publishes while this one's marks are written.
     pub(super) async fn deliver(
         &self,
         worker_id: &str,
         app_code: &str,
         batch: ClaimBatch,
         queued: bool,
+        mut publishing: Option<SemaphorePermit<'_>>,
     ) -> Result<BatchStats, WorkerError> {
-        if batch.lease.partition.is_some()
+        let pipelined = batch.lease.partition.is_some();
+        if pipelined
             && self.options.ordering == DeliveryOrder::PerRoom
             && waves_of_more_than_one(&batch)
         {
-            return self.deliver_in_waves(worker_id, app_code, batch).await;
+            return self
+                .deliver_in_waves(worker_id, app_code, batch, publishing)
+                .await;
         }
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
@@ -48,9 +57,17 @@ impl Worker {
             };
         let mut marking = FuturesUnordered::new();
         let mut stats = BatchStats::default();
+        let mut published = false;
         loop {
             tokio::select! {
-                Some(part) = parts.next() => {
+                part = parts.next(), if !published => {
+                    let Some(part) = part else {
+                        published = true;
+                        if pipelined {
+                            publishing.take(); // the next batch may publish while this one marks
+                        }
+                        continue;
+                    };
                     let (positions, marks) = self.marks_for(&events, part);
                     if !marks.is_empty() {
                         marking.push(self.mark_and_log(worker_id, app_code, &lease, rows, positions, marks));

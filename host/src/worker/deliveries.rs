@@ -70,13 +70,13 @@ impl<'a> Deliveries<'a> {
         let (worker, lane) = (self.worker, self.lane);
         self.in_flight.push(Box::pin(async move {
             // Never closed, so acquiring cannot fail.
-            let (_publishing, queued) = match lane.publishing.try_acquire() {
+            let (publishing, queued) = match lane.publishing.try_acquire() {
                 Ok(turn) => (Some(turn), false),
                 Err(_) => (lane.publishing.acquire().await.ok(), true),
             };
             let turn_began = Instant::now();
             let delivered = worker
-                .deliver(&lane.worker_id, app_code, batch, queued)
+                .deliver(&lane.worker_id, app_code, batch, queued, publishing)
                 .await;
             lane.ahead.delivered_in(turn_began.elapsed());
             drop(turn);

@@ -110,7 +110,11 @@ impl Worker {
         stats.claimed += leased.claimed;
         stats.rejected += leased.rejected;
         if let Some(batch) = batch {
-            stats.add_marks(&self.deliver(worker_id, app_code, batch, false).await?);
+            stats.add_marks(
+                &self
+                    .deliver(worker_id, app_code, batch, false, None)
+                    .await?,
+            );
         }
         Ok(stats)
     }

@@ -118,6 +118,13 @@ impl PartitionBook {
         })
     }
 
+    /// The partitions of `app_code` this host owns.
+    pub(super) fn owned_partitions(&self, app_code: &str) -> BTreeSet<u32> {
+        self.lock()
+            .get(app_code)
+            .map_or_else(BTreeSet::new, |t| t.owned.keys().copied().collect())
+    }
+
     /// How many partitions of `app_code` this host owns.
     pub(super) fn owned(&self, app_code: &str) -> usize {
         self.lock().get(app_code).map_or(0, |t| t.owned.len())

@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use tokio::sync::SemaphorePermit;
 
 use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
@@ -43,12 +44,14 @@ pub(super) fn waves_of(events: &[Event]) -> Vec<Vec<usize>> {
 
 impl Worker {
     /// Publishes a partition's batch in per-room waves (see the module docs) within one
-    /// `worker.publish_timeout`, then marks every row in one fenced statement.
+    /// `worker.publish_timeout`, then marks every row in one fenced statement (`publishing`, the
+    /// loop's publishing turn, is given back before the mark).
     pub(super) async fn deliver_in_waves(
         &self,
         worker_id: &str,
         app_code: &str,
         batch: ClaimBatch,
+        publishing: Option<SemaphorePermit<'_>>,
     ) -> Result<BatchStats, WorkerError> {
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
@@ -89,6 +92,7 @@ impl Worker {
                 }
             }
         }
+        drop(publishing); // published: the loop's next batch may publish while this one marks
         let answered: Answered = outcomes
             .into_iter()
             .enumerate()

@@ -161,6 +161,11 @@ impl SqlDialect for MySqlDialect {
         Some("CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
     }
 
+    fn write_live_partitions(&self, b: &mut SqlBuilder, table: &TableName, app_code: &str) -> bool {
+        super::partitions::write_live_partitions(b, table, app_code);
+        true
+    }
+
     fn partition_of_row(&self) -> Option<&'static str> {
         // The indexed virtual column of migration 0004: `CRC32(room_id) & 63`.
         Some("outbox_partition")

@@ -15,6 +15,7 @@ mod browse;
 mod claim;
 mod dialect;
 mod mark;
+mod partitions;
 mod save;
 
 use super::claim_position::ClaimPositions;

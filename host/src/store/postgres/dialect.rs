@@ -155,6 +155,16 @@ impl SqlDialect for PostgresDialect {
         Some("(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
     }
 
+    fn write_live_partitions(&self, b: &mut SqlBuilder, table: &TableName, app_code: &str) -> bool {
+        super::partitions::write_live_partitions(
+            b,
+            table,
+            app_code,
+            "(hashtextextended(room_id, 0) & 63)",
+        );
+        true
+    }
+
     fn partition_of_row(&self) -> Option<&'static str> {
         // The expression of migration 0007's index, written exactly so (the planner matches an
         // expression index by its text): 64 partitions.

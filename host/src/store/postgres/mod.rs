@@ -18,6 +18,7 @@ pub(crate) mod claim;
 mod dialect;
 mod held;
 mod mark;
+mod partitions;
 
 use super::claim_position::ClaimPositions;
 use super::driver::Driver;

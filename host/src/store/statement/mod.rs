@@ -240,6 +240,19 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         ""
     }
 
+    /// Writes the query listing the partitions of tenant `app_code` that hold live rows
+    /// (`pending`, `retryable`, `delivering`), one BIGINT per row, reading a few index entries
+    /// per partition (a skip scan), never the backlog; nothing where the tenant has one partition
+    /// (SQLite). The worker asks it when reads of its partitions in turn come back empty.
+    fn write_live_partitions(
+        &self,
+        _b: &mut SqlBuilder,
+        _table: &TableName,
+        _app_code: &str,
+    ) -> bool {
+        false
+    }
+
     /// Written after the alias of the outbox table in a partition read: nothing (the planner
     /// picks the partition index); MariaDB/MySQL name it.
     fn partition_index_hint(&self, _table: &TableName) -> String {
