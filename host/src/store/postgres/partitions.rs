@@ -4,31 +4,34 @@
 use crate::store::TableName;
 use crate::store::statement::SqlBuilder;
 
-/// A recursive skip scan of `idx_<table>_part` (live rows only): each step finds the smallest
-/// partition above the last one (`min()` over an index prefix reads one entry), so the query
-/// reads one index entry per partition with live rows, whatever the backlog.
+/// A recursive skip scan of `idx_<table>_part` (live rows only): each step reads the first index
+/// entry above the last partition found (`ORDER BY <partition> LIMIT 1` on the index prefix), so
+/// the query reads one index entry per partition with live rows, whatever the backlog. (A
+/// `min()` first step was planned as an aggregate over every live row.)
 pub(super) fn write_live_partitions(
     b: &mut SqlBuilder,
     table: &TableName,
     app_code: &str,
     partition: &str,
 ) {
-    let live = " AND status IN ('pending', 'retryable', 'delivering')";
-    b.push("WITH RECURSIVE parts(p) AS (SELECT min(")
-        .push(partition)
-        .push(") FROM ")
-        .push(table.as_str())
-        .push(" WHERE app_code = ")
-        .bind(app_code)
-        .push(live)
-        .push(" UNION ALL SELECT (SELECT min(")
-        .push(partition)
-        .push(") FROM ")
-        .push(table.as_str())
-        .push(" WHERE app_code = ")
-        .bind(app_code)
-        .push(live)
-        .push(" AND ")
-        .push(partition)
-        .push(" > parts.p) FROM parts WHERE parts.p IS NOT NULL) SELECT p FROM parts WHERE p IS NOT NULL");
+    let first_above = |b: &mut SqlBuilder, above: &str| {
+        b.push("SELECT ")
+            .push(partition)
+            .push(" FROM ")
+            .push(table.as_str())
+            .push(" WHERE app_code = ")
+            .bind(app_code)
+            .push(" AND status IN ('pending', 'retryable', 'delivering') AND ")
+            .push(partition)
+            .push(" > ")
+            .push(above)
+            .push(" ORDER BY ")
+            .push(partition)
+            .push(" LIMIT 1");
+    };
+    b.push("WITH RECURSIVE parts(p) AS ((");
+    first_above(b, "-1");
+    b.push(") UNION ALL SELECT (");
+    first_above(b, "parts.p");
+    b.push(") FROM parts WHERE parts.p IS NOT NULL) SELECT p FROM parts WHERE p IS NOT NULL");
 }

@@ -306,14 +306,14 @@ fn write_branch(
             if read.per_room {
                 // A room with an event still retryable or delivering hands out none of its
                 // pending ones: its order is kept, and only it waits.
-                b.push(" AND c.room_id NOT IN (SELECT r.room_id");
-                from_table(b, backend, table, "r");
-                in_partition(b, backend, read, "r.");
-                b.push(" AND r.status IN (")
-                    .status(Status::Retryable)
-                    .push(", ")
-                    .status(Status::Delivering)
-                    .push("))");
+                // One subquery per status: each an equality the index seeks to (an IN list
+                // there would filter the partition's whole backlog instead).
+                for status in [Status::Retryable, Status::Delivering] {
+                    b.push(" AND c.room_id NOT IN (SELECT r.room_id");
+                    from_table(b, backend, table, "r");
+                    in_partition(b, backend, read, "r.");
+                    b.push(" AND r.status = ").status(status).push(")");
+                }
             }
         }
         FROM_RETRY => {
