@@ -26,6 +26,10 @@
 //! - `deadline.rs`: the publish deadline, once for leased and held rounds.
 //! - `mark.rs`: outcomes turned into marks, marked fenced on the lease, counted and logged.
 //! - `held.rs`: held mode's round and its crash guard.
+//! - `partitions.rs`: partitioned mode's ownership: the partitions this host owns, lent to the
+//!   loops one at a time, and the heartbeat that renews and rebalances them.
+//! - `waves.rs`: per-room order within a partition's batch: published in waves of one event per
+//!   room.
 //! - `clock.rs`: the host's clock checked against the database's.
 //! - `options.rs`: [`WorkerOptions`] derived from a loaded configuration.
 
@@ -220,7 +224,8 @@ impl Worker {
     ///
     /// First checks, once, that the table has the indexes its claims read
     /// ([`OutboxStore::check_ordering`]): with per-room ordering and no room index it returns that
-    /// error before claiming anything.
+    /// error before claiming anything. In partitioned mode it runs the first heartbeat instead
+    /// (its error returned), heartbeats beside the loops, and releases the partitions on return.
     pub async fn run(
         &self,
         mode: RunMode,

@@ -12,8 +12,8 @@ use super::statement::partitions as sql;
 use super::statement::{MAX_ROWS_PER_STATEMENT, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
-    ClaimBatch, Lease, Ownership, PartitionFence, PartitionRead, RebalanceParams, StoreError,
-    partition_count,
+    ClaimBatch, Lease, Ownership, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
+    StoreError, partition_count,
 };
 
 /// How many lease periods a host row is kept after its host stopped renewing it.
@@ -268,7 +268,7 @@ pub(crate) async fn read_partition<D: Driver>(
             app_code: read.app_code.clone(),
             worker_id: read.host_id.clone(),
             lock_until_ms: read.now_ms.saturating_add(read.lease_ms),
-            partition: Some(read.fence),
+            partition: None,
         },
         events: Vec::new(),
         rejected: Vec::new(),
@@ -297,6 +297,15 @@ pub(crate) async fn read_partition<D: Driver>(
             Err(rejected) => batch.rejected.push(rejected),
         }
     }
+    batch.lease.partition = batch
+        .events
+        .first()
+        .zip(batch.events.last())
+        .map(|(first, last)| PartitionBatch {
+            fence: read.fence,
+            first_created_ms: first.created_at_ms,
+            last_created_ms: last.created_at_ms,
+        });
     for chunk in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
         let reject = reject_rows(backend, table, &read.app_code, read.now_ms, chunk);
         conn.run(reject).await.map_err(db(OP))?;

@@ -121,7 +121,8 @@ pub use maintenance::{
     RequeueParams, StatusCounts,
 };
 pub use partitions::{
-    Ownership, PARTITIONS, PartitionFence, PartitionRead, RebalanceParams, partition_count,
+    Ownership, PARTITIONS, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
+    partition_count,
 };
 pub use table_name::TableName;
 
@@ -222,7 +223,7 @@ pub struct Lease {
     /// `Some` for a batch read from an owned partition ([`OutboxStore::read_partition`]): marks
     /// change a row only while `worker_id` still owns that partition at that epoch, instead of
     /// matching the row's own lease.
-    pub partition: Option<PartitionFence>,
+    pub partition: Option<PartitionBatch>,
 }
 
 /// One row handed out by a claim.

@@ -38,6 +38,19 @@ pub struct PartitionFence {
     pub epoch: i64,
 }
 
+/// The fence of a batch read from a partition ([`Lease::partition`](super::Lease::partition)):
+/// the partition and epoch it was owned at, and the write-order span of its rows (the mark reads
+/// its rows through the partition index within that span, a plan that needs no statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionBatch {
+    /// The partition and the epoch the batch was read at.
+    pub fence: PartitionFence,
+    /// The smallest `created_at_ms` of the batch's rows.
+    pub first_created_ms: i64,
+    /// The largest `created_at_ms` of the batch's rows.
+    pub last_created_ms: i64,
+}
+
 /// Arguments of [`OutboxStore::rebalance`](super::OutboxStore::rebalance).
 #[derive(Debug, Clone)]
 pub struct RebalanceParams<'a> {

@@ -147,6 +147,12 @@ impl PartitionBook {
     fn update(&self, app_code: &str, ownership: &Ownership) -> (Vec<u32>, Vec<u32>) {
         let mut tenants = self.lock();
         let tenant = tenants.entry(app_code.to_string()).or_default();
+        if ownership.owned.is_empty() && ownership.share == 0 && ownership.hosts == 0 {
+            // This host left: it gave every partition up.
+            tenant.owned.clear();
+            tenant.releasing.clear();
+            return (Vec::new(), Vec::new());
+        }
         let now: BTreeMap<u32, i64> = ownership
             .owned
             .iter()

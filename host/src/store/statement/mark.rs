@@ -72,7 +72,7 @@ pub(crate) fn lease_fence<'a>(
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
     b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
-    let Some(fence) = lease.partition else {
+    let Some(batch) = lease.partition else {
         b.push(" AND status = ")
             .status(Status::Delivering)
             .push(" AND worker_id = ")
@@ -83,7 +83,18 @@ pub(crate) fn lease_fence<'a>(
             .bind_in(event_ids);
         return;
     };
-    let lock = b.fence_lock();
+    let (lock, partition) = (b.fence_lock(), b.partition_of_row());
+    if let Some(partition) = partition {
+        // Within the batch's span of the partition index: a seek whatever the statistics.
+        b.push(" AND ")
+            .push(partition)
+            .push(" = ")
+            .bind(i64::from(batch.fence.partition));
+    }
+    b.push(" AND created_at_ms >= ")
+        .bind(batch.first_created_ms)
+        .push(" AND created_at_ms <= ")
+        .bind(batch.last_created_ms);
     b.push(" AND status IN (")
         .status(Status::Pending)
         .push(", ")
@@ -97,11 +108,11 @@ pub(crate) fn lease_fence<'a>(
         .push(" p WHERE p.app_code = ")
         .bind(lease.app_code.as_str())
         .push(" AND p.partition_id = ")
-        .bind(i64::from(fence.partition))
+        .bind(i64::from(batch.fence.partition))
         .push(" AND p.owner = ")
         .bind(lease.worker_id.as_str())
         .push(" AND p.epoch = ")
-        .bind(fence.epoch)
+        .bind(batch.fence.epoch)
         .push(lock)
         .push(")");
 }

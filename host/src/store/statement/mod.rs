@@ -487,6 +487,11 @@ impl SqlBuilder {
         self.dialect.fence_lock()
     }
 
+    /// The dialect's partition of a row ([`SqlDialect::partition_of_row`]).
+    pub(crate) fn partition_of_row(&self) -> Option<&'static str> {
+        self.dialect.partition_of_row()
+    }
+
     /// The text of a fixed statement (no values bound yet).
     pub(crate) fn text(self) -> Arc<str> {
         debug_assert!(self.args.is_empty());
