@@ -278,6 +278,7 @@ async fn migrate_replaces_whole_indexes_while_producers_write() {
         names,
         [
             "idx_room_outbox_lease",
+            "idx_room_outbox_part",
             "idx_room_outbox_pending",
             "idx_room_outbox_retry",
             "room_outbox_pkey"

@@ -4,7 +4,10 @@
 -- database from the row itself: rows written by any producer (the Go service's included) need no
 -- change, and a room lives in one partition. The index below holds live rows only, by tenant,
 -- partition, status and write order: a host reads a partition's due rows from it without writing
--- them, and a row leaves it when it is marked `delivered` or `failed`.
+-- them, and a row leaves it when it is marked `delivered` or `failed`. Its predicate also names
+-- `updated_at_ms IS NOT NULL` (always true: the column is NOT NULL), which the partition
+-- statements state and no statement of the leased design does, so the planner never reads the
+-- leased claims and per-room probes from this index instead of their own (tests/stale_plans.rs).
 --
 -- Hosts lease partitions in `<table>_partitions` (owner, epoch, lease_until_ms on the database's
 -- clock) and announce themselves in `<table>_hosts`; marks are fenced on the partition's owner
@@ -31,6 +34,6 @@ CREATE TABLE IF NOT EXISTS {{table}}_hosts (
 DROP INDEX CONCURRENTLY IF EXISTS idx_{{table}}_part_new;
 CREATE INDEX CONCURRENTLY idx_{{table}}_part_new ON {{table}}
     (app_code, (hashtextextended(room_id, 0) & 63), status, created_at_ms, event_id)
-    WHERE status IN ('pending', 'retryable', 'delivering');
+    WHERE status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL;
 DROP INDEX CONCURRENTLY IF EXISTS idx_{{table}}_part;
 ALTER INDEX idx_{{table}}_part_new RENAME TO idx_{{table}}_part;

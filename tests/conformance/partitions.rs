@@ -16,7 +16,9 @@ use outboxd::store::{
     partition_count,
 };
 
-use crate::helpers::{APP, MANY, claim_app, delivered, enqueue, mark, retryable, setup, strs};
+use crate::helpers::{
+    APP, MANY, claim_app, deferred, delivered, enqueue, mark, retryable, setup, strs,
+};
 use crate::support::{record, wait_until};
 
 crate::support::per_backend!(
@@ -352,7 +354,9 @@ async fn per_room_reads_hold_back_a_room_behind_its_retry(backend: Backend) {
             .iter()
             .map(|e| match e.event.event_id.as_str() {
                 "e3" => delivered("e3"),
-                id => retryable(id, retry_at, "down"),
+                "e1" => retryable("e1", retry_at, "down"),
+                // Put back behind e1 and due at once: still waits for e1.
+                id => deferred(id, now, "behind e1"),
             })
             .collect();
         mark(&store, &batch.lease, &marks, now).await;

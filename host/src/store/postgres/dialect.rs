@@ -171,6 +171,10 @@ impl SqlDialect for PostgresDialect {
         Some("(hashtextextended(room_id, 0) & 63)")
     }
 
+    fn partition_index_predicate(&self) -> &'static str {
+        " AND updated_at_ms IS NOT NULL"
+    }
+
     fn fence_lock(&self) -> &'static str {
         " FOR SHARE"
     }

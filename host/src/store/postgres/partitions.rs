@@ -21,7 +21,7 @@ pub(super) fn write_live_partitions(
             .push(table.as_str())
             .push(" WHERE app_code = ")
             .bind(app_code)
-            .push(" AND status IN ('pending', 'retryable', 'delivering') AND ")
+            .push(" AND status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL AND ")
             .push(partition)
             .push(" > ")
             .push(above)

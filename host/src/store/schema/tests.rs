@@ -208,9 +208,12 @@ fn migrations_outside_a_transaction_come_last_and_split_into_statements() {
         .iter()
         .filter(|m| m.outside_transaction)
         .collect();
-    assert_eq!(outside.len(), 1);
+    assert_eq!(outside.len(), 2);
     let statements = outside[0].statements(&table());
     assert_eq!(statements.len(), 8, "{statements:#?}");
+    let partitions = outside[1].statements(&table());
+    assert_eq!(partitions.len(), 6, "{partitions:#?}");
+    assert!(partitions[3].starts_with("CREATE INDEX CONCURRENTLY idx_room_outbox_part_new"));
     assert_eq!(
         statements[0],
         "DROP INDEX CONCURRENTLY IF EXISTS idx_room_outbox_retry_new"

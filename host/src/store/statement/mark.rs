@@ -91,6 +91,8 @@ pub(crate) fn lease_fence<'a>(
             .push(" = ")
             .bind(i64::from(batch.fence.partition));
     }
+    let predicate = b.partition_index_predicate();
+    b.push(predicate);
     b.push(" AND created_at_ms >= ")
         .bind(batch.first_created_ms)
         .push(" AND created_at_ms <= ")

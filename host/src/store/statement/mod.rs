@@ -253,6 +253,13 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
         false
     }
 
+    /// Appended to the conditions of a partition statement: what the partition index's
+    /// predicate names beyond the statuses (PostgreSQL: ` AND updated_at_ms IS NOT NULL`, always
+    /// true, so that only partition statements can be planned on that index); nothing.
+    fn partition_index_predicate(&self) -> &'static str {
+        ""
+    }
+
     /// Written after the alias of the outbox table in a partition read: nothing (the planner
     /// picks the partition index); MariaDB/MySQL name it.
     fn partition_index_hint(&self, _table: &TableName) -> String {
@@ -485,6 +492,11 @@ impl SqlBuilder {
     /// ([`SqlDialect::fence_lock`]).
     pub(crate) fn fence_lock(&self) -> &'static str {
         self.dialect.fence_lock()
+    }
+
+    /// The dialect's partition index predicate ([`SqlDialect::partition_index_predicate`]).
+    pub(crate) fn partition_index_predicate(&self) -> &'static str {
+        self.dialect.partition_index_predicate()
     }
 
     /// The dialect's partition of a row ([`SqlDialect::partition_of_row`]).

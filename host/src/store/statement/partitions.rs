@@ -276,6 +276,7 @@ fn in_partition(b: &mut SqlBuilder, backend: Backend, read: &PartitionRead, alia
             .push(" = ")
             .bind(i64::from(read.fence.partition));
     }
+    b.push(backend.dialect().partition_index_predicate());
 }
 
 /// `FROM <table> c` and the index hint of a partition read.
@@ -321,6 +322,24 @@ fn write_branch(
                 .status(Status::Retryable)
                 .push(" AND c.next_retry_at_ms <= ")
                 .bind(read.now_ms);
+            if read.per_room {
+                // A due retry waits while its room has a retry not due yet (an event put back
+                // behind an earlier one may be due first) or one delivering.
+                b.push(" AND c.room_id NOT IN (SELECT r.room_id");
+                from_table(b, backend, table, "r");
+                in_partition(b, backend, read, "r.");
+                b.push(" AND r.status = ")
+                    .status(Status::Retryable)
+                    .push(" AND r.next_retry_at_ms > ")
+                    .bind(read.now_ms)
+                    .push(")");
+                b.push(" AND c.room_id NOT IN (SELECT r.room_id");
+                from_table(b, backend, table, "r");
+                in_partition(b, backend, read, "r.");
+                b.push(" AND r.status = ")
+                    .status(Status::Delivering)
+                    .push(")");
+            }
         }
         _ => {
             b.push(" AND c.status = ")
