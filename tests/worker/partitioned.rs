@@ -102,7 +102,7 @@ async fn partitioned_room_order_survives_failures(backend: Backend) {
             .event_id
             .bytes()
             .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-        if event.attempt <= 2 && (hash + event.attempt) % 5 == 0 {
+        if event.attempt <= 2 && (hash + event.attempt).is_multiple_of(5) {
             *failures_in.lock().unwrap() += 1;
             Some(Outcome::retryable("injected"))
         } else {

@@ -195,16 +195,13 @@ pub(crate) async fn rebalance<D: Driver>(
         )
     });
     for row in candidates.into_iter().take(wanted) {
-        let take = sql::take_partition(
-            backend,
-            table,
+        let host = sql::HostLease {
             app_code,
             host_id,
-            row.partition,
-            row.epoch,
             lease_ms,
             now_ms,
-        );
+        };
+        let take = sql::take_partition(backend, table, &host, row.partition, row.epoch);
         if conn.run(take).await.map_err(db(OP))? == 1 {
             owned.push(PartitionFence {
                 partition: row.partition,

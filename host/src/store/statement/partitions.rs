@@ -22,6 +22,19 @@ fn now(b: &mut SqlBuilder, backend: Backend, now_ms: i64) {
     };
 }
 
+/// A host's lease, as the statements renewing and taking leases write it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostLease<'a> {
+    /// Tenant.
+    pub(crate) app_code: &'a str,
+    /// The host.
+    pub(crate) host_id: &'a str,
+    /// Lease length, counted from the database's `now`.
+    pub(crate) lease_ms: i64,
+    /// The host's clock (SQLite's `now`).
+    pub(crate) now_ms: i64,
+}
+
 /// The partition table of `table`: `<table>_partitions`.
 pub(crate) fn partitions_table(table: &TableName) -> String {
     format!("{}_partitions", table.as_str())
@@ -214,13 +227,16 @@ pub(crate) fn read_partitions(
 pub(crate) fn take_partition(
     backend: Backend,
     table: &TableName,
-    app_code: &str,
-    host_id: &str,
+    host: &HostLease<'_>,
     partition: u32,
     epoch: i64,
-    lease_ms: i64,
-    now_ms: i64,
 ) -> Bound {
+    let HostLease {
+        app_code,
+        host_id,
+        lease_ms,
+        now_ms,
+    } = *host;
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
         .push(&partitions_table(table))
