@@ -26,6 +26,7 @@ header "partitioned mode: $EVENTS events over $ROOMS rooms per shape"
 # writes DB TABLE: the outbox table's row updates + deletes so far (MariaDB: server-wide).
 writes() {
   case $1 in
+    postgres)
       PGOPTIONS=--client-min-messages=warning psql -qAt "$URL" -c "SELECT pg_stat_force_next_flush()" >/dev/null
       PGOPTIONS=--client-min-messages=warning psql -qAt "$URL" -c \
         "SELECT coalesce(sum(n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables WHERE relname = '$2'" ;;
