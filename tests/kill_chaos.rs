@@ -32,15 +32,17 @@
 //! `tests/support/tcp_proxy.rs`.
 
 mod fixtures;
+mod fleet;
 mod http;
 mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fleet::{Host, order_violations, outboxd, start_host};
 use http::WebhookReceiver;
 use outboxd::record::{DEFAULT_APP_CODE, Record, Status};
 use outboxd::store::{ConnectOptions, CountsParams, EventQuery, OutboxStore, StatusCounts};
@@ -152,43 +154,6 @@ limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"], max_concurr
     path
 }
 
-/// One `outboxd run` process, logging to its own file.
-struct Host {
-    child: Child,
-    log: PathBuf,
-    /// Its node id (`OUTBOXD_WORKER_NODE_ID`): its loops' worker ids are `<name>/<slot>`.
-    name: String,
-}
-
-fn outboxd(config: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-    command
-        .env_remove("OUTBOXD_DATABASE_URL")
-        // Several hosts at once: no admin listener on the fixed default port.
-        .env("OUTBOXD_ADMIN_LISTEN", "")
-        .env("RUST_LOG", "info")
-        .arg("--config")
-        .arg(config);
-    command
-}
-
-fn start_host(config: &Path, dir: &Path, name: &str) -> Host {
-    let log = dir.join(format!("{name}.log"));
-    let child = outboxd(config)
-        .args(["run"])
-        .env("OUTBOXD_WORKER_NODE_ID", name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start outboxd run");
-    Host {
-        child,
-        log,
-        name: name.to_string(),
-    }
-}
-
 fn run_ok(command: &mut Command) {
     let output = command.output().expect("spawn outboxd");
     assert!(
@@ -295,23 +260,6 @@ async fn still_orphaned(store: &Arc<dyn OutboxStore>, orphans: &[Vec<Orphan>]) -
         }
     }
     false
-}
-
-/// Each room's versions in the order they first reached the receiver must count up 1, 2, 3, …
-/// Returns the violations found (at most 10, described).
-fn order_violations(first_arrivals: &[(String, i64)]) -> Vec<String> {
-    let mut next: HashMap<&str, i64> = HashMap::new();
-    let mut violations = Vec::new();
-    for (room, version) in first_arrivals {
-        let expected = next.entry(room).or_insert(1);
-        if *version != *expected && violations.len() < 10 {
-            violations.push(format!(
-                "{room}: version {version} arrived when {expected} was next"
-            ));
-        }
-        *expected = version + 1;
-    }
-    violations
 }
 
 async fn kill_chaos(kind: Kind) {

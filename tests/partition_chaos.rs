@@ -14,16 +14,18 @@
 //! by row). Without the server binaries the test prints `SKIPPED …`, and fails when `CI=true`.
 
 mod fixtures;
+mod fleet;
 mod http;
 mod support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use fleet::{Host, order_violations, outboxd, start_host};
 use http::WebhookReceiver;
 use outboxd::record::Record;
 use outboxd::store::{ConnectOptions, CountsParams, OutboxStore, StatusCounts};
@@ -85,36 +87,6 @@ limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"], max_concurr
     path
 }
 
-/// One `outboxd run` process, logging to its own file.
-struct Host {
-    child: Child,
-    log: PathBuf,
-}
-
-fn outboxd(config: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
-    command
-        .env_remove("OUTBOXD_DATABASE_URL")
-        .env("OUTBOXD_ADMIN_LISTEN", "")
-        .env("RUST_LOG", "info")
-        .arg("--config")
-        .arg(config);
-    command
-}
-
-fn start_host(config: &Path, dir: &Path, name: &str) -> Host {
-    let log = dir.join(format!("{name}.log"));
-    let child = outboxd(config)
-        .arg("run")
-        .env("OUTBOXD_WORKER_NODE_ID", name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start outboxd run");
-    Host { child, log }
-}
-
 /// Sends `signal` (`-STOP`, `-CONT`, `-TERM`) to `host`.
 fn signal(host: &Host, signal: &str) {
     let status = Command::new("kill")
@@ -163,22 +135,6 @@ async fn produce(store: Arc<dyn OutboxStore>, stop: Arc<AtomicBool>, written: Ar
         written.store(n as u64, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Each room's versions in the order they first reached the receiver must count up 1, 2, 3, ….
-fn order_violations(first_arrivals: &[(String, i64)]) -> Vec<String> {
-    let mut next: HashMap<&str, i64> = HashMap::new();
-    let mut violations = Vec::new();
-    for (room, version) in first_arrivals {
-        let expected = next.entry(room).or_insert(1);
-        if *version != *expected && violations.len() < 10 {
-            violations.push(format!(
-                "{room}: version {version} arrived when {expected} was next"
-            ));
-        }
-        *expected = version + 1;
-    }
-    violations
 }
 
 async fn partition_chaos(kind: Kind) {
@@ -311,15 +267,6 @@ async fn partition_chaos(kind: Kind) {
         LEASE * 5 / 2
     );
     store.close().await;
-}
-
-#[test]
-fn order_violations_are_found_per_room() {
-    let arrivals = |pairs: &[(&str, i64)]| -> Vec<(String, i64)> {
-        pairs.iter().map(|(r, v)| (r.to_string(), *v)).collect()
-    };
-    assert!(order_violations(&arrivals(&[("a", 1), ("b", 1), ("a", 2)])).is_empty());
-    assert_eq!(order_violations(&arrivals(&[("a", 2), ("a", 1)])).len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,16 @@ impl TableName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The table of its partitions' leases (partitioned mode): `<table>_partitions`.
+    pub fn partitions_table(&self) -> String {
+        format!("{}_partitions", self.0)
+    }
+
+    /// The table of the hosts sharing its partitions (partitioned mode): `<table>_hosts`.
+    pub fn hosts_table(&self) -> String {
+        format!("{}_hosts", self.0)
+    }
 }
 
 /// Words reserved in PostgreSQL, MySQL 8 / MariaDB or SQLite: a bare table name must be none of

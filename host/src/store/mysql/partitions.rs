@@ -4,7 +4,6 @@
 use crate::record::Status;
 use crate::store::TableName;
 use crate::store::statement::SqlBuilder;
-use crate::store::statement::partitions::partitions_table;
 
 /// For each partition row of the tenant, `LIMIT 1` probes of `idx_<table>_part` at (tenant,
 /// partition, status) for each live status: a few index entries per partition, never the backlog
@@ -12,7 +11,7 @@ use crate::store::statement::partitions::partitions_table;
 /// `EXISTS` is planned that way: both read every entry of the tenant.)
 pub(super) fn write_live_partitions(b: &mut SqlBuilder, table: &TableName, app_code: &str) {
     b.push("SELECT CAST(p.partition_id AS SIGNED) FROM ")
-        .push(&partitions_table(table))
+        .push(&table.partitions_table())
         .push(" p WHERE p.app_code = ")
         .bind(app_code)
         .push(" AND COALESCE(");

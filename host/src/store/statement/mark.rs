@@ -1,7 +1,6 @@
 //! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease
 //! (MySQL's locking SELECT listing the fenced rows is in `store/mysql/mark.rs`).
 
-use super::partitions::partitions_table;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, Disposition, Lease, Mark, TableName};
@@ -106,7 +105,7 @@ pub(crate) fn lease_fence<'a>(
         .push(") AND event_id")
         .bind_in(event_ids)
         .push(" AND EXISTS (SELECT 1 FROM ")
-        .push(&partitions_table(table))
+        .push(&table.partitions_table())
         .push(" p WHERE p.app_code = ")
         .bind(lease.app_code.as_str())
         .push(" AND p.partition_id = ")

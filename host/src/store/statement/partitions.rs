@@ -35,16 +35,6 @@ pub(crate) struct HostLease<'a> {
     pub(crate) now_ms: i64,
 }
 
-/// The partition table of `table`: `<table>_partitions`.
-pub(crate) fn partitions_table(table: &TableName) -> String {
-    format!("{}_partitions", table.as_str())
-}
-
-/// The host table of `table`: `<table>_hosts`.
-fn hosts_table(table: &TableName) -> String {
-    format!("{}_hosts", table.as_str())
-}
-
 /// Extends this host's life: `alive_until_ms = now + lease_ms` (0 rows: not there yet).
 pub(crate) fn renew_host(
     backend: Backend,
@@ -56,7 +46,7 @@ pub(crate) fn renew_host(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
-        .push(&hosts_table(table))
+        .push(&table.hosts_table())
         .push(" SET alive_until_ms = ");
     now(&mut b, backend, now_ms);
     b.push(" + ")
@@ -79,7 +69,7 @@ pub(crate) fn insert_host(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("INSERT INTO ")
-        .push(&hosts_table(table))
+        .push(&table.hosts_table())
         .push(" (app_code, host_id, alive_until_ms) VALUES (")
         .bind(app_code)
         .push(", ")
@@ -101,7 +91,7 @@ pub(crate) fn delete_hosts(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("DELETE FROM ")
-        .push(&hosts_table(table))
+        .push(&table.hosts_table())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND (alive_until_ms < ");
@@ -123,7 +113,7 @@ pub(crate) fn live_hosts(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("SELECT host_id FROM ")
-        .push(&hosts_table(table))
+        .push(&table.hosts_table())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND alive_until_ms > ");
@@ -141,7 +131,7 @@ pub(crate) fn seed_partitions(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("INSERT INTO ")
-        .push(&partitions_table(table))
+        .push(&table.partitions_table())
         .push(" (app_code, partition_id, owner, epoch, lease_until_ms) VALUES ");
     for partition in 0..count {
         if partition > 0 {
@@ -168,7 +158,7 @@ pub(crate) fn renew_partitions(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
-        .push(&partitions_table(table))
+        .push(&table.partitions_table())
         .push(" SET lease_until_ms = ");
     now(&mut b, backend, now_ms);
     b.push(" + ")
@@ -191,7 +181,7 @@ pub(crate) fn release_partitions(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
-        .push(&partitions_table(table))
+        .push(&table.partitions_table())
         .push(" SET owner = NULL, lease_until_ms = 0 WHERE app_code = ")
         .bind(app_code)
         .push(" AND owner = ")
@@ -215,7 +205,7 @@ pub(crate) fn read_partitions(
     b.push("SELECT partition_id, owner, epoch, lease_until_ms, ");
     now(&mut b, backend, now_ms);
     b.push(" FROM ")
-        .push(&partitions_table(table))
+        .push(&table.partitions_table())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" ORDER BY partition_id");
@@ -239,7 +229,7 @@ pub(crate) fn take_partition(
     } = *host;
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
-        .push(&partitions_table(table))
+        .push(&table.partitions_table())
         .push(" SET owner = ")
         .bind(host_id)
         .push(", epoch = epoch + 1, lease_until_ms = ");
