@@ -28,7 +28,7 @@ pub use labels::{
     PluginFailureLabels, RowLabels, RowOutcome, SinkLabels, SinkOutcome, SinkOutcomeLabels,
     StatusLabels,
 };
-pub use partitions::{PartitionChangeLabels, PartitionLabels, PartitionMetrics};
+pub use partitions::{PartitionChangeLabels, PartitionLabels, PartitionMetrics, PartitionView};
 pub use recent::{
     LogHistogram, Quantiles, RatePoint, Recent, SLOT_MS, SLOTS, SinkAnswers, SinkWindow,
 };

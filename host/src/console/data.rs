@@ -12,7 +12,7 @@ use super::Console;
 use super::form::{DeadForm, EventsForm};
 use crate::envelope::EventEnvelope;
 use crate::glob::glob_match;
-use crate::metrics::{Quantiles, RatePoint, SinkWindow};
+use crate::metrics::{PartitionView, Quantiles, RatePoint, SinkWindow};
 use crate::plugin::redacted_config;
 use crate::record::{Status, now_ms};
 use crate::store::{ErrorGroup, ErrorGroupsParams, EventPage, EventSummary, StatusCounts};
@@ -69,6 +69,8 @@ pub struct Overview {
     pub hour_totals: (u64, u64),
     /// This host's sinks.
     pub sinks: Vec<SinkState>,
+    /// This host's partitions per tenant (`worker.mode = "partitioned"`; empty otherwise).
+    pub partitions: Vec<PartitionView>,
 }
 
 /// The events page.
@@ -241,6 +243,7 @@ impl Console {
                 .iter()
                 .map(|name| self.sink_state(name, now))
                 .collect(),
+            partitions: self.metrics.partitions().view(),
         }
     }
 

@@ -6,7 +6,7 @@ use maud::{Markup, html};
 use super::super::access::Caller;
 use super::super::data::{Overview, SinkState};
 use super::layout::{age, heads, millis, page, time};
-use crate::metrics::RatePoint;
+use crate::metrics::{PartitionView, RatePoint};
 use crate::record::now_ms;
 
 const COUNTS: [&str; 7] = [
@@ -74,8 +74,34 @@ pub(crate) fn render(view: &Overview, caller: &Caller) -> String {
         }
         h2 { "This host's sinks (last 5 minutes)" }
         (sinks(&view.sinks))
+        @if !view.partitions.is_empty() {
+            h2 { "This host's partitions" }
+            (partitions(&view.partitions))
+        }
     };
     page("Overview", Some(caller), true, main)
+}
+
+/// This host's partitions per tenant: share, hosts, changes, and each owned partition's lag.
+fn partitions(views: &[PartitionView]) -> Markup {
+    html! {
+        table.counts {
+            (heads(&["app code", "owned", "share", "hosts", "taken", "released", "lost", "lag (partition: age of its oldest row)"]))
+            @for view in views {
+                tr {
+                    td { (view.app_code) }
+                    @for n in [view.owned as u64, u64::from(view.share), u64::from(view.hosts), view.taken, view.released, view.lost] {
+                        td.num { (n) }
+                    }
+                    td {
+                        @for (partition, lag) in &view.lag_ms {
+                            span.lag { (partition) ": " (age(*lag)) " " }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The sinks' state table (also on the Sinks page).
@@ -137,5 +163,34 @@ fn chart(rates: &[RatePoint]) -> Markup {
             polyline.failed points=(line(|r| r.failed_per_second)) {}
         }
         p.legend { (format!("peak {top:.1}/s · green: delivered · red: failed · left: an hour ago, right: now")) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partitions;
+    use crate::metrics::PartitionView;
+
+    #[test]
+    fn the_partitions_table_shows_each_tenant_and_each_partitions_lag() {
+        let view = PartitionView {
+            app_code: "live".into(),
+            owned: 2,
+            share: 32,
+            hosts: 2,
+            taken: 34,
+            released: 2,
+            lost: 1,
+            lag_ms: [(3, 0), (17, 90_000)].into_iter().collect(),
+        };
+        let html = partitions(&[view]).into_string();
+        let cells: Vec<&str> = html
+            .split("<td class=\"num\">")
+            .skip(1)
+            .map(|cell| cell.split('<').next().unwrap())
+            .collect();
+        assert_eq!(cells, ["2", "32", "2", "34", "2", "1"]);
+        assert!(html.contains("<td>live</td>"), "{html}");
+        assert!(html.contains("3: ") && html.contains("17: "), "{html}");
     }
 }
