@@ -1,8 +1,8 @@
 //! One embedded schema migration ([`Migration`]): its version, name and SQL template; each
 //! backend lists its own (`store/<backend>/dialect.rs`), `migrate` applies them
-//! ([`super::schema`]).
+//! ([`super::schema`]); and what `migrate` adds to the base schema ([`MigrateOptions`]).
 
-use super::{MigrateOptions, TableName};
+use super::{DeliveryOrder, TableName};
 
 /// One embedded schema migration (`migrations/<backend>/NNNN_name.sql`), written with the
 /// placeholder `{{table}}` for the outbox table.
@@ -95,5 +95,23 @@ impl Migration {
             statements.push(current);
         }
         statements
+    }
+}
+
+/// What [`OutboxStore::migrate_with`](super::OutboxStore::migrate_with) adds to the base schema.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrateOptions {
+    /// Create the room index `idx_<table>_room (app_code, status, room_id, created_at_ms,
+    /// event_id)` (on SQLite: of live rows only), which per-room claims need
+    /// ([`DeliveryOrder::PerRoom`]). Off by default: every status change also rewrites its entry.
+    pub room_index: bool,
+}
+
+impl MigrateOptions {
+    /// What a table served with `ordering` needs: the room index with per-room ordering.
+    pub fn for_ordering(ordering: DeliveryOrder) -> MigrateOptions {
+        MigrateOptions {
+            room_index: ordering == DeliveryOrder::PerRoom,
+        }
     }
 }

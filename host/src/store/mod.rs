@@ -120,6 +120,7 @@ pub use maintenance::{
     CountsParams, FailedFilter, FailedRow, ListFailedParams, PurgeParams, PurgeStatus,
     RequeueParams, StatusCounts,
 };
+pub use migration::MigrateOptions;
 pub use partitions::{
     Ownership, PARTITIONS, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
     partition_count,
@@ -163,24 +164,6 @@ pub enum DeliveryOrder {
     /// pending, retryable or delivering (a `failed` one does not block); at most one event per
     /// room is in flight.
     PerRoom,
-}
-
-/// What [`OutboxStore::migrate_with`] adds to the base schema.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MigrateOptions {
-    /// Create the room index `idx_<table>_room (app_code, status, room_id, created_at_ms,
-    /// event_id)` (on SQLite: of live rows only), which per-room claims need
-    /// ([`DeliveryOrder::PerRoom`]). Off by default: every status change also rewrites its entry.
-    pub room_index: bool,
-}
-
-impl MigrateOptions {
-    /// What a table served with `ordering` needs: the room index with per-room ordering.
-    pub fn for_ordering(ordering: DeliveryOrder) -> MigrateOptions {
-        MigrateOptions {
-            room_index: ordering == DeliveryOrder::PerRoom,
-        }
-    }
 }
 
 /// Arguments of [`OutboxStore::claim`].

@@ -157,34 +157,6 @@ impl SqlDialect for MySqlDialect {
         ]
     }
 
-    fn now_ms_expression(&self) -> Option<&'static str> {
-        Some("CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
-    }
-
-    fn write_live_partitions(&self, b: &mut SqlBuilder, table: &TableName, app_code: &str) -> bool {
-        super::partitions::write_live_partitions(b, table, app_code);
-        true
-    }
-
-    fn partition_of_row(&self) -> Option<&'static str> {
-        // The indexed virtual column of migration 0004: `CRC32(room_id) & 63`.
-        Some("outbox_partition")
-    }
-
-    fn partition_index_hint(&self, table: &TableName) -> String {
-        format!(" FORCE INDEX (idx_{}_part)", table.as_str())
-    }
-
-    fn fence_lock(&self) -> &'static str {
-        // At READ COMMITTED (the store's sessions) InnoDB reads another table's rows in an
-        // UPDATE without locking them: ask for the shared lock.
-        " LOCK IN SHARE MODE"
-    }
-
-    fn ignore_duplicate_partition(&self) -> &'static str {
-        " ON DUPLICATE KEY UPDATE epoch = epoch"
-    }
-
     fn clock_ms(&self) -> Option<&'static str> {
         // UNIX_TIMESTAMP of a session-time DATETIME is UTC whatever the session's time zone.
         Some("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")

@@ -1,9 +1,10 @@
 //! MySQL's / MariaDB's form of the partition statements that differ: which partitions hold live
 //! rows, by three index dives per partition (migration 0004's index).
 
+use super::dialect::MySqlDialect;
 use crate::record::Status;
 use crate::store::TableName;
-use crate::store::statement::SqlBuilder;
+use crate::store::statement::{PartitionSql, SqlBuilder};
 
 /// For each partition row of the tenant, `LIMIT 1` probes of `idx_<table>_part` at (tenant,
 /// partition, status) for each live status: a few index entries per partition, never the backlog
@@ -32,4 +33,34 @@ pub(super) fn write_live_partitions(b: &mut SqlBuilder, table: &TableName, app_c
             .push(" LIMIT 1)");
     }
     b.push(") IS NOT NULL ORDER BY p.partition_id");
+}
+
+impl PartitionSql for MySqlDialect {
+    fn now_ms_expression(&self) -> Option<&'static str> {
+        Some("CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+    }
+
+    fn write_live_partitions(&self, b: &mut SqlBuilder, table: &TableName, app_code: &str) -> bool {
+        write_live_partitions(b, table, app_code);
+        true
+    }
+
+    fn partition_of_row(&self) -> Option<&'static str> {
+        // The indexed virtual column of migration 0004: `CRC32(room_id) & 63`.
+        Some("outbox_partition")
+    }
+
+    fn partition_index_hint(&self, table: &TableName) -> String {
+        format!(" FORCE INDEX (idx_{}_part)", table.as_str())
+    }
+
+    fn fence_lock(&self) -> &'static str {
+        // At READ COMMITTED (the store's sessions) InnoDB reads another table's rows in an
+        // UPDATE without locking them: ask for the shared lock.
+        " LOCK IN SHARE MODE"
+    }
+
+    fn ignore_duplicate_partition(&self) -> &'static str {
+        " ON DUPLICATE KEY UPDATE epoch = epoch"
+    }
 }

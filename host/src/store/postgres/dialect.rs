@@ -151,34 +151,6 @@ impl SqlDialect for PostgresDialect {
         Some(super::held::HELD_ROW_ADDRESS)
     }
 
-    fn now_ms_expression(&self) -> Option<&'static str> {
-        Some("(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
-    }
-
-    fn write_live_partitions(&self, b: &mut SqlBuilder, table: &TableName, app_code: &str) -> bool {
-        super::partitions::write_live_partitions(
-            b,
-            table,
-            app_code,
-            "(hashtextextended(room_id, 0) & 63)",
-        );
-        true
-    }
-
-    fn partition_of_row(&self) -> Option<&'static str> {
-        // The expression of migration 0007's index, written exactly so (the planner matches an
-        // expression index by its text): 64 partitions.
-        Some("(hashtextextended(room_id, 0) & 63)")
-    }
-
-    fn partition_index_predicate(&self) -> &'static str {
-        " AND updated_at_ms IS NOT NULL"
-    }
-
-    fn fence_lock(&self) -> &'static str {
-        " FOR SHARE"
-    }
-
     fn clock_ms(&self) -> Option<&'static str> {
         // clock_timestamp(): the time now, not the transaction's start.
         Some("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")

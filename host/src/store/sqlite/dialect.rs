@@ -1,7 +1,7 @@
 //! SQLite's SQL: what its statements differ in, and its embedded migrations.
 
 use crate::store::migration::Migration;
-use crate::store::statement::{Bound, SqlBuilder, SqlDialect};
+use crate::store::statement::{Bound, PartitionSql, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, TableName};
 
 /// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a claim runs in `BEGIN IMMEDIATE`, which
@@ -34,6 +34,9 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../../../migrations/sqlite/0004_partitions.sql"),
     ),
 ];
+
+/// One partition, the host's clock: every default.
+impl PartitionSql for SqliteDialect {}
 
 impl SqlDialect for SqliteDialect {
     fn backend(&self) -> Backend {

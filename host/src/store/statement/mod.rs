@@ -18,6 +18,8 @@ pub(crate) mod held;
 pub(crate) mod insert;
 pub(crate) mod mark;
 pub(crate) mod partitions;
+
+pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
 use std::sync::Arc;
@@ -51,7 +53,7 @@ pub const MAX_ROWS_PER_STATEMENT: usize = 1000;
 /// trait next to its store, overriding only what its database does differently — so what
 /// PostgreSQL does differently is read in `postgres/`. The shared builders ask this trait
 /// instead of matching on the backend.
-pub(crate) trait SqlDialect: Send + Sync + 'static {
+pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// The database this dialect is.
     fn backend(&self) -> Backend;
 
@@ -216,59 +218,6 @@ pub(crate) trait SqlDialect: Send + Sync + 'static {
     /// where the database has no clock apart from the host's (SQLite, in the host's process).
     fn clock_ms(&self) -> Option<&'static str> {
         None
-    }
-
-    /// An expression of one BIGINT: the database's clock, UTC milliseconds (what
-    /// [`SqlDialect::clock_ms`] selects), written into the statements of partition ownership so
-    /// that leases count on the database's clock. `None`: the host's clock, bound (SQLite).
-    fn now_ms_expression(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// The partition of a row of the outbox table, as its index has it (the migration adding
-    /// partitions defines it; [`crate::store::PARTITIONS`] of them); `None`: one partition
-    /// (SQLite).
-    fn partition_of_row(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// Written after the subquery of a partition mark that reads its fence: a shared lock on the
-    /// partition's row, so a host taking the partition over waits for the mark to commit (and
-    /// the mark, for the takeover). Nothing where the database writes one transaction at a time
-    /// (SQLite).
-    fn fence_lock(&self) -> &'static str {
-        ""
-    }
-
-    /// Writes the query listing the partitions of tenant `app_code` that hold live rows
-    /// (`pending`, `retryable`, `delivering`), one BIGINT per row, reading a few index entries
-    /// per partition (a skip scan), never the backlog; nothing where the tenant has one partition
-    /// (SQLite). The worker asks it when reads of its partitions in turn come back empty.
-    fn write_live_partitions(
-        &self,
-        _b: &mut SqlBuilder,
-        _table: &TableName,
-        _app_code: &str,
-    ) -> bool {
-        false
-    }
-
-    /// Appended to the conditions of a partition statement: what the partition index's
-    /// predicate names beyond the statuses (PostgreSQL: ` AND updated_at_ms IS NOT NULL`, always
-    /// true, so that only partition statements can be planned on that index); nothing.
-    fn partition_index_predicate(&self) -> &'static str {
-        ""
-    }
-
-    /// Written after the alias of the outbox table in a partition read: nothing (the planner
-    /// picks the partition index); MariaDB/MySQL name it.
-    fn partition_index_hint(&self, _table: &TableName) -> String {
-        String::new()
-    }
-
-    /// Appended to the INSERT creating a tenant's partition rows: keep the ones that exist.
-    fn ignore_duplicate_partition(&self) -> &'static str {
-        " ON CONFLICT (app_code, partition_id) DO NOTHING"
     }
 
     /// The embedded migrations (`migrations/<backend>/`), oldest first.

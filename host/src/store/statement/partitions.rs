@@ -7,6 +7,65 @@ use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, PartitionRead, TableName};
 
+/// What one database's partition statements differ in, beside [`super::SqlDialect`] (its
+/// supertrait: every dialect is one): the clock the leases count on, the partition of a row, the
+/// fence's lock, the index hint and predicate. The defaults are SQLite's (one partition, the
+/// host's clock); `postgres/partitions.rs` and `mysql/partitions.rs` implement the rest.
+pub(crate) trait PartitionSql {
+    /// An expression of one BIGINT: the database's clock, UTC milliseconds (what
+    /// [`super::SqlDialect::clock_ms`] selects), written into the statements of partition ownership so
+    /// that leases count on the database's clock. `None`: the host's clock, bound (SQLite).
+    fn now_ms_expression(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The partition of a row of the outbox table, as its index has it (the migration adding
+    /// partitions defines it; [`crate::store::PARTITIONS`] of them); `None`: one partition
+    /// (SQLite).
+    fn partition_of_row(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Written after the subquery of a partition mark that reads its fence: a shared lock on the
+    /// partition's row, so a host taking the partition over waits for the mark to commit (and
+    /// the mark, for the takeover). Nothing where the database writes one transaction at a time
+    /// (SQLite).
+    fn fence_lock(&self) -> &'static str {
+        ""
+    }
+
+    /// Writes the query listing the partitions of tenant `app_code` that hold live rows
+    /// (`pending`, `retryable`, `delivering`), one BIGINT per row, reading a few index entries
+    /// per partition (a skip scan), never the backlog; nothing where the tenant has one partition
+    /// (SQLite). The worker asks it when reads of its partitions in turn come back empty.
+    fn write_live_partitions(
+        &self,
+        _b: &mut SqlBuilder,
+        _table: &TableName,
+        _app_code: &str,
+    ) -> bool {
+        false
+    }
+
+    /// Appended to the conditions of a partition statement: what the partition index's
+    /// predicate names beyond the statuses (PostgreSQL: ` AND updated_at_ms IS NOT NULL`, always
+    /// true, so that only partition statements can be planned on that index); nothing.
+    fn partition_index_predicate(&self) -> &'static str {
+        ""
+    }
+
+    /// Written after the alias of the outbox table in a partition read: nothing (the planner
+    /// picks the partition index); MariaDB/MySQL name it.
+    fn partition_index_hint(&self, _table: &TableName) -> String {
+        String::new()
+    }
+
+    /// Appended to the INSERT creating a tenant's partition rows: keep the ones that exist.
+    fn ignore_duplicate_partition(&self) -> &'static str {
+        " ON CONFLICT (app_code, partition_id) DO NOTHING"
+    }
+}
+
 /// The read's branches: pending rows.
 const FROM_PENDING: u8 = 0;
 /// `retryable` rows whose retry is due.
