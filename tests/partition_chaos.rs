@@ -31,6 +31,7 @@ use outboxd::record::Record;
 use outboxd::store::{ConnectOptions, CountsParams, OutboxStore, StatusCounts};
 use support::private_server::{Kind, PrivateServer};
 use support::tcp_proxy::TcpProxy;
+use support::wait_until;
 
 /// The receiver's signing secret.
 const SECRET: &str = "whsec_Y2hhb3MtdGVzdC1zZWNyZXQtMDEyMzQ1Njc4OQ==";
@@ -94,6 +95,22 @@ fn signal(host: &Host, signal: &str) {
         .status()
         .expect("kill");
     assert!(status.success(), "kill {signal}");
+}
+
+/// How many partitions `host` owns by its log: `owned=N` of its last `partitions rebalanced`
+/// line (logged whenever it takes or releases one); `None` before the first.
+fn owned_now(host: &Host) -> Option<u64> {
+    let log = std::fs::read_to_string(&host.log).ok()?;
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("partitions rebalanced"))?;
+    let owned = line.split("owned=").nth(1)?;
+    owned
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 async fn counts(store: &Arc<dyn OutboxStore>) -> Option<StatusCounts> {
@@ -176,7 +193,15 @@ async fn partition_chaos(kind: Kind) {
     hosts[0].child.kill().expect("kill -9 host0");
     let _ = hosts[0].child.wait();
     hosts.push(start_host(&config, work.path(), "host3"));
-    tokio::time::sleep(pause).await;
+    // The host to pause must own partitions when it stops (a host that joined beside one that
+    // took every partition gets its share only once that one releases it, or its lease ends).
+    wait_until("host1 owns partitions", Duration::from_secs(30), || async {
+        match owned_now(&hosts[1]) {
+            Some(n) if n > 0 => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
     signal(&hosts[1], "-STOP");
     tokio::time::sleep(LEASE * 5 / 2).await;
     signal(&hosts[1], "-CONT");

@@ -6,9 +6,10 @@
 //! The heartbeat runs every third of `worker.lease`: it renews this host and its partitions on the
 //! database's clock, takes free or expired partitions up to its fair share, and releases what it
 //! owns above it once those partitions' batches are marked. A joining host gets its share, and a
-//! dead one's partitions are taken over, within two lease periods. When heartbeats fail for a
-//! whole lease (the database cut off), the host stops reading: another may own its partitions by
-//! then, and its marks would be refused anyway (they are fenced on the partition's epoch).
+//! dead one's partitions are taken over, within two lease periods. When heartbeats have failed
+//! for 0.9 of a lease (the database cut off), the host stops reading: another may own its
+//! partitions soon, and its marks would be refused anyway (they are fenced on the partition's
+//! epoch).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
