@@ -231,6 +231,7 @@ impl Worker {
         mode: RunMode,
         shutdown: CancellationToken,
     ) -> Result<BatchStats, WorkerError> {
+        self.partitions.keep_excess(mode == RunMode::Drain);
         let heartbeat = self.start_partitions(&shutdown).await?;
         let tracker = TaskTracker::new();
         let totals = Arc::new(Totals::default());

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use outboxd::record::now_ms;
 use outboxd::store::{
-    Backend, ClaimBatch, OutboxStore, Ownership, PartitionFence, PartitionRead, RebalanceParams,
-    partition_count,
+    Backend, ClaimBatch, Mark, OutboxStore, Ownership, PartitionFence, PartitionRead,
+    RebalanceParams, partition_count,
 };
 
 use crate::helpers::{
@@ -100,6 +100,15 @@ async fn read_all(
         }
     }
     batches
+}
+
+/// A `delivered` mark for every event of `batch`.
+fn all_delivered(batch: &ClaimBatch) -> Vec<Mark> {
+    batch
+        .events
+        .iter()
+        .map(|e| delivered(&e.event.event_id))
+        .collect()
 }
 
 /// The event ids of `batches`, sorted.
@@ -217,11 +226,7 @@ async fn a_read_writes_nothing_and_each_row_is_read_once(backend: Backend) {
         );
     }
     for batch in &batches {
-        let marks: Vec<_> = batch
-            .events
-            .iter()
-            .map(|e| delivered(&e.event.event_id))
-            .collect();
+        let marks = all_delivered(batch);
         let report = mark(&store, &batch.lease, &marks, now + 1).await;
         assert_eq!(
             (report.applied, report.stale.len()),
@@ -273,11 +278,7 @@ async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
     assert_eq!(b.hosts, 1, "A's host row expired too");
     // A comes back and marks what it published: refused, the rows untouched.
     for batch in &stale {
-        let marks: Vec<_> = batch
-            .events
-            .iter()
-            .map(|e| delivered(&e.event.event_id))
-            .collect();
+        let marks = all_delivered(batch);
         let report = mark(&store, &batch.lease, &marks, now_ms()).await;
         assert_eq!(report.applied, 0, "a lost partition's mark changes nothing");
         assert_eq!(report.stale.len(), marks.len());
@@ -298,11 +299,7 @@ async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
         "the new owner reads them again"
     );
     for batch in &batches {
-        let marks: Vec<_> = batch
-            .events
-            .iter()
-            .map(|e| delivered(&e.event.event_id))
-            .collect();
+        let marks = all_delivered(batch);
         assert_eq!(
             mark(&store, &batch.lease, &marks, now_ms()).await.applied,
             marks.len() as u64
@@ -431,11 +428,7 @@ async fn live_partitions_are_those_holding_live_rows(backend: Backend) {
         assert_eq!(live.into_iter().collect::<BTreeSet<u32>>(), holding);
     }
     for batch in &batches {
-        let marks: Vec<_> = batch
-            .events
-            .iter()
-            .map(|e| delivered(&e.event.event_id))
-            .collect();
+        let marks = all_delivered(batch);
         mark(&store, &batch.lease, &marks, now_ms()).await;
     }
     let live = store.live_partitions(APP).await.expect("live partitions");

@@ -45,6 +45,9 @@ pub(super) struct PartitionBook {
     tenants: Mutex<HashMap<String, Tenant>>,
     /// Until when the last successful heartbeat vouches for the partitions (local clock).
     valid_until: Mutex<Option<Instant>>,
+    /// A draining run keeps what it owns above its share until it is drained: a host that
+    /// found its partitions empty has already left, so nobody might take them over.
+    keeps_excess: std::sync::atomic::AtomicBool,
 }
 
 /// A partition lent to one loop: read it, deliver the batch; dropping the turn frees it.
@@ -71,6 +74,7 @@ impl PartitionBook {
             host_id: format!("{node_id}#{:016x}", rand::random::<u64>()),
             tenants: Mutex::new(HashMap::new()),
             valid_until: Mutex::new(None),
+            keeps_excess: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -173,7 +177,11 @@ impl PartitionBook {
         tenant.owned = now;
         tenant.releasing.retain(|p| tenant.owned.contains_key(p));
         tenant.leased_hosts_active = ownership.leased_hosts_active;
-        let excess = tenant.owned.len().saturating_sub(ownership.share as usize);
+        let excess = if self.keeps_excess.load(std::sync::atomic::Ordering::Relaxed) {
+            0
+        } else {
+            tenant.owned.len().saturating_sub(ownership.share as usize)
+        };
         let already = tenant.releasing.len();
         if excess > already {
             let mut candidates: Vec<u32> = tenant
@@ -188,6 +196,12 @@ impl PartitionBook {
                 .extend(candidates.into_iter().take(excess - already));
         }
         (taken, lost)
+    }
+
+    /// Whether the partitions above the fair share are kept (a draining run) or released.
+    pub(super) fn keep_excess(&self, keep: bool) {
+        self.keeps_excess
+            .store(keep, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Vouches for the partitions until `until` (a heartbeat succeeded).

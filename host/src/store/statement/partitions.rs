@@ -73,6 +73,12 @@ const FROM_RETRY: u8 = 1;
 /// `delivering` rows of the leased design whose lease expired (a crashed host's).
 const FROM_EXPIRED_LEASE: u8 = 2;
 
+/// `now + lease_ms`: the end of a lease taken or renewed now, on the database's clock.
+fn lease_end(b: &mut SqlBuilder, backend: Backend, lease_ms: i64, now_ms: i64) {
+    now(b, backend, now_ms);
+    b.push(" + ").bind(lease_ms);
+}
+
 /// `now`: the database's clock where it has one, else the host's `now_ms`, bound.
 fn now(b: &mut SqlBuilder, backend: Backend, now_ms: i64) {
     match backend.dialect().now_ms_expression() {
@@ -107,10 +113,8 @@ pub(crate) fn renew_host(
     b.push("UPDATE ")
         .push(&table.hosts_table())
         .push(" SET alive_until_ms = ");
-    now(&mut b, backend, now_ms);
-    b.push(" + ")
-        .bind(lease_ms)
-        .push(" WHERE app_code = ")
+    lease_end(&mut b, backend, lease_ms, now_ms);
+    b.push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND host_id = ")
         .bind(host_id);
@@ -134,8 +138,8 @@ pub(crate) fn insert_host(
         .push(", ")
         .bind(host_id)
         .push(", ");
-    now(&mut b, backend, now_ms);
-    b.push(" + ").bind(lease_ms).push(")");
+    lease_end(&mut b, backend, lease_ms, now_ms);
+    b.push(")");
     b.finish()
 }
 
@@ -219,10 +223,8 @@ pub(crate) fn renew_partitions(
     b.push("UPDATE ")
         .push(&table.partitions_table())
         .push(" SET lease_until_ms = ");
-    now(&mut b, backend, now_ms);
-    b.push(" + ")
-        .bind(lease_ms)
-        .push(" WHERE app_code = ")
+    lease_end(&mut b, backend, lease_ms, now_ms);
+    b.push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND owner = ")
         .bind(host_id);
@@ -292,10 +294,8 @@ pub(crate) fn take_partition(
         .push(" SET owner = ")
         .bind(host_id)
         .push(", epoch = epoch + 1, lease_until_ms = ");
-    now(&mut b, backend, now_ms);
-    b.push(" + ")
-        .bind(lease_ms)
-        .push(" WHERE app_code = ")
+    lease_end(&mut b, backend, lease_ms, now_ms);
+    b.push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND partition_id = ")
         .bind(i64::from(partition))
@@ -353,6 +353,27 @@ fn from_table(b: &mut SqlBuilder, backend: Backend, table: &TableName, alias: &s
         .push(&backend.dialect().partition_index_hint(table));
 }
 
+/// ` AND c.room_id NOT IN (…)`: the rooms of the partition with a row in `status` (and, with
+/// `not_due_at`, whose retry is later than it). One equality per status, so the index seeks to
+/// it; the database hashes the list once per read.
+fn rooms_with(
+    b: &mut SqlBuilder,
+    backend: Backend,
+    table: &TableName,
+    read: &PartitionRead,
+    status: Status,
+    not_due_at: Option<i64>,
+) {
+    b.push(" AND c.room_id NOT IN (SELECT r.room_id");
+    from_table(b, backend, table, "r");
+    in_partition(b, backend, read, "r.");
+    b.push(" AND r.status = ").status(status);
+    if let Some(now_ms) = not_due_at {
+        b.push(" AND r.next_retry_at_ms > ").bind(now_ms);
+    }
+    b.push(")");
+}
+
 /// One branch of the read: up to `limit` rows of the partition by write order, with their status.
 fn write_branch(
     b: &mut SqlBuilder,
@@ -375,10 +396,7 @@ fn write_branch(
                 // One subquery per status: each an equality the index seeks to (an IN list
                 // there would filter the partition's whole backlog instead).
                 for status in [Status::Retryable, Status::Delivering] {
-                    b.push(" AND c.room_id NOT IN (SELECT r.room_id");
-                    from_table(b, backend, table, "r");
-                    in_partition(b, backend, read, "r.");
-                    b.push(" AND r.status = ").status(status).push(")");
+                    rooms_with(b, backend, table, read, status, None);
                 }
             }
         }
@@ -390,20 +408,15 @@ fn write_branch(
             if read.per_room {
                 // A due retry waits while its room has a retry not due yet (an event put back
                 // behind an earlier one may be due first) or one delivering.
-                b.push(" AND c.room_id NOT IN (SELECT r.room_id");
-                from_table(b, backend, table, "r");
-                in_partition(b, backend, read, "r.");
-                b.push(" AND r.status = ")
-                    .status(Status::Retryable)
-                    .push(" AND r.next_retry_at_ms > ")
-                    .bind(read.now_ms)
-                    .push(")");
-                b.push(" AND c.room_id NOT IN (SELECT r.room_id");
-                from_table(b, backend, table, "r");
-                in_partition(b, backend, read, "r.");
-                b.push(" AND r.status = ")
-                    .status(Status::Delivering)
-                    .push(")");
+                rooms_with(
+                    b,
+                    backend,
+                    table,
+                    read,
+                    Status::Retryable,
+                    Some(read.now_ms),
+                );
+                rooms_with(b, backend, table, read, Status::Delivering, None);
             }
         }
         _ => {
