@@ -211,7 +211,7 @@ impl Metrics {
         }
     }
 
-    /// The partition ownership series (`worker.mode = "partitioned"`).
+    /// The partition ownership series.
     pub fn partitions(&self) -> &PartitionMetrics {
         &self.partitions
     }

@@ -192,7 +192,7 @@ fn one_line(error: &dyn std::error::Error) -> String {
 /// The keys (or sections) outside `[[sink]]` and `[[route]]` that differ.
 pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     let (a, b) = (running, next);
-    let checks: [(&'static str, bool); 18] = [
+    let checks: [(&'static str, bool); 17] = [
         ("database.url", a.database.url != b.database.url),
         ("database.table", a.database.table != b.database.table),
         (
@@ -218,7 +218,6 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
             a.worker.publish_timeout != b.worker.publish_timeout,
         ),
         ("worker.ordering", a.worker.ordering != b.worker.ordering),
-        ("worker.mode", a.worker.mode != b.worker.mode),
         (
             "worker.concurrency",
             a.worker.concurrency != b.worker.concurrency,

@@ -1,4 +1,5 @@
-//! The delivery loop: claim a leased batch → publish it → mark every row, fenced on the lease.
+//! The delivery loop: read a batch from a partition this host owns → publish it → mark every
+//! row once, fenced on the partition's owner and epoch.
 //!
 //! Each sink's results are marked as soon as that sink answers ([`Publisher::publish_parts`]), so
 //! a slow sink never holds up another sink's rows; the worker's publish deadline only turns the
@@ -7,9 +8,10 @@
 //! A database that cannot be reached is logged once when the outage begins (a claim or a mark
 //! cannot connect) and once when it ends, not at every retry.
 //!
-//! A [`Worker`] runs `concurrency` loops ("worker slots"), each with its own worker id
-//! (`<node_id>/<slot>`), over the configured app codes. A loop whose claim came back full claims
-//! again at once; an idle loop waits for a [`Wake`] (a commit to the outbox, or a producer in this
+//! A [`Worker`] owns partitions of each tenant's rooms (`partitions.rs`: a heartbeat renews and
+//! rebalances them) and runs `concurrency` loops ("worker slots", named `<node_id>/<slot>` in
+//! logs) over the configured app codes; a loop reads one owned partition at a time. A loop whose
+//! read came back full reads again at once; an idle loop waits for a [`Wake`] (a commit to the outbox, or a producer in this
 //! process) or the poll interval, whichever comes first; without a commit feed it probes
 //! adaptively ([`IdleBackoff`](crate::wake::IdleBackoff), every `idle_probe` at most). Shutdown is a [`CancellationToken`]: loops stop claiming, finish
 //! and mark the batch in flight, and return. The worker retries no store call (the store retries
@@ -21,13 +23,12 @@
 //! - `deliveries.rs`: a loop's batches in flight, run beside every step and settled as they
 //!   finish; the run's shared counters.
 //! - `ahead.rs`: how many deliveries a loop's claim may overlap (claim-ahead).
-//! - `claim.rs`: the clock check, the leased claim and its booking.
-//! - `deliver.rs`: one leased batch published and each part marked as it comes.
-//! - `deadline.rs`: the publish deadline, once for leased and held rounds.
-//! - `mark.rs`: outcomes turned into marks, marked fenced on the lease, counted and logged.
-//! - `held.rs`: held mode's round and its crash guard.
-//! - `partitions.rs`: partitioned mode's ownership: the partitions this host owns, lent to the
-//!   loops one at a time, and the heartbeat that renews and rebalances them.
+//! - `claim.rs`: the clock check, the read of the owned partitions and its booking.
+//! - `deliver.rs`: one batch published and each part marked as it comes.
+//! - `deadline.rs`: the publish deadline.
+//! - `mark.rs`: outcomes turned into marks, marked fenced on the partition, counted and logged.
+//! - `partitions.rs`: the partitions this host owns, lent to the loops one at a time, and the
+//!   heartbeat that renews and rebalances them.
 //! - `waves.rs`: per-room order within a partition's batch: published in waves of one event per
 //!   room.
 //! - `clock.rs`: the host's clock checked against the database's.
@@ -55,7 +56,6 @@ pub mod clock;
 mod deadline;
 mod deliver;
 mod deliveries;
-mod held;
 mod lane;
 mod mark;
 mod options;
@@ -63,14 +63,7 @@ mod partitions;
 mod slot;
 mod waves;
 
-pub use crate::config::WorkerMode;
 pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
-
-/// How often a busy loop's claim also reads the due branches (retryable rows whose retry is due,
-/// expired leases) of an app code while the pending branch keeps handing out rows
-/// ([`ClaimParams::scan_due`](crate::store::ClaimParams::scan_due)): a due row waits at most this long plus one round for a busy loop.
-/// A claim that finds no pending row always reads them.
-pub const DUE_SCAN_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Everything a worker needs to know besides its store and publisher (from a configuration:
 /// `Config::worker_options`).
@@ -85,7 +78,7 @@ pub struct WorkerOptions {
     /// Longest idle wait of a loop without a commit feed ([`IdleBackoff`](crate::wake::IdleBackoff)'s bound; at most
     /// `poll_interval`).
     pub idle_probe: Duration,
-    /// Lease of a claim.
+    /// Lease of this host's partitions (renewed by its heartbeat every third of it).
     pub lease: Duration,
     /// Deadline of one batch's publish: events no sink answered by then are retryable; results
     /// already answered are kept. Must exceed every sink's `limits.publish_timeout`.
@@ -94,10 +87,7 @@ pub struct WorkerOptions {
     pub retry: RetryPolicy,
     /// Per-room ordering or none.
     pub ordering: DeliveryOrder,
-    /// How a batch is claimed and marked: leased (the default) or held in an open transaction
-    /// ([`WorkerMode`]).
-    pub mode: WorkerMode,
-    /// Loops in this process; each claims its next batch while the current one is delivered
+    /// Loops in this process; each reads its next batch while the current one is delivered
     /// where the database runs writers side by side (see `run_slot`).
     pub concurrency: u32,
     /// This host's name in worker ids and logs.
@@ -114,13 +104,14 @@ pub enum RunMode {
     Drain,
 }
 
-/// What one claim → publish → mark round did: rows counted by what the worker did with them
+/// What one read → publish → mark round did: rows counted by what the worker did with them
 /// ([`RowOutcome`], the `outcome` label of `outboxd_rows`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchStats {
-    /// Rows handed out by the claim.
+    /// Rows handed out by the reads.
     pub claimed: u64,
-    /// Rows the claim itself moved to `failed` (corrupt envelope, lease expired too often).
+    /// Rows the reads themselves moved to `failed` (corrupt envelope, an earlier version's lease
+    /// expired too often).
     pub rejected: u64,
     /// Rows marked `delivered`.
     pub delivered: u64,
@@ -130,19 +121,20 @@ pub struct BatchStats {
     pub deferred: u64,
     /// Rows marked `failed`.
     pub failed: u64,
-    /// Rows whose lease had been taken over when marking (left untouched).
+    /// Rows whose partition had been taken over, or that changed meanwhile, when marking (left
+    /// untouched).
     pub stale: u64,
 }
 
 /// Errors that stop a round.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// The store failed (claim or mark).
+    /// The store failed (read, heartbeat or mark).
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// The claim → publish → mark loop over one store and one publisher. Cheap to clone.
+/// The read → publish → mark loop over one store and one publisher. Cheap to clone.
 #[derive(Clone)]
 pub struct Worker {
     store: Arc<dyn OutboxStore>,
@@ -152,9 +144,7 @@ pub struct Worker {
     /// When the current database outage began (shared by the loops, logged once each way).
     outage: Arc<Outage>,
     metrics: Metrics,
-    /// Which claims of a held-mode worker are leased (its crash guard; unused in leased mode).
-    held_schedule: Arc<held::HeldSchedule>,
-    /// The partitions this host owns (partitioned mode; empty otherwise).
+    /// The partitions this host owns.
     partitions: Arc<partitions::PartitionBook>,
     /// This host's clock (leases, retry times, marks).
     clock: Clock,
@@ -175,7 +165,6 @@ impl Worker {
             wake: Wake::new(),
             outage: Arc::new(Outage::new()),
             metrics: Metrics::default(),
-            held_schedule: Arc::new(held::HeldSchedule::new(options.concurrency)),
             partitions: Arc::new(partitions::PartitionBook::new(&options.node_id)),
             clock: clock::system_clock(),
             clock_guard: Arc::new(ClockGuard::new(options.lease)),
@@ -222,17 +211,15 @@ impl Worker {
     /// Runs `concurrency` loops until `shutdown` is cancelled (or, in [`RunMode::Drain`], until
     /// nothing is claimable). Batches in flight are always published and marked before returning.
     ///
-    /// First checks, once, that the table has the indexes its claims read
-    /// ([`OutboxStore::check_ordering`]): with per-room ordering and no room index it returns that
-    /// error before claiming anything. In partitioned mode it runs the first heartbeat instead
-    /// (its error returned), heartbeats beside the loops, and releases the partitions on return.
+    /// First runs the first heartbeat (its error returned: the partition tables missing, the
+    /// database down), then heartbeats beside the loops, and releases the partitions on return.
     pub async fn run(
         &self,
         mode: RunMode,
         shutdown: CancellationToken,
     ) -> Result<BatchStats, WorkerError> {
         self.partitions.keep_excess(mode == RunMode::Drain);
-        let heartbeat = self.start_partitions(&shutdown).await?;
+        let (beating, stop) = self.start_partitions(&shutdown).await?;
         let tracker = TaskTracker::new();
         let totals = Arc::new(Totals::default());
         let mut handles = Vec::new();
@@ -257,14 +244,12 @@ impl Worker {
             }
         }
         tracker.wait().await;
-        if let Some((beating, stop)) = heartbeat {
-            stop.cancel();
-            let _ = beating.await;
-            // Leaving: the partitions go to the other hosts at their next heartbeat.
-            if let Err(e) = self.heartbeat(true).await {
-                info!(node_id = %self.options.node_id, error = %e,
-                    "could not release the partitions on the way out; they pass on when their lease ends");
-            }
+        stop.cancel();
+        let _ = beating.await;
+        // Leaving: the partitions go to the other hosts at their next heartbeat.
+        if let Err(e) = self.heartbeat(true).await {
+            info!(node_id = %self.options.node_id, error = %e,
+                "could not release the partitions on the way out; they pass on when their lease ends");
         }
         match first_error {
             Some(e) => Err(e),
@@ -272,21 +257,12 @@ impl Worker {
         }
     }
 
-    /// Before the loops start. Partitioned mode: the first heartbeat (its error returned: the
-    /// tables missing, the database down), then the heartbeat task, with what stops it. The
-    /// other modes: the start check of the indexes their claims read
-    /// ([`OutboxStore::check_ordering`]).
+    /// Before the loops start: the first heartbeat (its error returned: the tables missing, the
+    /// database down), then the heartbeat task, with what stops it.
     async fn start_partitions(
         &self,
         shutdown: &CancellationToken,
-    ) -> Result<Option<(tokio::task::JoinHandle<()>, CancellationToken)>, WorkerError> {
-        if self.options.mode != WorkerMode::Partitioned {
-            self.store
-                .check_ordering(self.options.ordering)
-                .await
-                .inspect_err(|e| self.metrics.count_database_error(e))?;
-            return Ok(None);
-        }
+    ) -> Result<(tokio::task::JoinHandle<()>, CancellationToken), WorkerError> {
         self.heartbeat(false).await?;
         let stop = shutdown.child_token();
         let worker = self.clone();
@@ -294,7 +270,7 @@ impl Worker {
             let stop = stop.clone();
             async move { worker.run_heartbeat(stop).await }
         });
-        Ok(Some((beating, stop)))
+        Ok((beating, stop))
     }
 
     /// Logs the start of a database outage once (the loops go on retrying every poll interval).
@@ -313,22 +289,17 @@ impl Worker {
         });
     }
 
-    /// One round for one app code: claim, publish, mark. Returns what happened to the rows.
+    /// One round for one app code outside [`Worker::run`]: a heartbeat (own partitions first),
+    /// then read, publish, mark. Returns what happened to the rows.
     pub async fn process_batch(
         &self,
         worker_id: &str,
         app_code: &str,
     ) -> Result<BatchStats, WorkerError> {
-        if self.options.mode == WorkerMode::Partitioned {
-            self.heartbeat(false).await?; // a round outside `run`: own partitions first
-        }
-        let (mut stats, batch) = self.claim_batch(worker_id, app_code, true).await?;
+        self.heartbeat(false).await?;
+        let (mut stats, batch) = self.claim_batch(worker_id, app_code).await?;
         if let Some((batch, _turn)) = batch {
-            stats.add_marks(
-                &self
-                    .deliver(worker_id, app_code, batch, false, None)
-                    .await?,
-            );
+            stats.add_marks(&self.deliver(worker_id, app_code, batch, None).await?);
         }
         Ok(stats)
     }

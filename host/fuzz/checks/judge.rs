@@ -11,7 +11,7 @@
 //! - the rest: the `envelope` column.
 
 use outboxd::envelope::EventEnvelope;
-use outboxd::store::internals::{ClaimBranch, RowColumns, judge_columns};
+use outboxd::store::internals::{RowColumns, judge_columns};
 use prost::Message;
 
 const HEADER: usize = 18;
@@ -22,7 +22,7 @@ pub fn check(data: &[u8]) {
     let split = data.len().min(HEADER);
     header[..split].copy_from_slice(&data[..split]);
     let envelope = data[split..].to_vec();
-    let branch = ClaimBranch::ALL[usize::from(header[0] % 3)];
+    let reclaimed = header[0] % 3 == 2;
     let mirror = header[1];
     let max_attempts = u32::from_le_bytes(header[2..6].try_into().unwrap());
     let retry_count = i32::from_le_bytes(header[6..10].try_into().unwrap());
@@ -43,9 +43,8 @@ pub fn check(data: &[u8]) {
         retry_count,
     };
 
-    let reclaimed = branch == ClaimBranch::ExpiredLease;
     let retries = u32::try_from(retry_count).unwrap_or(0) + u32::from(reclaimed);
-    match judge_columns(&app_code, row.clone(), branch, max_attempts) {
+    match judge_columns(&app_code, row.clone(), reclaimed, max_attempts) {
         Ok(claimed) => {
             // Accepted: the envelope decodes, its identity fields are the row's (or empty) and the
             // event carries the row's identity, the envelope's payload and the attempt count.
@@ -91,7 +90,7 @@ pub fn check(data: &[u8]) {
                     envelope: bytes,
                     ..row
                 };
-                let again = judge_columns(&app_code, row, branch, max_attempts)
+                let again = judge_columns(&app_code, row, reclaimed, max_attempts)
                     .expect("the re-encoded envelope is accepted");
                 assert_eq!(again, claimed);
             }

@@ -27,14 +27,9 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create or upgrade the outbox table (idempotent); with worker.ordering = "per-room" in the
-    /// config (or --room-index), also the room index that per-room claims need.
-    Migrate {
-        /// Create the room index that per-room claims need even when the config's
-        /// worker.ordering is not "per-room" (e.g. before turning per-room ordering on).
-        #[arg(long)]
-        room_index: bool,
-    },
+    /// Create or upgrade the outbox table, its indexes and the partition tables (idempotent,
+    /// online: producers keep writing).
+    Migrate,
     /// Write sample events (for trying things out and for scripts).
     Enqueue(EnqueueArgs),
     /// Deliver events until stopped (SIGINT/SIGTERM finish the batches in flight, then exit 0; a

@@ -18,29 +18,20 @@ use outboxd::reload::ConfigSource;
 use outboxd::retention::Retention;
 use outboxd::service::Service;
 use outboxd::store::{
-    self, CountsParams, FailedFilter, ListFailedParams, MigrateOptions, OutboxStore, RequeueParams,
+    self, CountsParams, FailedFilter, ListFailedParams, OutboxStore, RequeueParams,
 };
 use outboxd::wake::{self, Wake};
 use outboxd::worker::RunMode;
 
-/// `outboxd migrate [--room-index]`: the base schema, and the room index when the config's
-/// `worker.ordering` is `per-room` or `room_index` asks for it.
-pub async fn migrate(config: &Config, room_index: bool) -> Result<()> {
+/// `outboxd migrate`: the schema, its indexes and the partition tables.
+pub async fn migrate(config: &Config) -> Result<()> {
     let store = connect(config).await?;
-    let mut options = MigrateOptions::for_ordering(config.worker.ordering);
-    options.room_index |= room_index;
-    let applied = store.migrate_with(&options).await?;
+    let applied = store.migrate().await?;
     if applied.is_empty() {
         println!("{} is up to date", config.database.table);
     } else {
         println!(
             "applied migrations {applied:?} to {}",
-            config.database.table
-        );
-    }
-    if options.room_index {
-        println!(
-            "{} has the room index that worker.ordering = \"per-room\" needs",
             config.database.table
         );
     }

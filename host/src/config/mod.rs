@@ -12,7 +12,6 @@ pub mod broker;
 mod byte_size;
 mod deadlines;
 mod env;
-mod held;
 mod options;
 mod origin;
 mod raw;
@@ -32,7 +31,6 @@ pub use batch_size::{DEFAULT_BATCH_SIZE, LEAST_DEFAULT_BATCH_SIZE};
 pub use broker::{BrokerConfig, BrokerKind, BrokerLimits, BrokerSpec, BrokerTls, Secret};
 pub use byte_size::ByteSize;
 pub use deadlines::DEADLINE_MARGIN;
-pub use held::WorkerMode;
 pub use origin::AllowedOrigin;
 pub use retention::RetentionConfig;
 pub use sink::{
@@ -110,9 +108,6 @@ pub struct WorkerConfig {
     pub publish_timeout: Duration,
     /// `none` or `per-room`. Default `none`.
     pub ordering: DeliveryOrder,
-    /// `leased` or `held` (rows locked in an open transaction while they publish; not on
-    /// SQLite). Default `leased`.
-    pub mode: WorkerMode,
     /// Worker loops in this process (each claims one batch ahead where the database runs
     /// writers side by side: see `Worker`). Default 1.
     pub concurrency: u32,
@@ -208,7 +203,7 @@ impl Config {
 
     /// [`Config::load`], then `database_url` (the command line's `--database-url`, the top
     /// layer) over `database.url` when given, before validation: checks that depend on the
-    /// database (`worker.mode`) see the URL outboxd will use.
+    /// database (`worker.wake`, the idle probe) see the URL outboxd will use.
     pub fn load_with_database_url(
         path: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,

@@ -76,7 +76,8 @@ struct RawWorker {
     #[serde(deserialize_with = "duration")]
     publish_timeout: Duration,
     ordering: DeliveryOrder,
-    mode: WorkerMode,
+    /// Removed (one design); `"partitioned"` is accepted, anything else refused by name.
+    mode: Option<String>,
     concurrency: u32,
     node_id: Option<String>,
     /// Default of every sink's `limits.max_batch_bytes`.
@@ -96,7 +97,7 @@ impl Default for RawWorker {
             lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(20),
             ordering: DeliveryOrder::None,
-            mode: WorkerMode::Leased,
+            mode: None,
             concurrency: 1,
             node_id: None,
             max_batch_bytes: None,
@@ -183,7 +184,6 @@ impl RawConfig {
         let worker = self.worker.validate(&publishing, &database)?;
         let retry = self.retry.validate()?;
         deadlines::check(&worker, &publishing)?;
-        held::check(&worker, &database)?;
         let admin = self.admin.validate()?;
         let retention = self.retention.validate()?;
         if self.log.level.trim().is_empty() {
@@ -268,6 +268,15 @@ impl RawWorker {
                 format!("must be 1..=5000, got {size}"),
             ));
         }
+        if let Some(mode) = self.mode.as_deref().filter(|mode| *mode != "partitioned") {
+            return Err(invalid(
+                "worker.mode",
+                format!(
+                    "{mode:?} is no longer a mode: hosts own partitions of rooms, the one design \
+                     (docs/operate/partitions.md); delete the key"
+                ),
+            ));
+        }
         if self.poll_interval.is_zero() {
             return Err(invalid("worker.poll_interval", "must be greater than 0"));
         }
@@ -325,7 +334,6 @@ impl RawWorker {
             lease: self.lease,
             publish_timeout: self.publish_timeout,
             ordering: self.ordering,
-            mode: self.mode,
             concurrency: self.concurrency,
             node_id,
             wake: self.wake,

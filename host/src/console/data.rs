@@ -69,7 +69,7 @@ pub struct Overview {
     pub hour_totals: (u64, u64),
     /// This host's sinks.
     pub sinks: Vec<SinkState>,
-    /// This host's partitions per tenant (`worker.mode = "partitioned"`; empty otherwise).
+    /// This host's partitions per tenant.
     pub partitions: Vec<PartitionView>,
 }
 
@@ -247,23 +247,9 @@ impl Console {
         }
     }
 
-    /// Whether the table has the room index (read once).
-    async fn room_index(&self) -> bool {
-        *self
-            .room_index
-            .get_or_init(|| async {
-                self.store
-                    .check_ordering(crate::store::DeliveryOrder::PerRoom)
-                    .await
-                    .is_ok()
-            })
-            .await
-    }
-
     /// The events page's search.
     pub async fn events(&self, form: &EventsForm) -> Result<EventsView, String> {
-        let mut query = form.query(self.default_app())?;
-        query.room_index = self.room_index().await;
+        let query = form.query(self.default_app())?;
         let started = Instant::now();
         let page = self
             .store
@@ -319,7 +305,6 @@ impl Console {
             .map_err(|e| e.to_string())?;
         let mut query = form.events.query(self.default_app())?;
         query.statuses = vec![Status::Failed];
-        query.room_index = self.room_index().await;
         let page = self
             .store
             .search_events(&query)

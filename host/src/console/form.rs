@@ -96,7 +96,6 @@ impl EventsForm {
             before: parse_cursor(&self.before)?,
             limit: PAGE_ROWS,
             scan_limit: SCAN_ROWS,
-            room_index: false,
         })
     }
 

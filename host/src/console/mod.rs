@@ -29,8 +29,6 @@ mod view;
 
 use std::sync::Arc;
 
-use tokio::sync::OnceCell;
-
 pub use access::{Grant, SESSION_COOKIE, is_loopback};
 pub use data::{DeadView, EventView, EventsView, Overview, SinksView};
 pub use form::{PAGE_ROWS, SCAN_ROWS};
@@ -81,7 +79,6 @@ pub struct Console {
     reload: Option<ReloadFn>,
     access: access::Access,
     jobs: Arc<jobs::Jobs>,
-    room_index: OnceCell<bool>,
 }
 
 impl Console {
@@ -98,7 +95,6 @@ impl Console {
             controls: parts.controls,
             reload: parts.reload,
             jobs: Arc::new(jobs::Jobs::default()),
-            room_index: OnceCell::new(),
         })
     }
 

@@ -73,7 +73,7 @@ impl PartitionMetrics {
         let owned = Family::<AppLabels, Gauge>::default();
         registry.register(
             "partitions_owned",
-            "Partitions of the app code this host owns (worker.mode = \"partitioned\")",
+            "Partitions of the app code this host owns",
             owned.clone(),
         );
         let share = Family::<AppLabels, Gauge>::default();

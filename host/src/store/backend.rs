@@ -1,7 +1,7 @@
 //! From a database URL to a connected store: the URL's scheme names the [`Backend`], and the
 //! backend names its database's own code — its dialect (`SqlDialect`, in the backend's folder),
 //! its store. The only place in the store that names every backend; what a database does is asked
-//! of it (`dialect()`, [`Backend::commit_feed`], [`Backend::holds_claims`]), never matched on
+//! of it (`dialect()`, [`Backend::commit_feed`]), never matched on
 //! its name elsewhere.
 
 use std::sync::Arc;
@@ -32,16 +32,9 @@ impl Backend {
     }
 
     /// Whether write transactions on the outbox run side by side (row locks: MySQL / MariaDB,
-    /// PostgreSQL) rather than one at a time (SQLite's single write lock). The worker claims its
+    /// PostgreSQL) rather than one at a time (SQLite's single write lock). The worker reads its
     /// next batch while the current one is marked only where they do.
     pub fn concurrent_writers(self) -> bool {
-        self.dialect().concurrent_writers()
-    }
-
-    /// Whether a claim can be held open while its batch publishes (`worker.mode = "held"`): where
-    /// the database locks rows, so the open transaction stops no other writer (not SQLite, whose
-    /// one write lock it would keep from every producer).
-    pub fn holds_claims(self) -> bool {
         self.dialect().concurrent_writers()
     }
 

@@ -35,8 +35,7 @@ pub struct EventQuery {
     pub statuses: Vec<Status>,
     /// Only this event id (a primary-key lookup; the other filters still apply).
     pub event_id: Option<String>,
-    /// Only this room: read from the room index when [`EventQuery::room_index`], else applied on
-    /// top.
+    /// Only this room, applied on top.
     pub room_id: Option<String>,
     /// Only event types matching this glob (`*` any run, `?` one character, as `[[route]]`),
     /// applied on top.
@@ -56,9 +55,6 @@ pub struct EventQuery {
     pub limit: u32,
     /// Most rows read per status when a filter is applied on top (the window).
     pub scan_limit: u32,
-    /// The table has the room index (`idx_<table>_room`): a room filter reads it instead of being
-    /// applied on top.
-    pub room_index: bool,
 }
 
 impl EventQuery {
@@ -67,7 +63,7 @@ impl EventQuery {
         self.event_type.is_some()
             || self.error_contains.is_some()
             || self.last_error.is_some()
-            || (self.room_id.is_some() && !self.room_index)
+            || self.room_id.is_some()
     }
 
     /// Whether `row` passes the filters applied on top (and the status, room, time and position

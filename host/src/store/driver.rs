@@ -1,5 +1,5 @@
 //! What a backend store provides to the shared operations ([`Driver`]: its pool, its statements,
-//! how it begins a write transaction, its claim positions and room cursors), and the one retry of transactions the
+//! how it begins a write transaction), and the one retry of transactions the
 //! database aborted as transient ([`retry_transient`]).
 
 use std::time::Duration;
@@ -7,10 +7,8 @@ use std::time::Duration;
 use sqlx::Database;
 
 use super::StoreError;
-use super::claim_position::ClaimPositions;
-use super::room_cursor::RoomCursors;
 use super::session::Session;
-use super::statement::claim::Statements;
+use super::statement::rows::Statements;
 use crate::record;
 
 /// What a backend store provides to the shared operations.
@@ -28,17 +26,6 @@ pub(crate) trait Driver: Send + Sync {
 
     /// The store's statements (backend and table).
     fn statements(&self) -> &Statements;
-
-    /// The claim positions the store remembers between claims, where its claims read pending
-    /// rows from one ([`super::claim_position`]); `None`: every claim reads from the head (SQLite,
-    /// which removes a claimed row's old index entry in its own write).
-    fn positions(&self) -> Option<&ClaimPositions> {
-        None
-    }
-
-    /// The room cursors the store remembers between per-room claims
-    /// ([`super::room_cursor`]).
-    fn room_cursors(&self) -> &RoomCursors;
 }
 
 /// Wraps a driver error with the operation it happened in.

@@ -58,13 +58,11 @@ pub(crate) async fn search_events<D: Driver>(
     } else {
         query.statuses.clone()
     };
-    let room_in_index = query.room_id.as_deref().filter(|_| query.room_index);
     let mut merged: Vec<EventSummary> = Vec::new();
     for status in statuses {
         let range = WindowRange {
             app_code: &query.app_code,
             status: Some(status),
-            room_id: room_in_index,
             since_ms: query.since_ms,
             until_ms: query.until_ms,
             before: query.before.as_ref(),

@@ -7,8 +7,8 @@ use super::driver::{Driver, db};
 use super::judge::judge;
 use super::row::{CandidateRow, Columns, EventId, FromColumns, Int, Name};
 use super::session::Session;
-use super::statement::claim::{ClaimBranch, reject_rows};
 use super::statement::partitions as sql;
+use super::statement::rows::reject_rows;
 use super::statement::{MAX_ROWS_PER_STATEMENT, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
@@ -265,7 +265,12 @@ pub(crate) async fn read_partition<D: Driver>(
             app_code: read.app_code.clone(),
             worker_id: read.host_id.clone(),
             lock_until_ms: read.now_ms.saturating_add(read.lease_ms),
-            partition: None,
+            // An empty span until rows are read: it marks nothing.
+            partition: PartitionBatch {
+                fence: read.fence,
+                first_created_ms: 0,
+                last_created_ms: -1,
+            },
         },
         events: Vec::new(),
         rejected: Vec::new(),
@@ -284,25 +289,16 @@ pub(crate) async fn read_partition<D: Driver>(
     });
     rows.truncate(read.limit as usize);
     for row in rows {
-        let branch = if row.status == Status::Delivering.as_str() {
-            ClaimBranch::ExpiredLease
-        } else {
-            ClaimBranch::Pending
-        };
-        match judge(&read.app_code, row.candidate, branch, read.max_attempts) {
+        let reclaimed = row.status == Status::Delivering.as_str();
+        match judge(&read.app_code, row.candidate, reclaimed, read.max_attempts) {
             Ok(event) => batch.events.push(event),
             Err(rejected) => batch.rejected.push(rejected),
         }
     }
-    batch.lease.partition = batch
-        .events
-        .first()
-        .zip(batch.events.last())
-        .map(|(first, last)| PartitionBatch {
-            fence: read.fence,
-            first_created_ms: first.created_at_ms,
-            last_created_ms: last.created_at_ms,
-        });
+    if let (Some(first), Some(last)) = (batch.events.first(), batch.events.last()) {
+        batch.lease.partition.first_created_ms = first.created_at_ms;
+        batch.lease.partition.last_created_ms = last.created_at_ms;
+    }
     for chunk in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
         let reject = reject_rows(backend, table, &read.app_code, read.now_ms, chunk);
         conn.run(reject).await.map_err(db(OP))?;

@@ -1,8 +1,7 @@
-//! [`impl_store!`]: a backend store ([`super::driver::Driver`] with the database's claim and mark,
-//! [`super::exec_claim::ClaimOps`], [`super::exec_mark::MarkOps`]) made an
-//! [`crate::store::OutboxStore`] by the operations written once: `migrate` ([`super::schema`]),
-//! the start check of per-room ordering ([`super::room_index`]), the claim, the held claim, the
-//! mark, and the rest ([`super::exec`]).
+//! [`impl_store!`]: a backend store ([`super::driver::Driver`] with the database's mark,
+//! [`super::exec_mark::MarkOps`]) made an [`crate::store::OutboxStore`] by the operations written
+//! once: `migrate` ([`super::schema`]), partition ownership and reads
+//! ([`super::exec_partitions`]), the mark, and the rest ([`super::exec`]).
 
 /// Implements [`crate::store::OutboxStore`] for a [`Driver`] with the shared operations:
 /// `impl_store!(SqliteStore, Backend::Sqlite);`.
@@ -18,18 +17,8 @@ macro_rules! impl_store {
                 $crate::store::driver::Driver::statements(self).table()
             }
 
-            async fn migrate_with(
-                &self,
-                options: &$crate::store::MigrateOptions,
-            ) -> Result<Vec<i64>, $crate::store::StoreError> {
-                $crate::store::schema::migrate(self, options).await
-            }
-
-            async fn check_ordering(
-                &self,
-                ordering: $crate::store::DeliveryOrder,
-            ) -> Result<(), $crate::store::StoreError> {
-                $crate::store::room_index::check_ordering(self, ordering).await
+            async fn migrate(&self) -> Result<Vec<i64>, $crate::store::StoreError> {
+                $crate::store::schema::migrate(self).await
             }
 
             async fn enqueue(
@@ -37,27 +26,6 @@ macro_rules! impl_store {
                 records: &[$crate::record::Record],
             ) -> Result<u64, $crate::store::StoreError> {
                 $crate::store::exec::enqueue(self, records).await
-            }
-
-            async fn claim(
-                &self,
-                params: &$crate::store::ClaimParams,
-            ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
-                $crate::store::exec_claim::claim(self, params).await
-            }
-
-            async fn reclaim_expired(
-                &self,
-                params: &$crate::store::ClaimParams,
-            ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
-                $crate::store::exec_claim::reclaim_expired(self, params).await
-            }
-
-            async fn claim_held(
-                &self,
-                params: &$crate::store::ClaimParams,
-            ) -> Result<$crate::store::HeldBatch, $crate::store::StoreError> {
-                $crate::store::exec_held::claim_held(self, params).await
             }
 
             async fn rebalance(

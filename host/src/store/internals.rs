@@ -6,18 +6,39 @@
 //! This is not the API of a host, a plugin author or a producer (that is [`super::OutboxStore`],
 //! the per-database stores and their `save`): it follows the store's SQL and changes with it.
 
-pub use super::claim_position::{ClaimPosition, HEAD_SCAN_EVERY_MS};
 pub use super::judge::{RowColumns, judge_columns};
-pub use super::room_cursor::RoomWalk;
-pub use super::schema::{Migration, claim_index_columns, index_columns_query, migrations};
+pub use super::schema::{Migration, index_columns_query, migrations, required_index_columns};
 pub use super::statement::browse::explain_statements as console_explain_statements;
-pub use super::statement::claim::{ClaimBranch, PositionSide, Statements as ClaimStatements};
 pub use super::statement::purge::statement_texts as purge_statement_texts;
+pub use super::statement::rows::Statements;
 pub use super::statement::{Arg, Bound};
 
 use sqlx::sqlite::SqliteConnectOptions;
 
-use super::StoreError;
+use super::{Backend, Lease, Mark, PartitionRead, StoreError, TableName};
+
+/// The statement a partition read runs ([`super::OutboxStore::read_partition`]), for `EXPLAIN`.
+pub fn partition_read_statement(
+    backend: Backend,
+    table: &TableName,
+    read: &PartitionRead,
+) -> Bound {
+    super::statement::partitions::read_partition(backend, table, read)
+}
+
+/// The statements a fenced mark of `marks` runs when some row is stale, named (`mark`, and
+/// MySQL's `marked`), for `EXPLAIN`.
+pub fn mark_statements(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+) -> Vec<(&'static str, Bound)> {
+    backend
+        .dialect()
+        .mark_statements(table, lease, marks, now_ms)
+}
 
 /// How outboxd opens a SQLite database URL (created if missing, WAL, busy timeout, the URL's
 /// `synchronous`), for the benchmark's plain clients on the same file.

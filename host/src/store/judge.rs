@@ -1,10 +1,9 @@
-//! The envelope judge: what a claim does with one candidate row — hand it out as a decoded
+//! The envelope judge: what a read does with one candidate row — hand it out as a decoded
 //! [`ClaimedEvent`] or reject it to `failed` with the reason. No SQL; the same for every backend.
 
 use prost::Message;
 
 use super::row::CandidateRow;
-use super::statement::claim::ClaimBranch;
 use crate::envelope::EventEnvelope;
 use crate::publish::Event;
 use crate::store::{ClaimedEvent, RejectedRow};
@@ -27,12 +26,13 @@ pub struct RowColumns {
     pub retry_count: i32,
 }
 
-/// Judges `row`, claimed by `branch` for tenant `app_code`, exactly as a claim does: the decoded
+/// Judges `row`, read for tenant `app_code` (`reclaimed`: a `delivering` row whose lease expired),
+/// exactly as a read does: the decoded
 /// event to hand out, or the [`RejectedRow`] that goes to `failed` alone with its reason.
 pub fn judge_columns(
     app_code: &str,
     row: RowColumns,
-    branch: ClaimBranch,
+    reclaimed: bool,
     max_attempts: u32,
 ) -> Result<ClaimedEvent, RejectedRow> {
     let row = CandidateRow {
@@ -43,20 +43,20 @@ pub fn judge_columns(
         created_at_ms: row.created_at_ms,
         retry_count: row.retry_count,
     };
-    judge(app_code, row, branch, max_attempts)
+    judge(app_code, row, reclaimed, max_attempts)
 }
 
-/// Decides what a claim does with one candidate row of `branch`: hand it out (envelope decoded,
+/// Decides what a read does with one candidate row (`reclaimed`: a `delivering` row whose lease
+/// expired, read as an attempt): hand it out (envelope decoded,
 /// empty envelope fields filled from the row, `attempt = retry_count + 1`) or reject it to
 /// `failed` (envelope empty or not decoding, an identity field — app_code, event_id, event_type,
 /// room_id — other than the row's, or a reclaimed lease used the last attempt).
 pub(crate) fn judge(
     app_code: &str,
     row: CandidateRow,
-    branch: ClaimBranch,
+    reclaimed: bool,
     max_attempts: u32,
 ) -> Result<ClaimedEvent, RejectedRow> {
-    let reclaimed = branch == ClaimBranch::ExpiredLease;
     let retry_count = u32::try_from(row.retry_count).unwrap_or(0) + u32::from(reclaimed);
     let reject = |row: CandidateRow, reason: String| RejectedRow {
         event_id: row.event_id,
@@ -147,13 +147,7 @@ mod tests {
             body: b"x".to_vec(),
             ..Default::default()
         };
-        let claimed = judge(
-            "live",
-            candidate(envelope.encode_to_vec(), 1),
-            ClaimBranch::Retryable,
-            5,
-        )
-        .unwrap();
+        let claimed = judge("live", candidate(envelope.encode_to_vec(), 1), false, 5).unwrap();
         assert_eq!(claimed.retry_count, 1);
         assert_eq!(claimed.created_at_ms, 10);
         assert_eq!(
@@ -173,13 +167,7 @@ mod tests {
 
     #[test]
     fn judge_rejects_corrupt_and_foreign_envelopes() {
-        let corrupt = judge(
-            "live",
-            candidate(vec![0xff, 0xff, 0xff], 0),
-            ClaimBranch::Pending,
-            5,
-        )
-        .unwrap_err();
+        let corrupt = judge("live", candidate(vec![0xff, 0xff, 0xff], 0), false, 5).unwrap_err();
         assert!(
             corrupt.reason.starts_with("envelope does not decode"),
             "{}",
@@ -191,13 +179,7 @@ mod tests {
             app_code: "other".into(),
             ..Default::default()
         };
-        let err = judge(
-            "live",
-            candidate(foreign.encode_to_vec(), 0),
-            ClaimBranch::Pending,
-            5,
-        )
-        .unwrap_err();
+        let err = judge("live", candidate(foreign.encode_to_vec(), 0), false, 5).unwrap_err();
         assert!(err.reason.contains("app_code \"other\""), "{}", err.reason);
 
         let other_event = EventEnvelope {
@@ -205,13 +187,7 @@ mod tests {
             event_id: "e2".into(),
             ..Default::default()
         };
-        let err = judge(
-            "live",
-            candidate(other_event.encode_to_vec(), 0),
-            ClaimBranch::Pending,
-            5,
-        )
-        .unwrap_err();
+        let err = judge("live", candidate(other_event.encode_to_vec(), 0), false, 5).unwrap_err();
         assert!(err.reason.contains("event_id \"e2\""), "{}", err.reason);
     }
 
@@ -222,16 +198,10 @@ mod tests {
             ..EventEnvelope::default()
         }
         .encode_to_vec();
-        let claimed = judge(
-            "live",
-            candidate(ok.clone(), 1),
-            ClaimBranch::ExpiredLease,
-            3,
-        )
-        .unwrap();
+        let claimed = judge("live", candidate(ok.clone(), 1), true, 3).unwrap();
         assert_eq!(claimed.retry_count, 2);
         assert_eq!(claimed.event.attempt, 3);
-        let dead = judge("live", candidate(ok, 2), ClaimBranch::ExpiredLease, 3).unwrap_err();
+        let dead = judge("live", candidate(ok, 2), true, 3).unwrap_err();
         assert!(dead.reason.contains("lease expired"), "{}", dead.reason);
         assert!(dead.reason.contains("(worker died?)"));
     }

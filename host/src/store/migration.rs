@@ -1,8 +1,8 @@
 //! One embedded schema migration ([`Migration`]): its version, name and SQL template; each
 //! backend lists its own (`store/<backend>/dialect.rs`), `migrate` applies them
-//! ([`super::schema`]); and what `migrate` adds to the base schema ([`MigrateOptions`]).
+//! ([`super::schema`]).
 
-use super::{DeliveryOrder, TableName};
+use super::TableName;
 
 /// One embedded schema migration (`migrations/<backend>/NNNN_name.sql`), written with the
 /// placeholder `{{table}}` for the outbox table.
@@ -13,11 +13,6 @@ pub struct Migration {
     /// File name without `.sql`.
     pub name: &'static str,
     template: &'static str,
-    /// Whether the migration only drops the room index (taking it out of the base schema): it
-    /// is skipped, and recorded as applied all the same, when `migrate` runs with the room index
-    /// ([`MigrateOptions::room_index`]), so a per-room table keeps its index instead of dropping
-    /// and rebuilding it.
-    pub drops_room_index: bool,
     /// Whether `migrate` runs it outside a transaction, one statement at a time, after the
     /// transaction of the others commits (for statements a transaction refuses, such as
     /// PostgreSQL's `CREATE INDEX CONCURRENTLY`).
@@ -32,7 +27,6 @@ impl Migration {
             version,
             name,
             template,
-            drops_room_index: false,
             outside_transaction: false,
         }
     }
@@ -48,20 +42,6 @@ impl Migration {
             outside_transaction: true,
             ..self
         }
-    }
-
-    /// This migration, marked as one that only drops the room index
-    /// ([`Migration::drops_room_index`]).
-    pub(crate) const fn dropping_room_index(self) -> Migration {
-        Migration {
-            drops_room_index: true,
-            ..self
-        }
-    }
-
-    /// Whether `migrate` with `options` runs this migration's SQL; otherwise it only records it.
-    pub fn runs_with(&self, options: &MigrateOptions) -> bool {
-        !(self.drops_room_index && options.room_index)
     }
 
     /// The migration's SQL for `table`.
@@ -95,23 +75,5 @@ impl Migration {
             statements.push(current);
         }
         statements
-    }
-}
-
-/// What [`OutboxStore::migrate_with`](super::OutboxStore::migrate_with) adds to the base schema.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MigrateOptions {
-    /// Create the room index `idx_<table>_room (app_code, status, room_id, created_at_ms,
-    /// event_id)` (on SQLite: of live rows only), which per-room claims need
-    /// ([`DeliveryOrder::PerRoom`]). Off by default: every status change also rewrites its entry.
-    pub room_index: bool,
-}
-
-impl MigrateOptions {
-    /// What a table served with `ordering` needs: the room index with per-room ordering.
-    pub fn for_ordering(ordering: DeliveryOrder) -> MigrateOptions {
-        MigrateOptions {
-            room_index: ordering == DeliveryOrder::PerRoom,
-        }
     }
 }

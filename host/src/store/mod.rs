@@ -73,18 +73,13 @@
 
 mod backend;
 mod browse;
-mod claim_index;
-pub(crate) mod claim_position;
 mod connect;
 mod driver;
 mod error;
 mod exec;
 mod exec_browse;
-mod exec_claim;
-mod exec_held;
 mod exec_mark;
 mod exec_partitions;
-mod held;
 mod impl_store;
 pub mod internals;
 mod judge;
@@ -93,8 +88,6 @@ mod migration;
 pub mod mysql;
 mod partitions;
 pub mod postgres;
-pub(crate) mod room_cursor;
-mod room_index;
 mod row;
 pub(crate) mod schema;
 mod session;
@@ -115,12 +108,10 @@ pub use browse::{
 };
 pub use connect::{ConnectOptions, DEFAULT_CONNECT_TIMEOUT, redact_url};
 pub use error::StoreError;
-pub use held::HeldBatch;
 pub use maintenance::{
     CountsParams, FailedFilter, FailedRow, ListFailedParams, PurgeParams, PurgeStatus,
     RequeueParams, StatusCounts,
 };
-pub use migration::MigrateOptions;
 pub use partitions::{
     Ownership, PARTITIONS, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
     partition_count,
@@ -166,50 +157,22 @@ pub enum DeliveryOrder {
     PerRoom,
 }
 
-/// Arguments of [`OutboxStore::claim`].
-#[derive(Debug, Clone)]
-pub struct ClaimParams {
-    /// Tenant to claim from; a claim never mixes tenants.
-    pub app_code: String,
-    /// Claiming worker, written to `worker_id`.
-    pub worker_id: String,
-    /// Most rows to hand out.
-    pub limit: u32,
-    /// Lease length; `lock_until_ms = now_ms + lease_ms`.
-    pub lease_ms: i64,
-    /// The current time.
-    pub now_ms: i64,
-    /// Attempts allowed; an expired lease at this count goes to `failed`.
-    pub max_attempts: u32,
-    /// Delivery order: per room or none.
-    pub ordering: DeliveryOrder,
-    /// Whether the claim reads the due branches — `retryable` rows whose retry is due, leases
-    /// that expired — even when the `pending` branch hands out rows. With `false` it reads them
-    /// only when no pending row was handed out, so a steady stream of new rows costs one
-    /// statement per claim instead of three; whoever claims with `false` must claim with `true`
-    /// often enough that a due row does not wait (the worker: every
-    /// [`crate::worker::DUE_SCAN_INTERVAL`]). A held claim ignores it (it always reads the
-    /// branches it has).
-    pub scan_due: bool,
-}
-
-/// The fence of a claimed batch: marks change a row only while these still match it.
+/// The fence of a read batch: its marks change a row only while `worker_id` still owns the
+/// batch's partition at the epoch it read it with ([`PartitionBatch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// Tenant of the batch.
     pub app_code: String,
-    /// Claiming worker.
+    /// The reading host (its host id), written to `worker_id` by the mark.
     pub worker_id: String,
-    /// `lock_until_ms` written by the claim; for a partition read, how long this host's lease
-    /// on the partition held when it read (renewed by its heartbeat).
+    /// Until when this host's lease on the partition held when it read (renewed by its
+    /// heartbeat): a mark that cannot reach the database is retried until then.
     pub lock_until_ms: i64,
-    /// `Some` for a batch read from an owned partition ([`OutboxStore::read_partition`]): marks
-    /// change a row only while `worker_id` still owns that partition at that epoch, instead of
-    /// matching the row's own lease.
-    pub partition: Option<PartitionBatch>,
+    /// The partition, its epoch and the batch's span of write times.
+    pub partition: PartitionBatch,
 }
 
-/// One row handed out by a claim.
+/// One row handed out by a read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedEvent {
     /// The event, decoded from the envelope; `attempt = retry_count + 1`.
@@ -220,7 +183,7 @@ pub struct ClaimedEvent {
     pub created_at_ms: i64,
 }
 
-/// A row the claim put in `failed` instead of handing it out.
+/// A row a read put in `failed` instead of handing it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedRow {
     /// The row's event id.
@@ -233,14 +196,14 @@ pub struct RejectedRow {
     pub reason: String,
 }
 
-/// Result of [`OutboxStore::claim`].
+/// Result of [`OutboxStore::read_partition`]: a batch.
 #[derive(Debug, Clone)]
 pub struct ClaimBatch {
     /// The fence for marking this batch.
     pub lease: Lease,
-    /// Rows handed out, in claim order.
+    /// Rows handed out, in write order.
     pub events: Vec<ClaimedEvent>,
-    /// Rows moved to `failed` during the claim.
+    /// Rows moved to `failed` by the read.
     pub rejected: Vec<RejectedRow>,
 }
 
@@ -293,9 +256,9 @@ impl Mark {
 /// Arguments of [`OutboxStore::mark`].
 #[derive(Debug, Clone)]
 pub struct MarkParams<'a> {
-    /// The claim's fence.
+    /// The batch's fence.
     pub lease: &'a Lease,
-    /// Rows of that claim and their new states (any mix, one statement).
+    /// Rows of that batch and their new states (any mix, one statement).
     pub marks: &'a [Mark],
     /// The current time (`updated_at_ms`).
     pub now_ms: i64,
@@ -338,90 +301,32 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// The outbox table.
     fn table(&self) -> &TableName;
 
-    /// Creates or upgrades the outbox table to the base schema (the table and the claim indexes
-    /// every claim reads, not the room index); idempotent. Returns the migrations applied now.
-    /// The same as [`OutboxStore::migrate_with`] with the default [`MigrateOptions`].
-    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-        self.migrate_with(&MigrateOptions::default()).await
-    }
-
-    /// [`OutboxStore::migrate`], then what `options` adds: the room index that per-room claims
-    /// read, created when missing (under any name with its columns), refused when an index of
-    /// its name has other columns. Never drops an index. Returns the migrations applied now.
-    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError>;
-
-    /// Checks, once before claiming (a worker's start), that the table has the indexes claims
-    /// with `ordering` read: with [`DeliveryOrder::PerRoom`] the room index (any index with the
-    /// columns of `idx_<table>_room`), without which each per-room probe would scan a tenant's
-    /// backlog. A [`StoreError::Schema`] naming the index and the fix when it is missing.
-    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError>;
+    /// Creates or upgrades the outbox table, its indexes and the partition tables; idempotent,
+    /// safe while producers write and other hosts run. Returns the migrations applied now.
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError>;
 
     /// Inserts records all-or-nothing, ignoring ids already present. Returns rows inserted.
     async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError>;
 
-    /// Leases up to `limit` claimable rows to a worker (see the module docs for the order).
-    async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError>;
-
-    /// Claims like [`OutboxStore::claim`] (same order, limit, rejections; pending and due
-    /// retryable rows only, never an expired lease, which only a leased claim reclaims) but
-    /// writes no lease: the rows stay locked by a transaction the returned [`HeldBatch`] keeps open until
-    /// it is marked (one UPDATE per 1000 rows, then commit) or dropped (rollback: no attempt
-    /// spent). `lease_ms` is the longest the transaction may sit idle where the database enforces
-    /// it (PostgreSQL). On SQLite the open transaction holds the database's only write lock, so
-    /// every other writer (producers included) waits until the batch is marked. What this mode
-    /// relaxes: see [`HeldBatch`]. The default refuses: a store that cannot hold a claim (a
-    /// wrapper in a benchmark) says so.
-    async fn claim_held(&self, params: &ClaimParams) -> Result<HeldBatch, StoreError> {
-        let _ = params;
-        Err(StoreError::Invalid(format!(
-            "this {} store cannot hold a claim open (worker.mode = \"held\")",
-            self.backend().name()
-        )))
-    }
-
-    /// Leases the rows whose lease expired, and nothing else: the last branch of
-    /// [`OutboxStore::claim`] (same order and limit; each reclaim counts an attempt, a lease at
-    /// `max_attempts` goes to `failed`), committed before the rows are handed out. A held-mode
-    /// worker runs it after a held claim that came back short, so that a row that killed its host
-    /// spends its attempt, while new rows arriving meanwhile stay for its held claims. The default
-    /// refuses, like [`OutboxStore::claim_held`]'s.
-    async fn reclaim_expired(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
-        let _ = params;
-        Err(StoreError::Invalid(format!(
-            "this {} store cannot reclaim expired leases alone (worker.mode = \"held\")",
-            self.backend().name()
-        )))
-    }
-
     /// One heartbeat of partition ownership for `params.host_id` (see [`Ownership`]): the host
     /// and its partitions renewed, `params.release` given up, free or expired partitions taken
-    /// up to its fair share, all on the database's clock. The default refuses, like
-    /// [`OutboxStore::claim_held`]'s.
-    async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError> {
-        let _ = params;
-        Err(self.cannot("own partitions"))
-    }
+    /// up to its fair share, all on the database's clock.
+    async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError>;
 
     /// One owned partition's due rows, read without writing them (pending by write order —
     /// with per-room order, of rooms with nothing retryable or delivering —, retryable rows
     /// whose retry is due, expired leases of the leased design), as a batch whose marks are
     /// fenced on the partition's owner and epoch. Rows whose envelope does not decode go to
-    /// `failed` (reported in [`ClaimBatch::rejected`]). The default refuses.
-    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
-        let _ = read;
-        Err(self.cannot("read a partition"))
-    }
+    /// `failed` (reported in [`ClaimBatch::rejected`]).
+    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError>;
 
     /// The partitions of tenant `app_code` that hold live rows (pending, retryable,
     /// delivering), found by a skip scan of the partition index (a few index entries per
-    /// partition, never the backlog); `None` where the tenant has one partition (SQLite). The
-    /// default: `None`.
-    async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError> {
-        let _ = app_code;
-        Ok(None)
-    }
+    /// partition, never the backlog); `None` where the tenant has one partition (SQLite).
+    async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError>;
 
-    /// Applies the marks of one claimed batch in one statement, fenced on its lease.
+    /// Applies the marks of one read batch in one statement, fenced on its partition's owner and
+    /// epoch.
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError>;
 
     /// Row counts by status and the oldest pending row's age.
@@ -448,7 +353,7 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     /// One page of a tenant's rows newest first, matching `query` ([`EventQuery`]: every read is
     /// a bounded range of an index the claims have; the filters no index holds are applied on top
-    /// of a window). The default refuses, like [`OutboxStore::claim_held`]'s.
+    /// of a window). The default refuses, on a wrapper store that does not forward it.
     async fn search_events(&self, query: &EventQuery) -> Result<EventPage, StoreError> {
         let _ = query;
         Err(self.cannot("search events"))

@@ -90,7 +90,7 @@ impl FromColumns for Key {
     }
 }
 
-/// One row of a claim branch ([`Statements::claim_select`]).
+/// One row a partition read returns (`statement::rows::READ_COLUMNS`).
 #[derive(Debug, Clone)]
 pub(crate) struct CandidateRow {
     pub(crate) event_id: String,
@@ -110,38 +110,6 @@ impl FromColumns for CandidateRow {
             envelope: row.bytes(3)?,
             created_at_ms: row.int(4)?,
             retry_count: row.int32(5)?,
-        })
-    }
-}
-
-/// One row of a claim that leased in the same statement ([`super::statement::claim::Statements::claim_lease_query`]):
-/// the candidate as it was before the claim, and its position in the branch's order.
-pub(crate) struct LeasedRow {
-    pub(crate) candidate: CandidateRow,
-    pub(crate) position: i64,
-}
-
-impl FromColumns for LeasedRow {
-    fn from_columns(row: &dyn Columns) -> Result<LeasedRow, sqlx::Error> {
-        Ok(LeasedRow {
-            candidate: CandidateRow::from_columns(row)?,
-            position: row.int(6)?,
-        })
-    }
-}
-
-/// One row of a held claim where the dialect addresses rows
-/// ([`super::statement::SqlDialect::held_row_address`]): the candidate and its address as text.
-pub(crate) struct AddressedRow {
-    pub(crate) candidate: CandidateRow,
-    pub(crate) address: String,
-}
-
-impl FromColumns for AddressedRow {
-    fn from_columns(row: &dyn Columns) -> Result<AddressedRow, sqlx::Error> {
-        Ok(AddressedRow {
-            candidate: CandidateRow::from_columns(row)?,
-            address: row.text(6)?,
         })
     }
 }

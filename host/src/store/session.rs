@@ -19,15 +19,6 @@ pub(crate) trait Session: Send {
         statement: Bound,
     ) -> Result<Vec<T>, sqlx::Error>;
 
-    /// Runs a query sent as plain text, its values already written into it as literals (no
-    /// prepared statement: planned afresh on every run, one round trip); decodes every row. For
-    /// a statement whose database plans a re-run of a prepared one worse than a fresh one
-    /// (MariaDB's room heads: `store/mysql/claim.rs`).
-    async fn rows_of_text<T: FromColumns + Send + 'static>(
-        &mut self,
-        sql: String,
-    ) -> Result<Vec<T>, sqlx::Error>;
-
     /// Runs a script of several statements without arguments (a migration).
     async fn script(&mut self, sql: String) -> Result<(), sqlx::Error>;
 }
@@ -84,17 +75,6 @@ macro_rules! impl_session {
             ) -> Result<Vec<T>, sqlx::Error> {
                 let query = $crate::store::session::bind_args::<$database>(statement);
                 let rows = query.fetch_all(&mut *self).await?;
-                rows.iter().map(|row| T::from_columns(row)).collect()
-            }
-
-            async fn rows_of_text<T: $crate::store::row::FromColumns + Send + 'static>(
-                &mut self,
-                sql: String,
-            ) -> Result<Vec<T>, sqlx::Error> {
-                // Written by `store::statement` with its values as escaped literals.
-                let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                    .fetch_all(&mut *self)
-                    .await?;
                 rows.iter().map(|row| T::from_columns(row)).collect()
             }
 

@@ -1,34 +1,31 @@
-//! Claiming for the worker's loops: the clock check, the leased claim (held mode's round runs
-//! inside the claim step: `held.rs`), its parameters, and the claim booked: rejected rows logged,
-//! rows counted.
+//! Reading for the worker's loops: the clock check, the read of the owned partitions in turn,
+//! and the read booked: rejected rows logged, rows counted.
 
 use tracing::warn;
 
 use std::collections::BTreeSet;
 
 use super::partitions::PartitionTurn;
-use super::{BatchStats, Worker, WorkerError, WorkerMode};
+use super::{BatchStats, Worker, WorkerError};
 use crate::metrics::RowOutcome;
-use crate::store::{ClaimBatch, ClaimParams, PartitionRead, RejectedRow, StoreError};
+use crate::store::{ClaimBatch, PartitionRead, RejectedRow, StoreError};
 
 /// Empty partition reads in a row after which a partitioned read asks which partitions hold live
 /// rows at all ([`crate::store::OutboxStore::live_partitions`]) and reads only those: a host
 /// that has caught up does not read each of its partitions to find the one new row.
 const EMPTY_READS_BEFORE_PROBE: usize = 3;
 
-/// A batch to deliver, with the partition it was read from (partitioned mode: the partition is
-/// read again once the batch is marked and the turn dropped).
-pub(super) type Claimed = (ClaimBatch, Option<PartitionTurn>);
+/// A batch to deliver, with the turn of the partition it was read from: the partition is read
+/// again once the batch is marked and the turn dropped.
+pub(super) type Claimed = (ClaimBatch, PartitionTurn);
 
 impl Worker {
-    /// Claims a batch of `app_code`: the claim's counters, and the rows to publish (`None` when
-    /// the claim handed out nothing). `scan_due`: read the due branches even if pending rows are
-    /// handed out ([`ClaimParams::scan_due`]).
+    /// Reads a batch of `app_code` from an owned partition: the read's counters, and the rows to
+    /// publish with the partition's turn (`None` when no owned partition had due rows).
     pub(super) async fn claim_batch(
         &self,
         worker_id: &str,
         app_code: &str,
-        scan_due: bool,
     ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
         if !self
             .clock_guard
@@ -38,17 +35,7 @@ impl Worker {
             // This host's clock is off the database's (logged once): claim nothing.
             return Ok((BatchStats::default(), None));
         }
-        if self.options.mode == WorkerMode::Held {
-            // A held round claims, publishes and marks in one go (its transaction cannot outlive
-            // it): it hands no batch on, so nothing is claimed ahead of it. The few leased rounds
-            // of held mode (its crash guard) run the same way.
-            return Ok((self.held_mode_round(worker_id, app_code).await?, None));
-        }
-        if self.options.mode == WorkerMode::Partitioned {
-            return self.read_owned(worker_id, app_code).await;
-        }
-        let (stats, batch) = self.claim_leased(worker_id, app_code, scan_due).await?;
-        Ok((stats, batch.map(|batch| (batch, None))))
+        self.read_owned(worker_id, app_code).await
     }
 
     /// Reads the owned partitions of `app_code` in turn until one has due rows (or each was
@@ -104,29 +91,14 @@ impl Worker {
                 .partitions()
                 .set_lag(app_code, turn.fence.partition, lag_ms);
             if let Some(batch) = batch {
-                return Ok((stats, Some((batch, Some(turn)))));
+                return Ok((stats, Some((batch, turn))));
             }
             empty_reads += 1;
         }
         Ok((stats, None))
     }
 
-    /// A leased claim of `app_code`: the claim's counters, and the rows to publish (`None` when
-    /// the claim handed out nothing). `scan_due` as in [`Worker::claim_batch`].
-    pub(super) async fn claim_leased(
-        &self,
-        worker_id: &str,
-        app_code: &str,
-        scan_due: bool,
-    ) -> Result<(BatchStats, Option<ClaimBatch>), WorkerError> {
-        let claimed = self
-            .store
-            .claim(&self.claim_params(worker_id, app_code, scan_due))
-            .await;
-        self.booked(worker_id, app_code, claimed)
-    }
-
-    /// A leased claim's outcome booked: a database error counted, the rejected rows logged and
+    /// A read's outcome booked: a database error counted, the rejected rows logged and
     /// the claim counted ([`Worker::book_claim`]), the rows to publish (`None` when none).
     pub(super) fn booked(
         &self,
@@ -137,28 +109,6 @@ impl Worker {
         let batch = claimed.inspect_err(|e| self.metrics.count_database_error(e))?;
         let stats = self.book_claim(worker_id, app_code, batch.events.len(), &batch.rejected);
         Ok((stats, (!batch.events.is_empty()).then_some(batch)))
-    }
-
-    /// The claim of one batch for `app_code` as `worker_id`, from the options; `lease_ms` is the
-    /// lease (held mode: how long its transaction may sit idle; the publish deadline is at least
-    /// 1 s shorter, by config).
-    pub(super) fn claim_params(
-        &self,
-        worker_id: &str,
-        app_code: &str,
-        scan_due: bool,
-    ) -> ClaimParams {
-        let options = &*self.options;
-        ClaimParams {
-            app_code: app_code.to_string(),
-            worker_id: worker_id.to_string(),
-            limit: options.batch_size,
-            lease_ms: options.lease.as_millis() as i64,
-            now_ms: self.now_ms(),
-            max_attempts: options.retry.max_attempts,
-            ordering: options.ordering,
-            scan_due,
-        }
     }
 
     /// Logs the rows a claim rejected and counts the claim: its first [`BatchStats`].

@@ -61,22 +61,14 @@ impl<'a> Deliveries<'a> {
 
     /// Starts delivering `batch` of `app_code`: it publishes once the loop's batch before it is
     /// marked. `turn`: the partition it was read from, freed once the batch is marked.
-    pub(super) fn start(
-        &mut self,
-        app_code: &'a str,
-        batch: ClaimBatch,
-        turn: Option<PartitionTurn>,
-    ) {
+    pub(super) fn start(&mut self, app_code: &'a str, batch: ClaimBatch, turn: PartitionTurn) {
         let (worker, lane) = (self.worker, self.lane);
         self.in_flight.push(Box::pin(async move {
             // Never closed, so acquiring cannot fail.
-            let (publishing, queued) = match lane.publishing.try_acquire() {
-                Ok(turn) => (Some(turn), false),
-                Err(_) => (lane.publishing.acquire().await.ok(), true),
-            };
+            let publishing = lane.publishing.acquire().await.ok();
             let turn_began = Instant::now();
             let delivered = worker
-                .deliver(&lane.worker_id, app_code, batch, queued, publishing)
+                .deliver(&lane.worker_id, app_code, batch, publishing)
                 .await;
             lane.ahead.delivered_in(turn_began.elapsed());
             drop(turn);

@@ -17,7 +17,6 @@ impl Config {
             publish_timeout: worker.publish_timeout,
             retry: self.retry.clone(),
             ordering: worker.ordering,
-            mode: worker.mode,
             concurrency: worker.concurrency,
             node_id: worker.node_id.clone(),
         }

@@ -4,29 +4,24 @@
 //! work ([`Slot::wait_for_work`]: a commit, a wake-up, the poll interval). The loop's deliveries
 //! ([`Deliveries`], `deliveries.rs`) go on throughout every step and are settled as they finish.
 
-use std::time::Instant;
-
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::deliveries::{Deliveries, Totals};
 use super::lane::Lane;
-use super::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerError};
-use crate::store::DeliveryOrder;
+use super::{RunMode, Worker, WorkerError};
 use crate::wake::{Idle, IdleBackoff};
 
 impl Worker {
     /// One loop: worker id `<node_id>/<slot>`.
     ///
-    /// **Claim-ahead.** Where the database runs writers side by side
-    /// ([`crate::store::Backend::concurrent_writers`]), the loop claims its next batch while the
-    /// earlier ones are still publishing and marking: at most two batches are delivering when a
-    /// claim starts (one while the last delivery was slow: [`ClaimAhead`]), so at most three are
-    /// leased per loop, and a batch claimed ahead starts publishing when the one before it is
-    /// marked (each publishes within its own lease, which starts at its claim). A row committed
-    /// during a round is claimed without waiting for the round's marks. On SQLite (one writer at
-    /// a time) a claim would only queue behind the mark, so the loop claims after its batch is
-    /// marked.
+    /// **Read-ahead.** Where the database runs writers side by side
+    /// ([`crate::store::Backend::concurrent_writers`]), the loop reads its next batch (from
+    /// another owned partition: a partition is read again only once its batch is marked) while
+    /// the earlier ones are still publishing and marking: at most two batches are delivering when
+    /// a read starts (one while the last delivery was slow: `ClaimAhead`), and a batch read ahead
+    /// starts publishing when the one before it is published. On SQLite (one writer at a time,
+    /// one partition) the loop reads after its batch is marked.
     pub(super) async fn run_slot(
         &self,
         slot: u32,
@@ -36,7 +31,7 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let lane = Lane::new(self, slot);
         let mut slot = Slot::new(self, &lane, mode, totals);
-        info!(worker = %lane.worker_id, node_id = %self.options.node_id, mode = self.options.mode.as_str(), status = "started", "worker started");
+        info!(worker = %lane.worker_id, node_id = %self.options.node_id, status = "started", "worker started");
         while !shutdown.is_cancelled() {
             let round = slot.claim_round(&shutdown).await;
             if slot.deliveries.stopped() {
@@ -49,7 +44,7 @@ impl Worker {
                 continue;
             }
             self.wake.record_round(round.taken);
-            if round.claims_again_at_once() || slot.room_heads_freed(&round).await {
+            if round.claims_again_at_once() {
                 continue;
             }
             slot.wait_for_work(&round, &shutdown).await;
@@ -73,8 +68,6 @@ struct Slot<'a> {
     backoff: IdleBackoff,
     /// The last arm of the notify gate this loop claimed after (`Wake::idle`).
     armed_seen: Option<u64>,
-    /// Per app code (same order as the options): when a claim last read the due branches.
-    due_scanned: Vec<Option<Instant>>,
 }
 
 /// What one round of claims did.
@@ -111,7 +104,6 @@ impl<'a> Slot<'a> {
             deliveries: Deliveries::new(worker, lane, mode, totals),
             backoff: IdleBackoff::new(options.idle_probe.min(options.poll_interval)),
             armed_seen: None,
-            due_scanned: vec![None; options.app_codes.len()],
         }
     }
 
@@ -127,7 +119,7 @@ impl<'a> Slot<'a> {
             overlapped: false,
         };
         let worker = self.worker;
-        for (app_index, app_code) in worker.options.app_codes.iter().enumerate() {
+        for app_code in &worker.options.app_codes {
             if shutdown.is_cancelled() {
                 break;
             }
@@ -136,7 +128,7 @@ impl<'a> Slot<'a> {
                 break;
             }
             round.overlapped |= !self.deliveries.is_empty();
-            self.claim_app_code(app_index, app_code, &mut round).await;
+            self.claim_app_code(app_code, &mut round).await;
             if self.deliveries.stopped() {
                 break;
             }
@@ -144,22 +136,16 @@ impl<'a> Slot<'a> {
         round
     }
 
-    /// Claims `app_code` (the `app_index`-th) while the deliveries go on, books the claim into
-    /// `round` and starts delivering what it handed out.
-    async fn claim_app_code(&mut self, app_index: usize, app_code: &'a str, round: &mut Round) {
+    /// Reads `app_code` while the deliveries go on, books the read into `round` and starts
+    /// delivering what it handed out.
+    async fn claim_app_code(&mut self, app_code: &'a str, round: &mut Round) {
         let worker = self.worker;
-        let claim_started = Instant::now();
-        let scan_due = self.due_scanned[app_index]
-            .is_none_or(|at| claim_started.duration_since(at) >= DUE_SCAN_INTERVAL);
-        let claim = worker.claim_batch(&self.deliveries.lane.worker_id, app_code, scan_due);
+        let claim = worker.claim_batch(&self.deliveries.lane.worker_id, app_code);
         let (claimed, failed) = self.deliveries.beside(claim).await;
         round.failed |= failed;
         match claimed {
             Ok((stats, batch)) => {
                 worker.outage_over();
-                if scan_due {
-                    self.due_scanned[app_index] = Some(claim_started);
-                }
                 self.deliveries.totals.add(&stats);
                 let taken = stats.claimed + stats.rejected;
                 round.taken += taken;
@@ -170,21 +156,6 @@ impl<'a> Slot<'a> {
             }
             Err(e) => round.failed |= self.deliveries.settle((app_code, Err(e))),
         }
-    }
-
-    /// Under per-room ordering, a round that filled no batch while this loop's batches are in
-    /// flight took every room whose head was free: the rooms it holds are free again once those
-    /// batches are marked, not when a commit or the idle probe comes. So the loop finishes its
-    /// deliveries and claims again at once (true), instead of sleeping meanwhile.
-    async fn room_heads_freed(&mut self, round: &Round) -> bool {
-        if self.worker.options.ordering != DeliveryOrder::PerRoom
-            || round.failed
-            || self.deliveries.is_empty()
-        {
-            return false;
-        }
-        self.deliveries.finish_all().await;
-        !self.deliveries.stopped()
     }
 
     /// A draining run's round found nothing: whether the run is over. A delivery that ran beside

@@ -1,6 +1,6 @@
 //! MariaDB's form of the console's "older than a position" condition: two ranges on the index
-//! key instead of a row comparison, which MariaDB reads as a range on `created_at_ms` alone (as
-//! the claim position's seek form in `claim.rs`).
+//! key instead of a row comparison, which MariaDB reads as a range on `created_at_ms` alone
+//! measured with `EXPLAIN`'s `key_len`).
 
 use crate::store::EventCursor;
 use crate::store::statement::SqlBuilder;

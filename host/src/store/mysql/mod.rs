@@ -6,25 +6,20 @@
 //! rows than marks, the rows it changed are listed by what it wrote (`mark.rs`). The store's own connections
 //! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
 
-use std::sync::Arc;
-
 use sqlx::MySql;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 mod browse;
-mod claim;
 mod dialect;
 mod mark;
 mod partitions;
 mod save;
 
-use super::claim_position::ClaimPositions;
 use super::driver::Driver;
 use super::exec;
 use super::impl_store::impl_store;
-use super::room_cursor::RoomCursors;
 use super::session::{BindTextList, impl_session};
-use super::statement::claim::Statements;
+use super::statement::rows::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
 
 use crate::record::Record;
@@ -37,8 +32,6 @@ pub(crate) use mark::marked_rows;
 pub struct MySqlStore {
     pool: MySqlPool,
     statements: Statements,
-    positions: Arc<ClaimPositions>,
-    room_cursors: Arc<RoomCursors>,
 }
 
 impl MySqlStore {
@@ -73,8 +66,6 @@ impl MySqlStore {
         Ok(MySqlStore {
             pool,
             statements: Statements::new(Backend::MySql, &options.table),
-            positions: Arc::default(),
-            room_cursors: Arc::default(),
         })
     }
 
@@ -155,17 +146,6 @@ impl Driver for MySqlStore {
 
     fn statements(&self) -> &Statements {
         &self.statements
-    }
-
-    /// A claimed row leaves a delete-marked entry in the pending index until InnoDB's purge
-    /// removes it, and purge falls behind while loops claim and mark: claims read a backlog from
-    /// where the last full claim stopped ([`super::claim_position`]).
-    fn positions(&self) -> Option<&ClaimPositions> {
-        Some(&self.positions)
-    }
-
-    fn room_cursors(&self) -> &RoomCursors {
-        &self.room_cursors
     }
 }
 

@@ -1,13 +1,8 @@
 //! PostgreSQL's SQL: what its statements differ in, and its embedded migrations.
 
-use std::sync::Arc;
-
-use crate::store::claim_index::{ClaimIndex, LEASE_INDEX, PENDING_INDEX, RETRY_INDEX};
 use crate::store::migration::Migration;
-use crate::store::statement::claim::{ClaimBranch, PositionSide};
-use crate::store::statement::held::HeldRowAddress;
 use crate::store::statement::{Bound, SqlBuilder, SqlDialect};
-use crate::store::{Backend, CommitFeed, DeliveryOrder, Lease, RejectedRow, TableName};
+use crate::store::{Backend, CommitFeed, TableName};
 
 /// PostgreSQL's SQL: `$n` placeholders, `FOR UPDATE SKIP LOCKED`, `UPDATE … RETURNING`,
 /// `ON CONFLICT … DO NOTHING`; per-room probes fenced with `OFFSET 0`; `migrate` serialized with an
@@ -36,8 +31,7 @@ const MIGRATIONS: &[Migration] = &[
         4,
         "0004_room_index_on_demand",
         include_str!("../../../../migrations/postgres/0004_room_index_on_demand.sql"),
-    )
-    .dropping_room_index(),
+    ),
     Migration::new(
         5,
         "0005_notify_while_hosts_wait",
@@ -55,15 +49,12 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../../../migrations/postgres/0007_partitions.sql"),
     )
     .outside_transaction(),
-];
-
-/// The claim indexes PostgreSQL's claims read: the retry and lease indexes over live rows only
-/// (migration 0006), each on its state and its claim branch's column, which the branch's
-/// comparison proves and the per-room probes do not (so those are never planned on them).
-static CLAIM_INDEXES: [ClaimIndex; 3] = [
-    PENDING_INDEX,
-    RETRY_INDEX.over("status = 'retryable' AND next_retry_at_ms IS NOT NULL"),
-    LEASE_INDEX.over("status = 'delivering' AND lock_until_ms IS NOT NULL"),
+    Migration::new(
+        8,
+        "0008_retire_claim_indexes",
+        include_str!("../../../../migrations/postgres/0008_retire_claim_indexes.sql"),
+    )
+    .outside_transaction(),
 ];
 
 impl SqlDialect for PostgresDialect {
@@ -81,28 +72,6 @@ impl SqlDialect for PostgresDialect {
         sql.push_str(&n.to_string());
     }
 
-    /// `OFFSET 0` keeps the `NOT EXISTS` a correlated subplan (the planner never pulls a sublink
-    /// with an OFFSET up into an anti-join), so each candidate probes the room index with its own
-    /// (app_code, room_id) instead of the planner joining against every active row of the tenant
-    /// when its statistics are stale (a freshly filled table): measured 9.4 s → milliseconds per
-    /// claim of 500 with 20k fresh rows.
-    fn probe_end(&self) -> &'static str {
-        " OFFSET 0)"
-    }
-
-    /// The room walk, each head read and locked in a `LATERAL` subquery per room
-    /// (`claim.rs`): on a table without statistics PostgreSQL hash-joined the walk with every
-    /// pending row of the tenant (232 ms against 2.7 ms per claim of 25 rooms × 2,000 events).
-    fn write_room_heads(
-        &self,
-        b: &mut SqlBuilder,
-        table: &TableName,
-        columns: &str,
-        walk: Option<PositionSide>,
-    ) {
-        super::claim::write_room_heads(b, table, columns, walk);
-    }
-
     /// Key lists go as one `text[]` parameter (`event_id = ANY($n)`): a mark's
     /// `event_id IN ($5 … $504)` under the cached generic plan rebuilt the 500-element array for
     /// every row the UPDATE read; measured 21–24 ms against 14–16 ms per mark of 500 rows
@@ -111,54 +80,9 @@ impl SqlDialect for PostgresDialect {
         true
     }
 
-    /// A separate lease `UPDATE … WHERE app_code = $1 AND event_id IN ($2 … $501)` is planned
-    /// from statistics: on a table filled after its last ANALYZE (autovacuum lagging behind a
-    /// backlog, or off) the planner reads every row of the tenant through the primary key's first
-    /// column and filters the ids (4.9 s per claim of 500 on 200k never-analyzed rows). Addressed
-    /// by `ctid`, the rows the claim SELECT locked are reached by a TID scan whatever the
-    /// statistics say (and in one statement instead of two).
-    fn claim_lease_text(
-        &self,
-        table: &TableName,
-        branch: ClaimBranch,
-        ordering: DeliveryOrder,
-        position: Option<PositionSide>,
-    ) -> Option<Arc<str>> {
-        let address = "ctid";
-        let text = super::claim::claim_lease_text(table, branch, ordering, address, position);
-        Some(text)
-    }
-
-    /// The rows are leased by the claim statement: only the rejected ones are failed, under the
-    /// new lease.
-    fn claim_follow_ups(
-        &self,
-        table: &TableName,
-        lease: &Lease,
-        now_ms: i64,
-        _event_ids: &[&str],
-        rejected: &[RejectedRow],
-    ) -> Vec<(&'static str, Bound)> {
-        let reject = super::claim::reject_leased_rows(table, lease, now_ms, rejected);
-        vec![("reject", reject)]
-    }
-
-    /// The held mark reaches its rows by `ctid` (locked by the same transaction, so the address
-    /// cannot change under it): a TID scan whatever the statistics, where `app_code = $1 AND
-    /// event_id IN (…)` reads every row of the tenant on a never-analyzed table (see
-    /// `claim_lease_text`).
-    fn held_row_address(&self) -> Option<HeldRowAddress> {
-        Some(super::held::HELD_ROW_ADDRESS)
-    }
-
     fn clock_ms(&self) -> Option<&'static str> {
         // clock_timestamp(): the time now, not the transaction's start.
         Some("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
-    }
-
-    /// The retry and lease indexes over live rows ([`CLAIM_INDEXES`]).
-    fn claim_indexes(&self) -> &'static [ClaimIndex; 3] {
-        &CLAIM_INDEXES
     }
 
     fn migrations(&self) -> &'static [Migration] {

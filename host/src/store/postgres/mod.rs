@@ -9,24 +9,18 @@
 //! pooled session runs `SET plan_cache_mode = force_custom_plan` when it opens: each statement is
 //! planned for its own execution, never on a generic plan made while the table was empty.
 
-use std::sync::Arc;
-
 use sqlx::Postgres;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-pub(crate) mod claim;
 mod dialect;
-mod held;
 mod mark;
 mod partitions;
 
-use super::claim_position::ClaimPositions;
 use super::driver::Driver;
 use super::exec;
 use super::impl_store::impl_store;
-use super::room_cursor::RoomCursors;
 use super::session::{BindTextList, impl_session};
-use super::statement::claim::Statements;
+use super::statement::rows::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
 
 use crate::record::Record;
@@ -37,8 +31,6 @@ pub(crate) use dialect::PostgresDialect;
 pub struct PostgresStore {
     pool: PgPool,
     statements: Statements,
-    positions: Arc<ClaimPositions>,
-    room_cursors: Arc<RoomCursors>,
 }
 
 impl PostgresStore {
@@ -61,8 +53,6 @@ impl PostgresStore {
         Ok(PostgresStore {
             pool,
             statements: Statements::new(Backend::Postgres, &options.table),
-            positions: Arc::default(),
-            room_cursors: Arc::default(),
         })
     }
 
@@ -105,16 +95,6 @@ impl Driver for PostgresStore {
 
     fn statements(&self) -> &Statements {
         &self.statements
-    }
-
-    /// A claimed row leaves a dead entry in the pending index until VACUUM: claims read a
-    /// backlog from where the last full claim stopped ([`super::claim_position`]).
-    fn positions(&self) -> Option<&ClaimPositions> {
-        Some(&self.positions)
-    }
-
-    fn room_cursors(&self) -> &RoomCursors {
-        &self.room_cursors
     }
 }
 

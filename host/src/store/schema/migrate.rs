@@ -1,11 +1,11 @@
 //! `migrate`: the embedded migrations not yet recorded applied in one write transaction, then the
-//! table's columns and claim indexes checked (and completed) on every run.
+//! table's columns and required indexes checked (and completed) on every run.
 
 use std::collections::HashSet;
 
 use super::{
-    CREATE_BOOKKEEPING, ClaimIndex, IndexChange, ROOM_INDEX, applied_versions, claim_indexes,
-    create_claim_index, plan_claim_indexes, record_version, table_indexes,
+    CREATE_BOOKKEEPING, REQUIRED_INDEXES, applied_versions, create_index, missing_indexes,
+    record_version, table_indexes,
 };
 use crate::record;
 use crate::store::driver::{Driver, begin_write, db};
@@ -13,20 +13,15 @@ use crate::store::row::{Int, Name};
 use crate::store::session::Session;
 use crate::store::statement::Bound;
 use crate::store::statement::insert::OUTBOX_COLUMNS;
-use crate::store::{Backend, MigrateOptions, StoreError, TableName};
+use crate::store::{Backend, StoreError, TableName};
 
 /// Applies the embedded migrations not yet recorded for the table, in one write transaction
-/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead); with the room
-/// index, the migration dropping it is recorded without running ([`Migration::runs_with`]).
-/// Then checks the table's columns and claim indexes on every run ([`verify_outbox_table`]), so
-/// a table adopted from another program gets the indexes the claims need, and the room index
-/// when `options` asks for it. Migrations marked to run outside a transaction follow once that
+/// (MySQL/MariaDB commit DDL implicitly: there every step is idempotent instead). Then checks
+/// the table's columns and required indexes on every run ([`verify_outbox_table`]), so a table
+/// adopted from another program gets them. Migrations marked to run outside a transaction follow once that
 /// transaction commits ([`migrate_outside_transaction`]).
-pub(crate) async fn migrate<D: Driver>(
-    driver: &D,
-    options: &MigrateOptions,
-) -> Result<Vec<i64>, StoreError> {
-    let mut applied_now = migrate_in_transaction(driver, options).await?;
+pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
+    let mut applied_now = migrate_in_transaction(driver).await?;
     applied_now.extend(migrate_outside_transaction(driver).await?);
     Ok(applied_now)
 }
@@ -68,10 +63,7 @@ async fn take_migration_lock<S: Session>(
 
 /// The migrations that run in the transaction (all but [`Migration::outside_transaction`] ones),
 /// the table's check, and their records.
-async fn migrate_in_transaction<D: Driver>(
-    driver: &D,
-    options: &MigrateOptions,
-) -> Result<Vec<i64>, StoreError> {
+async fn migrate_in_transaction<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
     const OP: &str = "migrate";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
@@ -94,27 +86,18 @@ async fn migrate_in_transaction<D: Driver>(
         if applied.contains(&migration.version) || migration.outside_transaction {
             continue;
         }
-        if migration.runs_with(options) {
-            tx.script(migration.sql(table))
-                .await
-                .map_err(|source| StoreError::Migration {
-                    version: migration.version,
-                    name: migration.name,
-                    source,
-                })?;
-        } else {
-            tracing::info!(
-                table = table.as_str(),
-                version = migration.version,
-                name = migration.name,
-                "keeping the room index that per-room ordering reads: migration recorded, not run"
-            );
-        }
+        tx.script(migration.sql(table))
+            .await
+            .map_err(|source| StoreError::Migration {
+                version: migration.version,
+                name: migration.name,
+                source,
+            })?;
         applied_now.push(migration.version);
     }
     // Before recording: on MySQL/MariaDB the DDL above already committed, and a table refused
     // here must not count as migrated.
-    verify_outbox_table(&mut *tx, backend, table, options).await?;
+    verify_outbox_table(&mut *tx, backend, table).await?;
     for version in &applied_now {
         tx.run(record_version(backend, table, *version, record::now_ms()))
             .await
@@ -243,15 +226,14 @@ async fn has_outbox_columns<S: Session>(
 }
 
 /// Checks the outbox table after the migrations: every column of the record present
-/// ([`has_outbox_columns`]), and the claim indexes of migration 0001 present under any name (with
-/// `options.room_index`, the room index too). A table created by another program (`CREATE TABLE
-/// IF NOT EXISTS` left it as it was) gets the missing claim indexes; one with an index named like
-/// a wanted index but of other columns is refused, and nothing is created.
+/// ([`has_outbox_columns`]), and the required indexes ([`REQUIRED_INDEXES`]) present under any
+/// name. A table created by another program (`CREATE TABLE IF NOT EXISTS` left it as it was)
+/// gets the missing ones; one with an index named like a required index but of other columns is
+/// refused, and nothing is created.
 async fn verify_outbox_table<S: Session>(
     session: &mut S,
     backend: Backend,
     table: &TableName,
-    options: &MigrateOptions,
 ) -> Result<(), StoreError> {
     const OP: &str = "migrate";
     if !has_outbox_columns(session, backend, table).await? {
@@ -263,32 +245,17 @@ async fn verify_outbox_table<S: Session>(
         )));
     }
     let indexes = table_indexes(session, backend, table, OP).await?;
-    let mut wanted: Vec<&'static ClaimIndex> = claim_indexes(backend).iter().collect();
-    if options.room_index {
-        wanted.push(&ROOM_INDEX);
-    }
     let create =
-        plan_claim_indexes(backend, table, &indexes, &wanted).map_err(StoreError::Schema)?;
-    for change in create {
-        let index = change.index();
-        if let IndexChange::Replace(_) = change {
-            tracing::info!(
-                table = table.as_str(),
-                index = %index.name(table),
-                columns = %index.columns.join(", "),
-                "rebuilding a claim index of an earlier version's columns"
-            );
-            let drop = backend.dialect().drop_index_hint(table, &index.name(table));
-            session.script(drop).await.map_err(db(OP))?;
-        }
+        missing_indexes(backend, table, &indexes, &REQUIRED_INDEXES).map_err(StoreError::Schema)?;
+    for index in create {
         tracing::info!(
             table = table.as_str(),
             index = %index.name(table),
             columns = %index.columns.join(", "),
-            "creating a missing claim index on the outbox table"
+            "creating a missing index on the outbox table"
         );
         session
-            .script(create_claim_index(backend, table, index))
+            .script(create_index(table, index))
             .await
             .map_err(db(OP))?;
     }

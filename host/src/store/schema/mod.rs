@@ -1,6 +1,6 @@
-//! The outbox table's schema: the embedded migrations, the columns and claim indexes outboxd
-//! needs (the room index `ROOM_INDEX` among them), and reading a table's indexes; `migrate`
-//! itself (apply what is missing, then check and complete an adopted table) is in `migrate.rs`.
+//! The outbox table's schema: the embedded migrations, the columns and indexes outboxd needs on
+//! every table ([`REQUIRED_INDEXES`]), and reading a table's indexes; `migrate` itself (apply
+//! what is missing, then check and complete an adopted table) is in `migrate.rs`.
 //!
 //! What differs per database (the migration files, the bookkeeping DDL, catalog queries, the
 //! migration lock) comes from the backend's `SqlDialect`.
@@ -12,7 +12,6 @@ use super::session::Session;
 use super::statement::{Arg, Bound, SqlBuilder};
 use super::{Backend, StoreError, TableName};
 
-pub(crate) use super::claim_index::{ClaimIndex, ROOM_INDEX};
 pub use super::migration::Migration;
 pub(crate) use migrate::migrate;
 
@@ -53,15 +52,36 @@ pub(crate) fn record_version(
     b.finish()
 }
 
-/// The claim indexes `backend`'s claims read ([`SqlDialect::claim_indexes`](super::statement::SqlDialect::claim_indexes)).
-pub(crate) fn claim_indexes(backend: Backend) -> &'static [ClaimIndex; 3] {
-    backend.dialect().claim_indexes()
+/// One index outboxd needs on every outbox table, whoever created it: `migrate` creates it when
+/// no index has its key columns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequiredIndex {
+    /// The name is `idx_<table>_<suffix>`.
+    pub(crate) suffix: &'static str,
+    /// Key columns, in order.
+    pub(crate) columns: &'static [&'static str],
 }
 
-/// The key columns of each claim index `backend`'s claims read (pending, retry, lease), for
-/// tools and tests that check a table's indexes.
-pub fn claim_index_columns(backend: Backend) -> Vec<Vec<&'static str>> {
-    claim_indexes(backend)
+impl RequiredIndex {
+    /// The index name for `table` (at most 60 bytes: table names have at most 48).
+    pub(crate) fn name(&self, table: &TableName) -> String {
+        format!("idx_{}_{}", table.as_str(), self.suffix)
+    }
+}
+
+/// The status index of migration 0001 (named `pending` for its first use): a tenant's rows of
+/// one status in write order. Counts, retention, the failed listings, requeue and the console
+/// read it; the partition index (migrations `0004_partitions` / `0007_partitions`) serves the
+/// reads of due rows and the marks.
+pub(crate) static REQUIRED_INDEXES: [RequiredIndex; 1] = [RequiredIndex {
+    suffix: "pending",
+    columns: &["app_code", "status", "created_at_ms", "event_id"],
+}];
+
+/// The key columns of each index outboxd needs on every table ([`REQUIRED_INDEXES`]), for tools
+/// and tests that check a table's indexes.
+pub fn required_index_columns() -> Vec<Vec<&'static str>> {
+    REQUIRED_INDEXES
         .iter()
         .map(|index| index.columns.to_vec())
         .collect()
@@ -79,30 +99,15 @@ pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, Stri
     (sql.to_string(), catalog_name.clone())
 }
 
-/// `CREATE INDEX` of a claim index on `table` (static columns, name from the validated table),
-/// over the rows of `index.predicate`, or over live rows only where `index.live_rows_only` and
-/// the database has such a predicate.
-pub(crate) fn create_claim_index(
-    backend: Backend,
-    table: &TableName,
-    index: &ClaimIndex,
-) -> String {
-    let mut sql = format!(
+/// `CREATE INDEX` of a required index on `table` (static columns, name from the validated
+/// table).
+pub(crate) fn create_index(table: &TableName, index: &RequiredIndex) -> String {
+    format!(
         "CREATE INDEX {} ON {} ({})",
         index.name(table),
         table.as_str(),
         index.columns.join(", ")
-    );
-    if let Some(predicate) = index.predicate.or_else(|| {
-        backend
-            .dialect()
-            .live_rows_predicate()
-            .filter(|_| index.live_rows_only)
-    }) {
-        sql.push_str(" WHERE ");
-        sql.push_str(predicate);
-    }
-    sql
+    )
 }
 
 /// A table's indexes as the catalog lists them: name and key columns in order (`None` for an
@@ -130,38 +135,6 @@ pub(crate) async fn table_indexes<S: Session>(
     Ok(indexes)
 }
 
-/// Whether `backend`'s claims name `index`, so that only an index of that exact name (and
-/// columns) serves them; otherwise any index with its columns does.
-pub(crate) fn needs_own_name(index: &ClaimIndex, backend: Backend, table: &TableName) -> bool {
-    index.named_in_claims
-        && backend
-            .dialect()
-            .room_probe_index_hint(&index.name(table))
-            .is_some()
-}
-
-/// Whether some index of `existing` has exactly `index`'s key columns: under any name, or under
-/// `index`'s own name where `backend`'s claims name it ([`needs_own_name`]).
-pub(crate) fn has_index_columns(
-    backend: Backend,
-    table: &TableName,
-    existing: &[(String, Vec<Option<String>>)],
-    index: &ClaimIndex,
-) -> bool {
-    let own_name = needs_own_name(index, backend, table).then(|| index.name(table));
-    existing.iter().any(|(name, columns)| {
-        own_name
-            .as_deref()
-            .is_none_or(|own| name.eq_ignore_ascii_case(own))
-            && same_columns(columns, index)
-    })
-}
-
-/// Whether `columns` (an index's key columns, `None` for an expression) are exactly `index`'s.
-pub(crate) fn same_columns(columns: &[Option<String>], index: &ClaimIndex) -> bool {
-    same_column_list(columns, index.columns)
-}
-
 /// Whether `columns` (an index's key columns, `None` for an expression) are exactly `wanted`.
 pub(crate) fn same_column_list(columns: &[Option<String>], wanted: &[&str]) -> bool {
     columns.len() == wanted.len()
@@ -172,38 +145,22 @@ pub(crate) fn same_column_list(columns: &[Option<String>], wanted: &[&str]) -> b
         })
 }
 
-/// What `migrate` does about one wanted claim index that the table lacks.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum IndexChange {
-    /// Create it.
-    Create(&'static ClaimIndex),
-    /// Drop the index of its name, which has columns an earlier version gave it
-    /// ([`ClaimIndex::former_columns`]), and create it.
-    Replace(&'static ClaimIndex),
-}
-
-impl IndexChange {
-    /// The index created.
-    pub(crate) fn index(&self) -> &'static ClaimIndex {
-        match self {
-            IndexChange::Create(index) | IndexChange::Replace(index) => index,
-        }
-    }
-}
-
-/// What `migrate` must do about the `wanted` claim indexes of a table, given its indexes (name
-/// and key columns, `None` for an expression): the indexes to create or replace, or why it
-/// cannot.
-pub(crate) fn plan_claim_indexes(
+/// The `wanted` indexes a table lacks, given its indexes (name and key columns, `None` for an
+/// expression): those no index has the key columns of, under any name; or why `migrate` cannot
+/// create them (an index of the wanted name has other columns).
+pub(crate) fn missing_indexes(
     backend: Backend,
     table: &TableName,
     existing: &[(String, Vec<Option<String>>)],
-    wanted: &[&'static ClaimIndex],
-) -> Result<Vec<IndexChange>, String> {
+    wanted: &'static [RequiredIndex],
+) -> Result<Vec<&'static RequiredIndex>, String> {
     let mut create = Vec::new();
     let mut conflicts = Vec::new();
-    for &index in wanted {
-        if has_index_columns(backend, table, existing, index) {
+    for index in wanted {
+        if existing
+            .iter()
+            .any(|(_, columns)| same_column_list(columns, index.columns))
+        {
             continue;
         }
         let name = index.name(table);
@@ -211,14 +168,6 @@ pub(crate) fn plan_claim_indexes(
             .iter()
             .find(|(existing, _)| existing.eq_ignore_ascii_case(&name))
         {
-            Some((_, columns))
-                if index
-                    .former_columns
-                    .iter()
-                    .any(|former| same_column_list(columns, former)) =>
-            {
-                create.push(IndexChange::Replace(index));
-            }
             Some((existing, columns)) => {
                 let columns: Vec<&str> = columns
                     .iter()
@@ -233,7 +182,7 @@ pub(crate) fn plan_claim_indexes(
                     table = table.as_str(),
                 ));
             }
-            None => create.push(IndexChange::Create(index)),
+            None => create.push(index),
         }
     }
     if conflicts.is_empty() {

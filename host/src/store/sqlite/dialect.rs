@@ -26,12 +26,16 @@ const MIGRATIONS: &[Migration] = &[
         3,
         "0003_room_index_on_demand",
         include_str!("../../../../migrations/sqlite/0003_room_index_on_demand.sql"),
-    )
-    .dropping_room_index(),
+    ),
     Migration::new(
         4,
         "0004_partitions",
         include_str!("../../../../migrations/sqlite/0004_partitions.sql"),
+    ),
+    Migration::new(
+        5,
+        "0005_retire_claim_indexes",
+        include_str!("../../../../migrations/sqlite/0005_retire_claim_indexes.sql"),
     ),
 ];
 
@@ -48,12 +52,6 @@ impl SqlDialect for SqliteDialect {
         CommitFeed::DataVersion
     }
 
-    /// None: a claim (like `migrate`) runs in `BEGIN IMMEDIATE`, which excludes every other
-    /// writer.
-    fn row_lock(&self) -> &'static str {
-        ""
-    }
-
     /// No: one writer at a time holds the file's write lock; a second `BEGIN IMMEDIATE` waits in
     /// the busy handler (sleeping 1, 2, 5, 10 … ms between tries).
     fn concurrent_writers(&self) -> bool {
@@ -62,12 +60,6 @@ impl SqlDialect for SqliteDialect {
 
     fn migrations(&self) -> &'static [Migration] {
         MIGRATIONS
-    }
-
-    /// As migration 0002 made the room index: an `OR` of equalities, which SQLite proves each
-    /// probe's `p.status = '…'` implies (it would not prove it for an `IN` list).
-    fn live_rows_predicate(&self) -> Option<&'static str> {
-        Some("status = 'pending' OR status = 'retryable' OR status = 'delivering'")
     }
 
     fn table_columns(&self, table: &TableName) -> Bound {

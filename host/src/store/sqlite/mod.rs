@@ -8,7 +8,6 @@
 //! as the store.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Sqlite;
@@ -20,13 +19,10 @@ mod dialect;
 
 use super::driver::Driver;
 use super::exec;
-use super::exec_claim::ClaimOps;
-use super::exec_held::HeldOps;
 use super::exec_mark::MarkOps;
 use super::impl_store::impl_store;
-use super::room_cursor::RoomCursors;
 use super::session::{BindTextList, impl_session};
-use super::statement::claim::Statements;
+use super::statement::rows::Statements;
 use super::{Backend, ConnectOptions, StoreError, TableName};
 
 use crate::record::Record;
@@ -98,7 +94,6 @@ pub fn synchronous_from_url(url: &str) -> Result<(String, SqliteSynchronous), St
 pub struct SqliteStore {
     pool: SqlitePool,
     statements: Statements,
-    room_cursors: Arc<RoomCursors>,
 }
 
 impl SqliteStore {
@@ -123,7 +118,6 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             statements: Statements::new(Backend::Sqlite, &options.table),
-            room_cursors: Arc::default(),
         })
     }
 
@@ -157,22 +151,10 @@ impl Driver for SqliteStore {
     fn statements(&self) -> &Statements {
         &self.statements
     }
-
-    fn room_cursors(&self) -> &RoomCursors {
-        &self.room_cursors
-    }
 }
-
-/// The claim as written once: `SELECT` (in `BEGIN IMMEDIATE`, no row locks), then the lease
-/// UPDATE.
-impl ClaimOps for SqliteStore {}
 
 /// The mark as written once: the fenced UPDATE counted first, `RETURNING` when a row was stale.
 impl MarkOps for SqliteStore {}
-
-/// The held claim as written once (`worker.mode = "held"` is refused on SQLite by config
-/// loading: `Backend::holds_claims`).
-impl HeldOps for SqliteStore {}
 
 /// The producer insert as written once: its affected rows are the rows inserted.
 impl exec::SaveOps for SqliteStore {

@@ -17,8 +17,6 @@ pub(crate) struct WindowRange<'a> {
     pub(crate) app_code: &'a str,
     /// One status.
     pub(crate) status: Option<Status>,
-    /// A room, read through the room index (its key leads with `app_code, status, room_id`).
-    pub(crate) room_id: Option<&'a str>,
     /// `created_at_ms >= since`.
     pub(crate) since_ms: Option<i64>,
     /// `created_at_ms < until`.
@@ -41,9 +39,6 @@ pub(crate) fn select_window(
         .push(table.as_str())
         .push(" WHERE app_code = ")
         .bind(range.app_code);
-    if let Some(room_id) = range.room_id {
-        b.push(" AND room_id = ").bind(room_id);
-    }
     if let Some(status) = range.status {
         b.push(" AND status = ").status(status);
     }
@@ -173,18 +168,6 @@ pub fn explain_statements(
                 &WindowRange {
                     since_ms: Some(0),
                     until_ms: Some(i64::MAX / 2),
-                    ..status(Status::Delivered)
-                },
-                50,
-            ),
-        ),
-        (
-            "window of one room (room index)",
-            select_window(
-                backend,
-                table,
-                &WindowRange {
-                    room_id: Some("room-1"),
                     ..status(Status::Delivered)
                 },
                 50,

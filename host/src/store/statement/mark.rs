@@ -58,12 +58,10 @@ impl<'a> MarkColumns<'a> {
     }
 }
 
-/// The fence of a mark: `app_code = ? AND status = 'delivering' AND worker_id = ? AND
-/// lock_until_ms = ? AND event_id IN (…)`, a row changes only while the claim's lease is still on
-/// it; or, for a batch read from a partition ([`Lease::partition`]), `app_code = ? AND status IN
-/// ('pending', 'retryable', 'delivering') AND event_id IN (…) AND EXISTS (the partition's row with
-/// this owner and epoch)`, read under a shared lock where the database needs one, so a host that
-/// lost the partition changes nothing.
+/// The fence of a mark ([`Lease::partition`]): `app_code = ? AND <the batch's span of the
+/// partition index> AND status IN ('pending', 'retryable', 'delivering') AND event_id IN (…) AND
+/// EXISTS (the partition's row with this owner and epoch)`, read under a shared lock where the
+/// database needs one, so a host that lost the partition changes nothing.
 pub(crate) fn lease_fence<'a>(
     b: &mut SqlBuilder,
     table: &TableName,
@@ -71,17 +69,7 @@ pub(crate) fn lease_fence<'a>(
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
     b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
-    let Some(batch) = lease.partition else {
-        b.push(" AND status = ")
-            .status(Status::Delivering)
-            .push(" AND worker_id = ")
-            .bind(lease.worker_id.as_str())
-            .push(" AND lock_until_ms = ")
-            .bind(lease.lock_until_ms)
-            .push(" AND event_id")
-            .bind_in(event_ids);
-        return;
-    };
+    let batch = lease.partition;
     let (lock, partition) = (b.fence_lock(), b.partition_of_row());
     if let Some(partition) = partition {
         // Within the batch's span of the partition index: a seek whatever the statistics.
@@ -239,10 +227,8 @@ fn mark_update(
     retry_and_error_columns(&mut b, &columns);
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms);
-    if lease.partition.is_some() {
-        // The owner handled the row last (MySQL's mark lists the rows it changed by it).
-        b.push(", worker_id = ").bind(lease.worker_id.as_str());
-    }
+    // The owner handled the row last (MySQL's mark lists the rows it changed by it).
+    b.push(", worker_id = ").bind(lease.worker_id.as_str());
     lease_fence(
         &mut b,
         table,

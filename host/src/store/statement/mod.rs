@@ -4,30 +4,27 @@
 //!
 //! Every statement text is built from static fragments and the validated [`TableName`] only;
 //! every value is a bound parameter. The statements themselves are grouped by operation:
-//! [`claim`] (the claim SELECTs, lease and reject UPDATEs, counts), `insert` (the producer
-//! insert), `mark` (the fenced mark), `failed` (list, count and requeue `failed` rows) and
-//! [`purge`] (retention's batched deletes), [`browse`] (the console's reads and dead-letter
-//! deletes).
-//! Schema statements live in [`super::schema`]. Statements of fixed shape are built once per store
-//! ([`claim::Statements`]); those carrying an IN list or a VALUES list are built per call.
+//! `partitions` (ownership and the partition read), `rows` (the fixed statements, the reject
+//! UPDATE, counts), `insert` (the producer insert), `mark` (the fenced mark), `failed` (list,
+//! count and requeue `failed` rows) and [`purge`] (retention's batched deletes), [`browse`] (the
+//! console's reads and dead-letter deletes). Schema statements live in [`super::schema`].
+//! Statements of fixed shape are built once per store ([`rows::Statements`]); those carrying an
+//! IN list or a VALUES list are built per call.
 
 pub mod browse;
-pub mod claim;
 pub(crate) mod failed;
-pub(crate) mod held;
 pub(crate) mod insert;
 pub(crate) mod mark;
 pub(crate) mod partitions;
+pub mod rows;
 
 pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
 use std::sync::Arc;
 
-use super::claim_position::ClaimPosition;
 use super::migration::Migration;
-use super::room_cursor::RoomWalk;
-use super::{Backend, DeliveryOrder, EventCursor, Lease, Mark, RejectedRow, TableName};
+use super::{Backend, EventCursor, Lease, Mark, TableName};
 use crate::record::Status;
 
 /// The length an `IN` list of `n` members is padded to ([`SqlBuilder::bind_set`]): the next
@@ -62,12 +59,7 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         sql.push('?');
     }
 
-    /// Appended to a claim SELECT so concurrent claimers skip each other's rows.
-    fn row_lock(&self) -> &'static str {
-        " FOR UPDATE SKIP LOCKED"
-    }
-
-    /// Whether two write transactions on the table proceed side by side (row locks), so a claim
+    /// Whether two write transactions on the table proceed side by side (row locks), so a read
     /// gains from running while a mark of the same host is open.
     fn concurrent_writers(&self) -> bool {
         true
@@ -96,51 +88,6 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         false
     }
 
-    /// Written after the per-room probe's table alias to make the database read the room index
-    /// `name` (`idx_<table>_room`) whatever its statistics say; `None`: the planner picks. Where
-    /// it names the index, the index must exist under exactly that name: `migrate` with the room
-    /// index creates it so, and a per-room worker's start check requires it
-    /// ([`crate::store::OutboxStore::check_ordering`]).
-    fn room_probe_index_hint(&self, _name: &str) -> Option<String> {
-        None
-    }
-
-    /// Writes the pending branch of a per-room claim, returning `columns` (of alias `c`): the heads
-    /// of the rooms `walk` covers (`None`: every room; else that side of the room cursor), those
-    /// whose room has no earlier retryable or delivering event, locked, up to a row limit.
-    /// Default: a recursive walk of the room index ([`claim::room_heads::write_walk`]); MariaDB
-    /// reads the heads with a loose index scan (`store/mysql/claim.rs`).
-    fn write_room_heads(
-        &self,
-        b: &mut SqlBuilder,
-        table: &TableName,
-        columns: &str,
-        walk: Option<claim::PositionSide>,
-    ) {
-        claim::room_heads::write_walk(b, self.backend(), table, columns, walk);
-    }
-
-    /// The values [`SqlDialect::write_room_heads`]'s statement binds before its row limit.
-    fn room_heads_args(&self, app_code: &str, walk: &RoomWalk) -> Vec<Arg> {
-        claim::room_heads::walk_args(app_code, walk)
-    }
-
-    /// Writes the claim-position condition of the pending branch: the rows on `side` of the
-    /// position in claim order, in the form the database seeks on the pending index's full key.
-    /// Default: one row comparison `(c.created_at_ms, c.event_id) > (?, ?)` (PostgreSQL, SQLite);
-    /// MariaDB writes two ranges (`store/mysql/claim.rs`).
-    fn write_position_bound(&self, b: &mut SqlBuilder, side: claim::PositionSide) {
-        claim::write_row_comparison_bound(b, side);
-    }
-
-    /// The values [`SqlDialect::write_position_bound`]'s condition binds, in order.
-    fn position_args(&self, position: &ClaimPosition) -> Vec<Arg> {
-        vec![
-            Arg::Int(position.created_at_ms),
-            Arg::from(position.event_id.as_str()),
-        ]
-    }
-
     /// Writes the console's condition "strictly older than `before` in `(created_at_ms,
     /// event_id)` order", in the form the database seeks on an index key ending in those columns.
     /// Default: one row comparison (PostgreSQL, SQLite); MariaDB writes two ranges
@@ -149,53 +96,9 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         browse::write_row_comparison_before(b, before);
     }
 
-    /// Closes a per-room `NOT EXISTS` probe of a claim SELECT.
-    fn probe_end(&self) -> &'static str {
-        ")"
-    }
-
-    /// One claim branch claimed and leased in one statement, where the database can (PostgreSQL:
-    /// `UPDATE … FROM unnest(ARRAY(SELECT ctid … FOR UPDATE SKIP LOCKED)) WITH ORDINALITY …
-    /// RETURNING`, `store/postgres/claim/`), reading `position`'s side of a claim position when
-    /// given. `None` (the default): the claim SELECTs, then leases by primary key in a second
-    /// statement. A dialect that has it has it for every branch and ordering.
-    fn claim_lease_text(
-        &self,
-        _table: &TableName,
-        _branch: claim::ClaimBranch,
-        _ordering: DeliveryOrder,
-        _position: Option<claim::PositionSide>,
-    ) -> Option<Arc<str>> {
-        None
-    }
-
-    /// The statements a claim runs after its reads, handing out `event_ids` under `lease` and
-    /// rejecting `rejected`, named (`lease`, `reject`): for `EXPLAIN` in tests
-    /// ([`claim::Statements::follow_up_statements`]). Default: the lease UPDATE by primary key and
-    /// the reject UPDATE.
-    fn claim_follow_ups(
-        &self,
-        table: &TableName,
-        lease: &Lease,
-        now_ms: i64,
-        event_ids: &[&str],
-        rejected: &[RejectedRow],
-    ) -> Vec<(&'static str, Bound)> {
-        let backend = self.backend();
-        vec![
-            (
-                "lease",
-                claim::lease_rows(backend, table, lease, now_ms, event_ids),
-            ),
-            (
-                "reject",
-                claim::reject_rows(backend, table, &lease.app_code, now_ms, rejected),
-            ),
-        ]
-    }
-
     /// The statements a mark of `marks` runs when some row is stale, named (`mark`, and MySQL's
-    /// `marked`): for `EXPLAIN` in tests. Default: the fenced UPDATE with `RETURNING event_id`.
+    /// `marked`): for `EXPLAIN` in the plan tests ([`crate::store::internals::mark_statements`]).
+    /// Default: the fenced UPDATE with `RETURNING event_id`.
     fn mark_statements(
         &self,
         table: &TableName,
@@ -205,13 +108,6 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     ) -> Vec<(&'static str, Bound)> {
         let mark = mark::mark_rows(self.backend(), table, lease, marks, now_ms);
         vec![("mark", mark)]
-    }
-
-    /// How a held mark reaches the rows its claim locked by their address instead of the primary
-    /// key, when a primary-key `event_id IN (…)` plan depends on statistics (PostgreSQL: `ctid`,
-    /// a TID scan). `None`: by primary key.
-    fn held_row_address(&self) -> Option<held::HeldRowAddress> {
-        None
     }
 
     /// A query of one BIGINT: the database's clock, UTC milliseconds since the epoch. `None`
@@ -255,28 +151,8 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// NULL for an expression), ordered by index name and position.
     fn table_index_columns(&self, table: &TableName) -> Bound;
 
-    /// The claim indexes this database's claims read (pending, retry, lease), which `migrate`
-    /// checks and completes. Default: migration 0001's, each led by `(app_code, status)`
-    /// ([`crate::store::claim_index::CLAIM_INDEXES`]).
-    fn claim_indexes(&self) -> &'static [crate::store::claim_index::ClaimIndex; 3] {
-        &crate::store::claim_index::CLAIM_INDEXES
-    }
-
-    /// Writes the retryable branch's bound on `c.next_retry_at_ms`: the rows due at the bound
-    /// time. Default ` AND c.next_retry_at_ms <= ?`.
-    fn write_due_retry_bound(&self, b: &mut SqlBuilder) {
-        b.push(" AND c.next_retry_at_ms <= ").placeholder();
-    }
-
-    /// The condition of a partial index over the live rows (`pending`, `retryable`,
-    /// `delivering`) that the claims' statements imply, for the indexes `migrate` creates that
-    /// way ([`super::claim_index::ClaimIndex`]); `None`: the database indexes every row.
-    fn live_rows_predicate(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// The statement that drops index `name` of `table`: `migrate` runs it to rebuild an index
-    /// of an earlier shape, and names it where it refuses an index an operator must drop.
+    /// The statement that drops index `name` of `table`: `migrate` names it where it refuses an
+    /// index an operator must drop.
     fn drop_index_hint(&self, _table: &TableName, name: &str) -> String {
         format!("DROP INDEX {name}")
     }

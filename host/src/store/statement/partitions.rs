@@ -2,7 +2,7 @@
 //! renewed, released, all on the database's clock), and one partition's due rows read without
 //! writing them. The mark's fence on a partition is in `mark.rs` ([`super::mark::lease_fence`]).
 
-use super::claim::CLAIM_COLUMNS;
+use super::rows::READ_COLUMNS;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, PartitionRead, TableName};
@@ -383,7 +383,7 @@ fn write_branch(
     branch: u8,
 ) {
     b.push("SELECT * FROM (SELECT ")
-        .push(CLAIM_COLUMNS)
+        .push(READ_COLUMNS)
         .push(", c.status");
     from_table(b, backend, table, "c");
     in_partition(b, backend, read, "c.");
@@ -435,7 +435,7 @@ fn write_branch(
 /// A partition's due rows, without writing them: pending (with per-room order, of rooms with no
 /// retryable or delivering event), retryable with their retry due, and `delivering` rows whose
 /// lease expired (a host of the leased design that died); each branch up to `limit` rows by
-/// write order, `CLAIM_COLUMNS` and the status. The caller merges them by write order.
+/// write order, `READ_COLUMNS` and the status. The caller merges them by write order.
 pub(crate) fn read_partition(backend: Backend, table: &TableName, read: &PartitionRead) -> Bound {
     let mut b = SqlBuilder::new(backend);
     for (i, branch) in [FROM_PENDING, FROM_RETRY, FROM_EXPIRED_LEASE]

@@ -1,0 +1,118 @@
+//! [`Statements`], the fixed statements of one store (built once at connect from its backend and
+//! table), the columns a read returns, the UPDATE failing the rows a read rejected, and the
+//! status counts.
+//!
+//! Every statement that changes a row's status keeps one rule, so that MySQL's / MariaDB's
+//! indexes that do not hold the status are rewritten only when a row enters or leaves their
+//! state: `next_retry_at_ms` is 0 outside `retryable` (above 0 in it), `lock_until_ms` NULL
+//! outside `delivering`. Rejections here, marks (`statement/mark.rs`) and requeues
+//! (`statement/failed.rs`) write both accordingly.
+
+use std::sync::Arc;
+
+use super::{Arg, Bound, SqlBuilder};
+
+use crate::record::Status;
+use crate::store::{Backend, RejectedRow, TableName};
+
+/// The fixed statements of one store, built once at connect from the backend and table name.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    backend: Backend,
+    table: TableName,
+    /// `[all tenants, one tenant]`.
+    counts: [Arc<str>; 2],
+}
+
+impl Statements {
+    /// Builds the statements for `table` in `backend`.
+    pub fn new(backend: Backend, table: &TableName) -> Statements {
+        Statements {
+            backend,
+            table: table.clone(),
+            counts: [false, true].map(|by_app| counts_text(backend, table, by_app)),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The outbox table.
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
+    /// `status, COUNT(*), MIN(created_at_ms)` per status, for every tenant or one.
+    pub(crate) fn counts_query(&self, app_code: Option<&str>) -> Bound {
+        match app_code {
+            None => Bound {
+                sql: self.counts[0].clone(),
+                args: Vec::new(),
+            },
+            Some(app_code) => Bound {
+                sql: self.counts[1].clone(),
+                args: vec![Arg::from(app_code)],
+            },
+        }
+    }
+}
+
+/// Expression that adds the attempt of an expired lease (a row an earlier version's host left
+/// `delivering`): rows still `delivering` when the UPDATE changes them. It must be the first
+/// assignment of its UPDATE: MySQL evaluates SET left to right, with `status` already changed by
+/// later assignments.
+pub(crate) fn retry_count_after_reclaim(b: &mut SqlBuilder) {
+    b.push("retry_count = CASE WHEN status = ")
+        .status(Status::Delivering)
+        .push(" THEN retry_count + 1 ELSE retry_count END");
+}
+
+/// The columns a read returns (of alias `c`).
+pub(crate) const READ_COLUMNS: &str =
+    "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count";
+
+fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
+        .push(table.as_str());
+    if by_app {
+        b.push(" WHERE app_code = ").placeholder();
+    }
+    b.push(" GROUP BY status");
+    b.text()
+}
+
+/// Moves rows a read rejected to `failed` with their reason (one UPDATE by primary key; at most
+/// [`super::MAX_ROWS_PER_STATEMENT`] rows).
+pub(crate) fn reject_rows(
+    backend: Backend,
+    table: &TableName,
+    app_code: &str,
+    now_ms: i64,
+    rejected: &[RejectedRow],
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access())
+        .push(" SET ");
+    retry_count_after_reclaim(&mut b);
+    b.push(", status = ")
+        .status(Status::Failed)
+        .push(", next_retry_at_ms = 0, lock_until_ms = NULL, last_error = CASE event_id");
+    for row in rejected {
+        b.push(" WHEN ")
+            .bind(row.event_id.as_str())
+            .push(" THEN ")
+            .bind_last_error(&row.reason);
+    }
+    b.push(" ELSE last_error END, updated_at_ms = ")
+        .bind(now_ms)
+        .push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND event_id IN ")
+        .bind_set(rejected.iter().map(|r| r.event_id.as_str()));
+    b.finish()
+}
