@@ -7,17 +7,16 @@ use std::sync::Arc;
 use outboxd::record::Status;
 use outboxd::store::{
     Backend, DeleteFailedParams, ErrorGroupsParams, EventPage, EventQuery, FailedFilter, Mark,
-    MigrateOptions, OutboxStore,
+    OutboxStore,
 };
 
-use crate::helpers::{APP, OTHER, claim, enqueue, failed, ids, mark, params, setup};
+use crate::helpers::{APP, HOST, OTHER, all_ids, enqueue, failed, mark, own_all, read_all, setup};
 use crate::support::typed_record;
 
 crate::support::per_backend!(
     search_pages_newest_first_without_offset,
     search_ranges_by_status_time_and_id,
     filters_on_top_read_a_bounded_window,
-    a_room_reads_the_room_index_when_there_is_one,
     one_event_with_its_envelope,
     failed_rows_group_by_error,
     delete_failed_takes_failed_rows_only_in_chunks,
@@ -39,16 +38,22 @@ async fn rows_setup(store: &Arc<dyn OutboxStore>) {
         })
         .collect();
     enqueue(store, &records).await;
-    let batch = claim(store, params(APP, "w", 15, 5_000, 60_000)).await;
-    let marks: Vec<Mark> = ids(&batch)
-        .iter()
-        .enumerate()
-        .map(|(i, id)| match i {
-            0..10 => failed(id, if i % 2 == 0 { "boom" } else { "bust" }),
-            _ => Mark::delivered(id.as_str()),
-        })
-        .collect();
-    mark(store, &batch.lease, &marks, 6_000).await;
+    let own = own_all(store, APP, HOST).await;
+    let batches = read_all(store, HOST, &own, false, 5_000).await;
+    assert_eq!(all_ids(&batches).len(), 30);
+    for batch in &batches {
+        let marks: Vec<Mark> = batch
+            .events
+            .iter()
+            .map(|e| e.event.event_id.as_str())
+            .filter_map(|id| match id[1..].parse::<usize>().expect("e<nn>") {
+                i @ 0..10 => Some(failed(id, if i % 2 == 0 { "boom" } else { "bust" })),
+                10..15 => Some(Mark::delivered(id)),
+                _ => None,
+            })
+            .collect();
+        mark(store, &batch.lease, &marks, 6_000).await;
+    }
     enqueue(store, &[typed_record(OTHER, "o1", "r0", "A", 1_000)]).await;
 }
 
@@ -213,35 +218,6 @@ async fn filters_on_top_read_a_bounded_window(backend: Backend) {
     );
     assert_eq!(page.events.len(), 10);
     assert!(page.events.iter().all(|e| e.room_id == "r1"));
-}
-
-async fn a_room_reads_the_room_index_when_there_is_one(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
-        return;
-    };
-    store
-        .migrate_with(&MigrateOptions { room_index: true })
-        .await
-        .expect("room index");
-    rows_setup(&store).await;
-    let room = EventQuery {
-        room_id: Some("r2".into()),
-        room_index: true,
-        limit: 4,
-        ..query()
-    };
-    let page = search(&store, &room).await;
-    assert!(!page.filtered_on_top);
-    assert_eq!(event_ids(&page), ["e29", "e26", "e23", "e20"]);
-    let next = search(
-        &store,
-        &EventQuery {
-            before: page.next.clone(),
-            ..room
-        },
-    )
-    .await;
-    assert_eq!(event_ids(&next), ["e17", "e14", "e11", "e08"]);
 }
 
 async fn one_event_with_its_envelope(backend: Backend) {

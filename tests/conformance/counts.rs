@@ -1,26 +1,36 @@
 //! `counts`: rows per status and the age of the oldest pending row, per tenant or overall.
 
-use outboxd::store::{Backend, StatusCounts};
+use outboxd::store::{Backend, DEFAULT_TABLE, StatusCounts};
 
 use crate::helpers::{
-    APP, OTHER, claim_app, counts, delivered, enqueue, failed, mark, retryable, setup,
+    APP, HOST, OTHER, counts, delivered, enqueue, failed, ids, mark, own_all, read_app, retryable,
+    setup, strs,
 };
-use crate::support::record;
+use crate::support::{RawInsert, record};
 
 crate::support::per_backend!(counts_by_status_and_oldest_pending_age);
 
 async fn counts_by_status_and_oldest_pending_age(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((db, store)) = setup(backend).await else {
         return;
     };
     let empty = counts(&store, None, 10_000).await;
     assert_eq!(empty, StatusCounts::default());
 
-    let recs: Vec<_> = (1..=4)
+    let recs: Vec<_> = (1..=3)
         .map(|i| record(APP, &format!("d{i}"), "r", i * 100))
         .collect();
     enqueue(&store, &recs).await;
-    let batch = claim_app(&store, "w1", 4, 5_000, 1_000).await;
+    // d4: leased by an old-version host until 6000.
+    let d4 = RawInsert {
+        worker_id: Some("old-host".into()),
+        lock_until_ms: Some(6_000),
+        ..RawInsert::pending(APP, "d4", "r", 400).with_status("delivering")
+    };
+    db.insert_raw(DEFAULT_TABLE, &[d4]).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 4, 5_000).await;
+    assert_eq!(ids(&batch), strs(&["d1", "d2", "d3"]));
     mark(
         &store,
         &batch.lease,

@@ -5,8 +5,8 @@ use outboxd::store::{Backend, DEFAULT_TABLE};
 use prost::Message;
 
 use crate::helpers::{
-    APP, OTHER, claim, claim_app, counts, delivered, enqueue, ids, mark, params, setup, status_of,
-    strs,
+    APP, HOST, OTHER, all_ids, counts, delivered, enqueue, ids, mark, own_all, read_all, read_app,
+    read_owned, reading, setup, status_of, strs,
 };
 use crate::support::record;
 
@@ -46,9 +46,14 @@ async fn enqueue_inserts_pending_rows(backend: Backend) {
     let c = counts(&store, Some(APP), 2_000).await;
     assert_eq!((c.pending, c.delivering, c.delivered), (2, 0, 0));
 
-    let batch = claim_app(&store, "w1", 10, 2_000, 1_000).await;
-    assert_eq!(ids(&batch), strs(&["e1", "e2"]));
-    let e = &batch.events[0];
+    let own = own_all(&store, APP, HOST).await;
+    let batches = read_all(&store, HOST, &own, false, 2_000).await;
+    assert_eq!(all_ids(&batches), strs(&["e1", "e2"]));
+    let e = batches
+        .iter()
+        .flat_map(|b| b.events.iter())
+        .find(|e| e.event.event_id == "e1")
+        .unwrap();
     assert_eq!(e.retry_count, 0);
     assert_eq!(e.created_at_ms, 1_000);
     assert_eq!(
@@ -94,7 +99,8 @@ async fn enqueue_is_idempotent_on_app_and_event_id(backend: Backend) {
     assert_eq!(db.all_rows(DEFAULT_TABLE).await.len(), 3);
 
     // Even after the row moved on (delivered), enqueueing it again does not revive it.
-    let batch = claim_app(&store, "w1", 10, 10_000, 1_000).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 10_000).await;
     assert_eq!(ids(&batch), strs(&["e1", "e2", "e3"]));
     mark(&store, &batch.lease, &[delivered("e1")], 10_001).await;
     assert_eq!(enqueue(&store, &[first]).await, 0);
@@ -179,7 +185,8 @@ async fn save_commits_with_the_callers_transaction(backend: Backend) {
     assert_eq!(status_of(&db, APP, "e1").await, "pending");
     // save and enqueue share the idempotency key.
     assert_eq!(enqueue(&store, &[r1]).await, 0);
-    let batch = claim_app(&store, "w1", 10, 2_000, 1_000).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 2_000).await;
     assert_eq!(ids(&batch), strs(&["e1", "e2"]));
 }
 
@@ -204,7 +211,8 @@ async fn a_duplicate_save_keeps_the_callers_transaction(backend: Backend) {
     assert_eq!((row.room_id.as_str(), row.created_at_ms), ("r1", 1_000));
     // After the commit, the same id enqueued alone in a transaction of its own counts 0 too.
     assert_eq!(enqueue(&store, &[again]).await, 0);
-    let batch = claim_app(&store, "w1", 10, 3_000, 1_000).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 3_000).await;
     assert_eq!(ids(&batch), strs(&["e1", "e2"]));
 }
 
@@ -215,9 +223,11 @@ async fn enqueue_keeps_tenants_apart(backend: Backend) {
     enqueue(
         &store,
         &[
+            // One room and one millisecond: B's rows lie in the partition and the span of A's
+            // batch, so only the tenant keeps A's marks off them.
             record(APP, "e1", "room", 1_000),
-            record(OTHER, "e1", "room", 900),
-            record(OTHER, "e2", "room", 1_100),
+            record(OTHER, "e1", "room", 1_000),
+            record(OTHER, "e2", "room", 1_000),
         ],
     )
     .await;
@@ -230,27 +240,28 @@ async fn enqueue_keeps_tenants_apart(backend: Backend) {
     assert_eq!(counts(&store, Some(OTHER), 2_000).await.pending, 2);
     assert_eq!(counts(&store, None, 2_000).await.pending, 3);
 
-    let a = claim_app(&store, "wa", 10, 2_000, 1_000).await;
+    let own_a = own_all(&store, APP, HOST).await;
+    let a = read_app(&store, &own_a, 10, 2_000).await;
     assert_eq!(ids(&a), strs(&["e1"]));
     assert!(a.events.iter().all(|e| e.event.app_code == APP));
     assert_eq!(a.lease.app_code, APP);
-    assert_eq!(
-        status_of(&db, OTHER, "e1").await,
-        "pending",
-        "claim for A touched B's row"
+
+    let own_b = own_all(&store, OTHER, HOST).await;
+    let b = read_owned(&store, &own_b, &reading(OTHER, HOST, 2_000)).await;
+    assert_eq!(all_ids(&b), strs(&["e1", "e2"]));
+    assert!(
+        b.iter()
+            .flat_map(|b| b.events.iter())
+            .all(|e| e.event.app_code == OTHER)
     );
 
-    let b = claim(&store, params(OTHER, "wb", 10, 2_000, 1_000)).await;
-    assert_eq!(ids(&b), strs(&["e1", "e2"]));
-    assert!(b.events.iter().all(|e| e.event.app_code == OTHER));
-
-    // A's lease cannot mark B's rows, even with the same event id.
+    // A's batch cannot mark B's rows, even with the same event id.
     let report = mark(&store, &a.lease, &[delivered("e2")], 2_001).await;
     assert_eq!(report.applied, 0);
     assert_eq!(report.stale, strs(&["e2"]));
-    assert_eq!(status_of(&db, OTHER, "e2").await, "delivering");
+    assert_eq!(status_of(&db, OTHER, "e2").await, "pending");
     let report = mark(&store, &a.lease, &[delivered("e1")], 2_001).await;
     assert_eq!(report.applied, 1);
     assert_eq!(status_of(&db, APP, "e1").await, "delivered");
-    assert_eq!(status_of(&db, OTHER, "e1").await, "delivering");
+    assert_eq!(status_of(&db, OTHER, "e1").await, "pending");
 }

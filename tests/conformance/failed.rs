@@ -7,8 +7,8 @@ use outboxd::store::{
 };
 
 use crate::helpers::{
-    APP, OTHER, claim, claim_app, enqueue, failed, ids, list_failed, mark, params, requeue, setup,
-    status_of, strs,
+    APP, HOST, OTHER, all_ids, enqueue, failed, ids, list_failed, mark, own_all, read_owned,
+    reading, requeue, setup, status_of, strs,
 };
 use crate::support::typed_record;
 
@@ -36,15 +36,17 @@ async fn failed_rows_setup(store: &Arc<dyn OutboxStore>) {
     enqueue(store, &recs).await;
     enqueue(store, &[typed_record(OTHER, "fb1", "r1", "T1", 150)]).await;
     for app in [APP, OTHER] {
-        let batch = claim(store, params(app, "w1", 10, 900, 1_000)).await;
-        let marks: Vec<Mark> = ids(&batch)
-            .iter()
-            .map(|id| failed(id, &format!("err-{id}")))
-            .collect();
-        assert_eq!(
-            mark(store, &batch.lease, &marks, 1_000).await.applied as usize,
-            marks.len()
-        );
+        let own = own_all(store, app, HOST).await;
+        for batch in read_owned(store, &own, &reading(app, HOST, 900)).await {
+            let marks: Vec<Mark> = ids(&batch)
+                .iter()
+                .map(|id| failed(id, &format!("err-{id}")))
+                .collect();
+            assert_eq!(
+                mark(store, &batch.lease, &marks, 1_000).await.applied as usize,
+                marks.len()
+            );
+        }
     }
     enqueue(store, &[typed_record(APP, "pa", "r1", "T1", 50)]).await;
 }
@@ -199,17 +201,19 @@ async fn requeue_by_filters(backend: Backend) {
         "nothing left to requeue"
     );
 
-    // Requeued rows are claimable again as first attempts.
-    let batch = claim_app(&store, "w2", 10, 3_000, 1_000).await;
-    assert_eq!(ids(&batch), strs(&["pa", "fa1", "fa2", "fa3", "fa4"]));
+    // Requeued rows are read again as first attempts.
+    let own = own_all(&store, APP, HOST).await;
+    let batches = read_owned(&store, &own, &reading(APP, HOST, 3_000)).await;
+    assert_eq!(all_ids(&batches), strs(&["fa1", "fa2", "fa3", "fa4", "pa"]));
     assert!(
-        batch
-            .events
+        batches
             .iter()
+            .flat_map(|b| b.events.iter())
             .all(|e| e.retry_count == 0 && e.event.attempt == 1)
     );
-    let other = claim(&store, params(OTHER, "w2", 10, 3_000, 1_000)).await;
-    assert_eq!(ids(&other), strs(&["fb1"]));
+    let own = own_all(&store, OTHER, HOST).await;
+    let other = read_owned(&store, &own, &reading(OTHER, HOST, 3_000)).await;
+    assert_eq!(all_ids(&other), strs(&["fb1"]));
 }
 
 async fn requeue_by_created_at_range(backend: Backend) {
@@ -287,8 +291,14 @@ async fn requeue_in_chunks_moves_the_oldest_first(backend: Backend) {
     assert_eq!(store.requeue(&chunk(app.clone())).await.expect("chunk"), 1);
     assert_eq!(store.requeue(&chunk(app)).await.expect("chunk"), 0);
     assert!(list_failed(&store, filter(), 100).await.is_empty());
-    // A requeued row starts over: no attempts, no lease, claimable.
-    let batch = claim_app(&store, "w9", 10, 3_000, 1_000).await;
-    assert_eq!(ids(&batch), strs(&["pa", "fa1", "fa2", "fa3", "fa4"]));
-    assert!(batch.events.iter().all(|e| e.retry_count == 0));
+    // A requeued row starts over: no attempts, no lease, read again.
+    let own = own_all(&store, APP, HOST).await;
+    let batches = read_owned(&store, &own, &reading(APP, HOST, 3_000)).await;
+    assert_eq!(all_ids(&batches), strs(&["fa1", "fa2", "fa3", "fa4", "pa"]));
+    assert!(
+        batches
+            .iter()
+            .flat_map(|b| b.events.iter())
+            .all(|e| e.retry_count == 0)
+    );
 }

@@ -1,17 +1,25 @@
 //! The suite's vocabulary, shared by every operation module: the tenants, a migrated store per
-//! test ([`setup`]), and one-line wrappers of the `OutboxStore` calls that panic with context
+//! test ([`setup`]), partition ownership and reads ([`own_all`], [`reading`], [`read_owned`],
+//! [`read_room`]), and one-line wrappers of the `OutboxStore` calls that panic with context
 //! instead of returning errors the tests would only unwrap.
+//!
+//! Partition leases count on the database's clock, so heartbeats pass the wall clock; reads and
+//! marks take the test's own `now_ms` (due retries, expired leases of old-version hosts,
+//! `updated_at_ms`), which a mark's fence (owner and epoch) does not look at.
 
 use std::sync::Arc;
 
-use outboxd::record::Record;
+use outboxd::record::{Record, now_ms};
 use outboxd::store::{
-    Backend, ClaimBatch, ClaimParams, CountsParams, DeliveryOrder, Disposition, FailedFilter,
-    Lease, ListFailedParams, Mark, MarkParams, MarkReport, OutboxStore, RequeueParams,
-    StatusCounts,
+    Backend, ClaimBatch, CountsParams, Disposition, FailedFilter, Lease, ListFailedParams, Mark,
+    MarkParams, MarkReport, OutboxStore, Ownership, PartitionFence, PartitionRead, RebalanceParams,
+    RequeueParams, StatusCounts,
 };
 
 use crate::support::TestDb;
+
+/// The leased claim's helpers, for `migrate.rs` alone (see `leased_helpers.rs`).
+pub(crate) use crate::leased_helpers::{claim, claim_app, params};
 
 /// Tenant used by most tests.
 pub(crate) const APP: &str = "app_a";
@@ -27,52 +35,186 @@ pub(crate) async fn setup(backend: Backend) -> Option<(TestDb, Arc<dyn OutboxSto
     Some((db, store))
 }
 
-/// Claim parameters for tenant `app`: `limit` rows, a `lease_ms` lease from `now_ms`, a generous
-/// attempt budget ([`MANY`]) and no ordering.
-pub(crate) fn params(
+/// The host of tests with one.
+pub(crate) const HOST: &str = "host-1";
+/// A generous partition lease, for tests that do not wait for one to end.
+pub(crate) const LONG_LEASE_MS: i64 = 60_000;
+
+/// One heartbeat of `host` for tenant `app` on the wall clock (partition leases count on the
+/// database's clock; SQLite's on the one passed); panics when the store errors.
+pub(crate) async fn rebalance(
+    store: &Arc<dyn OutboxStore>,
     app: &str,
-    worker: &str,
-    limit: u32,
-    now_ms: i64,
+    host: &str,
     lease_ms: i64,
-) -> ClaimParams {
-    ClaimParams {
+    release: &[u32],
+    leaving: bool,
+) -> Ownership {
+    store
+        .rebalance(&RebalanceParams {
+            app_code: app,
+            host_id: host,
+            lease_ms,
+            release,
+            leaving,
+            now_ms: now_ms(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("rebalance of {app} by {host}: {e}"))
+}
+
+/// `host`, alone, takes every partition of tenant `app` for [`LONG_LEASE_MS`].
+pub(crate) async fn own_all(store: &Arc<dyn OutboxStore>, app: &str, host: &str) -> Ownership {
+    let ownership = rebalance(store, app, host, LONG_LEASE_MS, &[], false).await;
+    assert_eq!(
+        ownership.owned.len() as u32,
+        ownership.partitions,
+        "{host} owns every partition of {app}: {ownership:?}"
+    );
+    ownership
+}
+
+/// A read of tenant `app` by `host` at `now_ms`: up to 100 rows, [`MANY`] attempts, no room
+/// order. Its `fence` is partition 0 at epoch 0, a placeholder: [`read_owned`] and
+/// [`read_room`] put each owned partition's fence in its place.
+pub(crate) fn reading(app: &str, host: &str, now_ms: i64) -> PartitionRead {
+    PartitionRead {
         app_code: app.into(),
-        worker_id: worker.into(),
-        limit,
-        lease_ms,
+        host_id: host.into(),
+        fence: PartitionFence {
+            partition: 0,
+            epoch: 0,
+        },
+        limit: 100,
         now_ms,
+        lease_ms: LONG_LEASE_MS,
         max_attempts: MANY,
-        ordering: DeliveryOrder::None,
-        scan_due: true,
+        per_room: false,
     }
 }
 
-/// Claims with `p`; panics (naming the params) when the store errors.
-pub(crate) async fn claim(store: &Arc<dyn OutboxStore>, p: ClaimParams) -> ClaimBatch {
+/// Reads one partition as `read` says; panics (naming the read) when the store errors.
+pub(crate) async fn read(store: &Arc<dyn OutboxStore>, read: &PartitionRead) -> ClaimBatch {
     store
-        .claim(&p)
+        .read_partition(read)
         .await
-        .unwrap_or_else(|e| panic!("claim {p:?}: {e}"))
+        .unwrap_or_else(|e| panic!("read {read:?}: {e}"))
 }
 
-/// Claims for `APP` without ordering.
-pub(crate) async fn claim_app(
+/// Whether `batch` handed out or rejected a row.
+fn holds_rows(batch: &ClaimBatch) -> bool {
+    !batch.events.is_empty() || !batch.rejected.is_empty()
+}
+
+/// Reads each partition of `ownership` once, as `template` says with that partition's fence:
+/// the batches that handed out or rejected rows, by partition.
+pub(crate) async fn read_owned(
     store: &Arc<dyn OutboxStore>,
-    worker: &str,
-    limit: u32,
-    now_ms: i64,
-    lease_ms: i64,
-) -> ClaimBatch {
-    claim(store, params(APP, worker, limit, now_ms, lease_ms)).await
+    ownership: &Ownership,
+    template: &PartitionRead,
+) -> Vec<ClaimBatch> {
+    let mut batches = Vec::new();
+    for fence in &ownership.owned {
+        let batch = read(
+            store,
+            &PartitionRead {
+                fence: *fence,
+                ..template.clone()
+            },
+        )
+        .await;
+        if holds_rows(&batch) {
+            batches.push(batch);
+        }
+    }
+    batches
 }
 
-/// The event ids a claim handed out, in claim order.
+/// [`read_owned`] for `APP` by `host` at `now`, up to 100 rows a partition.
+pub(crate) async fn read_all(
+    store: &Arc<dyn OutboxStore>,
+    host: &str,
+    ownership: &Ownership,
+    per_room: bool,
+    now: i64,
+) -> Vec<ClaimBatch> {
+    let template = PartitionRead {
+        per_room,
+        ..reading(APP, host, now)
+    };
+    read_owned(store, ownership, &template).await
+}
+
+/// For rows that all live in one partition (one room): reads each partition of `ownership` as
+/// `template` says and returns the one batch that handed out or rejected rows, or an empty
+/// batch when none did. Panics when two partitions held rows.
+pub(crate) async fn read_room(
+    store: &Arc<dyn OutboxStore>,
+    ownership: &Ownership,
+    template: &PartitionRead,
+) -> ClaimBatch {
+    let mut found: Option<ClaimBatch> = None;
+    let mut empty = None;
+    for fence in &ownership.owned {
+        let batch = read(
+            store,
+            &PartitionRead {
+                fence: *fence,
+                ..template.clone()
+            },
+        )
+        .await;
+        if !holds_rows(&batch) {
+            empty = Some(batch);
+        } else if let Some(first) = &found {
+            panic!(
+                "rows in two partitions: {:?} and {:?}",
+                ids(first),
+                ids(&batch)
+            );
+        } else {
+            found = Some(batch);
+        }
+    }
+    found.or(empty).expect("no partition owned")
+}
+
+/// [`read_room`] of `APP` by [`HOST`] at `now`, up to `limit` rows.
+pub(crate) async fn read_app(
+    store: &Arc<dyn OutboxStore>,
+    ownership: &Ownership,
+    limit: u32,
+    now: i64,
+) -> ClaimBatch {
+    let template = PartitionRead {
+        limit,
+        ..reading(APP, HOST, now)
+    };
+    read_room(store, ownership, &template).await
+}
+
+/// The event ids a read (or claim) handed out, in its order.
 pub(crate) fn ids(batch: &ClaimBatch) -> Vec<String> {
     batch
         .events
         .iter()
         .map(|e| e.event.event_id.clone())
+        .collect()
+}
+
+/// The event ids `batches` handed out, sorted.
+pub(crate) fn all_ids(batches: &[ClaimBatch]) -> Vec<String> {
+    let mut ids: Vec<String> = batches.iter().flat_map(ids).collect();
+    ids.sort();
+    ids
+}
+
+/// A `delivered` mark for every event of `batch`.
+pub(crate) fn all_delivered(batch: &ClaimBatch) -> Vec<Mark> {
+    batch
+        .events
+        .iter()
+        .map(|e| delivered(&e.event.event_id))
         .collect()
 }
 

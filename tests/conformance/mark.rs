@@ -1,22 +1,26 @@
-//! `mark`: deliveries, retries and failures applied in one call, fenced on the claim's lease.
+//! `mark`: deliveries, retries and failures of a read batch applied in one call, each row once,
+//! fenced on the batch's partition (its owner and epoch) and on the row being live (`pending`,
+//! `retryable`, `delivering`): a row finished meanwhile, or an id the table does not hold, is
+//! reported stale and left as it is. (A host that lost its partition: `partitions.rs`.)
 
 use std::collections::BTreeSet;
 
 use outboxd::record::{LAST_ERROR_MAX_BYTES, truncate_error};
-use outboxd::store::{Backend, ClaimParams, FailedFilter, MarkParams, MarkReport, StoreError};
+use outboxd::store::{
+    Backend, DEFAULT_TABLE, FailedFilter, MarkParams, MarkReport, PartitionRead, StoreError,
+};
 
 use crate::helpers::{
-    APP, claim, claim_app, counts, deferred, delivered, enqueue, failed, ids, mark, params,
-    requeue, retryable, setup, status_of, strs,
+    APP, HOST, counts, deferred, delivered, enqueue, failed, ids, mark, own_all, read_app,
+    read_room, reading, requeue, retryable, setup, status_of, strs,
 };
-use crate::support::record;
+use crate::support::{RawInsert, record};
 
 crate::support::per_backend!(
     mark_applies_a_mix_in_one_call,
     mark_deferred_spends_no_attempt,
-    mark_is_fenced_against_a_reclaimed_row,
     mark_reports_only_the_stale_rows,
-    mark_is_fenced_against_a_requeued_or_finished_row,
+    mark_is_fenced_against_a_finished_row,
     mark_cuts_last_error_at_a_utf8_boundary,
     mark_rejects_duplicate_ids,
     status_changes_keep_retry_time_and_lease_to_their_states,
@@ -30,10 +34,11 @@ async fn mark_deferred_spends_no_attempt(backend: Backend) {
     };
     enqueue(
         &store,
-        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r2", 200)],
+        &[record(APP, "e1", "r", 100), record(APP, "e2", "r", 200)],
     )
     .await;
-    let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 1_000).await;
     let report = mark(
         &store,
         &batch.lease,
@@ -54,9 +59,10 @@ async fn mark_deferred_spends_no_attempt(backend: Backend) {
     assert_eq!(db.row(APP, "e1").await.unwrap().retry_count, 1);
 
     // Not due before its time; handed out at it as the same (first) attempt.
-    let early = claim_app(&store, "w2", 10, 4_999, 1_000).await;
+    let early = read_app(&store, &own, 10, 4_999).await;
     assert_eq!(ids(&early), strs(&["e1"]));
-    let due = claim_app(&store, "w3", 10, 5_000, 1_000).await;
+    mark(&store, &early.lease, &[delivered("e1")], 4_999).await;
+    let due = read_app(&store, &own, 10, 5_000).await;
     assert_eq!(ids(&due), strs(&["e2"]));
     assert_eq!(due.events[0].retry_count, 0);
     assert_eq!(due.events[0].event.attempt, 1);
@@ -73,20 +79,18 @@ async fn mark_deferred_spends_no_attempt(backend: Backend) {
         )
         .await;
         now += 10;
-        let again = claim(
-            &store,
-            ClaimParams {
-                max_attempts: 1,
-                ..params(APP, "w4", 10, now, 1_000)
-            },
-        )
-        .await;
+        let one_attempt = PartitionRead {
+            max_attempts: 1,
+            ..reading(APP, HOST, now)
+        };
+        let again = read_room(&store, &own, &one_attempt).await;
         assert_eq!(
             ids(&again),
             strs(&["e2"]),
             "deferred row not handed out at {now}"
         );
         assert!(again.rejected.is_empty());
+        assert_eq!(again.events[0].event.attempt, 1);
         lease = again.lease;
     }
     assert_eq!(db.row(APP, "e2").await.unwrap().retry_count, 0);
@@ -99,13 +103,14 @@ async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     enqueue(
         &store,
         &[
-            record(APP, "e1", "r1", 100),
-            record(APP, "e2", "r2", 200),
-            record(APP, "e3", "r3", 300),
+            record(APP, "e1", "r", 100),
+            record(APP, "e2", "r", 200),
+            record(APP, "e3", "r", 300),
         ],
     )
     .await;
-    let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 1_000).await;
     let report = mark(
         &store,
         &batch.lease,
@@ -131,6 +136,11 @@ async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     assert_eq!(e1.last_error, None);
     assert!(e1.lease_cleared(), "{e1:?}");
     assert_eq!(e1.updated_at_ms, 1_100);
+    assert_eq!(
+        e1.worker_id.as_deref(),
+        Some(HOST),
+        "the host that marked it"
+    );
 
     let e2 = db.row(APP, "e2").await.unwrap();
     assert_eq!(e2.status, "retryable");
@@ -153,7 +163,7 @@ async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     );
 
     // A retried row that is then delivered clears its error.
-    let again = claim_app(&store, "w2", 10, 6_000, 1_000).await;
+    let again = read_app(&store, &own, 10, 6_000).await;
     assert_eq!(ids(&again), strs(&["e2"]));
     assert_eq!(again.events[0].event.attempt, 2);
     mark(&store, &again.lease, &[delivered("e2")], 6_001).await;
@@ -165,86 +175,54 @@ async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     assert_eq!(e2.retry_count, 1);
 }
 
-async fn mark_is_fenced_against_a_reclaimed_row(backend: Backend) {
-    let Some((db, store)) = setup(backend).await else {
-        return;
-    };
-    enqueue(&store, &[record(APP, "e1", "r1", 100)]).await;
-    let old = claim_app(&store, "w1", 10, 1_000, 100).await;
-    let new = claim_app(&store, "w2", 10, 2_000, 1_000).await;
-    assert_eq!(ids(&new), strs(&["e1"]));
-    let before = db.row(APP, "e1").await.unwrap();
-
-    for m in [
-        delivered("e1"),
-        retryable("e1", 9_999, "late"),
-        failed("e1", "late"),
-    ] {
-        let report = mark(&store, &old.lease, &[m], 2_100).await;
-        assert_eq!(
-            report,
-            MarkReport {
-                applied: 0,
-                stale: strs(&["e1"])
-            }
-        );
-        assert_eq!(
-            db.row(APP, "e1").await.unwrap(),
-            before,
-            "stale mark changed the row"
-        );
-    }
-    let report = mark(&store, &new.lease, &[delivered("e1")], 2_200).await;
-    assert_eq!(
-        report,
-        MarkReport {
-            applied: 1,
-            stale: vec![]
-        }
-    );
-    assert_eq!(status_of(&db, APP, "e1").await, "delivered");
-}
-
+/// A batch marked in parts (each sink's results as it answers): a row already marked by an
+/// earlier part, and an id the table does not hold, are the stale ones; the rest applies.
 async fn mark_reports_only_the_stale_rows(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {
         return;
     };
     enqueue(
         &store,
-        &[record(APP, "a", "r1", 100), record(APP, "b", "r2", 200)],
+        &[record(APP, "a", "r", 100), record(APP, "b", "r", 200)],
     )
     .await;
-    let first = claim_app(&store, "w1", 1, 1_000, 100).await;
-    let second = claim_app(&store, "w1", 1, 1_000, 100).await;
-    assert_eq!(first.lease, second.lease);
-    // w2 reclaims a (the older), not b.
-    let taken = claim_app(&store, "w2", 1, 2_000, 1_000).await;
-    assert_eq!(ids(&taken), strs(&["a"]));
-    // w1's lease on b expired but nobody took it: the fence still matches.
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 1_000).await;
+    assert_eq!(ids(&batch), strs(&["a", "b"]));
+    let part = mark(&store, &batch.lease, &[failed("a", "bad")], 1_100).await;
+    assert_eq!(part.applied, 1);
     let report = mark(
         &store,
-        &first.lease,
+        &batch.lease,
         &[delivered("a"), delivered("b"), delivered("nope")],
-        2_100,
+        1_200,
     )
     .await;
     assert_eq!(report.applied, 1);
     let stale: BTreeSet<String> = report.stale.into_iter().collect();
     assert_eq!(stale, ["a", "nope"].iter().map(|s| s.to_string()).collect());
-    assert_eq!(status_of(&db, APP, "a").await, "delivering");
+    let a = db.row(APP, "a").await.unwrap();
+    assert_eq!(
+        (a.status.as_str(), a.updated_at_ms),
+        ("failed", 1_100),
+        "marked once"
+    );
     assert_eq!(status_of(&db, APP, "b").await, "delivered");
 }
 
-async fn mark_is_fenced_against_a_requeued_or_finished_row(backend: Backend) {
+/// The same batch marked again after its rows were finished (a mark retried after it committed):
+/// a row failed and a row delivered stay as the first mark left them.
+async fn mark_is_fenced_against_a_finished_row(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {
         return;
     };
     enqueue(
         &store,
-        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r2", 200)],
+        &[record(APP, "e1", "r", 100), record(APP, "e2", "r", 200)],
     )
     .await;
-    let batch = claim_app(&store, "w1", 10, 1_000, 10_000).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 1_000).await;
     let report = mark(
         &store,
         &batch.lease,
@@ -253,13 +231,8 @@ async fn mark_is_fenced_against_a_requeued_or_finished_row(backend: Backend) {
     )
     .await;
     assert_eq!(report.applied, 2);
-    let filter = FailedFilter {
-        event_ids: strs(&["e1"]),
-        ..FailedFilter::default()
-    };
-    assert_eq!(requeue(&store, filter, false, 1_200).await, 1);
+    let before = db.all_rows(DEFAULT_TABLE).await;
 
-    // The same lease again: e1 was requeued (pending), e2 already delivered.
     let report = mark(
         &store,
         &batch.lease,
@@ -270,9 +243,11 @@ async fn mark_is_fenced_against_a_requeued_or_finished_row(backend: Backend) {
     assert_eq!(report.applied, 0);
     let stale: BTreeSet<String> = report.stale.into_iter().collect();
     assert_eq!(stale, ["e1", "e2"].iter().map(|s| s.to_string()).collect());
-    assert_eq!(status_of(&db, APP, "e1").await, "pending");
-    let e2 = db.row(APP, "e2").await.unwrap();
-    assert_eq!((e2.status.as_str(), e2.last_error), ("delivered", None));
+    assert_eq!(
+        db.all_rows(DEFAULT_TABLE).await,
+        before,
+        "a finished row changed"
+    );
 }
 
 async fn mark_cuts_last_error_at_a_utf8_boundary(backend: Backend) {
@@ -281,10 +256,11 @@ async fn mark_cuts_last_error_at_a_utf8_boundary(backend: Backend) {
     };
     enqueue(
         &store,
-        &[record(APP, "e1", "r1", 100), record(APP, "e2", "r2", 200)],
+        &[record(APP, "e1", "r", 100), record(APP, "e2", "r", 200)],
     )
     .await;
-    let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 1_000).await;
     let two_byte = format!("x{}", "é".repeat(400)); // 801 bytes; the cut falls inside an 'é'
     let four_byte = format!("ab{}", "😀".repeat(200)); // 802 bytes; the cut falls inside a '😀'
     mark(
@@ -323,8 +299,9 @@ async fn mark_rejects_duplicate_ids(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {
         return;
     };
-    enqueue(&store, &[record(APP, "e1", "r1", 100)]).await;
-    let batch = claim_app(&store, "w1", 10, 1_000, 1_000).await;
+    enqueue(&store, &[record(APP, "e1", "r", 100)]).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 1_000).await;
     let before = db.row(APP, "e1").await.unwrap();
     let result = store
         .mark(&MarkParams {
@@ -351,7 +328,7 @@ async fn mark_rejects_duplicate_ids(backend: Backend) {
 /// (above 0) only on `retryable` rows, a lease only on `delivering` ones. MySQL's / MariaDB's
 /// retry and lease indexes rely on it to stay untouched by other status changes.
 async fn assert_rule(db: &crate::support::TestDb, when: &str) {
-    for row in db.all_rows(outboxd::store::DEFAULT_TABLE).await {
+    for row in db.all_rows(DEFAULT_TABLE).await {
         let retry = row.next_retry_at_ms.unwrap_or(0);
         assert_eq!(
             retry > 0,
@@ -371,9 +348,10 @@ async fn assert_rule(db: &crate::support::TestDb, when: &str) {
     }
 }
 
-/// Through every status change outboxd makes (lease, delivered, retryable, deferred, failed, a
-/// reclaim of a retried row, a retry at its last attempt rejected by the claim, a requeue), a row
-/// has a retry time only while `retryable` and a lease only while `delivering`.
+/// Through every status change outboxd makes (delivered, retryable, deferred, failed, a retried
+/// row read and marked again, the expired leases of an old-version host marked or rejected at
+/// their last attempt, a requeue), a row has a retry time only while `retryable` and a lease
+/// only while `delivering`.
 async fn status_changes_keep_retry_time_and_lease_to_their_states(backend: Backend) {
     let Some((db, store)) = setup(backend).await else {
         return;
@@ -384,23 +362,39 @@ async fn status_changes_keep_retry_time_and_lease_to_their_states(backend: Backe
             .collect::<Vec<_>>()
     };
     enqueue(&store, &ids_of(&["a", "b", "c", "d", "e"])).await;
+    // Two rows an old-version host leased, whose leases ended: one at its last attempt.
+    let leased = |id: &str, retry_count: i64| RawInsert {
+        worker_id: Some("old-host".into()),
+        lock_until_ms: Some(500),
+        retry_count: Some(retry_count),
+        ..RawInsert::pending(APP, id, "r", 2).with_status("delivering")
+    };
+    db.insert_raw(DEFAULT_TABLE, &[leased("x", 0), leased("y", 2)])
+        .await;
     assert_rule(&db, "enqueued").await;
-    let first = claim_app(&store, "w1", 10, 1_000, 1_000).await;
-    assert_eq!(first.events.len(), 5);
-    assert_rule(&db, "leased").await;
+    let own = own_all(&store, APP, HOST).await;
+    let three = |now_ms: i64| PartitionRead {
+        max_attempts: 3,
+        ..reading(APP, HOST, now_ms)
+    };
+    let first = read_room(&store, &own, &three(1_000)).await;
+    assert_eq!(ids(&first), strs(&["a", "b", "c", "d", "e", "x"]));
+    assert_eq!(first.rejected.len(), 1, "y at its last attempt");
+    assert_eq!(status_of(&db, APP, "y").await, "failed");
+    assert_rule(&db, "read").await;
     let marks = [
         delivered("a"),
         retryable("b", 5_000, "later"),
         failed("c", "never"),
         deferred("d", 5_000, "breaker open"),
         retryable("e", 5_000, "later"),
+        retryable("x", 5_000, "later"),
     ];
     mark(&store, &first.lease, &marks, 1_010).await;
     assert_rule(&db, "marked").await;
-    // b, d and e are due: leased again (their retry time back to 0).
-    let second = claim_app(&store, "w1", 10, 6_000, 1_000).await;
-    assert_eq!(second.events.len(), 3);
-    assert_rule(&db, "reclaimed").await;
+    // b, d, e and x are due: read again, and marked.
+    let second = read_room(&store, &own, &three(6_000)).await;
+    assert_eq!(ids(&second), strs(&["b", "d", "e", "x"]));
     mark(
         &store,
         &second.lease,
@@ -408,23 +402,12 @@ async fn status_changes_keep_retry_time_and_lease_to_their_states(backend: Backe
             delivered("b"),
             failed("d", "gave up"),
             retryable("e", 7_000, "again"),
+            delivered("x"),
         ],
         6_010,
     )
     .await;
     assert_rule(&db, "marked again").await;
-    // e leased once more and its worker gone: reclaimed at its last attempt, the claim rejects it.
-    assert_eq!(
-        ids(&claim_app(&store, "w1", 10, 8_000, 1_000).await),
-        strs(&["e"])
-    );
-    assert_rule(&db, "leased again").await;
-    let mut last = params(APP, "w2", 10, 10_000, 1_000);
-    last.max_attempts = 3;
-    let rejected = claim(&store, last).await;
-    assert!(rejected.events.is_empty(), "{:?}", ids(&rejected));
-    assert_eq!(status_of(&db, APP, "e").await, "failed");
-    assert_rule(&db, "rejected").await;
     let every_failed = FailedFilter {
         app_code: Some(APP.into()),
         ..FailedFilter::default()

@@ -1,121 +1,62 @@
-//! `claim` with `DeliveryOrder::PerRoom`: only the head of each room is handed out, so one event
-//! per room is in flight and a room's events are delivered in order, even across failures and
-//! workers.
+//! `read_partition` with per-room order (`per_room: true`): a room's events are handed out in
+//! write order, and a room with a `retryable` or `delivering` event hands out none of its
+//! `pending` ones (a due retry waits while an earlier one of its room is not due, or delivering),
+//! so a room's events are delivered in order across failures; a `failed` event does not hold its
+//! room. Rooms are a tenant's own. (A room waiting behind its retry: `partitions.rs`.)
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use outboxd::store::{
-    Backend, ClaimBatch, DeliveryOrder, Mark, MarkParams, OutboxStore, StoreError,
-};
+use outboxd::store::{Backend, ClaimBatch, DEFAULT_TABLE, OutboxStore, Ownership, PartitionRead};
 
 use crate::helpers::{
-    APP, OTHER, claim, claim_app, counts, delivered, enqueue, failed, ids, mark, params, retryable,
-    strs,
+    APP, HOST, OTHER, all_delivered, counts, deferred, delivered, enqueue, failed, ids, mark,
+    own_all, read_owned, reading, retryable, setup, strs,
 };
-use crate::support::{TestDb, record};
+use crate::support::{RawInsert, record};
 
 crate::support::per_backend!(
-    per_room_ordering_is_refused_without_the_room_index,
-    claim_per_room_hands_out_only_room_heads,
-    claim_per_room_blocks_behind_a_retryable_head,
-    claim_per_room_failed_head_does_not_block,
-    claim_per_room_reclaims_an_expired_head_first,
-    claim_per_room_rooms_are_per_tenant,
-    claim_per_room_keeps_room_order_under_failures,
-    claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight,
-    claim_per_room_goes_round_the_rooms,
-    claim_per_room_reads_heads_not_the_backlog_behind_them,
-    held_claim_per_room_hands_out_room_heads,
+    per_room_read_passes_a_failed_event_by,
+    per_room_rooms_are_per_tenant,
+    per_room_keeps_room_order_under_failures,
+    per_room_reads_an_expired_delivering_event_before_its_room,
 );
 
-/// A fresh database and a store on `room_outbox` migrated with the room index that per-room
-/// claims need; `None` when the backend is skipped.
-async fn setup_per_room(backend: Backend) -> Option<(TestDb, Arc<dyn OutboxStore>)> {
-    let db = TestDb::new(backend).await?;
-    let store = db.store_per_room().await;
-    Some((db, store))
-}
-
-/// `check_ordering` (what a worker asks once at start): without the room index per-room ordering
-/// is refused with the index and the fix named, no ordering is fine. An index of its columns
-/// under another name serves where the claims leave the choice to the planner; where they name
-/// `idx_<table>_room` (a dialect's index hint) it is refused with both names, and `migrate` with
-/// the room index then creates the named one. Once `migrate` ran with it, per-room ordering is
-/// accepted and per-room claims run.
-async fn per_room_ordering_is_refused_without_the_room_index(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else {
-        return;
-    };
-    let store = db.store_default().await;
-    store
-        .check_ordering(DeliveryOrder::None)
-        .await
-        .expect("no ordering needs no room index");
-    let err = store
-        .check_ordering(DeliveryOrder::PerRoom)
-        .await
-        .expect_err("per-room ordering without the room index");
-    assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
-    let missing = "outbox table schema: table room_outbox has no index idx_room_outbox_room \
-                   (app_code, status, room_id, created_at_ms, event_id), which worker.ordering = \
-                   \"per-room\" needs (without it every per-room claim scans the tenant's backlog): \
-                   run `outboxd migrate` with worker.ordering = \"per-room\" (or `outboxd migrate \
-                   --room-index`) first";
-    assert_eq!(err.to_string(), missing);
-
-    db.execute(
-        "CREATE INDEX by_room ON room_outbox (app_code, status, room_id, created_at_ms, event_id)",
-        &[],
-    )
-    .await;
-    let refused = match store.check_ordering(DeliveryOrder::PerRoom).await {
-        Ok(()) => false,
-        Err(err) => {
-            assert!(matches!(err, StoreError::Schema(_)), "{err:?}");
-            assert_eq!(
-                err.to_string(),
-                format!(
-                    "{missing}; index by_room has its columns, but the per-room claims name \
-                     idx_room_outbox_room on this database (drop by_room once \
-                     idx_room_outbox_room exists)"
-                )
-            );
-            true
-        }
-    };
-    let other = db.store_per_room().await;
-    let indexes = db.index_columns("room_outbox").await;
-    assert_eq!(
-        indexes.contains_key("idx_room_outbox_room"),
-        refused,
-        "migrate creates the named index exactly where the other name was refused: {indexes:?}"
-    );
-    assert!(
-        indexes.contains_key("by_room"),
-        "never dropped: {indexes:?}"
-    );
-    for store in [&store, &other] {
-        store
-            .check_ordering(DeliveryOrder::PerRoom)
-            .await
-            .expect("after migrate with the room index");
-    }
-    rooms_setup(&store).await;
-    let batch = claim_ordered(&store, "w1", 10, 1_000).await;
-    assert_eq!(ids(&batch), strs(&["e1", "f1"]), "the rooms' heads");
-}
-
-/// Claims for `APP` with per-room ordering.
-async fn claim_ordered(
+/// Reads every partition of `ownership` of tenant `app` with per-room order at `now_ms`, up to
+/// 100 rows a partition: the batches that hold rows.
+async fn read_rooms(
     store: &Arc<dyn OutboxStore>,
-    worker: &str,
+    app: &str,
+    ownership: &Ownership,
+    now_ms: i64,
+) -> Vec<ClaimBatch> {
+    read_rooms_up_to(store, app, ownership, 100, now_ms).await
+}
+
+/// [`read_rooms`] up to `limit` rows a partition.
+async fn read_rooms_up_to(
+    store: &Arc<dyn OutboxStore>,
+    app: &str,
+    ownership: &Ownership,
     limit: u32,
     now_ms: i64,
-) -> ClaimBatch {
-    let mut p = params(APP, worker, limit, now_ms, 100);
-    p.ordering = DeliveryOrder::PerRoom;
-    claim(store, p).await
+) -> Vec<ClaimBatch> {
+    let template = PartitionRead {
+        per_room: true,
+        limit,
+        ..reading(app, HOST, now_ms)
+    };
+    read_owned(store, ownership, &template).await
+}
+
+/// The event ids `batches` handed out of `room`, in their order.
+fn of_room(batches: &[ClaimBatch], room: &str) -> Vec<String> {
+    batches
+        .iter()
+        .flat_map(|b| b.events.iter())
+        .filter(|e| e.event.room_id == room)
+        .map(|e| e.event.event_id.clone())
+        .collect()
 }
 
 /// Room A: e1(100) e2(200) e3(300); room B: f1(150) f2(250).
@@ -133,110 +74,91 @@ async fn rooms_setup(store: &Arc<dyn OutboxStore>) {
     .await;
 }
 
-async fn claim_per_room_hands_out_only_room_heads(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
+/// A failed event does not hold its room: the events after it are read; a retryable one holds
+/// its room.
+async fn per_room_read_passes_a_failed_event_by(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
         return;
     };
     rooms_setup(&store).await;
-    let batch = claim_ordered(&store, "w1", 10, 1_000).await;
-    assert_eq!(ids(&batch), strs(&["e1", "f1"]));
-    let blocked = claim_ordered(&store, "w2", 10, 1_010).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batches = read_rooms(&store, APP, &own, 1_000).await;
+    assert_eq!(of_room(&batches, "A"), strs(&["e1", "e2", "e3"]));
+    assert_eq!(of_room(&batches, "B"), strs(&["f1", "f2"]));
+    // e1 fails for good, f1 is retried later; the events behind them are not marked (not tried).
+    for batch in &batches {
+        let marks: Vec<_> = ids(batch)
+            .iter()
+            .filter_map(|id| match id.as_str() {
+                "e1" => Some(failed("e1", "poison")),
+                "f1" => Some(retryable("f1", 5_000, "later")),
+                _ => None,
+            })
+            .collect();
+        mark(&store, &batch.lease, &marks, 1_010).await;
+    }
+    let next = read_rooms(&store, APP, &own, 2_000).await;
+    assert_eq!(
+        of_room(&next, "A"),
+        strs(&["e2", "e3"]),
+        "failed e1 does not hold e2"
+    );
     assert!(
-        blocked.events.is_empty(),
-        "heads in flight block their rooms: {:?}",
-        ids(&blocked)
-    );
-    // Without ordering the rest is claimable (the option is off by default).
-    let free = claim_app(&store, "w3", 10, 1_020, 1_000).await;
-    assert_eq!(ids(&free), strs(&["e2", "f2", "e3"]));
-}
-
-async fn claim_per_room_blocks_behind_a_retryable_head(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
-        return;
-    };
-    rooms_setup(&store).await;
-    let batch = claim_ordered(&store, "w1", 10, 1_000).await;
-    mark(
-        &store,
-        &batch.lease,
-        &[retryable("e1", 5_000, "later"), delivered("f1")],
-        1_010,
-    )
-    .await;
-    let next = claim_ordered(&store, "w2", 10, 2_000).await;
-    assert_eq!(
-        ids(&next),
-        strs(&["f2"]),
-        "e2 waits for e1 (retryable, not due); delivered f1 unblocks f2"
-    );
-    mark(&store, &next.lease, &[delivered("f2")], 2_010).await;
-    assert!(
-        claim_ordered(&store, "w3", 10, 3_000)
-            .await
-            .events
-            .is_empty()
-    );
-    let due = claim_ordered(&store, "w4", 10, 6_000).await;
-    assert_eq!(ids(&due), strs(&["e1"]), "e1 is due and still the head");
-    mark(&store, &due.lease, &[delivered("e1")], 6_010).await;
-    assert_eq!(
-        ids(&claim_ordered(&store, "w5", 10, 6_020).await),
-        strs(&["e2"])
+        of_room(&next, "B").is_empty(),
+        "retryable f1 holds f2: {:?}",
+        of_room(&next, "B")
     );
 }
 
-async fn claim_per_room_failed_head_does_not_block(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
+/// A room is a tenant's: another tenant's room of the same name, held behind its retry, holds
+/// nothing of this one's.
+async fn per_room_rooms_are_per_tenant(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
         return;
     };
-    rooms_setup(&store).await;
-    let batch = claim_ordered(&store, "w1", 10, 1_000).await;
-    mark(
-        &store,
-        &batch.lease,
-        &[failed("e1", "poison"), retryable("f1", 5_000, "later")],
-        1_010,
-    )
-    .await;
-    let next = claim_ordered(&store, "w2", 10, 2_000).await;
-    assert_eq!(
-        ids(&next),
-        strs(&["e2"]),
-        "failed e1 does not block e2; retryable f1 blocks f2"
-    );
-}
-
-async fn claim_per_room_reclaims_an_expired_head_first(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
-        return;
-    };
-    rooms_setup(&store).await;
-    claim_ordered(&store, "w1", 10, 1_000).await; // lease 100: expires at 1100
-    let again = claim_ordered(&store, "w2", 10, 2_000).await;
-    assert_eq!(ids(&again), strs(&["e1", "f1"]));
-    assert!(again.events.iter().all(|e| e.retry_count == 1));
-}
-
-async fn claim_per_room_rooms_are_per_tenant(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
-        return;
-    };
-    rooms_setup(&store).await;
     enqueue(&store, &[record(OTHER, "z1", "A", 50)]).await;
-    let a = claim_ordered(&store, "w1", 10, 1_000).await;
+    let other = own_all(&store, OTHER, HOST).await;
+    let batches = read_rooms(&store, OTHER, &other, 1_000).await;
+    assert_eq!(of_room(&batches, "A"), strs(&["z1"]));
+    for batch in &batches {
+        mark(
+            &store,
+            &batch.lease,
+            &[retryable("z1", 9_000, "later")],
+            1_000,
+        )
+        .await;
+    }
+    rooms_setup(&store).await;
+    enqueue(&store, &[record(OTHER, "z2", "A", 60)]).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batches = read_rooms(&store, APP, &own, 2_000).await;
     assert_eq!(
-        ids(&a),
-        strs(&["e1", "f1"]),
-        "another tenant's room A does not block"
+        of_room(&batches, "A"),
+        strs(&["e1", "e2", "e3"]),
+        "another tenant's room A does not hold this one's"
     );
-    let mut p = params(OTHER, "w2", 10, 1_000, 100);
-    p.ordering = DeliveryOrder::PerRoom;
-    assert_eq!(ids(&claim(&store, p).await), strs(&["z1"]));
+    assert!(
+        batches
+            .iter()
+            .flat_map(|b| b.events.iter())
+            .all(|e| e.event.app_code == APP)
+    );
+    let held = read_rooms(&store, OTHER, &other, 2_000).await;
+    assert!(
+        held.is_empty(),
+        "z2 waits behind z1 in its own tenant's room A: {:?}",
+        held.iter().map(ids).collect::<Vec<_>>()
+    );
 }
 
-async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
+/// Events of six rooms read a few at a time and marked round after round as a host does: an
+/// event failing once is marked retryable (due four reads later) and the events behind it in its
+/// batch deferred (due at once), two events fail for good. The reads in between find the room's
+/// later events pending or due and hold them all back, so each room's delivered events come out
+/// in write order, every attempt counted.
+async fn per_room_keeps_room_order_under_failures(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
         return;
     };
     let rooms = 6;
@@ -254,6 +176,7 @@ async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
         }
     }
     enqueue(&store, &recs).await;
+    let own = own_all(&store, APP, HOST).await;
     let mut attempts: BTreeMap<String, u32> = BTreeMap::new();
     let mut delivered_order: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut now = 1_000;
@@ -262,42 +185,47 @@ async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
         rounds += 1;
         assert!(rounds < 500, "did not drain");
         now += 10;
-        let batch = claim_ordered(&store, "w", 100, now).await;
-        if batch.events.is_empty() {
+        let c = counts(&store, Some(APP), now).await;
+        if c.pending + c.retryable + c.delivering == 0 {
             break;
         }
-        let rooms_in_batch: HashSet<&str> = batch
-            .events
-            .iter()
-            .map(|e| e.event.room_id.as_str())
-            .collect();
-        assert_eq!(
-            rooms_in_batch.len(),
-            batch.events.len(),
-            "two events of one room in a batch: {:?}",
-            ids(&batch)
-        );
-        let mut marks = Vec::new();
-        for e in &batch.events {
-            let id = &e.event.event_id;
-            let (room, k) = id.split_once('-').unwrap();
-            let k: usize = k.parse().unwrap();
-            let n = attempts.entry(id.clone()).or_default();
-            *n += 1;
-            assert_eq!(e.event.attempt, *n, "{id}");
-            // Inject failures: every third event fails once (retry due at once), r2-3 and r4-0
-            // fail for good; the rest is delivered.
-            if id == "r2-3" || id == "r4-0" {
-                marks.push(failed(id, "poison"));
-            } else if (k + room.len()).is_multiple_of(3) && *n == 1 {
-                marks.push(retryable(id, now + 1, "flaky"));
-            } else {
-                marks.push(delivered(id));
-                delivered_order.entry(room.to_string()).or_default().push(k);
+        let batches = read_rooms_up_to(&store, APP, &own, 3, now).await;
+        for batch in &batches {
+            let created: Vec<(i64, &str)> = batch
+                .events
+                .iter()
+                .map(|e| (e.created_at_ms, e.event.event_id.as_str()))
+                .collect();
+            assert!(created.is_sorted(), "out of write order: {created:?}");
+            // Rooms held in this batch: an event of theirs was put back.
+            let mut held: Vec<String> = Vec::new();
+            let mut marks = Vec::new();
+            for e in &batch.events {
+                let id = &e.event.event_id;
+                let (room, k) = id.split_once('-').unwrap();
+                let k: usize = k.parse().unwrap();
+                if held.iter().any(|h| h == room) {
+                    marks.push(deferred(id, now, "held behind"));
+                    continue;
+                }
+                let n = attempts.entry(id.clone()).or_default();
+                *n += 1;
+                assert_eq!(e.event.attempt, *n, "{id}");
+                // Inject failures: every third event fails once (its retry due four reads
+                // later), r2-3 and r4-0 fail for good; the rest is delivered.
+                if id == "r2-3" || id == "r4-0" {
+                    marks.push(failed(id, "poison"));
+                } else if (k + room.len()).is_multiple_of(3) && *n == 1 {
+                    marks.push(retryable(id, now + 45, "flaky"));
+                    held.push(room.to_string());
+                } else {
+                    marks.push(delivered(id));
+                    delivered_order.entry(room.to_string()).or_default().push(k);
+                }
             }
+            let report = mark(&store, &batch.lease, &marks, now).await;
+            assert_eq!(report.applied as usize, marks.len(), "{report:?}");
         }
-        let report = mark(&store, &batch.lease, &marks, now).await;
-        assert_eq!(report.applied as usize, marks.len());
     }
     for r in 0..rooms {
         let room = format!("r{r}");
@@ -314,195 +242,55 @@ async fn claim_per_room_keeps_room_order_under_failures(backend: Backend) {
     );
 }
 
-async fn claim_per_room_concurrent_workers_keep_one_event_per_room_in_flight(backend: Backend) {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    let Some((db, store)) = setup_per_room(backend).await else {
+/// A `delivering` event of an old-version host holds its room: while its lease runs nothing of
+/// the room is read; once it expired it is read alone (as an attempt), and the room's later
+/// events follow when it is marked. Other rooms flow meanwhile.
+async fn per_room_reads_an_expired_delivering_event_before_its_room(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
         return;
     };
-    let (rooms, per_room) = (5, 40);
-    let mut recs = Vec::new();
-    for k in 0..per_room {
-        for r in 0..rooms {
-            recs.push(record(
-                APP,
-                &format!("r{r}-{k:02}"),
-                &format!("room{r}"),
-                1_000 + k as i64,
-            ));
-        }
-    }
-    enqueue(&store, &recs).await;
-    let second = db.store_per_room().await;
-    // Rooms whose event is claimed and not yet marked, and the delivery order per room. A worker
-    // takes its event out of `in_flight` *before* its mark commits (the row is still delivering,
-    // so no other claim can take the room's next event before then).
-    let in_flight: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let order: Arc<Mutex<BTreeMap<String, Vec<String>>>> = Arc::default();
-    let mut tasks = Vec::new();
-    for i in 0..4 {
-        let store = if i % 2 == 0 {
-            store.clone()
-        } else {
-            second.clone()
-        };
-        let (in_flight, order) = (in_flight.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let worker = format!("w{i}");
-            let mut idle = 0;
-            while idle < 50 {
-                let mut p = params(APP, &worker, 3, outboxd::record::now_ms(), 600_000);
-                p.ordering = DeliveryOrder::PerRoom;
-                let batch = store
-                    .claim(&p)
-                    .await
-                    .unwrap_or_else(|e| panic!("{worker}: {e}"));
-                if batch.events.is_empty() {
-                    idle += 1;
-                    // The claimers' pace when idle (part of the race; they stop after 50 empty
-                    // claims).
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                    continue;
-                }
-                idle = 0;
-                for e in &batch.events {
-                    let mut map = in_flight.lock().unwrap();
-                    if let Some(other) =
-                        map.insert(e.event.room_id.clone(), e.event.event_id.clone())
-                    {
-                        panic!(
-                            "{worker} got {} while {other} of the same room is in flight",
-                            e.event.event_id
-                        );
-                    }
-                }
-                tokio::task::yield_now().await;
-                let marks: Vec<Mark> = batch
-                    .events
-                    .iter()
-                    .map(|e| delivered(&e.event.event_id))
-                    .collect();
-                for e in &batch.events {
-                    in_flight.lock().unwrap().remove(&e.event.room_id);
-                    order
-                        .lock()
-                        .unwrap()
-                        .entry(e.event.room_id.clone())
-                        .or_default()
-                        .push(e.event.event_id.clone());
-                }
-                let report = store
-                    .mark(&MarkParams {
-                        lease: &batch.lease,
-                        marks: &marks,
-                        now_ms: outboxd::record::now_ms(),
-                    })
-                    .await
-                    .unwrap_or_else(|e| panic!("{worker}: {e}"));
-                assert_eq!(report.applied as usize, marks.len(), "{worker}: {report:?}");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("worker task");
-    }
-    let order = order.lock().unwrap().clone();
-    for r in 0..rooms {
-        let expected: Vec<String> = (0..per_room).map(|k| format!("r{r}-{k:02}")).collect();
-        assert_eq!(
-            order.get(&format!("room{r}")),
-            Some(&expected),
-            "room{r} out of order"
-        );
-    }
-    assert_eq!(
-        counts(&store, Some(APP), outboxd::record::now_ms())
-            .await
-            .delivered,
-        (rooms * per_room) as u64
+    let leased = |id: &str, room: &str, created_at_ms: i64, lock_until_ms: i64| RawInsert {
+        worker_id: Some("old-host".into()),
+        lock_until_ms: Some(lock_until_ms),
+        ..RawInsert::pending(APP, id, room, created_at_ms).with_status("delivering")
+    };
+    db.insert_raw(
+        DEFAULT_TABLE,
+        &[
+            leased("e1", "A", 100, 1_100),
+            RawInsert::pending(APP, "e2", "A", 200),
+            RawInsert::pending(APP, "e3", "A", 300),
+            leased("g1", "C", 120, 50_000),
+            RawInsert::pending(APP, "g2", "C", 220),
+            RawInsert::pending(APP, "f1", "B", 150),
+        ],
+    )
+    .await;
+    let own = own_all(&store, APP, HOST).await;
+    let first = read_rooms(&store, APP, &own, 1_000).await;
+    assert!(
+        of_room(&first, "A").is_empty(),
+        "e1's lease runs until 1100"
     );
-}
-
-/// A room with a deep backlog does not hold up the others: claims go round the rooms from where
-/// the last one stopped (the room cursor) and wrap around, so a room's head waits at most one
-/// round of claims, not until older rooms' backlogs drain (oldest-first would hand out a00, a01,
-/// a02 … before b0).
-async fn claim_per_room_goes_round_the_rooms(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
-        return;
-    };
-    let mut recs: Vec<_> = (0..30)
-        .map(|i| record(APP, &format!("a{i:02}"), "A", 100 + i))
-        .collect();
-    recs.push(record(APP, "b0", "B", 1_000));
-    recs.push(record(APP, "c0", "C", 1_001));
-    enqueue(&store, &recs).await;
-    let mut handed_out = Vec::new();
-    for round in 0..5 {
-        let now_ms = 2_000 + round;
-        let batch = claim_ordered(&store, "w1", 1, now_ms).await;
-        assert_eq!(batch.events.len(), 1, "round {round}: {:?}", ids(&batch));
-        handed_out.extend(ids(&batch));
-        let marks: Vec<Mark> = ids(&batch).iter().map(|id| delivered(id)).collect();
-        mark(&store, &batch.lease, &marks, now_ms).await;
-    }
-    assert_eq!(handed_out, strs(&["a00", "b0", "c0", "a01", "a02"]));
-}
-
-/// A claim hands out every room's head however deep the backlog behind each (2,000 events over
-/// 5 rooms: the heads are the 5 oldest events of their rooms, not the 5 oldest of the table),
-/// and with every head in flight the next claim finds nothing to hand out; once the heads are
-/// delivered, the next ones follow.
-async fn claim_per_room_reads_heads_not_the_backlog_behind_them(backend: Backend) {
-    let Some((_db, store)) = setup_per_room(backend).await else {
-        return;
-    };
-    // Room r<k>'s events are created after every event of room r<k-1>.
-    let recs: Vec<_> = (0..2_000)
-        .map(|i| record(APP, &format!("e{i:04}"), &format!("r{}", i / 400), i))
-        .collect();
-    enqueue(&store, &recs).await;
-    let mut heads = ids(&claim_ordered(&store, "w1", 100, 5_000).await);
-    heads.sort();
-    assert_eq!(heads, strs(&["e0000", "e0400", "e0800", "e1200", "e1600"]));
-    let blocked = claim_ordered(&store, "w2", 100, 5_001).await;
-    assert!(blocked.events.is_empty(), "{:?}", ids(&blocked));
-}
-
-/// Held claims (`worker.mode = "held"`) with per-room ordering hand out room heads like leased
-/// ones: the rows stay `pending` while held, the next events of their rooms wait until the batch
-/// is marked, and then follow.
-async fn held_claim_per_room_hands_out_room_heads(backend: Backend) {
-    let Some((db, store)) = setup_per_room(backend).await else {
-        return;
-    };
-    rooms_setup(&store).await;
-    let mut p = params(APP, "h1", 10, 1_000, 30_000);
-    p.ordering = DeliveryOrder::PerRoom;
-    let batch = store.claim_held(&p).await.expect("held claim");
-    let mut held: Vec<String> = batch
-        .events
-        .iter()
-        .map(|e| e.event.event_id.clone())
-        .collect();
-    held.sort();
-    assert_eq!(held, strs(&["e1", "f1"]));
+    assert!(of_room(&first, "C").is_empty(), "g1's lease runs");
+    assert_eq!(of_room(&first, "B"), strs(&["f1"]));
+    let batches = read_rooms(&store, APP, &own, 2_000).await;
     assert_eq!(
-        db.row(APP, "e1").await.unwrap().status,
-        "pending",
-        "held, not leased"
+        of_room(&batches, "A"),
+        strs(&["e1"]),
+        "the expired event alone"
     );
-    let marks: Vec<Mark> = held.iter().map(|id| delivered(id)).collect();
-    let report = batch.mark(&marks, 1_100).await.expect("mark held");
-    assert_eq!(report.applied, 2);
-    p.now_ms = 1_200;
-    let next = store.claim_held(&p).await.expect("held claim");
-    let mut next_ids: Vec<String> = next
-        .events
+    assert!(of_room(&batches, "C").is_empty(), "g1's lease runs");
+    let e1 = batches
         .iter()
-        .map(|e| e.event.event_id.clone())
-        .collect();
-    next_ids.sort();
-    assert_eq!(next_ids, strs(&["e2", "f2"]));
-    next.release().await.expect("release");
+        .flat_map(|b| b.events.iter())
+        .find(|e| e.event.event_id == "e1")
+        .unwrap();
+    assert_eq!(e1.retry_count, 1, "an expired lease is an attempt");
+    for batch in &batches {
+        mark(&store, &batch.lease, &all_delivered(batch), 2_000).await;
+    }
+    let next = read_rooms(&store, APP, &own, 2_010).await;
+    assert_eq!(of_room(&next, "A"), strs(&["e2", "e3"]));
+    assert!(of_room(&next, "C").is_empty(), "g1's lease runs");
 }

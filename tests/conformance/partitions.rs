@@ -7,19 +7,16 @@
 //! and wait out short leases instead of shifting `now_ms`.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use outboxd::record::now_ms;
-use outboxd::store::{
-    Backend, ClaimBatch, Mark, OutboxStore, Ownership, PartitionFence, PartitionRead,
-    RebalanceParams, partition_count,
-};
+use outboxd::store::{Backend, DEFAULT_TABLE, Ownership, partition_count};
 
 use crate::helpers::{
-    APP, MANY, claim_app, deferred, delivered, enqueue, mark, retryable, setup, strs,
+    APP, LONG_LEASE_MS, all_delivered, all_ids, deferred, delivered, enqueue, mark, read_all,
+    rebalance, retryable, setup, strs,
 };
-use crate::support::{record, wait_until};
+use crate::support::{RawInsert, record, wait_until};
 
 crate::support::per_backend!(
     one_host_takes_every_partition,
@@ -32,93 +29,9 @@ crate::support::per_backend!(
     live_partitions_are_those_holding_live_rows,
 );
 
-/// A generous lease for tests that do not wait for one to end.
-const LONG_LEASE_MS: i64 = 60_000;
-
-/// One heartbeat of `host` for `APP`.
-async fn rebalance(
-    store: &Arc<dyn OutboxStore>,
-    host: &str,
-    lease_ms: i64,
-    release: &[u32],
-    leaving: bool,
-) -> Ownership {
-    store
-        .rebalance(&RebalanceParams {
-            app_code: APP,
-            host_id: host,
-            lease_ms,
-            release,
-            leaving,
-            now_ms: now_ms(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("rebalance by {host}: {e}"))
-}
-
 /// The partition numbers of `ownership`.
 fn numbers(ownership: &Ownership) -> BTreeSet<u32> {
     ownership.owned.iter().map(|f| f.partition).collect()
-}
-
-/// Reads one partition of `APP` as `host`.
-async fn read(
-    store: &Arc<dyn OutboxStore>,
-    host: &str,
-    fence: PartitionFence,
-    per_room: bool,
-    now: i64,
-) -> ClaimBatch {
-    store
-        .read_partition(&PartitionRead {
-            app_code: APP.into(),
-            host_id: host.into(),
-            fence,
-            limit: 100,
-            now_ms: now,
-            lease_ms: LONG_LEASE_MS,
-            max_attempts: MANY,
-            per_room,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("read partition {fence:?} by {host}: {e}"))
-}
-
-/// Every owned partition read once: the non-empty batches.
-async fn read_all(
-    store: &Arc<dyn OutboxStore>,
-    host: &str,
-    ownership: &Ownership,
-    per_room: bool,
-    now: i64,
-) -> Vec<ClaimBatch> {
-    let mut batches = Vec::new();
-    for fence in &ownership.owned {
-        let batch = read(store, host, *fence, per_room, now).await;
-        if !batch.events.is_empty() {
-            batches.push(batch);
-        }
-    }
-    batches
-}
-
-/// A `delivered` mark for every event of `batch`.
-fn all_delivered(batch: &ClaimBatch) -> Vec<Mark> {
-    batch
-        .events
-        .iter()
-        .map(|e| delivered(&e.event.event_id))
-        .collect()
-}
-
-/// The event ids of `batches`, sorted.
-fn all_ids(batches: &[ClaimBatch]) -> Vec<String> {
-    let mut ids: Vec<String> = batches
-        .iter()
-        .flat_map(|b| b.events.iter().map(|e| e.event.event_id.clone()))
-        .collect();
-    ids.sort();
-    ids
 }
 
 async fn one_host_takes_every_partition(backend: Backend) {
@@ -126,7 +39,7 @@ async fn one_host_takes_every_partition(backend: Backend) {
         return;
     };
     let count = partition_count(backend);
-    let ownership = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let ownership = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert_eq!(ownership.partitions, count);
     assert_eq!((ownership.hosts, ownership.share), (1, count));
     assert_eq!(numbers(&ownership), (0..count).collect());
@@ -135,7 +48,7 @@ async fn one_host_takes_every_partition(backend: Backend) {
         "first owner: epoch 1"
     );
     assert!(!ownership.leased_hosts_active);
-    let again = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let again = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert_eq!(again.owned, ownership.owned, "a renewal keeps the epochs");
 }
 
@@ -144,13 +57,13 @@ async fn two_hosts_share_the_partitions(backend: Backend) {
         return;
     };
     let count = partition_count(backend);
-    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let a = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert_eq!(a.owned.len() as u32, count);
     // B joins: every partition is owned and live, so it takes none yet; A sees its share drop.
-    let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+    let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
     assert!(b.owned.is_empty(), "live partitions are never stolen");
     assert_eq!((b.hosts, b.share), (2, count / 2));
-    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let a = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert_eq!((a.hosts, a.share), (2, count - count / 2));
     // A gives up what it owns above its share; B takes it at its next heartbeat.
     let excess: Vec<u32> = numbers(&a)
@@ -158,9 +71,9 @@ async fn two_hosts_share_the_partitions(backend: Backend) {
         .rev()
         .take(a.owned.len() - a.share as usize)
         .collect();
-    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &excess, false).await;
+    let a = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &excess, false).await;
     assert_eq!(a.owned.len() as u32, a.share);
-    let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+    let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
     assert_eq!(b.owned.len() as u32, b.share);
     let (a_set, b_set) = (numbers(&a), numbers(&b));
     assert!(a_set.is_disjoint(&b_set), "no partition has two owners");
@@ -189,7 +102,7 @@ async fn a_read_writes_nothing_and_each_row_is_read_once(backend: Backend) {
         })
         .collect();
     enqueue(&store, &records).await;
-    let owner = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let owner = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     let now = now_ms();
     let batches = read_all(&store, "host-a", &owner, false, now).await;
     let expected: Vec<String> = (0..40).map(|i| format!("e{i:02}")).collect();
@@ -257,7 +170,7 @@ async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
         &[record(APP, "e1", "r1", 100), record(APP, "e2", "r1", 200)],
     )
     .await;
-    let a = rebalance(&store, "host-a", 300, &[], false).await;
+    let a = rebalance(&store, APP, "host-a", 300, &[], false).await;
     let now = now_ms();
     let stale = read_all(&store, "host-a", &a, false, now).await;
     assert_eq!(all_ids(&stale), strs(&["e1", "e2"]));
@@ -266,7 +179,7 @@ async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
         "B takes every partition once A's lease ends",
         Duration::from_secs(10),
         || async {
-            let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+            let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
             if b.owned.len() as u32 == b.partitions {
                 Ok(b)
             } else {
@@ -287,7 +200,7 @@ async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
         assert_eq!(db.row(APP, id).await.unwrap().status, "pending", "{id}");
     }
     // A's next heartbeat learns it owns nothing.
-    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let a = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert!(
         a.owned.is_empty(),
         "B's partitions are live: A gets none back"
@@ -311,11 +224,11 @@ async fn a_leaving_host_hands_its_partitions_on(backend: Backend) {
     let Some((_db, store)) = setup(backend).await else {
         return;
     };
-    let a = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let a = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert_eq!(a.owned.len() as u32, a.partitions);
-    let left = rebalance(&store, "host-a", LONG_LEASE_MS, &[], true).await;
+    let left = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], true).await;
     assert!(left.owned.is_empty());
-    let b = rebalance(&store, "host-b", LONG_LEASE_MS, &[], false).await;
+    let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
     assert_eq!(
         (b.hosts, b.owned.len() as u32),
         (1, b.partitions),
@@ -336,7 +249,7 @@ async fn per_room_reads_hold_back_a_room_behind_its_retry(backend: Backend) {
         ],
     )
     .await;
-    let owner = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let owner = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     let now = now_ms();
     let batches = read_all(&store, "host-a", &owner, true, now).await;
     assert_eq!(
@@ -384,7 +297,7 @@ async fn per_room_reads_hold_back_a_room_behind_its_retry(backend: Backend) {
 }
 
 async fn leased_hosts_stop_partition_reads(backend: Backend) {
-    let Some((_db, store)) = setup(backend).await else {
+    let Some((db, store)) = setup(backend).await else {
         return;
     };
     enqueue(
@@ -392,12 +305,19 @@ async fn leased_hosts_stop_partition_reads(backend: Backend) {
         &[record(APP, "e1", "r1", 100), record(APP, "e2", "r2", 200)],
     )
     .await;
-    let before = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
-    assert!(!before.leased_hosts_active);
-    // A host of the leased design claims a row (its lease on the host's clock).
-    let claimed = claim_app(&store, "old-host/0", 1, now_ms(), 30_000).await;
-    assert_eq!(claimed.events.len(), 1);
-    let after = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    // Rows a host of the leased design leased (on its own clock) until `lock_until_ms`.
+    let leased = |id: &str, lock_until_ms: i64| RawInsert {
+        worker_id: Some("old-host/0".into()),
+        lock_until_ms: Some(lock_until_ms),
+        ..RawInsert::pending(APP, id, "r1", 50).with_status("delivering")
+    };
+    db.insert_raw(DEFAULT_TABLE, &[leased("ended", 1_100)])
+        .await;
+    let before = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
+    assert!(!before.leased_hosts_active, "an ended lease is nobody's");
+    db.insert_raw(DEFAULT_TABLE, &[leased("live", now_ms() + 30_000)])
+        .await;
+    let after = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert!(after.leased_hosts_active, "a live lease is seen");
 }
 
@@ -416,7 +336,7 @@ async fn live_partitions_are_those_holding_live_rows(backend: Backend) {
         })
         .collect();
     enqueue(&store, &records).await;
-    let owner = rebalance(&store, "host-a", LONG_LEASE_MS, &[], false).await;
+    let owner = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     let batches = read_all(&store, "host-a", &owner, false, now_ms()).await;
     let holding: BTreeSet<u32> = batches
         .iter()
