@@ -300,7 +300,7 @@ bench:
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build of outboxd and outboxd-bench. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: bench-ab bench-index-writes bench-partitions bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers bench-graphile
+.PHONY: bench-ab bench-partitions bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers bench-graphile
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd --bin outboxd-bench
 
@@ -321,11 +321,6 @@ bench-binlog-wake: release
 bench-history: release
 	bash bench/history.sh
 
-## bench-index-writes: PostgreSQL's WAL and index pages per delivered event, the retry and lease
-## indexes over live rows (migration 0006) against whole ones, alternated (bench/index_writes.sh).
-bench-index-writes: release
-	bash bench/index_writes.sh
-
 bench-isolation: release
 	bash bench/isolation.sh
 
@@ -339,8 +334,8 @@ bench-ab: release
 	@[ -n "$(OLD)" ] || { echo "usage: make bench-ab OLD=path/to/old/outboxd-bench [NEW=…]" >&2; exit 2; }
 	bash bench/ab.sh $(OLD) $(NEW)
 
-## bench-partitions: partitioned mode beside the leased default and raw-1idx, and its row writes
-## per delivered event, on MariaDB and PostgreSQL (bench/partitions.sh).
+## bench-partitions: outboxd (unordered and per-room) beside raw-1idx at 200k events over 500
+## rooms, and its row writes per delivered event, on MariaDB and PostgreSQL (bench/partitions.sh).
 bench-partitions: release
 	bash bench/partitions.sh
 

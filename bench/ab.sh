@@ -46,7 +46,7 @@ one() {
   section "$db, round $round, $label"
   bench_of "$build" --events "$EVENTS" --shapes raw,outboxd \
     "${PLUGIN_ARGS[@]}" --table "ab_${label}_$round" | tee "$WORK/thru"
-  ratio=$(awk '$1 == "outboxd" { print $9 }' "$WORK/thru")
+  ratio=$(awk '$1 == "outboxd" { print $8 }' "$WORK/thru")
   bench_of "$build" --rate "$RATE" --seconds 10 "${PLUGIN_ARGS[@]}" \
     --table "ab_lat_${label}_$round" | tee "$WORK/lat"
   lat=$(awk '/^ *rate +events/ { getline; print $5, $7 }' "$WORK/lat")

@@ -2,12 +2,12 @@
 # bench/per_room.sh: what per-room ordering costs, shallow and deep backlogs (docs/PERFORMANCE.md,
 # "Per-room ordering").
 #
-# Per database, one `outboxd-bench` run per backlog shape on a fresh table with the room index,
+# Per database, one `outboxd-bench` run per backlog shape on a fresh table,
 # every event through the chaos plugin answering `ok`, shapes raw (the plain SQL loop), outboxd
 # (unordered) and per-room (`worker.ordering = "per-room"`), side by side:
 #   - shallow: EVENTS events over EVENTS/50 rooms (50 per room, the throughput bench's shape);
 #   - deep: EVENTS events over DEEP_ROOMS rooms (EVENTS/DEEP_ROOMS per room: a backlog whose rooms
-#     each wait behind their own head, as after an outage).
+#     each hold many events in one partition, as after an outage).
 # `vs raw` is the shape's drain rate over the raw loop's in the same run.
 #
 # Environment: EVENTS (50000), DEEP_ROOMS (25), and those of bench/lib.sh.
@@ -25,7 +25,7 @@ run() {
   section "$db, $label: outboxd-bench $*"
   bench "$@" | tee "$WORK/out"
   awk -v db="$db" -v label="$label" '$1 ~ /^(raw|outboxd|per-room)$/ {
-    printf "%-9s %-24s %-8s %11s %8s\n", db, label, $1, $7, $9 }' "$WORK/out" >> "$WORK/summary"
+    printf "%-9s %-24s %-8s %11s %8s\n", db, label, $1, $7, $8 }' "$WORK/out" >> "$WORK/summary"
 }
 
 for db in $DATABASES; do

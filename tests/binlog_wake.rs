@@ -31,7 +31,7 @@ use outboxd::store::{
     PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
 };
 use outboxd::wake::{self, FeedError, Wake, WakeMode};
-use outboxd::worker::{WorkerMode, WorkerOptions};
+use outboxd::worker::WorkerOptions;
 use sqlx::{AssertSqlSafe, Connection, Executor, MySqlConnection};
 use support::private_server::{Kind, PrivateServer};
 use support::{Backend, Running, TestDb, record, until_loops_wait, wait_for, wait_until};
@@ -62,7 +62,6 @@ fn options(idle_probe: Duration) -> WorkerOptions {
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy::default(),
         ordering: DeliveryOrder::None,
-        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: "binlog-test".into(),
     }

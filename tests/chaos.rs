@@ -15,7 +15,7 @@ use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::DeliveryOrder;
-use outboxd::worker::{Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{Worker, WorkerOptions};
 use support::{Backend, TestDb, typed_record};
 
 /// A chaos sink named `name` with init settings `config` and `limits`.
@@ -109,7 +109,6 @@ async fn misbehaving_sinks_are_contained(backend: Backend) {
                 max_attempts: 5,
             },
             ordering: DeliveryOrder::None,
-            mode: WorkerMode::Leased,
             concurrency: 1,
             node_id: "chaos".into(),
         },

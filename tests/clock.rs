@@ -16,7 +16,7 @@ use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::DeliveryOrder;
-use outboxd::worker::{BatchStats, Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{BatchStats, Worker, WorkerOptions};
 use support::{Backend, TestDb, record, wait_until};
 
 /// Delivers after `delay`, counting deliveries per event and noting a room with two events in
@@ -66,7 +66,6 @@ fn options(node_id: &str) -> WorkerOptions {
             max_attempts: 5,
         },
         ordering: DeliveryOrder::PerRoom,
-        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: node_id.into(),
     }
@@ -85,7 +84,7 @@ async fn claim_beside_a_live_batch(
     shift_ms: i64,
 ) -> Option<(BatchStats, Arc<Slow>, Metrics)> {
     let db = TestDb::new_server_only(backend).await?;
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     let base = now_ms() - 60_000;
     let rows: Vec<_> = (0..20)
         .map(|i| {

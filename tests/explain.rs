@@ -371,7 +371,7 @@ async fn claim_branches_read_only_what_they_return(backend: Backend) {
     let Some(db) = TestDb::new_server_only(backend).await else {
         return;
     };
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     let started = std::time::Instant::now();
     seed(&db).await;
     eprintln!(

@@ -281,7 +281,7 @@ async fn a_poison_at_a_rooms_head_keeps_the_room_in_order(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     let base = now_ms() - 60_000;
     let mut rows = vec![
         typed_record("app", "head", "room-p", "Poison", base),

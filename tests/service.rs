@@ -19,7 +19,7 @@ use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::service::Service;
 use outboxd::store::DeliveryOrder;
-use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, TestDb, record, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -251,7 +251,6 @@ async fn breaker_outlasts_an_outage_longer_than_max_attempts(backend: Backend) {
             max_attempts: 3,
         },
         ordering: DeliveryOrder::None,
-        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: "breaker-test".into(),
     };

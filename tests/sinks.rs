@@ -23,7 +23,7 @@ use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{DeliveryOrder, OutboxStore};
-use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawRow, TestDb, typed_record, wait_until};
 use tokio_util::sync::CancellationToken;
 
@@ -123,7 +123,6 @@ fn options(max_attempts: u32) -> WorkerOptions {
             max_attempts,
         },
         ordering: DeliveryOrder::None,
-        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: "e2e".into(),
     }

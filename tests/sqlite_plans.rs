@@ -188,7 +188,7 @@ fn claim_params(ordering: DeliveryOrder) -> ClaimParams {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_history_stays_out_of_the_live_indexes_and_plans_use_them() {
     let db = TestDb::new(Backend::Sqlite).await.expect("SQLite");
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     seed(&db).await;
 
     // The history is in the table, its primary key and the pending/status index (retention and

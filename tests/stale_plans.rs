@@ -203,7 +203,7 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let Some(db) = TestDb::new_server_only(backend).await else {
         return;
     };
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     if backend == Backend::MySql {
         // As PostgreSQL's autovacuum is off here: InnoDB's background recalculation after the
         // load would otherwise race with the EXPLAINs (after migrate's ALTER TABLE it often does

@@ -17,7 +17,7 @@ use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{DeliveryOrder, FailedFilter, OutboxStore, RequeueParams, TableName};
 use outboxd::wake::{self, Wake};
-use outboxd::worker::{WorkerMode, WorkerOptions};
+use outboxd::worker::WorkerOptions;
 use support::{
     Backend, RawInsert, Running, TestDb, record, until_loops_wait, wait_for, wait_until,
 };
@@ -38,7 +38,6 @@ fn options() -> WorkerOptions {
         publish_timeout: Duration::from_secs(10),
         retry: RetryPolicy::default(),
         ordering: DeliveryOrder::None,
-        mode: WorkerMode::Leased,
         concurrency: 2,
         node_id: "wake-test".into(),
     }

@@ -19,7 +19,7 @@ use outboxd::store::{
     ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, MigrateOptions,
     OutboxStore, StoreError,
 };
-use outboxd::worker::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record, wait_until};
 use tokio_util::sync::CancellationToken;
 
@@ -121,7 +121,6 @@ fn options(node_id: &str) -> WorkerOptions {
             max_attempts: 5,
         },
         ordering: DeliveryOrder::None,
-        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: node_id.into(),
     }
@@ -431,7 +430,7 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     enqueue_many(&*store, 400, 20).await;
     let failures = Arc::new(Mutex::new(0u32));
     let failures_in = failures.clone();

@@ -52,8 +52,7 @@ pub struct BenchArgs {
     /// Rooms the events are spread over.
     #[arg(long, default_value_t = 1000)]
     pub rooms: u32,
-    /// Runs to measure, comma-separated: outboxd, per-room (ordering on), go (the Go version's
-    /// shape: batch 100, one mark statement per row, one batch in flight), raw (a plain SQL
+    /// Runs to measure, comma-separated: outboxd, per-room (ordering on), raw (a plain SQL
     /// client, no outboxd code: claim with FOR UPDATE SKIP LOCKED, then one fenced mark per
     /// batch; `--batch-size`, `--raw-clients`), raw-1idx (the same loop on a table with the
     /// primary key and one claim index only: the yardstick), raw-held (the ceiling: lock, mark
@@ -61,7 +60,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "outboxd,per-room,go,raw,raw-1idx"
+        default_value = "outboxd,per-room,raw,raw-1idx"
     )]
     pub shapes: Vec<Shape>,
     /// Table the benchmark writes (created if missing); keep it away from production data.
@@ -121,12 +120,11 @@ pub struct BenchArgs {
 /// A delivery shape to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Shape {
-    /// outboxd's worker: batch size and worker count from the options, one mark per batch.
+    /// outboxd's worker: batch size and worker count from the options; rows read from owned
+    /// partitions without writing, one fenced mark per batch part.
     Outboxd,
     /// outboxd's worker with per-room ordering on.
     PerRoom,
-    /// The Go version's shape: claim 100, one mark statement per row, one batch in flight.
-    Go,
     /// Issue 10's raw two-write SQL loop: a plain sqlx client, claim then fenced mark, no outboxd
     /// code in the loop (`--raw-clients` clients, `--batch-size` rows per claim).
     Raw,
@@ -137,15 +135,6 @@ pub enum Shape {
     /// The raw ceiling: lock with `SELECT … FOR UPDATE SKIP LOCKED`, one UPDATE to delivered,
     /// commit, in one transaction (each row written once; not at-least-once safe as outboxd is).
     RawHeld,
-    /// outboxd's worker in held mode (`worker.mode = "held"`): rows locked in the claim's open
-    /// transaction while they publish, one mark UPDATE per batch, no lease written.
-    Held,
-    /// outboxd's worker owning partitions (`worker.mode = "partitioned"`): rows read without
-    /// writing, one fenced mark per row.
-    Partitioned,
-    /// Partitioned with per-room ordering on.
-    #[value(name = "partitioned-per-room")]
-    PartitionedPerRoom,
 }
 
 impl Shape {
@@ -154,13 +143,9 @@ impl Shape {
         match self {
             Shape::Outboxd => "outboxd",
             Shape::PerRoom => "per-room",
-            Shape::Go => "go",
             Shape::Raw => "raw",
             Shape::RawOneIndex => "raw-1idx",
             Shape::RawHeld => "raw-held",
-            Shape::Held => "held",
-            Shape::Partitioned => "partitioned",
-            Shape::PartitionedPerRoom => "partitioned-per-room",
         }
     }
 }

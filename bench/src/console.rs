@@ -25,7 +25,7 @@ use outboxd::record::{Record, now_ms};
 use outboxd::reload::Loaded;
 use outboxd::store::internals::{Arg, Bound, console_explain_statements};
 use outboxd::store::{
-    self, Backend, ClaimParams, ConnectOptions, DeliveryOrder, Mark, MarkParams, OutboxStore,
+    self, Backend, ConnectOptions, Mark, MarkParams, OutboxStore,
     TableName,
 };
 
@@ -202,40 +202,33 @@ async fn fresh_rows(store: &dyn OutboxStore) -> anyhow::Result<(Vec<String>, u64
     }
     let mut failed = Vec::new();
     while failed.len() < 2000 {
-        let batch = store
-            .claim(&ClaimParams {
-                app_code: APP.into(),
-                worker_id: "bench-console".into(),
-                limit: 500,
-                lease_ms: 60_000,
-                now_ms: now_ms(),
-                max_attempts: 10,
-                ordering: DeliveryOrder::None,
-                scan_due: false,
-            })
-            .await?;
-        if batch.events.is_empty() {
+        let left = 2000 - failed.len() as u32;
+        let batches =
+            crate::harness::read_due(store, APP, "bench-console", left.min(500), now_ms()).await?;
+        if batches.is_empty() {
             break;
         }
-        let marks: Vec<Mark> = batch
-            .events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| Mark {
-                event_id: e.event.event_id.clone(),
-                disposition: store::Disposition::Failed {
-                    error: ERRORS[i % 3].into(),
-                },
-            })
-            .collect();
-        store
-            .mark(&MarkParams {
-                lease: &batch.lease,
-                marks: &marks,
-                now_ms: now_ms(),
-            })
-            .await?;
-        failed.extend(marks.into_iter().map(|m| m.event_id));
+        for batch in batches {
+            let marks: Vec<Mark> = batch
+                .events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| Mark {
+                    event_id: e.event.event_id.clone(),
+                    disposition: store::Disposition::Failed {
+                        error: ERRORS[i % 3].into(),
+                    },
+                })
+                .collect();
+            store
+                .mark(&MarkParams {
+                    lease: &batch.lease,
+                    marks: &marks,
+                    now_ms: now_ms(),
+                })
+                .await?;
+            failed.extend(marks.into_iter().map(|m| m.event_id));
+        }
     }
     let pending = 3000 - failed.len() as u64;
     Ok((failed, pending))

@@ -22,7 +22,7 @@ use sqlx::{ConnectOptions as _, Connection as _};
 
 use outboxd::record::Record;
 use outboxd::store::{
-    Backend, ClaimParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore, StoreError,
+    Backend, Disposition, Mark, MarkParams, OutboxStore, StoreError,
     TableName,
 };
 
@@ -53,7 +53,7 @@ pub enum HistoryBenchError {
     Cleanup(#[from] tokio::task::JoinError),
 }
 
-/// The timed call of both history benchmarks: claims exactly `expected` rows at `at_ms` and
+/// The timed call of both history benchmarks: reads exactly `expected` rows at `at_ms` and
 /// marks them delivered at `at_ms`.
 pub async fn claim_and_deliver(
     store: &dyn OutboxStore,
@@ -62,40 +62,32 @@ pub async fn claim_and_deliver(
     at_ms: i64,
     phase: &'static str,
 ) -> Result<(), HistoryBenchError> {
-    let batch = store
-        .claim(&ClaimParams {
-            app_code: app_code.to_string(),
-            worker_id: "bench-history".into(),
-            limit: expected,
-            lease_ms: 60_000,
-            now_ms: at_ms,
-            max_attempts: 20,
-            ordering: DeliveryOrder::None,
-            scan_due: true,
-        })
-        .await?;
-    if batch.events.len() != expected as usize {
+    let batches = crate::harness::read_due(store, app_code, "bench-history", expected, at_ms).await?;
+    let claimed: usize = batches.iter().map(|b| b.events.len()).sum();
+    if claimed != expected as usize {
         return Err(HistoryBenchError::ShortClaim {
             phase,
-            claimed: batch.events.len(),
+            claimed,
             expected,
         });
     }
-    let marks: Vec<Mark> = batch
-        .events
-        .iter()
-        .map(|c| Mark {
-            event_id: c.event.event_id.clone(),
-            disposition: Disposition::Delivered,
-        })
-        .collect();
-    store
-        .mark(&MarkParams {
-            lease: &batch.lease,
-            marks: &marks,
-            now_ms: at_ms,
-        })
-        .await?;
+    for batch in &batches {
+        let marks: Vec<Mark> = batch
+            .events
+            .iter()
+            .map(|c| Mark {
+                event_id: c.event.event_id.clone(),
+                disposition: Disposition::Delivered,
+            })
+            .collect();
+        store
+            .mark(&MarkParams {
+                lease: &batch.lease,
+                marks: &marks,
+                now_ms: at_ms,
+            })
+            .await?;
+    }
     Ok(())
 }
 

@@ -27,8 +27,8 @@ use crate::trace::{ClaimSpan, RowWait, SlowRows, caught_up};
 use outboxd::publish::Publisher;
 use outboxd::record::Record;
 use outboxd::store::{
-    Backend, ClaimBatch, ClaimParams, CountsParams, DeliveryOrder, Disposition, FailedRow,
-    ListFailedParams, MarkParams, MarkReport, MigrateOptions, OutboxStore, PurgeParams,
+    Backend, ClaimBatch, CountsParams, Disposition, FailedRow, ListFailedParams, MarkParams,
+    MarkReport, OutboxStore, Ownership, PartitionRead, PurgeParams, RebalanceParams,
     RequeueParams, StatusCounts, StoreError, TableName,
 };
 use outboxd::wake::{self, Wake};
@@ -103,7 +103,7 @@ pub async fn run(
     let config = harness.config;
     // The config's worker options drive the worker: per-room ordering needs the room index.
     let inner = harness
-        .store(0, &MigrateOptions::for_ordering(config.worker.ordering))
+        .store(0)
         .await?;
     let producers = options.producers.max(1);
     let producer_store = harness.pool(producers).await?;
@@ -338,21 +338,29 @@ impl OutboxStore for TimedStore {
         self.inner.table()
     }
 
-    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
-        self.inner.migrate_with(options).await
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate().await
     }
 
-    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
-        self.inner.check_ordering(ordering).await
+    async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError> {
+        self.inner.rebalance(params).await
+    }
+
+    async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError> {
+        self.inner.live_partitions(app_code).await
+    }
+
+    async fn clock_ms(&self) -> Result<Option<i64>, StoreError> {
+        self.inner.clock_ms().await
     }
 
     async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError> {
         self.inner.enqueue(records).await
     }
 
-    async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
+    async fn read_partition(&self, params: &PartitionRead) -> Result<ClaimBatch, StoreError> {
         let started = Instant::now();
-        let batch = self.inner.claim(params).await?;
+        let batch = self.inner.read_partition(params).await?;
         let now = Instant::now();
         let took = now - started;
         let rows = batch.events.len() + batch.rejected.len();

@@ -29,7 +29,7 @@ use outboxd::config::RetentionConfig;
 use outboxd::metrics::Metrics;
 use outboxd::record::now_ms;
 use outboxd::retention::Retention;
-use outboxd::store::{CountsParams, MigrateOptions, OutboxStore};
+use outboxd::store::{CountsParams, OutboxStore};
 
 /// The retention age the cleanup uses: the history is older, the fresh rows are younger.
 const CLEANUP_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -80,7 +80,7 @@ pub async fn run(
     options: &RetentionBenchOptions,
 ) -> Result<RetentionBenchReport, HistoryBenchError> {
     let config = harness.config;
-    let store = harness.store(4, &MigrateOptions::default()).await?;
+    let store = harness.store(4).await?;
     let app_code = Harness::app_code("retention");
     let started = Instant::now();
     let base = now_ms() - HISTORY_AGE.as_millis() as i64;

@@ -18,7 +18,7 @@ use crate::history::{AfterLoad, HISTORY_AGE, HistoryBenchError, HistoryWriter, c
 use crate::retention::LatencyWindow;
 use crate::samples::ms;
 use outboxd::record::now_ms;
-use outboxd::store::{self, MigrateOptions};
+use outboxd::store;
 
 /// Untimed claim + mark calls before each size's measured rounds.
 const WARM_UP: u32 = 5;
@@ -141,7 +141,7 @@ pub async fn run(
         after_load,
     } = options;
     let (rounds, batch, after_load) = (*rounds, *batch, *after_load);
-    let store = harness.store(2, &MigrateOptions::default()).await?;
+    let store = harness.store(2).await?;
     let app_code = Harness::app_code("scaling");
     let base_ms = now_ms() - HISTORY_AGE.as_millis() as i64;
     let mut writer = HistoryWriter::connect(

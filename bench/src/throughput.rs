@@ -16,14 +16,13 @@ use crate::args::{BenchArgs, Shape};
 use crate::harness::{EventIds, Harness, records};
 use crate::raw::{RawError, RawLoop, RawOptions};
 use outboxd::config::Config;
-use outboxd::publish::{Event, Publisher};
+use outboxd::publish::Publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{
-    self, ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, MigrateOptions,
-    OutboxStore, StoreError,
+    self, CountsParams, DeliveryOrder, OutboxStore, StoreError,
 };
-use outboxd::worker::{RunMode, Worker, WorkerError, WorkerMode, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerError, WorkerOptions};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -108,15 +107,11 @@ impl fmt::Display for BenchReport {
                 .find(|r| r.shape == shape)
                 .map(BenchRow::drain_rate)
         };
-        let (go, raw, one_index) = (
-            rate_of(Shape::Go),
-            rate_of(Shape::Raw),
-            rate_of(Shape::RawOneIndex),
-        );
+        let (raw, one_index) = (rate_of(Shape::Raw), rate_of(Shape::RawOneIndex));
         writeln!(f, "database: {}  rooms: {}", self.database, self.rooms)?;
         writeln!(
             f,
-            "{:<20} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>7} {:>8}",
+            "{:<20} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>8}",
             "shape",
             "batch",
             "workers",
@@ -124,7 +119,6 @@ impl fmt::Display for BenchReport {
             "enqueue ev/s",
             "drain s",
             "drain ev/s",
-            "vs go",
             "vs raw",
             "vs 1idx"
         )?;
@@ -135,7 +129,7 @@ impl fmt::Display for BenchReport {
             };
             writeln!(
                 f,
-                "{:<20} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>7} {:>8}",
+                "{:<20} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>8}",
                 row.shape.name(),
                 row.batch_size,
                 row.workers,
@@ -143,7 +137,6 @@ impl fmt::Display for BenchReport {
                 row.enqueue_rate(),
                 row.drain.as_secs_f64(),
                 row.drain_rate(),
-                ratio(go),
                 ratio(raw),
                 ratio(one_index)
             )?;
@@ -186,12 +179,7 @@ pub async fn run(
     publisher: Arc<dyn Publisher>,
 ) -> Result<BenchReport, BenchError> {
     let config = harness.config;
-    // Per-room claims need the room index; the other shapes of the same run then pay its
-    // writes too (the table is shared).
-    let migrate = MigrateOptions {
-        room_index: options.shapes.contains(&Shape::PerRoom),
-    };
-    let store = harness.store(options.workers + 2, &migrate).await?;
+    let store = harness.store(options.workers + 2).await?;
     let run_id = now_ms();
     let mut rows = Vec::new();
     for &shape in &options.shapes {
@@ -213,15 +201,7 @@ pub async fn run(
         let enqueue = enqueue(&**shape_store, &app_code, options).await?;
         let started = Instant::now();
         let (batch_size, workers) = match shape {
-            Shape::Go => {
-                drain_go_shape(&*store, &app_code, &*publisher).await?;
-                (100, 1)
-            }
-            Shape::Outboxd
-            | Shape::PerRoom
-            | Shape::Held
-            | Shape::Partitioned
-            | Shape::PartitionedPerRoom => {
+            Shape::Outboxd | Shape::PerRoom => {
                 drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
                 (options.batch_size, options.workers)
             }
@@ -316,15 +296,10 @@ async fn drain_worker(
             lease: Duration::from_secs(60),
             publish_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
-            ordering: if matches!(shape, Shape::PerRoom | Shape::PartitionedPerRoom) {
+            ordering: if shape == Shape::PerRoom {
                 DeliveryOrder::PerRoom
             } else {
                 DeliveryOrder::None
-            },
-            mode: match shape {
-                Shape::Held => WorkerMode::Held,
-                Shape::Partitioned | Shape::PartitionedPerRoom => WorkerMode::Partitioned,
-                _ => WorkerMode::Leased,
             },
             concurrency: options.workers,
             node_id: "bench".into(),
@@ -332,44 +307,4 @@ async fn drain_worker(
     );
     worker.run(RunMode::Drain, CancellationToken::new()).await?;
     Ok(())
-}
-
-/// Drains like the Go version: claim 100, publish, one mark statement per row.
-async fn drain_go_shape(
-    store: &dyn OutboxStore,
-    app_code: &str,
-    publisher: &dyn Publisher,
-) -> Result<(), StoreError> {
-    loop {
-        let batch = store
-            .claim(&ClaimParams {
-                app_code: app_code.to_string(),
-                worker_id: "go-shape".into(),
-                limit: 100,
-                lease_ms: 60_000,
-                now_ms: now_ms(),
-                max_attempts: 20,
-                ordering: DeliveryOrder::None,
-                scan_due: true,
-            })
-            .await?;
-        if batch.events.is_empty() {
-            return Ok(());
-        }
-        let events: Vec<Event> = batch.events.iter().map(|c| c.event.clone()).collect();
-        publisher.publish(&events).await;
-        for event in &events {
-            let marks = [Mark {
-                event_id: event.event_id.clone(),
-                disposition: Disposition::Delivered,
-            }];
-            store
-                .mark(&MarkParams {
-                    lease: &batch.lease,
-                    marks: &marks,
-                    now_ms: now_ms(),
-                })
-                .await?;
-        }
-    }
 }

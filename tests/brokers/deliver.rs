@@ -41,7 +41,7 @@ async fn delivers_every_event_once_in_room_order(kind: Kind) {
     };
     let dir = tempfile::tempdir().unwrap();
     let config = load(&destination, &db, dir.path(), |_| {});
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     let (count, within) = (events(), deadline(events()));
     let ids = enqueue(&store, count, rooms(count)).await;
     let started = std::time::Instant::now();

@@ -104,7 +104,7 @@ async fn loses_no_event(kind: Kind) {
         breaker.insert("cool_down".into(), "1s".into());
         sink.insert("breaker".into(), breaker.into());
     });
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     let ids = enqueue(&store, EVENTS, ROOMS).await;
     let (shutdown, running, metrics) = start(config, store.clone()).await;
     wait_until("a fifth delivered", DEADLINE, || async {

@@ -450,7 +450,7 @@ async fn migrate_drops_the_room_index_of_an_earlier_version(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     enqueue(&store, &[record(APP, "e1", "r", 1)]).await;
     // As an earlier version left it: the room index there, the migration not yet applied.
     let drop_migration = forget_room_index_drop(&db, DEFAULT_TABLE).await;
@@ -495,7 +495,7 @@ async fn migrate_keeps_the_room_index_of_an_earlier_version_when_asked(backend: 
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = db.store_per_room().await;
+    let store = db.store_default().await;
     enqueue(
         &store,
         &[record(APP, "e1", "r", 1), record(APP, "e2", "r", 2)],

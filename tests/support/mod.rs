@@ -291,17 +291,6 @@ impl TestDb {
         self.store(outboxd::store::DEFAULT_TABLE).await
     }
 
-    /// A new store on the default table `room_outbox`, migrated with the room index that
-    /// per-room claims need (`outboxd migrate` with `worker.ordering = "per-room"`).
-    pub async fn store_per_room(&self) -> Arc<dyn OutboxStore> {
-        let store = self.store_unmigrated(outboxd::store::DEFAULT_TABLE).await;
-        store
-            .migrate_with(&outboxd::store::MigrateOptions { room_index: true })
-            .await
-            .expect("migrate with the room index");
-        store
-    }
-
     /// A new store (its own connection pool) on `table`, not migrated.
     pub async fn store_unmigrated(&self, table: &str) -> Arc<dyn OutboxStore> {
         outboxd::store::connect(&self.options(table))

@@ -10,7 +10,7 @@ use std::time::Duration;
 use outboxd::metrics::Metrics;
 use outboxd::publish::{Event, Outcome};
 use outboxd::store::{DeliveryOrder, partition_count};
-use outboxd::worker::{RunMode, Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{Backend, TestDb, wait_until};
@@ -25,7 +25,6 @@ crate::support::per_backend!(
 /// The test options in partitioned mode, with `lease` (heartbeats every third of it).
 fn partitioned(node_id: &str, lease: Duration) -> WorkerOptions {
     WorkerOptions {
-        mode: WorkerMode::Partitioned,
         lease,
         publish_timeout: lease / 2,
         ..options(node_id)

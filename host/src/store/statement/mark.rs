@@ -1,6 +1,7 @@
 //! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease
 //! (MySQL's locking SELECT listing the fenced rows is in `store/mysql/mark.rs`).
 
+use super::rows::retry_count_after_reclaim;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, Disposition, Lease, Mark, TableName};
@@ -213,17 +214,19 @@ fn mark_update(
 ) -> Bound {
     let columns = mark_columns(marks);
     let mut b = update_by_key(backend, table);
-    b.push(" SET");
-    status_column(&mut b, &columns);
+    // The attempt first (MySQL evaluates SET left to right): a row still `delivering` is an
+    // earlier version's expired lease, whose attempt the read counted but did not write.
+    b.push(" SET ");
+    retry_count_after_reclaim(&mut b);
     if columns.iter().any(|(_, c)| c.failed_attempt) {
-        b.push(", retry_count = CASE event_id");
+        b.push(" + CASE event_id");
         for (event_id, _) in columns.iter().filter(|(_, c)| c.failed_attempt) {
-            b.push(" WHEN ")
-                .bind(*event_id)
-                .push(" THEN retry_count + 1");
+            b.push(" WHEN ").bind(*event_id).push(" THEN 1");
         }
-        b.push(" ELSE retry_count END");
+        b.push(" ELSE 0 END");
     }
+    b.push(",");
+    status_column(&mut b, &columns);
     retry_and_error_columns(&mut b, &columns);
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms);
