@@ -1,9 +1,9 @@
-//! PostgreSQL plans every claim and mark for its own execution (`plan_cache_mode =
+//! PostgreSQL plans every read and mark for its own execution (`plan_cache_mode =
 //! force_custom_plan` on the store's sessions): no prepared statement may settle on a generic
 //! plan made while the table was empty. That happened on a fresh deployment (`migrate`, then the
 //! host starts before the first rows arrive): after five executions PostgreSQL switched the
-//! claim's prepared statements to generic plans, kept them for the connection's life, and every
-//! claim and mark slowed down as the table filled (commit → delivered p50 11–14 ms instead of
+//! prepared statements to generic plans, kept them for the connection's life, and every read and
+//! mark slowed down as the table filled (commit → delivered p50 11–14 ms instead of
 //! ~3 ms at 2,000 rows/s; the git history of docs/PERFORMANCE.md, "Generic plans on a table that starts empty").
 //! `pg_prepared_statements` counts, per session, how often each statement ran on which plan.
 
@@ -11,13 +11,13 @@ mod support;
 
 use outboxd::record::now_ms;
 use outboxd::store::postgres::PostgresStore;
-use outboxd::store::{Backend, ClaimParams, DeliveryOrder, Mark, MarkParams, OutboxStore};
+use outboxd::store::{Backend, Mark, MarkParams, OutboxStore, PartitionRead, RebalanceParams};
 use support::{TestDb, record};
 
 const APP: &str = "app_a";
 
 #[tokio::test]
-async fn postgres_sessions_plan_every_claim_and_mark_for_its_execution() {
+async fn postgres_sessions_plan_every_read_and_mark_for_its_execution() {
     let Some(db) = TestDb::new(Backend::Postgres).await else {
         return;
     };
@@ -28,8 +28,8 @@ async fn postgres_sessions_plan_every_claim_and_mark_for_its_execution() {
     };
     let store = PostgresStore::connect(&options).await.expect("connect");
     store.migrate().await.expect("migrate");
-    // Claims of an empty table, each reading every branch, as a fresh host's first rounds do;
-    // then rows trickle in one at a time and are claimed and marked.
+    // Heartbeats and reads of an empty table, as a fresh host's first rounds do; then rows
+    // trickle in one at a time and are read and marked.
     for round in 0..30 {
         if round >= 10 {
             let id = format!("e{round:03}");
@@ -38,37 +38,52 @@ async fn postgres_sessions_plan_every_claim_and_mark_for_its_execution() {
                 .await
                 .expect("enqueue");
         }
-        let batch = store
-            .claim(&ClaimParams {
-                app_code: APP.into(),
-                worker_id: "w1".into(),
-                limit: 500,
+        let ownership = store
+            .rebalance(&RebalanceParams {
+                app_code: APP,
+                host_id: "h1",
                 lease_ms: 30_000,
+                release: &[],
+                leaving: false,
                 now_ms: now_ms(),
-                max_attempts: 5,
-                ordering: DeliveryOrder::None,
-                scan_due: true,
             })
             .await
-            .expect("claim");
-        if round >= 10 {
-            assert_eq!(batch.events.len(), 1, "round {round}");
-        }
-        let marks: Vec<Mark> = batch
-            .events
-            .iter()
-            .map(|e| Mark::delivered(e.event.event_id.clone()))
-            .collect();
-        if !marks.is_empty() {
-            let report = store
-                .mark(&MarkParams {
-                    lease: &batch.lease,
-                    marks: &marks,
+            .expect("rebalance");
+        let mut read = 0;
+        for fence in ownership.owned {
+            let batch = store
+                .read_partition(&PartitionRead {
+                    app_code: APP.into(),
+                    host_id: "h1".into(),
+                    fence,
+                    limit: 500,
                     now_ms: now_ms(),
+                    lease_ms: 30_000,
+                    max_attempts: 5,
+                    per_room: false,
                 })
                 .await
-                .expect("mark");
-            assert_eq!(report.applied, 1);
+                .expect("read");
+            read += batch.events.len();
+            let marks: Vec<Mark> = batch
+                .events
+                .iter()
+                .map(|e| Mark::delivered(e.event.event_id.clone()))
+                .collect();
+            if !marks.is_empty() {
+                let report = store
+                    .mark(&MarkParams {
+                        lease: &batch.lease,
+                        marks: &marks,
+                        now_ms: now_ms(),
+                    })
+                    .await
+                    .expect("mark");
+                assert_eq!(report.applied, 1);
+            }
+        }
+        if round >= 10 {
+            assert_eq!(read, 1, "round {round}");
         }
     }
     // Statements with parameters: one without any has nothing to plan for, and PostgreSQL

@@ -1,7 +1,7 @@
-//! PostgreSQL's retry and lease indexes hold live rows only (migration 0006): events delivered
-//! through the store leave the retry index empty and the lease index holding only the entries of
-//! the leases taken; a table with the whole indexes of migration 0001 gets them replaced, built
-//! concurrently, by `migrate`. The index sizes are read from the catalog (no vacuum runs here).
+//! PostgreSQL's online migrations: a table of the per-row claim's era (its retry and lease
+//! indexes, no partitions) gets the partition index built concurrently while producers write
+//! (migration 0007) and the per-row claim's indexes dropped concurrently (0008); an interrupted
+//! build is finished by the next `migrate`; two `migrate` runs at once apply each migration once.
 
 mod support;
 
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use outboxd::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, OutboxStore,
+    Backend, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionRead, RebalanceParams,
 };
 use sqlx::{Connection, Executor, PgConnection};
 use support::{Bind, TestDb, record, wait_until};
@@ -19,7 +19,7 @@ use support::{Bind, TestDb, record, wait_until};
 const APP: &str = "app_a";
 /// Events delivered per run.
 const EVENTS: usize = 5_000;
-/// Rows per claim (the default batch size).
+/// Rows per read (a default batch).
 const BATCH: u32 = 500;
 
 /// The predicate of `index` on `table` (`None`: no such index, or a whole one).
@@ -33,17 +33,6 @@ async fn predicate(db: &TestDb, index: &str) -> Option<String> {
         )
         .await;
     rows.into_iter().next()
-}
-
-/// The size of `index` in 8 KiB pages.
-async fn pages(db: &TestDb, index: &str) -> i64 {
-    let rows = db
-        .query_strings(
-            "SELECT CAST(pg_relation_size(CAST($1 AS regclass)) / 8192 AS TEXT)",
-            &[Bind::Str(index.into())],
-        )
-        .await;
-    rows[0].parse().unwrap()
 }
 
 /// The phase of a concurrent index build waiting for older transactions' snapshots to end.
@@ -64,21 +53,61 @@ async fn builds_in_progress(db: &TestDb) -> Vec<String> {
     .await
 }
 
-/// A claim of up to `BATCH` rows at `now_ms` by worker `w1`, leased for 30 s.
-fn claim_at(now_ms: i64) -> ClaimParams {
-    ClaimParams {
-        app_code: APP.into(),
-        worker_id: "w1".into(),
-        limit: BATCH,
-        lease_ms: 30_000,
-        now_ms,
-        max_attempts: 10,
-        ordering: DeliveryOrder::None,
-        scan_due: true,
+/// Reads every due row of `APP` as host `h1` (each owned partition until it is empty) and marks
+/// each batch delivered; returns how many.
+async fn deliver_due(store: &Arc<dyn OutboxStore>) -> u64 {
+    let now = outboxd::record::now_ms();
+    let ownership = store
+        .rebalance(&RebalanceParams {
+            app_code: APP,
+            host_id: "h1",
+            lease_ms: 30_000,
+            release: &[],
+            leaving: false,
+            now_ms: now,
+        })
+        .await
+        .unwrap();
+    let mut delivered = 0;
+    for fence in ownership.owned {
+        loop {
+            let batch = store
+                .read_partition(&PartitionRead {
+                    app_code: APP.into(),
+                    host_id: "h1".into(),
+                    fence,
+                    limit: BATCH,
+                    now_ms: now,
+                    lease_ms: 30_000,
+                    max_attempts: 10,
+                    per_room: false,
+                })
+                .await
+                .unwrap();
+            if batch.events.is_empty() {
+                break;
+            }
+            let marks: Vec<Mark> = batch
+                .events
+                .iter()
+                .map(|e| Mark::delivered(&e.event.event_id))
+                .collect();
+            let marked = store
+                .mark(&MarkParams {
+                    lease: &batch.lease,
+                    marks: &marks,
+                    now_ms: now,
+                })
+                .await
+                .unwrap();
+            assert_eq!(marked.applied, marks.len() as u64);
+            delivered += marked.applied;
+        }
     }
+    delivered
 }
 
-/// Enqueues `EVENTS` events, then claims and marks them delivered, `BATCH` at a time.
+/// Enqueues `EVENTS` events and delivers them.
 async fn deliver_all(store: &Arc<dyn OutboxStore>) {
     let records: Vec<_> = (0..EVENTS)
         .map(|i| {
@@ -93,110 +122,45 @@ async fn deliver_all(store: &Arc<dyn OutboxStore>) {
     for chunk in records.chunks(1_000) {
         store.enqueue(chunk).await.unwrap();
     }
-    let mut delivered = 0;
-    let mut now = 10_000;
-    while delivered < EVENTS {
-        let batch = store.claim(&claim_at(now)).await.unwrap();
-        assert!(
-            !batch.events.is_empty(),
-            "{delivered} of {EVENTS} delivered"
-        );
-        let marks: Vec<Mark> = batch
-            .events
-            .iter()
-            .map(|e| Mark::delivered(&e.event.event_id))
-            .collect();
-        let marked = store
-            .mark(&MarkParams {
-                lease: &batch.lease,
-                marks: &marks,
-                now_ms: now + 5,
-            })
-            .await
-            .unwrap();
-        assert_eq!(marked.applied, marks.len() as u64);
-        delivered += marks.len();
-        now += 10;
-    }
+    assert_eq!(deliver_due(store).await, EVENTS as u64);
 }
 
-/// After `migrate`, the retry and lease indexes are partial, each on its state and its claim
-/// branch's column; delivering 5,000 events writes nothing into the retry index and one lease
-/// entry per claim into the lease index, while the pending index, which every status change
-/// writes, grows with them.
+/// A table of the per-row claim's era (migrations up to 0006: its retry and lease indexes, no
+/// partition index) with rows in it: `migrate` builds the partition index concurrently while
+/// another connection keeps inserting (rows inserted while the build is in progress, seen in
+/// PostgreSQL's progress view), and drops the retry and lease indexes; an interrupted build (the
+/// new index left behind by an earlier run) is finished by the next `migrate`.
 #[tokio::test]
-async fn delivered_events_leave_the_retry_index_empty() {
+async fn migrate_builds_the_partition_index_while_producers_write() {
     let Some(db) = TestDb::new(Backend::Postgres).await else {
         return;
     };
     let store = db.store_default().await;
-    assert_eq!(
-        predicate(&db, "idx_room_outbox_retry").await.as_deref(),
-        Some("(((status)::text = 'retryable'::text) AND (next_retry_at_ms IS NOT NULL))")
-    );
-    assert_eq!(
-        predicate(&db, "idx_room_outbox_lease").await.as_deref(),
-        Some("(((status)::text = 'delivering'::text) AND (lock_until_ms IS NOT NULL))")
-    );
-    assert_eq!(predicate(&db, "idx_room_outbox_pending").await, None);
-    // Dropped after the migration: the next `migrate` creates it over live rows again.
-    db.execute("DROP INDEX idx_room_outbox_retry", &[]).await;
-    assert!(store.migrate().await.unwrap().is_empty());
-    assert_eq!(
-        predicate(&db, "idx_room_outbox_retry").await.as_deref(),
-        Some("(((status)::text = 'retryable'::text) AND (next_retry_at_ms IS NOT NULL))")
-    );
     deliver_all(&store).await;
-    let (pending, retry, lease) = (
-        pages(&db, "idx_room_outbox_pending").await,
-        pages(&db, "idx_room_outbox_retry").await,
-        pages(&db, "idx_room_outbox_lease").await,
-    );
-    // An empty B-tree is its metapage (and a root page once anything was inserted).
-    assert!(retry <= 1, "retry index: {retry} pages");
-    assert!(
-        lease * 2 < pending,
-        "lease index {lease} pages, pending index {pending} pages"
-    );
-}
-
-/// A table whose retry and lease indexes are whole (as migration 0001 built them, before 0006
-/// was applied) with rows in it: `migrate` replaces both with the partial ones, built
-/// concurrently while another connection keeps inserting (rows inserted while a build is in
-/// progress, seen in PostgreSQL's progress view), and leaves no index behind; an
-/// interrupted replacement (the new index built, the old one still there) is finished by the
-/// next `migrate`.
-#[tokio::test]
-async fn migrate_replaces_whole_indexes_while_producers_write() {
-    let Some(db) = TestDb::new(Backend::Postgres).await else {
-        return;
-    };
-    let store = db.store_default().await;
-    // As before migration 0006: whole indexes, the migration not recorded.
-    db.execute("DROP INDEX idx_room_outbox_retry", &[]).await;
-    db.execute("DROP INDEX idx_room_outbox_lease", &[]).await;
+    // As before migration 0007: the per-row claim's indexes, no partition index, the
+    // migrations not recorded; an interrupted earlier run left the new index half done.
+    db.execute("DROP INDEX idx_room_outbox_part", &[]).await;
     db.execute(
         "CREATE INDEX idx_room_outbox_retry ON room_outbox \
-         (app_code, status, next_retry_at_ms, created_at_ms, event_id)",
+         (app_code, status, next_retry_at_ms, created_at_ms, event_id) \
+         WHERE status = 'retryable' AND next_retry_at_ms IS NOT NULL",
         &[],
     )
     .await;
     db.execute(
         "CREATE INDEX idx_room_outbox_lease ON room_outbox \
-         (app_code, status, lock_until_ms, created_at_ms, event_id)",
+         (app_code, status, lock_until_ms, created_at_ms, event_id) \
+         WHERE status = 'delivering' AND lock_until_ms IS NOT NULL",
         &[],
     )
     .await;
-    // An interrupted earlier run: the new retry index already built beside the old one.
     db.execute(
-        "CREATE INDEX idx_room_outbox_retry_new ON room_outbox \
-         (app_code, status, next_retry_at_ms, created_at_ms, event_id)",
+        "CREATE INDEX idx_room_outbox_part_new ON room_outbox (app_code, status)",
         &[],
     )
     .await;
-    db.execute("DELETE FROM outboxd_migrations WHERE version = 6", &[])
+    db.execute("DELETE FROM outboxd_migrations WHERE version >= 7", &[])
         .await;
-    deliver_all(&store).await;
 
     // A producer inserting one row at a time throughout the migration, until it returns.
     let migrated = AtomicBool::new(false);
@@ -255,7 +219,7 @@ async fn migrate_replaces_whole_indexes_while_producers_write() {
         applied
     };
     let (inserts, (build, during, still), applied) = tokio::join!(producer, overlap, migrate);
-    assert_eq!(applied.unwrap(), vec![6]);
+    assert_eq!(applied.unwrap(), vec![7, 8]);
     let saved = saved.into_inner();
     assert_eq!(saved, inserts, "every producer row saved");
     eprintln!("{saved} producer rows, {during} of them inserted while {build}");
@@ -264,8 +228,7 @@ async fn migrate_replaces_whole_indexes_while_producers_write() {
         "the build {build} ended while the test held the snapshot it waits for: {still:?}"
     );
 
-    assert!(predicate(&db, "idx_room_outbox_retry").await.is_some());
-    assert!(predicate(&db, "idx_room_outbox_lease").await.is_some());
+    assert!(predicate(&db, "idx_room_outbox_part").await.is_some());
     let names = db
         .query_strings(
             "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
@@ -277,23 +240,12 @@ async fn migrate_replaces_whole_indexes_while_producers_write() {
     assert_eq!(
         names,
         [
-            "idx_room_outbox_lease",
             "idx_room_outbox_part",
             "idx_room_outbox_pending",
-            "idx_room_outbox_retry",
             "room_outbox_pkey"
         ]
     );
-    assert_eq!(pages(&db, "idx_room_outbox_retry").await, 1, "built empty");
-    let mut claimed = 0;
-    loop {
-        let batch = store.claim(&claim_at(200_000)).await.unwrap();
-        if batch.events.is_empty() {
-            break;
-        }
-        claimed += batch.events.len() as u64;
-    }
-    assert_eq!(claimed, saved, "the producer's events");
+    assert_eq!(deliver_due(&store).await, saved, "the producer's events");
 }
 
 /// Two `migrate` runs at once on a fresh database (two hosts' deploy steps): each waits for the
@@ -317,5 +269,6 @@ async fn concurrent_migrates_apply_each_migration_once() {
         .map(|m| m.version)
         .collect();
     assert_eq!(applied, all);
-    assert!(predicate(&db, "idx_room_outbox_retry").await.is_some());
+    assert!(predicate(&db, "idx_room_outbox_part").await.is_some());
+    assert!(predicate(&db, "idx_room_outbox_retry").await.is_none());
 }

@@ -1,5 +1,4 @@
-//! Partition chaos: real `outboxd run` processes in partitioned mode (`worker.mode =
-//! "partitioned"`, per-room order) deliver one table through the real webhook plugin to a real
+//! Partition chaos: real `outboxd run` processes (per-room order) deliver one table through the real webhook plugin to a real
 //! HTTP receiver while a producer keeps writing, and the test, in turn: `kill -9`s a host and
 //! starts another (a host dies, one joins), stops one with SIGSTOP for well over its lease and
 //! resumes it (its partitions are taken over meanwhile), cuts every connection to the database,
@@ -53,7 +52,6 @@ max_connections = 4
 connect_timeout = "2s"
 
 [worker]
-mode = "partitioned"
 ordering = "per-room"
 batch_size = {BATCH}
 poll_interval = "100ms"

@@ -1,31 +1,27 @@
 //! Plans that do not depend on fresh statistics: `migrate` on an empty database, then 200k rows
 //! written by producers and never analyzed (PostgreSQL here runs with autovacuum off, the
-//! MariaDB table with `STATS_AUTO_RECALC = 0`; in
-//! production the same holds for any backlog that arrives between two autoanalyze runs or right
-//! after a deploy). `EXPLAIN` of every statement a claim and a mark run (the store's own texts:
-//! [`ClaimStatements::claim_statement`] and [`ClaimStatements::follow_up_statements`]) must reach the rows
-//! through an index on its full key, never through the tenant's whole key range:
+//! MariaDB table with `STATS_AUTO_RECALC = 0`; in production the same holds for any backlog that
+//! arrives between two autoanalyze runs or right after a deploy). `EXPLAIN` of the statements a
+//! host runs per batch (the store's own texts: `internals::partition_read_statement` and
+//! `internals::mark_statements`) must reach the rows through an index on its full key, never
+//! through the tenant's whole key range:
 //!
-//! - PostgreSQL: no `Seq Scan`; a scan of the primary key has `event_id` in its `Index Cond`
-//!   (not `app_code` alone, the plan that made a lease UPDATE take 4.9 s); a scan of a claim
-//!   index has `status` in it; a `Tid Scan` reaches rows by address;
+//! - PostgreSQL: no `Seq Scan`; a scan of the primary key has `event_id` in its `Index Cond` (not
+//!   `app_code` alone); a scan of another index has `status` in it;
 //! - MariaDB: every step is an index `range`/`ref`/`eq_ref`, and a primary-key step uses both of
 //!   its columns (`key_len` of the full key).
 //!
-//! No step may estimate more rows than the statement touches (≤ `2 × LIMIT`; on MariaDB for the
-//! non-claim statements only, since its `rows` of a claim ignores the LIMIT), the tenant's 200k
-//! rows being the failure this test exists for. A per-room claim probes the room index once per
-//! active status (on MariaDB only because the probe names it, `FORCE INDEX`). The claims and marks are then run for real
-//! through the store, to show the statements explained are the ones that work.
+//! No step may read more rows than the statement touches (≤ `2 × LIMIT`: the read's actual rows,
+//! the mark's estimates), the tenant's 200k rows being the failure this test exists for (a mark
+//! planned as a scan of the tenant took 373 ms instead of 17 ms). The read and the mark are then
+//! run for real through the store, to show the statements explained are the ones that work.
 
 mod support;
 
 use outboxd::record::now_ms;
-use outboxd::store::internals::{
-    Arg, Bound, ClaimBranch, ClaimPosition, ClaimStatements, PositionSide, RoomWalk,
-};
+use outboxd::store::internals::{Arg, Bound, mark_statements, partition_read_statement};
 use outboxd::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Mark, MarkParams, TableName,
+    Backend, DEFAULT_TABLE, Mark, MarkParams, PartitionRead, RebalanceParams, TableName,
 };
 use support::{Bind, PlanStep, TestDb};
 
@@ -33,7 +29,7 @@ use support::{Bind, PlanStep, TestDb};
 const ROWS: i64 = 200_000;
 /// Tenant.
 const APP: &str = "app_a";
-/// Rows per claim (the default batch size).
+/// Rows per read (a default batch).
 const LIMIT: i64 = 500;
 
 /// Loads `ROWS` pending rows (rooms `room0..room999`) in one INSERT … SELECT, the same SQL on both
@@ -74,31 +70,13 @@ fn show(plan: &[PlanStep]) -> String {
         .join("\n")
 }
 
-/// The binds of one claim branch statement, in the order [`ClaimStatements::claim_statement`] documents.
-fn claim_binds(statements: &ClaimStatements, branch: ClaimBranch, now: i64) -> Vec<Bind> {
-    let mut binds = Vec::new();
-    if statements.leases_in_claim() {
-        binds.extend([
-            Bind::Str("w-explain".into()),
-            Bind::I64(now + 60_000),
-            Bind::I64(now),
-        ]);
-    }
-    binds.push(Bind::Str(APP.into()));
-    if branch != ClaimBranch::Pending {
-        binds.push(Bind::I64(now));
-    }
-    binds.push(Bind::I64(LIMIT));
-    binds
-}
-
 /// The primary key's full length in MariaDB's `key_len`: app_code VARCHAR(64) + event_id
 /// VARCHAR(128), utf8mb4 (4 bytes a character) plus 2 length bytes each.
 const MYSQL_FULL_PRIMARY_KEY_LEN: &str = "772";
 
-/// `claim`: the statement is a claim branch (its LIMIT bounds what it reads; MariaDB's `rows`
-/// estimate ignores the LIMIT, so there only its index is checked).
-fn check(backend: Backend, name: &str, claim: bool, plan: &[PlanStep]) {
+/// `analyzed`: the plan carries the rows each step actually read (`EXPLAIN ANALYZE`), which are
+/// bounded instead of the estimates (MariaDB's `rows` of a read ignores its LIMIT).
+fn check(backend: Backend, name: &str, analyzed: bool, plan: &[PlanStep]) {
     let context = format!("{backend:?} {name}:\n{}", show(plan));
     let max_rows = 2.0 * LIMIT as f64;
     match backend {
@@ -131,13 +109,18 @@ fn check(backend: Backend, name: &str, claim: bool, plan: &[PlanStep]) {
                     cond.contains("app_code") && cond.contains(wanted),
                     "{index} is read by {cond}, not by its full key (app_code and {wanted})\n{context}"
                 );
-                let rows = step.rows.unwrap_or(f64::INFINITY);
-                assert!(rows <= max_rows, "{index} estimates {rows} rows\n{context}");
+                let rows = if analyzed {
+                    step.actual_rows
+                } else {
+                    step.rows
+                };
+                let rows = rows.unwrap_or(f64::INFINITY);
+                assert!(rows <= max_rows, "{index} reads {rows} rows\n{context}");
             }
         }
         Backend::MySql => {
             let tables = plan.iter().filter(|s| s.table.is_some());
-            // A derived table (the per-room claim's room heads) is checked in the steps filling it.
+            // A derived table (the read's union of branches) is checked in the steps filling it.
             for step in tables.filter(|s| !s.table.as_deref().unwrap_or("").starts_with('<')) {
                 assert!(
                     ["range", "ref", "eq_ref"].contains(&step.access.as_str()),
@@ -154,52 +137,23 @@ fn check(backend: Backend, name: &str, claim: bool, plan: &[PlanStep]) {
                 } else {
                     assert!(
                         index.starts_with(&format!("idx_{DEFAULT_TABLE}_")),
-                        "read through {index:?}, not a claim index\n{context}"
+                        "read through {index:?}, not one of outboxd's indexes\n{context}"
                     );
                 }
-                if !claim {
-                    let rows = step.rows.unwrap_or(f64::INFINITY);
-                    assert!(rows <= max_rows, "estimates {rows} rows\n{context}");
-                }
+                let rows = if analyzed {
+                    step.actual_rows
+                } else {
+                    step.rows
+                };
+                let rows = rows.unwrap_or(f64::INFINITY);
+                assert!(rows <= max_rows, "{index} reads {rows} rows\n{context}");
             }
         }
         Backend::Sqlite => unreachable!("server databases only"),
     }
 }
 
-/// MariaDB's `key_len` of `idx_<table>_pending` on all four columns: app_code VARCHAR(64) and
-/// status VARCHAR(16) and event_id VARCHAR(128), utf8mb4 plus 2 length bytes each, and the
-/// BIGINT created_at_ms.
-const MYSQL_FULL_PENDING_KEY_LEN: &str = "846";
-
-/// The read of the pending index from a claim position bounds both columns of the claim order:
-/// PostgreSQL's `Index Cond` names `event_id`; MariaDB's range uses the whole key.
-fn check_seeks_the_whole_pending_key(backend: Backend, plan: &[PlanStep]) {
-    let pending = format!("idx_{DEFAULT_TABLE}_pending");
-    let step = plan
-        .iter()
-        .find(|s| s.index.as_deref() == Some(pending.as_str()))
-        .unwrap_or_else(|| panic!("{backend:?}: {pending} not read:\n{}", show(plan)));
-    let seeks = match backend {
-        Backend::Postgres => step
-            .text
-            .split("Index Cond: ")
-            .nth(1)
-            .and_then(|cond| cond.lines().next())
-            .is_some_and(|cond| cond.contains("created_at_ms") && cond.contains("event_id")),
-        _ => step
-            .text
-            .contains(&format!("key_len={MYSQL_FULL_PENDING_KEY_LEN}")),
-    };
-    assert!(
-        seeks,
-        "{backend:?}: the claim position does not bound {pending} on (created_at_ms, \
-         event_id):\n{}",
-        show(plan)
-    );
-}
-
-async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
+async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let Some(db) = TestDb::new_server_only(backend).await else {
         return;
     };
@@ -220,124 +174,54 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
         "{backend:?}: loaded {ROWS} rows in {:?}, not analyzed",
         started.elapsed()
     );
-    let statements = ClaimStatements::new(backend, &TableName::default());
-    let now = now_ms();
-
-    // A real claim first, so the lease the follow-up statements are fenced on exists.
-    let params = ClaimParams {
+    let table = TableName::default();
+    let ownership = store
+        .rebalance(&RebalanceParams {
+            app_code: APP,
+            host_id: "h-real",
+            lease_ms: 60_000,
+            release: &[],
+            leaving: false,
+            now_ms: now_ms(),
+        })
+        .await
+        .expect("rebalance");
+    let fence = ownership.owned[0];
+    let read = |per_room: bool| PartitionRead {
         app_code: APP.into(),
-        worker_id: "w-real".into(),
+        host_id: "h-real".into(),
+        fence,
         limit: LIMIT as u32,
+        now_ms: now_ms(),
         lease_ms: 60_000,
-        now_ms: now,
         max_attempts: 20,
-        ordering: DeliveryOrder::None,
-        scan_due: true,
+        per_room,
     };
-    let batch = store.claim(&params).await.expect("claim");
-    assert_eq!(batch.events.len() as i64, LIMIT);
-    let ids: Vec<&str> = batch
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
-
-    // The pending branch of a per-room claim reads room heads, one seek of the room index per
-    // room (MariaDB: a loose index scan), from the first room or either side of a room cursor.
-    let mut per_room = params.clone();
-    per_room.ordering = DeliveryOrder::PerRoom;
-    for walk in [
-        RoomWalk::Head,
-        RoomWalk::After("room500".into()),
-        RoomWalk::UpTo("room500".into()),
-    ] {
-        let Bound { sql, args } =
-            statements.claim_statement_by_room(&per_room, &batch.lease, &walk, LIMIT as usize);
-        let plan = db.explain(&sql, &binds(&args)).await;
-        let name = format!("claim Pending/PerRoom {walk:?}");
-        check(backend, &name, true, &plan);
-        let room = format!("idx_{DEFAULT_TABLE}_room");
-        let heads_seek = plan.iter().any(|s| {
-            s.index.as_deref() == Some(room.as_str())
-                && match backend {
-                    Backend::MySql => s.text.contains("Using index for group-by"),
-                    _ => s.access == "Index Only Scan",
-                }
-        });
-        assert!(
-            heads_seek,
-            "{backend:?} {name} does not seek room heads in {room}:\n{}",
-            show(&plan)
-        );
-    }
-    for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
-        for branch in ClaimBranch::ALL {
-            if (branch, ordering) == (ClaimBranch::Pending, DeliveryOrder::PerRoom) {
-                continue; // the room heads, above
-            }
-            let sql = statements.claim_statement(branch, ordering);
-            let plan = db
-                .explain(sql, &claim_binds(&statements, branch, now))
-                .await;
-            check(
-                backend,
-                &format!("claim {branch:?}/{ordering:?}"),
-                true,
-                &plan,
-            );
-            if ordering == DeliveryOrder::PerRoom {
-                // One probe of the room index per active status, whatever the (stale)
-                // statistics say: the primary key's `app_code` prefix is a tenant's backlog.
-                let room = format!("idx_{DEFAULT_TABLE}_room");
-                assert_eq!(
-                    plan.iter()
-                        .filter(|s| s.index.as_deref() == Some(room.as_str()))
-                        .count(),
-                    3,
-                    "{backend:?} claim {branch:?}/PerRoom does not probe {room}:\n{}",
-                    show(&plan)
-                );
-            }
-        }
-    }
-    // The pending branch read from a claim position (PostgreSQL and MariaDB remember one, so that
-    // claims skip what earlier claims left in the pending index): a seek on the index's full key,
-    // `(created_at_ms, event_id)` after `status`, else a backlog written in one millisecond is
-    // read from its head.
-    let position = ClaimPosition {
-        created_at_ms: ROWS / 2,
-        event_id: format!("e{}", ROWS / 2),
-    };
-    for side in PositionSide::BOTH {
-        let Bound { sql, args } = statements.claim_statement_by_position(
-            &params,
-            &batch.lease,
-            &position,
-            side,
-            LIMIT as usize,
-        );
-        let plan = db.explain(&sql, &binds(&args)).await;
+    for per_room in [false, true] {
+        let Bound { sql, args } = partition_read_statement(backend, &table, &read(per_room));
+        let plan = db.explain_analyze(&sql, &binds(&args)).await;
         check(
             backend,
-            &format!("claim Pending {side:?} a position"),
+            &format!("read (per_room: {per_room})"),
             true,
             &plan,
         );
-        check_seeks_the_whole_pending_key(backend, &plan);
     }
-    for (name, Bound { sql, args }) in statements.follow_up_statements(&batch.lease, now, &ids) {
+
+    // The statements explained run: a real read, then its mark.
+    let batch = store.read_partition(&read(false)).await.expect("read");
+    assert_eq!(batch.events.len() as i64, LIMIT);
+    let marks: Vec<Mark> = batch
+        .events
+        .iter()
+        .map(|e| Mark::delivered(e.event.event_id.as_str()))
+        .collect();
+    for (name, Bound { sql, args }) in
+        mark_statements(backend, &table, &batch.lease, &marks, now_ms())
+    {
         let plan = db.explain(&sql, &binds(&args)).await;
         check(backend, name, false, &plan);
     }
-    // The held mode's mark (worker.mode = "held"), at addresses of the shape a held claim reads.
-    let addresses: Vec<String> = (1..=ids.len()).map(|i| format!("(0,{i})")).collect();
-    let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
-    let Bound { sql, args } = statements.held_mark_statement(APP, "w-held", now, &ids, &addresses);
-    let plan = db.explain(&sql, &binds(&args)).await;
-    check(backend, "held mark", false, &plan);
-
-    // The statements explained run: the claimed batch marks, and claims go on in order.
-    let marks: Vec<Mark> = ids.iter().map(|id| Mark::delivered(*id)).collect();
     let report = store
         .mark(&MarkParams {
             lease: &batch.lease,
@@ -349,128 +233,16 @@ async fn claim_and_mark_plans_survive_stale_statistics(backend: Backend) {
     assert_eq!(report.applied, LIMIT as u64);
     assert!(report.stale.is_empty());
     let next = store
-        .claim(&ClaimParams {
-            app_code: APP.into(),
-            worker_id: "w-next".into(),
-            limit: 3,
-            lease_ms: 60_000,
-            now_ms: now_ms(),
-            max_attempts: 20,
-            ordering: DeliveryOrder::None,
-            scan_due: true,
-        })
+        .read_partition(&read(false))
         .await
-        .expect("second claim");
-    let next_ids: Vec<&str> = next
-        .events
-        .iter()
-        .map(|e| e.event.event_id.as_str())
-        .collect();
-    assert_eq!(next_ids, ["e500", "e501", "e502"]);
+        .expect("second read");
+    let last = batch.events.last().expect("a full batch").created_at_ms;
+    assert!(
+        next.events.first().is_some_and(|e| e.created_at_ms > last),
+        "the partition's next rows follow the marked batch"
+    );
     store.close().await;
     db.cleanup().await;
 }
 
-support::per_backend!([mysql, postgres] => claim_and_mark_plans_survive_stale_statistics);
-
-/// Rooms of [`mariadb_per_room_claims_stay_loose_scans_claim_after_claim`]'s backlog.
-const LOOSE_ROOMS: i64 = 100;
-/// Its pending rows (1,000 per room).
-const LOOSE_ROWS: i64 = 100_000;
-
-/// MariaDB plans the room heads' loose index scan (one seek per room) when a statement is
-/// prepared; a connection that runs the same prepared statement again after the table changed
-/// plans a range scan of every pending entry of the tenant instead (at a million pending rows,
-/// ~1 s a claim instead of ~10 ms: the per-room `make chaos` delivered 157 events/s). Per-room
-/// claims through the store, each followed by its mark, must each read a number of index entries
-/// bounded by the rooms, not by the backlog: `Handler_read_next` of a private server, whose
-/// counters count this test alone.
-#[tokio::test]
-async fn mariadb_per_room_claims_stay_loose_scans_claim_after_claim() {
-    use sqlx::{Connection, Executor};
-    use support::private_server::{Kind, PrivateServer};
-
-    let Some(server) = PrivateServer::start(Kind::MariaDb).await else {
-        return;
-    };
-    let options = outboxd::store::ConnectOptions::new(server.url());
-    let store = outboxd::store::connect(&options).await.expect("connect");
-    store
-        .migrate_with(&outboxd::store::MigrateOptions { room_index: true })
-        .await
-        .expect("migrate with the room index");
-    let envelope = prost::Message::encode_to_vec(&outboxd::envelope::EventEnvelope {
-        body: b"gift".to_vec(),
-        ..Default::default()
-    });
-    let mut conn = sqlx::MySqlConnection::connect(&server.url())
-        .await
-        .expect("connect");
-    let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO {DEFAULT_TABLE} (app_code, event_id, event_type, room_id, status, envelope, \
-         created_at_ms, updated_at_ms) \
-         SELECT '{APP}', CONCAT('e', LPAD(seq, 7, '0')), 'RoomGiftSent', \
-         CONCAT('room', seq % {LOOSE_ROOMS}), 'pending', ?, seq, seq \
-         FROM seq_1_to_{LOOSE_ROWS}"
-    )))
-    .bind(envelope)
-    .execute(&mut conn)
-    .await
-    .expect("load the backlog");
-    assert_eq!(inserted.rows_affected(), LOOSE_ROWS as u64);
-    conn.execute(sqlx::AssertSqlSafe(format!(
-        "ANALYZE TABLE {DEFAULT_TABLE}"
-    )))
-    .await
-    .expect("analyze");
-
-    for round in 0..6 {
-        let before = handler_read_next(&mut conn).await;
-        let params = ClaimParams {
-            app_code: APP.into(),
-            worker_id: format!("w-{round}"),
-            limit: 40,
-            lease_ms: 60_000,
-            now_ms: now_ms(),
-            max_attempts: 20,
-            ordering: DeliveryOrder::PerRoom,
-            scan_due: false,
-        };
-        let batch = store.claim(&params).await.expect("claim");
-        assert_eq!(batch.events.len(), 40, "round {round}: one head per room");
-        let marks: Vec<Mark> = batch
-            .events
-            .iter()
-            .map(|e| Mark::delivered(e.event.event_id.as_str()))
-            .collect();
-        let report = store
-            .mark(&MarkParams {
-                lease: &batch.lease,
-                marks: &marks,
-                now_ms: now_ms(),
-            })
-            .await
-            .expect("mark");
-        assert_eq!(report.applied, 40);
-        let read = handler_read_next(&mut conn).await - before;
-        eprintln!("round {round}: {read} index entries read");
-        // A loose scan reads a few entries per room; the range scan reads the backlog.
-        assert!(
-            read < 20 * LOOSE_ROOMS as u64,
-            "round {round}: a per-room claim and its mark read {read} index entries \
-             ({LOOSE_ROWS} pending rows over {LOOSE_ROOMS} rooms)"
-        );
-    }
-    store.close().await;
-    conn.close().await.expect("close");
-}
-
-/// The server's `Handler_read_next`: index entries read in index order since it started.
-async fn handler_read_next(conn: &mut sqlx::MySqlConnection) -> u64 {
-    let (_, value): (String, String) =
-        sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Handler_read_next'")
-            .fetch_one(conn)
-            .await
-            .expect("handler counters");
-    value.parse().expect("a count")
-}
+support::per_backend!([mysql, postgres] => read_and_mark_plans_survive_stale_statistics);

@@ -1,6 +1,7 @@
 //! Worker-level tests on real SQLite, MariaDB and PostgreSQL: several hosts draining one table,
-//! crashed workers, stale marks, retries, corrupt rows, per-room ordering under failures, and
-//! graceful shutdown. Each test gets its own database (see `support`).
+//! a host that died mid-batch (its partitions taken over once their lease ends), stale marks,
+//! retries, corrupt rows, per-room ordering under failures, read-ahead, and graceful shutdown.
+//! Each test gets its own database (see `support`).
 
 #[path = "worker/partitioned.rs"]
 mod partitioned;
@@ -8,7 +9,7 @@ mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -16,10 +17,10 @@ use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{
-    ClaimParams, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, MigrateOptions,
-    OutboxStore, StoreError,
+    ClaimBatch, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore,
+    PartitionRead, RebalanceParams, StoreError,
 };
-use outboxd::worker::{DUE_SCAN_INTERVAL, RunMode, Worker, WorkerOptions};
+use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record, wait_until};
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +33,8 @@ struct Recorder {
     attempts: Mutex<HashMap<String, Vec<u32>>>,
     in_flight_rooms: Mutex<HashSet<String>>,
     concurrent_room_violation: Mutex<Option<String>>,
+    /// When the first publish call began.
+    first_publish: OnceLock<Instant>,
     delay: Duration,
     fail: FailWhen,
 }
@@ -50,6 +53,7 @@ impl Recorder {
             attempts: Mutex::default(),
             in_flight_rooms: Mutex::default(),
             concurrent_room_violation: Mutex::default(),
+            first_publish: OnceLock::new(),
             delay,
             fail: Box::new(fail),
         })
@@ -68,6 +72,7 @@ impl Recorder {
 #[async_trait]
 impl Publisher for Recorder {
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        self.first_publish.get_or_init(Instant::now);
         {
             let mut rooms = self.in_flight_rooms.lock().unwrap();
             for event in batch {
@@ -182,97 +187,139 @@ async fn three_hosts_drain_10k_exactly_once(backend: Backend) {
     assert_eq!((c.delivered, c.pending, c.delivering), (10_000, 0, 0));
 }
 
-/// A worker that dies mid-batch (claims, never marks) loses the batch when its lease expires;
-/// another host finishes it, counting the lost attempt; the dead worker's late mark is stale.
+/// What a host that died mid-batch did: one heartbeat of `host` taking every partition of `app`
+/// for `lease_ms`, then a read of up to `limit` rows from each (nothing written): the batches
+/// that handed out rows. It never marks them.
+async fn read_and_die(
+    store: &Arc<dyn OutboxStore>,
+    host: &str,
+    lease_ms: i64,
+    limit: u32,
+) -> Vec<ClaimBatch> {
+    let ownership = store
+        .rebalance(&RebalanceParams {
+            app_code: "app",
+            host_id: host,
+            lease_ms,
+            release: &[],
+            leaving: false,
+            now_ms: now_ms(),
+        })
+        .await
+        .expect("the dead host's heartbeat");
+    assert_eq!(
+        ownership.owned.len() as u32,
+        ownership.partitions,
+        "the dead host, alone, owns every partition: {ownership:?}"
+    );
+    let mut batches = Vec::new();
+    for fence in ownership.owned {
+        let batch = store
+            .read_partition(&PartitionRead {
+                app_code: "app".into(),
+                host_id: host.into(),
+                fence,
+                limit,
+                now_ms: now_ms(),
+                lease_ms,
+                max_attempts: 5,
+                per_room: false,
+            })
+            .await
+            .expect("the dead host's read");
+        if !batch.events.is_empty() {
+            batches.push(batch);
+        }
+    }
+    batches
+}
+
+/// A host that read batches and died before marking them (its heartbeat stopped) spends no
+/// attempt: its partitions pass to another host only once their lease ends (the survivor, running
+/// all along, delivers nothing before then), which reads the same rows again and delivers
+/// everything at attempt 1; the dead host's late marks are stale.
 async fn crashed_worker_batch_is_finished_by_another(backend: Backend) {
+    const DEAD_LEASE: Duration = Duration::from_millis(1_500);
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
     let store = db.store_default().await;
     enqueue_many(&*store, 50, 5).await;
-    let crashed = store
-        .claim(&ClaimParams {
-            app_code: "app".into(),
-            worker_id: "crashed/0".into(),
-            limit: 20,
-            lease_ms: 300,
-            now_ms: now_ms(),
-            max_attempts: 5,
-            ordering: DeliveryOrder::None,
-            scan_due: true,
-        })
-        .await
-        .unwrap();
-    assert_eq!(crashed.events.len(), 20);
-    // The crashed worker's lease expires: a poll on its rows, not a sleep of the lease length.
-    let leased: Vec<String> = crashed
-        .events
+    let dead_since = Instant::now();
+    let crashed = read_and_die(&store, "dead", DEAD_LEASE.as_millis() as i64, 20).await;
+    let read: Vec<String> = crashed
         .iter()
-        .map(|c| c.event.event_id.clone())
+        .flat_map(|batch| batch.events.iter().map(|c| c.event.event_id.clone()))
         .collect();
-    wait_until(
-        "the crashed worker's lease expired",
-        Duration::from_secs(10),
-        || async {
-            let now = now_ms();
-            let mut live = Vec::new();
-            for id in &leased {
-                let row = db.row("app", id).await.unwrap();
-                if row.lock_until_ms.is_none_or(|until| until >= now) {
-                    live.push((id.clone(), row.status, row.lock_until_ms));
-                }
-            }
-            if live.is_empty() {
-                Ok(())
-            } else {
-                Err((now, live))
-            }
-        },
-    )
-    .await;
+    assert!(read.len() >= 20, "the dead host read {read:?}");
+    let c = counts(&*store).await;
+    assert_eq!((c.pending, c.delivering), (50, 0), "a read writes nothing");
 
     let recorder = Recorder::new(|_| None);
-    let survivor = Worker::new(
-        db.store_default().await,
-        recorder.clone(),
-        options("survivor"),
+    let mut opts = options("survivor");
+    opts.lease = Duration::from_secs(3);
+    opts.publish_timeout = Duration::from_secs(1);
+    let survivor = Worker::new(db.store_default().await, recorder.clone(), opts);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { survivor.run(RunMode::Forever, shutdown).await }
+    });
+    wait_until("every row delivered", Duration::from_secs(30), || async {
+        let c = counts(&*store).await;
+        if c.delivered == 50 { Ok(()) } else { Err(c) }
+    })
+    .await;
+    // The lease counts on the database's clock from the dead host's heartbeat, which began after
+    // `dead_since`; 100 ms for the clocks' granularity (a survivor that read a live partition
+    // would publish within milliseconds).
+    let first = *recorder.first_publish.get().expect("a publish");
+    assert!(
+        first.duration_since(dead_since) + Duration::from_millis(100) >= DEAD_LEASE,
+        "the survivor published {:?} after the dead host's heartbeat, within its lease of \
+         {DEAD_LEASE:?}",
+        first.duration_since(dead_since)
     );
-    let stats = survivor
-        .run(RunMode::Drain, CancellationToken::new())
-        .await
-        .unwrap();
-    assert_eq!(stats.delivered, 50);
-    let reclaimed = &crashed.events[0].event.event_id;
-    let attempts = recorder.attempts.lock().unwrap().get(reclaimed).cloned();
-    assert_eq!(
-        attempts,
-        Some(vec![2]),
-        "reclaimed lease counts as an attempt"
+    let attempts = recorder.attempts.lock().unwrap().clone();
+    assert_eq!(attempts.len(), 50);
+    assert!(
+        attempts.values().all(|a| a == &vec![1]),
+        "each event published once, at attempt 1: {attempts:?}"
     );
-    let row = db.row("app", reclaimed).await.unwrap();
-    assert_eq!((row.status.as_str(), row.retry_count), ("delivered", 1));
+    for id in &read {
+        let row = db.row("app", id).await.unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.retry_count),
+            ("delivered", 0),
+            "{id}: the dead host spent no attempt"
+        );
+    }
 
-    // The crashed worker wakes up and marks its old batch as failed: nothing changes.
-    let marks: Vec<Mark> = crashed
-        .events
-        .iter()
-        .map(|c| Mark {
-            event_id: c.event.event_id.clone(),
-            disposition: Disposition::Failed {
-                error: "late".into(),
-            },
-        })
-        .collect();
-    let report = store
-        .mark(&MarkParams {
-            lease: &crashed.lease,
-            marks: &marks,
-            now_ms: now_ms(),
-        })
-        .await
-        .unwrap();
-    assert_eq!(report.applied, 0);
-    assert_eq!(report.stale.len(), 20);
+    // The dead host wakes up and marks its old batches as failed: nothing changes.
+    for batch in &crashed {
+        let marks: Vec<Mark> = batch
+            .events
+            .iter()
+            .map(|c| Mark {
+                event_id: c.event.event_id.clone(),
+                disposition: Disposition::Failed {
+                    error: "late".into(),
+                },
+            })
+            .collect();
+        let report = store
+            .mark(&MarkParams {
+                lease: &batch.lease,
+                marks: &marks,
+                now_ms: now_ms(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(report.applied, 0);
+        assert_eq!(report.stale.len(), marks.len());
+    }
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
     assert_eq!(counts(&*store).await.delivered, 50);
 }
 
@@ -310,12 +357,13 @@ async fn retries_then_fails_at_max_attempts(backend: Backend) {
 }
 
 /// A permanent error fails the row at once; a retry-after from the sink sets next_retry_at_ms.
+/// (The rows share a room, so one read of its partition hands out all three.)
 async fn permanent_fails_and_retry_after_wins(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
     let store = db.store_default().await;
-    enqueue_many(&*store, 3, 3).await;
+    enqueue_many(&*store, 3, 1).await;
     let recorder = Recorder::new(|event| match event.event_id.as_str() {
         "e000000" => Some(Outcome::permanent("group gone")),
         "e000001" => Some(Outcome::Retryable {
@@ -373,21 +421,22 @@ async fn corrupt_envelope_is_isolated(backend: Backend) {
 }
 
 /// A publisher that overruns the publish timeout, or returns the wrong number of results, fails
-/// the batch as retryable with the reason.
+/// the batch as retryable with the reason. (One worker, so one host owning the partition both
+/// times; the rows share a room, so each read hands out all four.)
 async fn timeout_and_wrong_result_count_are_retryable(backend: Backend) {
-    struct Slow;
-    #[async_trait]
-    impl Publisher for Slow {
-        async fn publish(&self, _: &[Event]) -> Vec<Outcome> {
-            // Overruns the publish timeout: the sink's delay is what is tested.
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            Vec::new()
-        }
+    /// First call: overruns the publish timeout; every later one: one result short.
+    #[derive(Default)]
+    struct SlowThenShort {
+        calls: AtomicUsize,
     }
-    struct Short;
     #[async_trait]
-    impl Publisher for Short {
+    impl Publisher for SlowThenShort {
         async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+            if self.calls.fetch_add(1, AtomicOrdering::SeqCst) == 0 {
+                // Overruns the publish timeout: the sink's delay is what is tested.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                return Vec::new();
+            }
             vec![Outcome::Delivered; batch.len() - 1]
         }
     }
@@ -395,26 +444,21 @@ async fn timeout_and_wrong_result_count_are_retryable(backend: Backend) {
         return;
     };
     let store = db.store_default().await;
-    enqueue_many(&*store, 4, 4).await;
+    enqueue_many(&*store, 4, 1).await;
     let mut opts = options("w");
     opts.publish_timeout = Duration::from_millis(100);
     opts.retry.strategy = Strategy::FixedInterval {
         interval: Duration::ZERO,
     };
-    let stats = Worker::new(store.clone(), Arc::new(Slow), opts.clone())
-        .process_batch("w/0", "app")
-        .await
-        .unwrap();
+    let worker = Worker::new(store.clone(), Arc::new(SlowThenShort::default()), opts);
+    let stats = worker.process_batch("w/0", "app").await.unwrap();
     assert_eq!(stats.retried, 4);
     let row = db.row("app", "e000000").await.unwrap();
     assert_eq!(
         row.last_error.as_deref(),
         Some("publish timed out after 100ms (worker.publish_timeout)")
     );
-    let stats = Worker::new(store.clone(), Arc::new(Short), opts)
-        .process_batch("w/0", "app")
-        .await
-        .unwrap();
+    let stats = worker.process_batch("w/0", "app").await.unwrap();
     assert_eq!(stats.retried, 4);
     let row = db.row("app", "e000000").await.unwrap();
     assert_eq!(
@@ -480,7 +524,9 @@ async fn per_room_ordering_survives_failures(backend: Backend) {
     assert_eq!(last_version.len(), 20);
 }
 
-/// Shutdown while batches are in flight: they are published and marked, nothing stays delivering.
+/// Shutdown while batches are in flight: they are published and marked (every event the sink
+/// was handed is `delivered`: nothing published is left for another host to publish again),
+/// nothing stays delivering, and the rest stays pending.
 async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -497,10 +543,11 @@ async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
         let shutdown = shutdown.clone();
         async move { worker.run(RunMode::Forever, shutdown).await }
     });
-    // Shut down while batches are in flight (each publish takes 300 ms).
+    // Shut down while a batch is in flight (each publish takes 300 ms; a read writes nothing, so
+    // the sink is where a batch in flight shows).
     wait_until("a batch in flight", Duration::from_secs(20), || async {
-        let c = counts(&*store).await;
-        if c.delivering > 0 { Ok(()) } else { Err(c) }
+        let rooms = recorder.in_flight_rooms.lock().unwrap().len();
+        if rooms > 0 { Ok(()) } else { Err(rooms) }
     })
     .await;
     shutdown.cancel();
@@ -508,6 +555,11 @@ async fn graceful_shutdown_leaves_nothing_delivering(backend: Backend) {
     let c = counts(&*store).await;
     assert_eq!(c.delivering, 0, "rows left delivering: {c:?}");
     assert_eq!(c.delivered, stats.delivered);
+    assert_eq!(
+        recorder.delivered_ids().len() as u64,
+        c.delivered,
+        "an event published in flight was not marked: {c:?}"
+    );
     assert!(c.delivered > 0 && c.delivered < 2_000, "{c:?}");
     assert_eq!(c.pending, 2_000 - c.delivered);
 }
@@ -544,7 +596,7 @@ async fn wait_for_statuses(db: &TestDb, ids: &[String], status: &str, what: &str
 /// Sinks are isolated: a quick sink's events are marked `delivered` (and an unrouted event
 /// `failed`) while another sink of the same batch is still publishing; when the worker's publish
 /// deadline passes, only the events still unanswered become retryable — results already
-/// obtained are kept.
+/// obtained are kept. (Every event is in one room: one partition, one batch.)
 async fn a_slow_sink_never_holds_up_another(backend: Backend) {
     use outboxd::plugin::RoutedPublisher;
     use outboxd::plugin::router::Route;
@@ -594,11 +646,13 @@ async fn a_slow_sink_never_holds_up_another(backend: Backend) {
     ]);
     let router = Arc::new(router);
 
-    // 1. While `held` has not answered, `quick`'s rows are delivered and `lost` has failed.
+    // 1. While `held` has not answered, `quick`'s rows are delivered and `lost` has failed. A
+    // draining run, which leaves its partitions on its way out to the host of part 2.
     let mut opts = options("w");
     opts.publish_timeout = Duration::from_secs(60);
     let worker = Worker::new(store.clone(), router.clone(), opts.clone());
-    let batch = tokio::spawn(async move { worker.process_batch("w/0", "app").await });
+    let batch =
+        tokio::spawn(async move { worker.run(RunMode::Drain, CancellationToken::new()).await });
     wait_for_statuses(
         &db,
         &quick_ids,
@@ -608,7 +662,12 @@ async fn a_slow_sink_never_holds_up_another(backend: Backend) {
     .await;
     wait_for_statuses(&db, &["lost".to_string()], "failed", "unrouted row held up").await;
     for id in &held_ids {
-        assert_eq!(db.row("app", id).await.unwrap().status, "delivering");
+        let row = db.row("app", id).await.unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.retry_count),
+            ("pending", 0),
+            "{id}: read, not marked, while its sink publishes"
+        );
     }
     release.notify_waiters();
     let stats = batch.await.unwrap().unwrap();
@@ -627,6 +686,7 @@ async fn a_slow_sink_never_holds_up_another(backend: Backend) {
         .collect();
     store.enqueue(&more).await.unwrap();
     opts.publish_timeout = Duration::from_millis(700);
+    opts.node_id = "w2".into();
     let stats = Worker::new(store.clone(), router, opts)
         .process_batch("w/0", "app")
         .await
@@ -649,13 +709,30 @@ async fn a_slow_sink_never_holds_up_another(backend: Backend) {
     }
 }
 
-/// A database that goes away mid-run: a draining run reports the error instead of hanging.
+/// A database that goes away: a draining run reports the error instead of hanging, whether it
+/// is gone at the start (the first heartbeat fails) or goes away once the run has started (its
+/// read fails).
 async fn draining_run_reports_a_dead_database(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
     let store = db.store_default().await;
     enqueue_many(&*store, 10, 10).await;
+    let running = Arc::new(SpyStore {
+        close_on_read: true,
+        ..SpyStore::new(db.store_default().await)
+    });
+    let worker = Worker::new(running.clone(), Recorder::new(|_| None), options("w"));
+    let err = worker
+        .run(RunMode::Drain, CancellationToken::new())
+        .await
+        .unwrap_err();
+    let outboxd::worker::WorkerError::Store(StoreError::Database { op, .. }) = err else {
+        panic!("unexpected error {err}");
+    };
+    assert_eq!(op, "read partition");
+    assert!(running.reads.lock().unwrap().is_empty(), "a read succeeded");
+
     store.close().await;
     let worker = Worker::new(store, Recorder::new(|_| None), options("w"));
     let err = worker
@@ -665,124 +742,17 @@ async fn draining_run_reports_a_dead_database(backend: Backend) {
     let outboxd::worker::WorkerError::Store(StoreError::Database { op, .. }) = err else {
         panic!("unexpected error {err}");
     };
-    assert_eq!(op, "claim");
+    assert_eq!(op, "rebalance");
 }
-
-/// A loop claims its next batch while one publishes, but publishes it only after the one before
-/// it is marked (never two of a loop's batches publishing at once), and a batch that waited so
-/// long that its lease could not hold a publish goes back untried, no attempt spent: published
-/// past its lease, a second host (B, polling) would take the expired rows over and publish them
-/// again.
-async fn a_batch_claimed_ahead_waits_its_turn_within_its_lease(backend: Backend) {
-    #[derive(Default)]
-    struct Paced {
-        active: AtomicUsize,
-        most_active: AtomicUsize,
-        attempts: Arc<Mutex<HashMap<String, Vec<u32>>>>,
-    }
-    #[async_trait]
-    impl Publisher for Paced {
-        async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
-            let now = self.active.fetch_add(1, AtomicOrdering::SeqCst) + 1;
-            self.most_active.fetch_max(now, AtomicOrdering::SeqCst);
-            for event in batch {
-                let mut attempts = self.attempts.lock().unwrap();
-                attempts
-                    .entry(event.event_id.clone())
-                    .or_default()
-                    .push(event.attempt);
-            }
-            // The sink's pace, part of the test: a publish that leaves a batch claimed ahead
-            // too little lease.
-            tokio::time::sleep(Duration::from_millis(1_450)).await;
-            self.active.fetch_sub(1, AtomicOrdering::SeqCst);
-            vec![Outcome::Delivered; batch.len()]
-        }
-    }
-    let Some(db) = TestDb::new(backend).await else {
-        return;
-    };
-    let store = db.store_default().await;
-    enqueue_many(&*store, 4, 4).await;
-    let attempts = Arc::new(Mutex::new(HashMap::new()));
-    let paced = |attempts: &Arc<Mutex<HashMap<String, Vec<u32>>>>| {
-        Arc::new(Paced {
-            attempts: attempts.clone(),
-            ..Paced::default()
-        })
-    };
-    let (a, b) = (paced(&attempts), paced(&attempts));
-    let mut opts = options("a");
-    opts.batch_size = 2;
-    // A batch that waited ~1.45 s for its turn has ~1 s of lease left: too little for a publish
-    // of up to 1.5 s plus its mark.
-    opts.lease = Duration::from_millis(2_500);
-    opts.publish_timeout = Duration::from_millis(1_500);
-    let host_a = Worker::new(store.clone(), a.clone(), opts.clone());
-    let run_a =
-        tokio::spawn(async move { host_a.run(RunMode::Drain, CancellationToken::new()).await });
-    // B starts once A publishes its first batch and, where writers run side by side, holds the
-    // second claimed ahead (SQLite claims only after the mark).
-    let ids: Vec<String> = (0..4).map(|i| format!("e{i:06}")).collect();
-    let held_by_a = if store.backend().concurrent_writers() {
-        4
-    } else {
-        2
-    };
-    wait_until(
-        "A publishes and holds what it claims ahead",
-        Duration::from_secs(20),
-        || async {
-            let publishing = a.active.load(AtomicOrdering::SeqCst);
-            let mut delivering = 0;
-            for id in &ids {
-                delivering += usize::from(db.row("app", id).await.unwrap().status == "delivering");
-            }
-            if publishing == 1 && delivering == held_by_a {
-                Ok(())
-            } else {
-                Err((publishing, delivering))
-            }
-        },
-    )
-    .await;
-    let shutdown = CancellationToken::new();
-    opts.node_id = "b".into();
-    let host_b = Worker::new(db.store_default().await, b.clone(), opts);
-    let run_b = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { host_b.run(RunMode::Forever, shutdown).await }
-    });
-    run_a.await.unwrap().unwrap();
-    wait_for_statuses(&db, &ids, "delivered", "all four delivered").await;
-    shutdown.cancel();
-    run_b.await.unwrap().unwrap();
-    for host in [&a, &b] {
-        assert!(
-            host.most_active.load(AtomicOrdering::SeqCst) <= 1,
-            "two batches of one loop published at once"
-        );
-    }
-    let attempts = attempts.lock().unwrap().clone();
-    assert_eq!(attempts.len(), 4);
-    assert!(
-        attempts.values().all(|a| a == &vec![1]),
-        "each event published once, at attempt 1: {attempts:?}"
-    );
-    for id in &ids {
-        assert_eq!(db.row("app", id).await.unwrap().retry_count, 0, "{id}");
-    }
-}
-
-/// While new rows keep arriving (so claims find pending rows and may skip the due branches), a
-/// retryable row that is due and a dead worker's expired lease are still claimed, the lease as
-/// an attempt, before the stream stops; and no claim skipped the due branches longer than
-/// [`DUE_SCAN_INTERVAL`] after the last one that read them.
+/// While new rows keep arriving (so reads of their partition always find pending rows), a
+/// retryable row that is due (in the stream's room: its partition) and an earlier version's
+/// expired lease (another room) are still read and delivered before the stream stops, the lease
+/// as an attempt.
 async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
     };
-    let store = Arc::new(SpyStore::new(db.store_default().await));
+    let store = db.store_default().await;
     let recorder = Recorder::new(|_| None);
     let shutdown = CancellationToken::new();
     let worker = Worker::new(store.clone(), recorder.clone(), options("w"));
@@ -823,7 +793,7 @@ async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
             RawInsert {
                 retry_count: Some(1),
                 next_retry_at_ms: Some(now),
-                ..RawInsert::pending("app", "due-retry", "room-r", now - 10_000)
+                ..RawInsert::pending("app", "due-retry", "room", now - 10_000)
             }
             .with_status("retryable"),
             RawInsert {
@@ -863,35 +833,21 @@ async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
     assert_eq!(
         attempts["dead-lease"],
         vec![2],
-        "the reclaimed lease is an attempt"
+        "the expired lease is an attempt"
     );
-    let claims = store.claims.lock().unwrap().clone();
-    assert!(
-        claims.iter().any(|(_, scan_due)| !scan_due),
-        "no claim skipped the due branches: the test did not exercise the skip"
+    let dead = db.row("app", "dead-lease").await.unwrap();
+    assert_eq!(
+        (dead.status.as_str(), dead.retry_count),
+        ("delivered", 1),
+        "the expired lease's attempt is written"
     );
-    // Noted when the store is called, after the worker read the clock to decide (on a loaded
-    // machine, a thread descheduled in between adds milliseconds); a loop that stopped scanning
-    // would show seconds.
-    let slack = DUE_SCAN_INTERVAL;
-    let mut last_scan = None;
-    for (at, scan_due) in claims {
-        if scan_due {
-            last_scan = Some(at);
-        } else {
-            let since = at - last_scan.expect("the first claim reads the due branches");
-            assert!(
-                since < DUE_SCAN_INTERVAL + slack,
-                "a claim skipped the due branches {since:?} after the last scan"
-            );
-        }
-    }
 }
-
-/// Where writers run side by side, a loop claims up to two batches ahead while its deliveries
-/// are quick: the third batch is claimed while the first still publishes (so claims and marks
-/// overlap without waiting for each other every round), still with one batch publishing at a
-/// time and each event published once. On SQLite a loop claims only after its batch is marked.
+/// Where writers run side by side, a loop reads up to two batches ahead while its deliveries
+/// are quick: the third batch is read while the first still publishes (so reads and marks
+/// overlap without waiting for each other every round), each from another partition (a
+/// partition is read again only once its batch is marked: the six rooms are in six), still with
+/// one batch publishing at a time and each event published once. On SQLite (one partition) a
+/// loop reads only after its batch is marked.
 async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
     const PUBLISH: Duration = Duration::from_millis(1_000);
     #[derive(Default)]
@@ -925,19 +881,25 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
         .run(RunMode::Drain, CancellationToken::new())
         .await
         .unwrap();
-    let claims = store.claims.lock().unwrap().clone();
-    assert!(claims.len() >= 3, "{} claims", claims.len());
-    let third = claims[2].0 - claims[0].0;
+    let reads = store.reads.lock().unwrap().clone();
+    assert!(reads.len() >= 3, "{} reads with rows", reads.len());
+    let third = reads[2].at - reads[0].at;
     if store.backend().concurrent_writers() {
         assert!(
             third < PUBLISH,
-            "the third batch was claimed {third:?} after the first, once the first was marked: \
-             only one batch claimed ahead"
+            "the third batch was read {third:?} after the first, once the first was marked: \
+             only one batch read ahead"
+        );
+        let partitions: HashSet<u32> = reads[..3].iter().map(|r| r.partition).collect();
+        assert_eq!(
+            partitions.len(),
+            3,
+            "a partition read again before its batch was marked: {reads:?}"
         );
     } else {
         assert!(
             third >= 2 * PUBLISH,
-            "SQLite: the third batch was claimed {third:?} after the first, before two were marked"
+            "SQLite: the third batch was read {third:?} after the first, before two were marked"
         );
     }
     assert_eq!(
@@ -949,85 +911,38 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
     published.sort();
     let expected: Vec<String> = (0..6).map(|i| format!("e{i:06}")).collect();
     assert_eq!(published, expected, "each event published once");
+    let mut read: Vec<String> = reads.iter().flat_map(|r| r.ids.clone()).collect();
+    read.sort();
+    assert_eq!(read, expected, "each event read once");
 }
 
-/// A worker with per-room ordering on a table without the room index refuses to start: the
-/// error names the index and the fix, and nothing is claimed; after `migrate` with the room
-/// index the same worker drains the table.
-async fn per_room_worker_refuses_without_the_room_index(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else {
-        return;
-    };
-    let store = db.store_default().await;
-    enqueue_many(&*store, 6, 2).await;
-    let recorder = Recorder::new(|_| None);
-    let mut opts = options("ordered");
-    opts.ordering = DeliveryOrder::PerRoom;
-    let worker = Worker::new(store.clone(), recorder.clone(), opts);
-    let err = worker
-        .run(RunMode::Drain, CancellationToken::new())
-        .await
-        .expect_err("per-room ordering without the room index");
-    let message = err.to_string();
-    assert!(
-        message.contains("table room_outbox has no index idx_room_outbox_room")
-            && message.contains("run `outboxd migrate` with worker.ordering = \"per-room\""),
-        "{message}"
-    );
-    assert_eq!(counts(&*store).await.pending, 6, "nothing claimed");
-    assert!(recorder.delivered.lock().unwrap().is_empty());
-    store
-        .migrate_with(&MigrateOptions { room_index: true })
-        .await
-        .expect("migrate with the room index");
-    let stats = worker
-        .run(RunMode::Drain, CancellationToken::new())
-        .await
-        .expect("per-room worker with the room index");
-    assert_eq!(stats.delivered, 6);
+/// One read of a [`SpyStore`] that handed out rows.
+#[derive(Debug, Clone)]
+struct Read {
+    /// When the read started.
+    at: Instant,
+    /// The partition read.
+    partition: u32,
+    /// The rows handed out.
+    ids: Vec<String>,
 }
 
-/// The store of a worker under test: when each leased claim started and whether it asked for
-/// the due branches ([`ClaimParams::scan_due`]), which rows leased and held claims handed out,
-/// and (with `late_rows_at`) 10 rows committed just before the leased claim of that number
-/// (0-based; reclaims count), as a producer committing between two claims.
+/// The store of a worker under test: every read that handed out rows, and (with
+/// `close_on_read`) the database gone at the first read, as one that goes away once the host has
+/// started. Every other call is forwarded.
 struct SpyStore {
     inner: Arc<dyn OutboxStore>,
-    late_rows_at: Option<usize>,
-    leased_calls: AtomicUsize,
-    claims: Mutex<Vec<(Instant, bool)>>,
-    held_ids: Mutex<Vec<String>>,
-    leased_ids: Mutex<Vec<String>>,
+    close_on_read: bool,
+    reads: Mutex<Vec<Read>>,
 }
 
 impl SpyStore {
     fn new(inner: Arc<dyn OutboxStore>) -> SpyStore {
         SpyStore {
             inner,
-            late_rows_at: None,
-            leased_calls: AtomicUsize::new(0),
-            claims: Mutex::default(),
-            held_ids: Mutex::default(),
-            leased_ids: Mutex::default(),
+            close_on_read: false,
+            reads: Mutex::default(),
         }
-    }
-
-    /// Notes a leased claim (or reclaim); commits the late rows first when it is their turn.
-    async fn before_leased_claim(&self, scan_due: bool) {
-        self.claims.lock().unwrap().push((Instant::now(), scan_due));
-        let call = self.leased_calls.fetch_add(1, AtomicOrdering::SeqCst);
-        if self.late_rows_at == Some(call) {
-            let now = now_ms();
-            let records: Vec<_> = (0..10)
-                .map(|i| record("app", &format!("late{i:02}"), "room-l", now + i))
-                .collect();
-            self.inner.enqueue(&records).await.expect("enqueue");
-        }
-    }
-
-    fn note(list: &Mutex<Vec<String>>, batch: &outboxd::store::ClaimBatch) {
-        let ids = batch.events.iter().map(|e| e.event.event_id.clone());
-        list.lock().unwrap().extend(ids);
     }
 }
 
@@ -1039,38 +954,39 @@ impl OutboxStore for SpyStore {
     fn table(&self) -> &outboxd::store::TableName {
         self.inner.table()
     }
-    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
-        self.inner.migrate_with(options).await
-    }
-    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
-        self.inner.check_ordering(ordering).await
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate().await
     }
     async fn enqueue(&self, records: &[outboxd::record::Record]) -> Result<u64, StoreError> {
         self.inner.enqueue(records).await
     }
-    async fn claim(&self, params: &ClaimParams) -> Result<outboxd::store::ClaimBatch, StoreError> {
-        self.before_leased_claim(params.scan_due).await;
-        let batch = self.inner.claim(params).await?;
-        Self::note(&self.leased_ids, &batch);
+    async fn rebalance(
+        &self,
+        params: &RebalanceParams<'_>,
+    ) -> Result<outboxd::store::Ownership, StoreError> {
+        self.inner.rebalance(params).await
+    }
+    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
+        if self.close_on_read {
+            self.inner.close().await;
+        }
+        let at = Instant::now();
+        let batch = self.inner.read_partition(read).await?;
+        if !batch.events.is_empty() {
+            self.reads.lock().unwrap().push(Read {
+                at,
+                partition: read.fence.partition,
+                ids: batch
+                    .events
+                    .iter()
+                    .map(|e| e.event.event_id.clone())
+                    .collect(),
+            });
+        }
         Ok(batch)
     }
-    async fn reclaim_expired(
-        &self,
-        params: &ClaimParams,
-    ) -> Result<outboxd::store::ClaimBatch, StoreError> {
-        self.before_leased_claim(params.scan_due).await;
-        let batch = self.inner.reclaim_expired(params).await?;
-        Self::note(&self.leased_ids, &batch);
-        Ok(batch)
-    }
-    async fn claim_held(
-        &self,
-        params: &ClaimParams,
-    ) -> Result<outboxd::store::HeldBatch, StoreError> {
-        let batch = self.inner.claim_held(params).await?;
-        let ids = batch.events.iter().map(|e| e.event.event_id.clone());
-        self.held_ids.lock().unwrap().extend(ids);
-        Ok(batch)
+    async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError> {
+        self.inner.live_partitions(app_code).await
     }
     async fn mark(
         &self,
@@ -1083,6 +999,9 @@ impl OutboxStore for SpyStore {
         params: &CountsParams,
     ) -> Result<outboxd::store::StatusCounts, StoreError> {
         self.inner.counts(params).await
+    }
+    async fn clock_ms(&self) -> Result<Option<i64>, StoreError> {
+        self.inner.clock_ms().await
     }
     async fn list_failed(
         &self,
@@ -1101,60 +1020,7 @@ impl OutboxStore for SpyStore {
     }
 }
 
-/// A held-mode worker's leased claim after a held claim that came back short reclaims expired
-/// leases only: rows a producer commits between the two are held by the next held claim, not
-/// leased (leasing them would write each row twice, and a host killed while publishing them
-/// would spend their attempt). Only the warm-up row is handed out leased.
-async fn a_held_worker_holds_rows_committed_between_its_claims(backend: Backend) {
-    let Some(db) = TestDb::new(backend).await else {
-        return;
-    };
-    // The second leased claim is the first after the one-loop warm-up.
-    let store = Arc::new(SpyStore {
-        late_rows_at: Some(1),
-        ..SpyStore::new(db.store_default().await)
-    });
-    store
-        .enqueue(&[record("app", "warm-up", "room-w", now_ms())])
-        .await
-        .expect("enqueue");
-    let recorder = Recorder::new(|_| None);
-    let mut opts = options("held");
-    opts.mode = WorkerMode::Held;
-    opts.publish_timeout = Duration::from_secs(5);
-    let worker = Worker::new(store.clone(), recorder.clone(), opts);
-    let shutdown = CancellationToken::new();
-    let run = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { worker.run(RunMode::Forever, shutdown).await }
-    });
-    wait_until("11 rows delivered", Duration::from_secs(30), || async {
-        let delivered = recorder.delivered_ids();
-        if delivered.len() >= 11 {
-            Ok(())
-        } else {
-            Err(delivered)
-        }
-    })
-    .await;
-    shutdown.cancel();
-    run.await.unwrap().unwrap();
-    assert!(
-        store.leased_calls.load(AtomicOrdering::SeqCst) >= 2,
-        "the test did not reach a leased claim after the warm-up"
-    );
-    assert_eq!(
-        *store.leased_ids.lock().unwrap(),
-        vec!["warm-up".to_string()]
-    );
-    let mut held = store.held_ids.lock().unwrap().clone();
-    held.sort();
-    let late: Vec<String> = (0..10).map(|i| format!("late{i:02}")).collect();
-    assert_eq!(held, late, "the late rows are held");
-}
-
 support::per_backend!(
-    per_room_worker_refuses_without_the_room_index,
     three_hosts_drain_10k_exactly_once,
     crashed_worker_batch_is_finished_by_another,
     retries_then_fails_at_max_attempts,
@@ -1165,8 +1031,6 @@ support::per_backend!(
     graceful_shutdown_leaves_nothing_delivering,
     a_slow_sink_never_holds_up_another,
     draining_run_reports_a_dead_database,
-    a_batch_claimed_ahead_waits_its_turn_within_its_lease,
     a_loop_claims_two_batches_ahead_of_quick_deliveries,
     due_rows_are_claimed_while_new_rows_keep_coming,
-    a_held_worker_holds_rows_committed_between_its_claims,
 );

@@ -24,10 +24,7 @@ use outboxd::plugin::SinkControls;
 use outboxd::record::{Record, now_ms};
 use outboxd::reload::Loaded;
 use outboxd::store::internals::{Arg, Bound, console_explain_statements};
-use outboxd::store::{
-    self, Backend, ConnectOptions, Mark, MarkParams, OutboxStore,
-    TableName,
-};
+use outboxd::store::{self, Backend, ConnectOptions, Mark, MarkParams, OutboxStore, TableName};
 
 /// The tenant of the benchmark's rows.
 const APP: &str = "bench-console";

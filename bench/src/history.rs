@@ -21,10 +21,7 @@ use std::time::{Duration, SystemTime};
 use sqlx::{ConnectOptions as _, Connection as _};
 
 use outboxd::record::Record;
-use outboxd::store::{
-    Backend, Disposition, Mark, MarkParams, OutboxStore, StoreError,
-    TableName,
-};
+use outboxd::store::{Backend, Disposition, Mark, MarkParams, OutboxStore, StoreError, TableName};
 
 /// Rows per load statement (one transaction each).
 pub const SQL_CHUNK: u64 = 100_000;
@@ -62,7 +59,8 @@ pub async fn claim_and_deliver(
     at_ms: i64,
     phase: &'static str,
 ) -> Result<(), HistoryBenchError> {
-    let batches = crate::harness::read_due(store, app_code, "bench-history", expected, at_ms).await?;
+    let batches =
+        crate::harness::read_due(store, app_code, "bench-history", expected, at_ms).await?;
     let claimed: usize = batches.iter().map(|b| b.events.len()).sum();
     if claimed != expected as usize {
         return Err(HistoryBenchError::ShortClaim {

@@ -28,8 +28,8 @@ use outboxd::publish::Publisher;
 use outboxd::record::Record;
 use outboxd::store::{
     Backend, ClaimBatch, CountsParams, Disposition, FailedRow, ListFailedParams, MarkParams,
-    MarkReport, OutboxStore, Ownership, PartitionRead, PurgeParams, RebalanceParams,
-    RequeueParams, StatusCounts, StoreError, TableName,
+    MarkReport, OutboxStore, Ownership, PartitionRead, PurgeParams, RebalanceParams, RequeueParams,
+    StatusCounts, StoreError, TableName,
 };
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{RunMode, Worker, WorkerError};
@@ -102,9 +102,7 @@ pub async fn run(
 ) -> Result<LatencyReport, LatencyError> {
     let config = harness.config;
     // The config's worker options drive the worker: per-room ordering needs the room index.
-    let inner = harness
-        .store(0)
-        .await?;
+    let inner = harness.store(0).await?;
     let producers = options.producers.max(1);
     let producer_store = harness.pool(producers).await?;
     let timed = Arc::new(TimedStore {

@@ -19,9 +19,7 @@ use outboxd::config::Config;
 use outboxd::publish::Publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
-use outboxd::store::{
-    self, CountsParams, DeliveryOrder, OutboxStore, StoreError,
-};
+use outboxd::store::{self, CountsParams, DeliveryOrder, OutboxStore, StoreError};
 use outboxd::worker::{RunMode, Worker, WorkerError, WorkerOptions};
 
 /// What to measure.

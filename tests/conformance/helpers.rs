@@ -18,9 +18,6 @@ use outboxd::store::{
 
 use crate::support::TestDb;
 
-/// The leased claim's helpers, for `migrate.rs` alone (see `leased_helpers.rs`).
-pub(crate) use crate::leased_helpers::{claim, claim_app, params};
-
 /// Tenant used by most tests.
 pub(crate) const APP: &str = "app_a";
 /// The other tenant.

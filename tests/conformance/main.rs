@@ -6,8 +6,8 @@
 //! hands out, in which order, and which it rejects), [`ordering`] (`read_partition` with per-room
 //! order), [`mark`], [`enqueue`] (and the producer's `save`), [`counts`], [`failed`]
 //! (`list_failed`, `requeue`), [`purge`], [`browse`] (the console's reads and dead-letter
-//! deletes) and [`migrate`]. [`helpers`] holds the vocabulary they share; `leased_helpers` the
-//! leased claim's, which only [`migrate`] still uses. Each behaviour is an `async fn(Backend)`,
+//! deletes) and [`migrate`]. [`helpers`] holds the vocabulary they share. Each behaviour is an
+//! `async fn(Backend)`,
 //! listed at the top of its module in `support::per_backend!`, which makes one `#[tokio::test]`
 //! of it per backend, named `<operation>::<backend>::<behaviour>` (`cargo test --test conformance
 //! mysql::` runs one backend, `… read::` one operation). Every test gets its own database (see
@@ -22,7 +22,6 @@
 mod support;
 
 mod helpers;
-mod leased_helpers;
 
 mod browse;
 mod counts;

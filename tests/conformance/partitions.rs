@@ -1,4 +1,4 @@
-//! Partition ownership (`worker.mode = "partitioned"`): `rebalance` shares a tenant's partitions
+//! Partition ownership: `rebalance` shares a tenant's partitions
 //! among live hosts (fair shares, disjoint, taken over when a host's lease ends or it leaves),
 //! `read_partition` hands out due rows without writing them, and marks are fenced on the
 //! partition's owner and epoch: a host that lost a partition changes nothing.

@@ -1,4 +1,4 @@
-//! Partition ownership on the worker's side (`worker.mode = "partitioned"`): the partitions this
+//! Partition ownership on the worker's side: the partitions this
 //! host owns ([`PartitionBook`]), handed to the loops one at a time ([`PartitionTurn`]: a
 //! partition is read again only once its batch is marked, so no row is read twice), and the
 //! heartbeat that keeps them and rebalances ([`Worker::run_heartbeat`]).
@@ -266,7 +266,7 @@ impl Worker {
             }
             if ownership.leased_hosts_active {
                 warn!(node_id = %node_id, app_code = %app_code, status = "leased_hosts_active",
-                    "rows are delivering under a live lease: a host in worker.mode = \"leased\" is claiming; reading nothing until it stops");
+                    "rows are delivering under a live lease: a host of an earlier version is claiming; reading nothing until it stops");
             }
         }
         // Ownership holds for a lease from the heartbeat's start (the database's leases began

@@ -1,15 +1,15 @@
 //! Unit tests of the statement builders: the exact text per backend, placeholders matching the
 //! bound arguments.
 
-use super::claim::{ClaimBranch, Statements, lease_rows, reject_rows};
 use super::failed::{count_failed, requeue_failed, select_failed};
 use super::insert::{distinct_records, insert_records};
 use super::mark::{MarkColumns, mark_rows, mark_rows_counted};
+use super::rows::{Statements, reject_rows};
 use super::{Arg, Bound};
 use crate::record::{Record, Status};
 use crate::store::mysql::marked_rows;
 use crate::store::{
-    Backend, ClaimParams, DEFAULT_TABLE, DeliveryOrder, Disposition, FailedFilter, Lease, Mark,
+    Backend, DEFAULT_TABLE, Disposition, FailedFilter, Lease, Mark, PartitionBatch, PartitionFence,
     RejectedRow, TableName,
 };
 
@@ -24,22 +24,14 @@ pub(crate) fn lease() -> Lease {
         app_code: "live".into(),
         worker_id: "w1".into(),
         lock_until_ms: 5_000,
-        partition: None,
-    }
-}
-
-/// The claim arguments the statement tests bind: tenant `live`, worker `w`, ten rows, a 1 s lease
-/// at `now_ms` 7, three attempts.
-pub(crate) fn claim_params(ordering: DeliveryOrder, scan_due: bool) -> ClaimParams {
-    ClaimParams {
-        app_code: "live".into(),
-        worker_id: "w".into(),
-        limit: 10,
-        lease_ms: 1_000,
-        now_ms: 7,
-        max_attempts: 3,
-        ordering,
-        scan_due,
+        partition: PartitionBatch {
+            fence: PartitionFence {
+                partition: 7,
+                epoch: 3,
+            },
+            first_created_ms: 10,
+            last_created_ms: 20,
+        },
     }
 }
 
@@ -78,80 +70,6 @@ pub(crate) fn assert_placeholders(backend: Backend, bound: &Bound) {
             );
         }
     }
-}
-
-#[test]
-fn claim_pending_per_dialect() {
-    let sqlite = Statements::new(Backend::Sqlite, &table());
-    assert_eq!(
-        sqlite.claim_select(ClaimBranch::Pending, DeliveryOrder::None),
-        "SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
-         FROM room_outbox c WHERE c.app_code = ? AND c.status = 'pending' \
-         ORDER BY c.created_at_ms, c.event_id LIMIT ?"
-    );
-    let mysql = Statements::new(Backend::MySql, &table());
-    assert!(
-        mysql
-            .claim_select(ClaimBranch::Pending, DeliveryOrder::None)
-            .ends_with("ORDER BY c.created_at_ms, c.event_id LIMIT ? FOR UPDATE SKIP LOCKED")
-    );
-    let pg = Statements::new(Backend::Postgres, &table());
-    assert_eq!(
-        pg.claim_select(ClaimBranch::Retryable, DeliveryOrder::None),
-        "SELECT c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count \
-         FROM room_outbox c WHERE c.app_code = $1 AND c.status = 'retryable' AND c.next_retry_at_ms <= $2 \
-         ORDER BY c.next_retry_at_ms, c.created_at_ms, c.event_id LIMIT $3 FOR UPDATE SKIP LOCKED"
-    );
-    assert!(pg
-        .claim_select(ClaimBranch::ExpiredLease, DeliveryOrder::None)
-        .contains("c.status = 'delivering' AND c.lock_until_ms <= $2 ORDER BY c.lock_until_ms, c.created_at_ms, c.event_id LIMIT $3"));
-}
-
-#[test]
-fn claim_queries_bind_what_their_text_asks() {
-    for backend in BACKENDS {
-        let statements = Statements::new(backend, &table());
-        for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
-            let params = claim_params(ordering, true);
-            for branch in ClaimBranch::ALL {
-                let bound = statements.claim_query(branch, &params, 4);
-                assert_placeholders(backend, &bound);
-                assert_eq!(bound.args.first(), Some(&Arg::from("live")));
-                assert_eq!(bound.args.last(), Some(&Arg::Int(4)));
-            }
-        }
-    }
-}
-
-#[test]
-fn per_room_probe_uses_active_statuses_only() {
-    let statements = Statements::new(Backend::Postgres, &table());
-    let sql = statements.claim_select(ClaimBranch::Retryable, DeliveryOrder::PerRoom);
-    for status in ["pending", "retryable", "delivering"] {
-        assert!(sql.contains(&format!(
-            "AND NOT EXISTS (SELECT 1 FROM room_outbox p WHERE p.app_code = c.app_code \
-             AND p.status = '{status}' AND p.room_id = c.room_id AND p.created_at_ms <= c.created_at_ms \
-             AND (p.created_at_ms < c.created_at_ms OR p.event_id < c.event_id) OFFSET 0)"
-        )));
-    }
-    // Only PostgreSQL needs the OFFSET 0 fence against anti-join pull-up.
-    let mysql_statements = Statements::new(Backend::MySql, &table());
-    let mysql = mysql_statements.claim_select(ClaimBranch::Retryable, DeliveryOrder::PerRoom);
-    assert!(!mysql.contains("OFFSET") && mysql.matches("NOT EXISTS").count() == 3);
-    // Only MySQL/MariaDB name the room index (stale statistics after migrate's ALTER TABLE).
-    assert_eq!(
-        mysql
-            .matches("FROM room_outbox p FORCE INDEX (idx_room_outbox_room) WHERE p.app_code")
-            .count(),
-        3,
-        "{mysql}"
-    );
-    assert!(!sql.contains("FORCE INDEX"));
-    let sqlite_statements = Statements::new(Backend::Sqlite, &table());
-    let sqlite = sqlite_statements.claim_select(ClaimBranch::Retryable, DeliveryOrder::PerRoom);
-    assert!(!sqlite.contains("FORCE INDEX") && sqlite.contains("FROM room_outbox p WHERE"));
-    assert_eq!(sql.matches("NOT EXISTS").count(), 3);
-    assert!(!sql.contains("'failed'") && !sql.contains("'delivered'"));
 }
 
 #[test]
@@ -210,15 +128,7 @@ fn duplicate_records_keep_the_first() {
 }
 
 #[test]
-fn lease_update_counts_reclaims_first() {
-    let bound = lease_rows(Backend::MySql, &table(), &lease(), 100, &["a", "b"]);
-    assert_eq!(
-        &*bound.sql,
-        "UPDATE room_outbox FORCE INDEX (PRIMARY) SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 ELSE retry_count END, \
-         status = 'delivering', next_retry_at_ms = 0, worker_id = ?, lock_until_ms = ?, updated_at_ms = ? \
-         WHERE app_code = ? AND event_id IN (?, ?)"
-    );
-    assert_eq!(bound.args[1], Arg::Int(5_000));
+fn reject_counts_an_expired_lease_first() {
     let rejected = [RejectedRow {
         event_id: "a".into(),
         event_type: "T".into(),
@@ -405,17 +315,11 @@ fn key_sets_are_padded_to_a_few_lengths() {
         .map(padded_set_len)
         .collect();
     assert_eq!(distinct.len(), 12, "{distinct:?}");
-    let ids: Vec<String> = (0..5).map(|i| format!("e{i}")).collect();
-    let lease = lease_rows(
-        Backend::MySql,
-        &table(),
-        &lease(),
-        1,
-        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let marks: Vec<Mark> = (0..5).map(|i| Mark::delivered(format!("e{i}"))).collect();
+    let mark = mark_rows(Backend::MySql, &table(), &lease(), &marks, 1);
     assert!(
-        lease.sql.contains("IN (?, ?, ?, ?, ?, ?, ?, ?)"),
+        mark.sql.contains("event_id IN (?, ?, ?, ?, ?, ?, ?, ?)"),
         "{}",
-        lease.sql
+        mark.sql
     );
 }
