@@ -26,9 +26,9 @@ use outboxd::metrics::Metrics;
 use outboxd::record::{Record, now_ms};
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{
-    Backend as StoreBackend, ClaimBatch, ClaimParams, ConnectOptions, CountsParams, DeliveryOrder,
-    FailedRow, HeldBatch, ListFailedParams, MarkParams, MarkReport, MigrateOptions, OutboxStore,
-    PurgeParams, RequeueParams, StatusCounts, StoreError, TableName,
+    Backend as StoreBackend, ClaimBatch, ConnectOptions, CountsParams, DeliveryOrder, FailedRow,
+    ListFailedParams, MarkParams, MarkReport, OutboxStore, Ownership, PartitionRead, PurgeParams,
+    RebalanceParams, RequeueParams, StatusCounts, StoreError, TableName,
 };
 use outboxd::wake::{self, FeedError, Wake, WakeMode};
 use outboxd::worker::WorkerOptions;
@@ -72,12 +72,12 @@ fn start(store: Arc<dyn OutboxStore>, wake: Wake, idle_probe: Duration) -> Runni
     Running::start(store, wake, options(idle_probe))
 }
 
-/// The worker's store, noting how many of its claims have returned and when the last one did:
-/// the burst starts right after the loop's poll round, so the test knows the earliest its next
-/// poll can come.
+/// The worker's store, noting how many of its reads (of a partition, or of which partitions hold
+/// live rows: a round's reads) have returned and when the last one did: the burst starts right
+/// after the loop's poll round, so the test knows the earliest its next poll can come.
 struct ClaimWatch {
     inner: Arc<dyn OutboxStore>,
-    /// Claims returned so far, and when the last one returned.
+    /// Reads returned so far, and when the last one returned.
     claims: watch::Sender<(u64, Option<Instant>)>,
 }
 
@@ -89,7 +89,7 @@ impl ClaimWatch {
         }
     }
 
-    /// A claim returned now.
+    /// A read returned now.
     fn returned(&self) {
         self.claims.send_modify(|(count, last)| {
             *count += 1;
@@ -106,29 +106,24 @@ impl OutboxStore for ClaimWatch {
     fn table(&self) -> &TableName {
         self.inner.table()
     }
-    async fn migrate_with(&self, options: &MigrateOptions) -> Result<Vec<i64>, StoreError> {
-        self.inner.migrate_with(options).await
-    }
-    async fn check_ordering(&self, ordering: DeliveryOrder) -> Result<(), StoreError> {
-        self.inner.check_ordering(ordering).await
+    async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        self.inner.migrate().await
     }
     async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError> {
         self.inner.enqueue(records).await
     }
-    async fn claim(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
-        let claimed = self.inner.claim(params).await;
-        self.returned();
-        claimed
+    async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError> {
+        self.inner.rebalance(params).await
     }
-    async fn claim_held(&self, params: &ClaimParams) -> Result<HeldBatch, StoreError> {
-        let claimed = self.inner.claim_held(params).await;
+    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
+        let read = self.inner.read_partition(read).await;
         self.returned();
-        claimed
+        read
     }
-    async fn reclaim_expired(&self, params: &ClaimParams) -> Result<ClaimBatch, StoreError> {
-        let claimed = self.inner.reclaim_expired(params).await;
+    async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError> {
+        let live = self.inner.live_partitions(app_code).await;
         self.returned();
-        claimed
+        live
     }
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError> {
         self.inner.mark(params).await

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
-use support::{Backend, TestDb, wait_until, wait_until_blocking};
+use support::{Backend, TestDb, wait_until_blocking};
 
 fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
@@ -115,16 +115,42 @@ fn count(status: &serde_json::Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no count {key:?} in the status: {status}"))
 }
 
-/// Waits (up to 30 s) until a batch is in flight: some row `delivering`.
-fn until_a_batch_is_in_flight(config: &Path, url: &str) -> serde_json::Value {
+/// `command` (an `outboxd … run`) started with stdout discarded and stderr written to `log`;
+/// killed when dropped.
+fn spawn_logging(command: &mut Command, log: &Path) -> KillOnDrop {
+    KillOnDrop(
+        command
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits (up to 30 s) until a batch is in flight: the chaos sink was called (its `chaos call N
+/// with M events` line is in `log`; a read writes nothing, so the rows do not show it). Returns
+/// the log so far.
+fn until_a_batch_is_in_flight(log: &Path) -> String {
     wait_until_blocking("a batch in flight", Duration::from_secs(30), || {
-        let s = status(config, url);
-        if count(&s, "delivering") > 0 {
-            Ok(s)
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if events_published(&text) > 0 {
+            Ok(text)
         } else {
-            Err(s)
+            Err(text)
         }
     })
+}
+
+/// The events the chaos sink was handed in the host log `text`: the `M` of its `chaos call N
+/// with M events` lines, summed.
+fn events_published(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| {
+            let call = &line[line.find("chaos call ")? + "chaos call ".len()..];
+            let events = &call[call.find(" with ")? + " with ".len()..];
+            events.split(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
 }
 
 /// Waits (up to `timeout`) for `child` to exit, and returns its exit status.
@@ -186,6 +212,14 @@ async fn drain_10k_through_the_log_plugin(backend: Backend) {
         !log.contains('\u{1b}'),
         "text logs to a pipe carry no ANSI colour codes"
     );
+    // The start says what this host took: every partition, one host.
+    let partitions = outboxd::store::partition_count(backend);
+    assert!(
+        log.lines().any(|l| l.contains("partitions rebalanced")
+            && l.contains(&format!("owned={partitions} share={partitions} hosts=1"))),
+        "the host says it took every partition: {log:.2000}"
+    );
+    assert!(log.contains("worker started"), "{log:.2000}");
     let gift_lines = log.lines().filter(|l| l.contains("RoomGiftSent")).count();
     let mic_lines = log.lines().filter(|l| l.contains("RoomMicChanged")).count();
     assert_eq!(
@@ -281,8 +315,8 @@ async fn no_route_fails_then_requeue_delivers(backend: Backend) {
 }
 
 /// SIGTERM during a run, sent while a batch is in flight (its sink takes 1.5 s a call): the
-/// batches in flight are finished and marked, exit status 0, nothing left delivering, nothing
-/// lost.
+/// batches in flight are finished and marked (every event the sink was handed is delivered),
+/// exit status 0, nothing left delivering, nothing lost.
 async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -291,7 +325,7 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     let config = chaos_config(
         dir.path(),
         "batch_size = 500",
-        r#"config = { delay_ms = "1500", quiet = "true" }"#,
+        r#"config = { delay_ms = "1500" }"#,
     );
     let url = db.url.as_str();
     let base = || with(&config, url);
@@ -305,16 +339,9 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
         "--count",
         "3000",
     ]));
-    let mut child = KillOnDrop(
-        base()
-            .arg("run")
-            .env("OUTBOXD_ADMIN_LISTEN", "")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let in_flight = until_a_batch_is_in_flight(&config, url);
+    let log = dir.path().join("stderr.log");
+    let mut child = spawn_logging(base().arg("run").env("OUTBOXD_ADMIN_LISTEN", ""), &log);
+    let in_flight = events_published(&until_a_batch_is_in_flight(&log));
     let child = &mut child.0;
     kill("-TERM", &child.id().to_string());
     let exit = exit_within(
@@ -326,10 +353,16 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     let s = status(&config, url);
     assert_eq!(count(&s, "delivering"), 0, "{s}");
     let delivered = count(&s, "delivered");
-    // Every row in flight at the SIGTERM was published and marked delivered.
+    // Every event handed to the sink (the batch in flight at the SIGTERM among them) was marked
+    // delivered.
+    let published = events_published(&std::fs::read_to_string(&log).unwrap());
     assert!(
-        delivered >= count(&in_flight, "delivered") + count(&in_flight, "delivering"),
-        "the batch in flight was not finished: at the SIGTERM {in_flight}, after {s}"
+        published >= in_flight,
+        "{published} events published, {in_flight} at the SIGTERM"
+    );
+    assert_eq!(
+        delivered, published,
+        "a batch in flight was not finished: {in_flight} events published at the SIGTERM, after {s}"
     );
     assert_eq!(delivered + count(&s, "pending"), 3000, "{s}");
 }
@@ -387,8 +420,8 @@ async fn run_without_a_sink_refuses_and_loses_nothing(backend: Backend) {
 /// GNU `timeout` signals outboxd and then its process group: the two SIGTERMs, sent while a batch
 /// is in flight, are one shutdown request: the batch is finished and marked, exit status 0.
 /// SIGQUIT exits at once (131), a batch in flight or not; so does a second SIGTERM more than 2 s
-/// after the first (130). Each part on its own database, so that no part sees the rows another
-/// left `delivering`.
+/// after the first (130). Each part on its own database, so that no part sees the rows (or the
+/// partitions) another left behind.
 async fn a_repeated_sigterm_is_one_request(backend: Backend) {
     /// A fresh database with `rows` pending rows, and its URL.
     async fn database(backend: Backend, config: &Path, rows: &str) -> Option<TestDb> {
@@ -411,7 +444,7 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
         chaos_config(
             dir,
             "",
-            "config = { behaviour = \"loop\", quiet = \"true\" }\nlimits = { publish_timeout = \"8s\" }",
+            "config = { behaviour = \"loop\" }\nlimits = { publish_timeout = \"8s\" }",
         )
     }
 
@@ -421,27 +454,26 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
     let slow = chaos_config(
         slow_dir.path(),
         "batch_size = 500",
-        r#"config = { delay_ms = "1500", quiet = "true" }"#,
+        r#"config = { delay_ms = "1500" }"#,
     );
     let Some(db) = database(backend, &slow, "3000").await else {
         return;
     };
     let url = db.url.as_str();
-    let mut timeout = KillOnDrop(
+    let log = slow_dir.path().join("stderr.log");
+    let mut timeout = spawn_logging(
         Command::new("timeout")
             .args(["--preserve-status", "-s", "TERM", "120"])
             .arg(env!("CARGO_BIN_EXE_outboxd"))
             .env_remove("OUTBOXD_DATABASE_URL")
             .env("OUTBOXD_ADMIN_LISTEN", "")
+            .env("RUST_LOG", "info")
             .arg("--config")
             .arg(&slow)
-            .args(["--database-url", url, "run"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("GNU timeout runs"),
+            .args(["--database-url", url, "run"]),
+        &log,
     );
-    let in_flight = until_a_batch_is_in_flight(&slow, url);
+    let in_flight = events_published(&until_a_batch_is_in_flight(&log));
     kill("-TERM", &timeout.0.id().to_string());
     let exit = exit_within(
         &mut timeout.0,
@@ -451,9 +483,15 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
     assert_eq!(exit.code(), Some(0), "{exit:?}");
     let s = status(&slow, url);
     assert_eq!(count(&s, "delivering"), 0, "{s}");
+    let published = events_published(&std::fs::read_to_string(&log).unwrap());
     assert!(
-        count(&s, "delivered") >= count(&in_flight, "delivered") + count(&in_flight, "delivering"),
-        "the batch in flight was not finished: at the SIGTERM {in_flight}, after {s}"
+        published >= in_flight,
+        "{published} events published, {in_flight} at the SIGTERM"
+    );
+    assert_eq!(
+        count(&s, "delivered"),
+        published,
+        "a batch in flight was not finished: {in_flight} events published at the SIGTERM, after {s}"
     );
 
     // SIGQUIT while a batch is in flight (for 8 s): outboxd exits at once.
@@ -463,15 +501,9 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
         return;
     };
     let url = db.url.as_str();
-    let mut child = KillOnDrop(
-        with(&quit, url)
-            .arg("run")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    until_a_batch_is_in_flight(&quit, url);
+    let log = quit_dir.path().join("stderr.log");
+    let mut child = spawn_logging(with(&quit, url).arg("run"), &log);
+    until_a_batch_is_in_flight(&log);
     kill("-QUIT", &child.0.id().to_string());
     let exit = exit_within(
         &mut child.0,
@@ -488,15 +520,9 @@ async fn a_repeated_sigterm_is_one_request(backend: Backend) {
         return;
     };
     let url = db.url.as_str();
-    let mut child = KillOnDrop(
-        with(&term, url)
-            .arg("run")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    until_a_batch_is_in_flight(&term, url);
+    let log = term_dir.path().join("stderr.log");
+    let mut child = spawn_logging(with(&term, url).arg("run"), &log);
+    until_a_batch_is_in_flight(&log);
     let pid = child.0.id().to_string();
     kill("-TERM", &pid);
     // The 2.5 s between the two SIGTERMs is part of the test (more than 2 s apart).

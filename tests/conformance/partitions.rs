@@ -340,7 +340,7 @@ async fn live_partitions_are_those_holding_live_rows(backend: Backend) {
     let batches = read_all(&store, "host-a", &owner, false, now_ms()).await;
     let holding: BTreeSet<u32> = batches
         .iter()
-        .filter_map(|b| b.lease.partition.map(|f| f.fence.partition))
+        .map(|b| b.lease.partition.fence.partition)
         .collect();
     let live = store.live_partitions(APP).await.expect("live partitions");
     // `None`: one partition (the store reads it instead of asking).

@@ -10,7 +10,10 @@ use std::time::Duration;
 use outboxd::config::Config;
 use outboxd::record::now_ms;
 use outboxd::service::Service;
-use outboxd::store::{ClaimParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore};
+use outboxd::store::{
+    ClaimBatch, Disposition, Mark, MarkParams, OutboxStore, PartitionFence, PartitionRead,
+    RebalanceParams,
+};
 use outboxd::worker::RunMode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -97,19 +100,8 @@ impl Host {
             })
             .collect();
         store.enqueue(&records).await.unwrap();
-        let batch = store
-            .claim(&ClaimParams {
-                app_code: "default".into(),
-                worker_id: "before".into(),
-                limit: 10,
-                lease_ms: 60_000,
-                now_ms: now,
-                max_attempts: 5,
-                ordering: DeliveryOrder::None,
-                scan_due: true,
-            })
-            .await
-            .unwrap();
+        let batch = read_room(&store, "before", now).await;
+        assert_eq!(batch.events.len(), 6, "the dead letters' room");
         let marks: Vec<Mark> = batch
             .events
             .iter()
@@ -133,6 +125,7 @@ impl Host {
             })
             .await
             .unwrap();
+        leave(&store, "before").await;
         store
             .enqueue(&[typed_record("default", "xss-1", XSS_ROOM, XSS_TYPE, now)])
             .await
@@ -176,6 +169,55 @@ impl Host {
         let _ = self.task.await;
         self.db.cleanup().await;
     }
+}
+
+/// The lease of host `before`, which makes the dead letters (it leaves before the host starts).
+const BEFORE_LEASE_MS: i64 = 60_000;
+
+/// One heartbeat of `host` for tenant `default` (alone: it takes every partition), or its
+/// leaving one.
+async fn heartbeat(store: &Arc<dyn OutboxStore>, host: &str, leaving: bool) -> Vec<PartitionFence> {
+    store
+        .rebalance(&RebalanceParams {
+            app_code: "default",
+            host_id: host,
+            lease_ms: BEFORE_LEASE_MS,
+            release: &[],
+            leaving,
+            now_ms: now_ms(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("heartbeat of {host}: {e}"))
+        .owned
+}
+
+/// For rows that all live in one room: `host` takes every partition of `default` and reads each;
+/// the one batch that handed out rows (panics when none did).
+async fn read_room(store: &Arc<dyn OutboxStore>, host: &str, now: i64) -> ClaimBatch {
+    for fence in heartbeat(store, host, false).await {
+        let batch = store
+            .read_partition(&PartitionRead {
+                app_code: "default".into(),
+                host_id: host.into(),
+                fence,
+                limit: 10,
+                now_ms: now,
+                lease_ms: BEFORE_LEASE_MS,
+                max_attempts: 5,
+                per_room: false,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("read of partition {fence:?}: {e}"));
+        if !batch.events.is_empty() {
+            return batch;
+        }
+    }
+    panic!("no partition of {host} held rows");
+}
+
+/// `host` leaves: its partitions go to the host under test at its first heartbeat.
+async fn leave(store: &Arc<dyn OutboxStore>, host: &str) {
+    heartbeat(store, host, true).await;
 }
 
 /// One HTTP/1.1 answer.

@@ -13,8 +13,6 @@ use crate::store::{
     RejectedRow, TableName,
 };
 
-pub(crate) const BACKENDS: [Backend; 3] = [Backend::Sqlite, Backend::MySql, Backend::Postgres];
-
 pub(crate) fn table() -> TableName {
     TableName::new(DEFAULT_TABLE).unwrap()
 }
@@ -221,20 +219,27 @@ fn mark_is_one_fenced_statement() {
     let pg = mark_rows(Backend::Postgres, &table(), &lease(), &marks, 100);
     assert_eq!(
         &*pg.sql,
-        "UPDATE room_outbox SET status = CASE event_id WHEN $1 THEN 'delivered' WHEN $2 THEN 'retryable' \
-         WHEN $3 THEN 'failed' ELSE status END, \
-         retry_count = CASE event_id WHEN $4 THEN retry_count + 1 WHEN $5 THEN retry_count + 1 ELSE retry_count END, \
-         next_retry_at_ms = CASE event_id WHEN $6 THEN $7 ELSE 0 END, \
+        "UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 \
+         ELSE retry_count END + CASE event_id WHEN $1 THEN 1 WHEN $2 THEN 1 ELSE 0 END, \
+         status = CASE event_id WHEN $3 THEN 'delivered' WHEN $4 THEN 'retryable' WHEN $5 THEN 'failed' \
+         ELSE status END, next_retry_at_ms = CASE event_id WHEN $6 THEN $7 ELSE 0 END, \
          last_error = CASE event_id WHEN $8 THEN $9 WHEN $10 THEN $11 ELSE NULL END, \
-         lock_until_ms = NULL, updated_at_ms = $12 \
-         WHERE app_code = $13 AND status = 'delivering' AND worker_id = $14 AND lock_until_ms = $15 \
-         AND event_id = ANY($16) RETURNING event_id"
+         lock_until_ms = NULL, updated_at_ms = $12, worker_id = $13 \
+         WHERE app_code = $14 AND (hashtextextended(room_id, 0) & 63) = $15 AND updated_at_ms IS NOT NULL \
+         AND created_at_ms >= $16 AND created_at_ms <= $17 \
+         AND status IN ('pending', 'retryable', 'delivering') AND event_id = ANY($18) \
+         AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $19 AND p.partition_id = $20 \
+         AND p.owner = $21 AND p.epoch = $22 FOR SHARE) RETURNING event_id"
     );
     assert_eq!(pg.args[6], Arg::Int(700));
     // PostgreSQL binds the ids as one array: no IN list rebuilt per row under a generic plan.
     assert_eq!(
-        pg.args[15],
+        pg.args[17],
         Arg::TextList(vec!["a".into(), "b".into(), "c".into()])
+    );
+    assert_eq!(
+        (pg.args[14].clone(), pg.args[21].clone()),
+        (Arg::Int(7), Arg::Int(3))
     );
     assert_eq!(pg.args[8], Arg::from("later"));
     assert_placeholders(Backend::Postgres, &pg);
@@ -244,7 +249,7 @@ fn mark_is_one_fenced_statement() {
     assert!(
         mysql
             .sql
-            .starts_with("UPDATE room_outbox FORCE INDEX (PRIMARY) SET status = CASE")
+            .starts_with("UPDATE room_outbox FORCE INDEX (PRIMARY) SET retry_count = CASE")
     );
     assert!(!pg.sql.contains("FORCE"));
     assert_placeholders(Backend::MySql, &mysql);
@@ -260,12 +265,22 @@ fn mark_is_one_fenced_statement() {
     // A batch whose rows all get one status sets it as a literal, no CASE.
     let delivered = &marks[..1];
     let sqlite = mark_rows(Backend::Sqlite, &table(), &lease(), delivered, 100);
-    assert_eq!(
-        &*sqlite.sql,
-        "UPDATE room_outbox SET status = 'delivered', next_retry_at_ms = 0, \
-         last_error = NULL, lock_until_ms = NULL, updated_at_ms = ? \
-         WHERE app_code = ? AND status = 'delivering' AND worker_id = ? AND lock_until_ms = ? \
-         AND event_id IN (?) RETURNING event_id"
+    assert!(
+        sqlite.sql.contains(
+            "status = 'delivered', next_retry_at_ms = 0, last_error = NULL, lock_until_ms = NULL, \
+             updated_at_ms = ?, worker_id = ? WHERE app_code = ?"
+        ),
+        "{}",
+        sqlite.sql
+    );
+    // SQLite has one partition: no partition expression, the owner's fence all the same.
+    assert!(!sqlite.sql.contains("hashtextextended"));
+    assert!(
+        sqlite
+            .sql
+            .contains("AND event_id IN (?) AND EXISTS (SELECT 1 FROM room_outbox_partitions p"),
+        "{}",
+        sqlite.sql
     );
 }
 
