@@ -11,7 +11,7 @@
 //! was delivered by the binlog wake (without the feed these rows waited ~780 ms each: the
 //! loop's probe had backed off to the second). The burst after a quiet spell starts right after
 //! the loop's poll round (seen through its store, [`ClaimWatch`]), so every row delivered before
-//! a poll after that round was claimed after a binlog wake.
+//! a poll after that round was read after a binlog wake.
 //! Without MariaDB's binaries or the shared server the tests print `SKIPPED …`; under `CI=true`
 //! they fail instead.
 
