@@ -916,6 +916,109 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
     assert_eq!(read, expected, "each event read once");
 }
 
+/// The partition holding `room`'s rows, learnt from the store: the one live partition of tenant
+/// `probe` while it holds one row, of that room. (Its partitions must have been seeded by a
+/// heartbeat: [`OutboxStore::live_partitions`] lists a served tenant's.)
+async fn partition_of(db: &TestDb, store: &dyn OutboxStore, room: &str) -> u32 {
+    store
+        .enqueue(&[record("probe", "probe", room, now_ms())])
+        .await
+        .expect("enqueue");
+    let live = store
+        .live_partitions("probe")
+        .await
+        .expect("live partitions")
+        .expect("more than one partition");
+    let placeholder = db.placeholder(1);
+    db.execute(
+        &format!("DELETE FROM room_outbox WHERE app_code = {placeholder}"),
+        &[support::Bind::Str("probe".into())],
+    )
+    .await;
+    assert_eq!(live.len(), 1, "{room}: {live:?}");
+    live[0]
+}
+
+/// A partition whose rows are due at every round (a room whose sink keeps failing) never starves
+/// another: the loop reads its partitions in turn, so the other partition's row is delivered at
+/// once. The other partition is the fourth after the busy one (three empty ones between), where
+/// a read of the partitions in turn asks which partitions hold live rows. One partition on
+/// SQLite: nothing to starve.
+async fn a_busy_partition_never_starves_another(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let partitions = outboxd::store::partition_count(backend);
+    if partitions == 1 {
+        return;
+    }
+    store
+        .rebalance(&RebalanceParams {
+            app_code: "probe",
+            host_id: "prober",
+            lease_ms: 1,
+            release: &[],
+            leaving: false,
+            now_ms: now_ms(),
+        })
+        .await
+        .expect("seed the probe tenant's partitions");
+    let busy = partition_of(&db, &*store, "hot").await;
+    let mut other = None;
+    for i in 0..1_000 {
+        let room = format!("room-{i}");
+        if partition_of(&db, &*store, &room).await == (busy + 4) % partitions {
+            other = Some(room);
+            break;
+        }
+    }
+    let other = other.expect("a room in the fourth partition after the busy one");
+    let recorder = Recorder::new(|event| {
+        (event.room_id == "hot").then(|| Outcome::retryable("the hot room's sink is down"))
+    });
+    let mut opts = options("w");
+    opts.retry.max_attempts = 1_000;
+    let worker = Worker::new(store.clone(), recorder.clone(), opts);
+    let hot_due = || async {
+        wait_until(
+            "the hot row's retry due",
+            Duration::from_secs(10),
+            || async {
+                let row = db.row("app", "hot-1").await.unwrap();
+                let due = row.next_retry_at_ms.unwrap_or(0);
+                if due <= now_ms() { Ok(()) } else { Err(due) }
+            },
+        )
+        .await
+    };
+    store
+        .enqueue(&[record("app", "hot-1", "hot", now_ms())])
+        .await
+        .expect("enqueue");
+    for _ in 0..3 {
+        worker.process_batch("w/0", "app").await.unwrap();
+        hot_due().await;
+    }
+    store
+        .enqueue(&[record("app", "quiet-1", &other, now_ms())])
+        .await
+        .expect("enqueue");
+    for _ in 0..10 {
+        worker.process_batch("w/0", "app").await.unwrap();
+        if recorder.delivered_ids().contains(&"quiet-1".to_string()) {
+            return;
+        }
+        hot_due().await;
+    }
+    let hot = recorder.attempts.lock().unwrap()["hot-1"].len();
+    panic!(
+        "the row of {other} (partition {}) was not read in 10 rounds; the busy partition {busy} \
+         was read {hot} times",
+        (busy + 4) % partitions
+    );
+}
+
 /// One read of a [`SpyStore`] that handed out rows.
 #[derive(Debug, Clone)]
 struct Read {
@@ -1033,4 +1136,5 @@ support::per_backend!(
     draining_run_reports_a_dead_database,
     a_loop_claims_two_batches_ahead_of_quick_deliveries,
     due_rows_are_claimed_while_new_rows_keep_coming,
+    a_busy_partition_never_starves_another,
 );

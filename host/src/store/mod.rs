@@ -6,64 +6,66 @@
 //!   reads and dead-letter deletes);
 //! - [`sqlite`], [`mysql`], [`postgres`]: **what each database does**, one folder each: its store
 //!   and connection setup (`mod.rs`, with the producer `save`), its SQL and migrations
-//!   (`dialect.rs`, its `SqlDialect`: placeholders, row locks, catalog queries, its commit feed),
-//!   and its own form of a whole operation where it differs (PostgreSQL's one-statement claim and
-//!   `RETURNING` mark in `postgres/claim/`, `postgres/mark.rs`; MariaDB's claim-position seek
-//!   form and autocommit mark in `mysql/claim.rs`, `mysql/mark.rs`) — to see what PostgreSQL does,
-//!   open `postgres/`;
+//!   (`dialect.rs`, its `SqlDialect`: placeholders, catalog queries, its commit feed), its
+//!   partition SQL (`partitions.rs`: the partition of a row, the fence's lock, the skip scan of
+//!   live partitions) and its form of the mark where it differs (`postgres/mark.rs`: `RETURNING`;
+//!   `mysql/mark.rs`: autocommit, the changed rows listed) — to see what PostgreSQL does, open
+//!   `postgres/`;
 //! - `backend.rs`: URL → [`Backend`] → connected store, the one place naming every backend; what
 //!   a database does is asked of its `Backend` ([`Backend::commit_feed`],
-//!   [`Backend::holds_claims`]), not matched on its name; `connect.rs`: [`ConnectOptions`] and
-//!   the first direct connection every backend makes;
-//! - the operations written once: `exec_claim` (the claim; its per-database steps are the
-//!   `ClaimOps` trait's default bodies), `exec_mark` (the mark; `MarkOps`), `exec_held` (the held
-//!   claim), `exec` (insert, counts, failed rows, requeue, purge), `exec_browse` (the console's
-//!   event search, row, error groups, dead-letter deletes), over what a backend provides
-//!   (`driver.rs`: `Driver`, and the one retry of transient errors; `session.rs`: `Session`, a
-//!   connection running bound statements); `impl_store.rs` makes a backend an [`OutboxStore`];
+//!   [`Backend::concurrent_writers`]), not matched on its name; `connect.rs`: [`ConnectOptions`]
+//!   and the first direct connection every backend makes;
+//! - the operations written once: `exec_partitions` (the heartbeat that keeps and rebalances a
+//!   host's partitions, the partition read), `exec_mark` (the mark; `MarkOps`), `exec` (insert,
+//!   counts, failed rows, requeue, purge), `exec_browse` (the console's event search, row, error
+//!   groups, dead-letter deletes), over what a backend provides (`driver.rs`: `Driver`, and the
+//!   one retry of transient errors; `session.rs`: `Session`, a connection running bound
+//!   statements); `impl_store.rs` makes a backend an [`OutboxStore`];
+//! - `partitions.rs`: the partition types ([`PartitionFence`], [`Ownership`], …);
 //! - `statement`: statement building shared by every backend, grouped by operation; `row`: row
-//!   decoding; `judge`: the envelope judge (no SQL); `schema`: migrations (`migration.rs`:
-//!   one `Migration`), the columns and claim indexes outboxd needs, `migrate`;
-//!   `room_index`: the start check of per-room ordering;
+//!   decoding; `judge`: the envelope judge (no SQL); `schema`: migrations (`migration.rs`: one
+//!   `Migration`), the columns and the index outboxd needs on every table, `migrate`;
 //! - [`internals`]: the statements, migrations and catalog queries above, exposed for
 //!   `outboxd-bench` and the plan tests only (not the API of a host, plugin or producer).
 //!
 //! Every backend passes the same conformance suite (`tests/conformance/`). Methods take one
-//! params struct and an explicit `now_ms`, so behaviour that depends on time (leases, due retries)
-//! is tested without sleeping. SQL is built once per store from a validated [`TableName`]; every
-//! value is a bound parameter.
+//! params struct and an explicit `now_ms`, so behaviour that depends on time (due retries, the
+//! expired leases of earlier versions) is tested without sleeping. SQL is built once per store
+//! from a validated [`TableName`]; every value is a bound parameter.
 //!
-//! # Claim
-//! One transaction reads, in this order and up to `limit` rows, with `FOR UPDATE SKIP LOCKED`
-//! (SQLite: a write transaction):
-//! 1. `pending` rows by `(created_at_ms, event_id)`;
+//! # Partitions
+//! Every row belongs to one of [`PARTITIONS`] partitions of its tenant (SQLite: one), derived by
+//! the database from `room_id`. Hosts lease partitions in `<table>_partitions` on the database's
+//! clock ([`OutboxStore::rebalance`]) and read an owned partition's due rows without writing them
+//! ([`OutboxStore::read_partition`]), merged by `(created_at_ms, event_id)`, up to `limit`:
+//! 1. `pending` rows (with per-room order, of rooms with nothing retryable or delivering);
 //! 2. `retryable` rows whose `next_retry_at_ms` is due;
-//! 3. `delivering` rows whose lease expired (a crashed worker's). Reclaiming counts as an attempt:
-//!    `retry_count + 1`, and a row at `max_attempts` goes to `failed` instead of being handed out.
+//! 3. `delivering` rows whose lease expired (an earlier version's host). Such a row is read as an
+//!    attempt: `retry_count + 1`, and one at `max_attempts` goes to `failed` instead.
 //!
 //! Rows whose envelope is empty, does not decode, or disagrees with the row on an identity field
-//! (app_code, event_id, event_type, room_id) go to `failed` with the reason in the same
-//! transaction and are reported in [`ClaimBatch::rejected`]; the rest of the batch flows.
+//! (app_code, event_id, event_type, room_id) go to `failed` with the reason and are reported in
+//! [`ClaimBatch::rejected`]; the rest of the batch flows.
 //!
 //! # Mark
-//! One statement per call, fenced on the claim's lease: a row changes only while its
-//! `worker_id` and `lock_until_ms` still equal the [`Lease`]; the others are reported as stale.
-//! The worker marks a claimed batch in parts (each sink's results as that sink answers), so one
-//! claim may take several mark calls.
+//! One statement per call, fenced on the partition: a row changes only while the reading host
+//! still owns its partition at the epoch it read it with, and the row is still live; the others
+//! are reported as stale. The worker marks a batch in parts (each sink's results as that sink
+//! answers), so one batch may take several mark calls.
 //!
 //! # Who checks what, who retries what
 //! - Transient database errors ([`StoreError::is_transient`]: deadlock victim, serialization
-//!   failure, lock wait timeout, busy SQLite) are retried by the store and only there: a claim
-//!   transaction for up to 2 s, a mark transaction while its lease holds. A mark is also retried
-//!   while its lease holds when the database cannot be reached ([`StoreError::is_unreachable`]:
-//!   a restart, a dropped connection), since its results exist nowhere else. The worker never
-//!   retries a store call: an error left ends the round (a draining run stops with it; a run
-//!   that never ends waits the poll interval), and a batch whose mark failed comes back when its
-//!   lease expires, counted as an attempt — nothing is lost.
+//!   failure, lock wait timeout, busy SQLite) are retried by the store and only there: a mark
+//!   transaction while the partition's lease holds. A mark is also retried while that lease holds
+//!   when the database cannot be reached ([`StoreError::is_unreachable`]: a restart, a dropped
+//!   connection), since its results exist nowhere else. The worker never retries a store call:
+//!   an error left ends the round (a draining run stops with it; a run that never ends waits the
+//!   poll interval), and the rows of a batch whose mark failed are still due: read again, no
+//!   attempt spent — nothing is lost.
 //! - Connecting: one direct connection attempt within `database.connect_timeout` before a pool
 //!   is built ([`connect`](connect())), so the driver's own error is reported at once.
 //! - `last_error` is cut to [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) where
-//!   it is bound into a statement (marks and claim rejects alike), nowhere else.
+//!   it is bound into a statement (marks and read rejects alike), nowhere else.
 //! - Sinks and routes are checked once, by config loading (`config::Publishing` builds the
 //!   `SinkSpec`s and `RouteSpec`s); the plugin layer takes them as given. What only loading a
 //!   plugin can tell (file, world, version, `init`, `allow_hosts` origins) is checked by its sink.

@@ -1,9 +1,9 @@
-//! How far one worker loop claims ahead of its deliveries ([`ClaimAhead`]).
+//! How far one worker loop reads ahead of its deliveries ([`ClaimAhead`]).
 //!
-//! Where the database runs writers side by side, a loop claims while its earlier batches publish
-//! and mark, so the claim statements and the mark statements run at the same time, as two plain
-//! clients' would. A loop publishes one batch at a time, in claim order, and a batch publishes
-//! only once the one before it is marked; a batch claimed ahead waits for its turn.
+//! Where the database runs writers side by side, a loop reads (another owned partition) while
+//! its earlier batches publish and mark, so the reads and the marks run at the same time, as two
+//! plain clients' would. A loop publishes one batch at a time, in read order, and a batch
+//! publishes once the one before it is published; a batch read ahead waits for its turn.
 //!
 //! With one batch claimed ahead, every round ends on a barrier: the next claim starts only when
 //! the batch being marked is done, so whenever a claim and a mark take different times (they
@@ -12,11 +12,10 @@
 //! docs/PERFORMANCE.md, "Claim-ahead depth"), a drain through one loop ran 1.26× (PostgreSQL) and
 //! 1.07× (MariaDB) as fast as with one.
 //!
-//! A batch claimed two ahead waits behind two deliveries, inside its own lease. So the second
-//! batch is claimed only while deliveries are quick: while two deliveries as long as the last
-//! one still leave the waiting batch the lease for a whole publish and its mark. Behind a slow
-//! sink the loop claims one batch ahead; that batch goes back untried if its turn comes too
-//! late (`deliver.rs`).
+//! A batch read two ahead waits behind two deliveries, holding its partition's turn (no other
+//! loop reads that partition meanwhile). So the second batch is read only while deliveries are
+//! quick: while two deliveries as long as the last one fit in the lease less a whole publish and
+//! its mark. Behind a slow sink the loop reads one batch ahead.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

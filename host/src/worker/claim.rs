@@ -51,8 +51,10 @@ impl Worker {
         let mut empty_reads = 0;
         while let Some(turn) = self.partitions.take_turn(app_code, &tried) {
             if empty_reads == EMPTY_READS_BEFORE_PROBE {
-                // Caught up, most likely: skip the partitions that hold no live row.
-                drop(turn);
+                // Caught up, most likely: skip the partitions that hold no live row. The turn
+                // taken is read if its partition has some (the round-robin has moved past it:
+                // dropping it unread would let a busy partition starve it).
+                empty_reads += 1;
                 let live = self
                     .store
                     .live_partitions(app_code)
@@ -61,9 +63,10 @@ impl Worker {
                 if let Some(live) = live {
                     let live: BTreeSet<u32> = live.into_iter().collect();
                     tried.extend(self.partitions.owned_partitions(app_code).difference(&live));
+                    if !live.contains(&turn.fence.partition) {
+                        continue;
+                    }
                 }
-                empty_reads += 1;
-                continue;
             }
             tried.insert(turn.fence.partition);
             let now_ms = self.now_ms();

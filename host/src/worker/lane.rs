@@ -16,10 +16,10 @@ pub(super) struct Lane {
     /// Deliveries a claim may overlap: two where writers run side by side while deliveries are
     /// quick, one behind a slow one, none on SQLite (`ahead.rs`).
     pub(super) ahead: ClaimAhead,
-    /// A batch claimed ahead publishes only once the one before it is marked: per loop at most
-    /// one batch is published and not yet marked, so a host killed at any moment redelivers at
-    /// most one batch per loop (the ones claimed ahead wait out their leases unpublished,
-    /// counted as an attempt). FIFO, so batches publish in claim order.
+    /// A batch read ahead publishes only once the one before it is published: per loop one
+    /// batch publishes at a time, so a host killed at any moment has at most one batch per loop
+    /// published and not yet marked (the next owner of its partition reads it again, no attempt
+    /// spent). FIFO, so batches publish in read order.
     pub(super) publishing: Semaphore,
 }
 
