@@ -113,17 +113,17 @@ struct BenchRow {
     enqueue_rate: f64,
     drain_s: f64,
     drain_rate: f64,
-    /// The printed ratios: `vs go`, `vs raw`, `vs 1idx` (`None`: `-`).
-    ratios: [Option<f64>; 3],
+    /// The printed ratios: `vs raw`, `vs 1idx` (`None`: `-`).
+    ratios: [Option<f64>; 2],
 }
 
 /// The shapes the ratio columns compare with, in column order.
-const BENCH_BASES: [&str; 3] = ["go", "raw", "raw-1idx"];
+const BENCH_BASES: [&str; 2] = ["raw", "raw-1idx"];
 
 /// Parses the throughput report in `stdout` and checks it says what it measured: the shapes are
 /// `shapes` in order, each delivered `events` events; its rates are finite and positive and its
 /// drain rate is `events` over its drain time (as far as the printed rounding tells); and every
-/// ratio column holds the shape's drain rate over its base shape's (`go`, `raw`, `raw-1idx`),
+/// ratio column holds the shape's drain rate over its base shape's (`raw`, `raw-1idx`),
 /// recomputed from the printed rates and compared with the printed two decimals, or `-` when
 /// the base shape did not run.
 fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRow> {
@@ -137,7 +137,7 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
         header,
         [
             "shape", "batch", "workers", "events", "enqueue", "ev/s", "drain", "s", "drain",
-            "ev/s", "vs", "go", "vs", "raw", "vs", "1idx"
+            "ev/s", "vs", "raw", "vs", "1idx"
         ],
         "{stdout}"
     );
@@ -153,7 +153,7 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
     };
     let rows: Vec<BenchRow> = lines
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .take_while(|columns| columns.len() == 10)
+        .take_while(|columns| columns.len() == 9)
         .map(|c| BenchRow {
             shape: c[0].to_string(),
             batch: c[1].parse().unwrap(),
@@ -162,7 +162,7 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
             enqueue_rate: number("enqueue ev/s", c[4]),
             drain_s: number("drain s", c[5]),
             drain_rate: number("drain ev/s", c[6]),
-            ratios: [c[7], c[8], c[9]].map(|ratio| {
+            ratios: [c[7], c[8]].map(|ratio| {
                 (ratio != "-").then(|| {
                     let value = ratio
                         .strip_suffix('x')
@@ -228,8 +228,7 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
 /// outboxd code claimed them), the lock-held loop's rows were never leased (written once), and
 /// every shape's line carries its ratio to the raw loop and to the yardstick, its drain rate over
 /// theirs ([`check_bench_report`]; the yardstick `raw-1idx` is the same loop on a table of its
-/// own with the primary key and one claim index only; the `go` shape, one mark per row, is left
-/// to the SQLite-only default run below: on MariaDB it alone would take ~20 s here).
+/// own with the primary key and one claim index only).
 async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -322,11 +321,7 @@ fn bench_on_a_fresh_sqlite_file(args: &[&str]) -> String {
 #[test]
 fn bench_runs_the_raw_loop_by_default() {
     let stdout = bench_on_a_fresh_sqlite_file(&["--events", "300"]);
-    check_bench_report(
-        &stdout,
-        &["outboxd", "per-room", "go", "raw", "raw-1idx"],
-        300,
-    );
+    check_bench_report(&stdout, &["outboxd", "per-room", "raw", "raw-1idx"], 300);
     let outboxd = bench_line(&stdout, "outboxd");
     assert_eq!(outboxd[1..3], ["1000", "1"], "{stdout}");
     let raw = bench_line(&stdout, "raw");
