@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 
 use fleet::{Host, order_violations, outboxd, start_host};
 use http::WebhookReceiver;
-use outboxd::record::{DEFAULT_APP_CODE, Record, Status};
-use outboxd::store::{ConnectOptions, CountsParams, EventQuery, OutboxStore, StatusCounts};
+use outboxd::record::Record;
+use outboxd::store::{ConnectOptions, CountsParams, OutboxStore, StatusCounts};
 use rand::Rng;
 use support::private_server::{Kind, PrivateServer};
 use support::tcp_proxy::TcpProxy;

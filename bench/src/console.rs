@@ -201,7 +201,7 @@ async fn fresh_rows(store: &dyn OutboxStore) -> anyhow::Result<(Vec<String>, u64
     while failed.len() < 2000 {
         let left = 2000 - failed.len() as u32;
         let batches =
-            crate::harness::read_due(store, APP, "bench-console", left.min(500), now_ms()).await?;
+            crate::read::read_due(store, APP, "bench-console", left.min(500), now_ms()).await?;
         if batches.is_empty() {
             break;
         }

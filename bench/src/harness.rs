@@ -16,10 +16,7 @@ use crate::args::BenchArgs;
 use outboxd::config::{Config, Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::publish::{Event, Outcome, Publisher};
 use outboxd::record::{Record, now_ms};
-use outboxd::store::{
-    self, ClaimBatch, ConnectOptions, OutboxStore, PartitionRead, RebalanceParams, StoreError,
-    TableName,
-};
+use outboxd::store::{self, ConnectOptions, OutboxStore, StoreError, TableName};
 
 /// Bytes of every benchmark event's body.
 pub const BODY_BYTES: usize = 64;
@@ -213,51 +210,4 @@ mod tests {
         assert!(fresh[0].event_id < fresh[1].event_id, "fresh ids increase");
         assert!(fresh.iter().all(|r| r.app_code == "t"));
     }
-}
-
-/// Reads up to `limit` due rows of `app_code` as host `host`, as a worker does without its loops:
-/// one heartbeat (taking every free partition, lease 60 s), then each owned partition in turn
-/// until `limit` rows are read. The non-empty batches, each to be marked under its own lease.
-pub async fn read_due(
-    store: &dyn OutboxStore,
-    app_code: &str,
-    host: &str,
-    limit: u32,
-    now_ms: i64,
-) -> Result<Vec<ClaimBatch>, StoreError> {
-    const LEASE_MS: i64 = 60_000;
-    let ownership = store
-        .rebalance(&RebalanceParams {
-            app_code,
-            host_id: host,
-            lease_ms: LEASE_MS,
-            release: &[],
-            leaving: false,
-            now_ms,
-        })
-        .await?;
-    let mut batches = Vec::new();
-    let mut left = limit;
-    for fence in ownership.owned {
-        if left == 0 {
-            break;
-        }
-        let batch = store
-            .read_partition(&PartitionRead {
-                app_code: app_code.to_string(),
-                host_id: host.to_string(),
-                fence,
-                limit: left,
-                now_ms,
-                lease_ms: LEASE_MS,
-                max_attempts: 20,
-                per_room: false,
-            })
-            .await?;
-        left -= batch.events.len() as u32;
-        if !batch.events.is_empty() {
-            batches.push(batch);
-        }
-    }
-    Ok(batches)
 }

@@ -59,8 +59,7 @@ pub async fn claim_and_deliver(
     at_ms: i64,
     phase: &'static str,
 ) -> Result<(), HistoryBenchError> {
-    let batches =
-        crate::harness::read_due(store, app_code, "bench-history", expected, at_ms).await?;
+    let batches = crate::read::read_due(store, app_code, "bench-history", expected, at_ms).await?;
     let claimed: usize = batches.iter().map(|b| b.events.len()).sum();
     if claimed != expected as usize {
         return Err(HistoryBenchError::ShortClaim {

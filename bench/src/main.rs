@@ -29,6 +29,7 @@ mod history;
 mod latency;
 mod latency_report;
 mod raw;
+mod read;
 mod retention;
 mod retention_report;
 mod run;

@@ -19,7 +19,7 @@ use outboxd::record::Record;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::sqlite::SqliteStore;
 use outboxd::store::{ConnectOptions, DeliveryOrder, OutboxStore};
-use outboxd::worker::{Worker, WorkerMode, WorkerOptions};
+use outboxd::worker::{Worker, WorkerOptions};
 
 #[path = "../../tests/fixtures/mod.rs"]
 mod fixtures;
@@ -54,7 +54,6 @@ fn options() -> WorkerOptions {
             max_attempts: 1_000_000,
         },
         ordering: DeliveryOrder::None,
-        mode: WorkerMode::Leased,
         concurrency: 1,
         node_id: "bench".into(),
     }
