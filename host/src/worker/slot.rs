@@ -1,7 +1,8 @@
-//! One worker loop ("slot"), as named steps: [`Slot::claim_round`] claims each app code in turn
-//! and hands every claimed batch to its deliveries; then the loop claims again at once (a claim
-//! came back full), stops ([`Slot::drained`], a draining run that found nothing), or waits for
-//! work ([`Slot::wait_for_work`]: a commit, a wake-up, the poll interval). The loop's deliveries
+//! One worker loop ("slot"), as named steps: [`Slot::claim_round`] reads each app code in turn
+//! and hands every batch read to its deliveries; then the loop reads again at once (a read found
+//! rows, or its batches in flight held the partitions with rows: [`Slot::turns_freed`]), stops
+//! ([`Slot::drained`], a draining run that found nothing), or waits for work
+//! ([`Slot::wait_for_work`]: a commit, a wake-up, the poll interval). The loop's deliveries
 //! ([`Deliveries`], `deliveries.rs`) go on throughout every step and are settled as they finish.
 
 use tokio_util::sync::CancellationToken;
@@ -44,7 +45,7 @@ impl Worker {
                 continue;
             }
             self.wake.record_round(round.taken);
-            if round.claims_again_at_once() {
+            if round.claims_again_at_once() || slot.turns_freed(&round).await {
                 continue;
             }
             slot.wait_for_work(&round, &shutdown).await;
@@ -76,8 +77,9 @@ struct Round {
     started: tokio::time::Instant,
     /// Rows this round's claims took (claimed or rejected).
     taken: u64,
-    /// Whether a claim came back full.
-    any_full: bool,
+    /// Whether a read found rows: the partition read may have more, and the other owned
+    /// partitions may have some (a read takes one partition's rows).
+    found_rows: bool,
     /// Whether a claim or a delivery settled during the round failed.
     failed: bool,
     /// Whether a claim of this round ran beside a delivery (whose marks it may not see).
@@ -90,9 +92,12 @@ impl Round {
         self.taken == 0 && !self.failed
     }
 
-    /// A claim came back full and nothing failed: more rows are waiting.
+    /// A read found rows and nothing failed: read again at once (the next owned partition with
+    /// due rows), until a round finds none. Waiting for a commit instead would serve one
+    /// partition per wake-up: at 2,000 rows/s over 64 partitions, commit → delivered p50 went
+    /// from ~3 ms to ~70 ms on PostgreSQL (`make bench-latency`).
     fn claims_again_at_once(&self) -> bool {
-        self.any_full && !self.failed
+        self.found_rows && !self.failed
     }
 }
 
@@ -114,7 +119,7 @@ impl<'a> Slot<'a> {
         let mut round = Round {
             started: tokio::time::Instant::now(),
             taken: 0,
-            any_full: false,
+            found_rows: false,
             failed: false,
             overlapped: false,
         };
@@ -149,13 +154,26 @@ impl<'a> Slot<'a> {
                 self.deliveries.totals.add(&stats);
                 let taken = stats.claimed + stats.rejected;
                 round.taken += taken;
-                round.any_full |= taken >= u64::from(worker.options.batch_size);
+                round.found_rows |= taken > 0;
                 if let Some((batch, turn)) = batch {
                     self.deliveries.start(app_code, batch, turn);
                 }
             }
             Err(e) => round.failed |= self.deliveries.settle((app_code, Err(e))),
         }
+    }
+
+    /// A round that found nothing while this loop's batches are in flight may have found every
+    /// partition with due rows busy with those batches (a partition is read again only once its
+    /// batch is marked): they are free once the batches are marked, not when a commit or the
+    /// idle probe comes. So the loop finishes its deliveries and reads again at once (true),
+    /// instead of sleeping meanwhile.
+    async fn turns_freed(&mut self, round: &Round) -> bool {
+        if round.failed || self.deliveries.is_empty() {
+            return false;
+        }
+        self.deliveries.finish_all().await;
+        !self.deliveries.stopped()
     }
 
     /// A draining run's round found nothing: whether the run is over. A delivery that ran beside
