@@ -45,7 +45,11 @@ impl Worker {
                 continue;
             }
             self.wake.record_round(round.taken);
-            if round.claims_again_at_once() || slot.turns_freed(&round).await {
+            if round.claims_again_at_once() {
+                slot.found_since_wait = true;
+                continue;
+            }
+            if slot.turns_freed(&round).await {
                 continue;
             }
             slot.wait_for_work(&round, &shutdown).await;
@@ -69,6 +73,9 @@ struct Slot<'a> {
     backoff: IdleBackoff,
     /// The last arm of the notify gate this loop claimed after (`Wake::idle`).
     armed_seen: Option<u64>,
+    /// Whether a round since the loop last waited found rows: the rounds that read again at once
+    /// and the empty one that ends them are one stretch of a busy table for the idle probe.
+    found_since_wait: bool,
 }
 
 /// What one round of claims did.
@@ -109,6 +116,7 @@ impl<'a> Slot<'a> {
             deliveries: Deliveries::new(worker, lane, mode, totals),
             backoff: IdleBackoff::new(options.idle_probe.min(options.poll_interval)),
             armed_seen: None,
+            found_since_wait: false,
         }
     }
 
@@ -196,7 +204,9 @@ impl<'a> Slot<'a> {
     /// counts from the start of the round (the claims took part of it), so a busy table is
     /// claimed at most every PROBE_MIN, not every PROBE_MIN plus a round.
     async fn wait_for_work(&mut self, round: &Round, shutdown: &CancellationToken) {
-        let probe = self.backoff.after_round(round.taken > 0);
+        let probe = self
+            .backoff
+            .after_round(round.taken > 0 || std::mem::take(&mut self.found_since_wait));
         let idle = if round.failed {
             Idle::UntilWoken
         } else {

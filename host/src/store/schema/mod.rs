@@ -78,7 +78,7 @@ pub(crate) static REQUIRED_INDEXES: [RequiredIndex; 1] = [RequiredIndex {
     columns: &["app_code", "status", "created_at_ms", "event_id"],
 }];
 
-/// The key columns of each index outboxd needs on every table ([`REQUIRED_INDEXES`]), for tools
+/// The key columns of each index outboxd needs on every table (the status index), for tools
 /// and tests that check a table's indexes.
 pub fn required_index_columns() -> Vec<Vec<&'static str>> {
     REQUIRED_INDEXES
