@@ -150,30 +150,26 @@ pub(crate) async fn read_room(
     ownership: &Ownership,
     template: &PartitionRead,
 ) -> ClaimBatch {
-    let mut found: Option<ClaimBatch> = None;
-    let mut empty = None;
-    for fence in &ownership.owned {
-        let batch = read(
-            store,
-            &PartitionRead {
-                fence: *fence,
-                ..template.clone()
-            },
-        )
-        .await;
-        if !holds_rows(&batch) {
-            empty = Some(batch);
-        } else if let Some(first) = &found {
-            panic!(
-                "rows in two partitions: {:?} and {:?}",
-                ids(first),
-                ids(&batch)
-            );
-        } else {
-            found = Some(batch);
+    let mut batches = read_owned(store, ownership, template).await;
+    assert!(
+        batches.len() <= 1,
+        "rows in two partitions: {:?}",
+        batches.iter().map(ids).collect::<Vec<_>>()
+    );
+    match batches.pop() {
+        Some(batch) => batch,
+        None => {
+            let fence = *ownership.owned.first().expect("no partition owned");
+            read(
+                store,
+                &PartitionRead {
+                    fence,
+                    ..template.clone()
+                },
+            )
+            .await
         }
     }
-    found.or(empty).expect("no partition owned")
 }
 
 /// [`read_room`] of `APP` by [`HOST`] at `now`, up to `limit` rows.

@@ -45,9 +45,9 @@ pub(crate) async fn begin_write<D: Driver>(
     .map_err(db(op))
 }
 
-/// How long a claim transaction the database aborted as transient is re-run before the error is
-/// returned (wall clock, from the first attempt).
-pub(crate) const CLAIM_RETRY_BUDGET: Duration = Duration::from_secs(2);
+/// The least time a mark transaction the database aborted as transient is re-run before the
+/// error is returned (wall clock, from the first attempt), even when its lease ends sooner.
+pub(crate) const TRANSIENT_RETRY_BUDGET: Duration = Duration::from_secs(2);
 
 /// Longest pause between two attempts.
 const MAX_RETRY_PAUSE_MS: u64 = 200;

@@ -1,6 +1,6 @@
 //! The shared executor: the store operations written once for every backend — the producer
-//! insert, counts, failed rows, requeue, purge. The claim is in [`super::exec_claim`], the mark in
-//! [`super::exec_mark`], the held claim in [`super::exec_held`], `migrate` in [`super::schema`];
+//! insert, counts, failed rows, requeue, purge. Partition ownership and the partition read are in
+//! [`super::exec_partitions`], the mark in [`super::exec_mark`], `migrate` in [`super::schema`];
 //! what a backend provides to them is its [`Driver`] (`store/driver.rs`), and its connection type
 //! runs bound statements ([`Session`], `store/session.rs`).
 

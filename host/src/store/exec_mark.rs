@@ -1,10 +1,10 @@
-//! The leased mark, written once for every backend over the shared executor ([`super::exec`]):
-//! a batch's marks as fenced UPDATEs, retried while the lease holds, and the ids no UPDATE
-//! changed reported stale.
+//! The mark, written once for every backend over the shared executor ([`super::exec`]): a
+//! batch's marks as UPDATEs fenced on its partition, retried while the partition's lease holds,
+//! and the ids no UPDATE changed reported stale.
 
 use std::collections::HashSet;
 
-use super::driver::{CLAIM_RETRY_BUDGET, Driver, begin_write, db, retry_transient};
+use super::driver::{Driver, TRANSIENT_RETRY_BUDGET, begin_write, db, retry_transient};
 use super::row::EventId;
 use super::session::Session;
 use super::statement::MAX_ROWS_PER_STATEMENT;
@@ -29,13 +29,13 @@ pub(crate) async fn mark<D: MarkOps>(
             twice.event_id
         )));
     }
-    // The marks hold publish results that exist nowhere else: keep trying while the lease holds
-    // (after it, the rows are reclaimed and the marks would be stale anyway), and for at least the
-    // claim's budget.
+    // The marks hold publish results that exist nowhere else: keep trying while the partition's
+    // lease holds (after it, another host may own the partition and the marks would be stale
+    // anyway), and for at least the transient budget.
     let deadline_ms = params
         .lease
         .lock_until_ms
-        .max(record::now_ms() + CLAIM_RETRY_BUDGET.as_millis() as i64);
+        .max(record::now_ms() + TRANSIENT_RETRY_BUDGET.as_millis() as i64);
     let mut changed = HashSet::with_capacity(params.marks.len());
     for marks in params.marks.chunks(MAX_ROWS_PER_STATEMENT) {
         // A mark is also retried while the database cannot be reached (a restart, a dropped

@@ -154,8 +154,8 @@ pub enum DeliveryOrder {
     #[default]
     None,
     /// An event is handed out only while no earlier event of the same (app_code, room_id) is
-    /// pending, retryable or delivering (a `failed` one does not block); at most one event per
-    /// room is in flight.
+    /// retryable or delivering (a `failed` one does not block); a batch may carry many events of
+    /// a room, published in waves of one event per room (no plugin call holds two of a room).
     PerRoom,
 }
 

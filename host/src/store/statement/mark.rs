@@ -127,8 +127,7 @@ pub(crate) fn status_column(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_
 }
 
 /// `, next_retry_at_ms = …` (one value when every row gets the same, as a delivered batch's 0;
-/// else `CASE event_id`) and `, last_error = …` (cut when bound), shared by the leased mark and
-/// the held mark.
+/// else `CASE event_id`) and `, last_error = …` (cut when bound).
 pub(crate) fn retry_and_error_columns(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_>)]) {
     let first = columns.first().map_or(0, |(_, c)| c.next_retry_at_ms);
     if first == 0 && columns.iter().all(|(_, c)| c.next_retry_at_ms == 0) {
