@@ -115,8 +115,8 @@ impl OutboxStore for ClaimWatch {
     async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError> {
         self.inner.rebalance(params).await
     }
-    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
-        let read = self.inner.read_partition(read).await;
+    async fn read_partitions(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
+        let read = self.inner.read_partitions(read).await;
         self.returned();
         read
     }

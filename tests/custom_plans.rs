@@ -52,10 +52,10 @@ async fn postgres_sessions_plan_every_read_and_mark_for_its_execution() {
         let mut read = 0;
         for fence in ownership.owned {
             let batch = store
-                .read_partition(&PartitionRead {
+                .read_partitions(&PartitionRead {
                     app_code: APP.into(),
                     host_id: "h1".into(),
-                    fence,
+                    fences: vec![fence],
                     limit: 500,
                     now_ms: now_ms(),
                     lease_ms: 30_000,

@@ -72,10 +72,10 @@ async fn deliver_due(store: &Arc<dyn OutboxStore>) -> u64 {
     for fence in ownership.owned {
         loop {
             let batch = store
-                .read_partition(&PartitionRead {
+                .read_partitions(&PartitionRead {
                     app_code: APP.into(),
                     host_id: "h1".into(),
-                    fence,
+                    fences: vec![fence],
                     limit: BATCH,
                     now_ms: now,
                     lease_ms: 30_000,

@@ -102,7 +102,7 @@ fn reading(fence: PartitionFence, limit: u32, now: i64, per_room: bool) -> Parti
     PartitionRead {
         app_code: APP.into(),
         host_id: "h".into(),
-        fence,
+        fences: vec![fence],
         limit,
         now_ms: now,
         lease_ms: 60_000,
@@ -161,7 +161,7 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
     // (pending, due retries, expired leases) in write order and leaves history, failed rows,
     // not-due retries and live leases alone.
     let batch = store
-        .read_partition(&reading(fence, 1000, NOW, false))
+        .read_partitions(&reading(fence, 1000, NOW, false))
         .await
         .expect("read");
     let ids = event_ids(&batch);
@@ -247,7 +247,7 @@ async fn sqlite_migrates_a_database_of_migration_0001() {
     }
     let fence = own(&*store).await;
     let batch = store
-        .read_partition(&reading(fence, 100, now_ms(), true))
+        .read_partitions(&reading(fence, 100, now_ms(), true))
         .await
         .expect("read");
     let expected: Vec<String> = (0..10).map(|i| format!("go{i}")).collect();

@@ -201,7 +201,7 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let read = |per_room: bool| PartitionRead {
         app_code: APP.into(),
         host_id: "h-real".into(),
-        fence,
+        fences: vec![fence],
         limit: LIMIT as u32,
         now_ms: now_ms(),
         lease_ms: 60_000,
@@ -220,7 +220,7 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
     }
 
     // The statements explained run: a real read, then its mark.
-    let batch = store.read_partition(&read(false)).await.expect("read");
+    let batch = store.read_partitions(&read(false)).await.expect("read");
     assert_eq!(batch.events.len() as i64, LIMIT);
     let marks: Vec<Mark> = batch
         .events
@@ -244,7 +244,7 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
     assert_eq!(report.applied, LIMIT as u64);
     assert!(report.stale.is_empty());
     let next = store
-        .read_partition(&read(false))
+        .read_partitions(&read(false))
         .await
         .expect("second read");
     let last = batch.events.last().expect("a full batch").created_at_ms;
@@ -252,6 +252,50 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
         next.events.first().is_some_and(|e| e.created_at_ms > last),
         "the partition's next rows follow the marked batch"
     );
+
+    // Sixteen partitions in one read (as a host that keeps up reads them), the first rows of them
+    // all, and their mark in one statement fenced row by row.
+    let many = |per_room: bool| PartitionRead {
+        fences: ownership.owned[1..17].to_vec(),
+        ..read(per_room)
+    };
+    for per_room in [false, true] {
+        let Bound { sql, args } = partition_read_statement(backend, &table, &many(per_room));
+        let plan = db.explain_analyze(&sql, &binds(&args)).await;
+        check(
+            backend,
+            &format!("read of 16 partitions (per_room: {per_room})"),
+            true,
+            &plan,
+        );
+    }
+    let batch = store
+        .read_partitions(&many(false))
+        .await
+        .expect("read of 16");
+    assert_eq!(batch.lease.partitions.len(), 16);
+    assert_eq!(batch.events.len() as i64, LIMIT);
+    let marks: Vec<Mark> = batch
+        .events
+        .iter()
+        .map(|e| Mark::delivered(e.event.event_id.as_str()))
+        .collect();
+    for (name, Bound { sql, args }) in
+        mark_statements(backend, &table, &batch.lease, &marks, now_ms())
+    {
+        let plan = db.explain(&sql, &binds(&args)).await;
+        check(backend, &format!("{name} of 16 partitions"), false, &plan);
+    }
+    let report = store
+        .mark(&MarkParams {
+            lease: &batch.lease,
+            marks: &marks,
+            now_ms: now_ms(),
+        })
+        .await
+        .expect("mark of 16 partitions");
+    assert_eq!(report.applied, marks.len() as u64);
+    assert!(report.stale.is_empty());
     store.close().await;
     db.cleanup().await;
 }

@@ -215,10 +215,10 @@ async fn read_and_die(
     let mut batches = Vec::new();
     for fence in ownership.owned {
         let batch = store
-            .read_partition(&PartitionRead {
+            .read_partitions(&PartitionRead {
                 app_code: "app".into(),
                 host_id: host.into(),
-                fence,
+                fences: vec![fence],
                 limit,
                 now_ms: now_ms(),
                 lease_ms,
@@ -730,7 +730,7 @@ async fn draining_run_reports_a_dead_database(backend: Backend) {
     let outboxd::worker::WorkerError::Store(StoreError::Database { op, .. }) = err else {
         panic!("unexpected error {err}");
     };
-    assert_eq!(op, "read partition");
+    assert_eq!(op, "read partitions");
     assert!(running.reads.lock().unwrap().is_empty(), "a read succeeded");
 
     store.close().await;
@@ -890,10 +890,14 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
             "the third batch was read {third:?} after the first, once the first was marked: \
              only one batch read ahead"
         );
-        let partitions: HashSet<u32> = reads[..3].iter().map(|r| r.partition).collect();
+        let partitions: Vec<u32> = reads[..3]
+            .iter()
+            .flat_map(|r| r.partitions.clone())
+            .collect();
+        let distinct: HashSet<u32> = partitions.iter().copied().collect();
         assert_eq!(
+            distinct.len(),
             partitions.len(),
-            3,
             "a partition read again before its batch was marked: {reads:?}"
         );
     } else {
@@ -941,9 +945,9 @@ async fn partition_of(db: &TestDb, store: &dyn OutboxStore, room: &str) -> u32 {
 
 /// A partition whose rows are due at every round (a room whose sink keeps failing) never starves
 /// another: the loop reads its partitions in turn, so the other partition's row is delivered at
-/// once. The other partition is the fourth after the busy one (three empty ones between), where
-/// a read of the partitions in turn asks which partitions hold live rows. One partition on
-/// SQLite: nothing to starve.
+/// once. The other partition is the twentieth after the busy one, beyond the partitions a read
+/// takes together with it, where a read of the partitions in turn asks which partitions hold
+/// live rows. One partition on SQLite: nothing to starve.
 async fn a_busy_partition_never_starves_another(backend: Backend) {
     let Some(db) = TestDb::new(backend).await else {
         return;
@@ -968,12 +972,12 @@ async fn a_busy_partition_never_starves_another(backend: Backend) {
     let mut other = None;
     for i in 0..1_000 {
         let room = format!("room-{i}");
-        if partition_of(&db, &*store, &room).await == (busy + 4) % partitions {
+        if partition_of(&db, &*store, &room).await == (busy + 20) % partitions {
             other = Some(room);
             break;
         }
     }
-    let other = other.expect("a room in the fourth partition after the busy one");
+    let other = other.expect("a room in the twentieth partition after the busy one");
     let recorder = Recorder::new(|event| {
         (event.room_id == "hot").then(|| Outcome::retryable("the hot room's sink is down"))
     });
@@ -1015,7 +1019,7 @@ async fn a_busy_partition_never_starves_another(backend: Backend) {
     panic!(
         "the row of {other} (partition {}) was not read in 10 rounds; the busy partition {busy} \
          was read {hot} times",
-        (busy + 4) % partitions
+        (busy + 20) % partitions
     );
 }
 
@@ -1024,8 +1028,8 @@ async fn a_busy_partition_never_starves_another(backend: Backend) {
 struct Read {
     /// When the read started.
     at: Instant,
-    /// The partition read.
-    partition: u32,
+    /// The partitions whose rows it handed out.
+    partitions: Vec<u32>,
     /// The rows handed out.
     ids: Vec<String>,
 }
@@ -1069,16 +1073,21 @@ impl OutboxStore for SpyStore {
     ) -> Result<outboxd::store::Ownership, StoreError> {
         self.inner.rebalance(params).await
     }
-    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
+    async fn read_partitions(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError> {
         if self.close_on_read {
             self.inner.close().await;
         }
         let at = Instant::now();
-        let batch = self.inner.read_partition(read).await?;
+        let batch = self.inner.read_partitions(read).await?;
         if !batch.events.is_empty() {
             self.reads.lock().unwrap().push(Read {
                 at,
-                partition: read.fence.partition,
+                partitions: batch
+                    .lease
+                    .partitions
+                    .iter()
+                    .map(|p| p.fence.partition)
+                    .collect(),
                 ids: batch
                     .events
                     .iter()

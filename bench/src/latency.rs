@@ -356,9 +356,9 @@ impl OutboxStore for TimedStore {
         self.inner.enqueue(records).await
     }
 
-    async fn read_partition(&self, params: &PartitionRead) -> Result<ClaimBatch, StoreError> {
+    async fn read_partitions(&self, params: &PartitionRead) -> Result<ClaimBatch, StoreError> {
         let started = Instant::now();
-        let batch = self.inner.read_partition(params).await?;
+        let batch = self.inner.read_partitions(params).await?;
         let now = Instant::now();
         let took = now - started;
         let rows = batch.events.len() + batch.rejected.len();

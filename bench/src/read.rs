@@ -31,10 +31,10 @@ pub async fn read_due(
             break;
         }
         let batch = store
-            .read_partition(&PartitionRead {
+            .read_partitions(&PartitionRead {
                 app_code: app_code.to_string(),
                 host_id: host.to_string(),
-                fence,
+                fences: vec![fence],
                 limit: left,
                 now_ms,
                 lease_ms: LEASE_MS,

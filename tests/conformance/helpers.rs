@@ -72,16 +72,16 @@ pub(crate) async fn own_all(store: &Arc<dyn OutboxStore>, app: &str, host: &str)
 }
 
 /// A read of tenant `app` by `host` at `now_ms`: up to 100 rows, [`MANY`] attempts, no room
-/// order. Its `fence` is partition 0 at epoch 0, a placeholder: [`read_owned`] and
+/// order. Its one fence is partition 0 at epoch 0, a placeholder: [`read_owned`] and
 /// [`read_room`] put each owned partition's fence in its place.
 pub(crate) fn reading(app: &str, host: &str, now_ms: i64) -> PartitionRead {
     PartitionRead {
         app_code: app.into(),
         host_id: host.into(),
-        fence: PartitionFence {
+        fences: vec![PartitionFence {
             partition: 0,
             epoch: 0,
-        },
+        }],
         limit: 100,
         now_ms,
         lease_ms: LONG_LEASE_MS,
@@ -93,7 +93,7 @@ pub(crate) fn reading(app: &str, host: &str, now_ms: i64) -> PartitionRead {
 /// Reads one partition as `read` says; panics (naming the read) when the store errors.
 pub(crate) async fn read(store: &Arc<dyn OutboxStore>, read: &PartitionRead) -> ClaimBatch {
     store
-        .read_partition(read)
+        .read_partitions(read)
         .await
         .unwrap_or_else(|e| panic!("read {read:?}: {e}"))
 }
@@ -115,7 +115,7 @@ pub(crate) async fn read_owned(
         let batch = read(
             store,
             &PartitionRead {
-                fence: *fence,
+                fences: vec![*fence],
                 ..template.clone()
             },
         )
@@ -163,7 +163,7 @@ pub(crate) async fn read_room(
             read(
                 store,
                 &PartitionRead {
-                    fence,
+                    fences: vec![fence],
                     ..template.clone()
                 },
             )

@@ -2,8 +2,8 @@
 //! MariaDB and PostgreSQL.
 //!
 //! One module per `OutboxStore` operation: [`partitions`] (`rebalance`: partition ownership, and
-//! the fence of what an owner reads), [`read`] (`read_partition`: which rows a partition read
-//! hands out, in which order, and which it rejects), [`ordering`] (`read_partition` with per-room
+//! the fence of what an owner reads), [`read`] (`read_partitions`: which rows a partition read
+//! hands out, in which order, and which it rejects), [`ordering`] (`read_partitions` with per-room
 //! order), [`mark`], [`enqueue`] (and the producer's `save`), [`counts`], [`failed`]
 //! (`list_failed`, `requeue`), [`purge`], [`browse`] (the console's reads and dead-letter
 //! deletes) and [`migrate`]. [`helpers`] holds the vocabulary they share. Each behaviour is an

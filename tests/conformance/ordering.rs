@@ -1,4 +1,4 @@
-//! `read_partition` with per-room order (`per_room: true`): a room's events are handed out in
+//! `read_partitions` with per-room order (`per_room: true`): a room's events are handed out in
 //! write order, and a room with a `retryable` or `delivering` event hands out none of its
 //! `pending` ones (a due retry waits while an earlier one of its room is not due, or delivering),
 //! so a room's events are delivered in order across failures; a `failed` event does not hold its

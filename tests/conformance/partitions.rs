@@ -1,6 +1,6 @@
 //! Partition ownership: `rebalance` shares a tenant's partitions
 //! among live hosts (fair shares, disjoint, taken over when a host's lease ends or it leaves),
-//! `read_partition` hands out due rows without writing them, and marks are fenced on the
+//! `read_partitions` hands out due rows without writing them, and marks are fenced on the
 //! partition's owner and epoch: a host that lost a partition changes nothing.
 //!
 //! Leases count on the database's clock (SQLite: the host's), so these tests pass the wall clock
@@ -12,9 +12,11 @@ use std::time::Duration;
 use outboxd::record::now_ms;
 use outboxd::store::{Backend, DEFAULT_TABLE, Ownership, partition_count};
 
+use outboxd::store::PartitionRead;
+
 use crate::helpers::{
-    APP, LONG_LEASE_MS, all_delivered, all_ids, deferred, delivered, enqueue, mark, read_all,
-    rebalance, retryable, setup, strs,
+    APP, LONG_LEASE_MS, all_delivered, all_ids, deferred, delivered, enqueue, ids, mark, own_all,
+    read, read_all, reading, rebalance, retryable, setup, strs,
 };
 use crate::support::{RawInsert, record, wait_until};
 
@@ -27,6 +29,7 @@ crate::support::per_backend!(
     per_room_reads_hold_back_a_room_behind_its_retry,
     leased_hosts_stop_partition_reads,
     live_partitions_are_those_holding_live_rows,
+    one_read_takes_many_partitions_and_the_mark_fences_each_row,
 );
 
 /// The partition numbers of `ownership`.
@@ -340,7 +343,7 @@ async fn live_partitions_are_those_holding_live_rows(backend: Backend) {
     let batches = read_all(&store, "host-a", &owner, false, now_ms()).await;
     let holding: BTreeSet<u32> = batches
         .iter()
-        .map(|b| b.lease.partition.fence.partition)
+        .flat_map(|b| b.lease.partitions.iter().map(|p| p.fence.partition))
         .collect();
     let live = store.live_partitions(APP).await.expect("live partitions");
     // `None`: one partition (the store reads it instead of asking).
@@ -356,4 +359,108 @@ async fn live_partitions_are_those_holding_live_rows(backend: Backend) {
         live.is_none_or(|l| l.is_empty()),
         "delivered rows are not live"
     );
+}
+
+/// One read of every owned partition is one batch: the first `limit` rows of them all by write
+/// order, each partition's span in the lease, the partitions flagged `full` when the read was
+/// cut. Its mark is fenced row by row: once another host took one of the partitions over, the
+/// mark changes the rows of the others and reports that one's stale (SQLite: one partition,
+/// taken over whole).
+async fn one_read_takes_many_partitions_and_the_mark_fences_each_row(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    let records: Vec<_> = (0..60)
+        .flat_map(|room| {
+            (0..2).map(move |n| {
+                record(
+                    APP,
+                    &format!("e{room:02}-{n}"),
+                    &format!("room-{room:02}"),
+                    1_000 + n * 100 + room,
+                )
+            })
+        })
+        .collect();
+    enqueue(&store, &records).await;
+    let a = own_all(&store, APP, "host-a").await;
+    let every = PartitionRead {
+        fences: a.owned.clone(),
+        ..reading(APP, "host-a", now_ms())
+    };
+
+    let mut expected: Vec<(i64, String)> = records
+        .iter()
+        .map(|r| (r.created_at_ms, r.event_id.clone()))
+        .collect();
+    expected.sort();
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+
+    // Ten rows: the first ten of them all by write order; the read was cut, so every partition
+    // it took rows of may hold more.
+    let ten = read(
+        &store,
+        &PartitionRead {
+            limit: 10,
+            ..every.clone()
+        },
+    )
+    .await;
+    assert_eq!(ids(&ten), expected[..10]);
+    assert!(ten.lease.partitions.iter().all(|p| p.full));
+
+    // Enough for all: every row, in write order, each partition's span around its rows.
+    let batch = read(
+        &store,
+        &PartitionRead {
+            limit: 1_000,
+            ..every.clone()
+        },
+    )
+    .await;
+    assert_eq!(ids(&batch), expected, "all rows, merged by write order");
+    let spans = &batch.lease.partitions;
+    assert!(spans.iter().all(|p| !p.full), "{spans:?}");
+    let first = spans.iter().map(|p| p.first_created_ms).min();
+    let last = spans.iter().map(|p| p.last_created_ms).max();
+    assert_eq!((first, last), (Some(1_000), Some(1_159)));
+    if let Some(live) = store.live_partitions(APP).await.expect("live partitions") {
+        let read_from: BTreeSet<u32> = spans.iter().map(|p| p.fence.partition).collect();
+        assert_eq!(
+            read_from,
+            live.into_iter().collect(),
+            "one span a partition"
+        );
+    }
+
+    // A gives one partition up and B takes it: A's mark changes the other partitions' rows only.
+    // (Where A owns the tenant's one partition, A leaves: B's share of one among two is none.)
+    let lost = spans[0].fence.partition;
+    let leaves = a.owned.len() == 1;
+    rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[lost], leaves).await;
+    let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(numbers(&b), BTreeSet::from([lost]), "B takes the free one");
+    let by_b = PartitionRead {
+        fences: b.owned.clone(),
+        limit: 1_000,
+        ..reading(APP, "host-b", now_ms())
+    };
+    let mut lost_ids = ids(&read(&store, &by_b).await);
+    lost_ids.sort();
+    assert!(!lost_ids.is_empty());
+    let marks = all_delivered(&batch);
+    let report = mark(&store, &batch.lease, &marks, now_ms()).await;
+    let mut stale = report.stale.clone();
+    stale.sort();
+    assert_eq!(stale, lost_ids, "the lost partition's rows are stale");
+    assert_eq!(report.applied as usize, records.len() - lost_ids.len());
+    for id in &expected {
+        let status = db.row(APP, id).await.unwrap().status;
+        let want = if lost_ids.contains(id) {
+            "pending"
+        } else {
+            "delivered"
+        };
+        assert_eq!(status, want, "{id}");
+    }
 }

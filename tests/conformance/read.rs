@@ -1,4 +1,4 @@
-//! `read_partition`: what a partition read hands out. An owned partition's due rows — `pending`
+//! `read_partitions`: what a partition read hands out. An owned partition's due rows — `pending`
 //! rows, `retryable` rows whose retry is due, and `delivering` rows whose lease expired (left by
 //! an old-version host or the Go service, read as an attempt) — merged by write order
 //! `(created_at_ms, event_id)` up to `limit`, without writing them: a row is handed out again by
@@ -108,7 +108,9 @@ async fn read_orders_rows_by_created_at_then_event_id(backend: Backend) {
         ),
         (APP, HOST, 1_000 + LONG_LEASE_MS)
     );
-    let fenced = lease.partition;
+    let [fenced] = lease.partitions[..] else {
+        panic!("one partition's rows: {lease:?}")
+    };
     assert!(own.owned.contains(&fenced.fence), "{fenced:?} not owned");
     assert_eq!(
         (fenced.first_created_ms, fenced.last_created_ms),

@@ -196,10 +196,10 @@ async fn heartbeat(store: &Arc<dyn OutboxStore>, host: &str, leaving: bool) -> V
 async fn read_room(store: &Arc<dyn OutboxStore>, host: &str, now: i64) -> ClaimBatch {
     for fence in heartbeat(store, host, false).await {
         let batch = store
-            .read_partition(&PartitionRead {
+            .read_partitions(&PartitionRead {
                 app_code: "default".into(),
                 host_id: host.into(),
-                fence,
+                fences: vec![fence],
                 limit: 10,
                 now_ms: now,
                 lease_ms: BEFORE_LEASE_MS,

@@ -1,7 +1,9 @@
 //! Partition ownership, written once for every backend over a pooled connection: the heartbeat
-//! that keeps a host's partitions and takes its fair share ([`rebalance`]), and one partition's
-//! due rows read without writing them ([`read_partition`]). The statements are in
+//! that keeps a host's partitions and takes its fair share ([`rebalance`]), and owned partitions'
+//! due rows read without writing them ([`read_partitions`]). The statements are in
 //! `statement/partitions.rs`; the types in `partitions.rs`.
+
+use std::collections::BTreeMap;
 
 use super::driver::{Driver, db};
 use super::judge::judge;
@@ -40,10 +42,11 @@ impl FromColumns for PartitionRow {
     }
 }
 
-/// A read row and its status.
+/// A read row, its status and its partition.
 struct ReadRow {
     candidate: CandidateRow,
     status: String,
+    partition: i64,
 }
 
 impl FromColumns for ReadRow {
@@ -51,6 +54,7 @@ impl FromColumns for ReadRow {
         Ok(ReadRow {
             candidate: CandidateRow::from_columns(row)?,
             status: row.text(6)?,
+            partition: row.int(7)?,
         })
     }
 }
@@ -146,7 +150,7 @@ pub(crate) async fn rebalance<D: Driver>(
         .map_err(db(OP))?;
     }
     let mut rows = conn
-        .rows::<PartitionRow>(sql::read_partitions(backend, table, app_code, now_ms))
+        .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
         .await
         .map_err(db(OP))?;
     if rows.len() < partitions as usize {
@@ -154,7 +158,7 @@ pub(crate) async fn rebalance<D: Driver>(
             .await
             .map_err(db(OP))?;
         rows = conn
-            .rows::<PartitionRow>(sql::read_partitions(backend, table, app_code, now_ms))
+            .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
             .await
             .map_err(db(OP))?;
     }
@@ -249,15 +253,16 @@ pub(crate) async fn live_partitions<D: Driver>(
     ))
 }
 
-/// Reads a partition's due rows without writing them (see [`sql::read_partition`]): merged by
-/// write order up to `read.limit`, each judged as a claim judges its rows. A row whose envelope
-/// does not decode goes to `failed` at once (the only write; the rest of the batch flows). The
-/// batch's [`Lease`] fences its marks on the partition's owner and epoch.
-pub(crate) async fn read_partition<D: Driver>(
+/// Reads owned partitions' due rows without writing them, in one statement (see
+/// [`sql::read_partitions`]): the first `limit` of them all by write order, each row judged as a
+/// claim judges its rows. A row whose envelope does not decode goes to
+/// `failed` at once (the only write; the rest of the batch flows). The batch's [`Lease`] fences
+/// its marks on each partition's owner and epoch, within the span of the rows read from it.
+pub(crate) async fn read_partitions<D: Driver>(
     driver: &D,
     read: &PartitionRead,
 ) -> Result<ClaimBatch, StoreError> {
-    const OP: &str = "read partition";
+    const OP: &str = "read partitions";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     let mut batch = ClaimBatch {
@@ -265,39 +270,61 @@ pub(crate) async fn read_partition<D: Driver>(
             app_code: read.app_code.clone(),
             worker_id: read.host_id.clone(),
             lock_until_ms: read.now_ms.saturating_add(read.lease_ms),
-            // An empty span until rows are read: it marks nothing.
-            partition: PartitionBatch {
-                fence: read.fence,
-                first_created_ms: 0,
-                last_created_ms: -1,
-            },
+            partitions: Vec::new(),
         },
         events: Vec::new(),
         rejected: Vec::new(),
     };
-    if read.limit == 0 {
+    if read.limit == 0 || read.fences.is_empty() {
         return Ok(batch);
     }
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let mut rows = conn
-        .rows::<ReadRow>(sql::read_partition(backend, table, read))
+        .rows::<ReadRow>(sql::read_partitions(backend, table, read))
         .await
         .map_err(db(OP))?;
+    // The first `limit` rows of all the partitions' branches by write order: each partition's
+    // rows a prefix of its due rows. More than `limit`: the read was cut.
     rows.sort_by(|a, b| {
         (a.candidate.created_at_ms, &a.candidate.event_id)
             .cmp(&(b.candidate.created_at_ms, &b.candidate.event_id))
     });
+    let cut = rows.len() >= read.limit as usize;
     rows.truncate(read.limit as usize);
+    let mut by_partition: BTreeMap<i64, Vec<ReadRow>> = BTreeMap::new();
     for row in rows {
-        let reclaimed = row.status == Status::Delivering.as_str();
-        match judge(&read.app_code, row.candidate, reclaimed, read.max_attempts) {
-            Ok(event) => batch.events.push(event),
-            Err(rejected) => batch.rejected.push(rejected),
+        by_partition.entry(row.partition).or_default().push(row);
+    }
+    for fence in &read.fences {
+        let Some(rows) = by_partition.remove(&i64::from(fence.partition)) else {
+            continue;
+        };
+        let mut span: Option<(i64, i64)> = None;
+        for row in rows {
+            let reclaimed = row.status == Status::Delivering.as_str();
+            match judge(&read.app_code, row.candidate, reclaimed, read.max_attempts) {
+                Ok(event) => {
+                    let at = event.created_at_ms;
+                    span = Some(span.map_or((at, at), |(first, _)| (first, at)));
+                    batch.events.push(event);
+                }
+                Err(rejected) => batch.rejected.push(rejected),
+            }
+        }
+        if let Some((first_created_ms, last_created_ms)) = span {
+            batch.lease.partitions.push(PartitionBatch {
+                fence: *fence,
+                first_created_ms,
+                last_created_ms,
+                full: cut,
+            });
         }
     }
-    if let (Some(first), Some(last)) = (batch.events.first(), batch.events.last()) {
-        batch.lease.partition.first_created_ms = first.created_at_ms;
-        batch.lease.partition.last_created_ms = last.created_at_ms;
+    // One partition's rows are in write order; several partitions' are merged by it.
+    if batch.lease.partitions.len() > 1 {
+        batch.events.sort_by(|a, b| {
+            (a.created_at_ms, &a.event.event_id).cmp(&(b.created_at_ms, &b.event.event_id))
+        });
     }
     for chunk in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
         let reject = reject_rows(backend, table, &read.app_code, read.now_ms, chunk);

@@ -35,11 +35,11 @@ macro_rules! impl_store {
                 $crate::store::exec_partitions::rebalance(self, params).await
             }
 
-            async fn read_partition(
+            async fn read_partitions(
                 &self,
                 read: &$crate::store::PartitionRead,
             ) -> Result<$crate::store::ClaimBatch, $crate::store::StoreError> {
-                $crate::store::exec_partitions::read_partition(self, read).await
+                $crate::store::exec_partitions::read_partitions(self, read).await
             }
 
             async fn live_partitions(

@@ -17,13 +17,13 @@ use sqlx::sqlite::SqliteConnectOptions;
 
 use super::{Backend, Lease, Mark, PartitionRead, StoreError, TableName};
 
-/// The statement a partition read runs ([`super::OutboxStore::read_partition`]), for `EXPLAIN`.
+/// The statement a partition read runs ([`super::OutboxStore::read_partitions`]), for `EXPLAIN`.
 pub fn partition_read_statement(
     backend: Backend,
     table: &TableName,
     read: &PartitionRead,
 ) -> Bound {
-    super::statement::partitions::read_partition(backend, table, read)
+    super::statement::partitions::read_partitions(backend, table, read)
 }
 
 /// The statements a fenced mark of `marks` runs when some row is stale, named (`mark`, and

@@ -36,8 +36,9 @@
 //! # Partitions
 //! Every row belongs to one of [`PARTITIONS`] partitions of its tenant (SQLite: one), derived by
 //! the database from `room_id`. Hosts lease partitions in `<table>_partitions` on the database's
-//! clock ([`OutboxStore::rebalance`]) and read an owned partition's due rows without writing them
-//! ([`OutboxStore::read_partition`]), merged by `(created_at_ms, event_id)`, up to `limit`:
+//! clock ([`OutboxStore::rebalance`]) and read owned partitions' due rows without writing them
+//! ([`OutboxStore::read_partitions`]: one partition, or several in one statement, each up to its
+//! share of `limit`), each partition's merged by `(created_at_ms, event_id)`:
 //! 1. `pending` rows (with per-room order, of rooms with nothing retryable or delivering);
 //! 2. `retryable` rows whose `next_retry_at_ms` is due;
 //! 3. `delivering` rows whose lease expired (an earlier version's host). Such a row is read as an
@@ -48,8 +49,8 @@
 //! [`ClaimBatch::rejected`]; the rest of the batch flows.
 //!
 //! # Mark
-//! One statement per call, fenced on the partition: a row changes only while the reading host
-//! still owns its partition at the epoch it read it with, and the row is still live; the others
+//! One statement per call, fenced on each row's partition: a row changes only while the reading
+//! host still owns its partition at the epoch it read it with, and the row is still live; the others
 //! are reported as stale. The worker marks a batch in parts (each sink's results as that sink
 //! answers), so one batch may take several mark calls.
 //!
@@ -160,7 +161,7 @@ pub enum DeliveryOrder {
 }
 
 /// The fence of a read batch: its marks change a row only while `worker_id` still owns the
-/// batch's partition at the epoch it read it with ([`PartitionBatch`]).
+/// batch's partitions at the epochs it read them with ([`PartitionBatch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// Tenant of the batch.
@@ -170,8 +171,9 @@ pub struct Lease {
     /// Until when this host's lease on the partition held when it read (renewed by its
     /// heartbeat): a mark that cannot reach the database is retried until then.
     pub lock_until_ms: i64,
-    /// The partition, its epoch and the batch's span of write times.
-    pub partition: PartitionBatch,
+    /// The partitions of the batch's rows, each with its epoch and the span of those rows'
+    /// write times (empty when the read found nothing).
+    pub partitions: Vec<PartitionBatch>,
 }
 
 /// One row handed out by a read.
@@ -198,7 +200,7 @@ pub struct RejectedRow {
     pub reason: String,
 }
 
-/// Result of [`OutboxStore::read_partition`]: a batch.
+/// Result of [`OutboxStore::read_partitions`]: a batch.
 #[derive(Debug, Clone)]
 pub struct ClaimBatch {
     /// The fence for marking this batch.
@@ -315,20 +317,21 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// up to its fair share, all on the database's clock.
     async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError>;
 
-    /// One owned partition's due rows, read without writing them (pending by write order —
-    /// with per-room order, of rooms with nothing retryable or delivering —, retryable rows
-    /// whose retry is due, expired leases of the leased design), as a batch whose marks are
-    /// fenced on the partition's owner and epoch. Rows whose envelope does not decode go to
-    /// `failed` (reported in [`ClaimBatch::rejected`]).
-    async fn read_partition(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError>;
+    /// Owned partitions' due rows, read in one statement without writing them (pending by write
+    /// order — with per-room order, of rooms with nothing retryable or delivering —, retryable
+    /// rows whose retry is due, expired leases of the leased design), each partition up to its
+    /// share of the limit, as one batch whose marks are fenced on each row's partition's owner
+    /// and epoch. Rows whose envelope does not decode go to `failed` (reported in
+    /// [`ClaimBatch::rejected`]).
+    async fn read_partitions(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError>;
 
     /// The partitions of tenant `app_code` that hold live rows (pending, retryable,
     /// delivering), found by a skip scan of the partition index (a few index entries per
     /// partition, never the backlog); `None` where the tenant has one partition (SQLite).
     async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError>;
 
-    /// Applies the marks of one read batch in one statement, fenced on its partition's owner and
-    /// epoch.
+    /// Applies the marks of one read batch in one statement, fenced on each row's partition's
+    /// owner and epoch.
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError>;
 
     /// Row counts by status and the oldest pending row's age.

@@ -1,6 +1,6 @@
 //! Partition ownership's params and results: which host owns which partition of a tenant's rooms
 //! ([`OutboxStore::rebalance`](super::OutboxStore::rebalance)), and one partition's due rows read
-//! without writing them ([`OutboxStore::read_partition`](super::OutboxStore::read_partition)).
+//! without writing them ([`OutboxStore::read_partitions`](super::OutboxStore::read_partitions)).
 //!
 //! Every row belongs to one partition, which the database derives from its `room_id` (a
 //! PostgreSQL expression index, a MariaDB/MySQL indexed virtual column: `outboxd migrate` adds
@@ -38,17 +38,20 @@ pub struct PartitionFence {
     pub epoch: i64,
 }
 
-/// The fence of a batch read from a partition ([`Lease::partition`](super::Lease::partition)):
-/// the partition and epoch it was owned at, and the write-order span of its rows (the mark reads
-/// its rows through the partition index within that span, a plan that needs no statistics).
+/// The fence of a batch's rows from one partition ([`Lease::partitions`](super::Lease::partitions)):
+/// the partition and epoch it was owned at, and the write-order span of those rows (the mark reads
+/// them through the partition index within that span, a plan that needs no statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionBatch {
     /// The partition and the epoch the batch was read at.
     pub fence: PartitionFence,
-    /// The smallest `created_at_ms` of the batch's rows.
+    /// The smallest `created_at_ms` of the batch's rows from the partition.
     pub first_created_ms: i64,
-    /// The largest `created_at_ms` of the batch's rows.
+    /// The largest `created_at_ms` of the batch's rows from the partition.
     pub last_created_ms: i64,
+    /// The partition may hold more due rows than the batch took (the read was cut at its limit):
+    /// it is best read alone next time.
+    pub full: bool,
 }
 
 /// Arguments of [`OutboxStore::rebalance`](super::OutboxStore::rebalance).
@@ -85,16 +88,18 @@ pub struct Ownership {
     pub leased_hosts_active: bool,
 }
 
-/// Arguments of [`OutboxStore::read_partition`](super::OutboxStore::read_partition).
+/// Arguments of [`OutboxStore::read_partitions`](super::OutboxStore::read_partitions).
 #[derive(Debug, Clone)]
 pub struct PartitionRead {
     /// Tenant.
     pub app_code: String,
-    /// The owning host (the fence's owner; also written to `worker_id` by the mark).
+    /// The owning host (the fences' owner; also written to `worker_id` by the mark).
     pub host_id: String,
-    /// The partition and the epoch this host owns it at.
-    pub fence: PartitionFence,
-    /// Most rows.
+    /// The partitions read, distinct, each with the epoch this host owns it at. One statement
+    /// reads them all: a host that has caught up reads many partitions holding a few rows each
+    /// at the cost of one, and marks them with one statement too.
+    pub fences: Vec<PartitionFence>,
+    /// Most rows in all, the first by write order (each partition's in its own order).
     pub limit: u32,
     /// The current time (due retries; the batch's `lock_until_ms`).
     pub now_ms: i64,

@@ -10,17 +10,18 @@ use super::{BatchStats, Worker, WorkerError};
 use crate::metrics::RowOutcome;
 use crate::store::{ClaimBatch, PartitionRead, RejectedRow, StoreError};
 
-/// Empty partition reads in a row after which a partitioned read asks which partitions hold live
-/// rows at all ([`crate::store::OutboxStore::live_partitions`]) and reads only those: a host
-/// that has caught up does not read each of its partitions to find the one new row.
-const EMPTY_READS_BEFORE_PROBE: usize = 3;
+/// Empty reads in a row (each of up to [`super::partitions::PARTITIONS_PER_READ`] partitions)
+/// after which a read asks which partitions hold live rows at all
+/// ([`crate::store::OutboxStore::live_partitions`]) and reads only those: a host that has caught
+/// up does not read each of its partitions to find the one new row.
+const EMPTY_READS_BEFORE_PROBE: usize = 1;
 
-/// A batch to deliver, with the turn of the partition it was read from: the partition is read
-/// again once the batch is marked and the turn dropped.
+/// A batch to deliver, with the turn of the partitions it was read from: they are read again
+/// once the batch is marked and the turn dropped.
 pub(super) type Claimed = (ClaimBatch, PartitionTurn);
 
 impl Worker {
-    /// Reads a batch of `app_code` from an owned partition: the read's counters, and the rows to
+    /// Reads a batch of `app_code` from owned partitions: the read's counters, and the rows to
     /// publish with the partition's turn (`None` when no owned partition had due rows).
     pub(super) async fn claim_batch(
         &self,
@@ -38,9 +39,10 @@ impl Worker {
         self.read_owned(worker_id, app_code).await
     }
 
-    /// Reads the owned partitions of `app_code` in turn until one has due rows (or each was
-    /// read once): the read's counters, and the batch with its partition's turn. Nothing is
-    /// written but the rows whose envelope does not decode.
+    /// Reads the owned partitions of `app_code` in turns ([`super::partitions::PartitionBook::take_turn`])
+    /// until one has due rows (or each was read once): the read's counters, and the batch with
+    /// the turn of the partitions it holds rows of. Nothing is written but the rows whose
+    /// envelope does not decode.
     async fn read_owned(
         &self,
         worker_id: &str,
@@ -48,12 +50,18 @@ impl Worker {
     ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
         let mut tried = BTreeSet::new();
         let mut stats = BatchStats::default();
-        let mut empty_reads = 0;
-        while let Some(turn) = self.partitions.take_turn(app_code, &tried) {
+        // After a pass that found nothing (an idle table), ask which partitions hold live rows
+        // first: an empty read of many partitions costs more than that probe.
+        let mut empty_reads = if self.partitions.idle(app_code) {
+            EMPTY_READS_BEFORE_PROBE
+        } else {
+            0
+        };
+        while let Some(mut turn) = self.partitions.take_turn(app_code, &tried) {
             if empty_reads == EMPTY_READS_BEFORE_PROBE {
-                // Caught up, most likely: skip the partitions that hold no live row. The turn
-                // taken is read if its partition has some (the round-robin has moved past it:
-                // dropping it unread would let a busy partition starve it).
+                // Caught up, most likely: skip the partitions that hold no live row. The turn's
+                // partitions that have some are read (the round-robin has moved past them:
+                // dropping them unread would let a busy partition starve them).
                 empty_reads += 1;
                 let live = self
                     .store
@@ -63,19 +71,20 @@ impl Worker {
                 if let Some(live) = live {
                     let live: BTreeSet<u32> = live.into_iter().collect();
                     tried.extend(self.partitions.owned_partitions(app_code).difference(&live));
-                    if !live.contains(&turn.fence.partition) {
+                    turn.retain(|p| live.contains(&p));
+                    if turn.fences.is_empty() {
                         continue;
                     }
                 }
             }
-            tried.insert(turn.fence.partition);
+            tried.extend(turn.fences.iter().map(|f| f.partition));
             let now_ms = self.now_ms();
             let read = self
                 .store
-                .read_partition(&PartitionRead {
+                .read_partitions(&PartitionRead {
                     app_code: app_code.to_string(),
                     host_id: self.partitions.host_id.clone(),
-                    fence: turn.fence,
+                    fences: turn.fences.clone(),
                     limit: self.options.batch_size,
                     now_ms,
                     lease_ms: self.options.lease.as_millis() as i64,
@@ -86,18 +95,29 @@ impl Worker {
             let (read_stats, batch) = self.booked(worker_id, app_code, read)?;
             stats.claimed += read_stats.claimed;
             stats.rejected += read_stats.rejected;
-            let lag_ms = batch
-                .as_ref()
-                .and_then(|b| b.events.first())
-                .map_or(0, |first| now_ms - first.created_at_ms);
-            self.metrics
-                .partitions()
-                .set_lag(app_code, turn.fence.partition, lag_ms);
+            let read_from = batch.as_ref().map_or(&[][..], |b| &b.lease.partitions[..]);
+            let full: BTreeSet<u32> = read_from
+                .iter()
+                .filter(|p| p.full)
+                .map(|p| p.fence.partition)
+                .collect();
+            turn.note_read(&full);
+            let lags = self.metrics.partitions();
+            for fence in &turn.fences {
+                let first = read_from.iter().find(|p| p.fence == *fence);
+                let lag_ms = first.map_or(0, |p| now_ms - p.first_created_ms);
+                lags.set_lag(app_code, fence.partition, lag_ms);
+            }
+            let holding: BTreeSet<u32> = read_from.iter().map(|p| p.fence.partition).collect();
+            turn.retain(|p| holding.contains(&p));
             if let Some(batch) = batch {
+                self.partitions.set_idle(app_code, false);
                 return Ok((stats, Some((batch, turn))));
             }
             empty_reads += 1;
         }
+        self.partitions
+            .set_idle(app_code, stats.claimed + stats.rejected == 0);
         Ok((stats, None))
     }
 

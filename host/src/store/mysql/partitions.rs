@@ -63,4 +63,8 @@ impl PartitionSql for MySqlDialect {
     fn ignore_duplicate_partition(&self) -> &'static str {
         " ON DUPLICATE KEY UPDATE epoch = epoch"
     }
+
+    fn bigint_type(&self) -> &'static str {
+        "SIGNED"
+    }
 }

@@ -59,10 +59,11 @@ impl<'a> MarkColumns<'a> {
     }
 }
 
-/// The fence of a mark ([`Lease::partition`]): `app_code = ? AND <the batch's span of the
-/// partition index> AND status IN ('pending', 'retryable', 'delivering') AND event_id IN (…) AND
-/// EXISTS (the partition's row with this owner and epoch)`, read under a shared lock where the
-/// database needs one, so a host that lost the partition changes nothing.
+/// The fence of a mark ([`Lease::partitions`]): `app_code = ? AND <one partition's span of the
+/// partition index> AND status IN ('pending', 'retryable', 'delivering') AND event_id IN (…)
+/// AND EXISTS (the row's partition's row with this owner and the epoch the batch read it at)`,
+/// read under a shared lock where the database needs one, so a host that lost a partition changes
+/// none of its rows (and changes the batch's rows of the partitions it still owns).
 pub(crate) fn lease_fence<'a>(
     b: &mut SqlBuilder,
     table: &TableName,
@@ -70,41 +71,71 @@ pub(crate) fn lease_fence<'a>(
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
     b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
-    let batch = lease.partition;
-    let (lock, partition) = (b.fence_lock(), b.partition_of_row());
-    if let Some(partition) = partition {
-        // Within the batch's span of the partition index: a seek whatever the statistics.
-        b.push(" AND ")
-            .push(partition)
-            .push(" = ")
-            .bind(i64::from(batch.fence.partition));
+    let (lock, partition_of_row) = (b.fence_lock(), b.partition_of_row());
+    let partitions = &lease.partitions;
+    // One partition: within the batch's span of the partition index, a seek whatever the
+    // statistics. Several: by primary key alone (the ids joined below); an `OR` of their spans,
+    // or an `IN` list of them, was planned on never-analyzed PostgreSQL tables as a scan of the
+    // tenant's whole partition index.
+    if let [one] = partitions.as_slice() {
+        let predicate = b.partition_index_predicate();
+        if let Some(expression) = partition_of_row {
+            b.push(" AND ")
+                .push(expression)
+                .push(" = ")
+                .bind(i64::from(one.fence.partition));
+        }
+        b.push(predicate)
+            .push(" AND created_at_ms >= ")
+            .bind(one.first_created_ms)
+            .push(" AND created_at_ms <= ")
+            .bind(one.last_created_ms);
     }
-    let predicate = b.partition_index_predicate();
-    b.push(predicate);
-    b.push(" AND created_at_ms >= ")
-        .bind(batch.first_created_ms)
-        .push(" AND created_at_ms <= ")
-        .bind(batch.last_created_ms);
     b.push(" AND status IN (")
         .status(Status::Pending)
         .push(", ")
         .status(Status::Retryable)
         .push(", ")
         .status(Status::Delivering)
-        .push(") AND event_id")
-        .bind_in(event_ids)
-        .push(" AND EXISTS (SELECT 1 FROM ")
+        .push(") AND event_id");
+    if partitions.len() > 1 {
+        b.bind_in_joined(event_ids);
+    } else {
+        b.bind_in(event_ids);
+    }
+    b.push(" AND EXISTS (SELECT 1 FROM ")
         .push(&table.partitions_table())
         .push(" p WHERE p.app_code = ")
         .bind(lease.app_code.as_str())
-        .push(" AND p.partition_id = ")
-        .bind(i64::from(batch.fence.partition))
         .push(" AND p.owner = ")
-        .bind(lease.worker_id.as_str())
-        .push(" AND p.epoch = ")
-        .bind(batch.fence.epoch)
-        .push(lock)
-        .push(")");
+        .bind(lease.worker_id.as_str());
+    match (partition_of_row, lease.partitions.as_slice()) {
+        (_, [batch]) => {
+            b.push(" AND p.partition_id = ")
+                .bind(i64::from(batch.fence.partition))
+                .push(" AND p.epoch = ")
+                .bind(batch.fence.epoch);
+        }
+        (Some(expression), batches) if !batches.is_empty() => {
+            // The updated row's partition (the subquery's table has no `room_id` or partition
+            // column of its own: the expression names the outer row's) at its epoch.
+            b.push(" AND p.partition_id = ")
+                .push(expression)
+                .push(" AND p.epoch = CASE p.partition_id");
+            for batch in batches {
+                b.push(" WHEN ")
+                    .bind(i64::from(batch.fence.partition))
+                    .push(" THEN ")
+                    .bind(batch.fence.epoch);
+            }
+            b.push(" END");
+        }
+        // No partition read (an empty batch), or several where the tenant has one: no row.
+        _ => {
+            b.push(" AND 1 = 0");
+        }
+    }
+    b.push(lock).push(")");
 }
 
 /// ` status = …`: one literal when every row gets the same status (a batch that was delivered:

@@ -313,6 +313,24 @@ impl SqlBuilder {
         }
     }
 
+    /// [`SqlBuilder::bind_in`] as a join where the dialect binds lists as arrays:
+    /// ` IN (SELECT unnest(?))`, which PostgreSQL plans as one primary-key probe per value
+    /// whatever the table's statistics (` = ANY(?)` is a filter it may apply to a scan instead).
+    pub(crate) fn bind_in_joined<'a>(
+        &mut self,
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> &mut SqlBuilder {
+        if self.dialect.binds_lists_as_arrays() {
+            let list: Vec<String> = values.into_iter().map(str::to_string).collect();
+            self.sql.push_str(" IN (SELECT unnest(");
+            self.bind(Arg::TextList(list));
+            self.sql.push_str("))");
+            self
+        } else {
+            self.bind_in(values)
+        }
+    }
+
     /// The dialect's lock on the partition row a partition mark reads
     /// ([`SqlDialect::fence_lock`]).
     pub(crate) fn fence_lock(&self) -> &'static str {

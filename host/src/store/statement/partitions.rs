@@ -1,6 +1,6 @@
 //! The statements of partition ownership: a host's heartbeat, the partitions' leases (taken,
-//! renewed, released, all on the database's clock), and one partition's due rows read without
-//! writing them. The mark's fence on a partition is in `mark.rs` ([`super::mark::lease_fence`]).
+//! renewed, released, all on the database's clock), and owned partitions' due rows read without
+//! writing them, several partitions in one statement. The mark's fence on a partition is in `mark.rs` ([`super::mark::lease_fence`]).
 
 use super::rows::READ_COLUMNS;
 use super::{Bound, SqlBuilder};
@@ -63,6 +63,11 @@ pub(crate) trait PartitionSql {
     /// Appended to the INSERT creating a tenant's partition rows: keep the ones that exist.
     fn ignore_duplicate_partition(&self) -> &'static str {
         " ON CONFLICT (app_code, partition_id) DO NOTHING"
+    }
+
+    /// The type a `CAST` to a BIGINT names (MySQL's is `SIGNED`).
+    fn bigint_type(&self) -> &'static str {
+        "BIGINT"
     }
 }
 
@@ -256,7 +261,7 @@ pub(crate) fn release_partitions(
 
 /// Every partition of a tenant: `partition_id, owner, epoch, lease_until_ms, now` (the clock the
 /// leases count on, in the same row).
-pub(crate) fn read_partitions(
+pub(crate) fn partition_leases(
     backend: Backend,
     table: &TableName,
     app_code: &str,
@@ -328,18 +333,24 @@ pub(crate) fn live_leases(
     b.finish()
 }
 
-/// `app_code = ? AND <partition> = ?` of the rows of one partition (on SQLite, one partition:
-/// the tenant).
-fn in_partition(b: &mut SqlBuilder, backend: Backend, read: &PartitionRead, alias: &str) {
+/// `app_code = ? AND <partition> = ?` of the rows of `partition` (on SQLite, one partition: the
+/// tenant).
+fn in_partition(
+    b: &mut SqlBuilder,
+    backend: Backend,
+    read: &PartitionRead,
+    partition: u32,
+    alias: &str,
+) {
     b.push(" WHERE ")
         .push(alias)
         .push("app_code = ")
         .bind(read.app_code.as_str());
-    if let Some(partition) = backend.dialect().partition_of_row() {
+    if let Some(expression) = backend.dialect().partition_of_row() {
         b.push(" AND ")
-            .push(partition)
+            .push(expression)
             .push(" = ")
-            .bind(i64::from(read.fence.partition));
+            .bind(i64::from(partition));
     }
     b.push(backend.dialect().partition_index_predicate());
 }
@@ -353,6 +364,13 @@ fn from_table(b: &mut SqlBuilder, backend: Backend, table: &TableName, alias: &s
         .push(&backend.dialect().partition_index_hint(table));
 }
 
+/// One partition's part of a read.
+#[derive(Clone, Copy)]
+struct Part<'a> {
+    read: &'a PartitionRead,
+    partition: u32,
+}
+
 /// ` AND c.room_id NOT IN (…)`: the rooms of the partition with a row in `status` (and, with
 /// `not_due_at`, whose retry is later than it). One equality per status, so the index seeks to
 /// it; the database hashes the list once per read.
@@ -360,13 +378,13 @@ fn rooms_with(
     b: &mut SqlBuilder,
     backend: Backend,
     table: &TableName,
-    read: &PartitionRead,
+    part: Part<'_>,
     status: Status,
     not_due_at: Option<i64>,
 ) {
     b.push(" AND c.room_id NOT IN (SELECT r.room_id");
     from_table(b, backend, table, "r");
-    in_partition(b, backend, read, "r.");
+    in_partition(b, backend, part.read, part.partition, "r.");
     b.push(" AND r.status = ").status(status);
     if let Some(now_ms) = not_due_at {
         b.push(" AND r.next_retry_at_ms > ").bind(now_ms);
@@ -374,19 +392,26 @@ fn rooms_with(
     b.push(")");
 }
 
-/// One branch of the read: up to `limit` rows of the partition by write order, with their status.
+/// One branch of the read: up to `limit` rows of the partition by write order, with their status
+/// and partition. `alias` names the derived table (unique in the statement).
 fn write_branch(
     b: &mut SqlBuilder,
     backend: Backend,
     table: &TableName,
-    read: &PartitionRead,
+    part: Part<'_>,
     branch: u8,
+    alias: usize,
 ) {
+    let read = part.read;
     b.push("SELECT * FROM (SELECT ")
         .push(READ_COLUMNS)
-        .push(", c.status");
+        .push(", c.status, CAST(")
+        .bind(i64::from(part.partition))
+        .push(" AS ")
+        .push(backend.dialect().bigint_type())
+        .push(")");
     from_table(b, backend, table, "c");
-    in_partition(b, backend, read, "c.");
+    in_partition(b, backend, read, part.partition, "c.");
     match branch {
         FROM_PENDING => {
             b.push(" AND c.status = ").status(Status::Pending);
@@ -396,7 +421,7 @@ fn write_branch(
                 // One subquery per status: each an equality the index seeks to (an IN list
                 // there would filter the partition's whole backlog instead).
                 for status in [Status::Retryable, Status::Delivering] {
-                    rooms_with(b, backend, table, read, status, None);
+                    rooms_with(b, backend, table, part, status, None);
                 }
             }
         }
@@ -412,11 +437,11 @@ fn write_branch(
                     b,
                     backend,
                     table,
-                    read,
+                    part,
                     Status::Retryable,
                     Some(read.now_ms),
                 );
-                rooms_with(b, backend, table, read, Status::Delivering, None);
+                rooms_with(b, backend, table, part, Status::Delivering, None);
             }
         }
         _ => {
@@ -429,23 +454,39 @@ fn write_branch(
     b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
         .bind(i64::from(read.limit))
         .push(") b")
-        .push(&branch.to_string());
+        .push(&alias.to_string());
 }
 
-/// A partition's due rows, without writing them: pending (with per-room order, of rooms with no
-/// retryable or delivering event), retryable with their retry due, and `delivering` rows whose
-/// lease expired (a host of the leased design that died); each branch up to `limit` rows by
-/// write order, `READ_COLUMNS` and the status. The caller merges them by write order.
-pub(crate) fn read_partition(backend: Backend, table: &TableName, read: &PartitionRead) -> Bound {
+/// The due rows of each partition of `read.fences`, without writing them: pending (with per-room
+/// order, of rooms with no retryable or delivering event), retryable with their retry due, and
+/// `delivering` rows whose lease expired (a host of the leased design that died); each branch up
+/// to `limit` rows by write order, `READ_COLUMNS`, the status and the partition. Several
+/// partitions: the first `limit + 1` rows of them all by write order (one row past the limit
+/// tells the caller the read was cut), so a partition holding a burst gets the whole batch while
+/// the others hold nothing. The caller merges each partition's branches by write order.
+pub(crate) fn read_partitions(backend: Backend, table: &TableName, read: &PartitionRead) -> Bound {
     let mut b = SqlBuilder::new(backend);
-    for (i, branch) in [FROM_PENDING, FROM_RETRY, FROM_EXPIRED_LEASE]
-        .into_iter()
-        .enumerate()
-    {
-        if i > 0 {
-            b.push(" UNION ALL ");
+    let several = read.fences.len() > 1;
+    if several {
+        b.push("SELECT * FROM (");
+    }
+    let mut alias = 0;
+    for fence in &read.fences {
+        let part = Part {
+            read,
+            partition: fence.partition,
+        };
+        for branch in [FROM_PENDING, FROM_RETRY, FROM_EXPIRED_LEASE] {
+            if alias > 0 {
+                b.push(" UNION ALL ");
+            }
+            write_branch(&mut b, backend, table, part, branch, alias);
+            alias += 1;
         }
-        write_branch(&mut b, backend, table, read, branch);
+    }
+    if several {
+        b.push(") u ORDER BY u.created_at_ms, u.event_id LIMIT ")
+            .bind(i64::from(read.limit) + 1);
     }
     b.finish()
 }

@@ -22,14 +22,15 @@ pub(crate) fn lease() -> Lease {
         app_code: "live".into(),
         worker_id: "w1".into(),
         lock_until_ms: 5_000,
-        partition: PartitionBatch {
+        partitions: vec![PartitionBatch {
             fence: PartitionFence {
                 partition: 7,
                 epoch: 3,
             },
             first_created_ms: 10,
             last_created_ms: 20,
-        },
+            full: false,
+        }],
     }
 }
 
@@ -228,8 +229,8 @@ fn mark_is_one_fenced_statement() {
          WHERE app_code = $14 AND (hashtextextended(room_id, 0) & 63) = $15 AND updated_at_ms IS NOT NULL \
          AND created_at_ms >= $16 AND created_at_ms <= $17 \
          AND status IN ('pending', 'retryable', 'delivering') AND event_id = ANY($18) \
-         AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $19 AND p.partition_id = $20 \
-         AND p.owner = $21 AND p.epoch = $22 FOR SHARE) RETURNING event_id"
+         AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $19 AND p.owner = $20 \
+         AND p.partition_id = $21 AND p.epoch = $22 FOR SHARE) RETURNING event_id"
     );
     assert_eq!(pg.args[6], Arg::Int(700));
     // PostgreSQL binds the ids as one array: no IN list rebuilt per row under a generic plan.
@@ -282,6 +283,53 @@ fn mark_is_one_fenced_statement() {
         "{}",
         sqlite.sql
     );
+}
+
+#[test]
+fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
+    let mut lease = lease();
+    lease.partitions.push(PartitionBatch {
+        fence: PartitionFence {
+            partition: 9,
+            epoch: 5,
+        },
+        first_created_ms: 12,
+        last_created_ms: 30,
+        full: true,
+    });
+    let marks = &mixed_marks()[..1];
+    let pg = mark_rows(Backend::Postgres, &table(), &lease, marks, 100);
+    assert!(
+        pg.sql.contains(
+            "WHERE app_code = $3 AND status IN ('pending', 'retryable', 'delivering') \
+             AND event_id IN (SELECT unnest($4)) \
+             AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $5 AND p.owner = $6 \
+             AND p.partition_id = (hashtextextended(room_id, 0) & 63) \
+             AND p.epoch = CASE p.partition_id WHEN $7 THEN $8 WHEN $9 THEN $10 END FOR SHARE)"
+        ),
+        "{}",
+        pg.sql
+    );
+    assert_eq!(
+        pg.args[6..10],
+        [Arg::Int(7), Arg::Int(3), Arg::Int(9), Arg::Int(5)]
+    );
+    assert_placeholders(Backend::Postgres, &pg);
+    let mysql = mark_rows_counted(Backend::MySql, &table(), &lease, marks, 100);
+    assert!(
+        mysql.sql.contains(
+            "AND event_id IN (?) AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE \
+             p.app_code = ? AND p.owner = ? AND p.partition_id = outbox_partition \
+             AND p.epoch = CASE p.partition_id"
+        ),
+        "{}",
+        mysql.sql
+    );
+    assert_placeholders(Backend::MySql, &mysql);
+    // An empty batch marks nothing.
+    lease.partitions.clear();
+    let none = mark_rows(Backend::Postgres, &table(), &lease, marks, 100);
+    assert!(none.sql.contains("AND 1 = 0 FOR SHARE"), "{}", none.sql);
 }
 
 #[test]
