@@ -3,11 +3,11 @@
 //! is read again only once its batch is marked, so no row is read twice), and the heartbeat that
 //! keeps them and rebalances ([`Worker::run_heartbeat`]).
 //!
-//! A turn is one partition whose last read was cut at the limit (a backlog: read alone, a full
-//! batch of it), or up to [`PARTITIONS_PER_READ`] partitions whose last read was not (a host that
-//! keeps up: one statement reads them all, the first rows of them all by write order, and one
-//! marks them, so a row waits for a few reads of the cycle over the owned partitions, not one
-//! per partition).
+//! A turn is one partition that may hold a backlog (just taken, or its last read was cut at the
+//! limit: read alone, a full batch of it), or up to [`PARTITIONS_PER_READ`] partitions whose last
+//! read was not cut (a host that keeps up: one statement reads them all, the first rows of them
+//! all by write order, and one marks them, so a row waits for a few reads of the cycle over the
+//! owned partitions, not one per partition).
 //!
 //! The heartbeat runs every third of `worker.lease`: it renews this host and its partitions on the
 //! database's clock, takes free or expired partitions up to its fair share, and releases what it
@@ -28,9 +28,9 @@ use tracing::{info, warn};
 use super::Worker;
 use crate::store::{Ownership, PartitionFence, RebalanceParams, StoreError};
 
-/// Most partitions one read takes together. A read of many partitions costs the database about
-/// as much as one of a single partition (it plans one branch per partition): at 2,000 rows/s over
-/// 64 partitions, reading them one at a time made a row wait ~30 ms for its partition's turn.
+/// Most partitions one read takes together. A read of partitions that keep up costs the database
+/// about as much as a read of one: at 2,000 rows/s over 64 partitions, reading them one at a time
+/// made a row wait ~30 ms for its partition's turn.
 pub(super) const PARTITIONS_PER_READ: usize = 16;
 
 /// One tenant's partitions as this host holds them.
@@ -40,7 +40,8 @@ struct Tenant {
     owned: BTreeMap<u32, i64>,
     /// Partitions with a batch being read, published or marked.
     busy: BTreeSet<u32>,
-    /// Partitions whose last read was cut at the limit: read alone next.
+    /// Partitions that may hold a backlog (just taken, or the last read was cut at the limit):
+    /// read alone next.
     backlogged: BTreeSet<u32>,
     /// The last pass over the partitions found no row: the next one asks first which
     /// partitions hold live rows (cheaper than reading them all to find none).
@@ -129,8 +130,9 @@ impl PartitionBook {
 
     /// The next turn of `app_code`'s owned partitions that no loop is reading and that are not
     /// being released, in turn after the last one handed out; `skip` partitions already tried
-    /// this round are passed over. The first such partition, alone if its last read was cut at
-    /// the limit; else with the next ones whose last read was not, up to [`PARTITIONS_PER_READ`].
+    /// this round are passed over. The first such partition, alone if it may hold a backlog; else
+    /// with the partitions numbered next after it that are free and may not, up to
+    /// [`PARTITIONS_PER_READ`].
     /// `None` when
     /// there is none, when heartbeats have not vouched for ownership within a lease, or while a
     /// host of the leased design claims.
@@ -168,11 +170,24 @@ impl PartitionBook {
         let first = free_in_turn.next()?;
         let mut fences = vec![first];
         if !tenant.backlogged.contains(&first.partition) {
-            fences.extend(
-                free_in_turn
-                    .filter(|f| !tenant.backlogged.contains(&f.partition))
-                    .take(PARTITIONS_PER_READ - 1),
-            );
+            // The next partitions by number, free and not backlogged, up to the first that is
+            // not (the round-robin moves on from the last partition taken: one passed over here
+            // might never get its turn). A run of numbers, so the read seeks one range of the
+            // partition index: no other partition's backlog is in it.
+            let next = first.partition + 1;
+            for (partition, epoch) in tenant.owned.range(next..) {
+                let last = fences[fences.len() - 1].partition;
+                let joins = *partition == last + 1
+                    && free(partition)
+                    && !tenant.backlogged.contains(partition);
+                if !joins || fences.len() == PARTITIONS_PER_READ {
+                    break;
+                }
+                fences.push(PartitionFence {
+                    partition: *partition,
+                    epoch: *epoch,
+                });
+            }
         }
         for fence in &fences {
             tenant.busy.insert(fence.partition);
@@ -248,6 +263,9 @@ impl PartitionBook {
             .filter(|(p, e)| tenant.owned.get(p) != Some(e))
             .map(|(p, _)| *p)
             .collect();
+        // A partition just taken may hold a backlog: read alone until a read comes back uncut
+        // (a read of several partitions reads all their live rows before it keeps the first).
+        tenant.backlogged.extend(taken.iter().copied());
         tenant.owned = now;
         tenant.releasing.retain(|p| tenant.owned.contains_key(p));
         tenant.backlogged.retain(|p| tenant.owned.contains_key(p));
@@ -368,5 +386,82 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{PartitionBook, PartitionTurn};
+    use crate::store::{Ownership, PartitionFence};
+
+    /// A book owning partitions `0..owned` of tenant `a`, vouched for.
+    fn book(owned: u32) -> Arc<PartitionBook> {
+        let book = Arc::new(PartitionBook::new("node"));
+        let ownership = Ownership {
+            owned: (0..owned)
+                .map(|partition| PartitionFence {
+                    partition,
+                    epoch: 1,
+                })
+                .collect(),
+            share: owned,
+            hosts: 1,
+            partitions: owned,
+            leased_hosts_active: false,
+        };
+        book.update("a", &ownership);
+        book.vouch_until(Instant::now() + Duration::from_secs(60));
+        book
+    }
+
+    fn partitions(turn: &PartitionTurn) -> Vec<u32> {
+        turn.fences.iter().map(|f| f.partition).collect()
+    }
+
+    #[test]
+    fn turns_take_partitions_together_and_a_backlogged_one_alone() {
+        let book = book(20);
+        let none = BTreeSet::new();
+        // Partitions just taken may hold a backlog: each is read alone until a read is not cut.
+        for partition in 0..20 {
+            let turn = book.take_turn("a", &none).expect("a turn");
+            assert_eq!(partitions(&turn), [partition]);
+            turn.note_read(&BTreeSet::new());
+        }
+        let first = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(partitions(&first), (0..16).collect::<Vec<_>>());
+        // The read of partition 3 was cut at the limit: it is read alone from now on.
+        first.note_read(&BTreeSet::from([3]));
+        drop(first);
+        let second = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(partitions(&second), [16, 17, 18, 19], "a run of numbers");
+        let third = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(partitions(&third), [0, 1, 2], "up to the backlogged one");
+        let fourth = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(partitions(&fourth), [3], "a backlogged partition alone");
+        let fifth = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(partitions(&fifth), (4..16).collect::<Vec<_>>());
+        assert!(book.take_turn("a", &none).is_none(), "every partition busy");
+        // A turn keeping only the partitions its batch holds rows of frees the others at once;
+        // a busy partition ends a run.
+        let mut fifth = fifth;
+        fifth.retain(|p| p != 9);
+        drop((second, third, fourth));
+        let next = book.take_turn("a", &BTreeSet::new()).expect("a turn");
+        assert_eq!(partitions(&next), [16, 17, 18, 19]);
+        let next = book.take_turn("a", &BTreeSet::from([1])).expect("a turn");
+        assert_eq!(partitions(&next), [0], "1 skipped: the run ends");
+        let next = book.take_turn("a", &BTreeSet::from([1])).expect("a turn");
+        assert_eq!(partitions(&next), [2], "3 is backlogged");
+        let next = book.take_turn("a", &BTreeSet::from([1])).expect("a turn");
+        assert_eq!(partitions(&next), [3]);
+        let next = book.take_turn("a", &BTreeSet::from([1])).expect("a turn");
+        assert_eq!(partitions(&next), [9], "freed by the retain");
     }
 }
