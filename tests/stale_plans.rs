@@ -21,7 +21,8 @@ mod support;
 use outboxd::record::now_ms;
 use outboxd::store::internals::{Arg, Bound, mark_statements, partition_read_statement};
 use outboxd::store::{
-    Backend, DEFAULT_TABLE, Mark, MarkParams, PartitionRead, RebalanceParams, TableName,
+    Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionRead,
+    RebalanceParams, TableName,
 };
 use support::{Bind, PlanStep, TestDb};
 
@@ -164,6 +165,38 @@ fn check(backend: Backend, name: &str, analyzed: bool, plan: &[PlanStep]) {
     }
 }
 
+/// Every row of `batch`, delivered.
+fn delivered(batch: &ClaimBatch) -> Vec<Mark> {
+    batch
+        .events
+        .iter()
+        .map(|e| Mark::delivered(e.event.event_id.as_str()))
+        .collect()
+}
+
+/// Checks the plans of `batch`'s mark (every row delivered; `what` names it), then runs it:
+/// every row changed, none stale.
+async fn explain_and_mark(db: &TestDb, store: &dyn OutboxStore, batch: &ClaimBatch, what: &str) {
+    let backend = store.backend();
+    let marks = delivered(batch);
+    for (name, Bound { sql, args }) in
+        mark_statements(backend, store.table(), &batch.lease, &marks, now_ms())
+    {
+        let plan = db.explain(&sql, &binds(&args)).await;
+        check(backend, &format!("{name}{what}"), false, &plan);
+    }
+    let report = store
+        .mark(&MarkParams {
+            lease: &batch.lease,
+            marks: &marks,
+            now_ms: now_ms(),
+        })
+        .await
+        .expect("mark");
+    assert_eq!(report.applied, marks.len() as u64);
+    assert!(report.stale.is_empty());
+}
+
 async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
     let Some(db) = TestDb::new_server_only(backend).await else {
         return;
@@ -222,27 +255,7 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
     // The statements explained run: a real read, then its mark.
     let batch = store.read_partitions(&read(false)).await.expect("read");
     assert_eq!(batch.events.len() as i64, LIMIT);
-    let marks: Vec<Mark> = batch
-        .events
-        .iter()
-        .map(|e| Mark::delivered(e.event.event_id.as_str()))
-        .collect();
-    for (name, Bound { sql, args }) in
-        mark_statements(backend, &table, &batch.lease, &marks, now_ms())
-    {
-        let plan = db.explain(&sql, &binds(&args)).await;
-        check(backend, name, false, &plan);
-    }
-    let report = store
-        .mark(&MarkParams {
-            lease: &batch.lease,
-            marks: &marks,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("mark");
-    assert_eq!(report.applied, LIMIT as u64);
-    assert!(report.stale.is_empty());
+    explain_and_mark(&db, &*store, &batch, "").await;
     let next = store
         .read_partitions(&read(false))
         .await
@@ -269,14 +282,9 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
             if drained.events.is_empty() {
                 break;
             }
-            let marks: Vec<Mark> = drained
-                .events
-                .iter()
-                .map(|e| Mark::delivered(e.event.event_id.as_str()))
-                .collect();
             let params = MarkParams {
                 lease: &drained.lease,
-                marks: &marks,
+                marks: &delivered(&drained),
                 now_ms: now_ms(),
             };
             store.mark(&params).await.expect("mark");
@@ -324,27 +332,7 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
         "{:?}",
         batch.lease.partitions
     );
-    let marks: Vec<Mark> = batch
-        .events
-        .iter()
-        .map(|e| Mark::delivered(e.event.event_id.as_str()))
-        .collect();
-    for (name, Bound { sql, args }) in
-        mark_statements(backend, &table, &batch.lease, &marks, now_ms())
-    {
-        let plan = db.explain(&sql, &binds(&args)).await;
-        check(backend, &format!("{name} of 16 partitions"), false, &plan);
-    }
-    let report = store
-        .mark(&MarkParams {
-            lease: &batch.lease,
-            marks: &marks,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("mark of 16 partitions");
-    assert_eq!(report.applied, marks.len() as u64);
-    assert!(report.stale.is_empty());
+    explain_and_mark(&db, &*store, &batch, " of 16 partitions").await;
     store.close().await;
     db.cleanup().await;
 }

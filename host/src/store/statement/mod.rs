@@ -301,16 +301,7 @@ impl SqlBuilder {
         &mut self,
         values: impl IntoIterator<Item = &'a str>,
     ) -> &mut SqlBuilder {
-        if self.dialect.binds_lists_as_arrays() {
-            let list: Vec<String> = values.into_iter().map(str::to_string).collect();
-            self.sql.push_str(" = ANY(");
-            self.bind(Arg::TextList(list));
-            self.sql.push(')');
-            self
-        } else {
-            self.sql.push_str(" IN ");
-            self.bind_set(values)
-        }
+        self.bind_in_array(values, (" = ANY(", ")"))
     }
 
     /// [`SqlBuilder::bind_in`] as a join where the dialect binds lists as arrays:
@@ -320,14 +311,25 @@ impl SqlBuilder {
         &mut self,
         values: impl IntoIterator<Item = &'a str>,
     ) -> &mut SqlBuilder {
+        self.bind_in_array(values, (" IN (SELECT unnest(", "))"))
+    }
+
+    /// `values` bound as one array between the two texts where the dialect binds lists as
+    /// arrays, else ` IN (?, ?, …)`.
+    fn bind_in_array<'a>(
+        &mut self,
+        values: impl IntoIterator<Item = &'a str>,
+        (before, after): (&str, &str),
+    ) -> &mut SqlBuilder {
         if self.dialect.binds_lists_as_arrays() {
             let list: Vec<String> = values.into_iter().map(str::to_string).collect();
-            self.sql.push_str(" IN (SELECT unnest(");
+            self.sql.push_str(before);
             self.bind(Arg::TextList(list));
-            self.sql.push_str("))");
+            self.sql.push_str(after);
             self
         } else {
-            self.bind_in(values)
+            self.sql.push_str(" IN ");
+            self.bind_set(values)
         }
     }
 
