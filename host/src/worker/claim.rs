@@ -22,7 +22,7 @@ pub(super) type Claimed = (ClaimBatch, PartitionTurn);
 
 impl Worker {
     /// Reads a batch of `app_code` from owned partitions: the read's counters, and the rows to
-    /// publish with the partition's turn (`None` when no owned partition had due rows).
+    /// publish with the turn of their partitions (`None` when no owned partition had due rows).
     pub(super) async fn claim_batch(
         &self,
         worker_id: &str,
