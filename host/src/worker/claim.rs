@@ -39,9 +39,9 @@ impl Worker {
         self.read_owned(worker_id, app_code).await
     }
 
-    /// Reads the owned partitions of `app_code` in turns ([`super::partitions::PartitionBook::take_turn`])
-    /// until one has due rows (or each was read once): the read's counters, and the batch with
-    /// the turn of the partitions it holds rows of. Nothing is written but the rows whose
+    /// Reads the owned partitions of `app_code` in turns
+    /// ([`super::partitions::PartitionBook::take_turn`]) until one has due rows (or each was read
+    /// once): the read's counters, and the batch with the turn of the partitions it holds rows of. Nothing is written but the rows whose
     /// envelope does not decode.
     async fn read_owned(
         &self,
