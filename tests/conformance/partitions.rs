@@ -23,6 +23,7 @@ use crate::support::{RawInsert, record, wait_until};
 crate::support::per_backend!(
     one_host_takes_every_partition,
     two_hosts_share_the_partitions,
+    hosts_joining_together_leave_no_partition_unowned,
     a_read_writes_nothing_and_each_row_is_read_once,
     a_host_that_lost_its_partition_changes_nothing,
     a_leaving_host_hands_its_partitions_on,
@@ -88,6 +89,38 @@ async fn two_hosts_share_the_partitions(backend: Backend) {
         b.owned.iter().all(|f| f.epoch == 2),
         "taken from A: a new epoch"
     );
+}
+
+/// Hosts whose first heartbeats run at once read the same free partitions and race to take
+/// them: a host that loses a race takes the next free one, so after one heartbeat each every
+/// partition has exactly one owner (a partition left unowned is read by nobody until the next
+/// heartbeat: a draining fleet would leave it behind). Eight tenants, three hosts each.
+async fn hosts_joining_together_leave_no_partition_unowned(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let count = partition_count(backend);
+    for tenant in 0..8 {
+        let app = format!("join-{tenant}");
+        let beats: Vec<_> = (0..3)
+            .map(|host| {
+                let (store, app) = (store.clone(), app.clone());
+                tokio::spawn(async move {
+                    let host = format!("host-{host}");
+                    rebalance(&store, &app, &host, LONG_LEASE_MS, &[], false).await
+                })
+            })
+            .collect();
+        let mut owners = BTreeSet::new();
+        let mut owned = 0;
+        for beat in beats {
+            let ownership = beat.await.expect("a heartbeat");
+            owned += ownership.owned.len();
+            owners.extend(numbers(&ownership));
+        }
+        assert_eq!(owned, owners.len(), "{app}: a partition with two owners");
+        assert_eq!(owners, (0..count).collect(), "{app}: a partition left unowned");
+    }
 }
 
 async fn a_read_writes_nothing_and_each_row_is_read_once(backend: Backend) {

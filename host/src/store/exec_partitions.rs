@@ -179,7 +179,7 @@ pub(crate) async fn rebalance<D: Driver>(
             epoch: row.epoch,
         })
         .collect();
-    let wanted = (share as usize).saturating_sub(owned.len());
+    let mut wanted = (share as usize).saturating_sub(owned.len());
     // Free partitions first, then expired ones; a host's rank spreads where each starts, so
     // hosts joining together do not all race for the same partitions.
     let start = rank * partitions as usize / hosts.len().max(1);
@@ -198,7 +198,13 @@ pub(crate) async fn rebalance<D: Driver>(
                 % partitions as usize,
         )
     });
-    for row in candidates.into_iter().take(wanted) {
+    // A take another host won (it read the same free partition) is not counted: the next
+    // candidate is tried, so hosts joining together leave no partition unowned (each stops only
+    // at its share, and their shares add up to every partition).
+    for row in candidates {
+        if wanted == 0 {
+            break;
+        }
         let host = sql::HostLease {
             app_code,
             host_id,
@@ -211,6 +217,7 @@ pub(crate) async fn rebalance<D: Driver>(
                 partition: row.partition,
                 epoch: row.epoch + 1,
             });
+            wanted -= 1;
         }
     }
     owned.sort();
