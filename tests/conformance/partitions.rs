@@ -119,7 +119,11 @@ async fn hosts_joining_together_leave_no_partition_unowned(backend: Backend) {
             owners.extend(numbers(&ownership));
         }
         assert_eq!(owned, owners.len(), "{app}: a partition with two owners");
-        assert_eq!(owners, (0..count).collect(), "{app}: a partition left unowned");
+        assert_eq!(
+            owners,
+            (0..count).collect(),
+            "{app}: a partition left unowned"
+        );
     }
 }
 
