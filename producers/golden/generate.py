@@ -13,6 +13,8 @@ Run `python3 producers/golden/generate.py` after changing the cases; commit the 
 import json
 import pathlib
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
 FIELDS = [  # (number, name, kind) in .proto order
     (1, "app_code", "string"),
     (2, "event_id", "string"),
@@ -21,6 +23,8 @@ FIELDS = [  # (number, name, kind) in .proto order
     (5, "room_version", "int64"),
     (6, "occurred_at_ms", "int64"),
     (7, "body", "bytes"),
+    (8, "traceparent", "string"),
+    (9, "tracestate", "string"),
 ]
 
 
@@ -52,7 +56,8 @@ def encode(event: dict) -> bytes:
     return bytes(out)
 
 
-def event(app_code="", event_id="", room_id="", event_type="", room_version=0, occurred_at_ms=0, body=b""):
+def event(app_code="", event_id="", room_id="", event_type="", room_version=0, occurred_at_ms=0, body=b"",
+          traceparent="", tracestate=""):
     return {
         "app_code": app_code,
         "event_id": event_id,
@@ -62,6 +67,8 @@ def event(app_code="", event_id="", room_id="", event_type="", room_version=0, o
         "room_version": str(room_version),
         "occurred_at_ms": str(occurred_at_ms),
         "body_hex": body.hex(),
+        "traceparent": traceparent,
+        "tracestate": tracestate,
     }
 
 
@@ -77,6 +84,33 @@ CASES = [
                                     bytes(range(256)) + b"\x00\xff" * 22)),
     ("long_ids", event("x" * 64, "e" * 128, "r" * 128, "t" * 128, 2**31, 2**53 + 1, b"z" * 128)),
     ("only_body", event(body=b"\x0a\x00")),
+    ("traced", event("default", "evt_018bcfe568000a1b2c3d4e5f60718", "room-42", "RoomGiftSent", 7,
+                     1_700_000_000_000, b"{}", TRACEPARENT, "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")),
+    ("traced_without_state", event("default", "e-2", "room-42", "RoomGiftSent", 8, 1_700_000_000_001, b"",
+                                   "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")),
+]
+
+# What a producer library accepts as `traceparent` (the W3C Trace Context header, level 1): two
+# lowercase hex digits of version (not ff), a 32-digit trace id and a 16-digit parent id that are
+# not all zeros, two digits of flags, joined by '-'; version 00 is exactly that (55 characters),
+# a later version may carry more after a further '-'. Every library checks the same cases.
+TRACEPARENT_CHECKS = [
+    (TRACEPARENT, True),
+    ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", True),
+    ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-later", True),
+    ("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", True),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", False),
+    ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+    ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", False),
+    ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", False),
+    ("00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01", False),
+    ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", False),
+    ("0-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz", False),
+    (" 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
 ]
 
 
@@ -98,6 +132,12 @@ def main() -> None:
         "next ids of the same millisecond made by the same generator, so ids sort in the order they were "
         "made. event_id_prefixes gives the first 17 characters for some milliseconds.",
         "event_id_prefixes": id_prefixes,
+        "traceparent_about": "An event's traceparent, when not empty, must be a W3C Trace Context "
+        "traceparent: version (2 lowercase hex digits, not ff), trace id (32, not all zeros), parent "
+        "id (16, not all zeros), flags (2), joined by '-'; version 00 is exactly 55 characters, a "
+        "later version may go on after a further '-'. tracestate: at most 512 characters, printable "
+        "ASCII, and only with a traceparent. Every library accepts exactly the valid ones below.",
+        "traceparent_checks": [{"traceparent": value, "valid": valid} for value, valid in TRACEPARENT_CHECKS],
     }
     path = pathlib.Path(__file__).with_name("envelopes.json")
     path.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
