@@ -57,6 +57,8 @@ mod golden {
                 room_version: field(event, "room_version").parse().unwrap(),
                 occurred_at_ms: field(event, "occurred_at_ms").parse().unwrap(),
                 body: unhex(field(event, "body_hex")),
+                traceparent: field(event, "traceparent").into(),
+                tracestate: field(event, "tracestate").into(),
             };
             let expected = unhex(case["envelope_hex"].as_str().unwrap());
             assert_eq!(envelope.encode_to_vec(), expected, "case {name}");

@@ -10,7 +10,8 @@
 //! `docs/ARCHITECTURE.md` has the one-page map. No module or folder imports another that
 //! imports it back (`make test-imports`).
 //! - [`record`]: the row and the producer's [`record::Record`]; [`envelope`]: the protobuf envelope;
-//!   [`glob`]: event type globs (routes, the console's search).
+//!   [`trace_context`]: the producer's W3C trace context it may carry; [`glob`]: event type globs
+//!   (routes, the console's search).
 //! - [`store`]: the [`store::OutboxStore`] contract; the shared executor, statement building, row
 //!   decoding, envelope judge and schema; one module per database (SQLite, MySQL/MariaDB,
 //!   PostgreSQL) holding its SQL differences and its producer `save`. Its module doc says who
@@ -64,5 +65,6 @@ pub mod retry;
 pub mod service;
 pub mod startup;
 pub mod store;
+pub mod trace_context;
 pub mod wake;
 pub mod worker;

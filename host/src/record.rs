@@ -8,6 +8,7 @@ use prost::Message;
 use rand::Rng;
 
 use crate::envelope::EventEnvelope;
+use crate::trace_context::TraceContext;
 
 /// The tenant used when a producer does not name one.
 pub const DEFAULT_APP_CODE: &str = "default";
@@ -124,6 +125,8 @@ impl Record {
                 room_version,
                 occurred_at_ms,
                 body: body.encode_to_vec(),
+                traceparent: String::new(),
+                tracestate: String::new(),
             },
         }
     }
@@ -140,6 +143,26 @@ impl Record {
     pub fn with_event_id(mut self, event_id: impl Into<String>) -> Record {
         self.event_id = event_id.into();
         self.envelope.event_id = self.event_id.clone();
+        self
+    }
+
+    /// Carries the producer's span context to the sinks (envelope fields `traceparent`,
+    /// `tracestate`): take it from your tracing setup, e.g. an OpenTelemetry propagator's
+    /// `traceparent` and `tracestate` headers.
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use outboxd::{record::Record, trace_context::TraceContext};
+    ///
+    /// let context = TraceContext::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")?;
+    /// let record = Record::build("room-42", "RoomGiftSent", 7, SystemTime::now(), &"rose".to_string())
+    ///     .with_trace_context(&context);
+    /// assert_eq!(record.envelope.traceparent, context.traceparent());
+    /// # Ok::<(), outboxd::trace_context::InvalidTraceContext>(())
+    /// ```
+    pub fn with_trace_context(mut self, context: &TraceContext) -> Record {
+        self.envelope.traceparent = context.traceparent().to_string();
+        self.envelope.tracestate = context.tracestate().to_string();
         self
     }
 

@@ -82,6 +82,7 @@ pub fn check(data: &[u8]) {
                 room_version: event.room_version,
                 occurred_at_ms: event.occurred_at_ms,
                 body: event.body.clone(),
+                ..EventEnvelope::default()
             };
             let bytes = full.encode_to_vec();
             assert_eq!(EventEnvelope::decode(bytes.as_slice()).unwrap(), full);
