@@ -13,6 +13,10 @@
 //	if _, err := producer.Enqueue(ctx, tx, event); err != nil { ... }
 //	err = tx.Commit()
 //
+// An event may carry the W3C Trace Context of the producer's span (Event.TraceParent and
+// Event.TraceState), given on the event or taken from the enqueue call's ctx by
+// Producer.TraceContext, a hook the application fills from its tracing library.
+//
 // The library works with any database/sql driver and has no dependencies beyond the standard
 // library: the driver is the caller's choice (github.com/go-sql-driver/mysql, github.com/lib/pq,
 // github.com/jackc/pgx/v5/stdlib, github.com/mattn/go-sqlite3, modernc.org/sqlite, ...).

@@ -10,6 +10,8 @@ type envelope struct {
 	roomVersion  int64  // field 5
 	occurredAtMS int64  // field 6
 	body         []byte // field 7
+	traceparent  string // field 8
+	tracestate   string // field 9
 }
 
 // Protobuf wire types used by the envelope.
@@ -20,9 +22,11 @@ const (
 
 // marshal encodes the envelope in the protobuf wire format, as every protobuf library does for
 // proto3: fields in number order, fields holding their zero value left out, int64 as a varint of
-// its two's complement (10 bytes when negative).
+// its two's complement (10 bytes when negative). An envelope without a trace context (empty
+// traceparent and tracestate) is byte for byte what it was before fields 8 and 9 existed.
 func (e envelope) marshal() []byte {
-	size := len(e.appCode) + len(e.eventID) + len(e.roomID) + len(e.eventType) + len(e.body) + 7*(1+10)
+	size := len(e.appCode) + len(e.eventID) + len(e.roomID) + len(e.eventType) + len(e.body) +
+		len(e.traceparent) + len(e.tracestate) + 9*(1+10)
 	out := make([]byte, 0, size)
 	out = appendBytesField(out, 1, []byte(e.appCode))
 	out = appendBytesField(out, 2, []byte(e.eventID))
@@ -31,6 +35,8 @@ func (e envelope) marshal() []byte {
 	out = appendVarintField(out, 5, uint64(e.roomVersion))
 	out = appendVarintField(out, 6, uint64(e.occurredAtMS))
 	out = appendBytesField(out, 7, e.body)
+	out = appendBytesField(out, 8, []byte(e.traceparent))
+	out = appendBytesField(out, 9, []byte(e.tracestate))
 	return out
 }
 

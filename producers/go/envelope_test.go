@@ -1,8 +1,10 @@
 package outbox
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"strconv"
 	"testing"
@@ -24,6 +26,8 @@ type golden struct {
 			RoomVersion  string `json:"room_version"`
 			OccurredAtMS string `json:"occurred_at_ms"`
 			BodyHex      string `json:"body_hex"`
+			Traceparent  string `json:"traceparent"`
+			Tracestate   string `json:"tracestate"`
 		} `json:"event"`
 		EnvelopeHex string `json:"envelope_hex"`
 	} `json:"cases"`
@@ -31,6 +35,10 @@ type golden struct {
 		MS     string `json:"ms"`
 		Prefix string `json:"prefix"`
 	} `json:"event_id_prefixes"`
+	TraceparentChecks []struct {
+		Traceparent string `json:"traceparent"`
+		Valid       bool   `json:"valid"`
+	} `json:"traceparent_checks"`
 }
 
 // loadGolden reads and parses the golden file.
@@ -44,8 +52,9 @@ func loadGolden(t *testing.T) golden {
 	if err := json.Unmarshal(data, &g); err != nil {
 		t.Fatalf("parse %s: %v", goldenFile, err)
 	}
-	if len(g.Cases) < 5 || len(g.EventIDPrefixes) < 3 {
-		t.Fatalf("%s holds %d cases and %d prefixes: too few", goldenFile, len(g.Cases), len(g.EventIDPrefixes))
+	if len(g.Cases) < 5 || len(g.EventIDPrefixes) < 3 || len(g.TraceparentChecks) < 10 {
+		t.Fatalf("%s holds %d cases, %d prefixes and %d traceparent checks: too few", goldenFile,
+			len(g.Cases), len(g.EventIDPrefixes), len(g.TraceparentChecks))
 	}
 	return g
 }
@@ -81,6 +90,8 @@ func TestEnvelopeMatchesEveryGoldenCase(t *testing.T) {
 				roomVersion:  mustInt64(t, c.Event.RoomVersion),
 				occurredAtMS: mustInt64(t, c.Event.OccurredAtMS),
 				body:         mustHex(t, c.Event.BodyHex),
+				traceparent:  c.Event.Traceparent,
+				tracestate:   c.Event.Tracestate,
 			}.marshal()
 			if hex.EncodeToString(got) != c.EnvelopeHex {
 				t.Errorf("envelope\n got %x\nwant %s", got, c.EnvelopeHex)
@@ -90,16 +101,16 @@ func TestEnvelopeMatchesEveryGoldenCase(t *testing.T) {
 }
 
 // Every golden case that is a writable event (non-empty tenant, type and room) comes out of the
-// path Enqueue takes (defaults, checks, encoding) as the golden bytes.
+// path Enqueue takes (defaults, checks, encoding) as the golden bytes, the traced ones too.
 func TestPreparedRowCarriesTheGoldenEnvelope(t *testing.T) {
-	checked := 0
+	checked, traced := 0, 0
 	for _, c := range loadGolden(t).Cases {
 		e := c.Event
 		if e.AppCode == "" || e.EventType == "" || e.RoomID == "" || e.EventID == "" {
 			continue
 		}
 		ms := mustInt64(t, e.OccurredAtMS)
-		r, err := prepare(0, Event{
+		r, err := prepare(context.Background(), 0, Event{
 			AppCode:     e.AppCode,
 			EventID:     e.EventID,
 			EventType:   e.EventType,
@@ -107,7 +118,9 @@ func TestPreparedRowCarriesTheGoldenEnvelope(t *testing.T) {
 			RoomVersion: mustInt64(t, e.RoomVersion),
 			OccurredAt:  time.UnixMilli(ms),
 			Body:        mustHex(t, e.BodyHex),
-		}, 12345)
+			TraceParent: e.Traceparent,
+			TraceState:  e.Tracestate,
+		}, 12345, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
@@ -119,9 +132,85 @@ func TestPreparedRowCarriesTheGoldenEnvelope(t *testing.T) {
 			t.Errorf("%s: row columns %+v", c.Name, r)
 		}
 		checked++
+		if e.Traceparent != "" {
+			traced++
+		}
 	}
-	if checked < 5 {
-		t.Fatalf("only %d golden cases are writable events", checked)
+	if checked < 5 || traced < 2 {
+		t.Fatalf("only %d golden cases are writable events, %d of them traced", checked, traced)
+	}
+}
+
+// The same golden events written without a trace context of their own, by a producer whose
+// TraceContext hook returns the golden one, come out as the golden bytes too.
+func TestHookMadeTraceContextMatchesTheGoldenEnvelope(t *testing.T) {
+	checked := 0
+	for _, c := range loadGolden(t).Cases {
+		e := c.Event
+		if e.Traceparent == "" || e.AppCode == "" || e.EventType == "" || e.RoomID == "" || e.EventID == "" {
+			continue
+		}
+		hook := func(context.Context) (string, string) { return e.Traceparent, e.Tracestate }
+		r, err := prepare(context.Background(), 0, Event{
+			AppCode:     e.AppCode,
+			EventID:     e.EventID,
+			EventType:   e.EventType,
+			RoomID:      e.RoomID,
+			RoomVersion: mustInt64(t, e.RoomVersion),
+			OccurredAt:  time.UnixMilli(mustInt64(t, e.OccurredAtMS)),
+			Body:        mustHex(t, e.BodyHex),
+		}, 0, hook)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if hex.EncodeToString(r.envelope) != c.EnvelopeHex {
+			t.Errorf("%s: envelope\n got %x\nwant %s", c.Name, r.envelope, c.EnvelopeHex)
+		}
+		checked++
+	}
+	if checked < 2 {
+		t.Fatalf("only %d golden cases are traced writable events", checked)
+	}
+}
+
+// Every library accepts exactly the valid traceparent_checks: given on the event, or returned by
+// Producer.TraceContext.
+func TestTraceparentChecksOfTheGoldenFile(t *testing.T) {
+	for _, c := range loadGolden(t).TraceparentChecks {
+		field, reason := checkTraceContext(c.Traceparent, "", "")
+		if accepted := field == ""; accepted != c.Valid {
+			t.Errorf("%q: accepted %v (%s %s), want %v", c.Traceparent, accepted, field, reason, c.Valid)
+			continue
+		}
+		given := validEvent()
+		given.TraceParent = c.Traceparent
+		runs := []struct {
+			name  string
+			event Event
+			hook  func(context.Context) (string, string)
+		}{
+			{"given", given, nil},
+			{"from the hook", validEvent(), func(context.Context) (string, string) { return c.Traceparent, "" }},
+		}
+		for _, run := range runs {
+			got, err := prepare(context.Background(), 2, run.event, 0, run.hook)
+			if !c.Valid {
+				var fe *FieldError
+				if !errors.As(err, &fe) || fe.Field != "traceparent" || fe.Index != 2 || fe.EventID != "e-1" {
+					t.Errorf("%s %q: want a traceparent *FieldError of event #2, got %v", run.name, c.Traceparent, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s %q: %v", run.name, c.Traceparent, err)
+				continue
+			}
+			want := envelope{appCode: "live", eventID: "e-1", roomID: "room-1", eventType: "RoomGiftSent",
+				roomVersion: 3, occurredAtMS: 1_700_000_000_000, body: []byte("x"), traceparent: c.Traceparent}.marshal()
+			if string(got.envelope) != string(want) {
+				t.Errorf("%s %q: envelope %x, want %x", run.name, c.Traceparent, got.envelope, want)
+			}
+		}
 	}
 }
 

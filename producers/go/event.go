@@ -8,7 +8,8 @@ const DefaultAppCode = "default"
 // Event is one domain event of a room, the input of Producer.Enqueue and Producer.EnqueueBatch.
 //
 // Only EventType and RoomID are required; the zero values of the other fields get defaults when
-// the event is written (AppCode "default", a new EventID, OccurredAt now).
+// the event is written (AppCode "default", a new EventID, OccurredAt now, the trace context of
+// Producer.TraceContext).
 type Event struct {
 	// AppCode is the tenant; empty means DefaultAppCode. At most 64 characters.
 	AppCode string
@@ -31,6 +32,15 @@ type Event struct {
 	// Body is the event message itself, opaque to outboxd (usually a serialized protobuf
 	// message). Nil and empty are the same.
 	Body []byte
+	// TraceParent is the W3C Trace Context of the producer's span (the `traceparent` header
+	// value, e.g. "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), carried in the
+	// envelope for the sinks to join the trace. Empty means none given: the event then gets
+	// the context of Producer.TraceContext, when set. Checked before writing (version 00 is
+	// exactly 55 characters; see producers/SPEC.md, "Trace context").
+	TraceParent string
+	// TraceState is the W3C `tracestate` header value that goes with TraceParent: at most 512
+	// characters of printable ASCII, and only with a TraceParent. Empty means none.
+	TraceState string
 }
 
 // Build wraps an event body into an Event of the default tenant with a new, time-ordered

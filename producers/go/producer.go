@@ -8,8 +8,20 @@ import (
 )
 
 // Producer writes outbox rows into one table of one kind of database. It holds no connection
-// and is safe for concurrent use; make one at startup and share it.
+// and is safe for concurrent use; make one at startup (setting TraceContext, if wanted, before
+// the first Enqueue) and share it.
 type Producer struct {
+	// TraceContext, when not nil, gives the W3C Trace Context of the events that have no
+	// TraceParent of their own: Enqueue and EnqueueBatch call it with their ctx, once for each
+	// such event, and write what it returns into the envelope as if the event had carried it
+	// (both empty: no trace context). Usually it reads the current span from ctx through the
+	// application's tracing library (the README shows it for go.opentelemetry.io/otel). What it
+	// returns is checked like an event's own values: a traceparent that is not W3C Trace
+	// Context, or a tracestate that is too long, not printable ASCII or without a traceparent,
+	// refuses the event with a *FieldError. It is called from the goroutines that enqueue, so
+	// it must be safe for concurrent use.
+	TraceContext func(ctx context.Context) (traceparent, tracestate string)
+
 	dialect Dialect
 	table   string
 }
@@ -37,7 +49,8 @@ func (p *Producer) Table() string { return p.table }
 
 // Enqueue writes event as a 'pending' row inside tx, the transaction of the business change, and
 // reports whether a row was inserted: false when a row with the same (AppCode, EventID) already
-// exists (it is kept as it was). The row becomes visible to the host when tx commits.
+// exists (it is kept as it was). The row becomes visible to the host when tx commits. An event
+// without a TraceParent gets the trace context of p.TraceContext(ctx), when set.
 func (p *Producer) Enqueue(ctx context.Context, tx *sql.Tx, event Event) (inserted bool, err error) {
 	n, err := p.EnqueueBatch(ctx, tx, []Event{event})
 	return n == 1, err
@@ -45,7 +58,8 @@ func (p *Producer) Enqueue(ctx context.Context, tx *sql.Tx, event Event) (insert
 
 // EnqueueBatch writes events as 'pending' rows inside tx and returns how many rows were
 // inserted. Events whose (AppCode, EventID) is already in the table, or repeats one earlier in
-// events, are skipped (the first wins). Every event is checked before anything is written: a
+// events, are skipped (the first wins). Events without a TraceParent get the trace context of
+// p.TraceContext(ctx), when set. Every event is checked before anything is written: a
 // *FieldError names the first event and field that do not fit. On a database error the
 // statements of this call may be partly applied: roll tx back.
 func (p *Producer) EnqueueBatch(ctx context.Context, tx *sql.Tx, events []Event) (inserted int, err error) {
@@ -59,7 +73,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, tx *sql.Tx, events []Event)
 	rows := make([]row, 0, len(events))
 	seen := make(map[[2]string]bool, len(events))
 	for i, event := range events {
-		r, err := prepare(i, event, nowMS)
+		r, err := prepare(ctx, i, event, nowMS, p.TraceContext)
 		if err != nil {
 			return 0, err
 		}

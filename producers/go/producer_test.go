@@ -115,7 +115,7 @@ func TestRepeatedIDInABatchKeepsTheFirst(t *testing.T) {
 	if n, err := p.EnqueueBatch(context.Background(), tx, []Event{a, b, other}); n != 2 || err != nil {
 		t.Fatalf("%d, %v", n, err)
 	}
-	want, _ := prepare(0, a, 0)
+	want, _ := prepare(context.Background(), 0, a, 0, nil)
 	if got := f.keys[[2]string{"live", "same-0"}]; string(got) != string(want.envelope) {
 		t.Fatalf("stored envelope %x, want the first event's %x", got, want.envelope)
 	}

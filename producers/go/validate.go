@@ -1,7 +1,9 @@
 package outbox
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -15,6 +17,15 @@ const (
 	maxRoomIDChars    = 128
 )
 
+// The W3C Trace Context an event may carry (producers/SPEC.md, "Trace context"): a version 00
+// traceparent is version-traceid-parentid-flags, 2-32-16-2 lowercase hex digits joined by '-'
+// (55 characters), a later version may go on after a further '-'; a tracestate is at most 512
+// characters (what W3C Trace Context asks every vendor to pass on) of printable ASCII.
+const (
+	traceparentChars   = 55
+	maxTracestateChars = 512
+)
+
 // row is one event ready to be written: defaults applied, envelope encoded.
 type row struct {
 	appCode     string
@@ -25,9 +36,12 @@ type row struct {
 	createdAtMS int64
 }
 
-// prepare applies the defaults to event number index (AppCode, OccurredAt = nowMS, EventID),
-// checks it against the table's columns and encodes its envelope.
-func prepare(index int, event Event, nowMS int64) (row, error) {
+// prepare applies the defaults to event number index (AppCode, OccurredAt = nowMS, EventID, and
+// when the event has no TraceParent, the trace context traceContext returns for ctx, if
+// traceContext is not nil), checks it against the table's columns and the W3C Trace Context
+// format and encodes its envelope.
+func prepare(ctx context.Context, index int, event Event, nowMS int64,
+	traceContext func(context.Context) (traceparent, tracestate string)) (row, error) {
 	appCode := event.AppCode
 	if appCode == "" {
 		appCode = DefaultAppCode
@@ -39,6 +53,9 @@ func prepare(index int, event Event, nowMS int64) (row, error) {
 	eventID := event.EventID
 	if eventID == "" {
 		eventID = NewEventID(occurredAtMS)
+	}
+	fail := func(field, reason string) (row, error) {
+		return row{}, &FieldError{Index: index, EventID: eventID, Field: field, Reason: reason}
 	}
 	fields := []struct {
 		name     string
@@ -52,7 +69,17 @@ func prepare(index int, event Event, nowMS int64) (row, error) {
 	}
 	for _, f := range fields {
 		if reason := checkText(f.value, f.maxChars); reason != "" {
-			return row{}, &FieldError{Index: index, EventID: eventID, Field: f.name, Reason: reason}
+			return fail(f.name, reason)
+		}
+	}
+	traceparent, tracestate := event.TraceParent, event.TraceState
+	if field, reason := checkTraceContext(traceparent, tracestate, ""); field != "" {
+		return fail(field, reason)
+	}
+	if traceparent == "" && traceContext != nil {
+		traceparent, tracestate = traceContext(ctx)
+		if field, reason := checkTraceContext(traceparent, tracestate, "from Producer.TraceContext "); field != "" {
+			return fail(field, reason)
 		}
 	}
 	return row{
@@ -68,6 +95,8 @@ func prepare(index int, event Event, nowMS int64) (row, error) {
 			roomVersion:  event.RoomVersion,
 			occurredAtMS: occurredAtMS,
 			body:         event.Body,
+			traceparent:  traceparent,
+			tracestate:   tracestate,
 		}.marshal(),
 		createdAtMS: occurredAtMS,
 	}, nil
@@ -86,4 +115,90 @@ func checkText(value string, maxChars int) string {
 		return fmt.Sprintf("is %d characters, at most %d fit", chars, maxChars)
 	}
 	return ""
+}
+
+// checkTraceContext tells which of traceparent and tracestate is wrong and why, or returns two
+// empty strings when both can be written (both empty: no trace context). from, "" or e.g.
+// "from Producer.TraceContext ", says in the reason where the values came from.
+func checkTraceContext(traceparent, tracestate, from string) (field, reason string) {
+	if traceparent != "" {
+		if problem := traceparentProblem(traceparent); problem != "" {
+			return "traceparent", fmt.Sprintf("%s %sis not a W3C traceparent: %s", shown(traceparent), from, problem)
+		}
+		if !utf8.ValidString(traceparent) { // only possible after the flags, in a later version
+			return "traceparent", from + "is not valid UTF-8"
+		}
+	}
+	if tracestate != "" {
+		if traceparent == "" {
+			return "tracestate", from + "is given without a traceparent"
+		}
+		if problem := tracestateProblem(tracestate); problem != "" {
+			return "tracestate", from + problem
+		}
+	}
+	return "", ""
+}
+
+// traceparentProblem tells why value is not a W3C traceparent, or returns "" when it is one:
+// version (2 lowercase hex digits, not ff), trace id (32, not all zeros), parent id (16, not all
+// zeros) and flags (2), joined by '-'; version 00 is exactly 55 characters, a later version may
+// go on after a further '-' (a newer format, passed on unread).
+func traceparentProblem(value string) string {
+	if len(value) < traceparentChars ||
+		!lowerHex(value[0:2]) || value[2] != '-' ||
+		!lowerHex(value[3:35]) || value[35] != '-' ||
+		!lowerHex(value[36:52]) || value[52] != '-' ||
+		!lowerHex(value[53:55]) {
+		return "expected version-traceid-parentid-flags, 2-32-16-2 lowercase hex digits joined by '-'"
+	}
+	version, traceID, parentID := value[0:2], value[3:35], value[36:52]
+	switch {
+	case version == "ff":
+		return "version ff is invalid"
+	case strings.Trim(traceID, "0") == "":
+		return "the trace id is all zeros"
+	case strings.Trim(parentID, "0") == "":
+		return "the parent id is all zeros"
+	case len(value) > traceparentChars && version == "00":
+		return fmt.Sprintf("version 00 is exactly %d characters, this is %d",
+			traceparentChars, utf8.RuneCountInString(value))
+	case len(value) > traceparentChars && value[traceparentChars] != '-':
+		return "a later version goes on after the flags only behind a '-'"
+	}
+	return ""
+}
+
+// tracestateProblem tells why value cannot be a W3C tracestate (at most 512 characters of
+// printable ASCII, 0x20-0x7e), or returns "" when it can.
+func tracestateProblem(value string) string {
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c < 0x20 || c > 0x7e {
+			// Everything before i is ASCII: i counts characters too.
+			_, size := utf8.DecodeRuneInString(value[i:])
+			return fmt.Sprintf("has %q at %d, only printable ASCII (0x20-0x7e) is allowed", value[i:i+size], i)
+		}
+	}
+	if len(value) > maxTracestateChars {
+		return fmt.Sprintf("is %d characters, at most %d fit", len(value), maxTracestateChars)
+	}
+	return ""
+}
+
+// lowerHex reports whether s is made of lowercase hex digits only.
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// shown quotes value for an error message, cut to its first 80 characters.
+func shown(value string) string {
+	if runes := []rune(value); len(runes) > 80 {
+		value = string(runes[:80]) + "…"
+	}
+	return fmt.Sprintf("%q", value)
 }

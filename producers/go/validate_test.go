@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func TestPrepareRefusesEventsThatDoNotFit(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := validEvent()
 			c.change(&e)
-			_, err := prepare(4, e, 0)
+			_, err := prepare(context.Background(), 4, e, 0, nil)
 			var fe *FieldError
 			if !errors.As(err, &fe) {
 				t.Fatalf("want *FieldError, got %v", err)
@@ -53,13 +54,13 @@ func TestPrepareAcceptsLimitsCountedInCharacters(t *testing.T) {
 	e.EventID = strings.Repeat("é", 128)
 	e.EventType = strings.Repeat("t", 128)
 	e.RoomID = strings.Repeat("🎁", 128)
-	if _, err := prepare(0, e, 0); err != nil {
+	if _, err := prepare(context.Background(), 0, e, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestPrepareAppliesDefaults(t *testing.T) {
-	r, err := prepare(0, Event{EventType: "RoomMicChanged", RoomID: "r"}, 1_733_011_200_123)
+	r, err := prepare(context.Background(), 0, Event{EventType: "RoomMicChanged", RoomID: "r"}, 1_733_011_200_123, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

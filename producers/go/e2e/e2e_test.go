@@ -32,10 +32,12 @@ func roundTrip(t *testing.T, fresh func(*testing.T) *testDB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.TraceContext = currentSpan
 	ctx := context.Background()
 	var want []expected
 
-	// 1. A business row and 51 events in one transaction: both visible after the commit.
+	// 1. A business row and 51 events in one transaction: both visible after the commit. The
+	//    batch is written in a span: its events without a trace context of their own get it.
 	gift := outbox.Build("room-1", "RoomGiftSent", 1, time.Now(), []byte(`{"gift":"rose","from":"u1","to":"u2"}`))
 	gift.AppCode = "live"
 	batch := batchEvents(50)
@@ -45,14 +47,19 @@ func roundTrip(t *testing.T, fresh func(*testing.T) *testDB) {
 		t.Fatalf("Enqueue: %v, %v", ok, err)
 	}
 	before := time.Now().UnixMilli()
-	if n, err := p.EnqueueBatch(ctx, tx, batch); n != len(batch) || err != nil {
+	if n, err := p.EnqueueBatch(withSpan(ctx, spanTraceparent, spanTracestate), tx, batch); n != len(batch) || err != nil {
 		t.Fatalf("EnqueueBatch: %d, %v; want %d", n, err, len(batch))
 	}
 	after := time.Now().UnixMilli()
 	commit(t, tx)
 	want = append(want, expected{event: gift})
 	for _, e := range batch {
-		want = append(want, expected{event: e, generatedID: e.EventID == "", nowMin: before, nowMax: after})
+		w := expected{event: e, generatedID: e.EventID == "", nowMin: before, nowMax: after,
+			traceparent: e.TraceParent, tracestate: e.TraceState}
+		if e.TraceParent == "" {
+			w.traceparent, w.tracestate = spanTraceparent, spanTracestate
+		}
+		want = append(want, w)
 	}
 	if got := count(t, d.db, "SELECT COUNT(*) FROM gift_order WHERE id = 'order-1'"); got != 1 {
 		t.Fatalf("business row committed with the events: %d rows", got)
@@ -112,6 +119,7 @@ func roundTrip(t *testing.T, fresh func(*testing.T) *testDB) {
 	}
 	checkDeliveries(t, want, received)
 	checkRowsDelivered(t, d.db, received)
+	checkTraceContexts(t, d.db, want, received)
 }
 
 // checkDeliveries checks that each event arrived exactly once, field by field as written.

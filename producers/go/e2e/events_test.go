@@ -15,6 +15,9 @@ type expected struct {
 	generatedID bool
 	// nowMin/nowMax bound occurred_at_ms of an event written with a zero OccurredAt.
 	nowMin, nowMax int64
+	// traceparent and tracestate are the trace context its envelope must carry (the event's
+	// own, or the one Producer.TraceContext gave it); empty: none.
+	traceparent, tracestate string
 }
 
 // key identifies an event whatever its id: every event of the test has its own room version
@@ -32,7 +35,8 @@ var appCodes = []string{"default", "live"}
 
 // batchEvents returns n events across three rooms (one with a Unicode name), two tenants and
 // four event types, with given, Unicode, Build-made and library-generated ids, given and default
-// (now) times, and bodies that are empty, nil, binary, Unicode, 70 KB and small JSON.
+// (now) times, bodies that are empty, nil, binary, Unicode, 70 KB and small JSON, and trace
+// contexts of their own (with and without a tracestate) or none.
 func batchEvents(n int) []outbox.Event {
 	rooms := []string{"room-1", "房间-2", "room-3"}
 	types := []string{"RoomGiftSent", "RoomHeatChanged", "RoomMicChanged", "RoomRankChanged"}
@@ -85,6 +89,13 @@ func batchEvents(n int) []outbox.Event {
 			e.AppCode = "live"
 		case 1:
 			e.AppCode = "" // the default tenant
+		}
+		switch i % 6 {
+		case 1:
+			e.TraceParent = fmt.Sprintf("00-%032x-%016x-01", 0xe2e000+i, 0xa000+i)
+		case 4:
+			e.TraceParent = fmt.Sprintf("00-%032x-%016x-00", 0xe2e000+i, 0xb000+i)
+			e.TraceState = fmt.Sprintf("rojo=%016x,congo=t61rcWkgMzE", i)
 		}
 		events[i] = e
 	}

@@ -1,6 +1,6 @@
 import { checkClientFor, type Client, detectDialect, mysqlCountsDuplicates, runCount, runWrite, runWriteSync, type SqliteDatabase } from './client.js';
 import { OutboxError } from './errors.js';
-import { type Event, type OutboxRow, toRow } from './event.js';
+import { type Event, type OutboxRow, toTracedRow } from './event.js';
 import {
   checkTableName,
   chunks,
@@ -12,6 +12,7 @@ import {
   insertStatement,
   MAX_ROWS_PER_STATEMENT,
 } from './sql.js';
+import { currentTraceContext, type TraceContext } from './traceContext.js';
 
 /** Options of {@link enqueue} and friends. */
 export interface EnqueueOptions {
@@ -27,7 +28,9 @@ export interface EnqueueOptions {
 
 /**
  * Writes one event into the outbox on `client`, inside the transaction the caller has open on it
- * (commit or roll back the business change and the event together).
+ * (commit or roll back the business change and the event together). An event without a
+ * `traceparent` gets the active OpenTelemetry span's trace context, when `@opentelemetry/api` is
+ * installed ({@link currentTraceContext}); `event` itself is not changed.
  *
  * @param client a node-postgres `Client`/`PoolClient`, a mysql2/promise connection, or a
  * better-sqlite3 `Database` (see {@link enqueueSync} inside `db.transaction(…)`).
@@ -37,13 +40,14 @@ export interface EnqueueOptions {
  */
 export async function enqueue(client: Client, event: Event, options: EnqueueOptions = {}): Promise<boolean> {
   const { dialect, table } = target(client, options);
-  return (await save(dialect, client, table, [toRow(event)])) === 1;
+  return (await save(dialect, client, table, [toTracedRow(event, undefined, currentTrace())])) === 1;
 }
 
 /**
  * Writes events into the outbox on `client`, inside the caller's transaction, as multi-row
  * INSERTs of at most 500 rows. Every event is checked before anything is written. Repeats of an id
- * in the batch: the first wins.
+ * in the batch: the first wins. Events without a `traceparent` get the active span's, as in
+ * {@link enqueue}.
  *
  * @returns how many rows were inserted (ids already present, or repeated, are not counted).
  * @throws {@link OutboxError} naming the field and the event's position for an invalid event.
@@ -61,7 +65,7 @@ export async function enqueueBatch(client: Client, events: readonly Event[], opt
  */
 export function enqueueSync(db: SqliteDatabase, event: Event, options: EnqueueOptions = {}): boolean {
   const table = syncTarget(db, options);
-  return saveSync(db, table, [toRow(event)]) === 1;
+  return saveSync(db, table, [toTracedRow(event, undefined, currentTrace())]) === 1;
 }
 
 /**
@@ -76,7 +80,21 @@ export function enqueueBatchSync(db: SqliteDatabase, events: readonly Event[], o
 
 function toRows(events: readonly Event[]): OutboxRow[] {
   if (!Array.isArray(events)) throw new OutboxError('enqueueBatch: events must be an array');
-  return events.map((event, i) => toRow(event, i));
+  const current = currentTrace();
+  return events.map((event, i) => toTracedRow(event, i, current));
+}
+
+/** The active span's trace context, asked for the first time it is needed, once. */
+function currentTrace(): () => TraceContext | undefined {
+  let asked = false;
+  let context: TraceContext | undefined;
+  return () => {
+    if (!asked) {
+      context = currentTraceContext();
+      asked = true;
+    }
+    return context;
+  };
 }
 
 function target(client: Client, options: EnqueueOptions): { dialect: Dialect; table: string } {

@@ -23,6 +23,10 @@ export interface EnvelopeFields {
   occurredAtMs: bigint | number;
   /** Field 7: the event message itself, opaque bytes. */
   body: Uint8Array;
+  /** Field 8: the W3C `traceparent` of the producer's span; absent or empty: none (not written). */
+  traceparent?: string;
+  /** Field 9: the W3C `tracestate` that goes with `traceparent`; absent or empty: none (not written). */
+  tracestate?: string;
 }
 
 const WIRE_VARINT = 0;
@@ -47,6 +51,8 @@ export function encodeEnvelope(fields: EnvelopeFields): Buffer {
     throw new OutboxError('envelope: body must be a Uint8Array (a Buffer is one)', { field: 'body' });
   }
   putBytes(parts, 7, fields.body);
+  putBytes(parts, 8, utf8(fields.traceparent ?? '', 'traceparent'));
+  putBytes(parts, 9, utf8(fields.tracestate ?? '', 'tracestate'));
   return Buffer.concat(parts);
 }
 

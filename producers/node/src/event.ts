@@ -2,6 +2,7 @@ import { encodeEnvelope } from './envelope.js';
 import { OutboxError } from './errors.js';
 import { newEventId } from './eventId.js';
 import { describe, toInt64 } from './int64.js';
+import { type TraceContext, traceparentProblem, tracestateProblem } from './traceContext.js';
 
 /** The tenant used when an event names none. */
 export const DEFAULT_APP_CODE = 'default';
@@ -29,6 +30,18 @@ export interface Event {
   occurredAt?: Date | number | bigint;
   /** The event message itself (usually a serialized protobuf message); default empty. */
   body?: Uint8Array;
+  /**
+   * The W3C Trace Context `traceparent` of the producer's span, e.g.
+   * `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`. Absent or empty: {@link enqueue}
+   * takes the active OpenTelemetry span's when `@opentelemetry/api` is installed (see
+   * {@link currentTraceContext}), else the event has none.
+   */
+  traceparent?: string;
+  /**
+   * The W3C `tracestate` that goes with `traceparent` (only with one); at most 512 characters of
+   * printable ASCII. Absent or empty: none.
+   */
+  tracestate?: string;
 }
 
 /** An event with every field set, as {@link build} returns it. */
@@ -59,6 +72,10 @@ export interface OutboxRow {
   occurredAtMs: bigint;
   /** Envelope `body`. */
   body: Uint8Array;
+  /** Envelope `traceparent` (the event's, or the active span's when {@link enqueue} took it); empty when none. */
+  traceparent: string;
+  /** Envelope `tracestate`; empty when none. */
+  tracestate: string;
   /** The `outbox.v1.EventEnvelope` bytes (the `envelope` column). */
   envelope: Buffer;
 }
@@ -97,12 +114,22 @@ export function build(
 
 /**
  * Checks an event and turns it into the row that is written: defaults applied (tenant, id,
- * time), limits checked, envelope encoded.
+ * time), limits checked, envelope encoded. The trace context is the event's own only: where
+ * {@link enqueue} would take the active span's, set it from {@link currentTraceContext}.
  *
  * @param index the event's position in a batch, for error messages.
  * @throws {@link OutboxError} naming the field and the event.
  */
 export function toRow(event: Event, index?: number): OutboxRow {
+  return toTracedRow(event, index, undefined);
+}
+
+/**
+ * {@link toRow}, the trace context of an event without a `traceparent` taken from `current` (the
+ * enqueue functions pass the active span's). The event's own values are checked first, whatever
+ * `current` gives.
+ */
+export function toTracedRow(event: Event, index: number | undefined, current: (() => TraceContext | undefined) | undefined): OutboxRow {
   const where = (extra?: string) =>
     `event${index === undefined ? '' : ` #${index}`}${extra === undefined ? '' : ` (eventId ${JSON.stringify(shorten(extra))})`}`;
   if (event === null || typeof event !== 'object') {
@@ -130,6 +157,19 @@ export function toRow(event: Event, index?: number): OutboxRow {
   if (!(body instanceof Uint8Array)) {
     fail('body', `must be a Uint8Array (a Buffer is one), got ${describe(body)}`);
   }
+  // An empty traceparent / tracestate is one not given (proto3 writes neither).
+  const traceparent = traceText(event.traceparent, 'traceparent', fail);
+  const tracestate = traceText(event.tracestate, 'tracestate', fail);
+  if (traceparent !== '') {
+    const problem = traceparentProblem(traceparent);
+    if (problem !== undefined) fail('traceparent', `${JSON.stringify(shorten(traceparent, 80))} is not a W3C traceparent: ${problem}`);
+  }
+  if (tracestate !== '') {
+    if (traceparent === '') fail('tracestate', 'is given without a traceparent');
+    const problem = tracestateProblem(tracestate);
+    if (problem !== undefined) fail('tracestate', problem);
+  }
+  const trace = (traceparent === '' ? current?.() : undefined) ?? { traceparent, tracestate };
   const eventId = event.eventId ?? newEventId(ms);
 
   const fields = {
@@ -140,6 +180,8 @@ export function toRow(event: Event, index?: number): OutboxRow {
     roomVersion: roomVersion as bigint,
     occurredAtMs: ms,
     body,
+    traceparent: trace.traceparent,
+    tracestate: trace.tracestate,
   };
   return { ...fields, envelope: encodeEnvelope(fields) };
 }
@@ -178,7 +220,16 @@ function checkText(
   if (chars > max) fail(field, `is ${chars} characters, at most ${max} fit`);
 }
 
-function shorten(id: string): string {
+/** An optional trace context field: `''` when absent; a string with no lone surrogate. */
+function traceText(value: unknown, field: string, fail: (field: string, problem: string) => never): string {
+  if (value === undefined) return '';
+  if (typeof value !== 'string') fail(field, `must be a string, got ${describe(value)}`);
+  const text = value as string;
+  if (!text.isWellFormed()) fail(field, 'is not well-formed Unicode (it has a lone surrogate)');
+  return text;
+}
+
+function shorten(id: string, max = 40): string {
   const chars = [...id];
-  return chars.length > 40 ? `${chars.slice(0, 40).join('')}…` : id;
+  return chars.length > max ? `${chars.slice(0, max).join('')}…` : id;
 }

@@ -170,7 +170,7 @@ function rawInteger(text: string, field: string): bigint {
   return BigInt(match[1]!);
 }
 
-/** The events of the test: every kind of room, tenant, id, version and body. */
+/** The events of the test: every kind of room, tenant, id, version, body and trace context. */
 function batchEvents(base: number): Event[] {
   const rooms = ['room-1', 'room-2', '房间-3 🎤', 'room-4'];
   const types = ['RoomGiftSent', 'RoomMicChanged', 'RoomHeatChanged'];
@@ -191,6 +191,9 @@ function batchEvents(base: number): Event[] {
     };
     if (i % 10 === 3) event.eventId = `evt_é_🎁_${i}_${base}`;
     if (i === 17) event.occurredAt = new Date(base + 17) as never;
+    // Some carry a trace context (envelope fields 8 and 9), one with a tracestate too.
+    if (i % 10 === 5) event.traceparent = `00-4bf92f3577b34da6a3ce929d0e0e4736-${(i + 1).toString(16).padStart(16, '0')}-01`;
+    if (i === 15) event.tracestate = 'rojo=00f067aa0ba902b7,congo=t61rcWkgMzE';
     events.push(event);
   }
   return events;

@@ -107,3 +107,49 @@ test('errors name the event: its id and its position in a batch', () => {
   refused({ ...valid, eventId: 'y'.repeat(200) }, 'eventId', new RegExp(`^event \\(eventId "${'y'.repeat(40)}…"\\): eventId is 200`));
   refused({ ...valid, eventType: '' }, 'eventType', /^event #0: eventType is empty$/, 0);
 });
+
+test('trace context: kept as given, empty strings are none, fields 8 and 9 of the envelope', () => {
+  const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  const row = toRow({ ...valid, eventId: 'e', traceparent, tracestate: 'rojo=00f067aa0ba902b7' });
+  assert.equal(row.traceparent, traceparent);
+  assert.equal(row.tracestate, 'rojo=00f067aa0ba902b7');
+  const bare = toRow({ ...valid, eventId: 'e' });
+  assert.equal(bare.traceparent, '');
+  assert.equal(bare.tracestate, '');
+  assert.ok(row.envelope.subarray(0, bare.envelope.length).equals(bare.envelope));
+  assert.equal(row.envelope[bare.envelope.length], (8 << 3) | 2);
+  assert.deepEqual(toRow({ ...valid, eventId: 'e', traceparent: '', tracestate: '' }).envelope, bare.envelope);
+  assert.deepEqual(toRow({ ...valid, eventId: 'e', traceparent: undefined, tracestate: undefined }).envelope, bare.envelope);
+  const later = '01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-later';
+  assert.equal(toRow({ ...valid, traceparent: later }).traceparent, later);
+});
+
+test('trace context checks name the field and the event', () => {
+  const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  refused({ ...valid, eventId: 'cmd-1', tracestate: 'rojo=1' }, 'tracestate', /^event #2 \(eventId "cmd-1"\): tracestate is given without a traceparent$/, 2);
+  refused({ ...valid, traceparent: '', tracestate: 'rojo=1' }, 'tracestate', /tracestate is given without a traceparent/);
+  toRow({ ...valid, traceparent, tracestate: `k=${'v'.repeat(510)}` });
+  refused({ ...valid, traceparent, tracestate: `k=${'v'.repeat(511)}` }, 'tracestate', /tracestate is 513 characters, at most 512 fit/);
+  refused({ ...valid, traceparent, tracestate: 'k=v\n' }, 'tracestate', /tracestate has "\\n" at 3, only printable ASCII/);
+  refused({ ...valid, traceparent, tracestate: 'k=é' }, 'tracestate', /tracestate has "é" at 2/);
+  refused({ ...valid, traceparent: 42 }, 'traceparent', /traceparent must be a string, got number/);
+  refused({ ...valid, traceparent, tracestate: null }, 'tracestate', /tracestate must be a string, got null/);
+  refused({ ...valid, traceparent: `01${traceparent.slice(2)}-\ud800` }, 'traceparent', /traceparent is not well-formed Unicode/);
+  refused(
+    { ...valid, eventId: 'cmd-2', traceparent: 'ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' },
+    'traceparent',
+    /^event #0 \(eventId "cmd-2"\): traceparent "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" is not a W3C traceparent: version ff is invalid$/,
+    0,
+  );
+  refused({ ...valid, traceparent: `${traceparent}-x` }, 'traceparent', /version 00 is exactly 55 characters, this is 57/);
+  refused({ ...valid, traceparent: traceparent.replace('4bf92f3577b34da6a3ce929d0e0e4736', '0'.repeat(32)) }, 'traceparent', /the trace id is all zeros/);
+  refused({ ...valid, traceparent: traceparent.replace('00f067aa0ba902b7', '0'.repeat(16)) }, 'traceparent', /the parent id is all zeros/);
+  refused({ ...valid, traceparent: `01${traceparent.slice(2)}x` }, 'traceparent', /goes on after the flags only behind a '-'/);
+  refused({ ...valid, traceparent: 'x'.repeat(200) }, 'traceparent', new RegExp(`"${'x'.repeat(80)}…" is not a W3C traceparent: is not version-traceid-parentid-flags`));
+});
+
+test('build: the trace context is set on the result', () => {
+  const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00';
+  const event = { ...build('room-42', 'RoomGiftSent', 7n, 0, Buffer.alloc(0)), traceparent };
+  assert.equal(toRow(event).traceparent, traceparent);
+});

@@ -23,11 +23,14 @@ export interface GoldenEvent {
   room_version: string;
   occurred_at_ms: string;
   body_hex: string;
+  traceparent: string;
+  tracestate: string;
 }
 
 export interface Golden {
   cases: { name: string; event: GoldenEvent; envelope_hex: string }[];
   event_id_prefixes: { ms: string; prefix: string }[];
+  traceparent_checks: { traceparent: string; valid: boolean }[];
 }
 
 export function golden(): Golden {

@@ -98,3 +98,15 @@ def test_the_envelope_carries_every_field() -> None:
         decoded.occurred_at_ms,
         decoded.body,
     ) == ("live", "e-1", "房间-1", "RoomMicChanged", -3, 9, b"\x01")
+
+
+def test_the_envelope_carries_the_trace_context() -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    event = Event("r", "T", 1, event_id="e-1", traceparent=traceparent, tracestate="k=v")
+    decoded = EventEnvelope.FromString(event.encoded_envelope())
+    assert (decoded.traceparent, decoded.tracestate) == (traceparent, "k=v")
+    # Without one, the envelope is what it was before the fields existed.
+    plain = dataclasses.replace(event, traceparent=None, tracestate=None)
+    assert EventEnvelope.FromString(plain.encoded_envelope()).traceparent == ""
+    # Field 8 (tag 0x42, length, 55 characters) and field 9 (tag 0x4a, length, 3) are all it adds.
+    assert len(event.encoded_envelope()) - len(plain.encoded_envelope()) == 2 + 55 + 2 + 3

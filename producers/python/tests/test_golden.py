@@ -1,5 +1,5 @@
-"""The encoder against producers/golden/envelopes.json, and the committed envelope_pb2 against the
-shared .proto."""
+"""The encoder against producers/golden/envelopes.json (envelopes and traceparent checks), and the
+committed envelope_pb2 against the shared .proto."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from support.paths import PROTO, golden
 
-from outboxd_producer import Event, EventEnvelope, encode_envelope, new_event_id
+from outboxd_producer import Event, EventEnvelope, InvalidEventError, encode_envelope, new_event_id
 
 CASES = golden()["cases"]
 PREFIXES = golden()["event_id_prefixes"]
+TRACEPARENT_CHECKS = golden()["traceparent_checks"]
 
 
 def fields(event: dict[str, Any]) -> dict[str, Any]:
@@ -25,12 +26,18 @@ def fields(event: dict[str, Any]) -> dict[str, Any]:
         "room_version": int(event["room_version"]),
         "occurred_at_ms": int(event["occurred_at_ms"]),
         "body": bytes.fromhex(event["body_hex"]),
+        "traceparent": event["traceparent"],
+        "tracestate": event["tracestate"],
     }
 
 
 def test_the_golden_file_has_cases() -> None:
-    assert len(CASES) >= 9
+    assert len(CASES) >= 11
     assert len(PREFIXES) >= 5
+    names = {case["name"] for case in CASES}
+    assert {"traced", "traced_without_state"} <= names
+    assert len(TRACEPARENT_CHECKS) >= 16
+    assert {check["valid"] for check in TRACEPARENT_CHECKS} == {True, False}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
@@ -58,11 +65,36 @@ def test_an_event_stores_the_golden_bytes(case: dict[str, Any]) -> None:
     """Event.encoded_envelope (what enqueue writes) is the golden encoding."""
     event = Event(**fields(case["event"]))
     assert event.event_id == case["event"]["event_id"]
+    assert event.traceparent == (case["event"]["traceparent"] or None)
+    assert event.tracestate == (case["event"]["tracestate"] or None)
     assert event.encoded_envelope().hex() == case["envelope_hex"]
 
 
 def test_most_cases_are_storable_events() -> None:
-    assert len(STORABLE) >= 6
+    assert len(STORABLE) >= 8
+    assert sum(1 for case in STORABLE if case["event"]["traceparent"]) >= 2
+
+
+@pytest.mark.parametrize(
+    "check", TRACEPARENT_CHECKS, ids=[check["traceparent"] for check in TRACEPARENT_CHECKS]
+)
+def test_traceparent_checks(check: dict[str, Any]) -> None:
+    """Every value the golden file lists is accepted or refused, as by every other library."""
+    value = check["traceparent"]
+
+    def make() -> Event:
+        return Event("room-1", "RoomGiftSent", 1, event_id="e-1", traceparent=value)
+
+    if check["valid"]:
+        event = make()
+        assert event.traceparent == value
+        assert EventEnvelope.FromString(event.encoded_envelope()).traceparent == value
+    else:
+        with pytest.raises(InvalidEventError, match="is not a W3C traceparent") as error:
+            make()
+        assert error.value.field == "traceparent"
+        assert error.value.event_id == "e-1"
+        assert "event 'e-1'" in str(error.value)
 
 
 @pytest.mark.parametrize("prefix", PREFIXES, ids=[p["ms"] for p in PREFIXES])
@@ -91,4 +123,4 @@ def test_envelope_pb2_matches_the_shared_proto() -> None:
     type_names = {9: "string", 3: "int64", 12: "bytes"}  # FieldDescriptor.TYPE_*
     generated = {(f.name, f.number, type_names.get(f.type, str(f.type))) for f in descriptor.fields}
     assert generated == declared
-    assert len(declared) == 7
+    assert len(declared) == 9

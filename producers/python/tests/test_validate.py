@@ -119,3 +119,96 @@ def test_a_message_body_in_an_event_gets_a_hint() -> None:
         match=r"body must be bytes, not Message \(serialize it, or use build\(\)\)",
     ):
         event(body=Message())
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_trace_context_is_optional_and_kept() -> None:
+    plain = event()
+    assert (plain.traceparent, plain.tracestate) == (None, None)
+    traced = event(traceparent=TRACEPARENT, tracestate="rojo=00f067aa0ba902b7")
+    assert (traced.traceparent, traced.tracestate) == (TRACEPARENT, "rojo=00f067aa0ba902b7")
+    assert event(traceparent=TRACEPARENT).tracestate is None
+
+
+def test_empty_trace_context_strings_are_not_given() -> None:
+    empty = event(traceparent="", tracestate="")
+    assert (empty.traceparent, empty.tracestate) == (None, None)
+    assert empty.encoded_envelope() == event().encoded_envelope()
+    assert event(traceparent=TRACEPARENT, tracestate="").tracestate is None
+
+
+def test_the_trace_context_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        Event("r", "T", 1, b"", "default", "e-1", 1, TRACEPARENT)  # type: ignore[call-arg]
+
+
+def test_a_tracestate_needs_a_traceparent() -> None:
+    with pytest.raises(InvalidEventError, match="tracestate is given without a traceparent") as e:
+        event(tracestate="rojo=00f067aa0ba902b7")
+    assert e.value.field == "tracestate"
+    assert e.value.event_id == "e-1"
+    assert "event 'e-1'" in str(e.value)
+    with pytest.raises(InvalidEventError, match="without a traceparent"):
+        event(traceparent="", tracestate="rojo=00f067aa0ba902b7")
+
+
+def test_a_tracestate_is_at_most_512_characters() -> None:
+    longest = "k=" + "v" * 510
+    assert event(traceparent=TRACEPARENT, tracestate=longest).tracestate == longest
+    with pytest.raises(InvalidEventError, match="tracestate is 513 characters, at most 512") as e:
+        event(traceparent=TRACEPARENT, tracestate=longest + "v")
+    assert e.value.field == "tracestate"
+
+
+@pytest.mark.parametrize(("bad", "at"), [("k=v\n", 3), ("k=\x7f", 2), ("k=é", 2), ("\tk=v", 0)])
+def test_a_tracestate_is_printable_ascii(bad: str, at: int) -> None:
+    assert event(traceparent=TRACEPARENT, tracestate=" !~").tracestate == " !~"
+    with pytest.raises(InvalidEventError, match=f"tracestate has .* at {at}, only printable ASCII"):
+        event(traceparent=TRACEPARENT, tracestate=bad)
+
+
+@pytest.mark.parametrize("field", ["traceparent", "tracestate"])
+@pytest.mark.parametrize("bad", [b"x", 1, ["x"]])
+def test_trace_context_fields_must_be_str_or_none(field: str, bad: object) -> None:
+    values: dict[str, object] = {"traceparent": TRACEPARENT, field: bad}
+    with pytest.raises(InvalidEventError, match=f"{field} must be a str or None") as error:
+        event(**values)
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("ff" + TRACEPARENT[2:], "version ff is invalid"),
+        (TRACEPARENT[:3] + "0" * 32 + TRACEPARENT[35:], "the trace id is all zeros"),
+        (TRACEPARENT[:36] + "0" * 16 + TRACEPARENT[52:], "the parent id is all zeros"),
+        (TRACEPARENT + "-x", "version 00 is exactly 55 characters, this is 57"),
+        ("01" + TRACEPARENT[2:] + "x", "a later version goes on after the flags only behind"),
+        (TRACEPARENT.upper(), "expected version-traceid-parentid-flags, 2-32-16-2 lowercase"),
+        ("", None),
+    ],
+)
+def test_a_traceparent_error_says_why(bad: str, reason: str | None) -> None:
+    if reason is None:
+        assert event(traceparent=bad).traceparent is None
+        return
+    with pytest.raises(InvalidEventError) as error:
+        event(traceparent=bad)
+    assert str(error.value).startswith(f"traceparent {bad!r} is not a W3C traceparent: {reason}")
+    assert str(error.value).endswith("(event 'e-1', type 'RoomGiftSent', room 'room-1')")
+
+
+def test_a_later_traceparent_version_may_go_on() -> None:
+    later = "01" + TRACEPARENT[2:] + "-more-fields"
+    assert event(traceparent=later).traceparent == later
+    with pytest.raises(InvalidEventError, match="traceparent is not valid Unicode text"):
+        event(traceparent=later + "\ud800")
+
+
+def test_build_takes_a_trace_context() -> None:
+    built = build("r", "T", 1, 5, b"", traceparent=TRACEPARENT, tracestate="k=v")
+    assert (built.traceparent, built.tracestate) == (TRACEPARENT, "k=v")
+    with pytest.raises(InvalidEventError, match="tracestate is given without a traceparent"):
+        build("r", "T", 1, 5, b"", tracestate="k=v")

@@ -12,7 +12,9 @@ Example (SQLite; psycopg 3 and PyMySQL connections work the same)::
         enqueue(db, event)  # True: inserted; False: that event id was already there
 
 The row's ``envelope`` is an ``outbox.v1.EventEnvelope`` (``proto/outbox/v1/envelope.proto``)
-encoded by the official protobuf runtime; the statements follow ``producers/SPEC.md``.
+encoded by the official protobuf runtime; the statements follow ``producers/SPEC.md``. An event
+carries the W3C Trace Context of the producer's span: given explicitly, or taken by ``enqueue``
+from the current OpenTelemetry span when ``opentelemetry-api`` is installed (never required).
 """
 
 from .dialect import Dialect
@@ -28,6 +30,7 @@ from .errors import (
 from .event import DEFAULT_APP_CODE, Event, build, now_ms, to_ms
 from .event_id import EventIdGenerator, new_event_id
 from .sql import DEFAULT_TABLE
+from .trace_context import TraceContext, current_trace_context
 
 __version__ = "0.1.0"
 
@@ -43,7 +46,9 @@ __all__ = [
     "InvalidTableNameError",
     "OutboxError",
     "RowCountError",
+    "TraceContext",
     "build",
+    "current_trace_context",
     "encode_envelope",
     "enqueue",
     "enqueue_batch",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from .dbapi import ConnectionOrCursor, Cursor, connection_of, cursor_of, rowcount, scalar
@@ -9,6 +10,7 @@ from .dialect import Dialect, paramstyle_of, resolve_dialect
 from .event import Event
 from .mysql_rows import found_rows_flag, inserted_rows
 from .sql import DEFAULT_TABLE, ROWS_PER_STATEMENT, check_table_name, count_existing, insert_rows
+from .trace_context import current_trace_context
 from .validate import validate_event
 
 
@@ -26,6 +28,10 @@ def enqueue(
     ``(app_code, event_id)`` already exists (it is kept unchanged). Never commits: commit (or roll
     back) together with your business change. ``dialect`` (``"postgres"``, ``"mysql"``,
     ``"sqlite"``) is told from the driver when not given; ``table`` is the outbox table's name.
+
+    An event without a ``traceparent`` is written with the trace context of the OpenTelemetry
+    span current during this call, when ``opentelemetry-api`` is installed and a valid span is
+    current (:func:`~outboxd_producer.current_trace_context`); ``event`` itself is not changed.
 
     Raises :class:`~outboxd_producer.InvalidEventError` before writing when a field cannot be
     stored, :class:`~outboxd_producer.InvalidTableNameError` for a table name that is not a plain
@@ -49,7 +55,8 @@ def enqueue_batch(
 
     Ids already in the table are skipped (their rows are kept unchanged), and so are repeats of an
     ``(app_code, event_id)`` within ``events``: the first one wins. Every event is checked before
-    the first row is written. See :func:`enqueue` for the arguments and errors.
+    the first row is written. Events without a ``traceparent`` get the current span's, as in
+    :func:`enqueue`. See :func:`enqueue` for the arguments and errors.
     """
     table = check_table_name(table)
     batch = list(events)
@@ -59,6 +66,7 @@ def enqueue_batch(
                 f"events[{index}] is a {type(event).__name__}, not an outboxd_producer.Event"
             )
         validate_event(event)
+    batch = with_current_trace_context(batch)
     resolved = resolve_dialect(cursor_or_connection, dialect)
     paramstyle = paramstyle_of(cursor_or_connection)
     rows = distinct(batch)
@@ -75,6 +83,25 @@ def enqueue_batch(
                 insert_rows(resolved, paramstyle, table, chunk).execute_on(cursor)
                 inserted += rowcount(cursor)
     return inserted
+
+
+def with_current_trace_context(events: list[Event]) -> list[Event]:
+    """``events``, those without a ``traceparent`` replaced by copies carrying the current span's
+    trace context (:func:`~outboxd_producer.current_trace_context`, asked once); ``events``
+    itself when every event has one or no span is current."""
+    if all(event.traceparent for event in events):
+        return events
+    context = current_trace_context()
+    if context is None:
+        return events
+    return [
+        event
+        if event.traceparent
+        else dataclasses.replace(
+            event, traceparent=context.traceparent, tracestate=context.tracestate
+        )
+        for event in events
+    ]
 
 
 def distinct(events: Sequence[Event]) -> list[Event]:

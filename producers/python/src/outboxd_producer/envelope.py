@@ -21,9 +21,13 @@ def encode_envelope(
     room_version: int,
     occurred_at_ms: int,
     body: bytes,
+    traceparent: str = "",
+    tracestate: str = "",
 ) -> bytes:
     """The serialized ``EventEnvelope`` of these fields: the bytes stored in the row's
-    ``envelope`` column (proto3, so fields at their default value take no bytes)."""
+    ``envelope`` column (proto3, so fields at their default value take no bytes: without a
+    ``traceparent`` and ``tracestate`` the envelope is byte for byte what it was before they
+    existed)."""
     message = EventEnvelope(
         app_code=app_code,
         event_id=event_id,
@@ -32,5 +36,7 @@ def encode_envelope(
         room_version=room_version,
         occurred_at_ms=occurred_at_ms,
         body=body,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
     return message.SerializeToString(deterministic=True)

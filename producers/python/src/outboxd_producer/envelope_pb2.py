@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18outbox/v1/envelope.proto\x12\toutbox.v1\"\x94\x01\n\rEventEnvelope\x12\x10\n\x08\x61pp_code\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\t\x12\x0f\n\x07room_id\x18\x03 \x01(\t\x12\x12\n\nevent_type\x18\x04 \x01(\t\x12\x14\n\x0croom_version\x18\x05 \x01(\x03\x12\x16\n\x0eoccurred_at_ms\x18\x06 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x07 \x01(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18outbox/v1/envelope.proto\x12\toutbox.v1\"\xbd\x01\n\rEventEnvelope\x12\x10\n\x08\x61pp_code\x18\x01 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\t\x12\x0f\n\x07room_id\x18\x03 \x01(\t\x12\x12\n\nevent_type\x18\x04 \x01(\t\x12\x14\n\x0croom_version\x18\x05 \x01(\x03\x12\x16\n\x0eoccurred_at_ms\x18\x06 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x07 \x01(\x0c\x12\x13\n\x0btraceparent\x18\x08 \x01(\t\x12\x12\n\ntracestate\x18\t \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,5 +32,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'outbox.v1.envelope_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EVENTENVELOPE']._serialized_start=40
-  _globals['_EVENTENVELOPE']._serialized_end=188
+  _globals['_EVENTENVELOPE']._serialized_end=229
 # @@protoc_insertion_point(module_scope)

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EventEnvelope(_message.Message):
-    __slots__ = ("app_code", "event_id", "room_id", "event_type", "room_version", "occurred_at_ms", "body")
+    __slots__ = ("app_code", "event_id", "room_id", "event_type", "room_version", "occurred_at_ms", "body", "traceparent", "tracestate")
     APP_CODE_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     ROOM_ID_FIELD_NUMBER: _ClassVar[int]
@@ -13,6 +13,8 @@ class EventEnvelope(_message.Message):
     ROOM_VERSION_FIELD_NUMBER: _ClassVar[int]
     OCCURRED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     app_code: str
     event_id: str
     room_id: str
@@ -20,4 +22,6 @@ class EventEnvelope(_message.Message):
     room_version: int
     occurred_at_ms: int
     body: bytes
-    def __init__(self, app_code: _Optional[str] = ..., event_id: _Optional[str] = ..., room_id: _Optional[str] = ..., event_type: _Optional[str] = ..., room_version: _Optional[int] = ..., occurred_at_ms: _Optional[int] = ..., body: _Optional[bytes] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, app_code: _Optional[str] = ..., event_id: _Optional[str] = ..., room_id: _Optional[str] = ..., event_type: _Optional[str] = ..., room_version: _Optional[int] = ..., occurred_at_ms: _Optional[int] = ..., body: _Optional[bytes] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...

@@ -65,6 +65,12 @@ class Event:
     :func:`~outboxd_producer.new_event_id` when left empty) and ``occurred_at_ms`` (UTC
     milliseconds, default now; also the row's ``created_at_ms``).
 
+    ``traceparent`` and ``tracestate`` (keyword only, default ``None``) are the W3C Trace Context
+    of the producer's span, carried in the envelope. When ``traceparent`` is not given (``None``
+    or ``""``, which is kept as ``None``), :func:`~outboxd_producer.enqueue` takes the current
+    OpenTelemetry span's context if ``opentelemetry-api`` is installed
+    (:func:`~outboxd_producer.current_trace_context`). A ``tracestate`` needs a ``traceparent``.
+
     Construction checks every field and raises :class:`~outboxd_producer.InvalidEventError`
     naming the field and the event when one cannot be written.
     """
@@ -76,6 +82,8 @@ class Event:
     app_code: str = DEFAULT_APP_CODE
     event_id: str = ""
     occurred_at_ms: int = field(default_factory=now_ms)
+    traceparent: str | None = field(default=None, kw_only=True)
+    tracestate: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         body: object = self.body
@@ -89,6 +97,11 @@ class Event:
         if self.event_id == "":
             check_int64(self, "occurred_at_ms", self.occurred_at_ms)
             object.__setattr__(self, "event_id", new_event_id(self.occurred_at_ms))
+        # An empty trace context field is one not given (proto3 writes neither).
+        if self.traceparent == "":
+            object.__setattr__(self, "traceparent", None)
+        if self.tracestate == "":
+            object.__setattr__(self, "tracestate", None)
         validate_event(self)
 
     @property
@@ -99,7 +112,8 @@ class Event:
 
     def encoded_envelope(self) -> bytes:
         """The serialized ``outbox.v1.EventEnvelope`` stored in the row's ``envelope`` column; its
-        ``app_code`` and ``event_id`` are the row's."""
+        ``app_code`` and ``event_id`` are the row's. Its trace context is this event's own; for an
+        event without one, :func:`~outboxd_producer.enqueue` writes the current span's instead."""
         return encode_envelope(
             app_code=self.app_code,
             event_id=self.event_id,
@@ -108,6 +122,8 @@ class Event:
             room_version=self.room_version,
             occurred_at_ms=self.occurred_at_ms,
             body=self.body,
+            traceparent=self.traceparent or "",
+            tracestate=self.tracestate or "",
         )
 
 
@@ -120,13 +136,16 @@ def build(
     *,
     app_code: str = DEFAULT_APP_CODE,
     event_id: str = "",
+    traceparent: str | None = None,
+    tracestate: str | None = None,
 ) -> Event:
     """An :class:`Event` with a new time-ordered id (unless ``event_id`` is given).
 
     ``occurred_at`` is a timezone-aware ``datetime``, UTC milliseconds, or ``None`` for now;
     ``body`` is bytes or a protobuf message (serialized here). Give ``event_id`` a value derived
     from the command (e.g. ``f"gift-{order_id}"``) to make retrying the command write the event
-    only once.
+    only once. ``traceparent`` / ``tracestate`` set the event's trace context; left out, enqueueing
+    takes the current OpenTelemetry span's (see :class:`Event`).
     """
     payload = body.SerializeToString() if isinstance(body, SerializableMessage) else body
     return Event(
@@ -137,4 +156,6 @@ def build(
         app_code=app_code,
         event_id=event_id,
         occurred_at_ms=to_ms(occurred_at),
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
