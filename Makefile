@@ -145,10 +145,9 @@ $(PLUGIN_OUT)/compat/jsonl-log-0.1.0.wasm: $(PY_TOOLCHAIN) $(COMPAT_WIT)/publish
 	@mkdir -p $(dir $@)
 	$(COMPONENTIZE_PY) -d $(COMPAT_WIT) -w publisher componentize -p plugins/python/jsonl_log app -o $@
 
-$(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm: $(JS_TOOLCHAIN) $(COMPAT_WIT)/publisher.wit plugins/js/webhook/webhook.js
-	@mkdir -p $(dir $@) $(PLUGIN_OUT)/compat/src
-	sed 's#outbox:publisher/\([a-z-]*\)@0\.1\.[0-9]*#outbox:publisher/\1@0.1.0#' plugins/js/webhook/webhook.js > $(PLUGIN_OUT)/compat/src/webhook.js
-	$(COMPONENTIZE_JS) $(PLUGIN_OUT)/compat/src/webhook.js --wit $(COMPAT_WIT) --world-name publisher --disable fetch-event -o $@
+$(PLUGIN_OUT)/compat/webhook-js-0.1.0.wasm: $(JS_TOOLCHAIN) $(COMPAT_WIT)/publisher.wit $(COMPAT_WIT)/webhook.js
+	@mkdir -p $(dir $@)
+	$(COMPONENTIZE_JS) $(COMPAT_WIT)/webhook.js --wit $(COMPAT_WIT) --world-name publisher --disable fetch-event -o $@
 
 ## demo: migrate a fresh SQLite file, enqueue sample room events (and one no route takes, so
 ## the dead letters have one), deliver them through the log plugin until drained, print the

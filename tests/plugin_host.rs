@@ -16,6 +16,7 @@ use outboxd::plugin::{
     load_publisher, parse_config_pair, parse_event_json, test_plugin,
 };
 use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::trace_context::TraceContext;
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -31,11 +32,27 @@ fn event(n: usize, event_type: &str) -> Event {
         occurred_at_ms: 1_700_000_000_000 + n as i64,
         body: vec![0, 159, 146, 150, n as u8],
         attempt: 1,
+        trace: None,
     }
 }
 
 fn events(count: usize, event_type: &str) -> Vec<Event> {
     (0..count).map(|n| event(n, event_type)).collect()
+}
+
+/// `count` events that carry a producer's trace context.
+fn traced(count: usize) -> Vec<Event> {
+    let context = TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "rojo=00f067aa0ba902b7",
+    )
+    .unwrap();
+    (0..count)
+        .map(|n| Event {
+            trace: Some(context.clone()),
+            ..event(n, "x")
+        })
+        .collect()
 }
 
 async fn start(config: SinkConfig) -> PluginSink {
@@ -529,7 +546,7 @@ async fn components_of_another_world_are_rejected() {
 async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
     let bytes = std::fs::read(plugin("log")).unwrap();
     for (version, loads) in [("0.1.9", true), ("0.2.0", false), ("1.0.0", false)] {
-        let rewritten = replace_all(&bytes, b"@0.1.1", format!("@{version}").as_bytes());
+        let rewritten = replace_all(&bytes, b"@0.1.2", format!("@{version}").as_bytes());
         let (_d, path) = temp_file("versioned.wasm", &rewritten);
         let result = check(&path, &settings()).await;
         if loads {
@@ -553,32 +570,38 @@ async fn the_version_rule_loads_compatible_minors_and_refuses_other_tracks() {
     }
 }
 
-/// Plugins built against `outbox:publisher@0.1.0` load and run on this host as they are: the
-/// Rust ones kept from then (tests/fixtures/wasm-0.1.0), the Python and JavaScript ones built
-/// from their sources against that WIT (`make plugins`: plugins/out/compat/).
+/// Plugins built against `outbox:publisher@0.1.0` and `0.1.1` load and run on this host as they
+/// are: the Rust ones kept from then (tests/fixtures/wasm-0.1.0, tests/fixtures/wasm-0.1.1), the
+/// Python and JavaScript ones built from their sources against 0.1.0 (`make plugins`:
+/// plugins/out/compat/). They import no `trace` (added in 0.1.2), so they send no trace headers.
 #[tokio::test]
-async fn plugins_built_against_0_1_0_load_unchanged() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/wasm-0.1.0");
+async fn plugins_built_against_earlier_minors_load_unchanged() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
     let compat = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/out/compat");
+    let webhook = vec![
+        ("url", "http://127.0.0.1:9/hook"),
+        ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    ];
     let cases = [
-        (fixtures.join("log.wasm"), vec![]),
-        (compat.join("jsonl-log-0.1.0.wasm"), vec![]),
+        (fixtures.join("wasm-0.1.0/log.wasm"), "0.1.0", vec![]),
+        (compat.join("jsonl-log-0.1.0.wasm"), "0.1.0", vec![]),
         (
-            fixtures.join("webhook.wasm"),
-            vec![
-                ("url", "http://127.0.0.1:9/hook"),
-                ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            ],
+            fixtures.join("wasm-0.1.0/webhook.wasm"),
+            "0.1.0",
+            webhook.clone(),
         ),
         (
             compat.join("webhook-js-0.1.0.wasm"),
-            vec![
-                ("url", "http://127.0.0.1:9/hook"),
-                ("secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            ],
+            "0.1.0",
+            webhook.clone(),
+        ),
+        (
+            fixtures.join("wasm-0.1.1/webhook.wasm"),
+            "0.1.1",
+            webhook.clone(),
         ),
     ];
-    for (path, config) in cases {
+    for (path, version, config) in cases {
         assert!(
             path.is_file(),
             "{} is missing: run `make plugins`",
@@ -589,7 +612,7 @@ async fn plugins_built_against_0_1_0_load_unchanged() {
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(
             report.world.version.as_deref(),
-            Some("0.1.0"),
+            Some(version),
             "{}",
             path.display()
         );
@@ -602,7 +625,7 @@ async fn plugins_built_against_0_1_0_load_unchanged() {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let outcomes = test_plugin(&path, config, events(1, "x"), http.clone(), &settings())
+        let outcomes = test_plugin(&path, config, traced(1), http.clone(), &settings())
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         if http.is_empty() {
@@ -616,6 +639,12 @@ async fn plugins_built_against_0_1_0_load_unchanged() {
             );
         }
     }
+    // A broker plugin of 0.1.1 (the `broker-publisher` world) passes the checks too.
+    let broker = check(&fixtures.join("wasm-0.1.1/broker.wasm"), &settings())
+        .await
+        .unwrap();
+    assert_eq!(broker.world.version.as_deref(), Some("0.1.1"));
+    assert!(broker.world.imports_broker());
 }
 
 /// Only plugins that publish to brokers import `broker` (so only they need a sink with
@@ -636,28 +665,28 @@ async fn the_broker_plugin_imports_broker_and_the_log_plugin_does_not() {
 #[tokio::test]
 async fn check_lists_imports_and_exports() {
     let report = check(&plugin("log"), &settings()).await.unwrap();
-    assert_eq!(report.world.version.as_deref(), Some("0.1.1"));
+    assert_eq!(report.world.version.as_deref(), Some("0.1.2"));
     assert!(
         report
             .world
             .imports
             .iter()
-            .any(|i| i == "outbox:publisher/logging@0.1.1")
+            .any(|i| i == "outbox:publisher/logging@0.1.2")
     );
     assert!(
         report
             .world
             .imports
             .iter()
-            .any(|i| i == "outbox:publisher/types@0.1.1")
+            .any(|i| i == "outbox:publisher/types@0.1.2")
     );
     assert_eq!(report.world.exports, ["init", "publish"]);
     let text = report.to_string();
     assert!(
-        text.contains("world:   outbox:publisher/publisher@0.1.1: ok"),
+        text.contains("world:   outbox:publisher/publisher@0.1.2: ok"),
         "{text}"
     );
-    assert!(text.contains("  outbox:publisher/logging@0.1.1"), "{text}");
+    assert!(text.contains("  outbox:publisher/logging@0.1.2"), "{text}");
 }
 
 // ---------------------------------------------------------------------------------------------

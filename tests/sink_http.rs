@@ -16,6 +16,7 @@ use http::{Reply, WebhookReceiver};
 use outboxd::config::{ByteSize, SinkConfig, SinkLimits, SinkSpec};
 use outboxd::plugin::{PluginError, PluginSink};
 use outboxd::publish::{Event, Outcome, Publisher};
+use outboxd::trace_context::TraceContext;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -59,6 +60,7 @@ fn events(count: usize) -> Vec<Event> {
             occurred_at_ms: 1_700_000_000_000 + n as i64,
             body: format!("{{\"n\":{n}}}").into_bytes(),
             attempt: 1,
+            trace: None,
         })
         .collect()
 }
@@ -461,4 +463,46 @@ async fn secrets_are_redacted_from_plugin_messages() {
     let text = error.to_string();
     assert!(!text.contains("tok-very-secret-42"), "{text}");
     assert!(text.contains("api_token = ***"), "{text}");
+}
+
+/// The Rust and the JavaScript webhook plugins send each event's trace context (the WIT `trace`
+/// import) as the `traceparent` and `tracestate` headers: with a state, without one, and no
+/// header at all for an event that carries none, in one batch through the real host.
+#[tokio::test]
+async fn webhooks_send_each_events_trace_context() {
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const OTHER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    for plugin_name in ["webhook", "webhook-js"] {
+        let receiver = WebhookReceiver::start(&[SECRET]).await;
+        let mut config = webhook(plugin_name, &receiver.url(), &[origin(receiver.addr())]);
+        config.plugin = plugin(plugin_name);
+        let sink = start(&config).await;
+        let mut batch = events(3);
+        batch[0].trace = Some(TraceContext::new(PARENT, "rojo=00f067aa0ba902b7").unwrap());
+        batch[1].trace = Some(TraceContext::new(OTHER, "").unwrap());
+        assert_eq!(
+            sink.publish(&batch).await,
+            vec![Outcome::Delivered; 3],
+            "{plugin_name}"
+        );
+        let mut seen: Vec<_> = receiver
+            .deliveries()
+            .into_iter()
+            .map(|d| (d.id, d.traceparent, d.tracestate))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "evt-0".to_string(),
+                    Some(PARENT.to_string()),
+                    Some("rojo=00f067aa0ba902b7".to_string())
+                ),
+                ("evt-1".to_string(), Some(OTHER.to_string()), None),
+                ("evt-2".to_string(), None, None),
+            ],
+            "{plugin_name}"
+        );
+    }
 }

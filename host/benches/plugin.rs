@@ -28,6 +28,7 @@ fn events(count: usize, event_type: &str) -> Vec<Event> {
             occurred_at_ms: 1_700_000_000_000 + n as i64,
             body: vec![b'x'; 256],
             attempt: 1,
+            trace: None,
         })
         .collect()
 }

@@ -27,6 +27,8 @@ pub struct Event {
     pub body: Vec<u8>,
     /// Delivery attempt, 1 on first delivery.
     pub attempt: u32,
+    /// The producer's W3C trace context, when it wrote a valid one with the event.
+    pub trace: Option<crate::trace_context::TraceContext>,
 }
 
 /// A publisher's answer for one event of a batch: the first of the fates along the path. The

@@ -67,6 +67,7 @@ async fn enqueue_inserts_pending_rows(backend: Backend) {
             occurred_at_ms: 1_000,
             body: "e1".to_string().encode_to_vec(),
             attempt: 1,
+            trace: None,
         }
     );
 }

@@ -201,6 +201,10 @@ pub struct Delivery {
     pub body: Vec<u8>,
     /// The status the receiver answered with (2xx means delivered).
     pub status: u16,
+    /// `traceparent` (W3C Trace Context), when sent.
+    pub traceparent: Option<String>,
+    /// `tracestate`, when sent.
+    pub tracestate: Option<String>,
 }
 
 /// What the receiver has seen.
@@ -363,6 +367,8 @@ async fn receive(
         content_type: header(&parts, "content-type"),
         body: body.to_vec(),
         status,
+        traceparent: header(&parts, "traceparent"),
+        tracestate: header(&parts, "tracestate"),
     });
     response
 }

@@ -195,6 +195,7 @@ fn batches(samples: &[Event], events: usize, batch_size: usize) -> Vec<Vec<Event
         occurred_at_ms: outboxd::record::now_ms(),
         body: Vec::new(),
         attempt: 1,
+        trace: None,
     }];
     let samples = if samples.is_empty() {
         &fallback[..]
@@ -250,6 +251,7 @@ mod tests {
             occurred_at_ms: 0,
             body: vec![1, 2],
             attempt: 1,
+            trace: None,
         }
     }
 

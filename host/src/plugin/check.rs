@@ -17,6 +17,7 @@ use crate::broker::Brokers;
 use crate::config::{PluginSettings, SinkConfig, SinkLimits, SinkSpec};
 use crate::publish::{Event, Outcome, Publisher};
 use crate::record::DEFAULT_APP_CODE;
+use crate::trace_context::TraceContext;
 
 /// What `outboxd plugin check` found; `Display` prints it for humans.
 #[derive(Debug, Clone)]
@@ -150,6 +151,8 @@ struct EventArg {
     attempt: Option<u32>,
     body: Option<String>,
     body_base64: Option<String>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 /// Parses the `index`-th (0-based) `--event` JSON argument, e.g.
@@ -157,7 +160,8 @@ struct EventArg {
 /// `app_code` defaults to the default app code, `event_id` to `evt_sample_<index>`,
 /// `event_type` to `RoomGiftSent`, `room_id` to `room-1`, `room_version` and `attempt` to 1,
 /// `occurred_at_ms` to now, the body to empty. `body` is UTF-8 text; `body_base64` gives a
-/// binary body instead.
+/// binary body instead; `traceparent` (and `tracestate`) a W3C trace context for the plugin's
+/// `trace` import.
 pub fn parse_event_json(index: usize, json: &str) -> Result<Event, PluginError> {
     let invalid = |reason: String| PluginError::EventJson { index, reason };
     let arg: EventArg = serde_json::from_str(json).map_err(|e| invalid(e.to_string()))?;
@@ -168,6 +172,14 @@ pub fn parse_event_json(index: usize, json: &str) -> Result<Event, PluginError> 
             .decode(b64)
             .map_err(|e| invalid(format!("body_base64: {e}")))?,
         (None, None) => Vec::new(),
+    };
+    let trace = match (arg.traceparent, arg.tracestate) {
+        (Some(parent), state) => Some(
+            TraceContext::new(parent, state.unwrap_or_default())
+                .map_err(|e| invalid(e.to_string()))?,
+        ),
+        (None, Some(_)) => return Err(invalid("`tracestate` needs a `traceparent`".into())),
+        (None, None) => None,
     };
     Ok(Event {
         app_code: arg.app_code.unwrap_or_else(|| DEFAULT_APP_CODE.to_string()),
@@ -180,6 +192,7 @@ pub fn parse_event_json(index: usize, json: &str) -> Result<Event, PluginError> 
         occurred_at_ms: arg.occurred_at_ms.unwrap_or_else(crate::record::now_ms),
         body,
         attempt: arg.attempt.unwrap_or(1),
+        trace,
     })
 }
 

@@ -1,8 +1,9 @@
 //! Per-instance store state: the empty WASI context, the wasi:http context and hooks (linked
 //! only for sinks that allow hosts), the memory limiter, the deadline, and the host side of the
-//! `logging` import and of guest stdout/stderr (both land in `tracing`, secrets redacted); the
-//! `broker` import is `broker_host.rs`.
+//! `logging` import and of guest stdout/stderr (both land in `tracing`, secrets redacted), and the
+//! `trace` import (the running call's trace contexts); the `broker` import is `broker_host.rs`.
 
+use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::outbox::publisher::logging::{self, Level};
+use super::bindings::outbox::publisher::trace;
 use super::bindings::outbox::publisher::types;
 use super::http::{HttpPolicy, SinkHttpHooks};
 use super::log_limit::LogLimit;
@@ -58,6 +60,8 @@ pub(super) struct HostState {
     pub(super) deadline_hit: bool,
     /// The last stderr lines written during the running call (a panic message, typically).
     stderr_tail: Arc<Mutex<Vec<String>>>,
+    /// The trace contexts of the running call's events, by event id (the `trace` import).
+    pub(super) traces: HashMap<String, trace::TraceContext>,
 }
 
 impl HostState {
@@ -88,6 +92,7 @@ impl HostState {
             deadline: None,
             deadline_hit: false,
             stderr_tail,
+            traces: HashMap::new(),
         }
     }
 
@@ -145,6 +150,13 @@ impl logging::Host for HostState {
             Level::Warn => tracing::warn!(target: "outboxd::plugin", sink, "{message}"),
             Level::Error => tracing::error!(target: "outboxd::plugin", sink, "{message}"),
         }
+    }
+}
+
+/// The `trace` import: the trace context of an event of the running call.
+impl trace::Host for HostState {
+    fn context_of(&mut self, event_id: String) -> Option<trace::TraceContext> {
+        self.traces.get(&event_id).cloned()
     }
 }
 

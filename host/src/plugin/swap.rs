@@ -93,6 +93,7 @@ mod tests {
             occurred_at_ms: 0,
             body: Vec::new(),
             attempt: 1,
+            trace: None,
         }
     }
 

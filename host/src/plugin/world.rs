@@ -5,7 +5,7 @@
 //! Version rule: every `outbox:publisher/…@V` the plugin imports (every plugin imports at least
 //! `outbox:publisher/types`, which carries the `event` record) must be semver-compatible with
 //! [`WIT_VERSION`]: same major version, and for `0.x` the same minor version (`0.1.0` … `0.1.9`
-//! all load on a `0.1.1` host). Anything the plugin uses that the host lacks is then reported
+//! all load on a `0.1.2` host). Anything the plugin uses that the host lacks is then reported
 //! by the linker, naming the missing item.
 
 use std::path::Path;
@@ -21,7 +21,7 @@ use super::state::HostState;
 /// The WIT package plugins implement.
 pub const WIT_PACKAGE: &str = "outbox:publisher";
 /// The version of [`WIT_PACKAGE`] this host is built from (`wit/publisher.wit`).
-pub const WIT_VERSION: &str = "0.1.1";
+pub const WIT_VERSION: &str = "0.1.2";
 /// The versions this host loads, as shown to users.
 pub const SUPPORTED_VERSIONS: &str = "0.1.x";
 

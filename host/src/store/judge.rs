@@ -7,6 +7,7 @@ use super::row::CandidateRow;
 use crate::envelope::EventEnvelope;
 use crate::publish::Event;
 use crate::store::{ClaimedEvent, RejectedRow};
+use crate::trace_context::TraceContext;
 
 /// One candidate row's columns as [`judge_columns`] reads them: the claim's view of a row, for
 /// callers outside the store (the row judge's fuzz target in `host/fuzz`, `make fuzz`).
@@ -108,6 +109,7 @@ pub(crate) fn judge(
     if let Some(reason) = mismatch {
         return Err(reject(row, reason));
     }
+    let trace = trace_context(&row.event_id, envelope.traceparent, envelope.tracestate);
     Ok(ClaimedEvent {
         event: Event {
             app_code: app_code.to_string(),
@@ -118,10 +120,25 @@ pub(crate) fn judge(
             occurred_at_ms: envelope.occurred_at_ms,
             body: envelope.body,
             attempt: retry_count + 1,
+            trace,
         },
         retry_count,
         created_at_ms: row.created_at_ms,
     })
+}
+
+/// The producer's trace context of event `event_id`: `None` when it wrote none, or an invalid
+/// one (logged: the event is delivered all the same, without it).
+fn trace_context(event_id: &str, traceparent: String, tracestate: String) -> Option<TraceContext> {
+    if traceparent.is_empty() {
+        return None;
+    }
+    TraceContext::new(traceparent, tracestate)
+        .inspect_err(|error| {
+            tracing::warn!(event_id = %event_id, error = %error,
+                "the event's trace context is invalid; delivering it without one");
+        })
+        .ok()
 }
 
 #[cfg(test)]
@@ -161,6 +178,7 @@ mod tests {
                 occurred_at_ms: 4,
                 body: b"x".to_vec(),
                 attempt: 2,
+                trace: None,
             }
         );
     }

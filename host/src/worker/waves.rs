@@ -130,6 +130,7 @@ mod tests {
             occurred_at_ms: 0,
             body: Vec::new(),
             attempt: 1,
+            trace: None,
         }
     }
 

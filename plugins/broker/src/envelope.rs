@@ -2,9 +2,10 @@
 //! bytes a producer wrote into the row: proto3, fields in number order, defaults left out.
 
 use outboxd_plugin::Event;
+use outboxd_plugin::trace::TraceContext;
 
-/// `event` encoded as an `EventEnvelope`.
-pub fn encode(event: &Event) -> Vec<u8> {
+/// `event` encoded as an `EventEnvelope`, with its trace context (fields 8 and 9) when it has one.
+pub fn encode(event: &Event, trace: Option<&TraceContext>) -> Vec<u8> {
     let mut out = Vec::with_capacity(event.body.len() + 96);
     bytes_field(&mut out, 1, event.app_code.as_bytes());
     bytes_field(&mut out, 2, event.event_id.as_bytes());
@@ -13,6 +14,10 @@ pub fn encode(event: &Event) -> Vec<u8> {
     int_field(&mut out, 5, event.room_version);
     int_field(&mut out, 6, event.occurred_at_ms);
     bytes_field(&mut out, 7, &event.body);
+    if let Some(trace) = trace {
+        bytes_field(&mut out, 8, trace.traceparent.as_bytes());
+        bytes_field(&mut out, 9, trace.tracestate.as_bytes());
+    }
     out
 }
 
@@ -76,8 +81,12 @@ mod tests {
                 body: unhex(&text("body_hex")),
                 attempt: 1,
             };
+            let trace = TraceContext {
+                traceparent: text("traceparent"),
+                tracestate: text("tracestate"),
+            };
             assert_eq!(
-                encode(&event),
+                encode(&event, Some(&trace)),
                 unhex(case["envelope_hex"].as_str().unwrap()),
                 "case {}",
                 case["name"]

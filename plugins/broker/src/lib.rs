@@ -12,7 +12,8 @@
 //! - `payload`: `protobuf` (default: the `outbox.v1.EventEnvelope` bytes), `json` (the event's
 //!   JSON form, the body base64) or `body` (the body as it is);
 //! - `headers`: `true` (default) or `false`: the headers `event-id`, `event-type`, `app-code`,
-//!   `room-id`, `room-version`, `occurred-at-ms` and `content-type`.
+//!   `room-id`, `room-version`, `occurred-at-ms` and `content-type`, and the event's W3C trace
+//!   context as `traceparent` and `tracestate` when it carries one.
 //!
 //! The message id is the event id: JetStream deduplicates on it (`Nats-Msg-Id`); it is the AMQP
 //! `message_id`, and the `message-id` Redis field, MQTT user property and Kafka header. Each
@@ -22,7 +23,7 @@ mod envelope;
 mod template;
 
 use outboxd_plugin::broker::{self, Message};
-use outboxd_plugin::{Config, Event, Plugin, PublishError, event_json, export_plugin};
+use outboxd_plugin::{Config, Event, Plugin, PublishError, event_json, export_plugin, trace};
 
 use template::Template;
 
@@ -93,8 +94,9 @@ impl Plugin for BrokerPlugin {
 impl BrokerPlugin {
     /// The message of `event`.
     fn message(&self, event: &Event) -> Message {
+        let trace = trace::context(event);
         let payload = match self.payload {
-            Payload::Protobuf => envelope::encode(event),
+            Payload::Protobuf => envelope::encode(event, trace.as_ref()),
             Payload::Json => event_json::to_string(event).into_bytes(),
             Payload::Body => event.body.clone(),
         };
@@ -114,6 +116,9 @@ impl BrokerPlugin {
                     self.payload.content_type().to_string(),
                 ),
             ]
+            .into_iter()
+            .chain(trace.as_ref().map(trace::headers).unwrap_or_default())
+            .collect()
         } else {
             Vec::new()
         };
@@ -157,7 +162,7 @@ mod tests {
         assert_eq!(message.topic, "outbox.app.RoomGiftSent");
         assert_eq!(message.key.as_deref(), Some(&b"r-1"[..]));
         assert_eq!(message.message_id, "e-1");
-        assert_eq!(message.payload, envelope::encode(&event("e-1")));
+        assert_eq!(message.payload, envelope::encode(&event("e-1"), None));
         let header = |name: &str| {
             message
                 .headers

@@ -5,7 +5,8 @@
 // space-separated during a rotation). Timeouts are the sink's limits (`connect_timeout`,
 // `first_byte_timeout`, `publish_timeout`), enforced by the host. The body is the event's JSON
 // form (every field, the body base64), with `webhook-id` (the event id), `webhook-timestamp` and
-// `webhook-signature` (`v1,<base64 HMAC-SHA256(secret, "{id}.{timestamp}.{body}")>` per secret).
+// `webhook-signature` (`v1,<base64 HMAC-SHA256(secret, "{id}.{timestamp}.{body}")>` per secret),
+// and the event's W3C trace context as `traceparent` / `tracestate` when it carries one.
 // Answers: 2xx delivered; 429 and 5xx retryable (rate-limited when `Retry-After` gives seconds);
 // 410, other 4xx and 3xx permanent; transport errors retryable. The sink needs
 // `limits.allow_hosts` for the URL. Known limits of componentize-js 0.23's `fetch`: a request
@@ -13,7 +14,8 @@
 // as in the Rust webhook plugin) or traps the runtime, and so does a refused connection (a trap
 // fails the whole batch as retryable and the instance is rebuilt).
 
-import { log } from 'outbox:publisher/logging@0.1.1';
+import { log } from 'outbox:publisher/logging@0.1.2';
+import { contextOf } from 'outbox:publisher/trace@0.1.2';
 
 const SNIPPET_CHARS = 200;
 const SETTINGS = ['url', 'secret'];
@@ -63,18 +65,20 @@ async function send(event, timestamp) {
   const signatures = await Promise.all(
     settings.keys.map((key) => sign(key, `${event.eventId}.${timestamp}.${body}`)),
   );
+  const headers = {
+    'content-type': 'application/json',
+    'webhook-id': event.eventId,
+    'webhook-timestamp': String(timestamp),
+    'webhook-signature': signatures.map((s) => `v1,${s}`).join(' '),
+  };
+  const trace = contextOf(event.eventId);
+  if (trace) {
+    headers.traceparent = trace.traceparent;
+    if (trace.tracestate) headers.tracestate = trace.tracestate;
+  }
   let response;
   try {
-    response = await fetch(settings.url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        'webhook-id': event.eventId,
-        'webhook-timestamp': String(timestamp),
-        'webhook-signature': signatures.map((s) => `v1,${s}`).join(' '),
-      },
-      body,
-    });
+    response = await fetch(settings.url, { method: 'POST', headers, body });
   } catch (error) {
     const why = String(error && error.message ? error.message : error);
     if (/denied/i.test(why)) {

@@ -32,6 +32,7 @@
 //! - [`config`]: typed parsing of the sink's settings, errors naming the key;
 //! - [`event_json`]: the event's JSON form, the one definition every plugin sending JSON uses;
 //! - [`log`]: lines into outboxd's log;
+//! - [`trace`]: an event's W3C trace context and its headers, to pass on downstream;
 //! - `http` (feature `http`): a batch of requests sent concurrently over wasi:http, timeouts,
 //!   and the classification of answers into publish results;
 //! - `broker` (feature `broker`): publishing confirmed messages on the host's `[[broker]]`
@@ -48,6 +49,7 @@ pub mod http;
 pub mod log;
 #[doc(hidden)]
 pub mod runtime;
+pub mod trace;
 
 /// The bindings of the `outbox:publisher/publisher` world, generated from `wit/publisher.wit`.
 #[cfg(not(feature = "broker"))]

@@ -1,6 +1,7 @@
 //! One batch: build a signed request per event, send them all at once, classify the answers.
 
 use outboxd_plugin::http::{Platform, Request, classify};
+use outboxd_plugin::trace::{self, TraceContext};
 use outboxd_plugin::{Event, PublishError};
 
 use crate::config::Config;
@@ -16,7 +17,7 @@ pub fn publish_batch(
     let timestamp = platform.unix_time_secs();
     let requests = batch
         .iter()
-        .map(|event| request(config, event, timestamp))
+        .map(|event| request(config, event, trace::context(event).as_ref(), timestamp))
         .collect();
     let mut outcomes = platform.send_all(requests, config.timeout).into_iter();
     batch
@@ -30,18 +31,26 @@ pub fn publish_batch(
         .collect()
 }
 
-/// The signed Standard Webhooks request for `event`, stamped `timestamp` (unix seconds).
-pub fn request(config: &Config, event: &Event, timestamp: u64) -> Request {
+/// The signed Standard Webhooks request for `event`, stamped `timestamp` (unix seconds), with
+/// the `traceparent` and `tracestate` headers of its trace context when it has one.
+pub fn request(
+    config: &Config,
+    event: &Event,
+    trace: Option<&TraceContext>,
+    timestamp: u64,
+) -> Request {
     let (payload, content_type) = body(&config.content, event);
     let signature = signature_header(&config.secrets, &event.event_id, timestamp, &payload);
+    let mut headers = vec![
+        ("content-type".to_string(), content_type),
+        ("webhook-id".to_string(), event.event_id.clone()),
+        ("webhook-timestamp".to_string(), timestamp.to_string()),
+        ("webhook-signature".to_string(), signature),
+    ];
+    headers.extend(trace.map(trace::headers).unwrap_or_default());
     Request {
         url: config.url.clone(),
-        headers: vec![
-            ("content-type".to_string(), content_type),
-            ("webhook-id".to_string(), event.event_id.clone()),
-            ("webhook-timestamp".to_string(), timestamp.to_string()),
-            ("webhook-signature".to_string(), signature),
-        ],
+        headers,
         body: payload,
     }
 }
@@ -152,6 +161,35 @@ pub(crate) mod tests {
             sign(b"k2", "a", 1_700_000_123, &first.body)
         );
         assert_eq!(header("webhook-signature"), expected);
+        assert!(
+            !first.headers.iter().any(|(k, _)| k.starts_with("trace")),
+            "no context, no trace headers"
+        );
+    }
+
+    #[test]
+    fn a_traced_event_carries_traceparent_and_tracestate() {
+        let mut context = TraceContext {
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+            tracestate: "rojo=00f067aa0ba902b7".into(),
+        };
+        let traced = request(&config(), &event("a"), Some(&context), 1);
+        let trace_headers: Vec<_> = traced
+            .headers
+            .iter()
+            .filter(|(k, _)| k.starts_with("trace"))
+            .cloned()
+            .collect();
+        assert_eq!(
+            trace_headers,
+            [
+                ("traceparent".to_string(), context.traceparent.clone()),
+                ("tracestate".to_string(), context.tracestate.clone())
+            ]
+        );
+        context.tracestate.clear();
+        let traced = request(&config(), &event("a"), Some(&context), 1);
+        assert!(!traced.headers.iter().any(|(k, _)| k == "tracestate"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 
+use super::super::bindings::outbox::publisher::trace::TraceContext as WitTraceContext;
 use super::super::bindings::outbox::publisher::types::{Event as WitEvent, PublishError};
 use super::super::error::PluginError;
 use super::super::isolate::{CallResult, ISOLATION_PARALLELISM, isolate};
@@ -117,9 +118,21 @@ impl SinkCore {
     /// as a whole (the instance is then discarded and the failure counted).
     async fn call(&self, batch: &[Event], positions: Vec<usize>) -> CallResult {
         let wit_events: Vec<WitEvent> = positions.iter().map(|&p| to_wit(&batch[p])).collect();
+        let traces = positions
+            .iter()
+            .filter_map(|&p| {
+                let event = &batch[p];
+                let context = event.trace.as_ref()?;
+                let context = WitTraceContext {
+                    traceparent: context.traceparent().to_string(),
+                    tracestate: context.tracestate().to_string(),
+                };
+                Some((event.event_id.clone(), context))
+            })
+            .collect();
         let called = match self.check_out().await {
             Ok(mut instance) => {
-                let results = self.call_publish(&mut instance, &wit_events).await;
+                let results = self.call_publish(&mut instance, &wit_events, traces).await;
                 if results.is_ok() {
                     self.check_in(instance);
                 }

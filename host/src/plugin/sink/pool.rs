@@ -2,12 +2,14 @@
 //! one guest `publish` call run under the deadline, its failure classified (deadline, memory
 //! cap, trap).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::super::bindings::PublisherComponent;
+use super::super::bindings::outbox::publisher::trace::TraceContext as WitTraceContext;
 use super::super::bindings::outbox::publisher::types::{Event as WitEvent, PublishError};
 use super::super::error::{PluginError, boxed};
 use super::super::state::HostState;
@@ -92,8 +94,10 @@ impl SinkCore {
         &self,
         instance: &mut Instance,
         events: &[WitEvent],
+        traces: HashMap<String, WitTraceContext>,
     ) -> Result<Vec<Result<(), PublishError>>, PluginError> {
         let timeout = self.publish_timeout;
+        instance.store.data_mut().traces = traces;
         instance.store.data_mut().arm(Instant::now() + timeout);
         // The epoch moved on while the instance sat idle: count ticks from now.
         instance.store.set_epoch_deadline(1);
@@ -103,6 +107,7 @@ impl SinkCore {
         )
         .await;
         instance.store.data_mut().disarm();
+        instance.store.data_mut().traces.clear();
         self.shared.log_limit.flush();
         let results = match called {
             Err(_elapsed) => return Err(self.deadline_error()),
