@@ -23,6 +23,7 @@ use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{DeliveryOrder, OutboxStore};
+use outboxd::trace_context::TraceContext;
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawRow, TestDb, typed_record, wait_until};
 use tokio_util::sync::CancellationToken;
@@ -387,8 +388,65 @@ async fn urls_outside_the_allowlist_are_refused(backend: Backend) {
     db.cleanup().await;
 }
 
+/// A producer's trace context travels with its event to the webhook receiver as the
+/// `traceparent` and `tracestate` headers, also on a retry; an event with none sends none; an
+/// event whose row holds an invalid one (a producer that did not check it) is delivered all the
+/// same, without headers.
+async fn trace_contexts_reach_the_webhook_and_invalid_ones_do_not_stop_delivery(backend: Backend) {
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let receiver = WebhookReceiver::start(&[WEBHOOK_SECRET]).await;
+    let im = FakeIm::start(SDKAPPID, IDENTIFIER, IM_SECRET_KEY).await;
+    let store = db.store_default().await;
+    let base = now_ms() - 10_000;
+    let context = TraceContext::new(PARENT, "rojo=00f067aa0ba902b7").unwrap();
+    let traced =
+        typed_record("app", "traced", "r1", "RoomClosed", base).with_trace_context(&context);
+    let plain = typed_record("app", "plain", "r2", "RoomClosed", base + 1);
+    let mut invalid = typed_record("app", "invalid", "r3", "RoomClosed", base + 2);
+    invalid.envelope.traceparent = "00-not-a-trace-01".into();
+    invalid.envelope.tracestate = "k=v".into();
+    store
+        .enqueue(&[traced, plain, invalid])
+        .await
+        .expect("enqueue");
+    // The first answer is a 503: the retried event carries its context again.
+    receiver.script(1, Reply::status(503));
+
+    let origin = format!("http://{}", receiver.addr());
+    let sinks = [im_sink(&im), webhook_sink(&receiver.url(), &origin)];
+    let rows = run_until_settled(&db, &sinks, 5).await;
+
+    assert!(rows.iter().all(|r| r.status == "delivered"), "{rows:?}");
+    for delivery in receiver.deliveries() {
+        let expected = match delivery.id.as_str() {
+            "traced" => (Some(PARENT), Some("rojo=00f067aa0ba902b7")),
+            _ => (None, None),
+        };
+        assert_eq!(
+            (
+                delivery.traceparent.as_deref(),
+                delivery.tracestate.as_deref()
+            ),
+            expected,
+            "{} (status {})",
+            delivery.id,
+            delivery.status
+        );
+    }
+    assert_eq!(receiver.delivered_ids().len(), 3);
+    assert!(
+        receiver.deliveries().len() >= 4,
+        "one 503, then three deliveries"
+    );
+    db.cleanup().await;
+}
+
 support::per_backend!(
     routed_retried_and_delivered_once,
     permanent_errors_fail_with_the_reason,
     urls_outside_the_allowlist_are_refused,
+    trace_contexts_reach_the_webhook_and_invalid_ones_do_not_stop_delivery,
 );
