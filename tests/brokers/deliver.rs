@@ -1,5 +1,5 @@
 //! On the shared brokers: each broker's docs config delivers every event exactly once, with its
-//! headers, in per-room order; a broker that does not answer makes events retryable, never
+//! headers (the producer's trace context among them), in per-room order; a broker that does not answer makes events retryable, never
 //! failed, and opens the sink's breaker; the checks that refuse a sink at start.
 
 use std::path::Path;
@@ -10,7 +10,7 @@ use outboxd::plugin::{PluginError, load_publisher};
 
 use super::kit::{Destination, Kind, assert_room_order, counts};
 use super::support::{Backend, TestDb, private_server::free_port, status_counts, wait_until};
-use super::{enqueue, fixtures, load, start, wait_delivered, wait_received};
+use super::{enqueue, fixtures, load, start, traceparent_of, wait_delivered, wait_received};
 
 /// Events per delivery test: 300, or `OUTBOXD_BROKER_EVENTS` (the 100,000-event runs of
 /// docs/PERFORMANCE.md: `OUTBOXD_BROKER_EVENTS=100000 cargo test --test brokers deliver::`).
@@ -66,6 +66,11 @@ async fn delivers_every_event_once_in_room_order(kind: Kind) {
             "{kind:?}"
         );
         assert!(message.version > 0, "{kind:?}: {message:?}");
+        assert_eq!(
+            message.traceparent,
+            traceparent_of(&message.id).unwrap_or_default(),
+            "{kind:?}: the producer's trace context as a header"
+        );
     }
     assert_room_order(&received);
     eprintln!(

@@ -70,6 +70,8 @@ pub struct Received {
     pub version: i64,
     /// Header `event-type`.
     pub event_type: String,
+    /// Header `traceparent`; empty when the message has none.
+    pub traceparent: String,
 }
 
 /// A destination of one test on one broker.
@@ -240,6 +242,7 @@ impl Destination {
                                     room: get("room-id"),
                                     version: get("room-version").parse().unwrap_or(-1),
                                     event_type: get("event-type"),
+                                    traceparent: get("traceparent"),
                                 });
                             }
                             Ok(_) => {}
@@ -367,6 +370,7 @@ impl Destination {
                         room: header("room-id"),
                         version: header("room-version").parse().unwrap_or(-1),
                         event_type: header("event-type"),
+                        traceparent: header("traceparent"),
                     });
                 }
                 self.seen.lock().unwrap().extend(fresh);
@@ -397,6 +401,7 @@ impl Destination {
                     room: header("room-id"),
                     version: header("room-version").parse().unwrap_or(-1),
                     event_type: header("event-type"),
+                    traceparent: header("traceparent"),
                 };
                 assert_eq!(properties.delivery_mode(), &Some(2), "persistent");
                 self.seen.lock().unwrap().push(received);
@@ -432,6 +437,7 @@ impl Destination {
                             room: field("h:room-id"),
                             version: field("h:room-version").parse().unwrap_or(-1),
                             event_type: field("h:event-type"),
+                            traceparent: field("h:traceparent"),
                         });
                     }
                 }
@@ -475,6 +481,7 @@ impl Destination {
                                 room,
                                 version: header("room-version").parse().unwrap_or(-1),
                                 event_type: header("event-type"),
+                                traceparent: header("traceparent"),
                             });
                         }
                     }

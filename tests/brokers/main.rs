@@ -31,6 +31,7 @@ use outboxd::config::Config;
 use outboxd::record::now_ms;
 use outboxd::service::Service;
 use outboxd::store::OutboxStore;
+use outboxd::trace_context::TraceContext;
 use outboxd::worker::RunMode;
 use tokio_util::sync::CancellationToken;
 
@@ -67,18 +68,29 @@ pub async fn enqueue(store: &Arc<dyn OutboxStore>, count: usize, rooms: usize) -
     let base = now_ms() - 60_000;
     let records: Vec<_> = (0..count)
         .map(|i| {
-            record(
+            let record = record(
                 "default",
                 &format!("e{i:06}"),
                 &format!("room-{}", i % rooms),
                 base + i as i64,
-            )
+            );
+            match traceparent_of(&record.event_id) {
+                Some(parent) => record.with_trace_context(&TraceContext::new(parent, "").unwrap()),
+                None => record,
+            }
         })
         .collect();
     for chunk in records.chunks(1000) {
         store.enqueue(chunk).await.expect("enqueue");
     }
     records.iter().map(|r| r.event_id.clone()).collect()
+}
+
+/// The producer's trace context [`enqueue`] gives event `id` (every even-numbered one), which
+/// the broker plugin sends on as the `traceparent` header.
+pub fn traceparent_of(id: &str) -> Option<String> {
+    let number: u64 = id.trim_start_matches('e').parse().ok()?;
+    (number % 2 == 0).then(|| format!("00-{:032x}-{:016x}-01", number + 1, number + 1))
 }
 
 /// The destination's docs config, loaded as outboxd loads it, with `adjust` applied to the
