@@ -5,7 +5,8 @@ host answers each message once the broker confirmed it, and those answers are th
 Settings:
 - `connection` (required): the `[[broker]]` name (the sink's `limits.allow_brokers` lists it);
 - `prefix`: the topic is `<prefix>.<app_code>.<event_type>` (default `outbox`); the key is the
-  room id, the message id the event id, the headers `event-id` and `event-type`.
+  room id, the message id the event id, the headers `event-id` and `event-type`, and the
+  event's W3C trace context as `traceparent` / `tracestate` when it carries one.
 """
 
 import base64
@@ -13,7 +14,7 @@ import json
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import broker
+from wit_world.imports import broker, trace
 
 SETTINGS = ("connection", "prefix")
 
@@ -42,7 +43,8 @@ class WitWorld(wit_world.WitWorld):
             broker.Message(
                 topic=f"{prefix}.{event.app_code}.{event.event_type}",
                 key=event.room_id.encode(),
-                headers=[("event-id", event.event_id), ("event-type", event.event_type)],
+                headers=[("event-id", event.event_id), ("event-type", event.event_type)]
+                + trace_headers(event),
                 payload=json.dumps(
                     {
                         "event_id": event.event_id,
@@ -57,3 +59,14 @@ class WitWorld(wit_world.WitWorld):
             for event in batch
         ]
         return broker.publish(SETTINGS_OF_INSTANCE["connection"], messages)
+
+
+def trace_headers(event):
+    """The event's trace context as `traceparent` (and `tracestate`) headers; none without one."""
+    context = trace.context_of(event.event_id)
+    if context is None:
+        return []
+    headers = [("traceparent", context.traceparent)]
+    if context.tracestate:
+        headers.append(("tracestate", context.tracestate))
+    return headers
