@@ -90,7 +90,9 @@ pub async fn enqueue(store: &Arc<dyn OutboxStore>, count: usize, rooms: usize) -
 /// the broker plugin sends on as the `traceparent` header.
 pub fn traceparent_of(id: &str) -> Option<String> {
     let number: u64 = id.trim_start_matches('e').parse().ok()?;
-    (number % 2 == 0).then(|| format!("00-{:032x}-{:016x}-01", number + 1, number + 1))
+    number
+        .is_multiple_of(2)
+        .then(|| format!("00-{:032x}-{:016x}-01", number + 1, number + 1))
 }
 
 /// The destination's docs config, loaded as outboxd loads it, with `adjust` applied to the
