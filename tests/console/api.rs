@@ -1,7 +1,7 @@
 //! The console without a browser: the JSON of every page, the action token, sessions and CSRF,
 //! security headers, escaping of database values, and the actions doing what they say.
 
-use crate::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, XSS_TYPE, request};
+use crate::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, TRACEPARENT, XSS_TYPE, request};
 use crate::support::{Backend, typed_record, wait_until};
 use outboxd::plugin::pause::PAUSED_RETRY;
 
@@ -68,6 +68,18 @@ async fn json_pages_and_actions(backend: Backend) {
         .json();
     assert_eq!(event["row"]["status"], "failed");
     assert_eq!(event["route"][1], "log");
+    assert_eq!(event["envelope"]["Ok"]["traceparent"], TRACEPARENT);
+    assert_eq!(
+        event["envelope"]["Ok"]["trace_id"],
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+    let page = request(addr, "GET", "/event?app=default&id=dead-0", &[], "")
+        .await
+        .body;
+    assert!(
+        page.contains("trace id 4bf92f3577b34da6a3ce929d0e0e4736"),
+        "the event page shows the trace id"
+    );
     assert_eq!(
         request(addr, "GET", "/api/event?app=default&id=none", &[], "")
             .await

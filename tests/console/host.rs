@@ -14,6 +14,7 @@ use outboxd::store::{
     ClaimBatch, Disposition, Mark, MarkParams, OutboxStore, PartitionFence, PartitionRead,
     RebalanceParams,
 };
+use outboxd::trace_context::TraceContext;
 use outboxd::worker::RunMode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -75,9 +76,12 @@ config = {{ format = "json" }}
     Config::load(Some(&path), std::iter::empty()).expect("config loads")
 }
 
+/// The producer's trace context of the dead letter `dead-0`.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 impl Host {
     /// A host over a fresh database holding 6 dead letters (`dead-0`..`dead-5`, RoomGiftSent
-    /// and RoomMicChanged, two errors) and one event of type [`XSS_TYPE`], failed by the host
+    /// and RoomMicChanged, two errors; `dead-0` carries the trace context [`TRACEPARENT`]) and one event of type [`XSS_TYPE`], failed by the host
     /// (no route) once it runs.
     pub async fn start(backend: Backend) -> Option<Host> {
         let db = TestDb::new(backend).await?;
@@ -90,13 +94,18 @@ impl Host {
                 } else {
                     "RoomMicChanged"
                 };
-                typed_record(
+                let record = typed_record(
                     "default",
                     &format!("dead-{i}"),
                     "room-1",
                     event_type,
                     now - 60_000 + i,
-                )
+                );
+                match i {
+                    // The producer's trace context, shown on the event's page.
+                    0 => record.with_trace_context(&TraceContext::new(TRACEPARENT, "").unwrap()),
+                    _ => record,
+                }
             })
             .collect();
         store.enqueue(&records).await.unwrap();

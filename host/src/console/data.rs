@@ -16,6 +16,7 @@ use crate::metrics::{PartitionView, Quantiles, RatePoint, SinkWindow};
 use crate::plugin::redacted_config;
 use crate::record::{Status, now_ms};
 use crate::store::{ErrorGroup, ErrorGroupsParams, EventPage, EventSummary, StatusCounts};
+use crate::trace_context::TraceContext;
 
 /// The window of the overview's "now" figures: 5 minutes.
 pub const RECENT_WINDOW_MS: i64 = 5 * 60 * 1000;
@@ -107,6 +108,14 @@ pub struct EnvelopeView {
     pub body_utf8: Option<String>,
     /// The body as hex (first 4 KiB).
     pub body_hex: String,
+    /// The producer's trace context, as written: `traceparent` (empty: none).
+    pub traceparent: String,
+    /// The producer's `tracestate` (empty: none).
+    pub tracestate: String,
+    /// The trace id of a valid `traceparent`.
+    pub trace_id: Option<String>,
+    /// Why `traceparent` is not valid (the event is delivered without it).
+    pub trace_error: Option<String>,
 }
 
 /// The event page.
@@ -400,6 +409,13 @@ fn envelope_view(envelope: &EventEnvelope) -> EnvelopeView {
         })
         .collect::<Vec<_>>()
         .join("\n");
+    let trace = (!envelope.traceparent.is_empty())
+        .then(|| TraceContext::new(envelope.traceparent.clone(), envelope.tracestate.clone()));
+    let (trace_id, trace_error) = match trace {
+        Some(Ok(context)) => (Some(context.trace_id().to_string()), None),
+        Some(Err(error)) => (None, Some(error.to_string())),
+        None => (None, None),
+    };
     EnvelopeView {
         app_code: envelope.app_code.clone(),
         event_id: envelope.event_id.clone(),
@@ -411,5 +427,9 @@ fn envelope_view(envelope: &EventEnvelope) -> EnvelopeView {
         body_json,
         body_utf8,
         body_hex,
+        traceparent: envelope.traceparent.clone(),
+        tracestate: envelope.tracestate.clone(),
+        trace_id,
+        trace_error,
     }
 }

@@ -1,11 +1,27 @@
-//! One event: its columns, the envelope field by field, the body as JSON / UTF-8 / hex, the
+//! One event: its columns, the envelope field by field (its trace id among them), the body as JSON / UTF-8 / hex, the
 //! route that takes it now, and (for a dead letter) requeue and purge.
 
 use maud::html;
 
 use super::super::access::{Caller, Grant};
-use super::super::data::EventView;
+use super::super::data::{EnvelopeView, EventView};
 use super::layout::{action_form, hidden, login_note, page, pair, time};
+
+/// The envelope's trace context: the trace id (then the header values), why it is invalid, or
+/// `-`.
+fn trace(e: &EnvelopeView) -> String {
+    match (&e.trace_id, &e.trace_error) {
+        (Some(id), _) if e.tracestate.is_empty() => {
+            format!("trace id {id} (traceparent {})", e.traceparent)
+        }
+        (Some(id), _) => format!(
+            "trace id {id} (traceparent {}, tracestate {})",
+            e.traceparent, e.tracestate
+        ),
+        (None, Some(error)) => format!("invalid, not passed on: {error}"),
+        (None, None) => "-".into(),
+    }
+}
 
 /// The page.
 pub(crate) fn render(view: &EventView, caller: &Caller) -> String {
@@ -48,6 +64,7 @@ pub(crate) fn render(view: &EventView, caller: &Caller) -> String {
                     (pair("room_version", e.room_version))
                     (pair("occurred_at_ms", at(e.occurred_at_ms)))
                     (pair("body", format!("{} bytes", e.body_bytes)))
+                    (pair("trace", trace(e)))
                 }
                 @if let Some(json) = &e.body_json {
                     h3 { "Body as JSON" } pre.body { (json) }
