@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use fixtures::{plugin, settings};
+use fixtures::{captured, logs_saying, plugin, settings};
 use http::{FakeIm, Reply, WebhookReceiver};
 use outboxd::config::{Publishing, RouteConfig, SinkConfig, SinkLimits};
 use outboxd::plugin::load_publisher;
@@ -389,9 +389,9 @@ async fn urls_outside_the_allowlist_are_refused(backend: Backend) {
 }
 
 /// A producer's trace context travels with its event to the webhook receiver as the
-/// `traceparent` and `tracestate` headers, also on a retry; an event with none sends none; an
-/// event whose row holds an invalid one (a producer that did not check it) is delivered all the
-/// same, without headers.
+/// `traceparent` and `tracestate` headers, also on a retry, and its trace id is on the event's
+/// log lines; an event with none sends none; an event whose row holds an invalid one (a producer
+/// that did not check it) is delivered all the same, without headers.
 async fn trace_contexts_reach_the_webhook_and_invalid_ones_do_not_stop_delivery(backend: Backend) {
     const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let Some(db) = TestDb::new(backend).await else {
@@ -412,8 +412,10 @@ async fn trace_contexts_reach_the_webhook_and_invalid_ones_do_not_stop_delivery(
         .enqueue(&[traced, plain, invalid])
         .await
         .expect("enqueue");
-    // The first answer is a 503: the retried event carries its context again.
-    receiver.script(1, Reply::status(503));
+    // The first answers are 503s: each event is retried (and logged as not delivered), the
+    // retried event carries its context again.
+    captured();
+    receiver.script(3, Reply::status(503));
 
     let origin = format!("http://{}", receiver.addr());
     let sinks = [im_sink(&im), webhook_sink(&receiver.url(), &origin)];
@@ -438,9 +440,21 @@ async fn trace_contexts_reach_the_webhook_and_invalid_ones_do_not_stop_delivery(
     }
     assert_eq!(receiver.delivered_ids().len(), 3);
     assert!(
-        receiver.deliveries().len() >= 4,
-        "one 503, then three deliveries"
+        receiver.deliveries().len() >= 6,
+        "three 503s, then three deliveries"
     );
+    let not_delivered = logs_saying("event not delivered");
+    for id in ["traced", "plain", "invalid"] {
+        let line = not_delivered
+            .iter()
+            .find(|f| f["event_id"] == id)
+            .unwrap_or_else(|| panic!("{id} logged as not delivered: {not_delivered:?}"));
+        let expected = match id {
+            "traced" => serde_json::json!(context.trace_id()),
+            _ => serde_json::Value::Null,
+        };
+        assert_eq!(line["trace_id"], expected, "{id}");
+    }
     db.cleanup().await;
 }
 

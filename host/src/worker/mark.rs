@@ -92,22 +92,24 @@ impl Worker {
             };
             stats.count(fate, 1);
             let status = status_logged(fate);
+            // The producer's trace id, when the event carries one: its log lines join its trace.
+            let trace_id = event.trace.as_ref().map(|t| t.trace_id());
             match fate {
                 RowOutcome::delivered => {
                     latencies.push(marked_at - created_at_ms[position]);
                     debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
-                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1, trace_id,
                         status, "event delivered");
                 }
                 RowOutcome::deferred => {
                     // The breaker logs the outage once; one line per deferred event would flood.
                     debug!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
-                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1, trace_id,
                         status, error = error.unwrap_or(""), "event deferred");
                 }
                 _ => {
                     warn!(worker = %worker_id, node_id = %options.node_id, app_code = %app_code, event_id = %event.event_id,
-                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1,
+                        event_type = %event.event_type, room_id = %event.room_id, retry_count = event.attempt - 1, trace_id,
                         status, error = error.unwrap_or("lease taken over by another worker; left untouched"),
                         "event not delivered");
                 }
