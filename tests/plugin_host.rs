@@ -973,6 +973,22 @@ async fn plugin_test_runs_init_and_publish_and_prints_outcomes() {
     assert_eq!(events[1].event_type, "RoomGiftSent");
     assert_eq!(events[1].body, [0, 1]);
     assert!(parse_event_json(2, r#"{"bogus":1}"#).is_err());
+    // A trace context for the plugin's `trace` import, checked as a producer's is.
+    let traced = parse_event_json(
+        3,
+        r#"{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"k=v"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        traced
+            .trace
+            .map(|t| (t.trace_id().to_string(), t.tracestate().to_string())),
+        Some(("4bf92f3577b34da6a3ce929d0e0e4736".into(), "k=v".into()))
+    );
+    let bad = parse_event_json(4, r#"{"traceparent":"00-abc-01"}"#).unwrap_err();
+    assert!(bad.to_string().contains("traceparent"), "{bad}");
+    let lone = parse_event_json(5, r#"{"tracestate":"k=v"}"#).unwrap_err();
+    assert!(lone.to_string().contains("needs a `traceparent`"), "{lone}");
 
     let outcomes = test_plugin(
         &plugin("chaos"),
