@@ -120,6 +120,7 @@ func roundTrip(t *testing.T, fresh func(*testing.T) *testDB) {
 	checkDeliveries(t, want, received)
 	checkRowsDelivered(t, d.db, received)
 	checkTraceContexts(t, d.db, want, received)
+	checkTraceHeaders(t, hook, want, received)
 }
 
 // checkDeliveries checks that each event arrived exactly once, field by field as written.

@@ -119,3 +119,57 @@ func checkTraceContexts(t *testing.T, db *sql.DB, want []expected, received []de
 	}
 	t.Logf("%d rows carry a trace context, %d of them from Producer.TraceContext", traced, fromHook)
 }
+
+// checkTraceHeaders checks that the webhook request of every delivered event carried the trace
+// context the event was written with (its own, or the hook's) as the headers traceparent and
+// tracestate (tracestate only when not empty), and neither header for an event written without
+// one: the producer's trace context reaches the receiver through the host and the plugin.
+func checkTraceHeaders(t *testing.T, hook *receiver, want []expected, received []delivery) {
+	t.Helper()
+	byKey := map[string]delivery{}
+	for _, d := range received {
+		byKey[fmt.Sprintf("%s/%s/%d", d.AppCode, d.RoomID, d.RoomVersion)] = d
+	}
+	header := func(value string) []string {
+		if value == "" {
+			return nil // absent
+		}
+		return []string{value}
+	}
+	withState, withoutState, fromHook, none := 0, 0, 0, 0
+	for _, w := range want {
+		d, ok := byKey[w.key()]
+		if !ok {
+			continue // checkDeliveries reported it
+		}
+		got, ok := hook.traceHeadersOf(d.AppCode, d.EventID)
+		if !ok {
+			t.Errorf("%s: no trace headers recorded for webhook-id %q", w.key(), d.EventID)
+			continue
+		}
+		wantParent, wantState := header(w.traceparent), header(w.tracestate)
+		if fmt.Sprintf("%q", got.traceparent) != fmt.Sprintf("%q", wantParent) ||
+			fmt.Sprintf("%q", got.tracestate) != fmt.Sprintf("%q", wantState) {
+			t.Errorf("%s (webhook-id %q): headers traceparent %q, tracestate %q; want traceparent %q, tracestate %q",
+				w.key(), d.EventID, got.traceparent, got.tracestate, wantParent, wantState)
+			continue
+		}
+		switch {
+		case w.traceparent == "":
+			none++
+		case w.tracestate == "":
+			withoutState++
+		default:
+			withState++
+		}
+		if w.traceparent != "" && w.event.TraceParent == "" {
+			fromHook++
+		}
+	}
+	if withState == 0 || withoutState == 0 || fromHook == 0 || none == 0 {
+		t.Errorf("trace headers: %d with a tracestate, %d without, %d from the hook, %d events without a context: the test traced too little or too much",
+			withState, withoutState, fromHook, none)
+	}
+	t.Logf("trace headers as written: %d with a tracestate, %d without, %d of them the hook's; none on %d events",
+		withState, withoutState, fromHook, none)
+}

@@ -23,12 +23,21 @@ type delivery struct {
 	Body         []byte `json:"body"` // base64 in the JSON
 }
 
+// traceHeaders are the trace context headers of one delivery request: every value of each
+// (nil: the header was absent).
+type traceHeaders struct {
+	traceparent, tracestate []string
+}
+
 // receiver is the test's webhook endpoint on 127.0.0.1.
 type receiver struct {
 	URL string // http://127.0.0.1:<port>/hook
 
 	mu       sync.Mutex
 	received []delivery
+	// traces: the trace context headers of each delivery, by app_code/webhook-id (the webhook-id
+	// is the event id: serve checks it).
+	traces   map[string]traceHeaders
 	problems []string
 	listener net.Listener
 	server   *http.Server
@@ -41,7 +50,7 @@ func newReceiver(t *testing.T) *receiver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &receiver{URL: "http://" + listener.Addr().String() + "/hook", listener: listener}
+	r := &receiver{URL: "http://" + listener.Addr().String() + "/hook", listener: listener, traces: map[string]traceHeaders{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hook", r.serve)
 	r.server = &http.Server{Handler: mux}
@@ -74,6 +83,14 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, problem, http.StatusBadRequest)
 		return
 	}
+	key := d.AppCode + "/" + req.Header.Get("webhook-id")
+	if _, again := r.traces[key]; again {
+		r.problems = append(r.problems, "trace headers of "+key+" received twice")
+	}
+	r.traces[key] = traceHeaders{
+		traceparent: req.Header.Values("traceparent"),
+		tracestate:  req.Header.Values("tracestate"),
+	}
 	r.received = append(r.received, d)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -101,4 +118,13 @@ func (r *receiver) snapshot() ([]delivery, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]delivery(nil), r.received...), append([]string(nil), r.problems...)
+}
+
+// traceHeadersOf returns the trace context headers the delivery of event appCode/eventID came
+// with, and whether it was received.
+func (r *receiver) traceHeadersOf(appCode, eventID string) (traceHeaders, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.traces[appCode+"/"+eventID]
+	return h, ok
 }

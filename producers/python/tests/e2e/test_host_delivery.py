@@ -1,6 +1,8 @@
 """End to end, per database (producers/SPEC.md): the library writes events and a business row in
 one transaction; the real host (``outboxd migrate``, ``outboxd run --drain``) delivers them through
-the real webhook plugin to an HTTP server of the test, which gets every field as written."""
+the real webhook plugin to an HTTP server of the test, which gets every field as written, and each
+event's W3C trace context (its own, or the OpenTelemetry span's it was written in) as the request
+headers ``traceparent`` and ``tracestate``."""
 
 from __future__ import annotations
 
@@ -9,20 +11,44 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from support.databases import TestDatabase
 from support.host import WEBHOOK_SECRET, require_host, run_host, write_config
-from support.webhook import WebhookReceiver, standard_webhooks_signature
+from support.webhook import Received, WebhookReceiver, standard_webhooks_signature
 
 from outboxd_producer import Event, build, enqueue, enqueue_batch
 
 APP_CODES = ["default", "live"]
 ROOMS = ["room-1", "房间-2", "room-🎁-3"]
 BASE_MS = 1_733_011_200_000
+# The trace state of the remote parent of the test's span (W3C Trace Context's example).
+SPAN_TRACESTATE = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+# A provider of the test's own (the global one is left alone): its spans are real SDK spans.
+TRACER = TracerProvider().get_tracer(__name__)
+
+#: An event's expected trace headers: (traceparent, tracestate), ``None`` for a header not sent.
+TraceHeaders = tuple[str | None, str | None]
+
+
+def explicit_trace(i: int) -> dict[str, str]:
+    """The trace context of its own event ``i`` of :func:`events` is written with: a traceparent
+    alone (i % 5 == 1), with a tracestate (i % 5 == 3), or none."""
+    if i % 5 == 1:
+        return {"traceparent": f"00-{0xE2E000 + i:032x}-{0xA000 + i:016x}-01"}
+    if i % 5 == 3:
+        return {
+            "traceparent": f"00-{0xE2E000 + i:032x}-{0xB000 + i:016x}-00",
+            "tracestate": f"rojo={i:016x},congo=t61rcWkgMzE",
+        }
+    return {}
 
 
 def events() -> list[Event]:
     """50 events: three rooms, two tenants, generated and explicit ids, Unicode, empty and binary
-    bodies, extreme integers."""
+    bodies, extreme integers, trace contexts of their own (with and without a tracestate) or
+    none."""
     made: list[Event] = []
     for i in range(44):
         made.append(
@@ -33,6 +59,7 @@ def events() -> list[Event]:
                 BASE_MS + i // 4,  # several ids per millisecond
                 f'{{"seq":{i},"gift":"rose"}}'.encode(),
                 app_code=APP_CODES[i % 2],
+                **explicit_trace(i),
             )
         )
     made += [
@@ -61,6 +88,61 @@ def expected_json(event: Event) -> dict[str, Any]:
         "attempt": 1,
         "body": base64.b64encode(event.body).decode(),
     }
+
+
+def remote_parent(trace_flags: int, trace_state: TraceState | None) -> Any:
+    """An OpenTelemetry context whose span is a remote parent (as an incoming request's
+    traceparent would give) with ``trace_flags`` and ``trace_state``."""
+    parent = SpanContext(
+        trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736,
+        span_id=0x00F067AA0BA902B7,
+        is_remote=True,
+        trace_flags=TraceFlags(trace_flags),
+        trace_state=trace_state,
+    )
+    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def traceparent_of(span: trace.Span) -> str:
+    """The W3C traceparent of ``span``, computed here from its ids and flags."""
+    context = span.get_span_context()
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def write_in_spans(conn: Any) -> dict[tuple[str, str], TraceHeaders]:
+    """Writes six events in two spans of the SDK's tracer, on ``conn`` in its open transaction:
+    those without a trace context of their own get the span's, one with its own keeps it. Returns
+    the trace headers each must arrive with, by (app_code, event_id)."""
+    sampled = remote_parent(TraceFlags.SAMPLED, TraceState([("rojo", "00f067aa0ba902b7"),
+                                                             ("congo", "t61rcWkgMzE")]))
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    def gift(n: int, app_code: str, **trace_context: str) -> Event:
+        return build("room-traced", "RoomGiftSent", n, BASE_MS + n, f"span {n}".encode(),
+                     app_code=app_code, event_id=f"in-span-{n}", **trace_context)  # fmt: skip
+
+    expected: dict[tuple[str, str], TraceHeaders] = {}
+    with TRACER.start_as_current_span("enqueue gifts", context=sampled) as span:
+        single, batch = gift(1, "default"), [gift(2, "live"), gift(3, "default", traceparent=own)]
+        assert enqueue(conn, single) is True
+        assert enqueue_batch(conn, [*batch, gift(4, "live")]) == 3
+    for n, app_code in [(1, "default"), (2, "live"), (4, "live")]:
+        expected[(app_code, f"in-span-{n}")] = (traceparent_of(span), SPAN_TRACESTATE)
+    expected[("default", "in-span-3")] = (own, None)
+    # A parent neither sampled nor with a trace state: the child's flags are 00, no tracestate.
+    with TRACER.start_as_current_span("enqueue more", context=remote_parent(0, None)) as span:
+        assert enqueue_batch(conn, [gift(5, "default"), gift(6, "live")]) == 2
+    assert not span.get_span_context().trace_flags.sampled
+    expected[("default", "in-span-5")] = expected[("live", "in-span-6")] = (
+        traceparent_of(span),
+        None,
+    )
+    return expected
+
+
+def trace_headers(request_: Received) -> TraceHeaders:
+    """The ``traceparent`` and ``tracestate`` headers of a webhook request (``None``: absent)."""
+    return request_.headers.get("traceparent"), request_.headers.get("tracestate")
 
 
 def create_business_table(db: TestDatabase) -> None:
@@ -103,6 +185,10 @@ def test_the_host_delivers_what_the_library_wrote(
         # One transaction: the business row and the events, committed together.
         cursor.execute(f"INSERT INTO gifts (id, note) VALUES ({ph}, {ph})", (1, "committed"))
         assert enqueue_batch(conn, written) == 50
+        # In the same transaction, events written in OpenTelemetry spans.
+        traces = {(e.app_code, e.event_id): (e.traceparent, e.tracestate) for e in written}
+        in_spans = write_in_spans(conn)
+        traces |= in_spans
         conn.commit()
         # A rolled-back transaction writes neither.
         ghost = build("room-1", "RoomGiftSent", 99, None, b"ghost", event_id="ghost")
@@ -117,7 +203,9 @@ def test_the_host_delivers_what_the_library_wrote(
 
         assert query(db, "SELECT id, note FROM gifts") == [(1, "committed")]
         stored = query(db, "SELECT app_code, event_id, status FROM room_outbox")
-        assert sorted(stored) == sorted((e.app_code, e.event_id, "pending") for e in written)
+        assert sorted(stored) == sorted((e.app_code, e.event_id, "pending") for e in written) + [
+            (*key, "pending") for key in sorted(in_spans)
+        ]
 
         run_host(binary, config, "run", "--drain")
         received = hook.received
@@ -135,16 +223,28 @@ def test_the_host_delivers_what_the_library_wrote(
             request_.body,
         )
         assert signature in request_.headers["webhook-signature"].split(" ")
+        key = (payload["app_code"], request_.headers["webhook-id"])
+        # The trace context the event was written with (its own or its span's), or no header.
+        assert key in traces, f"delivered an event that was not written: {key}"
+        assert trace_headers(request_) == traces[key], key
         by_id.setdefault((payload["app_code"], payload["event_id"]), []).append(payload)
-    assert set(by_id) == {(e.app_code, e.event_id) for e in written}
+    assert set(by_id) == {(e.app_code, e.event_id) for e in written} | set(in_spans)
     for event in written:
         for payload in by_id[(event.app_code, event.event_id)]:
             assert payload == expected_json(event), event.event_id
         assert base64.b64decode(by_id[(event.app_code, event.event_id)][0]["body"]) == event.body
-    assert len(received) == 50, "each event delivered once"
+    assert len(received) == 50 + len(in_spans), "each event delivered once"
+    # Every kind of trace context was delivered: its own with and without a tracestate, its
+    # span's with and without one, and none.
+    kinds = {(tp is not None, ts is not None) for tp, ts in map(trace_headers, received)}
+    assert kinds == {(True, True), (True, False), (False, False)}
+    assert {trace_headers(r) for r in received} >= set(in_spans.values())
 
     statuses = query(db, "SELECT app_code, event_id, status FROM room_outbox")
-    assert sorted(statuses) == sorted((e.app_code, e.event_id, "delivered") for e in written)
+    assert sorted(statuses) == sorted(
+        [(e.app_code, e.event_id, "delivered") for e in written]
+        + [(*key, "delivered") for key in in_spans]
+    )
 
 
 @pytest.mark.e2e
@@ -173,6 +273,8 @@ def test_the_example_writes_an_event_the_host_delivers(tmp_path: Path) -> None:
     assert len(received) == 1
     payload = received[0].json()
     assert payload["event_id"] == event_id
+    # example.py writes its event outside any span and without a trace context: no trace headers.
+    assert trace_headers(received[0]) == (None, None)
     assert (payload["event_type"], payload["room_id"], payload["room_version"]) == (
         "RoomGiftSent",
         "room-42",
