@@ -15,11 +15,13 @@ type Producer struct {
 	// TraceParent of their own: Enqueue and EnqueueBatch call it with their ctx, once for each
 	// such event, and write what it returns into the envelope as if the event had carried it
 	// (both empty: no trace context). Usually it reads the current span from ctx through the
-	// application's tracing library (the README shows it for go.opentelemetry.io/otel). What it
-	// returns is checked like an event's own values: a traceparent that is not W3C Trace
-	// Context, or a tracestate that is too long, not printable ASCII or without a traceparent,
-	// refuses the event with a *FieldError. It is called from the goroutines that enqueue, so
-	// it must be safe for concurrent use.
+	// application's tracing library (the README shows it for go.opentelemetry.io/otel). Its
+	// tracestate is taken as a span's: one over 512 characters is cut to fit by dropping whole
+	// list members, as W3C Trace Context recommends (those over 128 characters first, then from
+	// the end), and one that is not printable ASCII is dropped, never refusing the event. A
+	// traceparent that is not W3C Trace Context, or a tracestate without a traceparent, refuses
+	// the event with a *FieldError (an event's own TraceState is not cut: it is refused when too
+	// long). It is called from the goroutines that enqueue, so it must be safe for concurrent use.
 	TraceContext func(ctx context.Context) (traceparent, tracestate string)
 
 	dialect Dialect

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -204,10 +205,13 @@ func TestHookOutputIsChecked(t *testing.T) {
 			`traceparent "not-a-traceparent" from Producer.TraceContext is not a W3C traceparent: expected`},
 		{"uppercase traceparent", strings.ToUpper(spanA), "", "traceparent",
 			`traceparent "` + strings.ToUpper(spanA) + `" from Producer.TraceContext is not a W3C traceparent`},
+		{"garbage traceparent, long tracestate", "garbage", strings.Repeat("a=b,", 200), "traceparent",
+			`traceparent "garbage" from Producer.TraceContext is not a W3C traceparent`},
 		{"tracestate alone", "", stateA, "tracestate", "tracestate from Producer.TraceContext is given without a traceparent"},
-		{"long tracestate", spanA, strings.Repeat("x", 513), "tracestate",
-			"tracestate from Producer.TraceContext is 513 characters, at most 512 fit"},
-		{"control character", spanA, "a=1\r\n", "tracestate", `tracestate from Producer.TraceContext has "\r" at 3`},
+		{"long tracestate alone", "", strings.Repeat("a=b,", 200), "tracestate",
+			"tracestate from Producer.TraceContext is given without a traceparent"},
+		{"unprintable tracestate alone", "", "a=1\r\n", "tracestate",
+			"tracestate from Producer.TraceContext is given without a traceparent"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -237,5 +241,127 @@ func TestHookErrorNamesAGeneratedID(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || !eventIDPattern.MatchString(fe.EventID) || fe.Field != "traceparent" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// tracestateMembers returns n members "<key><i>=<i, padded with 0s>", each chars characters long.
+func tracestateMembers(key string, n, chars int) []string {
+	members := make([]string, n)
+	for i := range members {
+		prefix := fmt.Sprintf("%s%d=", key, i)
+		members[i] = prefix + fmt.Sprintf("%0*d", chars-len(prefix), i)
+	}
+	return members
+}
+
+// The cutting the Python (fit_tracestate) and TypeScript (fitTracestate) libraries do, with
+// their tests' cases.
+func TestFitTracestate(t *testing.T) {
+	// Python: 7 members of 63 characters and one of 204 in second place.
+	seven := tracestateMembers("m", 7, 63)
+	// Python: 6 members of 103 characters, 4 fit.
+	six := tracestateMembers("m", 6, 103)
+	// TypeScript: long1 (146), 8 members of 48, long2 (136), 3 of 43.
+	ts := append(append(append([]string{"long1=" + strings.Repeat("l", 140)},
+		tracestateMembers("k", 8, 48)...), "long2="+strings.Repeat("m", 130)),
+		tracestateMembers("t", 3, 43)...)
+	tsKept := append([]string{}, ts[1:9]...) // both long members go, then the last ones until 512 fit
+	for _, member := range ts[10:] {
+		if len(strings.Join(append(tsKept, member), ",")) > maxTracestateChars {
+			break
+		}
+		tsKept = append(tsKept, member)
+	}
+	// No member over 128 (128 is not over it): 128+128+127+126 characters and 3 commas are
+	// exactly 512, the fifth member goes.
+	exact := []string{"a=" + strings.Repeat("1", 126), "b=" + strings.Repeat("2", 126),
+		"c=" + strings.Repeat("3", 125), "d=" + strings.Repeat("4", 124)}
+	// A member of 129 characters is long: it goes before the later, shorter ones.
+	long129 := []string{"a=" + strings.Repeat("1", 127), "l=" + strings.Repeat("x", 127), "b=" + strings.Repeat("2", 126),
+		"c=" + strings.Repeat("3", 125)}
+	cases := []struct {
+		name, header, want string
+	}{
+		{"short", "a=1,b=2", "a=1,b=2"},
+		{"empty", "", ""},
+		{"exactly 512", "k=" + strings.Repeat("v", 510), "k=" + strings.Repeat("v", 510)},
+		{"fits: spaces and empty members kept", " a=1 ,, b=2 ", " a=1 ,, b=2 "},
+		{"long member first", strings.Join(append([]string{seven[0], "big=" + strings.Repeat("x", 200)}, seven[1:]...), ","),
+			strings.Join(seven, ",")},
+		{"then from the end, spaces around members dropped", strings.Join(six, " , "), strings.Join(six[:4], ",")},
+		{"long members last first, then from the end", strings.Join(ts, ","), strings.Join(tsKept, ",")},
+		{"the result is exactly 512", strings.Join(append(exact, "e=5"), ","), strings.Join(exact, ",")},
+		{"129 is long", strings.Join(long129, ","), strings.Join([]string{long129[0], long129[2], long129[3]}, ",")},
+		{"one member over 512", "big=" + strings.Repeat("x", 600), ""},
+		{"513 characters in one member", "k=" + strings.Repeat("v", 511), ""},
+		{"empty members and whitespace dropped when cut",
+			",, \t" + strings.Join(six, " ,\t, ,") + " ,,", strings.Join(six[:4], ",")},
+		{"only commas and spaces", strings.Repeat(" , ", 200), ""},
+		{"not printable", "k=v\n", ""},
+		{"tab inside, fits", "a=1,\tb=2", ""},
+		{"not ASCII", "k=é", ""},
+		{"not UTF-8", "k=\xff", ""},
+		{"not printable, cut away", strings.Join(append(six[:5], "k=é\x7f"), ","), strings.Join(six[:4], ",")},
+		{"not printable, left after the cut", strings.Join(append([]string{"k=\x7f"}, six...), ","), ""},
+		{"tabs and newlines around members are whitespace", "\n" + strings.Join(six, "\t,\r\n"), strings.Join(six[:4], ",")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := fitTracestate(c.header)
+			if got != c.want {
+				t.Fatalf("fitTracestate(%q)\n= %q\nwant %q", c.header, got, c.want)
+			}
+			if len(got) > maxTracestateChars || tracestateProblem(got) != "" {
+				t.Fatalf("%q (%d characters) cannot be a tracestate", got, len(got))
+			}
+		})
+	}
+	if got := fitTracestate(strings.Join(append(exact, "e=5"), ",")); len(got) != maxTracestateChars {
+		t.Fatalf("%d characters, want exactly %d", len(got), maxTracestateChars)
+	}
+}
+
+func TestHookTracestateIsCutNotRefused(t *testing.T) {
+	six := tracestateMembers("m", 6, 103)
+	cases := []struct {
+		name, tracestate, want string
+	}{
+		{"over 512: cut by whole members", strings.Join(six, ","), strings.Join(six[:4], ",")},
+		{"one member over 512: dropped", "k=" + strings.Repeat("v", 511), ""},
+		{"control characters: dropped", "a=1\r\n", ""},
+		{"not ASCII: dropped", "rojo=é", ""},
+		{"valid: as it is", stateA, stateA},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeDB{}
+			tx := begin(t, f)
+			p, _ := New(SQLite, "")
+			p.TraceContext = func(context.Context) (string, string) { return spanA, c.tracestate }
+			batch := events("live", "t", 2)
+			if n, err := p.EnqueueBatch(context.Background(), tx, batch); n != 2 || err != nil {
+				t.Fatalf("%d, %v", n, err)
+			}
+			for i := range batch {
+				if got, want := f.keys[[2]string{"live", batch[i].EventID}], tracedEnvelope(i, spanA, c.want); string(got) != string(want) {
+					t.Errorf("event %d: envelope %x, want %x", i, got, want)
+				}
+			}
+
+			// The same tracestate given on the event is used as it is: refused when invalid.
+			e := validEvent()
+			e.TraceParent, e.TraceState = spanA, c.tracestate
+			_, err := prepare(context.Background(), 0, e, 0, p.TraceContext)
+			if c.want == c.tracestate {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			wantFieldError(t, nil, err, 0, "e-1", "tracestate", "")
+			if strings.Contains(err.Error(), "Producer.TraceContext") {
+				t.Fatalf("message %q blames the hook", err)
+			}
+		})
 	}
 }

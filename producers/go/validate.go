@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -26,6 +27,10 @@ const (
 	maxTracestateChars = 512
 )
 
+// A tracestate list member longer than this is the first to go when a captured tracestate is cut
+// to maxTracestateChars (W3C Trace Context, "tracestate Limits").
+const longTracestateMemberChars = 128
+
 // row is one event ready to be written: defaults applied, envelope encoded.
 type row struct {
 	appCode     string
@@ -38,8 +43,8 @@ type row struct {
 
 // prepare applies the defaults to event number index (AppCode, OccurredAt = nowMS, EventID, and
 // when the event has no TraceParent, the trace context traceContext returns for ctx, if
-// traceContext is not nil), checks it against the table's columns and the W3C Trace Context
-// format and encodes its envelope.
+// traceContext is not nil, its tracestate fitted by fitTracestate), checks it against the
+// table's columns and the W3C Trace Context format and encodes its envelope.
 func prepare(ctx context.Context, index int, event Event, nowMS int64,
 	traceContext func(context.Context) (traceparent, tracestate string)) (row, error) {
 	appCode := event.AppCode
@@ -78,6 +83,12 @@ func prepare(ctx context.Context, index int, event Event, nowMS int64,
 	}
 	if traceparent == "" && traceContext != nil {
 		traceparent, tracestate = traceContext(ctx)
+		if traceparent != "" {
+			// Captured from the current span, like the Python and TypeScript libraries' own: a
+			// tracestate too long is cut to fit, one that cannot be a tracestate is dropped, so
+			// the event is never refused for it. A tracestate without a traceparent still is.
+			tracestate = fitTracestate(tracestate)
+		}
 		if field, reason := checkTraceContext(traceparent, tracestate, "from Producer.TraceContext "); field != "" {
 			return fail(field, reason)
 		}
@@ -183,6 +194,67 @@ func tracestateProblem(value string) string {
 		return fmt.Sprintf("is %d characters, at most %d fit", len(value), maxTracestateChars)
 	}
 	return ""
+}
+
+// fitTracestate returns header, a serialized tracestate captured from a span (what
+// Producer.TraceContext returns), cut to at most 512 characters by dropping whole list members
+// as W3C Trace Context recommends: those over 128 characters first, the last first, then
+// members from the end, until what is left fits. A header that is cut is rebuilt from its
+// members, without the empty ones and without the whitespace around them; one that already fits
+// is left as it is. It returns "" when what is left is not printable ASCII (the event must not
+// fail for its span's trace state). The Python library's fit_tracestate and the TypeScript
+// library's fitTracestate do the same; characters are counted as Unicode code points and
+// whitespace is what Python's str.strip drops (the same for the ASCII that a tracestate is).
+func fitTracestate(header string) string {
+	if utf8.RuneCountInString(header) > maxTracestateChars {
+		var members []string
+		for _, member := range strings.Split(header, ",") {
+			if member = strings.TrimFunc(member, isStripped); member != "" {
+				members = append(members, member)
+			}
+		}
+		chars := make([]int, len(members))
+		dropped := make([]bool, len(members))
+		kept, keptChars := len(members), 0
+		for i, member := range members {
+			chars[i] = utf8.RuneCountInString(member)
+			keptChars += chars[i]
+		}
+		fits := func() bool { return kept == 0 || keptChars+kept-1 <= maxTracestateChars }
+		drop := func(i int) { dropped[i], kept, keptChars = true, kept-1, keptChars-chars[i] }
+		// The long members go first, the last first...
+		for i := len(members) - 1; i >= 0 && !fits(); i-- {
+			if chars[i] > longTracestateMemberChars {
+				drop(i)
+			}
+		}
+		// ...then, if that is not enough, the members from the end.
+		for i := len(members) - 1; i >= 0 && !fits(); i-- {
+			if !dropped[i] {
+				drop(i)
+			}
+		}
+		var fitted strings.Builder
+		for i, member := range members {
+			if !dropped[i] {
+				if fitted.Len() > 0 {
+					fitted.WriteByte(',')
+				}
+				fitted.WriteString(member)
+			}
+		}
+		header = fitted.String()
+	}
+	if tracestateProblem(header) != "" {
+		return ""
+	}
+	return header
+}
+
+// isStripped reports whether r is whitespace to Python's str.strip: Unicode's (unicode.IsSpace)
+// and the ASCII separators 0x1c-0x1f.
+func isStripped(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
 }
 
 // lowerHex reports whether s is made of lowercase hex digits only.
