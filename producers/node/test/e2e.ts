@@ -1,7 +1,9 @@
 // The end-to-end scenario of producers/SPEC.md, shared by the three databases: the library writes
 // events with a business row in one transaction (a rolled-back one writes neither, duplicates
 // count 0), then the real host delivers them through the real webhook plugin to an HTTP server
-// here, and every field received equals what was written.
+// here, and every field received equals what was written, and each event's W3C trace context (its
+// own, or the OpenTelemetry span's it was written in) arrives as the headers traceparent and
+// tracestate (none for an event without one).
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -13,6 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 
+import { context, createTraceState, ROOT_CONTEXT, type Span, type SpanContext, trace, TraceFlags } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
+
 import { build, encodeEnvelope, type Event, toRow } from '@outboxd/producer';
 
 import { IN_CI, REPO_ROOT } from './helpers.js';
@@ -21,6 +27,13 @@ export const OUTBOXD_BIN = process.env.OUTBOXD_BIN || join(REPO_ROOT, 'target', 
 export const WEBHOOK_WASM = join(REPO_ROOT, 'plugins', 'out', 'webhook.wasm');
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const APP_CODES = ['default', 'live'];
+
+// Spans as an application makes them: the SDK's tracer, made active by the AsyncLocalStorage
+// context manager (each test file runs in a process of its own).
+context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+const tracer = new BasicTracerProvider().getTracer('outboxd-producer-e2e');
+/** The trace state of the remote parent of the test's sampled span (W3C Trace Context's example). */
+const SPAN_TRACESTATE = 'rojo=00f067aa0ba902b7,congo=t61rcWkgMzE';
 
 /** One row as read back: every column, integers and bytes as text. */
 export interface StoredRow {
@@ -139,9 +152,17 @@ export function outboxd(config: string, args: string[], timeoutMs = 120_000): Pr
   });
 }
 
+/** The trace context headers of one request: every value of each; absent: not sent. */
+interface TraceHeaders {
+  traceparent?: string[];
+  tracestate?: string[];
+}
+
 /** One request the webhook sent. */
 interface Delivery {
   headers: Record<string, string | string[] | undefined>;
+  /** Its `traceparent` and `tracestate` headers, each line of them (not joined as `headers` does). */
+  trace: TraceHeaders;
   text: string;
 }
 
@@ -152,7 +173,10 @@ async function startReceiver(): Promise<{ server: Server; port: number; deliveri
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       if (req.method === 'POST' && req.url === '/hook') {
-        deliveries.push({ headers: req.headers, text: Buffer.concat(chunks).toString('utf8') });
+        const traceHeaders: TraceHeaders = {};
+        if (req.headersDistinct.traceparent !== undefined) traceHeaders.traceparent = req.headersDistinct.traceparent;
+        if (req.headersDistinct.tracestate !== undefined) traceHeaders.tracestate = req.headersDistinct.tracestate;
+        deliveries.push({ headers: req.headers, trace: traceHeaders, text: Buffer.concat(chunks).toString('utf8') });
         res.writeHead(200, { 'content-type': 'text/plain' }).end('ok');
       } else {
         res.writeHead(404).end();
@@ -199,6 +223,35 @@ function batchEvents(base: number): Event[] {
   return events;
 }
 
+/** A remote parent (as an incoming request's traceparent would give) as an OpenTelemetry context. */
+function remoteParent(traceFlags: TraceFlags, traceState?: string) {
+  const parent: SpanContext = { traceId: '4bf92f3577b34da6a3ce929d0e0e4736', spanId: '00f067aa0ba902b7', traceFlags, isRemote: true };
+  if (traceState !== undefined) parent.traceState = createTraceState(traceState);
+  return trace.setSpanContext(ROOT_CONTEXT, parent);
+}
+
+/** Runs `fn` with a new span of the SDK's tracer active (a child of `parent`), ends the span, and
+ * resolves with the span's traceparent, computed here from its ids and flags. */
+async function inSpan(parent: ReturnType<typeof remoteParent>, fn: () => Promise<void>): Promise<string> {
+  return tracer.startActiveSpan('enqueue gifts', {}, parent, async (span: Span) => {
+    try {
+      await fn();
+    } finally {
+      span.end();
+    }
+    const { traceId, spanId, traceFlags } = span.spanContext();
+    return `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}`;
+  });
+}
+
+/** The expected trace headers of a row: its trace context; no header for an empty value. */
+function traceHeadersOf(row: { traceparent: string; tracestate: string }): TraceHeaders {
+  const headers: TraceHeaders = {};
+  if (row.traceparent !== '') headers.traceparent = [row.traceparent];
+  if (row.tracestate !== '') headers.tracestate = [row.tracestate];
+  return headers;
+}
+
 /** The whole scenario on `target`, with its own temp dir. */
 export async function scenario(t: TestContext, target: Target): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'outboxd-node-e2e-'));
@@ -221,11 +274,37 @@ async function run(target: Target, dir: string): Promise<{ rows: number; deliver
   const generatedIdEvent: Event = { appCode: 'live', eventType: 'RoomMicChanged', roomId: 'room-generated', roomVersion: 3, occurredAt: base };
   const repeat = { ...batch[0]!, roomId: 'room-repeat', body: Buffer.from('second copy') };
 
+  // Events written in OpenTelemetry spans: those without a trace context of their own get the
+  // span's, the one with its own (`own`) keeps it.
+  const own = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+  const spanned = [1, 2, 3, 4, 5, 6].map((n) => ({
+    ...build('room-traced', 'RoomGiftSent', BigInt(n), base, Buffer.from(`span ${n}`)),
+    appCode: APP_CODES[n % 2]!,
+    ...(n === 3 ? { traceparent: own } : {}),
+  }));
+  let sampledSpan = '';
+  let unsampledSpan = '';
+
   // 1. Committed: the business row and the events.
   await target.transaction(true, async (tx) => {
     await tx.business('gift-1');
     assert.equal(await tx.enqueue(single), true, 'a new event is inserted');
     assert.equal(await tx.enqueueBatch([...batch, repeat, generatedIdEvent]), 51, 'a repeated id in a batch counts once');
+    sampledSpan = await inSpan(remoteParent(TraceFlags.SAMPLED, SPAN_TRACESTATE), async () => {
+      assert.equal(await tx.enqueue(spanned[0]!), true);
+      assert.equal(await tx.enqueueBatch(spanned.slice(1, 4)), 3);
+    });
+    // A parent neither sampled nor with a trace state: the child's flags are 00, no tracestate.
+    unsampledSpan = await inSpan(remoteParent(TraceFlags.NONE), async () => {
+      assert.equal(await tx.enqueueBatch(spanned.slice(4)), 2);
+    });
+  });
+  assert.match(sampledSpan, /^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$/);
+  assert.match(unsampledSpan, /^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-00$/);
+  // What the events written in spans must carry: the span's trace context, unless their own.
+  const spannedAsWritten = spanned.map((event, i) => {
+    if (event.traceparent !== undefined) return event;
+    return i < 4 ? { ...event, traceparent: sampledSpan, tracestate: SPAN_TRACESTATE } : { ...event, traceparent: unsampledSpan };
   });
   // 2. Rolled back: neither the business row nor the event.
   const rolledBack = build('room-1', 'RoomGiftSent', 99n, base, Buffer.from('never'));
@@ -249,11 +328,11 @@ async function run(target: Target, dir: string): Promise<{ rows: number; deliver
 
   // What was written, by (app_code, event_id).
   const expected = new Map<string, ReturnType<typeof toRow>>();
-  for (const event of [single, ...batch, { ...generatedIdEvent, eventId: generated.event_id }, ...fresh]) {
+  for (const event of [single, ...batch, { ...generatedIdEvent, eventId: generated.event_id }, ...fresh, ...spannedAsWritten]) {
     const row = toRow(event);
     expected.set(`${row.appCode}/${row.eventId}`, row);
   }
-  assert.equal(expected.size, 1 + 50 + 1 + 2);
+  assert.equal(expected.size, 1 + 50 + 1 + 2 + 6);
   assert.equal(stored.length, expected.size, 'one row per distinct event, none for the rolled-back one');
   for (const row of stored) {
     const want = expected.get(`${row.app_code}/${row.event_id}`);
@@ -293,7 +372,9 @@ async function run(target: Target, dir: string): Promise<{ rows: number; deliver
   }
 
   const seen = new Set<string>();
-  for (const { headers, text } of receiver.deliveries) {
+  // The trace context headers of each delivery, by app_code/webhook-id (the webhook-id is the event id).
+  const traces = new Map<string, TraceHeaders>();
+  for (const { headers, trace: traceHeaders, text } of receiver.deliveries) {
     const json = JSON.parse(text) as Record<string, unknown>;
     assert.deepEqual(Object.keys(json).sort(), ['app_code', 'attempt', 'body', 'event_id', 'event_type', 'occurred_at_ms', 'room_id', 'room_version']);
     const key = `${json.app_code}/${json.event_id}`;
@@ -315,8 +396,23 @@ async function run(target: Target, dir: string): Promise<{ rows: number; deliver
     assert.equal(headers['webhook-signature'], `v1,${mac}`, `signature of ${key}`);
     assert.ok(!seen.has(key), `${key} delivered twice`);
     seen.add(key);
+    // Node reads header bytes as Latin-1; the plugin sends UTF-8 (an event id may be any text).
+    const webhookId = Buffer.from(String(headers['webhook-id']), 'latin1').toString('utf8');
+    assert.equal(webhookId, json.event_id, `webhook-id of ${key}`);
+    traces.set(`${json.app_code}/${webhookId}`, traceHeaders);
   }
   assert.deepEqual([...seen].sort(), [...expected.keys()].sort(), 'every written event was delivered');
+  // Every event arrived with the trace context it was written with (its own, or its span's) as the
+  // headers traceparent and tracestate, or neither when it has none.
+  const kinds = new Set<string>();
+  for (const [key, want] of expected) {
+    assert.deepEqual(traces.get(key), traceHeadersOf(want), `trace headers of ${key}`);
+    kinds.add(`${want.traceparent !== ''}/${want.tracestate !== ''}`);
+  }
+  assert.deepEqual([...kinds].sort(), ['false/false', 'true/false', 'true/true'], 'events with and without a trace context and a tracestate');
+  for (const span of [sampledSpan, unsampledSpan]) {
+    assert.ok([...traces.values()].some((h) => h.traceparent?.[0] === span), `an event of span ${span} arrived with its traceparent`);
+  }
 
   const after = await target.outboxRows();
   assert.equal(after.length, expected.size);

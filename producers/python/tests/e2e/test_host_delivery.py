@@ -109,35 +109,42 @@ def traceparent_of(span: trace.Span) -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
-def write_in_spans(conn: Any) -> dict[tuple[str, str], TraceHeaders]:
+def write_in_spans(conn: Any) -> list[tuple[Event, TraceHeaders]]:
     """Writes six events in two spans of the SDK's tracer, on ``conn`` in its open transaction:
-    those without a trace context of their own get the span's, one with its own keeps it. Returns
-    the trace headers each must arrive with, by (app_code, event_id)."""
-    sampled = remote_parent(TraceFlags.SAMPLED, TraceState([("rojo", "00f067aa0ba902b7"),
-                                                             ("congo", "t61rcWkgMzE")]))
+    those without a trace context of their own get the span's, the one with its own keeps it.
+    Returns each event with the trace headers it must arrive with."""
     own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
-    def gift(n: int, app_code: str, **trace_context: str) -> Event:
-        return build("room-traced", "RoomGiftSent", n, BASE_MS + n, f"span {n}".encode(),
-                     app_code=app_code, event_id=f"in-span-{n}", **trace_context)  # fmt: skip
+    def gift(n: int, app_code: str, traceparent: str | None = None) -> Event:
+        return build(
+            "room-traced",
+            "RoomGiftSent",
+            n,
+            BASE_MS + n,
+            f"span {n}".encode(),
+            app_code=app_code,
+            event_id=f"in-span-{n}",
+            traceparent=traceparent,
+        )
 
-    expected: dict[tuple[str, str], TraceHeaders] = {}
-    with TRACER.start_as_current_span("enqueue gifts", context=sampled) as span:
-        single, batch = gift(1, "default"), [gift(2, "live"), gift(3, "default", traceparent=own)]
-        assert enqueue(conn, single) is True
-        assert enqueue_batch(conn, [*batch, gift(4, "live")]) == 3
-    for n, app_code in [(1, "default"), (2, "live"), (4, "live")]:
-        expected[(app_code, f"in-span-{n}")] = (traceparent_of(span), SPAN_TRACESTATE)
-    expected[("default", "in-span-3")] = (own, None)
+    state = TraceState([("rojo", "00f067aa0ba902b7"), ("congo", "t61rcWkgMzE")])
+    sampled = [gift(1, "default"), gift(2, "live"), gift(3, "default", own), gift(4, "live")]
+    with TRACER.start_as_current_span("gifts", context=remote_parent(TraceFlags.SAMPLED, state)):
+        span = trace.get_current_span()
+        assert enqueue(conn, sampled[0]) is True
+        assert enqueue_batch(conn, sampled[1:]) == 3
+    in_sampled = (traceparent_of(span), SPAN_TRACESTATE)
+    assert in_sampled[0].endswith("-01")
     # A parent neither sampled nor with a trace state: the child's flags are 00, no tracestate.
-    with TRACER.start_as_current_span("enqueue more", context=remote_parent(0, None)) as span:
-        assert enqueue_batch(conn, [gift(5, "default"), gift(6, "live")]) == 2
-    assert not span.get_span_context().trace_flags.sampled
-    expected[("default", "in-span-5")] = expected[("live", "in-span-6")] = (
-        traceparent_of(span),
-        None,
-    )
-    return expected
+    unsampled = [gift(5, "default"), gift(6, "live")]
+    with TRACER.start_as_current_span("more", context=remote_parent(TraceFlags.DEFAULT, None)):
+        span = trace.get_current_span()
+        assert enqueue_batch(conn, unsampled) == 2
+    in_unsampled = (traceparent_of(span), None)
+    assert in_unsampled[0].endswith("-00")
+    expected: list[tuple[Event, TraceHeaders]] = [(e, in_sampled) for e in sampled]
+    expected[2] = (sampled[2], (own, None))
+    return expected + [(e, in_unsampled) for e in unsampled]
 
 
 def trace_headers(request_: Received) -> TraceHeaders:
@@ -186,10 +193,9 @@ def test_the_host_delivers_what_the_library_wrote(
         cursor.execute(f"INSERT INTO gifts (id, note) VALUES ({ph}, {ph})", (1, "committed"))
         assert enqueue_batch(conn, written) == 50
         # In the same transaction, events written in OpenTelemetry spans.
-        traces = {(e.app_code, e.event_id): (e.traceparent, e.tracestate) for e in written}
         in_spans = write_in_spans(conn)
-        traces |= in_spans
         conn.commit()
+        delivered = written + [event for event, _ in in_spans]
         # A rolled-back transaction writes neither.
         ghost = build("room-1", "RoomGiftSent", 99, None, b"ghost", event_id="ghost")
         cursor.execute(f"INSERT INTO gifts (id, note) VALUES ({ph}, {ph})", (2, "rolled back"))
@@ -203,13 +209,17 @@ def test_the_host_delivers_what_the_library_wrote(
 
         assert query(db, "SELECT id, note FROM gifts") == [(1, "committed")]
         stored = query(db, "SELECT app_code, event_id, status FROM room_outbox")
-        assert sorted(stored) == sorted((e.app_code, e.event_id, "pending") for e in written) + [
-            (*key, "pending") for key in sorted(in_spans)
-        ]
+        assert sorted(stored) == sorted((e.app_code, e.event_id, "pending") for e in delivered)
 
         run_host(binary, config, "run", "--drain")
         received = hook.received
 
+    # The trace headers each event must arrive with: its own trace context (written outside any
+    # span), or the one of the span it was written in.
+    traces: dict[tuple[str, str], TraceHeaders] = {
+        (e.app_code, e.event_id): (e.traceparent, e.tracestate) for e in written
+    }
+    traces |= {(e.app_code, e.event_id): headers for e, headers in in_spans}
     by_id: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for request_ in received:
         assert request_.path == "/hook"
@@ -228,23 +238,20 @@ def test_the_host_delivers_what_the_library_wrote(
         assert key in traces, f"delivered an event that was not written: {key}"
         assert trace_headers(request_) == traces[key], key
         by_id.setdefault((payload["app_code"], payload["event_id"]), []).append(payload)
-    assert set(by_id) == {(e.app_code, e.event_id) for e in written} | set(in_spans)
-    for event in written:
+    assert set(by_id) == {(e.app_code, e.event_id) for e in delivered}
+    for event in delivered:
         for payload in by_id[(event.app_code, event.event_id)]:
             assert payload == expected_json(event), event.event_id
         assert base64.b64decode(by_id[(event.app_code, event.event_id)][0]["body"]) == event.body
-    assert len(received) == 50 + len(in_spans), "each event delivered once"
-    # Every kind of trace context was delivered: its own with and without a tracestate, its
-    # span's with and without one, and none.
+    assert len(received) == len(delivered) == 56, "each event delivered once"
+    # The test traced enough: trace contexts of their own with and without a tracestate, none,
+    # and the spans' (with and without one) all arrived.
     kinds = {(tp is not None, ts is not None) for tp, ts in map(trace_headers, received)}
     assert kinds == {(True, True), (True, False), (False, False)}
-    assert {trace_headers(r) for r in received} >= set(in_spans.values())
+    assert {headers for _, headers in in_spans} <= set(map(trace_headers, received))
 
     statuses = query(db, "SELECT app_code, event_id, status FROM room_outbox")
-    assert sorted(statuses) == sorted(
-        [(e.app_code, e.event_id, "delivered") for e in written]
-        + [(*key, "delivered") for key in in_spans]
-    )
+    assert sorted(statuses) == sorted((e.app_code, e.event_id, "delivered") for e in delivered)
 
 
 @pytest.mark.e2e
