@@ -166,6 +166,19 @@ impl Record {
         self
     }
 
+    /// Carries the context of OpenTelemetry's current span, when there is a valid one
+    /// ([`TraceContext::current`]); the record unchanged otherwise. A context already set with
+    /// [`Record::with_trace_context`] is kept.
+    pub fn with_current_trace_context(self) -> Record {
+        if !self.envelope.traceparent.is_empty() {
+            return self;
+        }
+        match TraceContext::current() {
+            Some(context) => self.with_trace_context(&context),
+            None => self,
+        }
+    }
+
     /// The bytes stored in the `envelope` column (the envelope's tenant forced to the row's).
     pub fn encoded_envelope(&self) -> Vec<u8> {
         if self.envelope.app_code == self.app_code {

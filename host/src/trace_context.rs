@@ -8,6 +8,10 @@ use thiserror::Error;
 /// Longest `tracestate` accepted, in characters (the W3C recommendation: 32 members, 512 bytes).
 pub const TRACESTATE_MAX: usize = 512;
 
+/// A `tracestate` list member longer than this is the first to go when a span's trace state
+/// must be cut to [`TRACESTATE_MAX`] (W3C Trace Context, "tracestate Limits").
+const LONG_MEMBER: usize = 128;
+
 /// A producer's span context as W3C Trace Context header values: a checked `traceparent` and
 /// its `tracestate` (empty when none).
 ///
@@ -69,6 +73,45 @@ impl TraceContext {
         })
     }
 
+    /// The context of OpenTelemetry's current span (`opentelemetry::Context::current()`, as
+    /// `Tracer::in_span` or an attached context sets it), or `None` when no valid span is
+    /// current. Its trace state is cut to [`TRACESTATE_MAX`] characters by whole list members, as
+    /// the other producer libraries cut a span's (an event must not fail for it).
+    ///
+    /// ```
+    /// use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+    /// use outboxd::trace_context::TraceContext;
+    ///
+    /// assert_eq!(TraceContext::current(), None);
+    /// let span = SpanContext::new(
+    ///     TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+    ///     SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+    ///     TraceFlags::SAMPLED,
+    ///     true,
+    ///     TraceState::default(),
+    /// );
+    /// let _attached = opentelemetry::Context::current().with_remote_span_context(span).attach();
+    /// let context = TraceContext::current().unwrap();
+    /// assert_eq!(context.traceparent(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    /// ```
+    pub fn current() -> Option<TraceContext> {
+        use opentelemetry::trace::TraceContextExt;
+        let context = opentelemetry::Context::current();
+        let span = context.span();
+        let span = span.span_context();
+        if !span.is_valid() {
+            return None;
+        }
+        let traceparent = format!(
+            "00-{}-{}-{:02x}",
+            span.trace_id(),
+            span.span_id(),
+            span.trace_flags().to_u8()
+        );
+        let tracestate = fit_tracestate(&span.trace_state().header());
+        TraceContext::new(traceparent, tracestate).ok()
+    }
+
     /// The `traceparent` header value.
     pub fn traceparent(&self) -> &str {
         &self.traceparent
@@ -87,6 +130,41 @@ impl TraceContext {
     /// The parent (span) id: 16 lowercase hex digits.
     pub fn parent_id(&self) -> &str {
         &self.traceparent[36..52]
+    }
+}
+
+/// `header` (a serialized `tracestate`) cut to at most [`TRACESTATE_MAX`] characters by dropping
+/// whole list members: those over [`LONG_MEMBER`] characters first, last first, then from the
+/// end; empty when what is left is not printable ASCII. Matches the Python, TypeScript and Go
+/// libraries.
+fn fit_tracestate(header: &str) -> String {
+    let printable = |text: &str| text.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let mut header = header.to_string();
+    if header.chars().count() > TRACESTATE_MAX {
+        let mut members: Vec<&str> = header
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .collect();
+        let length = |members: &[&str]| {
+            members.iter().map(|m| m.chars().count()).sum::<usize>()
+                + members.len().saturating_sub(1)
+        };
+        while length(&members) > TRACESTATE_MAX {
+            let long = members
+                .iter()
+                .rposition(|m| m.chars().count() > LONG_MEMBER);
+            match long {
+                Some(at) => members.remove(at),
+                None => members.pop().unwrap_or_default(),
+            };
+        }
+        header = members.join(",");
+    }
+    if printable(&header) {
+        header
+    } else {
+        String::new()
     }
 }
 
@@ -147,6 +225,76 @@ mod tests {
             let valid = check["valid"].as_bool().unwrap();
             assert_eq!(TraceContext::new(value, "").is_ok(), valid, "{value:?}");
         }
+    }
+
+    #[test]
+    fn a_spans_long_trace_state_is_cut_by_whole_members_long_ones_first() {
+        assert_eq!(fit_tracestate("a=1,b=2"), "a=1,b=2");
+        assert_eq!(fit_tracestate(""), "");
+        let long = format!("l={}", "x".repeat(200));
+        let short: Vec<String> = (0..60).map(|i| format!("k{i:02}=v{i:03}")).collect();
+        // 60 members of 8 characters (539 with commas) and one long one in the middle.
+        let header = format!(
+            "{},{long}, ,{}",
+            short[..30].join(","),
+            short[30..].join(",")
+        );
+        let cut = fit_tracestate(&header);
+        assert!(!cut.contains("l=x"), "the long member goes first");
+        assert!(cut.len() <= TRACESTATE_MAX, "{}", cut.len());
+        assert!(cut.starts_with("k00=v000,k01=v001"), "{cut}");
+        assert_eq!(
+            cut.split(',').count(),
+            57,
+            "then members from the end: {cut}"
+        );
+        assert_eq!(
+            fit_tracestate(&"x".repeat(600)),
+            "",
+            "one member over the limit"
+        );
+        assert_eq!(fit_tracestate("k=v\u{7}"), "", "not printable");
+    }
+
+    #[test]
+    fn a_record_takes_the_current_span_unless_it_has_a_context() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+        };
+        use std::time::SystemTime;
+
+        use crate::record::Record;
+
+        let build = || Record::build("r", "T", 1, SystemTime::UNIX_EPOCH, &"b".to_string());
+        assert_eq!(
+            build().with_current_trace_context().envelope.traceparent,
+            ""
+        );
+        let state = TraceState::from_key_value([("rojo", "00f067aa0ba902b7")]).unwrap();
+        let span = SpanContext::new(
+            TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+            SpanId::from_hex("b7ad6b7169203331").unwrap(),
+            TraceFlags::default(),
+            false,
+            state,
+        );
+        let _attached = opentelemetry::Context::current()
+            .with_remote_span_context(span)
+            .attach();
+        let record = build().with_current_trace_context();
+        assert_eq!(
+            record.envelope.traceparent,
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+        );
+        assert_eq!(record.envelope.tracestate, "rojo=00f067aa0ba902b7");
+        let explicit = TraceContext::new(PARENT, "").unwrap();
+        let kept = build()
+            .with_trace_context(&explicit)
+            .with_current_trace_context();
+        assert_eq!(
+            kept.envelope.traceparent, PARENT,
+            "an explicit context wins"
+        );
     }
 
     #[test]
