@@ -26,6 +26,7 @@ crate::support::per_backend!(
     hosts_joining_together_leave_no_partition_unowned,
     a_read_writes_nothing_and_each_row_is_read_once,
     a_host_that_lost_its_partition_changes_nothing,
+    a_host_that_lost_its_partition_rejects_nothing,
     a_leaving_host_hands_its_partitions_on,
     per_room_reads_hold_back_a_room_behind_its_retry,
     leased_hosts_stop_partition_reads,
@@ -258,6 +259,63 @@ async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
             marks.len() as u64
         );
     }
+}
+
+/// A row whose envelope does not decode is put in `failed` by the read that finds it, fenced
+/// as a mark is: a host that lost the partition (its read still sees the row: reads write
+/// nothing and check no ownership) changes nothing and reports no rejection; the new owner
+/// rejects it.
+async fn a_host_that_lost_its_partition_rejects_nothing(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(&store, &[record(APP, "e1", "r1", 100)]).await;
+    db.insert_raw(
+        DEFAULT_TABLE,
+        &[RawInsert::pending(APP, "bad", "r1", 150).with_envelope(vec![0xff, 0xff, 0xff])],
+    )
+    .await;
+    let a = rebalance(&store, APP, "host-a", 300, &[], false).await;
+    let b = wait_until(
+        "B takes every partition once A's lease ends",
+        Duration::from_secs(10),
+        || async {
+            let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
+            if b.owned.len() as u32 == b.partitions {
+                Ok(b)
+            } else {
+                Err(b.owned.len())
+            }
+        },
+    )
+    .await;
+    // A, paused meanwhile, reads with the fences it had.
+    let stale = read_all(&store, "host-a", &a, false, now_ms()).await;
+    assert_eq!(
+        all_ids(&stale),
+        strs(&["e1"]),
+        "the read itself sees the rows"
+    );
+    assert!(
+        stale.iter().all(|batch| batch.rejected.is_empty()),
+        "a lost partition's rejection is refused and not reported"
+    );
+    assert_eq!(db.row(APP, "bad").await.unwrap().status, "pending");
+    // The owner rejects it.
+    let batches = read_all(&store, "host-b", &b, false, now_ms()).await;
+    let rejected: Vec<&str> = batches
+        .iter()
+        .flat_map(|batch| batch.rejected.iter().map(|r| r.event_id.as_str()))
+        .collect();
+    assert_eq!(rejected, ["bad"]);
+    let row = db.row(APP, "bad").await.unwrap();
+    assert_eq!(row.status, "failed");
+    assert!(
+        row.last_error
+            .unwrap_or_default()
+            .starts_with("envelope does not decode"),
+        "the reason is kept"
+    );
 }
 
 async fn a_leaving_host_hands_its_partitions_on(backend: Backend) {

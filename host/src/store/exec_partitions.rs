@@ -15,7 +15,7 @@ use super::statement::{MAX_ROWS_PER_STATEMENT, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
     ClaimBatch, Lease, Ownership, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
-    StoreError, partition_count,
+    RejectedRow, StoreError, partition_count,
 };
 
 /// How many lease periods a host row is kept after its host stopped renewing it.
@@ -302,11 +302,13 @@ pub(crate) async fn read_partitions<D: Driver>(
     for row in rows {
         by_partition.entry(row.partition).or_default().push(row);
     }
+    let mut rejected: Vec<(PartitionFence, Vec<RejectedRow>)> = Vec::new();
     for fence in &read.fences {
         let Some(rows) = by_partition.remove(&i64::from(fence.partition)) else {
             continue;
         };
         let mut span: Option<(i64, i64)> = None;
+        let mut refused = Vec::new();
         for row in rows {
             let reclaimed = row.status == Status::Delivering.as_str();
             match judge(&read.app_code, row.candidate, reclaimed, read.max_attempts) {
@@ -315,8 +317,11 @@ pub(crate) async fn read_partitions<D: Driver>(
                     span = Some(span.map_or((at, at), |(first, _)| (first, at)));
                     batch.events.push(event);
                 }
-                Err(rejected) => batch.rejected.push(rejected),
+                Err(row) => refused.push(row),
             }
+        }
+        if !refused.is_empty() {
+            rejected.push((*fence, refused));
         }
         if let Some((first_created_ms, last_created_ms)) = span {
             batch.lease.partitions.push(PartitionBatch {
@@ -333,9 +338,16 @@ pub(crate) async fn read_partitions<D: Driver>(
             (a.created_at_ms, &a.event.event_id).cmp(&(b.created_at_ms, &b.event.event_id))
         });
     }
-    for chunk in batch.rejected.chunks(MAX_ROWS_PER_STATEMENT) {
-        let reject = reject_rows(backend, table, &read.app_code, read.now_ms, chunk);
-        conn.run(reject).await.map_err(db(OP))?;
+    // Rows that do not decode go to `failed` at once, fenced on their partition: a host that lost
+    // it changes nothing and reports none (the new owner rejects them).
+    for (fence, rows) in rejected {
+        for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
+            let fence = (read.host_id.as_str(), &fence);
+            let reject = reject_rows(backend, table, &read.app_code, fence, read.now_ms, chunk);
+            if conn.run(reject).await.map_err(db(OP))? == chunk.len() as u64 {
+                batch.rejected.extend_from_slice(chunk);
+            }
+        }
     }
     Ok(batch)
 }

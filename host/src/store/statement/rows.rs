@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{Arg, Bound, SqlBuilder};
 
 use crate::record::Status;
-use crate::store::{Backend, RejectedRow, TableName};
+use crate::store::{Backend, PartitionFence, RejectedRow, TableName};
 
 /// The fixed statements of one store, built once at connect from the backend and table name.
 #[derive(Debug, Clone)]
@@ -84,12 +84,15 @@ fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
     b.text()
 }
 
-/// Moves rows a read rejected to `failed` with their reason (one UPDATE by primary key; at most
-/// [`super::MAX_ROWS_PER_STATEMENT`] rows).
+/// Moves rows a read of one partition rejected to `failed` with their reason (one UPDATE by
+/// primary key; at most [`super::MAX_ROWS_PER_STATEMENT`] rows), fenced as a mark is: only while
+/// `host_id` still owns the partition at the fence's epoch (else it changes nothing: the new
+/// owner rejects them), and only rows still live.
 pub(crate) fn reject_rows(
     backend: Backend,
     table: &TableName,
     app_code: &str,
+    fence: (&str, &PartitionFence),
     now_ms: i64,
     rejected: &[RejectedRow],
 ) -> Bound {
@@ -114,5 +117,24 @@ pub(crate) fn reject_rows(
         .bind(app_code)
         .push(" AND event_id IN ")
         .bind_set(rejected.iter().map(|r| r.event_id.as_str()));
+    let (host_id, fence) = fence;
+    b.push(" AND status IN (")
+        .status(Status::Pending)
+        .push(", ")
+        .status(Status::Retryable)
+        .push(", ")
+        .status(Status::Delivering)
+        .push(") AND EXISTS (SELECT 1 FROM ")
+        .push(&table.partitions_table())
+        .push(" p WHERE p.app_code = ")
+        .bind(app_code)
+        .push(" AND p.owner = ")
+        .bind(host_id)
+        .push(" AND p.partition_id = ")
+        .bind(i64::from(fence.partition))
+        .push(" AND p.epoch = ")
+        .bind(fence.epoch);
+    let lock = b.fence_lock();
+    b.push(lock).push(")");
     b.finish()
 }

@@ -134,13 +134,42 @@ fn reject_counts_an_expired_lease_first() {
         room_id: "r".into(),
         reason: "bad".into(),
     }];
-    let bound = reject_rows(Backend::Postgres, &table(), "live", 100, &rejected);
+    let fence = PartitionFence {
+        partition: 7,
+        epoch: 3,
+    };
+    let bound = reject_rows(
+        Backend::Postgres,
+        &table(),
+        "live",
+        ("host-a", &fence),
+        100,
+        &rejected,
+    );
     assert!(
         bound
             .sql
             .starts_with("UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering'")
     );
     assert!(bound.sql.contains("status = 'failed', next_retry_at_ms = 0, lock_until_ms = NULL, last_error = CASE event_id WHEN $1 THEN $2 ELSE last_error END"));
+    // Fenced as a mark is: live rows of a partition the host still owns at its epoch.
+    assert!(
+        bound.sql.ends_with(
+            "AND status IN ('pending', 'retryable', 'delivering') AND EXISTS (SELECT 1 FROM \
+         room_outbox_partitions p WHERE p.app_code = $6 AND p.owner = $7 AND p.partition_id = $8 \
+         AND p.epoch = $9 FOR SHARE)"
+        ),
+        "{}",
+        bound.sql
+    );
+    assert_eq!(
+        (
+            bound.args[6].clone(),
+            bound.args[7].clone(),
+            bound.args[8].clone()
+        ),
+        (Arg::from("host-a"), Arg::Int(7), Arg::Int(3))
+    );
     assert_placeholders(Backend::Postgres, &bound);
 }
 
