@@ -14,22 +14,39 @@ import (
 // goldenFile is the shared golden vectors file (producers/golden/envelopes.json).
 const goldenFile = "../golden/envelopes.json"
 
+// goldenEvent is one case's event in the golden file.
+type goldenEvent struct {
+	AppCode      string `json:"app_code"`
+	EventID      string `json:"event_id"`
+	RoomID       string `json:"room_id"`
+	EventType    string `json:"event_type"`
+	RoomVersion  string `json:"room_version"`
+	OccurredAtMS string `json:"occurred_at_ms"`
+	BodyHex      string `json:"body_hex"`
+	Traceparent  string `json:"traceparent"`
+	Tracestate   string `json:"tracestate"`
+}
+
+// untraced is e as the library's Event, without its trace context.
+func (e goldenEvent) untraced(t *testing.T) Event {
+	t.Helper()
+	return Event{
+		AppCode:     e.AppCode,
+		EventID:     e.EventID,
+		EventType:   e.EventType,
+		RoomID:      e.RoomID,
+		RoomVersion: mustInt64(t, e.RoomVersion),
+		OccurredAt:  time.UnixMilli(mustInt64(t, e.OccurredAtMS)),
+		Body:        mustHex(t, e.BodyHex),
+	}
+}
+
 // golden is the part of the golden file the Go tests read.
 type golden struct {
 	Cases []struct {
-		Name  string `json:"name"`
-		Event struct {
-			AppCode      string `json:"app_code"`
-			EventID      string `json:"event_id"`
-			RoomID       string `json:"room_id"`
-			EventType    string `json:"event_type"`
-			RoomVersion  string `json:"room_version"`
-			OccurredAtMS string `json:"occurred_at_ms"`
-			BodyHex      string `json:"body_hex"`
-			Traceparent  string `json:"traceparent"`
-			Tracestate   string `json:"tracestate"`
-		} `json:"event"`
-		EnvelopeHex string `json:"envelope_hex"`
+		Name        string      `json:"name"`
+		Event       goldenEvent `json:"event"`
+		EnvelopeHex string      `json:"envelope_hex"`
 	} `json:"cases"`
 	EventIDPrefixes []struct {
 		MS     string `json:"ms"`
@@ -110,17 +127,9 @@ func TestPreparedRowCarriesTheGoldenEnvelope(t *testing.T) {
 			continue
 		}
 		ms := mustInt64(t, e.OccurredAtMS)
-		r, err := prepare(context.Background(), 0, Event{
-			AppCode:     e.AppCode,
-			EventID:     e.EventID,
-			EventType:   e.EventType,
-			RoomID:      e.RoomID,
-			RoomVersion: mustInt64(t, e.RoomVersion),
-			OccurredAt:  time.UnixMilli(ms),
-			Body:        mustHex(t, e.BodyHex),
-			TraceParent: e.Traceparent,
-			TraceState:  e.Tracestate,
-		}, 12345, nil)
+		event := e.untraced(t)
+		event.TraceParent, event.TraceState = e.Traceparent, e.Tracestate
+		r, err := prepare(context.Background(), 0, event, 12345, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
@@ -151,15 +160,7 @@ func TestHookMadeTraceContextMatchesTheGoldenEnvelope(t *testing.T) {
 			continue
 		}
 		hook := func(context.Context) (string, string) { return e.Traceparent, e.Tracestate }
-		r, err := prepare(context.Background(), 0, Event{
-			AppCode:     e.AppCode,
-			EventID:     e.EventID,
-			EventType:   e.EventType,
-			RoomID:      e.RoomID,
-			RoomVersion: mustInt64(t, e.RoomVersion),
-			OccurredAt:  time.UnixMilli(mustInt64(t, e.OccurredAtMS)),
-			Body:        mustHex(t, e.BodyHex),
-		}, 0, hook)
+		r, err := prepare(context.Background(), 0, e.untraced(t), 0, hook)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}

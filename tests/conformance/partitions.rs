@@ -7,10 +7,11 @@
 //! and wait out short leases instead of shifting `now_ms`.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use outboxd::record::now_ms;
-use outboxd::store::{Backend, DEFAULT_TABLE, Ownership, partition_count};
+use outboxd::store::{Backend, DEFAULT_TABLE, OutboxStore, Ownership, partition_count};
 
 use outboxd::store::PartitionRead;
 
@@ -37,6 +38,24 @@ crate::support::per_backend!(
 /// The partition numbers of `ownership`.
 fn numbers(ownership: &Ownership) -> BTreeSet<u32> {
     ownership.owned.iter().map(|f| f.partition).collect()
+}
+
+/// `host` takes every partition of `APP` once the lease of the host that owned them ended
+/// (waits up to 10 s): its ownership.
+async fn take_over(store: &Arc<dyn OutboxStore>, host: &str) -> Ownership {
+    wait_until(
+        &format!("{host} takes every partition once the owner's lease ends"),
+        Duration::from_secs(10),
+        || async {
+            let ownership = rebalance(store, APP, host, LONG_LEASE_MS, &[], false).await;
+            if ownership.owned.len() as u32 == ownership.partitions {
+                Ok(ownership)
+            } else {
+                Err(ownership.owned.len())
+            }
+        },
+    )
+    .await
 }
 
 async fn one_host_takes_every_partition(backend: Backend) {
@@ -216,19 +235,7 @@ async fn a_host_that_lost_its_partition_changes_nothing(backend: Backend) {
     let stale = read_all(&store, "host-a", &a, false, now).await;
     assert_eq!(all_ids(&stale), strs(&["e1", "e2"]));
     // A stops renewing (paused, cut off); once its lease ends, B takes its partitions over.
-    let b = wait_until(
-        "B takes every partition once A's lease ends",
-        Duration::from_secs(10),
-        || async {
-            let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
-            if b.owned.len() as u32 == b.partitions {
-                Ok(b)
-            } else {
-                Err(b.owned.len())
-            }
-        },
-    )
-    .await;
+    let b = take_over(&store, "host-b").await;
     assert_eq!(b.hosts, 1, "A's host row expired too");
     // A comes back and marks what it published: refused, the rows untouched.
     for batch in &stale {
@@ -276,19 +283,7 @@ async fn a_host_that_lost_its_partition_rejects_nothing(backend: Backend) {
     )
     .await;
     let a = rebalance(&store, APP, "host-a", 300, &[], false).await;
-    let b = wait_until(
-        "B takes every partition once A's lease ends",
-        Duration::from_secs(10),
-        || async {
-            let b = rebalance(&store, APP, "host-b", LONG_LEASE_MS, &[], false).await;
-            if b.owned.len() as u32 == b.partitions {
-                Ok(b)
-            } else {
-                Err(b.owned.len())
-            }
-        },
-    )
-    .await;
+    let b = take_over(&store, "host-b").await;
     // A, paused meanwhile, reads with the fences it had.
     let stale = read_all(&store, "host-a", &a, false, now_ms()).await;
     assert_eq!(

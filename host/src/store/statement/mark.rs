@@ -1,6 +1,7 @@
 //! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease
 //! (MySQL's locking SELECT listing the fenced rows is in `store/mysql/mark.rs`).
 
+use super::fence::{at_epoch, live_rows, owned_partition_open};
 use super::rows::retry_count_after_reclaim;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
@@ -91,31 +92,16 @@ pub(crate) fn lease_fence<'a>(
             .push(" AND created_at_ms <= ")
             .bind(one.last_created_ms);
     }
-    b.push(" AND status IN (")
-        .status(Status::Pending)
-        .push(", ")
-        .status(Status::Retryable)
-        .push(", ")
-        .status(Status::Delivering)
-        .push(") AND event_id");
+    live_rows(b);
+    b.push(" AND event_id");
     if partitions.len() > 1 {
         b.bind_in_joined(event_ids);
     } else {
         b.bind_in(event_ids);
     }
-    b.push(" AND EXISTS (SELECT 1 FROM ")
-        .push(&table.partitions_table())
-        .push(" p WHERE p.app_code = ")
-        .bind(lease.app_code.as_str())
-        .push(" AND p.owner = ")
-        .bind(lease.worker_id.as_str());
+    owned_partition_open(b, table, &lease.app_code, &lease.worker_id);
     match (partition_of_row, lease.partitions.as_slice()) {
-        (_, [batch]) => {
-            b.push(" AND p.partition_id = ")
-                .bind(i64::from(batch.fence.partition))
-                .push(" AND p.epoch = ")
-                .bind(batch.fence.epoch);
-        }
+        (_, [batch]) => at_epoch(b, &batch.fence),
         (Some(expression), batches) if !batches.is_empty() => {
             // The updated row's partition (the subquery's table has no `room_id` or partition
             // column of its own: the expression names the outer row's) at its epoch.

@@ -5,7 +5,8 @@
 //! Every statement text is built from static fragments and the validated [`TableName`] only;
 //! every value is a bound parameter. The statements themselves are grouped by operation:
 //! `partitions` (ownership and the partition read), `rows` (the fixed statements, the reject
-//! UPDATE, counts), `insert` (the producer insert), `mark` (the fenced mark), `failed` (list,
+//! UPDATE, counts), `insert` (the producer insert), `mark` (the fenced mark; `fence` its pieces,
+//! shared with the reject), `failed` (list,
 //! count and requeue `failed` rows) and [`purge`] (retention's batched deletes), [`browse`] (the
 //! console's reads and dead-letter deletes). Schema statements live in [`super::schema`].
 //! Statements of fixed shape are built once per store ([`rows::Statements`]); those carrying an
@@ -13,6 +14,7 @@
 
 pub mod browse;
 pub(crate) mod failed;
+pub(crate) mod fence;
 pub(crate) mod insert;
 pub(crate) mod mark;
 pub(crate) mod partitions;

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::fence::{live_rows, owned_partition};
 use super::{Arg, Bound, SqlBuilder};
 
 use crate::record::Status;
@@ -118,23 +119,7 @@ pub(crate) fn reject_rows(
         .push(" AND event_id IN ")
         .bind_set(rejected.iter().map(|r| r.event_id.as_str()));
     let (host_id, fence) = fence;
-    b.push(" AND status IN (")
-        .status(Status::Pending)
-        .push(", ")
-        .status(Status::Retryable)
-        .push(", ")
-        .status(Status::Delivering)
-        .push(") AND EXISTS (SELECT 1 FROM ")
-        .push(&table.partitions_table())
-        .push(" p WHERE p.app_code = ")
-        .bind(app_code)
-        .push(" AND p.owner = ")
-        .bind(host_id)
-        .push(" AND p.partition_id = ")
-        .bind(i64::from(fence.partition))
-        .push(" AND p.epoch = ")
-        .bind(fence.epoch);
-    let lock = b.fence_lock();
-    b.push(lock).push(")");
+    live_rows(&mut b);
+    owned_partition(&mut b, table, app_code, host_id, fence);
     b.finish()
 }
