@@ -17,12 +17,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use fixtures::{captured, logs_saying, plugin, settings};
-use http::{FakeIm, Reply, WebhookReceiver};
-use outboxd::config::{Publishing, RouteConfig, SinkConfig, SinkLimits};
+use http::{ExportedSpan, FakeIm, OtlpCollector, Reply, WebhookReceiver};
+use outboxd::config::{Publishing, RouteConfig, SinkConfig, SinkLimits, TraceExport};
+use outboxd::metrics::Metrics;
 use outboxd::plugin::load_publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{DeliveryOrder, OutboxStore};
+use outboxd::telemetry::Telemetry;
 use outboxd::trace_context::TraceContext;
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawRow, TestDb, typed_record, wait_until};
@@ -145,13 +147,24 @@ async fn enqueue(store: &dyn OutboxStore, events: &[(&str, &str, &str)]) {
 /// Runs a worker with the real publisher until every row is `delivered` or `failed`; returns the
 /// rows.
 async fn run_until_settled(db: &TestDb, sinks: &[SinkConfig], max_attempts: u32) -> Vec<RawRow> {
+    run_traced_until_settled(db, sinks, max_attempts, Telemetry::off()).await
+}
+
+/// [`run_until_settled`] recording spans through `telemetry`.
+async fn run_traced_until_settled(
+    db: &TestDb,
+    sinks: &[SinkConfig],
+    max_attempts: u32,
+    telemetry: Telemetry,
+) -> Vec<RawRow> {
     let publisher = load_publisher(
         &Publishing::new(sinks.to_vec(), routes(), Path::new("")).expect("valid sinks"),
         &settings(),
     )
     .await
     .unwrap_or_else(|e| panic!("load publisher: {e}"));
-    let worker = Worker::new(db.store_default().await, publisher, options(max_attempts));
+    let worker = Worker::new(db.store_default().await, publisher, options(max_attempts))
+        .with_telemetry(telemetry);
     let shutdown = CancellationToken::new();
     let run = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -458,7 +471,197 @@ async fn trace_contexts_reach_the_webhook_and_invalid_ones_do_not_stop_delivery(
     db.cleanup().await;
 }
 
+/// Tracing on, exporting to `endpoint` (a base URL) as service `outboxd-test`.
+fn tracing_to(endpoint: &str, queue_size: usize, timeout: Duration) -> TraceExport {
+    TraceExport {
+        endpoint: Some(format!("{endpoint}/v1/traces")),
+        service_name: "outboxd-test".into(),
+        resource: Vec::new(),
+        sampling_ratio: 1.0,
+        headers: Default::default(),
+        timeout: Some(timeout),
+        queue_size,
+    }
+}
+
+/// The delivery spans of event `id`, by attempt.
+fn sends_of(spans: &[ExportedSpan], id: &str) -> Vec<ExportedSpan> {
+    let mut sends: Vec<ExportedSpan> = spans
+        .iter()
+        .filter(|s| s.attribute("messaging.message.id").as_deref() == Some(id))
+        .cloned()
+        .collect();
+    sends.sort_by_key(|s| s.attribute("outboxd.attempt"));
+    sends
+}
+
+/// With tracing on, a real OTLP receiver gets: for each event and attempt a delivery span (first
+/// attempt a child of the producer's span, the retry a new trace linked to the producer's span
+/// and to the first attempt), read and mark spans; the webhook gets the first attempt's span as
+/// the parent of every attempt, in the producer's trace. Events with no or an invalid context
+/// get root spans and are delivered all the same.
+async fn delivery_spans_reach_the_collector_under_the_producers_span(backend: Backend) {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let receiver = WebhookReceiver::start(&[WEBHOOK_SECRET]).await;
+    let im = FakeIm::start(SDKAPPID, IDENTIFIER, IM_SECRET_KEY).await;
+    let collector = OtlpCollector::start().await;
+    let store = db.store_default().await;
+    let base = now_ms() - 10_000;
+    let context = TraceContext::new(format!("00-{TRACE}-{PRODUCER_SPAN}-01"), "rojo=1").unwrap();
+    let traced =
+        typed_record("app", "traced", "r1", "RoomClosed", base).with_trace_context(&context);
+    let plain = typed_record("app", "plain", "r2", "RoomClosed", base + 1);
+    let mut invalid = typed_record("app", "invalid", "r3", "RoomClosed", base + 2);
+    invalid.envelope.traceparent = "00-not-a-trace-01".into();
+    store
+        .enqueue(&[traced, plain, invalid])
+        .await
+        .expect("enqueue");
+    receiver.script(3, Reply::status(503));
+
+    let metrics = Metrics::default();
+    let export = tracing_to(&collector.endpoint(), 4096, Duration::from_secs(5));
+    let telemetry = Telemetry::start(Some(&export), "e2e", &metrics).expect("tracing starts");
+    let origin = format!("http://{}", receiver.addr());
+    let sinks = [im_sink(&im), webhook_sink(&receiver.url(), &origin)];
+    let rows = run_traced_until_settled(&db, &sinks, 5, telemetry.clone()).await;
+    telemetry.shutdown().await; // exports what is queued
+    assert!(rows.iter().all(|r| r.status == "delivered"), "{rows:?}");
+
+    let spans = collector.spans();
+    assert!(spans.iter().all(|s| s.service == "outboxd-test"));
+    let traced = sends_of(&spans, "traced");
+    assert_eq!(traced.len(), 2, "two attempts: {traced:?}");
+    let (first, retry) = (&traced[0], &traced[1]);
+    assert_eq!(first.span.name, "send webhook");
+    assert_eq!(first.span.kind, 4, "PRODUCER");
+    assert_eq!(
+        (first.trace_id().as_str(), first.parent_id().as_str()),
+        (TRACE, PRODUCER_SPAN)
+    );
+    assert_eq!(
+        first.attribute("outboxd.outcome").as_deref(),
+        Some("retryable")
+    );
+    assert_eq!(
+        first.attribute("messaging.destination.name").as_deref(),
+        Some("webhook")
+    );
+    assert_eq!(first.attribute("outboxd.room_id").as_deref(), Some("r1"));
+    assert_eq!(retry.attribute("outboxd.attempt").as_deref(), Some("2"));
+    assert_eq!(
+        retry.attribute("outboxd.outcome").as_deref(),
+        Some("delivered")
+    );
+    assert_eq!(retry.parent_id(), "", "a retry is a root");
+    assert_ne!(retry.trace_id(), TRACE);
+    let links = retry.links();
+    assert!(
+        links.contains(&(TRACE.to_string(), PRODUCER_SPAN.to_string())),
+        "{links:?}"
+    );
+    assert!(
+        links.contains(&(first.trace_id(), first.span_id())),
+        "link to the first attempt: {links:?}"
+    );
+
+    // Every attempt's webhook request has the first attempt's span as its parent.
+    for id in ["traced", "plain", "invalid"] {
+        let sends = sends_of(&spans, id);
+        assert_eq!(sends.len(), 2, "{id}: {sends:?}");
+        if id != "traced" {
+            assert_eq!(sends[0].parent_id(), "", "{id}: no producer span, a root");
+        }
+        let expected = format!("00-{}-{}-01", sends[0].trace_id(), sends[0].span_id());
+        let requests: Vec<_> = receiver
+            .deliveries()
+            .into_iter()
+            .filter(|d| d.id == id)
+            .collect();
+        assert_eq!(requests.len(), 2, "{id}");
+        for request in requests {
+            assert_eq!(
+                request.traceparent.as_deref(),
+                Some(expected.as_str()),
+                "{id}"
+            );
+            let state = (id == "traced").then_some("rojo=1");
+            assert_eq!(request.tracestate.as_deref(), state, "{id}");
+        }
+    }
+    for name in ["read room_outbox", "mark room_outbox"] {
+        assert!(spans.iter().any(|s| s.span.name == name), "a {name:?} span");
+    }
+    assert_eq!(metrics.traces().counted("dropped"), 0);
+    assert_eq!(metrics.traces().counted("failed"), 0);
+    assert_eq!(
+        metrics.traces().counted("exported"),
+        spans.len() as u64,
+        "every span recorded was exported"
+    );
+    db.cleanup().await;
+}
+
+/// A collector that takes connections and never answers (the hostile case: no refusal to
+/// notice quickly) holds up no delivery: 2,000 events are delivered while exports time out,
+/// spans beyond the queue are dropped and counted, and the outage is logged once.
+#[tokio::test]
+async fn a_collector_that_never_answers_holds_up_no_delivery() {
+    let Some(db) = TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            open.push(stream); // accepted, never read, never answered
+        }
+    });
+    let receiver = WebhookReceiver::start(&[WEBHOOK_SECRET]).await;
+    let im = FakeIm::start(SDKAPPID, IDENTIFIER, IM_SECRET_KEY).await;
+    let store = db.store_default().await;
+    let base = now_ms() - 10_000;
+    let records: Vec<_> = (0..2_000)
+        .map(|i| {
+            typed_record(
+                "app",
+                &format!("e{i}"),
+                &format!("r{}", i % 50),
+                "RoomClosed",
+                base + i,
+            )
+        })
+        .collect();
+    store.enqueue(&records).await.expect("enqueue");
+    captured();
+    let metrics = Metrics::default();
+    let export = tracing_to(&endpoint, 512, Duration::from_secs(1));
+    let telemetry = Telemetry::start(Some(&export), "e2e", &metrics).expect("tracing starts");
+    let origin = format!("http://{}", receiver.addr());
+    let sinks = [im_sink(&im), webhook_sink(&receiver.url(), &origin)];
+    let rows = run_traced_until_settled(&db, &sinks, 5, telemetry.clone()).await;
+    assert_eq!(rows.len(), 2_000);
+    assert!(rows.iter().all(|r| r.status == "delivered"));
+    let traces = metrics.traces();
+    assert!(traces.counted("dropped") > 0, "the queue of 512 filled");
+    telemetry.shutdown().await;
+    assert_eq!(traces.counted("exported"), 0);
+    assert!(traces.counted("failed") > 0, "the exports timed out");
+    let outage = logs_saying(
+        "trace collector unreachable; spans are dropped until it answers (delivery goes on)",
+    );
+    assert_eq!(outage.len(), 1, "logged once: {outage:?}");
+    held.abort();
+    db.cleanup().await;
+}
+
 support::per_backend!(
+    delivery_spans_reach_the_collector_under_the_producers_span,
     routed_retried_and_delivered_once,
     permanent_errors_fail_with_the_reason,
     urls_outside_the_allowlist_are_refused,

@@ -34,6 +34,7 @@
 //!   [`console`]: the operator console it serves at `/` (pages and `/api/…`).
 //! - [`reload`]: hot reload of sinks and routes (`SIGHUP`, `POST /reload`).
 //! - `outage.rs`: when "went away" and "came back" are logged (database, commit feeds, brokers).
+//! - [`telemetry`]: the host's own spans (delivery, read, mark) exported over OTLP.
 //! - [`progress`]: `run --drain`'s progress bar (terminal) or progress lines.
 //! - [`service`]: `outboxd run` as a service: listener, refresher, retention, sinks, worker, one
 //!   shutdown; [`startup`]: loading the config and starting logging, as both binaries do.
@@ -65,6 +66,7 @@ pub mod retry;
 pub mod service;
 pub mod startup;
 pub mod store;
+pub mod telemetry;
 pub mod trace_context;
 pub mod wake;
 pub mod worker;

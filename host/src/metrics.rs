@@ -21,6 +21,7 @@ mod broker;
 mod labels;
 mod partitions;
 mod recent;
+mod traces;
 
 pub use broker::BrokerMetrics;
 pub use labels::{
@@ -32,6 +33,7 @@ pub use partitions::{PartitionChangeLabels, PartitionLabels, PartitionMetrics, P
 pub use recent::{
     LogHistogram, Quantiles, RatePoint, Recent, SLOT_MS, SLOTS, SinkAnswers, SinkWindow,
 };
+pub use traces::{SpanLabels, TraceMetrics};
 
 /// `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -59,6 +61,7 @@ pub struct Metrics {
     recent: Arc<Recent>,
     brokers: BrokerMetrics,
     partitions: PartitionMetrics,
+    traces: TraceMetrics,
 }
 
 impl Default for Metrics {
@@ -187,6 +190,7 @@ impl Metrics {
         );
         let brokers = BrokerMetrics::register(&mut registry);
         let partitions = PartitionMetrics::register(&mut registry);
+        let traces = TraceMetrics::register(&mut registry);
         Metrics {
             registry: Arc::new(registry),
             rows_by_status,
@@ -208,12 +212,18 @@ impl Metrics {
             recent: Arc::new(Recent::default()),
             brokers,
             partitions,
+            traces,
         }
     }
 
     /// The partition ownership series.
     pub fn partitions(&self) -> &PartitionMetrics {
         &self.partitions
+    }
+
+    /// The host's span counts (tracing on).
+    pub fn traces(&self) -> &TraceMetrics {
+        &self.traces
     }
 
     /// The `[[broker]]` connections' series.

@@ -115,6 +115,13 @@ pub trait Publisher: Send + Sync {
         })
         .boxed()
     }
+
+    /// The name of the sink events of `event_type` go to, when this publisher routes them (the
+    /// delivery span's `messaging.destination.name`); `None` by default.
+    fn sink_for(&self, event_type: &str) -> Option<String> {
+        let _ = event_type;
+        None
+    }
 }
 
 /// `outcomes` of a batch of `len` events as one part; a list of the wrong length from `who`

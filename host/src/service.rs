@@ -23,6 +23,7 @@ use crate::plugin::{PluginError, SinkControls, SwappablePublisher, load_publishe
 use crate::reload::{ConfigSource, Loaded, ReloadFn, Reloader};
 use crate::retention::Retention;
 use crate::store::OutboxStore;
+use crate::telemetry::{Telemetry, TelemetryError};
 use crate::wake::Wake;
 use crate::worker::{BatchStats, RunMode, Worker, WorkerError};
 
@@ -38,6 +39,9 @@ pub enum ServiceError {
     /// The worker stopped with an error (draining runs only).
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// Tracing was configured and could not start.
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
 }
 
 /// A host ready to run: configuration, store, metrics, and the bound admin listener.
@@ -243,10 +247,19 @@ impl Service {
                 background.clone(),
             ));
         }
+        let telemetry = Telemetry::start(
+            config.telemetry.traces.as_ref(),
+            &config.worker.node_id,
+            &metrics,
+        )?;
         let worker = Worker::new(store, publisher, config.worker_options())
             .with_metrics(metrics)
-            .with_wake(wake);
-        Ok(worker.run(mode, shutdown).await?)
+            .with_wake(wake)
+            .with_telemetry(telemetry.clone());
+        let result = worker.run(mode, shutdown).await;
+        // The last spans go out before the process does (at most a few seconds).
+        telemetry.shutdown().await;
+        Ok(result?)
     }
 }
 

@@ -46,6 +46,7 @@ use crate::outage::Outage;
 use crate::publish::Publisher;
 use crate::retry::RetryPolicy;
 use crate::store::{DeliveryOrder, OutboxStore, StoreError};
+use crate::telemetry::Telemetry;
 use crate::wake::Wake;
 use clock::ClockGuard;
 use deliveries::Totals;
@@ -150,6 +151,8 @@ pub struct Worker {
     clock: Clock,
     /// Whether that clock agrees with the database's well enough to claim.
     clock_guard: Arc<ClockGuard>,
+    /// The host's spans (off unless configured).
+    telemetry: Telemetry,
 }
 
 impl Worker {
@@ -168,6 +171,7 @@ impl Worker {
             partitions: Arc::new(partitions::PartitionBook::new(&options.node_id)),
             clock: clock::system_clock(),
             clock_guard: Arc::new(ClockGuard::new(options.lease)),
+            telemetry: Telemetry::off(),
             options: Arc::new(options),
         }
     }
@@ -200,6 +204,13 @@ impl Worker {
     /// The same worker reporting rows, latencies and database errors to `metrics`.
     pub fn with_metrics(mut self, metrics: Metrics) -> Worker {
         self.metrics = metrics;
+        self
+    }
+
+    /// The same worker recording its deliveries, reads and marks as spans through `telemetry`
+    /// (each event's sink then gets its delivery span's context).
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Worker {
+        self.telemetry = telemetry;
         self
     }
 

@@ -45,6 +45,10 @@ use sha2::Sha256;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+mod otlp;
+#[allow(unused_imports)] // the tracing tests use it, the other files do not
+pub use otlp::{ExportedSpan, OtlpCollector};
+
 /// How far a `webhook-timestamp` may be from the receiver's clock (Standard Webhooks' default).
 pub const TIMESTAMP_TOLERANCE_SECS: u64 = 300;
 

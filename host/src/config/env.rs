@@ -4,7 +4,7 @@
 use super::{ConfigError, ENV_PREFIX, invalid};
 
 /// Sections that take environment overrides.
-const ENV_SECTIONS: [&str; 7] = [
+const ENV_SECTIONS: [&str; 8] = [
     "database",
     "worker",
     "retry",
@@ -12,6 +12,7 @@ const ENV_SECTIONS: [&str; 7] = [
     "log",
     "admin",
     "retention",
+    "telemetry",
 ];
 
 /// Keys whose environment override is a comma-separated list.

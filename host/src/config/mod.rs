@@ -1,7 +1,8 @@
 //! Configuration: built-in defaults → `outboxd.toml` → `OUTBOXD_*` environment, validated once.
 //!
 //! Every key has a default except a sink's plugin path. Environment overrides are named
-//! `OUTBOXD_<SECTION>_<KEY>` for the sections `database`, `worker`, `retry`, `plugins` and `log`
+//! `OUTBOXD_<SECTION>_<KEY>` for the sections `database`, `worker`, `retry`, `plugins`, `log`,
+//! `admin`, `retention` and `telemetry`
 //! (`OUTBOXD_DATABASE_URL`, `OUTBOXD_WORKER_BATCH_SIZE`, `OUTBOXD_RETRY_STRATEGY`, …); list keys
 //! take comma-separated values (`OUTBOXD_WORKER_APP_CODES=live,ktv`). Any mistake is reported as
 //! one [`ConfigError`] naming the key (or variable) at fault.
@@ -17,6 +18,7 @@ mod origin;
 mod raw;
 pub mod retention;
 pub mod sink;
+pub mod telemetry;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,6 +38,7 @@ pub use retention::RetentionConfig;
 pub use sink::{
     BreakerSettings, Publishing, RouteConfig, RouteSpec, SinkConfig, SinkLimits, SinkSpec,
 };
+pub use telemetry::{TelemetryConfig, TraceExport};
 
 use crate::retry::{RetryPolicy, Strategy};
 use crate::store::{DeliveryOrder, TableName};
@@ -65,6 +68,9 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[retention]`.
     pub retention: RetentionConfig,
+    /// `[telemetry]`: the host's spans over OTLP (with the `OTEL_*` environment) and the
+    /// console's trace links.
+    pub telemetry: TelemetryConfig,
     /// `[[sink]]`s (plugin paths resolved against the config file's folder) and `[[route]]`s,
     /// checked together.
     pub publishing: Publishing,

@@ -34,6 +34,7 @@ pub(super) struct RawConfig {
     log: RawLog,
     admin: admin::RawAdmin,
     retention: retention::RawRetention,
+    telemetry: super::telemetry::RawTelemetry,
     #[serde(rename = "sink")]
     sinks: Vec<SinkConfig>,
     #[serde(rename = "route")]
@@ -186,6 +187,7 @@ impl RawConfig {
         deadlines::check(&worker, &publishing)?;
         let admin = self.admin.validate()?;
         let retention = self.retention.validate()?;
+        let telemetry = self.telemetry.validate(env)?;
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must not be empty"));
         }
@@ -205,6 +207,7 @@ impl RawConfig {
             },
             admin,
             retention,
+            telemetry,
             publishing,
             brokers,
         })

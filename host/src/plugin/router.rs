@@ -100,6 +100,10 @@ impl Publisher for RoutedPublisher {
             .collect()
     }
 
+    fn sink_for(&self, event_type: &str) -> Option<String> {
+        self.route(event_type).map(str::to_string)
+    }
+
     /// One part for the events no route takes (at once), then one part per sink as soon as that
     /// sink answers: a slow sink never holds up the others' results.
     fn publish_parts<'a>(&'a self, batch: &'a [Event]) -> BoxStream<'a, Answered> {

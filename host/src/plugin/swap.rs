@@ -51,6 +51,10 @@ impl Publisher for SwappablePublisher {
         publisher.publish(batch).await
     }
 
+    fn sink_for(&self, event_type: &str) -> Option<String> {
+        self.current().sink_for(event_type)
+    }
+
     /// The current set's parts, each handed on as soon as the set yields it (not gathered into
     /// one answer: a slow sink must not hold up the marks of the others).
     fn publish_parts<'a>(&'a self, batch: &'a [Event]) -> BoxStream<'a, Answered> {

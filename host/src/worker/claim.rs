@@ -1,6 +1,7 @@
 //! Reading for the worker's loops: the clock check, the read of the owned partitions in turn,
 //! and the read booked: rejected rows logged, rows counted.
 
+use opentelemetry::KeyValue;
 use tracing::warn;
 
 use std::collections::BTreeSet;
@@ -79,6 +80,9 @@ impl Worker {
             }
             tried.extend(turn.fences.iter().map(|f| f.partition));
             let now_ms = self.now_ms();
+            let span = self
+                .telemetry
+                .batch_span("read", self.store.table().as_str());
             let read = self
                 .store
                 .read_partitions(&PartitionRead {
@@ -92,6 +96,24 @@ impl Worker {
                     per_room: self.options.ordering == crate::store::DeliveryOrder::PerRoom,
                 })
                 .await;
+            // Empty reads (an idle host probing) are not worth a span each.
+            let empty = read
+                .as_ref()
+                .is_ok_and(|b| b.events.is_empty() && b.rejected.is_empty());
+            if !empty {
+                span.end(
+                    read.as_ref().map_or(0, |b| b.events.len()),
+                    vec![
+                        KeyValue::new("outboxd.app_code", app_code.to_string()),
+                        KeyValue::new("outboxd.partitions", turn.fences.len() as i64),
+                        KeyValue::new(
+                            "outboxd.rejected",
+                            read.as_ref().map_or(0, |b| b.rejected.len() as i64),
+                        ),
+                    ],
+                    read.as_ref().err().map(|e| e as _),
+                );
+            }
             let (read_stats, batch) = self.booked(worker_id, app_code, read)?;
             stats.claimed += read_stats.claimed;
             stats.rejected += read_stats.rejected;

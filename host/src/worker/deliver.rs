@@ -9,6 +9,7 @@ use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
 use crate::publish::Event;
 use crate::store::{ClaimBatch, DeliveryOrder};
+use crate::telemetry::DeliverySpans;
 
 impl Worker {
     /// Publishes a batch and marks its rows: the mark counters (delivered, retried, …).
@@ -34,10 +35,12 @@ impl Worker {
         }
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
-        let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let mut events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let spans = self.start_spans(&mut events);
         let rows = ClaimedRows {
             events: &events,
             created_at_ms: &created_at_ms,
+            spans: &spans,
         };
         let mut parts = self.publish_within_deadline(&events);
         let mut marking = FuturesUnordered::new();
@@ -61,6 +64,15 @@ impl Worker {
             }
         }
         Ok(stats)
+    }
+}
+
+impl Worker {
+    /// The delivery spans of a batch about to publish; each event then carries the context its
+    /// sink forwards (tracing on).
+    pub(super) fn start_spans(&self, events: &mut [Event]) -> DeliverySpans {
+        self.telemetry
+            .deliveries(events, |event_type| self.publisher.sink_for(event_type))
     }
 }
 

@@ -2,12 +2,16 @@
 //! policy, breaker deferrals), marked fenced on the lease, and what the mark did counted and
 //! logged (the held round marks its whole batch at once and reports through the same code).
 
+use std::time::SystemTime;
+
+use opentelemetry::KeyValue;
 use tracing::{debug, warn};
 
 use super::{BatchStats, Worker, WorkerError};
 use crate::metrics::RowOutcome;
 use crate::publish::{Answered, Event, Outcome};
 use crate::store::{Disposition, Lease, Mark, MarkParams};
+use crate::telemetry::{DeliveryOutcome, DeliverySpans};
 
 impl Worker {
     /// The marks of one answered part (each position in range and answered once:
@@ -36,6 +40,10 @@ impl Worker {
         positions: Vec<usize>,
         marks: Vec<Mark>,
     ) -> Result<BatchStats, WorkerError> {
+        let answered = SystemTime::now();
+        let span = self
+            .telemetry
+            .batch_span("mark", self.store.table().as_str());
         // The store retries a transient or unreachable database while the lease holds; any error
         // left ends the round, and the rows come back when the lease expires (an attempt).
         let marked = self
@@ -54,8 +62,27 @@ impl Worker {
         if let Err(e) = &marked {
             self.metrics.count_database_error(e);
         }
+        let attributes = vec![
+            KeyValue::new("outboxd.app_code", app_code.to_string()),
+            KeyValue::new(
+                "outboxd.stale",
+                marked.as_ref().map_or(0, |r| r.stale.len() as i64),
+            ),
+        ];
+        span.end(
+            marks.len(),
+            attributes,
+            marked.as_ref().err().map(|e| e as _),
+        );
         let report = marked?;
-        Ok(self.report_marks(worker_id, app_code, rows, positions, &marks, &report))
+        Ok(self.report_marks(
+            worker_id,
+            app_code,
+            rows,
+            (positions, answered),
+            &marks,
+            &report,
+        ))
     }
 
     /// Counts, logs and reports to the metrics what one mark did to each row of a part.
@@ -64,13 +91,14 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
         rows: ClaimedRows<'_>,
-        positions: Vec<usize>,
+        (positions, answered): (Vec<usize>, SystemTime),
         marks: &[Mark],
         report: &crate::store::MarkReport,
     ) -> BatchStats {
         let ClaimedRows {
             events,
             created_at_ms,
+            spans,
         } = rows;
         let options = &*self.options;
         let marked_at = self.now_ms();
@@ -91,6 +119,16 @@ impl Worker {
                 (Disposition::Failed { error }, _) => (RowOutcome::failed, Some(error.as_str())),
             };
             stats.count(fate, 1);
+            let attempt = match fate {
+                RowOutcome::delivered => Some(DeliveryOutcome::Delivered),
+                RowOutcome::retried => Some(DeliveryOutcome::Retryable(error.unwrap_or(""))),
+                RowOutcome::failed => Some(DeliveryOutcome::Failed(error.unwrap_or(""))),
+                RowOutcome::stale => Some(DeliveryOutcome::Stale),
+                _ => None, // deferred: not tried, no attempt spent, no span
+            };
+            if let Some(attempt) = attempt {
+                spans.record(events, position, answered, attempt);
+            }
             let status = status_logged(fate);
             // The producer's trace id, when the event carries one: its log lines join its trace.
             let trace_id = event.trace.as_ref().map(|t| t.trace_id());
@@ -157,10 +195,11 @@ fn status_logged(fate: RowOutcome) -> &'static str {
     }
 }
 
-/// The events of a claimed batch and their rows' `created_at_ms` (for the delivery latency),
-/// by position.
+/// The events of a claimed batch, their rows' `created_at_ms` (for the delivery latency) and
+/// their delivery spans, by position.
 #[derive(Clone, Copy)]
 pub(super) struct ClaimedRows<'a> {
     pub(super) events: &'a [Event],
     pub(super) created_at_ms: &'a [i64],
+    pub(super) spans: &'a DeliverySpans,
 }

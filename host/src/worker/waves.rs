@@ -55,7 +55,8 @@ impl Worker {
     ) -> Result<BatchStats, WorkerError> {
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
-        let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let mut events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let spans = self.start_spans(&mut events);
         let started = Instant::now();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; events.len()];
         let mut held: HashSet<&str> = HashSet::new();
@@ -109,6 +110,7 @@ impl Worker {
         let rows = ClaimedRows {
             events: &events,
             created_at_ms: &created_at_ms,
+            spans: &spans,
         };
         self.mark_and_log(worker_id, app_code, &lease, rows, positions, marks)
             .await

@@ -1,0 +1,205 @@
+//! The host's own spans, exported over OTLP (`[telemetry]`, or the `OTEL_*` environment):
+//! a delivery span per event and attempt, and a read span and a mark span per batch.
+//!
+//! Following the OpenTelemetry messaging conventions (awa, River and graphile-worker do the
+//! same for jobs): an event's first attempt is a child of the producer's span (the context it
+//! wrote with the event), and each retry starts a new trace with links to the producer's span
+//! and to the first attempt. The sink gets the first attempt's context for every attempt (as a
+//! broker redelivers a message with its headers unchanged), so the consumer's spans join the
+//! producer's trace under outboxd's span.
+//!
+//! A delivery span is recorded once its outcome is known, with ids derived from the event and
+//! its attempt (`ids.rs`): a retry can name the first attempt's span without storing anything,
+//! and the context handed to the sink is known before the publish. So the spans go to the SDK's
+//! batch processor as finished span data, not through a `Tracer`, which draws ids itself.
+//!
+//! Export never holds up delivery: spans wait in a bounded queue (`telemetry.queue_size`) that
+//! a thread of the SDK drains; when it is full (the collector down or slow), spans are dropped
+//! and counted (`outboxd_trace_spans_total`), and an unreachable collector is logged once when
+//! it goes away and once when it comes back.
+//!
+//! # Layout
+//! - `collector.rs`: the HTTP client the OTLP exporter sends with (hyper, rustls).
+//! - `export.rs`: the exporter and batch processor, the sampler, counting what was exported.
+//! - `ids.rs`: span and trace ids derived from an event and its attempt.
+//! - `delivery.rs`: a batch's delivery spans: the context each event's sink gets, and the span
+//!   recorded with its outcome.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+use crate::config::TraceExport;
+use crate::metrics::Metrics;
+
+mod collector;
+mod delivery;
+mod export;
+mod ids;
+
+pub use delivery::{DeliveryOutcome, DeliverySpans};
+pub use export::TelemetryError;
+
+/// The host's tracing: off (nothing recorded, nothing changed) or exporting. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Telemetry {
+    tracing: Option<Arc<export::Exporting>>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("on", &self.tracing.is_some())
+            .finish()
+    }
+}
+
+impl Telemetry {
+    /// Tracing off.
+    pub fn off() -> Telemetry {
+        Telemetry::default()
+    }
+
+    /// Tracing as `traces` says (`None`: off), for the host `node_id` (the resource's
+    /// `host.name`), counting spans into `metrics`. Must run inside a Tokio runtime (exports
+    /// are sent on it). Nothing is contacted yet: a collector that is down costs dropped spans,
+    /// never a failed start.
+    pub fn start(
+        traces: Option<&TraceExport>,
+        node_id: &str,
+        metrics: &Metrics,
+    ) -> Result<Telemetry, TelemetryError> {
+        let Some(traces) = traces else {
+            return Ok(Telemetry::off());
+        };
+        let exporting = export::Exporting::start(traces, node_id, metrics.clone())?;
+        Ok(Telemetry {
+            tracing: Some(Arc::new(exporting)),
+        })
+    }
+
+    /// Whether spans are recorded.
+    pub fn is_on(&self) -> bool {
+        self.tracing.is_some()
+    }
+
+    /// Exports what is queued (waiting at most 5 s) and stops the export thread. Spans recorded
+    /// afterwards are dropped.
+    pub async fn shutdown(&self) {
+        if let Some(tracing) = &self.tracing {
+            let tracing = tracing.clone();
+            // The processor waits synchronously for its thread, whose export runs on this runtime.
+            let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
+        }
+    }
+
+    /// The delivery spans of a batch about to be published: each event's `trace` becomes the
+    /// context its sink forwards (the first attempt's span); `sink_of` names the sink an event
+    /// type goes to (`messaging.destination.name`). Nothing when tracing is off.
+    pub fn deliveries(
+        &self,
+        events: &mut [crate::publish::Event],
+        sink_of: impl Fn(&str) -> Option<String>,
+    ) -> DeliverySpans {
+        match &self.tracing {
+            Some(tracing) => DeliverySpans::start(tracing.clone(), events, sink_of),
+            None => DeliverySpans::none(),
+        }
+    }
+
+    /// A span over one batch operation (`read`, `mark`) of `table`, started now; record it with
+    /// [`BatchSpan::end`].
+    pub fn batch_span(&self, operation: &'static str, table: &str) -> BatchSpan {
+        BatchSpan {
+            tracing: self.tracing.clone(),
+            operation,
+            table: table.to_string(),
+            started: SystemTime::now(),
+        }
+    }
+}
+
+/// A read or mark of a batch being timed; recorded by [`BatchSpan::end`] (dropped unrecorded
+/// otherwise).
+pub struct BatchSpan {
+    tracing: Option<Arc<export::Exporting>>,
+    operation: &'static str,
+    table: String,
+    started: SystemTime,
+}
+
+impl BatchSpan {
+    /// Records the span: `rows` rows, `attributes` more, an error when the operation failed.
+    pub fn end(
+        self,
+        rows: usize,
+        attributes: Vec<KeyValue>,
+        error: Option<&dyn std::fmt::Display>,
+    ) {
+        let Some(tracing) = self.tracing else {
+            return;
+        };
+        let trace_id = ids::random_trace_id();
+        if !tracing.sampled(None, trace_id) {
+            return;
+        }
+        let mut all = vec![
+            KeyValue::new("messaging.system", "outboxd"),
+            KeyValue::new(
+                "messaging.operation.type",
+                if self.operation == "read" {
+                    "receive"
+                } else {
+                    "settle"
+                },
+            ),
+            KeyValue::new("messaging.operation.name", self.operation),
+            KeyValue::new("messaging.destination.name", self.table.clone()),
+            KeyValue::new("messaging.batch.message_count", rows as i64),
+        ];
+        all.extend(attributes);
+        let status = match error {
+            Some(error) => Status::error(error.to_string()),
+            None => Status::Unset,
+        };
+        tracing.record(SpanData {
+            span_context: SpanContext::new(
+                trace_id,
+                ids::random_span_id(),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::NONE,
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Client,
+            name: Cow::Owned(format!("{} {}", self.operation, self.table)),
+            start_time: self.started,
+            end_time: SystemTime::now(),
+            attributes: all,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status,
+            instrumentation_scope: scope(),
+        });
+    }
+}
+
+/// The instrumentation scope of every span outboxd records.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("outboxd")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}
+
+/// A trace id as its W3C form (32 lowercase hex digits).
+fn trace_id_hex(id: TraceId) -> String {
+    format!("{id:032x}")
+}

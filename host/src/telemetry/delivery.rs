@@ -1,0 +1,295 @@
+//! A batch's delivery spans ([`DeliverySpans`]): started when the batch starts publishing, each
+//! event's span recorded once its outcome is marked.
+//!
+//! The first attempt is a child of the producer's span (or a root when the producer traced
+//! nothing); a retry is a root of its own with links to the producer's span and to the first
+//! attempt. Every attempt hands its sink the first attempt's context.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{
+    Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+
+use super::export::Exporting;
+use super::{ids, scope, trace_id_hex};
+use crate::publish::Event;
+use crate::trace_context::TraceContext;
+
+/// What became of one attempt, as its span records it (`outboxd.outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryOutcome<'a> {
+    /// Marked `delivered`.
+    Delivered,
+    /// Marked `retryable`, with the error.
+    Retryable(&'a str),
+    /// Marked `failed`, with the error.
+    Failed(&'a str),
+    /// Not marked: the partition had been taken over meanwhile (the new owner delivers again).
+    Stale,
+}
+
+/// One event's attempt, as started.
+struct Attempt {
+    /// The producer's span, when the event carries a valid context.
+    producer: Option<SpanContext>,
+    /// The first attempt's span (the context every attempt's sink forwards).
+    first: SpanContext,
+    /// The producer's trace state, kept on every span of the event.
+    state: TraceState,
+    /// The sink its type routes to.
+    sink: Option<String>,
+    /// Whether its span is sampled.
+    sampled: bool,
+}
+
+/// The delivery spans of one batch (nothing when tracing is off).
+pub struct DeliverySpans {
+    tracing: Option<Arc<Exporting>>,
+    started: SystemTime,
+    attempts: Vec<Attempt>,
+}
+
+impl DeliverySpans {
+    /// No spans (tracing off).
+    pub(super) fn none() -> DeliverySpans {
+        DeliverySpans {
+            tracing: None,
+            started: SystemTime::now(),
+            attempts: Vec::new(),
+        }
+    }
+
+    /// The spans of `events`, starting now; each event's `trace` becomes its first attempt's
+    /// context (what its sink forwards).
+    pub(super) fn start(
+        tracing: Arc<Exporting>,
+        events: &mut [Event],
+        sink_of: impl Fn(&str) -> Option<String>,
+    ) -> DeliverySpans {
+        let started = SystemTime::now();
+        let attempts = events
+            .iter_mut()
+            .map(|event| {
+                let producer = event.trace.as_ref().and_then(producer_span);
+                let state = event
+                    .trace
+                    .as_ref()
+                    .and_then(|t| TraceState::from_key_value(parse_state(t.tracestate())).ok())
+                    .unwrap_or_default();
+                let (root_trace, first_span) =
+                    ids::attempt_ids(&event.app_code, &event.event_id, 1);
+                let first_trace = producer.as_ref().map_or(root_trace, |p| p.trace_id());
+                let first_sampled = tracing.sampled(producer.as_ref(), first_trace);
+                let first = SpanContext::new(
+                    first_trace,
+                    first_span,
+                    if first_sampled {
+                        TraceFlags::SAMPLED
+                    } else {
+                        TraceFlags::default()
+                    },
+                    false,
+                    state.clone(),
+                );
+                let sampled = if event.attempt <= 1 {
+                    first_sampled
+                } else {
+                    let (retry_trace, _) =
+                        ids::attempt_ids(&event.app_code, &event.event_id, event.attempt);
+                    tracing.sampled(None, retry_trace)
+                };
+                event.trace = Some(forwarded(&first, event.trace.as_ref()));
+                Attempt {
+                    producer,
+                    first,
+                    state,
+                    sink: sink_of(&event.event_type),
+                    sampled,
+                }
+            })
+            .collect();
+        DeliverySpans {
+            tracing: Some(tracing),
+            started,
+            attempts,
+        }
+    }
+
+    /// Records the span of the event at `position` of `events` (the batch as started): it ended at
+    /// `answered` with `outcome`. An event not tried (deferred) has no span: call nothing.
+    pub fn record(
+        &self,
+        events: &[Event],
+        position: usize,
+        answered: SystemTime,
+        outcome: DeliveryOutcome<'_>,
+    ) {
+        let (Some(tracing), Some(attempt), Some(event)) = (
+            &self.tracing,
+            self.attempts.get(position),
+            events.get(position),
+        ) else {
+            return;
+        };
+        if !attempt.sampled {
+            return;
+        }
+        let number = event.attempt.max(1);
+        let (span_context, parent, links) = match (number, outcome) {
+            // An attempt no row kept: random ids, so the attempt that counts keeps the derived ones.
+            (_, DeliveryOutcome::Stale) => {
+                let trace = if number == 1 {
+                    attempt.first.trace_id()
+                } else {
+                    ids::random_trace_id()
+                };
+                let parent = if number == 1 {
+                    attempt.producer.clone()
+                } else {
+                    None
+                };
+                (
+                    self.context(trace, ids::random_span_id(), attempt),
+                    parent,
+                    self.links(attempt, number),
+                )
+            }
+            (1, _) => (attempt.first.clone(), attempt.producer.clone(), Vec::new()),
+            (n, _) => {
+                let (trace, span) = ids::attempt_ids(&event.app_code, &event.event_id, n);
+                (
+                    self.context(trace, span, attempt),
+                    None,
+                    self.links(attempt, n),
+                )
+            }
+        };
+        let (outcome_name, status) = match outcome {
+            DeliveryOutcome::Delivered => ("delivered", Status::Ok),
+            DeliveryOutcome::Retryable(error) => ("retryable", Status::error(error.to_string())),
+            DeliveryOutcome::Failed(error) => ("failed", Status::error(error.to_string())),
+            DeliveryOutcome::Stale => (
+                "stale",
+                Status::error(
+                    "the partition was taken over before the mark; its new owner delivers it",
+                ),
+            ),
+        };
+        let sink = attempt.sink.as_deref().unwrap_or("(no route)");
+        let attributes = vec![
+            KeyValue::new("messaging.system", "outboxd"),
+            KeyValue::new("messaging.operation.type", "send"),
+            KeyValue::new("messaging.operation.name", "deliver"),
+            KeyValue::new("messaging.destination.name", sink.to_string()),
+            KeyValue::new("messaging.message.id", event.event_id.clone()),
+            KeyValue::new("messaging.message.body.size", event.body.len() as i64),
+            KeyValue::new("outboxd.app_code", event.app_code.clone()),
+            KeyValue::new("outboxd.room_id", event.room_id.clone()),
+            KeyValue::new("outboxd.event_type", event.event_type.clone()),
+            KeyValue::new("outboxd.attempt", i64::from(number)),
+            KeyValue::new("outboxd.outcome", outcome_name),
+        ];
+        tracing.record(SpanData {
+            span_context,
+            parent_span_id: parent.as_ref().map_or(SpanId::INVALID, |p| p.span_id()),
+            parent_span_is_remote: parent.is_some(),
+            span_kind: SpanKind::Producer,
+            name: Cow::Owned(format!("send {sink}")),
+            start_time: self.started,
+            end_time: answered.max(self.started),
+            attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: span_links(links),
+            status,
+            instrumentation_scope: scope(),
+        });
+    }
+
+    /// A sampled span context of this event's trace state.
+    fn context(&self, trace: TraceId, span: SpanId, attempt: &Attempt) -> SpanContext {
+        SpanContext::new(
+            trace,
+            span,
+            TraceFlags::SAMPLED,
+            false,
+            attempt.state.clone(),
+        )
+    }
+
+    /// The links of a retry (attempt `number` > 1): the producer's span and the first attempt.
+    fn links(&self, attempt: &Attempt, number: u32) -> Vec<Link> {
+        if number <= 1 {
+            return Vec::new();
+        }
+        let mut links = Vec::with_capacity(2);
+        if let Some(producer) = &attempt.producer {
+            links.push(Link::new(
+                producer.clone(),
+                vec![KeyValue::new("outboxd.link", "producer")],
+                0,
+            ));
+        }
+        links.push(Link::new(
+            attempt.first.clone(),
+            vec![KeyValue::new("outboxd.link", "first_attempt")],
+            0,
+        ));
+        links
+    }
+}
+
+/// `links` as a span's links.
+fn span_links(links: Vec<Link>) -> SpanLinks {
+    let mut span_links = SpanLinks::default();
+    span_links.links = links;
+    span_links
+}
+
+/// The producer's span of a checked trace context.
+fn producer_span(context: &TraceContext) -> Option<SpanContext> {
+    let mut parts = context.traceparent().split('-');
+    let (_version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let trace = TraceId::from_hex(trace).ok()?;
+    let span = SpanId::from_hex(span).ok()?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    Some(SpanContext::new(
+        trace,
+        span,
+        TraceFlags::new(flags),
+        true,
+        TraceState::NONE,
+    ))
+}
+
+/// The members of a `tracestate` header value as key/value pairs.
+fn parse_state(tracestate: &str) -> Vec<(String, String)> {
+    tracestate
+        .split(',')
+        .filter_map(|member| {
+            let (key, value) = member.trim().split_once('=')?;
+            Some((key.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// The context a sink forwards: the first attempt's span, with the producer's trace state.
+fn forwarded(first: &SpanContext, producer: Option<&TraceContext>) -> TraceContext {
+    let traceparent = format!(
+        "00-{}-{:016x}-{:02x}",
+        trace_id_hex(first.trace_id()),
+        first.span_id(),
+        first.trace_flags().to_u8()
+    );
+    let state = producer.map_or("", |p| p.tracestate());
+    // Both parts were checked before (ids never zero, the producer's state checked on read).
+    TraceContext::new(traceparent.clone(), state)
+        .or_else(|_| TraceContext::new(traceparent, ""))
+        .expect("a traceparent of valid ids is valid")
+}
