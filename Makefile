@@ -299,7 +299,7 @@ bench:
 ## bench-*: the figures of docs/PERFORMANCE.md, each by its script in bench/ (settings there), with
 ## a release build of outboxd and outboxd-bench. They make and drop their own databases on the servers of MYSQL_SERVER and
 ## POSTGRES_SERVER (default: this machine's) and SQLite files in a temporary directory.
-.PHONY: bench-ab bench-partitions bench-per-room release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers bench-graphile
+.PHONY: bench-ab bench-partitions bench-per-room bench-tracing release bench-throughput bench-latency bench-binlog-wake bench-history bench-isolation bench-plugins bench-console bench-brokers bench-graphile
 release: rust-plugins
 	$(CARGO) build --release --bin outboxd --bin outboxd-bench
 
@@ -337,6 +337,11 @@ bench-ab: release
 ## rooms, and its row writes per delivered event, on MariaDB and PostgreSQL (bench/partitions.sh).
 bench-partitions: release
 	bash bench/partitions.sh
+
+## bench-tracing: the drain with tracing off beside tracing on (every span exported over OTLP to a
+## collector on loopback), 200k events over 500 rooms, three databases (bench/tracing.sh).
+bench-tracing: release
+	bash bench/tracing.sh
 
 bench-brokers: release
 	bash bench/brokers.sh

@@ -125,6 +125,10 @@ pub enum Shape {
     Outboxd,
     /// outboxd's worker with per-room ordering on.
     PerRoom,
+    /// outboxd's worker with tracing on: every span (delivery per event, read and mark per
+    /// batch) exported over OTLP to a collector on loopback (`collector.rs`); the drain ends
+    /// when the last span is exported.
+    Traced,
     /// Issue 10's raw two-write SQL loop: a plain sqlx client, claim then fenced mark, no outboxd
     /// code in the loop (`--raw-clients` clients, `--batch-size` rows per claim).
     Raw,
@@ -143,6 +147,7 @@ impl Shape {
         match self {
             Shape::Outboxd => "outboxd",
             Shape::PerRoom => "per-room",
+            Shape::Traced => "traced",
             Shape::Raw => "raw",
             Shape::RawOneIndex => "raw-1idx",
             Shape::RawHeld => "raw-held",

@@ -23,6 +23,7 @@
 mod args;
 mod broker;
 mod broker_raw;
+mod collector;
 mod console;
 mod harness;
 mod history;

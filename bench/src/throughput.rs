@@ -13,13 +13,16 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{BenchArgs, Shape};
+use crate::collector::Collector;
 use crate::harness::{EventIds, Harness, records};
 use crate::raw::{RawError, RawLoop, RawOptions};
-use outboxd::config::Config;
+use outboxd::config::{Config, TraceExport};
+use outboxd::metrics::Metrics;
 use outboxd::publish::Publisher;
 use outboxd::record::now_ms;
 use outboxd::retry::RetryPolicy;
 use outboxd::store::{self, CountsParams, DeliveryOrder, OutboxStore, StoreError};
+use outboxd::telemetry::Telemetry;
 use outboxd::worker::{RunMode, Worker, WorkerError, WorkerOptions};
 
 /// What to measure.
@@ -72,6 +75,8 @@ pub struct BenchRow {
     pub enqueue: Duration,
     /// Wall time of the drain.
     pub drain: Duration,
+    /// The `traced` shape's spans: exported, dropped, and the bytes the collector took.
+    pub spans: Option<(u64, u64, u64)>,
 }
 
 impl BenchRow {
@@ -139,6 +144,18 @@ impl fmt::Display for BenchReport {
                 ratio(one_index)
             )?;
         }
+        if let (Some(plain), Some(traced)) = (
+            rate_of(Shape::Outboxd),
+            self.rows.iter().find(|r| r.shape == Shape::Traced),
+        ) {
+            let (exported, dropped, bytes) = traced.spans.unwrap_or_default();
+            writeln!(
+                f,
+                "traced / outboxd: {:.2}x  ({exported} spans exported, {dropped} dropped, {:.1} MB to the collector)",
+                traced.drain_rate() / plain,
+                bytes as f64 / 1e6
+            )?;
+        }
         Ok(())
     }
 }
@@ -155,6 +172,9 @@ pub enum BenchError {
     /// A raw SQL loop failed.
     #[error(transparent)]
     Raw(#[from] RawError),
+    /// The `traced` shape's collector or tracing could not start.
+    #[error("the traced shape's OTLP collector: {0}")]
+    Collector(std::io::Error),
     /// A shape finished without delivering every event.
     #[error("{shape} run delivered {delivered} of {expected} events")]
     Incomplete {
@@ -198,9 +218,50 @@ pub async fn run(
         let shape_store = yardstick.as_ref().unwrap_or(&store);
         let enqueue = enqueue(&**shape_store, &app_code, options).await?;
         let started = Instant::now();
+        let mut spans = None;
         let (batch_size, workers) = match shape {
             Shape::Outboxd | Shape::PerRoom => {
-                drain_worker(&store, &app_code, shape, options, publisher.clone()).await?;
+                drain_worker(
+                    &store,
+                    &app_code,
+                    shape,
+                    options,
+                    publisher.clone(),
+                    Telemetry::off(),
+                )
+                .await?;
+                (options.batch_size, options.workers)
+            }
+            Shape::Traced => {
+                let collector = Collector::start().await.map_err(BenchError::Collector)?;
+                let metrics = Metrics::default();
+                let export = TraceExport {
+                    endpoint: Some(format!("{}/v1/traces", collector.endpoint())),
+                    service_name: "outboxd-bench".into(),
+                    resource: Vec::new(),
+                    sampling_ratio: 1.0,
+                    headers: Default::default(),
+                    timeout: None,
+                    queue_size: outboxd::config::telemetry::DEFAULT_SPAN_QUEUE,
+                };
+                let telemetry = Telemetry::start(Some(&export), "bench", &metrics)
+                    .map_err(|e| BenchError::Collector(std::io::Error::other(e)))?;
+                drain_worker(
+                    &store,
+                    &app_code,
+                    shape,
+                    options,
+                    publisher.clone(),
+                    telemetry.clone(),
+                )
+                .await?;
+                telemetry.shutdown().await; // the drain ends with the last span exported
+                let traces = metrics.traces();
+                spans = Some((
+                    traces.counted("exported"),
+                    traces.counted("dropped"),
+                    collector.taken().1,
+                ));
                 (options.batch_size, options.workers)
             }
             Shape::Raw | Shape::RawOneIndex | Shape::RawHeld => {
@@ -245,6 +306,7 @@ pub async fn run(
             events: options.events,
             enqueue,
             drain,
+            spans,
         });
     }
     store.close().await;
@@ -282,6 +344,7 @@ async fn drain_worker(
     shape: Shape,
     options: &BenchOptions,
     publisher: Arc<dyn Publisher>,
+    telemetry: Telemetry,
 ) -> Result<(), WorkerError> {
     let worker = Worker::new(
         store.clone(),
@@ -302,7 +365,8 @@ async fn drain_worker(
             concurrency: options.workers,
             node_id: "bench".into(),
         },
-    );
+    )
+    .with_telemetry(telemetry);
     worker.run(RunMode::Drain, CancellationToken::new()).await?;
     Ok(())
 }

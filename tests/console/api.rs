@@ -80,6 +80,12 @@ async fn json_pages_and_actions(backend: Backend) {
         page.contains("trace id 4bf92f3577b34da6a3ce929d0e0e4736"),
         "the event page shows the trace id"
     );
+    let link = "http://jaeger.example:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736";
+    assert_eq!(event["trace_link"], link);
+    assert!(
+        page.contains(&format!("<a href=\"{link}\"")),
+        "the event page links to the trace ([telemetry] trace_url)"
+    );
     assert_eq!(
         request(addr, "GET", "/api/event?app=default&id=none", &[], "")
             .await

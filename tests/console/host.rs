@@ -60,6 +60,9 @@ token = "{TOKEN}"
 [plugins]
 cache_dir = "{cache}"
 
+[telemetry]
+trace_url = "http://jaeger.example:16686/trace/{{trace_id}}"
+
 [[route]]
 event_type = "Room*"
 sink = "log"

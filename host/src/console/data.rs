@@ -129,6 +129,8 @@ pub struct EventView {
     pub envelope: Result<EnvelopeView, String>,
     /// The route that takes its type now: `(glob, sink)`; `None`: no route (it would fail).
     pub route: Option<(String, String)>,
+    /// Its trace in the tracing UI (`[telemetry] trace_url` with the trace id), when both exist.
+    pub trace_link: Option<String>,
 }
 
 /// The dead-letter page.
@@ -293,11 +295,22 @@ impl Console {
                 .find(|r| glob_match(r.event_type(), &detail.summary.event_type))
                 .map(|r| (r.event_type().to_string(), r.sink().to_string()))
         });
+        let trace_url = self
+            .loaded
+            .get()
+            .and_then(|set| set.config.telemetry.trace_url.clone());
+        let trace_link = envelope
+            .as_ref()
+            .ok()
+            .and_then(|e| e.trace_id.as_deref())
+            .zip(trace_url)
+            .map(|(id, url)| url.replace("{trace_id}", id));
         Ok(Some(EventView {
             envelope_bytes: detail.envelope.len(),
             row: detail.summary,
             envelope,
             route,
+            trace_link,
         }))
     }
 

@@ -1,0 +1,89 @@
+//! The `traced` shape's trace collector: an OTLP/HTTP endpoint on loopback that takes every
+//! export (reads the whole request, answers 200 with an empty `ExportTraceServiceResponse`) and
+//! counts requests and bytes. It decodes nothing: a real collector runs elsewhere, and its cost
+//! is not the host's.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// The running endpoint; stops when dropped.
+pub struct Collector {
+    addr: SocketAddr,
+    requests: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+    task: JoinHandle<()>,
+}
+
+impl Collector {
+    /// Listens on a loopback port.
+    pub async fn start() -> std::io::Result<Collector> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let requests = Arc::new(AtomicU64::new(0));
+        let bytes = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn({
+            let (requests, bytes) = (requests.clone(), bytes.clone());
+            async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (requests, bytes) = (requests.clone(), bytes.clone());
+                    tokio::spawn(async move {
+                        let service = service_fn(move |request: Request<Incoming>| {
+                            let (requests, bytes) = (requests.clone(), bytes.clone());
+                            async move {
+                                let body = request.into_body().collect().await;
+                                let read = body.map(|b| b.to_bytes().len()).unwrap_or(0);
+                                requests.fetch_add(1, Ordering::Relaxed);
+                                bytes.fetch_add(read as u64, Ordering::Relaxed);
+                                let answer = Response::builder()
+                                    .status(200)
+                                    .header("content-type", "application/x-protobuf")
+                                    .body(Full::new(Bytes::new()))
+                                    .expect("valid response");
+                                Ok::<_, Infallible>(answer)
+                            }
+                        });
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        });
+        Ok(Collector {
+            addr,
+            requests,
+            bytes,
+            task,
+        })
+    }
+
+    /// The base URL (`[telemetry] endpoint`).
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Export requests and bytes taken so far.
+    pub fn taken(&self) -> (u64, u64) {
+        (
+            self.requests.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
