@@ -8,6 +8,12 @@ use thiserror::Error;
 /// Longest `tracestate` accepted, in characters (the W3C recommendation: 32 members, 512 bytes).
 pub const TRACESTATE_MAX: usize = 512;
 
+/// Longest `traceparent` accepted, in characters (Unicode scalar values). Version `00` is exactly
+/// 55; a later version may go on after a further `-`, and W3C Trace Context sets no bound on what
+/// follows, so without one an arbitrarily long value would be stored in every envelope. Every
+/// producer library refuses the same values (`producers/SPEC.md`, "Trace context").
+pub const TRACEPARENT_MAX: usize = 256;
+
 /// A `tracestate` list member longer than this is the first to go when a span's trace state
 /// must be cut to [`TRACESTATE_MAX`] (W3C Trace Context, "tracestate Limits").
 const LONG_MEMBER: usize = 128;
@@ -49,8 +55,8 @@ impl TraceContext {
     /// A checked trace context: `traceparent` a W3C traceparent (version: two lowercase hex
     /// digits, not `ff`; trace id of 32 and parent id of 16 lowercase hex digits, not all zeros;
     /// flags of two; joined by `-`; version `00` exactly 55 characters, a later version may go
-    /// on after a further `-`), `tracestate` at most [`TRACESTATE_MAX`] characters of
-    /// printable ASCII (empty: none).
+    /// on after a further `-`, to at most [`TRACEPARENT_MAX`] characters in all), `tracestate`
+    /// at most [`TRACESTATE_MAX`] characters of printable ASCII (empty: none).
     pub fn new(
         traceparent: impl Into<String>,
         tracestate: impl Into<String>,
@@ -191,6 +197,10 @@ fn check_traceparent(value: &str) -> Result<(), &'static str> {
         _ if bytes.len() > 55 && bytes[55] != b'-' => {
             return Err("what follows the flags does not start with '-'");
         }
+        // Bytes first: only a value of more bytes than the cap can have more characters.
+        _ if bytes.len() > TRACEPARENT_MAX && value.chars().count() > TRACEPARENT_MAX => {
+            return Err("a later version is at most 256 characters");
+        }
         _ => {}
     }
     if bytes[3..35].iter().all(|&b| b == b'0') {
@@ -220,11 +230,53 @@ mod tests {
         let golden: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let checks = golden["traceparent_checks"].as_array().expect("checks");
         assert!(checks.len() >= 10);
+        let mut longest_valid = 0;
         for check in checks {
             let value = check["traceparent"].as_str().unwrap();
             let valid = check["valid"].as_bool().unwrap();
             assert_eq!(TraceContext::new(value, "").is_ok(), valid, "{value:?}");
+            if valid {
+                longest_valid = longest_valid.max(value.chars().count());
+            }
         }
+        assert_eq!(
+            longest_valid, TRACEPARENT_MAX,
+            "the cap's edge is a golden check"
+        );
+    }
+
+    #[test]
+    fn a_later_version_is_at_most_traceparent_max_characters() {
+        let later = format!("01{}-", &PARENT[2..]);
+        let fill = |length: usize, with: &str| {
+            let mut value = later.clone();
+            while value.chars().count() < length {
+                value.push_str(with);
+            }
+            value
+        };
+        let longest = fill(TRACEPARENT_MAX, "x");
+        assert_eq!(longest.len(), TRACEPARENT_MAX);
+        assert_eq!(check_traceparent(&longest), Ok(()));
+        let reason = format!("a later version is at most {TRACEPARENT_MAX} characters");
+        assert_eq!(
+            check_traceparent(&fill(TRACEPARENT_MAX + 1, "x")),
+            Err(&*reason)
+        );
+        assert_eq!(check_traceparent(&fill(10_000, "x")), Err(&*reason));
+        // Characters count, not bytes: 256 of them in 456 bytes.
+        let wide = fill(TRACEPARENT_MAX, "é");
+        assert!(wide.len() > TRACEPARENT_MAX);
+        assert_eq!(check_traceparent(&wide), Ok(()));
+        assert_eq!(
+            check_traceparent(&fill(TRACEPARENT_MAX + 1, "é")),
+            Err(&*reason)
+        );
+        let error = TraceContext::new(fill(300, "x"), "")
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with("traceparent \"01-"), "{error}");
+        assert!(error.ends_with(&format!("({reason})")), "{error}");
     }
 
     #[test]

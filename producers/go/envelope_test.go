@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // goldenFile is the shared golden vectors file (producers/golden/envelopes.json).
@@ -177,7 +178,11 @@ func TestHookMadeTraceContextMatchesTheGoldenEnvelope(t *testing.T) {
 // Every library accepts exactly the valid traceparent_checks: given on the event, or returned by
 // Producer.TraceContext.
 func TestTraceparentChecksOfTheGoldenFile(t *testing.T) {
+	longestValid := 0
 	for _, c := range loadGolden(t).TraceparentChecks {
+		if n := utf8.RuneCountInString(c.Traceparent); c.Valid && n > longestValid {
+			longestValid = n
+		}
 		field, reason := checkTraceContext(c.Traceparent, "", "")
 		if accepted := field == ""; accepted != c.Valid {
 			t.Errorf("%q: accepted %v (%s %s), want %v", c.Traceparent, accepted, field, reason, c.Valid)
@@ -212,6 +217,10 @@ func TestTraceparentChecksOfTheGoldenFile(t *testing.T) {
 				t.Errorf("%s %q: envelope %x, want %x", run.name, c.Traceparent, got.envelope, want)
 			}
 		}
+	}
+	if longestValid != maxTraceparentChars {
+		t.Errorf("the longest valid traceparent check is %d characters, want the cap's edge, %d",
+			longestValid, maxTraceparentChars)
 	}
 }
 

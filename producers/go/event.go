@@ -36,7 +36,8 @@ type Event struct {
 	// value, e.g. "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), carried in the
 	// envelope for the sinks to join the trace. Empty means none given: the event then gets
 	// the context of Producer.TraceContext, when set. Checked before writing (version 00 is
-	// exactly 55 characters; see producers/SPEC.md, "Trace context").
+	// exactly 55 characters, a later version at most 256; see producers/SPEC.md, "Trace
+	// context").
 	TraceParent string
 	// TraceState is the W3C `tracestate` header value that goes with TraceParent: at most 512
 	// characters of printable ASCII, and only with a TraceParent. Empty means none.

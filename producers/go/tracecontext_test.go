@@ -175,6 +175,8 @@ func TestTraceparentErrorsNameTheValueAndTheProblem(t *testing.T) {
 		{spanA[:36] + strings.Repeat("0", 16) + spanA[52:], "the parent id is all zeros"},
 		{spanA + "-more", "version 00 is exactly 55 characters, this is 60"},
 		{"01" + spanA[2:] + "x", "a later version goes on after the flags only behind a '-'"},
+		{"01" + spanA[2:] + "-" + strings.Repeat("x", 201), "a later version is at most 256 characters, this is 257"},
+		{"01" + spanA[2:] + "-" + strings.Repeat("é", 201), "a later version is at most 256 characters, this is 257"},
 		{"01" + spanA[2:] + "-\xff", "traceparent is not valid UTF-8"},
 		{strings.ToUpper(spanA), "expected version-traceid-parentid-flags, 2-32-16-2 lowercase hex digits joined by '-'"},
 		{strings.Repeat("z", 100), `"` + strings.Repeat("z", 80) + `…" is not a W3C traceparent`},
@@ -192,6 +194,11 @@ func TestTraceparentErrorsNameTheValueAndTheProblem(t *testing.T) {
 	e.TraceParent = "01" + spanA[2:] + "-what-comes-later, 🎁" // a later version: passed on unread
 	if _, err := prepare(context.Background(), 0, e, 0, nil); err != nil {
 		t.Fatal(err)
+	}
+	// Up to maxTraceparentChars characters, not bytes: 256 of them in 456 bytes.
+	e.TraceParent = "01" + spanA[2:] + "-" + strings.Repeat("é", maxTraceparentChars-56)
+	if _, err := prepare(context.Background(), 0, e, 0, nil); err != nil {
+		t.Fatalf("%d characters refused: %v", maxTraceparentChars, err)
 	}
 }
 

@@ -20,11 +20,13 @@ const (
 
 // The W3C Trace Context an event may carry (producers/SPEC.md, "Trace context"): a version 00
 // traceparent is version-traceid-parentid-flags, 2-32-16-2 lowercase hex digits joined by '-'
-// (55 characters), a later version may go on after a further '-'; a tracestate is at most 512
-// characters (what W3C Trace Context asks every vendor to pass on) of printable ASCII.
+// (55 characters), a later version may go on after a further '-', to at most 256 characters
+// (Unicode scalar values) in all; a tracestate is at most 512 characters (what W3C Trace Context
+// asks every vendor to pass on) of printable ASCII.
 const (
-	traceparentChars   = 55
-	maxTracestateChars = 512
+	traceparentChars    = 55
+	maxTraceparentChars = 256
+	maxTracestateChars  = 512
 )
 
 // A tracestate list member longer than this is the first to go when a captured tracestate is cut
@@ -154,7 +156,8 @@ func checkTraceContext(traceparent, tracestate, from string) (field, reason stri
 // traceparentProblem tells why value is not a W3C traceparent, or returns "" when it is one:
 // version (2 lowercase hex digits, not ff), trace id (32, not all zeros), parent id (16, not all
 // zeros) and flags (2), joined by '-'; version 00 is exactly 55 characters, a later version may
-// go on after a further '-' (a newer format, passed on unread).
+// go on after a further '-' (a newer format, passed on unread), to at most maxTraceparentChars
+// characters in all.
 func traceparentProblem(value string) string {
 	if len(value) < traceparentChars ||
 		!lowerHex(value[0:2]) || value[2] != '-' ||
@@ -176,6 +179,9 @@ func traceparentProblem(value string) string {
 			traceparentChars, utf8.RuneCountInString(value))
 	case len(value) > traceparentChars && value[traceparentChars] != '-':
 		return "a later version goes on after the flags only behind a '-'"
+	case len(value) > maxTraceparentChars && utf8.RuneCountInString(value) > maxTraceparentChars:
+		return fmt.Sprintf("a later version is at most %d characters, this is %d",
+			maxTraceparentChars, utf8.RuneCountInString(value))
 	}
 	return ""
 }

@@ -93,7 +93,10 @@ CASES = [
 # What a producer library accepts as `traceparent` (the W3C Trace Context header, level 1): two
 # lowercase hex digits of version (not ff), a 32-digit trace id and a 16-digit parent id that are
 # not all zeros, two digits of flags, joined by '-'; version 00 is exactly that (55 characters),
-# a later version may carry more after a further '-'. Every library checks the same cases.
+# a later version may carry more after a further '-', up to TRACEPARENT_MAX characters in all
+# (Unicode scalar values, as the host counts them). Every library checks the same cases.
+TRACEPARENT_MAX = 256
+LATER = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-"  # 56 characters
 TRACEPARENT_CHECKS = [
     (TRACEPARENT, True),
     ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", True),
@@ -111,6 +114,10 @@ TRACEPARENT_CHECKS = [
     ("0-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
     ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz", False),
     (" 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+    (LATER + "x" * (TRACEPARENT_MAX - len(LATER)), True),
+    (LATER + "x" * (TRACEPARENT_MAX + 1 - len(LATER)), False),
+    # 256 characters, but 259 UTF-8 bytes and 257 UTF-16 code units: characters are what count.
+    (LATER + "🎁" + "x" * (TRACEPARENT_MAX - 1 - len(LATER)), True),
 ]
 
 
@@ -135,8 +142,9 @@ def main() -> None:
         "traceparent_about": "An event's traceparent, when not empty, must be a W3C Trace Context "
         "traceparent: version (2 lowercase hex digits, not ff), trace id (32, not all zeros), parent "
         "id (16, not all zeros), flags (2), joined by '-'; version 00 is exactly 55 characters, a "
-        "later version may go on after a further '-'. tracestate: at most 512 characters, printable "
-        "ASCII, and only with a traceparent. Every library accepts exactly the valid ones below.",
+        f"later version may go on after a further '-', to at most {TRACEPARENT_MAX} characters "
+        "(Unicode scalar values) in all. tracestate: at most 512 characters, printable ASCII, and "
+        "only with a traceparent. Every library accepts exactly the valid ones below.",
         "traceparent_checks": [{"traceparent": value, "valid": valid} for value, valid in TRACEPARENT_CHECKS],
     }
     path = pathlib.Path(__file__).with_name("envelopes.json")

@@ -17,7 +17,7 @@ export { build, DEFAULT_APP_CODE, LIMITS, toRow, type BuiltEvent, type Event, ty
 export { EventIdGenerator, newEventId } from './eventId.js';
 export { encodeEnvelope, type EnvelopeFields } from './envelope.js';
 export { OutboxError } from './errors.js';
-export { currentTraceContext, TRACESTATE_MAX, type TraceContext } from './traceContext.js';
+export { currentTraceContext, TRACEPARENT_MAX, TRACESTATE_MAX, type TraceContext } from './traceContext.js';
 export { detectDialect, type Client, type QueryableClient, type SqliteDatabase } from './client.js';
 export {
   checkTableName,

@@ -20,6 +20,12 @@ export interface TraceContext {
 /** The longest `tracestate` accepted, in characters (W3C Trace Context: 512). */
 export const TRACESTATE_MAX = 512;
 
+/**
+ * The longest `traceparent` accepted, in characters (Unicode scalar values): a later version may go
+ * on after a further `-`, to this many in all (producers/SPEC.md, "Trace context").
+ */
+export const TRACEPARENT_MAX = 256;
+
 /** The length of a version `00` traceparent; a later version may go on after a further `-`. */
 const TRACEPARENT_CHARS = 55;
 /** version-traceid-parentid-flags, in lowercase hex. */
@@ -31,7 +37,7 @@ const LONG_MEMBER_CHARS = 128;
  * Why `value` is not a W3C `traceparent` (a phrase for an error message), or `undefined` when it
  * is one: version (2 lowercase hex digits, not `ff`), trace id (32, not all zeros), parent id (16,
  * not all zeros) and flags (2), joined by `-`; version `00` is exactly 55 characters, a later
- * version may go on after a further `-`.
+ * version may go on after a further `-`, to at most 256 characters in all.
  */
 export function traceparentProblem(value: string): string | undefined {
   const parts = TRACEPARENT.exec(value.slice(0, TRACEPARENT_CHARS));
@@ -43,6 +49,12 @@ export function traceparentProblem(value: string): string | undefined {
   if (value.length > TRACEPARENT_CHARS) {
     if (version === '00') return `version 00 is exactly ${TRACEPARENT_CHARS} characters, this is ${value.length}`;
     if (value[TRACEPARENT_CHARS] !== '-') return "a later version goes on after the flags only behind a '-'";
+    // Unicode scalar values, as the host counts them (never more than UTF-16 code units).
+    if (value.length > TRACEPARENT_MAX) {
+      let chars = 0;
+      for (const _ of value) chars++;
+      if (chars > TRACEPARENT_MAX) return `a later version is at most ${TRACEPARENT_MAX} characters, this is ${chars}`;
+    }
   }
   return undefined;
 }

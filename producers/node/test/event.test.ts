@@ -145,6 +145,12 @@ test('trace context checks name the field and the event', () => {
   refused({ ...valid, traceparent: traceparent.replace('4bf92f3577b34da6a3ce929d0e0e4736', '0'.repeat(32)) }, 'traceparent', /the trace id is all zeros/);
   refused({ ...valid, traceparent: traceparent.replace('00f067aa0ba902b7', '0'.repeat(16)) }, 'traceparent', /the parent id is all zeros/);
   refused({ ...valid, traceparent: `01${traceparent.slice(2)}x` }, 'traceparent', /goes on after the flags only behind a '-'/);
+  // A later version: at most 256 characters (Unicode scalar values, not UTF-16 code units or bytes).
+  const later = `01${traceparent.slice(2)}-`;
+  toRow({ ...valid, traceparent: later + 'x'.repeat(200) });
+  toRow({ ...valid, traceparent: later + '🎁'.repeat(200) });
+  refused({ ...valid, traceparent: later + 'x'.repeat(201) }, 'traceparent', /a later version is at most 256 characters, this is 257$/);
+  refused({ ...valid, traceparent: later + '🎁'.repeat(201) }, 'traceparent', /a later version is at most 256 characters, this is 257$/);
   refused({ ...valid, traceparent: 'x'.repeat(200) }, 'traceparent', new RegExp(`"${'x'.repeat(80)}…" is not a W3C traceparent: is not version-traceid-parentid-flags`));
 });
 

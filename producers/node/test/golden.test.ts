@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { encodeEnvelope, EventIdGenerator, newEventId, OutboxError, toRow } from '@outboxd/producer';
+import { encodeEnvelope, EventIdGenerator, newEventId, OutboxError, toRow, TRACEPARENT_MAX } from '@outboxd/producer';
 
 import { golden } from './helpers.js';
 
@@ -14,6 +14,8 @@ test('the golden file has cases and prefixes', () => {
   assert.ok(vectors.cases.length >= 9, `${vectors.cases.length} cases`);
   assert.ok(vectors.event_id_prefixes.length >= 5);
   assert.ok(vectors.traceparent_checks.length >= 10);
+  const longestValid = Math.max(...vectors.traceparent_checks.filter((c) => c.valid).map((c) => [...c.traceparent].length));
+  assert.equal(longestValid, TRACEPARENT_MAX, "the cap's edge is a golden check");
   assert.ok(vectors.cases.some((c) => c.event.traceparent !== '' && c.event.tracestate !== ''), 'a case with a trace context');
 });
 

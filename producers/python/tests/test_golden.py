@@ -10,6 +10,7 @@ import pytest
 from support.paths import PROTO, golden
 
 from outboxd_producer import Event, EventEnvelope, InvalidEventError, encode_envelope, new_event_id
+from outboxd_producer.validate import MAX_TRACEPARENT_CHARS
 
 CASES = golden()["cases"]
 PREFIXES = golden()["event_id_prefixes"]
@@ -36,8 +37,10 @@ def test_the_golden_file_has_cases() -> None:
     assert len(PREFIXES) >= 5
     names = {case["name"] for case in CASES}
     assert {"traced", "traced_without_state"} <= names
-    assert len(TRACEPARENT_CHECKS) >= 16
+    assert len(TRACEPARENT_CHECKS) >= 19
     assert {check["valid"] for check in TRACEPARENT_CHECKS} == {True, False}
+    longest = max(len(check["traceparent"]) for check in TRACEPARENT_CHECKS if check["valid"])
+    assert longest == MAX_TRACEPARENT_CHARS, "the cap's edge is a golden check"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from outboxd_producer import Event, InvalidEventError, build
+from outboxd_producer.validate import MAX_TRACEPARENT_CHARS
 
 
 def event(**overrides: Any) -> Event:
@@ -203,6 +204,15 @@ def test_a_traceparent_error_says_why(bad: str, reason: str | None) -> None:
 def test_a_later_traceparent_version_may_go_on() -> None:
     later = "01" + TRACEPARENT[2:] + "-more-fields"
     assert event(traceparent=later).traceparent == later
+    # Up to MAX_TRACEPARENT_CHARS characters (not UTF-8 bytes): 256 of them in 456 bytes.
+    longest = "01" + TRACEPARENT[2:] + "-" + "é" * (MAX_TRACEPARENT_CHARS - 56)
+    assert len(longest) == MAX_TRACEPARENT_CHARS
+    assert event(traceparent=longest).traceparent == longest
+    reason = "is not a W3C traceparent: a later version is at most 256 characters, this is 257"
+    for over in (longest + "é", "01" + TRACEPARENT[2:] + "-" + "x" * 201):
+        with pytest.raises(InvalidEventError, match=reason) as error:
+            event(traceparent=over)
+        assert error.value.field == "traceparent"
     with pytest.raises(InvalidEventError, match="traceparent is not valid Unicode text"):
         event(traceparent=later + "\ud800")
 

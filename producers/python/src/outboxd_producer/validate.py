@@ -29,6 +29,10 @@ MAX_TRACESTATE_CHARS = 512
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _TRACEPARENT_CHARS = 55
 
+#: The longest ``traceparent``, in characters: a later version may go on after a further ``-``,
+#: to this many characters in all (``producers/SPEC.md``, "Trace context").
+MAX_TRACEPARENT_CHARS = 256
+
 
 class EventFields(Protocol):
     """The fields :func:`validate_event` reads: those of an :class:`~outboxd_producer.Event`.
@@ -107,7 +111,8 @@ def traceparent_problem(value: str) -> str | None:
 
     Version (2 lowercase hex digits, not ``ff``), trace id (32, not all zeros), parent id (16, not
     all zeros) and flags (2), joined by ``-``. Version ``00`` is exactly 55 characters; a later
-    version may go on after a further ``-`` (a newer format this library passes on unread).
+    version may go on after a further ``-`` (a newer format this library passes on unread), to at
+    most 256 characters in all.
     """
     parts = _TRACEPARENT.fullmatch(value[:_TRACEPARENT_CHARS])
     if parts is None:
@@ -124,6 +129,11 @@ def traceparent_problem(value: str) -> str | None:
             return f"version 00 is exactly {_TRACEPARENT_CHARS} characters, this is {len(value)}"
         if value[_TRACEPARENT_CHARS] != "-":
             return "a later version goes on after the flags only behind a '-'"
+        if len(value) > MAX_TRACEPARENT_CHARS:
+            return (
+                f"a later version is at most {MAX_TRACEPARENT_CHARS} characters, "
+                f"this is {len(value)}"
+            )
     return None
 
 
