@@ -29,9 +29,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
@@ -197,9 +195,4 @@ fn scope() -> InstrumentationScope {
     InstrumentationScope::builder("outboxd")
         .with_version(env!("CARGO_PKG_VERSION"))
         .build()
-}
-
-/// A trace id as its W3C form (32 lowercase hex digits).
-fn trace_id_hex(id: TraceId) -> String {
-    format!("{id:032x}")
 }

@@ -35,6 +35,15 @@ pub struct TraceContext {
     tracestate: String,
 }
 
+/// Appends `bytes` as lowercase hex digits.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+}
+
 /// Why a trace context was refused; names the field.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum InvalidTraceContext {
@@ -77,6 +86,28 @@ impl TraceContext {
             traceparent,
             tracestate,
         })
+    }
+
+    /// The context of a span outboxd made itself (ids never zero, `flags` its trace flags) with
+    /// a `tracestate` taken from a checked context: nothing to check again.
+    pub(crate) fn of_span(
+        trace_id: [u8; 16],
+        span_id: [u8; 8],
+        flags: u8,
+        tracestate: &str,
+    ) -> TraceContext {
+        let mut traceparent = String::with_capacity(55);
+        traceparent.push_str("00-");
+        push_hex(&mut traceparent, &trace_id);
+        traceparent.push('-');
+        push_hex(&mut traceparent, &span_id);
+        traceparent.push('-');
+        push_hex(&mut traceparent, &[flags]);
+        debug_assert!(check_traceparent(&traceparent).is_ok(), "{traceparent}");
+        TraceContext {
+            traceparent,
+            tracestate: tracestate.to_string(),
+        }
     }
 
     /// The context of OpenTelemetry's current span (`opentelemetry::Context::current()`, as

@@ -6,17 +6,18 @@
 //! attempt. Every attempt hands its sink the first attempt's context.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use opentelemetry::KeyValue;
 use opentelemetry::trace::{
     Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
+use opentelemetry::{KeyValue, StringValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 use super::export::Exporting;
-use super::{ids, scope, trace_id_hex};
+use super::{ids, scope};
 use crate::publish::Event;
 use crate::trace_context::TraceContext;
 
@@ -42,7 +43,7 @@ struct Attempt {
     /// The producer's trace state, kept on every span of the event.
     state: TraceState,
     /// The sink its type routes to.
-    sink: Option<String>,
+    sink: Option<Arc<str>>,
     /// Whether its span is sampled.
     sampled: bool,
 }
@@ -72,9 +73,15 @@ impl DeliverySpans {
         sink_of: impl Fn(&str) -> Option<String>,
     ) -> DeliverySpans {
         let started = SystemTime::now();
+        // Each event type's sink, looked up once per batch.
+        let mut sinks: HashMap<String, Option<Arc<str>>> = HashMap::new();
         let attempts = events
             .iter_mut()
             .map(|event| {
+                let sink = sinks
+                    .entry(event.event_type.clone())
+                    .or_insert_with(|| sink_of(&event.event_type).map(Arc::from))
+                    .clone();
                 let producer = event.trace.as_ref().and_then(producer_span);
                 let state = event
                     .trace
@@ -108,7 +115,7 @@ impl DeliverySpans {
                     producer,
                     first,
                     state,
-                    sink: sink_of(&event.event_type),
+                    sink,
                     sampled,
                 }
             })
@@ -180,17 +187,20 @@ impl DeliverySpans {
                 ),
             ),
         };
-        let sink = attempt.sink.as_deref().unwrap_or("(no route)");
+        let sink: Arc<str> = attempt
+            .sink
+            .clone()
+            .unwrap_or_else(|| Arc::from("(no route)"));
         let attributes = vec![
             KeyValue::new("messaging.system", "outboxd"),
             KeyValue::new("messaging.operation.type", "send"),
-            KeyValue::new("messaging.operation.name", "deliver"),
-            KeyValue::new("messaging.destination.name", sink.to_string()),
+            KeyValue::new(
+                "messaging.destination.name",
+                StringValue::from(sink.clone()),
+            ),
             KeyValue::new("messaging.message.id", event.event_id.clone()),
-            KeyValue::new("messaging.message.body.size", event.body.len() as i64),
             KeyValue::new("outboxd.app_code", event.app_code.clone()),
             KeyValue::new("outboxd.room_id", event.room_id.clone()),
-            KeyValue::new("outboxd.event_type", event.event_type.clone()),
             KeyValue::new("outboxd.attempt", i64::from(number)),
             KeyValue::new("outboxd.outcome", outcome_name),
         ];
@@ -281,15 +291,10 @@ fn parse_state(tracestate: &str) -> Vec<(String, String)> {
 
 /// The context a sink forwards: the first attempt's span, with the producer's trace state.
 fn forwarded(first: &SpanContext, producer: Option<&TraceContext>) -> TraceContext {
-    let traceparent = format!(
-        "00-{}-{:016x}-{:02x}",
-        trace_id_hex(first.trace_id()),
-        first.span_id(),
-        first.trace_flags().to_u8()
-    );
-    let state = producer.map_or("", |p| p.tracestate());
-    // Both parts were checked before (ids never zero, the producer's state checked on read).
-    TraceContext::new(traceparent.clone(), state)
-        .or_else(|_| TraceContext::new(traceparent, ""))
-        .expect("a traceparent of valid ids is valid")
+    TraceContext::of_span(
+        first.trace_id().to_bytes(),
+        first.span_id().to_bytes(),
+        first.trace_flags().to_u8(),
+        producer.map_or("", |p| p.tracestate()),
+    )
 }

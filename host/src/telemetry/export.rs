@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceId};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{SpanContext, SpanKind, TraceId};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -20,8 +20,8 @@ use super::collector::CollectorClient;
 use crate::config::TraceExport;
 use crate::metrics::{Metrics, TraceMetrics};
 
-/// Spans per export request.
-const EXPORT_BATCH: usize = 512;
+/// Spans per export request (about 1 MB of protobuf).
+const EXPORT_BATCH: usize = 2048;
 
 /// Longest wait before queued spans are exported (fewer than [`EXPORT_BATCH`] of them).
 const EXPORT_DELAY: Duration = Duration::from_millis(500);
@@ -115,15 +115,13 @@ impl Exporting {
     /// Whether a span of trace `trace_id` under `parent` (a producer's span; `None`: a root) is
     /// sampled: the parent's sampled flag, else the ratio on the trace id.
     pub(super) fn sampled(&self, parent: Option<&SpanContext>, trace_id: TraceId) -> bool {
-        let parent = parent.map(|p| Context::new().with_remote_span_context(p.clone()));
-        let result = self.sampler.should_sample(
-            parent.as_ref(),
-            trace_id,
-            "",
-            &SpanKind::Producer,
-            &[],
-            &[],
-        );
+        // A remote parent decides (what `ParentBased` does with one), without building a Context.
+        if let Some(parent) = parent {
+            return parent.is_sampled();
+        }
+        let result = self
+            .sampler
+            .should_sample(None, trace_id, "", &SpanKind::Producer, &[], &[]);
         result.decision == SamplingDecision::RecordAndSample
     }
 
