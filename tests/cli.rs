@@ -2,6 +2,7 @@
 //! `run --drain` through the real log plugin, status, failed/requeue, SIGTERM, and config errors.
 
 mod fixtures;
+mod http;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -701,6 +702,60 @@ fn sighup_reloads_and_keeps_running() {
     signal("-TERM");
     let exit = exit_within(&mut child.0, Duration::from_secs(30), "exit after SIGTERM");
     assert!(exit.success(), "{exit:?}");
+}
+
+/// `OTEL_*` variables alone turn tracing on, as in every OpenTelemetry SDK: `run --drain`
+/// exports a delivery span per event to the collector `OTEL_EXPORTER_OTLP_ENDPOINT` names, as
+/// `OTEL_SERVICE_NAME`, before it exits; a protocol outboxd does not speak is refused by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_otel_environment_alone_turns_tracing_on() {
+    let collector = http::OtlpCollector::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+    let endpoint = collector.endpoint();
+    let output = tokio::task::spawn_blocking(move || {
+        let base = || {
+            let mut command = with(&config, &url);
+            command
+                .env("OTEL_TRACES_EXPORTER", "otlp")
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+                .env("OTEL_SERVICE_NAME", "relay-from-env");
+            command
+        };
+        run_ok(base().arg("migrate"));
+        run_ok(base().args([
+            "enqueue",
+            "--room",
+            "r1",
+            "--type",
+            "RoomMicChanged",
+            "--count",
+            "50",
+        ]));
+        let refused = base()
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+            .args(["run", "--drain"])
+            .output()
+            .unwrap();
+        assert!(!refused.status.success());
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{stderr}");
+        run_ok(base().args(["run", "--drain"]))
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success());
+    let spans = collector.spans();
+    let sends: std::collections::BTreeSet<String> = spans
+        .iter()
+        .filter(|s| s.span.name == "send log")
+        .map(|s| {
+            assert_eq!(s.service, "relay-from-env");
+            s.attribute("messaging.message.id").unwrap()
+        })
+        .collect();
+    assert_eq!(sends.len(), 50, "one delivery span per event: {spans:?}");
 }
 
 #[test]

@@ -192,7 +192,7 @@ fn one_line(error: &dyn std::error::Error) -> String {
 /// The keys (or sections) outside `[[sink]]` and `[[route]]` that differ.
 pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str> {
     let (a, b) = (running, next);
-    let checks: [(&'static str, bool); 17] = [
+    let checks: [(&'static str, bool); 18] = [
         ("database.url", a.database.url != b.database.url),
         ("database.table", a.database.table != b.database.table),
         (
@@ -232,6 +232,8 @@ pub fn restart_only_changes(running: &Config, next: &Config) -> Vec<&'static str
         ("admin", a.admin != b.admin),
         ("retention", a.retention != b.retention),
         ("broker", a.brokers != b.brokers),
+        // The exporter starts with the worker; the console's `trace_url` reloads.
+        ("telemetry", a.telemetry.traces != b.telemetry.traces),
     ];
     let mut changed: Vec<&'static str> = checks
         .into_iter()
@@ -280,6 +282,22 @@ mod tests {
             restart_only_changes(&running, &next),
             vec!["database.url", "worker.app_codes"]
         );
+        let mut tracing = running.clone();
+        tracing.telemetry.trace_url = Some("http://ui/{trace_id}".into());
+        assert!(
+            restart_only_changes(&running, &tracing).is_empty(),
+            "trace_url reloads"
+        );
+        tracing.telemetry.traces = Some(crate::config::TraceExport {
+            endpoint: Some("http://collector:4318/v1/traces".into()),
+            service_name: "outboxd".into(),
+            resource: Vec::new(),
+            sampling_ratio: 1.0,
+            headers: Default::default(),
+            timeout: None,
+            queue_size: 65_536,
+        });
+        assert_eq!(restart_only_changes(&running, &tracing), vec!["telemetry"]);
         let mut timeout_only = running.clone();
         timeout_only.database.connect_timeout += std::time::Duration::from_secs(1);
         assert_eq!(
