@@ -243,35 +243,8 @@ pub async fn run(
                 (options.batch_size, options.workers)
             }
             Shape::Traced => {
-                let collector = Collector::start().await.map_err(BenchError::Collector)?;
-                let metrics = Metrics::default();
-                let export = TraceExport {
-                    endpoint: Some(format!("{}/v1/traces", collector.endpoint())),
-                    service_name: "outboxd-bench".into(),
-                    resource: Vec::new(),
-                    sampling_ratio: 1.0,
-                    headers: Default::default(),
-                    timeout: None,
-                    queue_size: outboxd::config::telemetry::DEFAULT_SPAN_QUEUE,
-                };
-                let telemetry = Telemetry::start(Some(&export), "bench", &metrics)
-                    .map_err(|e| BenchError::Collector(std::io::Error::other(e)))?;
-                drain_worker(
-                    &store,
-                    &app_code,
-                    shape,
-                    options,
-                    publisher.clone(),
-                    telemetry.clone(),
-                )
-                .await?;
-                telemetry.shutdown().await; // the drain ends with the last span exported
-                let traces = metrics.traces();
-                spans = Some((
-                    traces.counted("exported"),
-                    traces.counted("dropped"),
-                    collector.taken().1,
-                ));
+                let drained = drain_traced(&store, &app_code, options, publisher.clone()).await?;
+                spans = Some(drained);
                 (options.batch_size, options.workers)
             }
             Shape::Raw | Shape::RawOneIndex | Shape::RawHeld => {
@@ -345,6 +318,43 @@ async fn enqueue(
         store.enqueue(&chunk).await?;
     }
     Ok(started.elapsed())
+}
+
+/// Drains with outboxd's worker, tracing on: every span exported to a collector on loopback,
+/// the last one before this returns. The spans exported and dropped, and the bytes taken.
+async fn drain_traced(
+    store: &Arc<dyn OutboxStore>,
+    app_code: &str,
+    options: &BenchOptions,
+    publisher: Arc<dyn Publisher>,
+) -> Result<(u64, u64, u64), BenchError> {
+    let collector = Collector::start().await.map_err(BenchError::Collector)?;
+    let metrics = Metrics::default();
+    let export = TraceExport {
+        endpoint: Some(format!("{}/v1/traces", collector.endpoint())),
+        service_name: "outboxd-bench".into(),
+        resource: Vec::new(),
+        sampling_ratio: 1.0,
+        headers: Default::default(),
+        timeout: None,
+        queue_size: outboxd::config::telemetry::DEFAULT_SPAN_QUEUE,
+    };
+    let telemetry = Telemetry::start(Some(&export), "bench", &metrics)
+        .map_err(|e| BenchError::Collector(std::io::Error::other(e)))?;
+    let shape = Shape::Traced;
+    drain_worker(
+        store,
+        app_code,
+        shape,
+        options,
+        publisher,
+        telemetry.clone(),
+    )
+    .await?;
+    telemetry.shutdown().await;
+    let traces = metrics.traces();
+    let (_, bytes) = collector.taken();
+    Ok((traces.counted("exported"), traces.counted("dropped"), bytes))
 }
 
 /// Drains with outboxd's worker.
