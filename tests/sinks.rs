@@ -511,9 +511,23 @@ async fn delivery_spans_reach_the_collector_under_the_producers_span(backend: Ba
     let collector = OtlpCollector::start().await;
     let store = db.store_default().await;
     let base = now_ms() - 10_000;
-    let context = TraceContext::new(format!("00-{TRACE}-{PRODUCER_SPAN}-01"), "rojo=1").unwrap();
-    let traced =
-        typed_record("app", "traced", "r1", "RoomClosed", base).with_trace_context(&context);
+    // The producer writes the event inside its span (the Rust library takes the current one).
+    let traced = {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+        };
+        let span = SpanContext::new(
+            TraceId::from_hex(TRACE).unwrap(),
+            SpanId::from_hex(PRODUCER_SPAN).unwrap(),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::from_key_value([("rojo", "1")]).unwrap(),
+        );
+        let _inside = opentelemetry::Context::current()
+            .with_remote_span_context(span)
+            .attach();
+        typed_record("app", "traced", "r1", "RoomClosed", base).with_current_trace_context()
+    };
     let plain = typed_record("app", "plain", "r2", "RoomClosed", base + 1);
     let mut invalid = typed_record("app", "invalid", "r3", "RoomClosed", base + 2);
     invalid.envelope.traceparent = "00-not-a-trace-01".into();

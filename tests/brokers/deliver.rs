@@ -83,6 +83,65 @@ async fn delivers_every_event_once_in_room_order(kind: Kind) {
     db.cleanup().await;
 }
 
+/// Tracing on (`[telemetry] endpoint`): a NATS consumer gets, on every message, the context of
+/// its event's delivery span, which the OTLP receiver holds: in the producer's trace, under the
+/// producer's span, for the events the producer traced; a root of its own for the others.
+#[tokio::test]
+async fn with_tracing_on_a_consumer_gets_the_delivery_spans_context() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let Some(mut destination) = Destination::shared(Kind::Nats).await else {
+        return;
+    };
+    let collector = crate::http::OtlpCollector::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = collector.endpoint();
+    let config = load(&destination, &db, dir.path(), |table| {
+        let mut telemetry = toml::Table::new();
+        telemetry.insert("endpoint".into(), toml::Value::String(endpoint));
+        table.insert("telemetry".into(), toml::Value::Table(telemetry));
+    });
+    let store = db.store_default().await;
+    let count = 200;
+    let ids = enqueue(&store, count, 20).await;
+    let (shutdown, running, _metrics) = start(config, store.clone()).await;
+    wait_delivered(&db, count, deadline(count)).await;
+    let received = wait_received(&mut destination, &ids, deadline(count)).await;
+    shutdown.cancel();
+    running.await.unwrap(); // the service's shutdown exports what is queued
+    let spans = collector.spans();
+    for message in &received {
+        let span = spans
+            .iter()
+            .find(|s| s.attribute("messaging.message.id").as_deref() == Some(message.id.as_str()))
+            .unwrap_or_else(|| panic!("a delivery span of {}", message.id));
+        assert_eq!(
+            span.attribute("messaging.destination.name").as_deref(),
+            Some("nats")
+        );
+        assert_eq!(
+            message.traceparent,
+            format!("00-{}-{}-01", span.trace_id(), span.span_id()),
+            "{}: the consumer's parent is the delivery span",
+            message.id
+        );
+        match traceparent_of(&message.id) {
+            Some(producer) => {
+                let (trace, parent) = (&producer[3..35], &producer[36..52]);
+                assert_eq!(
+                    (span.trace_id().as_str(), span.parent_id().as_str()),
+                    (trace, parent)
+                );
+            }
+            None => assert_eq!(span.parent_id(), "", "{}: untraced, a root", message.id),
+        }
+    }
+    assert_eq!(received.len(), count);
+    destination.cleanup().await;
+    db.cleanup().await;
+}
+
 #[tokio::test]
 async fn nats_delivers_every_event_once_in_room_order() {
     delivers_every_event_once_in_room_order(Kind::Nats).await;

@@ -16,6 +16,8 @@
 
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
+#[path = "../http/mod.rs"]
+mod http;
 #[path = "../support/mod.rs"]
 mod support;
 
