@@ -277,9 +277,11 @@ async fn bench_compares_every_shape_with_the_raw_loop(backend: Backend) {
         let rows: Vec<_> = rows
             .iter()
             .filter(|r| {
-                r.app_code
-                    .strip_prefix(&prefix)
-                    .is_some_and(|run| run.bytes().all(|b| b.is_ascii_digit()))
+                // `bench-<shape>-<run>-<position in --shapes>`
+                r.app_code.strip_prefix(&prefix).is_some_and(|run| {
+                    run.split('-')
+                        .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                })
             })
             .collect();
         assert_eq!(rows.len(), 1500, "{shape}");
