@@ -82,11 +82,6 @@ impl Telemetry {
         })
     }
 
-    /// Whether spans are recorded.
-    pub fn is_on(&self) -> bool {
-        self.tracing.is_some()
-    }
-
     /// Exports what is queued (waiting at most 5 s) and stops the export thread. Spans recorded
     /// afterwards are dropped.
     pub async fn shutdown(&self) {
@@ -115,9 +110,9 @@ impl Telemetry {
     /// [`BatchSpan::end`].
     pub fn batch_span(&self, operation: &'static str, table: &str) -> BatchSpan {
         BatchSpan {
-            tracing: self.tracing.clone(),
+            // Off: nothing kept, nothing allocated.
+            tracing: self.tracing.clone().map(|t| (t, table.to_string())),
             operation,
-            table: table.to_string(),
             started: SystemTime::now(),
         }
     }
@@ -126,9 +121,9 @@ impl Telemetry {
 /// A read or mark of a batch being timed; recorded by [`BatchSpan::end`] (dropped unrecorded
 /// otherwise).
 pub struct BatchSpan {
-    tracing: Option<Arc<export::Exporting>>,
+    /// The exporter and the table, when tracing is on.
+    tracing: Option<(Arc<export::Exporting>, String)>,
     operation: &'static str,
-    table: String,
     started: SystemTime,
 }
 
@@ -140,7 +135,7 @@ impl BatchSpan {
         attributes: Vec<KeyValue>,
         error: Option<&dyn std::fmt::Display>,
     ) {
-        let Some(tracing) = self.tracing else {
+        let Some((tracing, table)) = self.tracing else {
             return;
         };
         let trace_id = ids::random_trace_id();
@@ -158,7 +153,7 @@ impl BatchSpan {
                 },
             ),
             KeyValue::new("messaging.operation.name", self.operation),
-            KeyValue::new("messaging.destination.name", self.table.clone()),
+            KeyValue::new("messaging.destination.name", table.clone()),
             KeyValue::new("messaging.batch.message_count", rows as i64),
         ];
         all.extend(attributes);
@@ -177,7 +172,7 @@ impl BatchSpan {
             parent_span_id: SpanId::INVALID,
             parent_span_is_remote: false,
             span_kind: SpanKind::Client,
-            name: Cow::Owned(format!("{} {}", self.operation, self.table)),
+            name: Cow::Owned(format!("{} {table}", self.operation)),
             start_time: self.started,
             end_time: SystemTime::now(),
             attributes: all,

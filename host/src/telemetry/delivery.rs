@@ -38,10 +38,9 @@ pub enum DeliveryOutcome<'a> {
 struct Attempt {
     /// The producer's span, when the event carries a valid context.
     producer: Option<SpanContext>,
-    /// The first attempt's span (the context every attempt's sink forwards).
+    /// The first attempt's span (the context every attempt's sink forwards), with the
+    /// producer's trace state every span of the event keeps.
     first: SpanContext,
-    /// The producer's trace state, kept on every span of the event.
-    state: TraceState,
     /// The sink its type routes to.
     sink: Option<Arc<str>>,
     /// Whether its span is sampled.
@@ -86,7 +85,7 @@ impl DeliverySpans {
                 let state = event
                     .trace
                     .as_ref()
-                    .and_then(|t| TraceState::from_key_value(parse_state(t.tracestate())).ok())
+                    .and_then(|t| t.tracestate().parse::<TraceState>().ok())
                     .unwrap_or_default();
                 let (root_trace, first_span) =
                     ids::attempt_ids(&event.app_code, &event.event_id, 1);
@@ -101,7 +100,7 @@ impl DeliverySpans {
                         TraceFlags::default()
                     },
                     false,
-                    state.clone(),
+                    state,
                 );
                 let sampled = if event.attempt <= 1 {
                     first_sampled
@@ -114,7 +113,6 @@ impl DeliverySpans {
                 Attempt {
                     producer,
                     first,
-                    state,
                     sink,
                     sampled,
                 }
@@ -228,7 +226,7 @@ impl DeliverySpans {
             span,
             TraceFlags::SAMPLED,
             false,
-            attempt.state.clone(),
+            attempt.first.trace_state().clone(),
         )
     }
 
@@ -261,32 +259,17 @@ fn span_links(links: Vec<Link>) -> SpanLinks {
     span_links
 }
 
-/// The producer's span of a checked trace context.
+/// The producer's span of a checked trace context (its flags follow the two ids in every
+/// version).
 fn producer_span(context: &TraceContext) -> Option<SpanContext> {
-    let mut parts = context.traceparent().split('-');
-    let (_version, trace, span, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let trace = TraceId::from_hex(trace).ok()?;
-    let span = SpanId::from_hex(span).ok()?;
-    let flags = u8::from_str_radix(flags, 16).ok()?;
+    let flags = u8::from_str_radix(context.traceparent().get(53..55)?, 16).ok()?;
     Some(SpanContext::new(
-        trace,
-        span,
+        TraceId::from_hex(context.trace_id()).ok()?,
+        SpanId::from_hex(context.parent_id()).ok()?,
         TraceFlags::new(flags),
         true,
         TraceState::NONE,
     ))
-}
-
-/// The members of a `tracestate` header value as key/value pairs.
-fn parse_state(tracestate: &str) -> Vec<(String, String)> {
-    tracestate
-        .split(',')
-        .filter_map(|member| {
-            let (key, value) = member.trim().split_once('=')?;
-            Some((key.to_string(), value.to_string()))
-        })
-        .collect()
 }
 
 /// The context a sink forwards: the first attempt's span, with the producer's trace state.
