@@ -474,12 +474,12 @@ async fn trace_contexts_reach_the_webhook_and_invalid_ones_do_not_stop_delivery(
 /// Tracing on, exporting to `endpoint` (a base URL) as service `outboxd-test`.
 fn tracing_to(endpoint: &str, queue_size: usize, timeout: Duration) -> TraceExport {
     TraceExport {
-        endpoint: Some(format!("{endpoint}/v1/traces")),
+        endpoint: format!("{endpoint}/v1/traces"),
         service_name: "outboxd-test".into(),
         resource: Vec::new(),
         sampling_ratio: 1.0,
         headers: Default::default(),
-        timeout: Some(timeout),
+        timeout,
         queue_size,
     }
 }

@@ -331,12 +331,12 @@ async fn drain_traced(
     let collector = Collector::start().await.map_err(BenchError::Collector)?;
     let metrics = Metrics::default();
     let export = TraceExport {
-        endpoint: Some(format!("{}/v1/traces", collector.endpoint())),
+        endpoint: format!("{}/v1/traces", collector.endpoint()),
         service_name: "outboxd-bench".into(),
         resource: Vec::new(),
         sampling_ratio: 1.0,
         headers: Default::default(),
-        timeout: None,
+        timeout: outboxd::config::telemetry::DEFAULT_EXPORT_TIMEOUT,
         queue_size: outboxd::config::telemetry::DEFAULT_SPAN_QUEUE,
     };
     let telemetry = Telemetry::start(Some(&export), "bench", &metrics)

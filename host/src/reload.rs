@@ -289,12 +289,12 @@ mod tests {
             "trace_url reloads"
         );
         tracing.telemetry.traces = Some(crate::config::TraceExport {
-            endpoint: Some("http://collector:4318/v1/traces".into()),
+            endpoint: "http://collector:4318/v1/traces".into(),
             service_name: "outboxd".into(),
             resource: Vec::new(),
             sampling_ratio: 1.0,
             headers: Default::default(),
-            timeout: None,
+            timeout: std::time::Duration::from_secs(10),
             queue_size: 65_536,
         });
         assert_eq!(restart_only_changes(&running, &tracing), vec!["telemetry"]);

@@ -10,28 +10,28 @@
 //!
 //! A delivery span is recorded once its outcome is known, with ids derived from the event and
 //! its attempt (`ids.rs`): a retry can name the first attempt's span without storing anything,
-//! and the context handed to the sink is known before the publish. So the spans go to the SDK's
-//! batch processor as finished span data, not through a `Tracer`, which draws ids itself.
+//! and the context handed to the sink is known before the publish. So spans are not made by a
+//! `Tracer` (which draws ids itself): each is built, finished, as the OTLP protobuf message it is
+//! exported as (`otlp.rs`, on the official definitions of `opentelemetry-proto`).
 //!
 //! Export never holds up delivery: spans wait in a bounded queue (`telemetry.queue_size`) that
-//! a thread of the SDK drains; when it is full (the collector down or slow), spans are dropped
-//! and counted (`outboxd_trace_spans_total`), and an unreachable collector is logged once when
-//! it goes away and once when it comes back.
+//! a thread of its own drains, 2,048 spans a request; when it is full (the collector down or
+//! slow), spans are dropped and counted (`outboxd_trace_spans_total`), and an unreachable
+//! collector is logged once when it goes away and once when it comes back.
 //!
 //! # Layout
-//! - `collector.rs`: the HTTP client the OTLP exporter sends with (hyper, rustls).
-//! - `export.rs`: the exporter and batch processor, the sampler, counting what was exported.
+//! - `otlp.rs`: spans, attributes, links and export requests as OTLP messages.
+//! - `collector.rs`: the HTTP client export requests are sent with (hyper, rustls).
+//! - `export.rs`: the bounded queue and its export thread, the sampler, the span counts.
 //! - `ids.rs`: span and trace ids derived from an event and its attempt.
 //! - `delivery.rs`: a batch's delivery spans: the context each event's sink gets, and the span
 //!   recorded with its outcome.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
 
 use crate::config::TraceExport;
 use crate::metrics::Metrics;
@@ -40,6 +40,7 @@ mod collector;
 mod delivery;
 mod export;
 mod ids;
+mod otlp;
 
 pub use delivery::{DeliveryOutcome, DeliverySpans};
 pub use export::TelemetryError;
@@ -87,7 +88,7 @@ impl Telemetry {
     pub async fn shutdown(&self) {
         if let Some(tracing) = &self.tracing {
             let tracing = tracing.clone();
-            // The processor waits synchronously for its thread, whose export runs on this runtime.
+            // Waits synchronously for the export thread, whose requests run on this runtime.
             let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
         }
     }
@@ -143,8 +144,8 @@ impl BatchSpan {
             return;
         }
         let mut all = vec![
-            KeyValue::new("messaging.system", "outboxd"),
-            KeyValue::new(
+            otlp::string("messaging.system", "outboxd"),
+            otlp::string(
                 "messaging.operation.type",
                 if self.operation == "read" {
                     "receive"
@@ -152,42 +153,34 @@ impl BatchSpan {
                     "settle"
                 },
             ),
-            KeyValue::new("messaging.operation.name", self.operation),
-            KeyValue::new("messaging.destination.name", table.clone()),
-            KeyValue::new("messaging.batch.message_count", rows as i64),
+            otlp::string("messaging.operation.name", self.operation),
+            otlp::string("messaging.destination.name", table.as_str()),
+            otlp::int("messaging.batch.message_count", rows as i64),
         ];
-        all.extend(attributes);
+        all.extend(attributes.into_iter().map(otlp::from_api));
         let status = match error {
-            Some(error) => Status::error(error.to_string()),
-            None => Status::Unset,
+            Some(error) => otlp::error(error.to_string()),
+            None => otlp::unset(),
         };
-        tracing.record(SpanData {
-            span_context: SpanContext::new(
-                trace_id,
-                ids::random_span_id(),
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::NONE,
-            ),
-            parent_span_id: SpanId::INVALID,
-            parent_span_is_remote: false,
-            span_kind: SpanKind::Client,
-            name: Cow::Owned(format!("{} {table}", self.operation)),
-            start_time: self.started,
-            end_time: SystemTime::now(),
-            attributes: all,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
+        let context = SpanContext::new(
+            trace_id,
+            ids::random_span_id(),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::NONE,
+        );
+        let span = otlp::span(
+            otlp::Identity {
+                context: &context,
+                parent: None,
+                kind: otlp::SpanKind::Client,
+                name: format!("{} {table}", self.operation),
+            },
+            (self.started, SystemTime::now()),
+            all,
+            Vec::new(),
             status,
-            instrumentation_scope: scope(),
-        });
+        );
+        tracing.record(vec![span]);
     }
-}
-
-/// The instrumentation scope of every span outboxd records.
-fn scope() -> InstrumentationScope {
-    InstrumentationScope::builder("outboxd")
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build()
 }

@@ -5,8 +5,8 @@
 //! OpenTelemetry SDK, when the environment says `OTEL_TRACES_EXPORTER=otlp`. What the section
 //! leaves unset comes from the standard variables (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_SERVICE_NAME`,
-//! `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, `OTEL_RESOURCE_ATTRIBUTES`; the exporter
-//! itself reads `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_EXPORTER_OTLP_TIMEOUT`).
+//! `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT`, and their `_TRACES_` forms).
 //! `OTEL_SDK_DISABLED=true` turns tracing off whatever the section says.
 
 use std::collections::BTreeMap;
@@ -23,6 +23,14 @@ pub const OTLP_HTTP_PROTOBUF: &str = "http/protobuf";
 /// for).
 pub const DEFAULT_SPAN_QUEUE: usize = 65_536;
 
+/// Where spans go when neither the section nor the environment names a collector (the OTLP
+/// default).
+pub const DEFAULT_TRACES_ENDPOINT: &str = "http://localhost:4318/v1/traces";
+
+/// Deadline of one export request when neither the section nor the environment sets one (the
+/// OTLP default).
+pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// `[telemetry]`, validated and resolved against the `OTEL_*` environment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TelemetryConfig {
@@ -35,10 +43,10 @@ pub struct TelemetryConfig {
 /// How the host's spans are exported (OTLP over http/protobuf).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceExport {
-    /// The collector's traces URL (`…/v1/traces`); `None`: the exporter's default resolution
-    /// from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`, else
-    /// `http://localhost:4318/v1/traces`.
-    pub endpoint: Option<String>,
+    /// The collector's traces URL: `telemetry.endpoint` with `/v1/traces`, else
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else `OTEL_EXPORTER_OTLP_ENDPOINT` with
+    /// `/v1/traces`, else [`DEFAULT_TRACES_ENDPOINT`].
+    pub endpoint: String,
     /// `service.name` of the exported resource.
     pub service_name: String,
     /// Further resource attributes (`OTEL_RESOURCE_ATTRIBUTES`).
@@ -46,10 +54,13 @@ pub struct TraceExport {
     /// Share of traces sampled, 0.0 to 1.0 (a producer's sampled flag decides for the first
     /// attempt of an event it traced).
     pub sampling_ratio: f64,
-    /// Headers sent with every export (besides `OTEL_EXPORTER_OTLP_HEADERS`).
+    /// Headers sent with every export: `OTEL_EXPORTER_OTLP_HEADERS`, then
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, then `telemetry.headers` (a later one wins).
     pub headers: BTreeMap<String, String>,
-    /// Deadline of one export request; `None`: `OTEL_EXPORTER_OTLP_TIMEOUT`, else 10 s.
-    pub timeout: Option<Duration>,
+    /// Deadline of one export request: `telemetry.timeout`, else
+    /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` / `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), else
+    /// [`DEFAULT_EXPORT_TIMEOUT`].
+    pub timeout: Duration,
     /// Spans waiting for export, at most; more are dropped (delivery never waits for export).
     pub queue_size: usize,
 }
@@ -146,25 +157,19 @@ impl RawTelemetry {
                 ),
             ));
         }
-        let endpoint = match self.endpoint {
-            Some(base) => Some(traces_url("telemetry.endpoint", &base)?),
-            None => None,
+        let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let endpoint = match (
+            self.endpoint,
+            set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            set("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ) {
+            (Some(base), _, _) => traces_url("telemetry.endpoint", &base, true)?,
+            // The signal's own variable is the whole URL (the OTLP exporter specification).
+            (None, Some(url), _) => traces_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url, false)?,
+            (None, None, Some(base)) => traces_url("OTEL_EXPORTER_OTLP_ENDPOINT", &base, true)?,
+            (None, None, None) => DEFAULT_TRACES_ENDPOINT.to_string(),
         };
-        for (key, value) in [
-            (
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-            ),
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                env("OTEL_EXPORTER_OTLP_ENDPOINT"),
-            ),
-        ] {
-            if let Some(value) = value.filter(|v| !v.trim().is_empty()) {
-                traces_url(key, &value)?; // the exporter reads it; refuse a bad one here, by name
-            }
-        }
-        let resource = resource_attributes(env("OTEL_RESOURCE_ATTRIBUTES").as_deref());
+        let resource = key_values(env("OTEL_RESOURCE_ATTRIBUTES").as_deref());
         let service_name = self
             .service_name
             .or_else(|| env("OTEL_SERVICE_NAME"))
@@ -180,19 +185,54 @@ impl RawTelemetry {
             Some(ratio) => check_ratio("telemetry.sampling_ratio", ratio)?,
             None => sampler_ratio(env)?,
         };
-        for (name, value) in &self.headers {
-            if http::HeaderName::try_from(name.as_str()).is_err()
-                || http::HeaderValue::try_from(value.as_str()).is_err()
-            {
-                return Err(invalid(
-                    "telemetry.headers",
-                    format!("{name:?} is not a valid HTTP header name and value"),
-                ));
+        let mut headers = BTreeMap::new();
+        for (key, members) in [
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                key_values(env("OTEL_EXPORTER_OTLP_HEADERS").as_deref()),
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                key_values(env("OTEL_EXPORTER_OTLP_TRACES_HEADERS").as_deref()),
+            ),
+            ("telemetry.headers", self.headers.into_iter().collect()),
+        ] {
+            for (name, value) in members {
+                if http::HeaderName::try_from(name.as_str()).is_err()
+                    || http::HeaderValue::try_from(value.as_str()).is_err()
+                {
+                    return Err(invalid(
+                        key,
+                        format!("{name:?} is not a valid HTTP header name and value"),
+                    ));
+                }
+                headers.insert(name.to_ascii_lowercase(), value);
             }
         }
-        if self.timeout.is_some_and(|t| t.is_zero()) {
-            return Err(invalid("telemetry.timeout", "must be greater than 0"));
-        }
+        let timeout = match self.timeout {
+            Some(timeout) if timeout.is_zero() => {
+                return Err(invalid("telemetry.timeout", "must be greater than 0"));
+            }
+            Some(timeout) => timeout,
+            None => match [
+                "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                "OTEL_EXPORTER_OTLP_TIMEOUT",
+            ]
+            .into_iter()
+            .find_map(|key| set(key).map(|value| (key, value)))
+            {
+                Some((key, value)) => match value.trim().parse::<u64>() {
+                    Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            format!("{value:?} is not a positive number of milliseconds"),
+                        ));
+                    }
+                },
+                None => DEFAULT_EXPORT_TIMEOUT,
+            },
+        };
         let queue_size = self.queue_size.unwrap_or(DEFAULT_SPAN_QUEUE);
         if !(512..=16_777_216).contains(&queue_size) {
             return Err(invalid(
@@ -208,16 +248,16 @@ impl RawTelemetry {
                 .filter(|(k, _)| k != "service.name")
                 .collect(),
             sampling_ratio,
-            headers: self.headers,
-            timeout: self.timeout,
+            headers,
+            timeout,
             queue_size,
         })
     }
 }
 
-/// `base` (a collector's base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT`) checked, with
-/// `/v1/traces` appended unless it already ends so.
-fn traces_url(key: &str, base: &str) -> Result<String, ConfigError> {
+/// `base` (a collector's URL) checked; with `append`, `/v1/traces` appended unless it already
+/// ends so.
+fn traces_url(key: &str, base: &str, append: bool) -> Result<String, ConfigError> {
     let base = base.trim();
     let url = url::Url::parse(base).map_err(|e| invalid(key, format!("{base:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
@@ -226,7 +266,7 @@ fn traces_url(key: &str, base: &str) -> Result<String, ConfigError> {
             format!("{base:?} must be an http:// or https:// URL of an OTLP collector"),
         ));
     }
-    if url.path().trim_end_matches('/').ends_with("/v1/traces") {
+    if !append || url.path().trim_end_matches('/').ends_with("/v1/traces") {
         return Ok(base.to_string());
     }
     Ok(format!("{}/v1/traces", base.trim_end_matches('/')))
@@ -276,9 +316,9 @@ fn sampler_ratio(env: &dyn Fn(&str) -> Option<String>) -> Result<f64, ConfigErro
     }
 }
 
-/// `OTEL_RESOURCE_ATTRIBUTES` (`key=value,key=value`, values percent-encoded) as pairs; a
-/// malformed member is skipped, as the SDKs do.
-fn resource_attributes(text: Option<&str>) -> Vec<(String, String)> {
+/// `OTEL_RESOURCE_ATTRIBUTES` or `OTEL_EXPORTER_OTLP_HEADERS` (`key=value,key=value`, values
+/// percent-encoded) as pairs; a malformed member is skipped, as the SDKs do.
+fn key_values(text: Option<&str>) -> Vec<(String, String)> {
     let Some(text) = text else {
         return Vec::new();
     };
@@ -319,17 +359,15 @@ mod tests {
         );
         let on = resolve("", &[("OTEL_TRACES_EXPORTER", "otlp")]).unwrap();
         let traces = on.traces.unwrap();
-        assert_eq!(
-            traces.endpoint, None,
-            "the exporter resolves OTEL_EXPORTER_OTLP_*ENDPOINT"
-        );
+        assert_eq!(traces.endpoint, DEFAULT_TRACES_ENDPOINT);
+        assert_eq!(traces.timeout, DEFAULT_EXPORT_TIMEOUT);
         assert_eq!(traces.service_name, "outboxd");
         assert_eq!(traces.sampling_ratio, 1.0);
         assert_eq!(traces.queue_size, DEFAULT_SPAN_QUEUE);
         let section = resolve("endpoint = \"http://collector:4318\"", &[]).unwrap();
         assert_eq!(
-            section.traces.unwrap().endpoint.as_deref(),
-            Some("http://collector:4318/v1/traces")
+            section.traces.unwrap().endpoint,
+            "http://collector:4318/v1/traces"
         );
         let disabled = resolve(
             "endpoint = \"http://collector:4318\"",
@@ -441,9 +479,68 @@ mod tests {
                 .unwrap()
                 .traces
                 .unwrap()
-                .endpoint
-                .as_deref(),
-            Some("http://c:4318/v1/traces")
+                .endpoint,
+            "http://c:4318/v1/traces"
+        );
+        let timeout = |ms: &str| {
+            resolve(
+                "",
+                &[
+                    ("OTEL_TRACES_EXPORTER", "otlp"),
+                    ("OTEL_EXPORTER_OTLP_TIMEOUT", ms),
+                ],
+            )
+            .map(|c| c.traces.unwrap().timeout)
+        };
+        assert_eq!(timeout("1").unwrap(), Duration::from_millis(1));
+        for bad in ["0", "-5", "10s"] {
+            let error = timeout(bad).unwrap_err().to_string();
+            assert!(error.contains("OTEL_EXPORTER_OTLP_TIMEOUT"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_environment_names_the_collector_its_headers_and_deadline() {
+        let env = [
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318/"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20a,x-team=live"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=audio"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+        ];
+        let traces = resolve("", &env).unwrap().traces.unwrap();
+        assert_eq!(traces.endpoint, "http://base:4318/v1/traces");
+        assert_eq!(traces.timeout, Duration::from_millis(2500));
+        assert_eq!(
+            traces.headers.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("authorization".to_string(), "Bearer a".to_string()),
+                ("x-team".to_string(), "audio".to_string()),
+            ]
+        );
+        // The signal's own URL is taken as it is; the section wins over both.
+        let mut own = env.to_vec();
+        own.push(("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://c/otlp/spans"));
+        let traces = resolve("timeout = \"3s\"\n[headers]\nx-team = \"relay\"", &own)
+            .unwrap()
+            .traces
+            .unwrap();
+        assert_eq!(traces.endpoint, "https://c/otlp/spans");
+        assert_eq!(traces.timeout, Duration::from_secs(3));
+        assert_eq!(traces.headers["x-team"], "relay");
+        let section = resolve("endpoint = \"http://mine:4318\"", &own).unwrap();
+        assert_eq!(section.traces.unwrap().endpoint, "http://mine:4318/v1/traces");
+        let bad = resolve(
+            "",
+            &[
+                ("OTEL_TRACES_EXPORTER", "otlp"),
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318"),
+            ],
+        );
+        assert!(
+            bad.unwrap_err()
+                .to_string()
+                .contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         );
     }
 }

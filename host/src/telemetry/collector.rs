@@ -1,63 +1,40 @@
-//! [`CollectorClient`]: the HTTP client the OTLP exporter sends its requests with: hyper's
-//! pooled client (keep-alive) over plain TCP or rustls with the webpki roots, on the host's
-//! Tokio runtime, each request bounded by the export timeout (body read included). A collector
-//! that cannot be reached, or answers with an error status, is logged once when it goes and once
-//! when it comes back.
+//! [`CollectorClient`]: sends export requests (OTLP over http/protobuf) to the collector with
+//! hyper's pooled client (keep-alive) over plain TCP or rustls with the webpki roots, each
+//! request bounded by the export timeout (body read included). A collector that cannot be
+//! reached, or answers with an error status, is logged once when it goes and once when it comes
+//! back.
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use opentelemetry_http::{HttpClient, HttpError};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use prost::Message;
 use tracing::{info, warn};
 
+use crate::config::TraceExport;
 use crate::outage::Outage;
-
-/// Deadline of one export request when none is configured (the OTLP default).
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest collector answer read (an OTLP answer is a few bytes; partial-success messages more).
 const MAX_ANSWER: usize = 1 << 20;
 
 /// The exporter's HTTP client.
 pub(super) struct CollectorClient {
-    runtime: tokio::runtime::Handle,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    endpoint: Uri,
+    headers: HeaderMap,
     timeout: Duration,
-    outage: std::sync::Arc<Outage>,
-}
-
-impl std::fmt::Debug for CollectorClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CollectorClient")
-            .field("timeout", &self.timeout)
-            .finish()
-    }
+    outage: Outage,
 }
 
 impl CollectorClient {
-    /// A client sending on `runtime`, each request within `timeout` (default 10 s, or
-    /// `OTEL_EXPORTER_OTLP_TIMEOUT` in milliseconds).
-    pub(super) fn new(
-        runtime: tokio::runtime::Handle,
-        timeout: Option<Duration>,
-    ) -> CollectorClient {
-        let timeout = timeout
-            .or_else(|| {
-                [
-                    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-                    "OTEL_EXPORTER_OTLP_TIMEOUT",
-                ]
-                .iter()
-                .find_map(|name| std::env::var(name).ok()?.trim().parse().ok())
-                .map(Duration::from_millis)
-            })
-            .unwrap_or(DEFAULT_TIMEOUT);
+    /// A client for the collector `traces` names, with its headers and timeout.
+    pub(super) fn new(traces: &TraceExport) -> CollectorClient {
+        let timeout = traces.timeout;
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_connect_timeout(Some(timeout));
@@ -86,59 +63,75 @@ impl CollectorClient {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
+        let mut headers = HeaderMap::new();
+        // The configuration checked every name and value.
+        for (name, value) in &traces.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::try_from(name.as_str()),
+                HeaderValue::try_from(value.as_str()),
+            ) {
+                headers.insert(name, value);
+            }
+        }
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-protobuf"),
+        );
         CollectorClient {
-            runtime,
             client,
+            // The configuration checked the URL.
+            endpoint: traces.endpoint.parse().unwrap_or_default(),
+            headers,
             timeout,
-            outage: Default::default(),
+            outage: Outage::default(),
         }
     }
-}
 
-#[async_trait]
-impl HttpClient for CollectorClient {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let client = self.client.clone();
-        let timeout = self.timeout;
-        let target = request.uri().to_string();
-        // Called from the SDK's export thread (no runtime there): the request runs on the host's.
-        let sent = self.runtime.spawn(async move {
-            tokio::time::timeout(timeout, async move {
-                let answer = client.request(request.map(Full::new)).await?;
-                let (head, body) = answer.into_parts();
-                let body = Limited::new(body, MAX_ANSWER)
-                    .collect()
-                    .await
-                    .map_err(|e| -> HttpError { e })?
-                    .to_bytes();
-                Ok::<_, HttpError>(Response::from_parts(head, body))
-            })
-            .await
-        });
-        let result = match sent.await {
-            Ok(Ok(Ok(answer))) if answer.status().is_success() => Ok(answer),
-            Ok(Ok(Ok(answer))) => Err(format!("the collector answered {}", answer.status())),
-            Ok(Ok(Err(e))) => Err(e.to_string()),
-            Ok(Err(_)) => Err(format!(
+    /// Sends one export request's `body`: `None` when it did not reach the collector or was
+    /// refused, else how many of its spans the collector rejected (a partial success).
+    pub(super) async fn export(&self, body: Vec<u8>) -> Option<usize> {
+        let mut request = Request::new(Full::new(Bytes::from(body)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.endpoint.clone();
+        *request.headers_mut() = self.headers.clone();
+        let sent = tokio::time::timeout(self.timeout, async {
+            let answer = self.client.request(request).await.map_err(|e| e.to_string())?;
+            let (head, body) = answer.into_parts();
+            let body = Limited::new(body, MAX_ANSWER)
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            Ok::<_, String>((head.status, body))
+        })
+        .await;
+        let result = match sent {
+            Ok(Ok((status, body))) if status.is_success() => Ok(body),
+            Ok(Ok((status, _))) => Err(format!("the collector answered {status}")),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(format!(
                 "no answer within {}",
-                humantime::format_duration(timeout)
+                humantime::format_duration(self.timeout)
             )),
-            Err(e) => Err(format!("the runtime stopped: {e}")),
         };
         match result {
             Ok(answer) => {
                 self.outage.recovered(|ended| {
-                    info!(collector = %target, outage = %ended.lasted_text(), failures = ended.failures,
+                    info!(collector = %self.endpoint, outage = %ended.lasted_text(), failures = ended.failures,
                         "trace collector reachable again; spans are exported");
                 });
-                Ok(answer)
+                let rejected = ExportTraceServiceResponse::decode(answer)
+                    .ok()
+                    .and_then(|a| a.partial_success)
+                    .map_or(0, |p| p.rejected_spans.max(0) as usize);
+                Some(rejected)
             }
             Err(error) => {
                 self.outage.failed(|| {
-                    warn!(collector = %target, error = %error,
+                    warn!(collector = %self.endpoint, error = %error,
                         "trace collector unreachable; spans are dropped until it answers (delivery goes on)");
                 });
-                Err(error.into())
+                None
             }
         }
     }

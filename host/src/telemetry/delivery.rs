@@ -5,19 +5,16 @@
 //! nothing); a retry is a root of its own with links to the producer's span and to the first
 //! attempt. Every attempt hands its sink the first attempt's context.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use opentelemetry::trace::{
-    Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-};
-use opentelemetry::{KeyValue, StringValue};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+use opentelemetry_proto::tonic::trace::v1::{Span, span::Link};
 
 use super::export::Exporting;
-use super::{ids, scope};
+use super::ids;
+use super::otlp::{self, Identity, SpanKind};
 use crate::publish::Event;
 use crate::trace_context::TraceContext;
 
@@ -47,11 +44,13 @@ struct Attempt {
     sampled: bool,
 }
 
-/// The delivery spans of one batch (nothing when tracing is off).
+/// The delivery spans of one batch (nothing when tracing is off); those recorded are queued for
+/// export when it is dropped.
 pub struct DeliverySpans {
     tracing: Option<Arc<Exporting>>,
     started: SystemTime,
     attempts: Vec<Attempt>,
+    recorded: Mutex<Vec<Span>>,
 }
 
 impl DeliverySpans {
@@ -61,6 +60,7 @@ impl DeliverySpans {
             tracing: None,
             started: SystemTime::now(),
             attempts: Vec::new(),
+            recorded: Mutex::default(),
         }
     }
 
@@ -117,9 +117,10 @@ impl DeliverySpans {
                     sampled,
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
         DeliverySpans {
             tracing: Some(tracing),
+            recorded: Mutex::new(Vec::with_capacity(attempts.len())),
             started,
             attempts,
         }
@@ -134,7 +135,7 @@ impl DeliverySpans {
         answered: SystemTime,
         outcome: DeliveryOutcome<'_>,
     ) {
-        let (Some(tracing), Some(attempt), Some(event)) = (
+        let (Some(_), Some(attempt), Some(event)) = (
             &self.tracing,
             self.attempts.get(position),
             events.get(position),
@@ -145,7 +146,7 @@ impl DeliverySpans {
             return;
         }
         let number = event.attempt.max(1);
-        let (span_context, parent, links) = match (number, outcome) {
+        let (context, parent, links) = match (number, outcome) {
             // An attempt no row kept: random ids, so the attempt that counts keeps the derived ones.
             (_, DeliveryOutcome::Stale) => {
                 let trace = if number == 1 {
@@ -175,48 +176,43 @@ impl DeliverySpans {
             }
         };
         let (outcome_name, status) = match outcome {
-            DeliveryOutcome::Delivered => ("delivered", Status::Ok),
-            DeliveryOutcome::Retryable(error) => ("retryable", Status::error(error.to_string())),
-            DeliveryOutcome::Failed(error) => ("failed", Status::error(error.to_string())),
+            DeliveryOutcome::Delivered => ("delivered", otlp::ok()),
+            DeliveryOutcome::Retryable(error) => ("retryable", otlp::error(error)),
+            DeliveryOutcome::Failed(error) => ("failed", otlp::error(error)),
             DeliveryOutcome::Stale => (
                 "stale",
-                Status::error(
+                otlp::error(
                     "the partition was taken over before the mark; its new owner delivers it",
                 ),
             ),
         };
-        let sink: Arc<str> = attempt
-            .sink
-            .clone()
-            .unwrap_or_else(|| Arc::from("(no route)"));
+        let sink = attempt.sink.as_deref().unwrap_or("(no route)");
         let attributes = vec![
-            KeyValue::new("messaging.system", "outboxd"),
-            KeyValue::new("messaging.operation.type", "send"),
-            KeyValue::new(
-                "messaging.destination.name",
-                StringValue::from(sink.clone()),
-            ),
-            KeyValue::new("messaging.message.id", event.event_id.clone()),
-            KeyValue::new("outboxd.app_code", event.app_code.clone()),
-            KeyValue::new("outboxd.room_id", event.room_id.clone()),
-            KeyValue::new("outboxd.attempt", i64::from(number)),
-            KeyValue::new("outboxd.outcome", outcome_name),
+            otlp::string("messaging.system", "outboxd"),
+            otlp::string("messaging.operation.type", "send"),
+            otlp::string("messaging.destination.name", sink),
+            otlp::string("messaging.message.id", event.event_id.as_str()),
+            otlp::string("outboxd.app_code", event.app_code.as_str()),
+            otlp::string("outboxd.room_id", event.room_id.as_str()),
+            otlp::int("outboxd.attempt", i64::from(number)),
+            otlp::string("outboxd.outcome", outcome_name),
         ];
-        tracing.record(SpanData {
-            span_context,
-            parent_span_id: parent.as_ref().map_or(SpanId::INVALID, |p| p.span_id()),
-            parent_span_is_remote: parent.is_some(),
-            span_kind: SpanKind::Producer,
-            name: Cow::Owned(format!("send {sink}")),
-            start_time: self.started,
-            end_time: answered.max(self.started),
+        let span = otlp::span(
+            Identity {
+                context: &context,
+                parent: parent.as_ref(),
+                kind: SpanKind::Producer,
+                name: format!("send {sink}"),
+            },
+            (self.started, answered),
             attributes,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: span_links(links),
+            links,
             status,
-            instrumentation_scope: scope(),
-        });
+        );
+        self.recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(span);
     }
 
     /// A sampled span context of this event's trace state.
@@ -237,26 +233,26 @@ impl DeliverySpans {
         }
         let mut links = Vec::with_capacity(2);
         if let Some(producer) = &attempt.producer {
-            links.push(Link::new(
-                producer.clone(),
-                vec![KeyValue::new("outboxd.link", "producer")],
-                0,
+            links.push(otlp::link(
+                producer,
+                vec![otlp::string("outboxd.link", "producer")],
             ));
         }
-        links.push(Link::new(
-            attempt.first.clone(),
-            vec![KeyValue::new("outboxd.link", "first_attempt")],
-            0,
+        links.push(otlp::link(
+            &attempt.first,
+            vec![otlp::string("outboxd.link", "first_attempt")],
         ));
         links
     }
 }
 
-/// `links` as a span's links.
-fn span_links(links: Vec<Link>) -> SpanLinks {
-    let mut span_links = SpanLinks::default();
-    span_links.links = links;
-    span_links
+impl Drop for DeliverySpans {
+    fn drop(&mut self) {
+        if let Some(tracing) = &self.tracing {
+            let recorded = std::mem::take(self.recorded.get_mut().unwrap_or_else(|e| e.into_inner()));
+            tracing.record(recorded);
+        }
+    }
 }
 
 /// The producer's span of a checked trace context (its flags follow the two ids in every

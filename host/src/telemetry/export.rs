@@ -1,114 +1,120 @@
-//! Spans out: the SDK's batch span processor draining a bounded queue into the OTLP exporter
-//! (http/protobuf, sent by `collector.rs`), the sampler, and the count of every span recorded,
-//! exported, failed or dropped.
+//! Spans out: a bounded queue of finished OTLP spans that a thread of its own sends in batches
+//! (`collector.rs`), the sampler, and the count of every span recorded, exported, failed or
+//! dropped.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use opentelemetry::KeyValue;
 use opentelemetry::trace::{SpanContext, SpanKind, TraceId};
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SamplingDecision, ShouldSample, SpanData,
-    SpanExporter, SpanProcessor,
-};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample};
 
 use super::collector::CollectorClient;
+use super::otlp::Origin;
 use crate::config::TraceExport;
 use crate::metrics::{Metrics, TraceMetrics};
 
-/// Spans per export request (about 1 MB of protobuf).
+/// Spans per export request (about 0.8 MB of protobuf).
 const EXPORT_BATCH: usize = 2048;
 
 /// Longest wait before queued spans are exported (fewer than [`EXPORT_BATCH`] of them).
 const EXPORT_DELAY: Duration = Duration::from_millis(500);
 
-/// How long [`Exporting::shutdown`] waits for the last export.
+/// How long [`Exporting::shutdown`] waits for the last exports.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 /// Why tracing could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    /// The OTLP exporter refused its configuration (an endpoint from the environment that is
-    /// not a URL, …).
-    #[error("cannot start the OTLP trace exporter: {0}")]
-    Exporter(String),
+    /// The export thread could not be started.
+    #[error("cannot start the trace export thread: {0}")]
+    Thread(#[from] std::io::Error),
 }
 
 /// Tracing on: where recorded spans go.
 pub(super) struct Exporting {
-    processor: BatchSpanProcessor,
+    shared: Arc<Shared>,
     sampler: Sampler,
-    /// Spans recorded and not yet exported or failed: at most `queue_size`.
-    queued: Arc<AtomicUsize>,
     queue_size: usize,
     metrics: TraceMetrics,
+    /// Signalled by the export thread when it has exported what was queued at shutdown.
+    finished: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+/// What [`Exporting`] and its thread share.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a full batch is queued, or at shutdown.
+    ready: Condvar,
+    /// Spans recorded and not yet exported or failed: at most `queue_size`.
+    queued: AtomicUsize,
+}
+
+/// The spans waiting for export.
+#[derive(Default)]
+struct Queue {
+    spans: VecDeque<Span>,
+    /// Set at shutdown: the thread exports what is queued and ends; nothing more is queued.
+    closing: bool,
 }
 
 impl Exporting {
-    /// The exporter and its processor, as `traces` says, for the host `node_id`.
+    /// The exporter and its thread, as `traces` says, for the host `node_id`. Exports are sent
+    /// on the current Tokio runtime.
     pub(super) fn start(
         traces: &TraceExport,
         node_id: &str,
         metrics: Metrics,
     ) -> Result<Exporting, TelemetryError> {
-        let client = CollectorClient::new(tokio::runtime::Handle::current(), traces.timeout);
-        let mut builder = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_protocol(Protocol::HttpBinary)
-            .with_headers(traces.headers.clone().into_iter().collect());
-        if let Some(endpoint) = &traces.endpoint {
-            builder = builder.with_endpoint(endpoint.clone());
-        }
-        if let Some(timeout) = traces.timeout {
-            builder = builder.with_timeout(timeout);
-        }
-        let exporter = builder
-            .build()
-            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
-        let queued = Arc::new(AtomicUsize::new(0));
-        let metrics = metrics.traces().clone();
-        let counting = CountingExporter {
-            inner: exporter,
-            queued: queued.clone(),
-            metrics: metrics.clone(),
-        };
-        let config = BatchConfigBuilder::default()
-            // The processor's own queue never fills: `record` drops first, and counts it.
-            .with_max_queue_size(traces.queue_size + EXPORT_BATCH)
-            .with_max_export_batch_size(EXPORT_BATCH)
-            .with_scheduled_delay(EXPORT_DELAY)
-            .build();
-        let mut processor = BatchSpanProcessor::builder(counting)
-            .with_batch_config(config)
-            .build();
+        let client = Arc::new(CollectorClient::new(traces));
         let mut attributes = vec![
-            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-            KeyValue::new("host.name", node_id.to_string()),
+            ("service.version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+            ("host.name".to_string(), node_id.to_string()),
         ];
-        attributes.extend(
-            traces
-                .resource
-                .iter()
-                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
-        );
-        let resource = Resource::builder_empty()
-            .with_service_name(traces.service_name.clone())
-            .with_attributes(attributes)
-            .build();
-        processor.set_resource(&resource);
+        attributes.extend(traces.resource.iter().cloned());
+        let origin = Origin::new(&traces.service_name, &attributes);
+        let shared = Arc::new(Shared {
+            queue: Mutex::default(),
+            ready: Condvar::new(),
+            queued: AtomicUsize::new(0),
+        });
+        let metrics = metrics.traces().clone();
+        let (done, finished) = std::sync::mpsc::channel();
+        let runtime = tokio::runtime::Handle::current();
+        std::thread::Builder::new().name("outboxd-trace-export".into()).spawn({
+            let (shared, metrics) = (shared.clone(), metrics.clone());
+            move || {
+                while let Some(batch) = shared.next_batch() {
+                    let spans = batch.len();
+                    let body = origin.request(batch);
+                    // Sent on the host's runtime; a runtime that has stopped drops the task, and
+                    // the batch counts as failed.
+                    let (sent, answer) = std::sync::mpsc::sync_channel(1);
+                    let client = client.clone();
+                    runtime.spawn(async move {
+                        let _ = sent.send(client.export(body).await);
+                    });
+                    let failed = match answer.recv() {
+                        Ok(Some(rejected)) => rejected.min(spans),
+                        Ok(None) | Err(_) => spans,
+                    };
+                    shared.queued.fetch_sub(spans, Ordering::AcqRel);
+                    metrics.count("exported", (spans - failed) as u64);
+                    metrics.count("failed", failed as u64);
+                }
+                let _ = done.send(());
+            }
+        })?;
         Ok(Exporting {
-            processor,
+            shared,
             sampler: Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
                 traces.sampling_ratio,
             ))),
-            queued,
             queue_size: traces.queue_size,
             metrics,
+            finished: Mutex::new(finished),
         })
     }
 
@@ -125,51 +131,93 @@ impl Exporting {
         result.decision == SamplingDecision::RecordAndSample
     }
 
-    /// Queues `span` for export; drops it (counted) when the queue is full.
-    pub(super) fn record(&self, span: SpanData) {
-        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.queue_size {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-            self.metrics.count("dropped", 1);
+    /// Queues `spans` for export; drops those that do not fit the queue (counted), and all of
+    /// them after shutdown.
+    pub(super) fn record(&self, spans: Vec<Span>) {
+        let count = spans.len();
+        if count == 0 {
             return;
         }
-        self.metrics.count("recorded", 1);
-        self.processor.on_end(span);
+        let before = self.shared.queued.fetch_add(count, Ordering::AcqRel);
+        let fit = self.queue_size.saturating_sub(before).min(count);
+        if fit < count {
+            self.shared.queued.fetch_sub(count - fit, Ordering::AcqRel);
+            self.metrics.count("dropped", (count - fit) as u64);
+        }
+        if fit == 0 {
+            return;
+        }
+        let mut queue = self.shared.lock();
+        if queue.closing {
+            drop(queue);
+            self.shared.queued.fetch_sub(fit, Ordering::AcqRel);
+            self.metrics.count("dropped", fit as u64);
+            return;
+        }
+        let was = queue.spans.len();
+        queue.spans.extend(spans.into_iter().take(fit));
+        if was < EXPORT_BATCH && queue.spans.len() >= EXPORT_BATCH {
+            self.shared.ready.notify_one();
+        }
+        drop(queue);
+        self.metrics.count("recorded", fit as u64);
     }
 
     /// Exports what is queued and stops the export thread (blocking: at most [`SHUTDOWN_WAIT`]
-    /// and an export's timeout).
+    /// and an export's timeout). Spans recorded afterwards are dropped.
     pub(super) fn shutdown(&self) {
-        let _ = self.processor.shutdown_with_timeout(SHUTDOWN_WAIT);
+        self.shared.close();
+        if let Ok(finished) = self.finished.lock() {
+            let _ = finished.recv_timeout(SHUTDOWN_WAIT);
+        }
     }
 }
 
-/// The OTLP exporter, counting what each export did with its spans.
-#[derive(Debug)]
-struct CountingExporter<E> {
-    inner: E,
-    queued: Arc<AtomicUsize>,
-    metrics: TraceMetrics,
+impl Drop for Exporting {
+    fn drop(&mut self) {
+        // The thread exports what is left and ends; nobody waits for it.
+        self.shared.close();
+    }
 }
 
-impl<E: SpanExporter> SpanExporter for CountingExporter<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let spans = batch.len();
-        let result = self.inner.export(batch).await;
-        self.queued.fetch_sub(spans, Ordering::AcqRel);
-        let outcome = if result.is_ok() { "exported" } else { "failed" };
-        self.metrics.count(outcome, spans as u64);
-        result
+impl Shared {
+    /// The queue (a thread that panicked holding it left it whole: spans are only pushed and
+    /// drained).
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
+    /// Closes the queue and wakes the thread.
+    fn close(&self) {
+        self.lock().closing = true;
+        self.ready.notify_one();
     }
 
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
+    /// The next batch to export: a full one as soon as there is one, else what is queued when
+    /// [`EXPORT_DELAY`] has passed; `None` once the queue is closed and empty.
+    fn next_batch(&self) -> Option<Vec<Span>> {
+        let mut queue = self.lock();
+        let mut deadline = Instant::now() + EXPORT_DELAY;
+        loop {
+            if queue.spans.len() >= EXPORT_BATCH || (queue.closing && !queue.spans.is_empty()) {
+                break;
+            }
+            if queue.closing {
+                return None;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                if !queue.spans.is_empty() {
+                    break;
+                }
+                deadline = now + EXPORT_DELAY;
+            }
+            queue = self
+                .ready
+                .wait_timeout(queue, deadline - now)
+                .map_or_else(|e| e.into_inner().0, |(q, _)| q);
+        }
+        let take = queue.spans.len().min(EXPORT_BATCH);
+        Some(queue.spans.drain(..take).collect())
     }
 }
