@@ -35,6 +35,7 @@ use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
 
 use crate::config::TraceExport;
 use crate::metrics::Metrics;
+use otlp::{Attribute, EncodedSpans, SpanKind, SpanRecord, Status, Value};
 
 mod collector;
 mod delivery;
@@ -143,25 +144,38 @@ impl BatchSpan {
         if !tracing.sampled(None, trace_id) {
             return;
         }
-        let mut all = vec![
-            otlp::string("messaging.system", "outboxd"),
-            otlp::string(
+        // The callers' attributes, borrowed as the encoder takes them.
+        let texts: Vec<String> = attributes
+            .iter()
+            .filter(|a| matches!(a.value, opentelemetry::Value::Array(_)))
+            .map(|a| a.value.to_string())
+            .collect();
+        let mut texts = texts.iter();
+        let mut all: Vec<Attribute<'_>> = vec![
+            ("messaging.system", Value::Str("outboxd")),
+            (
                 "messaging.operation.type",
-                if self.operation == "read" {
+                Value::Str(if self.operation == "read" {
                     "receive"
                 } else {
                     "settle"
-                },
+                }),
             ),
-            otlp::string("messaging.operation.name", self.operation),
-            otlp::string("messaging.destination.name", table.as_str()),
-            otlp::int("messaging.batch.message_count", rows as i64),
+            ("messaging.operation.name", Value::Str(self.operation)),
+            ("messaging.destination.name", Value::Str(&table)),
+            ("messaging.batch.message_count", Value::Int(rows as i64)),
         ];
-        all.extend(attributes.into_iter().map(otlp::from_api));
-        let status = match error {
-            Some(error) => otlp::error(error.to_string()),
-            None => otlp::unset(),
-        };
+        all.extend(attributes.iter().map(|a| {
+            let value = match &a.value {
+                opentelemetry::Value::Bool(b) => Value::Bool(*b),
+                opentelemetry::Value::I64(i) => Value::Int(*i),
+                opentelemetry::Value::F64(f) => Value::Double(*f),
+                opentelemetry::Value::String(s) => Value::Str(s.as_str()),
+                _ => Value::Str(texts.next().map_or("", String::as_str)),
+            };
+            (a.key.as_str(), value)
+        }));
+        let error = error.map(|e| e.to_string());
         let context = SpanContext::new(
             trace_id,
             ids::random_span_id(),
@@ -169,18 +183,18 @@ impl BatchSpan {
             false,
             TraceState::NONE,
         );
-        let span = otlp::span(
-            otlp::Identity {
-                context: &context,
-                parent: None,
-                kind: otlp::SpanKind::Client,
-                name: format!("{} {table}", self.operation),
-            },
-            (self.started, SystemTime::now()),
-            all,
-            Vec::new(),
-            status,
-        );
-        tracing.record(vec![span]);
+        let name = [self.operation, " ", table.as_str()];
+        let mut span = EncodedSpans::with_capacity(1);
+        span.push(&SpanRecord {
+            context: &context,
+            parent: None,
+            kind: SpanKind::Client,
+            name: &name,
+            times: (self.started, SystemTime::now()),
+            attributes: &all,
+            links: &[],
+            status: error.as_deref().map_or(Status::Unset, Status::Error),
+        });
+        tracing.record(span);
     }
 }

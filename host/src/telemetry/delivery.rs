@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
-use opentelemetry_proto::tonic::trace::v1::{Span, span::Link};
 
 use super::export::Exporting;
 use super::ids;
-use super::otlp::{self, Identity, SpanKind};
+use super::otlp::{EncodedSpans, Link, SpanKind, SpanRecord, Status, Value};
 use crate::publish::Event;
 use crate::trace_context::TraceContext;
 
@@ -50,7 +49,7 @@ pub struct DeliverySpans {
     tracing: Option<Arc<Exporting>>,
     started: SystemTime,
     attempts: Vec<Attempt>,
-    recorded: Mutex<Vec<Span>>,
+    recorded: Mutex<EncodedSpans>,
 }
 
 impl DeliverySpans {
@@ -77,16 +76,19 @@ impl DeliverySpans {
         let attempts = events
             .iter_mut()
             .map(|event| {
-                let sink = sinks
-                    .entry(event.event_type.clone())
-                    .or_insert_with(|| sink_of(&event.event_type).map(Arc::from))
-                    .clone();
+                let sink = match sinks.get(event.event_type.as_str()) {
+                    Some(sink) => sink.clone(),
+                    None => {
+                        let sink: Option<Arc<str>> = sink_of(&event.event_type).map(Arc::from);
+                        sinks.insert(event.event_type.clone(), sink.clone());
+                        sink
+                    }
+                };
                 let producer = event.trace.as_ref().and_then(producer_span);
-                let state = event
-                    .trace
-                    .as_ref()
-                    .and_then(|t| t.tracestate().parse::<TraceState>().ok())
-                    .unwrap_or_default();
+                let state = match event.trace.as_ref().map(|t| t.tracestate()) {
+                    Some(state) if !state.is_empty() => state.parse().unwrap_or_default(),
+                    _ => TraceState::NONE,
+                };
                 let (root_trace, first_span) =
                     ids::attempt_ids(&event.app_code, &event.event_id, 1);
                 let first_trace = producer.as_ref().map_or(root_trace, |p| p.trace_id());
@@ -120,7 +122,7 @@ impl DeliverySpans {
             .collect::<Vec<_>>();
         DeliverySpans {
             tracing: Some(tracing),
-            recorded: Mutex::new(Vec::with_capacity(attempts.len())),
+            recorded: Mutex::new(EncodedSpans::with_capacity(attempts.len())),
             started,
             attempts,
         }
@@ -146,73 +148,75 @@ impl DeliverySpans {
             return;
         }
         let number = event.attempt.max(1);
-        let (context, parent, links) = match (number, outcome) {
+        let stale = outcome == DeliveryOutcome::Stale;
+        let own;
+        let (context, parent) = match (number, stale) {
+            (1, false) => (&attempt.first, attempt.producer.as_ref()),
             // An attempt no row kept: random ids, so the attempt that counts keeps the derived ones.
-            (_, DeliveryOutcome::Stale) => {
-                let trace = if number == 1 {
-                    attempt.first.trace_id()
-                } else {
-                    ids::random_trace_id()
-                };
-                let parent = if number == 1 {
-                    attempt.producer.clone()
-                } else {
-                    None
-                };
-                (
-                    self.context(trace, ids::random_span_id(), attempt),
-                    parent,
-                    self.links(attempt, number),
-                )
+            (1, true) => {
+                own = self.context(attempt.first.trace_id(), ids::random_span_id(), attempt);
+                (&own, attempt.producer.as_ref())
             }
-            (1, _) => (attempt.first.clone(), attempt.producer.clone(), Vec::new()),
-            (n, _) => {
+            (_, true) => {
+                own = self.context(ids::random_trace_id(), ids::random_span_id(), attempt);
+                (&own, None)
+            }
+            (n, false) => {
                 let (trace, span) = ids::attempt_ids(&event.app_code, &event.event_id, n);
-                (
-                    self.context(trace, span, attempt),
-                    None,
-                    self.links(attempt, n),
-                )
+                own = self.context(trace, span, attempt);
+                (&own, None)
             }
         };
+        // A retry links to the producer's span and to the first attempt.
+        let mut links = Vec::new();
+        if number > 1 {
+            if let Some(producer) = &attempt.producer {
+                links.push(Link {
+                    to: producer,
+                    attributes: &[("outboxd.link", Value::Str("producer"))],
+                });
+            }
+            links.push(Link {
+                to: &attempt.first,
+                attributes: &[("outboxd.link", Value::Str("first_attempt"))],
+            });
+        }
         let (outcome_name, status) = match outcome {
-            DeliveryOutcome::Delivered => ("delivered", otlp::ok()),
-            DeliveryOutcome::Retryable(error) => ("retryable", otlp::error(error)),
-            DeliveryOutcome::Failed(error) => ("failed", otlp::error(error)),
+            DeliveryOutcome::Delivered => ("delivered", Status::Ok),
+            DeliveryOutcome::Retryable(error) => ("retryable", Status::Error(error)),
+            DeliveryOutcome::Failed(error) => ("failed", Status::Error(error)),
             DeliveryOutcome::Stale => (
                 "stale",
-                otlp::error(
+                Status::Error(
                     "the partition was taken over before the mark; its new owner delivers it",
                 ),
             ),
         };
         let sink = attempt.sink.as_deref().unwrap_or("(no route)");
-        let attributes = vec![
-            otlp::string("messaging.system", "outboxd"),
-            otlp::string("messaging.operation.type", "send"),
-            otlp::string("messaging.destination.name", sink),
-            otlp::string("messaging.message.id", event.event_id.as_str()),
-            otlp::string("outboxd.app_code", event.app_code.as_str()),
-            otlp::string("outboxd.room_id", event.room_id.as_str()),
-            otlp::int("outboxd.attempt", i64::from(number)),
-            otlp::string("outboxd.outcome", outcome_name),
+        let attributes = [
+            ("messaging.system", Value::Str("outboxd")),
+            ("messaging.operation.type", Value::Str("send")),
+            ("messaging.destination.name", Value::Str(sink)),
+            ("messaging.message.id", Value::Str(&event.event_id)),
+            ("outboxd.app_code", Value::Str(&event.app_code)),
+            ("outboxd.room_id", Value::Str(&event.room_id)),
+            ("outboxd.attempt", Value::Int(i64::from(number))),
+            ("outboxd.outcome", Value::Str(outcome_name)),
         ];
-        let span = otlp::span(
-            Identity {
-                context: &context,
-                parent: parent.as_ref(),
-                kind: SpanKind::Producer,
-                name: format!("send {sink}"),
-            },
-            (self.started, answered),
-            attributes,
-            links,
+        let span = SpanRecord {
+            context,
+            parent,
+            kind: SpanKind::Producer,
+            name: &["send ", sink],
+            times: (self.started, answered),
+            attributes: &attributes,
+            links: &links,
             status,
-        );
+        };
         self.recorded
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(span);
+            .push(&span);
     }
 
     /// A sampled span context of this event's trace state.
@@ -224,25 +228,6 @@ impl DeliverySpans {
             false,
             attempt.first.trace_state().clone(),
         )
-    }
-
-    /// The links of a retry (attempt `number` > 1): the producer's span and the first attempt.
-    fn links(&self, attempt: &Attempt, number: u32) -> Vec<Link> {
-        if number <= 1 {
-            return Vec::new();
-        }
-        let mut links = Vec::with_capacity(2);
-        if let Some(producer) = &attempt.producer {
-            links.push(otlp::link(
-                producer,
-                vec![otlp::string("outboxd.link", "producer")],
-            ));
-        }
-        links.push(otlp::link(
-            &attempt.first,
-            vec![otlp::string("outboxd.link", "first_attempt")],
-        ));
-        links
     }
 }
 

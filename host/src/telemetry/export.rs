@@ -8,15 +8,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanContext, SpanKind, TraceId};
-use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample};
 
 use super::collector::CollectorClient;
-use super::otlp::Origin;
+use super::otlp::{EncodedSpans, Origin};
 use crate::config::TraceExport;
 use crate::metrics::{Metrics, TraceMetrics};
 
-/// Spans per export request (about 0.8 MB of protobuf).
+/// Spans per export request, at least when that many are queued (about 0.8 MB of protobuf; a
+/// request takes whole batches, so up to a batch more).
 const EXPORT_BATCH: usize = 2048;
 
 /// Longest wait before queued spans are exported (fewer than [`EXPORT_BATCH`] of them).
@@ -52,10 +52,12 @@ struct Shared {
     queued: AtomicUsize,
 }
 
-/// The spans waiting for export.
+/// The spans waiting for export, as recorded (a batch's delivery spans together).
 #[derive(Default)]
 struct Queue {
-    spans: VecDeque<Span>,
+    parts: VecDeque<EncodedSpans>,
+    /// Spans in `parts`.
+    spans: usize,
     /// Set at shutdown: the thread exports what is queued and ends; nothing more is queued.
     closing: bool,
 }
@@ -86,9 +88,10 @@ impl Exporting {
         std::thread::Builder::new().name("outboxd-trace-export".into()).spawn({
             let (shared, metrics) = (shared.clone(), metrics.clone());
             move || {
-                while let Some(batch) = shared.next_batch() {
-                    let spans = batch.len();
-                    let body = origin.request(batch);
+                while let Some(parts) = shared.next_batch() {
+                    let spans = parts.iter().map(EncodedSpans::len).sum::<usize>();
+                    let body = origin.request(&parts);
+                    drop(parts);
                     // Sent on the host's runtime; a runtime that has stopped drops the task, and
                     // the batch counts as failed.
                     let (sent, answer) = std::sync::mpsc::sync_channel(1);
@@ -133,11 +136,11 @@ impl Exporting {
 
     /// Queues `spans` for export; drops those that do not fit the queue (counted), and all of
     /// them after shutdown.
-    pub(super) fn record(&self, spans: Vec<Span>) {
-        let count = spans.len();
-        if count == 0 {
+    pub(super) fn record(&self, mut spans: EncodedSpans) {
+        if spans.is_empty() {
             return;
         }
+        let count = spans.len();
         let before = self.shared.queued.fetch_add(count, Ordering::AcqRel);
         let fit = self.queue_size.saturating_sub(before).min(count);
         if fit < count {
@@ -154,9 +157,11 @@ impl Exporting {
             self.metrics.count("dropped", fit as u64);
             return;
         }
-        let was = queue.spans.len();
-        queue.spans.extend(spans.into_iter().take(fit));
-        if was < EXPORT_BATCH && queue.spans.len() >= EXPORT_BATCH {
+        spans.truncate(fit);
+        let was = queue.spans;
+        queue.spans += fit;
+        queue.parts.push_back(spans);
+        if was < EXPORT_BATCH && queue.spans >= EXPORT_BATCH {
             self.shared.ready.notify_one();
         }
         drop(queue);
@@ -193,13 +198,13 @@ impl Shared {
         self.ready.notify_one();
     }
 
-    /// The next batch to export: a full one as soon as there is one, else what is queued when
-    /// [`EXPORT_DELAY`] has passed; `None` once the queue is closed and empty.
-    fn next_batch(&self) -> Option<Vec<Span>> {
+    /// The next spans to export: [`EXPORT_BATCH`] as soon as they are queued, else what is
+    /// queued when [`EXPORT_DELAY`] has passed; `None` once the queue is closed and empty.
+    fn next_batch(&self) -> Option<Vec<EncodedSpans>> {
         let mut queue = self.lock();
         let mut deadline = Instant::now() + EXPORT_DELAY;
         loop {
-            if queue.spans.len() >= EXPORT_BATCH || (queue.closing && !queue.spans.is_empty()) {
+            if queue.spans >= EXPORT_BATCH || (queue.closing && queue.spans > 0) {
                 break;
             }
             if queue.closing {
@@ -207,7 +212,7 @@ impl Shared {
             }
             let now = Instant::now();
             if now >= deadline {
-                if !queue.spans.is_empty() {
+                if queue.spans > 0 {
                     break;
                 }
                 deadline = now + EXPORT_DELAY;
@@ -217,7 +222,15 @@ impl Shared {
                 .wait_timeout(queue, deadline - now)
                 .map_or_else(|e| e.into_inner().0, |(q, _)| q);
         }
-        let take = queue.spans.len().min(EXPORT_BATCH);
-        Some(queue.spans.drain(..take).collect())
+        let mut taken = Vec::new();
+        let mut spans = 0;
+        while spans < EXPORT_BATCH
+            && let Some(part) = queue.parts.pop_front()
+        {
+            spans += part.len();
+            taken.push(part);
+        }
+        queue.spans -= spans;
+        Some(taken)
     }
 }
