@@ -153,15 +153,21 @@ impl fmt::Display for BenchReport {
                 .collect();
             (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64)
         };
-        if let (Some(plain), Some(traced)) = (mean_rate(Shape::Outboxd), mean_rate(Shape::Traced)) {
+        if self.rows.iter().any(|r| r.spans.is_some()) {
             let spans = self.rows.iter().filter_map(|r| r.spans);
             let (exported, dropped, bytes) =
                 spans.fold((0, 0, 0), |t, s| (t.0 + s.0, t.1 + s.1, t.2 + s.2));
             writeln!(
                 f,
-                "traced / outboxd: {:.2}x (mean drain rates)  ({exported} spans exported, {dropped} dropped, {:.1} MB to the collector)",
-                traced / plain,
+                "traced spans: {exported} exported, {dropped} dropped, {:.1} MB to the collector",
                 bytes as f64 / 1e6
+            )?;
+        }
+        if let (Some(plain), Some(traced)) = (mean_rate(Shape::Outboxd), mean_rate(Shape::Traced)) {
+            writeln!(
+                f,
+                "traced / outboxd: {:.2}x (mean drain rates)",
+                traced / plain
             )?;
         }
         Ok(())

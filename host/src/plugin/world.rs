@@ -45,6 +45,9 @@ const HTTP_PREFIX: &str = "wasi:http/";
 /// `limits.allow_brokers`.
 const BROKER_PREFIX: &str = "outbox:publisher/broker@";
 
+/// The prefix of the `trace` interface (an event's trace context, WIT 0.1.2).
+const TRACE_PREFIX: &str = "outbox:publisher/trace@";
+
 /// What a component imports and exports, once it passed the world and version checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorldInfo {
@@ -71,6 +74,15 @@ impl WorldInfo {
         self.imports
             .iter()
             .any(|name| name.starts_with(BROKER_PREFIX))
+    }
+
+    /// Whether the plugin imports the `trace` interface (asks for events' trace contexts); a
+    /// plugin that never calls it does not (wit-component drops unused imports), and its calls
+    /// need no contexts.
+    pub fn imports_trace(&self) -> bool {
+        self.imports
+            .iter()
+            .any(|name| name.starts_with(TRACE_PREFIX))
     }
 }
 

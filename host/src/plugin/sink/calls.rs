@@ -118,8 +118,11 @@ impl SinkCore {
     /// as a whole (the instance is then discarded and the failure counted).
     async fn call(&self, batch: &[Event], positions: Vec<usize>) -> CallResult {
         let wit_events: Vec<WitEvent> = positions.iter().map(|&p| to_wit(&batch[p])).collect();
+        // The contexts `trace.context-of` answers from; a plugin that does not import it gets none.
+        let asks = self.world.imports_trace();
         let traces = positions
             .iter()
+            .filter(|_| asks)
             .filter_map(|&p| {
                 let event = &batch[p];
                 let context = event.trace.as_ref()?;
