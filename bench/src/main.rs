@@ -49,11 +49,6 @@ use outboxd::startup;
 
 use args::Cli;
 
-/// The allocator of the `outboxd` binary (host/src/main.rs), so outboxd's shapes measure what
-/// operators run; the raw loops get it too.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
