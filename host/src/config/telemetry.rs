@@ -495,7 +495,10 @@ mod tests {
         assert_eq!(timeout("1").unwrap(), Duration::from_millis(1));
         for bad in ["0", "-5", "10s"] {
             let error = timeout(bad).unwrap_err().to_string();
-            assert!(error.contains("OTEL_EXPORTER_OTLP_TIMEOUT"), "{bad}: {error}");
+            assert!(
+                error.contains("OTEL_EXPORTER_OTLP_TIMEOUT"),
+                "{bad}: {error}"
+            );
         }
     }
 
@@ -504,7 +507,10 @@ mod tests {
         let env = [
             ("OTEL_TRACES_EXPORTER", "otlp"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318/"),
-            ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20a,x-team=live"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "Authorization=Bearer%20a,x-team=live",
+            ),
             ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=audio"),
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
         ];
@@ -529,7 +535,10 @@ mod tests {
         assert_eq!(traces.timeout, Duration::from_secs(3));
         assert_eq!(traces.headers["x-team"], "relay");
         let section = resolve("endpoint = \"http://mine:4318\"", &own).unwrap();
-        assert_eq!(section.traces.unwrap().endpoint, "http://mine:4318/v1/traces");
+        assert_eq!(
+            section.traces.unwrap().endpoint,
+            "http://mine:4318/v1/traces"
+        );
         let bad = resolve(
             "",
             &[

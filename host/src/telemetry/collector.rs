@@ -95,7 +95,11 @@ impl CollectorClient {
         *request.uri_mut() = self.endpoint.clone();
         *request.headers_mut() = self.headers.clone();
         let sent = tokio::time::timeout(self.timeout, async {
-            let answer = self.client.request(request).await.map_err(|e| e.to_string())?;
+            let answer = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| e.to_string())?;
             let (head, body) = answer.into_parts();
             let body = Limited::new(body, MAX_ANSWER)
                 .collect()

@@ -234,7 +234,8 @@ impl DeliverySpans {
 impl Drop for DeliverySpans {
     fn drop(&mut self) {
         if let Some(tracing) = &self.tracing {
-            let recorded = std::mem::take(self.recorded.get_mut().unwrap_or_else(|e| e.into_inner()));
+            let recorded =
+                std::mem::take(self.recorded.get_mut().unwrap_or_else(|e| e.into_inner()));
             tracing.record(recorded);
         }
     }

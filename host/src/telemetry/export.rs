@@ -72,7 +72,10 @@ impl Exporting {
     ) -> Result<Exporting, TelemetryError> {
         let client = Arc::new(CollectorClient::new(traces));
         let mut attributes = vec![
-            ("service.version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+            (
+                "service.version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            ),
             ("host.name".to_string(), node_id.to_string()),
         ];
         attributes.extend(traces.resource.iter().cloned());
@@ -85,31 +88,33 @@ impl Exporting {
         let metrics = metrics.traces().clone();
         let (done, finished) = std::sync::mpsc::channel();
         let runtime = tokio::runtime::Handle::current();
-        std::thread::Builder::new().name("outboxd-trace-export".into()).spawn({
-            let (shared, metrics) = (shared.clone(), metrics.clone());
-            move || {
-                while let Some(parts) = shared.next_batch() {
-                    let spans = parts.iter().map(EncodedSpans::len).sum::<usize>();
-                    let body = origin.request(&parts);
-                    drop(parts);
-                    // Sent on the host's runtime; a runtime that has stopped drops the task, and
-                    // the batch counts as failed.
-                    let (sent, answer) = std::sync::mpsc::sync_channel(1);
-                    let client = client.clone();
-                    runtime.spawn(async move {
-                        let _ = sent.send(client.export(body).await);
-                    });
-                    let failed = match answer.recv() {
-                        Ok(Some(rejected)) => rejected.min(spans),
-                        Ok(None) | Err(_) => spans,
-                    };
-                    shared.queued.fetch_sub(spans, Ordering::AcqRel);
-                    metrics.count("exported", (spans - failed) as u64);
-                    metrics.count("failed", failed as u64);
+        std::thread::Builder::new()
+            .name("outboxd-trace-export".into())
+            .spawn({
+                let (shared, metrics) = (shared.clone(), metrics.clone());
+                move || {
+                    while let Some(parts) = shared.next_batch() {
+                        let spans = parts.iter().map(EncodedSpans::len).sum::<usize>();
+                        let body = origin.request(&parts);
+                        drop(parts);
+                        // Sent on the host's runtime; a runtime that has stopped drops the task, and
+                        // the batch counts as failed.
+                        let (sent, answer) = std::sync::mpsc::sync_channel(1);
+                        let client = client.clone();
+                        runtime.spawn(async move {
+                            let _ = sent.send(client.export(body).await);
+                        });
+                        let failed = match answer.recv() {
+                            Ok(Some(rejected)) => rejected.min(spans),
+                            Ok(None) | Err(_) => spans,
+                        };
+                        shared.queued.fetch_sub(spans, Ordering::AcqRel);
+                        metrics.count("exported", (spans - failed) as u64);
+                        metrics.count("failed", failed as u64);
+                    }
+                    let _ = done.send(());
                 }
-                let _ = done.send(());
-            }
-        })?;
+            })?;
         Ok(Exporting {
             shared,
             sampler: Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(

@@ -97,7 +97,9 @@ impl EncodedSpans {
 
     /// Appends `span`.
     pub fn push(&mut self, span: &SpanRecord<'_>) {
-        nested(&mut self.bytes, SCOPE_SPANS_SPANS, |buf| write_span(buf, span));
+        nested(&mut self.bytes, SCOPE_SPANS_SPANS, |buf| {
+            write_span(buf, span)
+        });
         self.ends.push(self.bytes.len());
     }
 
@@ -114,7 +116,8 @@ impl EncodedSpans {
     /// Keeps the first `spans` spans.
     pub fn truncate(&mut self, spans: usize) {
         if spans < self.ends.len() {
-            self.bytes.truncate(if spans == 0 { 0 } else { self.ends[spans - 1] });
+            self.bytes
+                .truncate(if spans == 0 { 0 } else { self.ends[spans - 1] });
             self.ends.truncate(spans);
         }
     }
