@@ -589,6 +589,11 @@ async fn delivery_spans_reach_the_collector_under_the_producers_span(backend: Ba
         assert_eq!(sends.len(), 2, "{id}: {sends:?}");
         if id != "traced" {
             assert_eq!(sends[0].parent_id(), "", "{id}: no producer span, a root");
+            assert_eq!(
+                sends[0].trace_id(),
+                outboxd::telemetry::delivery_trace_id("app", id),
+                "{id}: the trace the console names for an untraced event"
+            );
         }
         let expected = format!("00-{}-{}-01", sends[0].trace_id(), sends[0].span_id());
         let requests: Vec<_> = receiver

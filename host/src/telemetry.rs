@@ -120,6 +120,14 @@ impl Telemetry {
     }
 }
 
+/// The trace outboxd's delivery spans start for an event whose producer traced nothing (its first
+/// attempt's trace, in hex): every host derives the same from the event, so the console can name
+/// it without asking the collector. It holds spans only when tracing is on and the trace was
+/// sampled.
+pub fn delivery_trace_id(app_code: &str, event_id: &str) -> String {
+    ids::attempt_ids(app_code, event_id, 1).0.to_string()
+}
+
 /// A read or mark of a batch being timed; recorded by [`BatchSpan::end`] (dropped unrecorded
 /// otherwise).
 pub struct BatchSpan {

@@ -87,6 +87,29 @@ async fn json_pages_and_actions(backend: Backend) {
         "the event page links to the trace ([telemetry] trace_url)"
     );
     assert_eq!(
+        event["delivery_trace_id"],
+        serde_json::Value::Null,
+        "traced"
+    );
+    // An event the producer did not trace: the trace outboxd's delivery spans started.
+    let untraced = request(addr, "GET", "/api/event?app=default&id=dead-1", &[], "")
+        .await
+        .json();
+    let own = untraced["delivery_trace_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        own,
+        outboxd::telemetry::delivery_trace_id("default", "dead-1")
+    );
+    assert_eq!(own.len(), 32);
+    assert_eq!(
+        untraced["trace_link"],
+        format!("http://jaeger.example:16686/trace/{own}")
+    );
+    let page = request(addr, "GET", "/event?app=default&id=dead-1", &[], "")
+        .await
+        .body;
+    assert!(page.contains(&own), "the event page shows outboxd's trace");
+    assert_eq!(
         request(addr, "GET", "/api/event?app=default&id=none", &[], "")
             .await
             .status,

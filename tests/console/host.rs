@@ -62,6 +62,10 @@ cache_dir = "{cache}"
 
 [telemetry]
 trace_url = "http://jaeger.example:16686/trace/{{trace_id}}"
+# Tracing on (nothing listens there: spans are dropped), so the console names outboxd's own trace
+# of an untraced event.
+endpoint = "http://127.0.0.1:9"
+timeout = "200ms"
 
 [[route]]
 event_type = "Room*"

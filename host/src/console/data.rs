@@ -129,7 +129,11 @@ pub struct EventView {
     pub envelope: Result<EnvelopeView, String>,
     /// The route that takes its type now: `(glob, sink)`; `None`: no route (it would fail).
     pub route: Option<(String, String)>,
-    /// Its trace in the tracing UI (`[telemetry] trace_url` with the trace id), when both exist.
+    /// The trace outboxd's delivery spans start for it when its producer traced nothing and the
+    /// loaded config exports spans (`[telemetry]`): derived from the event, the same on every host.
+    pub delivery_trace_id: Option<String>,
+    /// Its trace in the tracing UI (`[telemetry] trace_url` with the producer's trace id, else
+    /// [`EventView::delivery_trace_id`]), when both exist.
     pub trace_link: Option<String>,
 }
 
@@ -295,14 +299,20 @@ impl Console {
                 .find(|r| glob_match(r.event_type(), &detail.summary.event_type))
                 .map(|r| (r.event_type().to_string(), r.sink().to_string()))
         });
-        let trace_url = self
-            .loaded
-            .get()
-            .and_then(|set| set.config.telemetry.trace_url.clone());
+        let loaded = self.loaded.get();
+        let telemetry = loaded.as_ref().map(|set| &set.config.telemetry);
+        let trace_url = telemetry.and_then(|t| t.trace_url.clone());
+        let exporting = telemetry.is_some_and(|t| t.traces.is_some());
+        let delivery_trace_id = envelope
+            .as_ref()
+            .ok()
+            .filter(|e| exporting && e.trace_id.is_none())
+            .map(|e| crate::telemetry::delivery_trace_id(&e.app_code, &e.event_id));
         let trace_link = envelope
             .as_ref()
             .ok()
             .and_then(|e| e.trace_id.as_deref())
+            .or(delivery_trace_id.as_deref())
             .zip(trace_url)
             .map(|(id, url)| url.replace("{trace_id}", id));
         Ok(Some(EventView {
@@ -310,6 +320,7 @@ impl Console {
             row: detail.summary,
             envelope,
             route,
+            delivery_trace_id,
             trace_link,
         }))
     }

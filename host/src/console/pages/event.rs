@@ -65,6 +65,9 @@ pub(crate) fn render(view: &EventView, caller: &Caller) -> String {
                     (pair("occurred_at_ms", at(e.occurred_at_ms)))
                     (pair("body", format!("{} bytes", e.body_bytes)))
                     (pair("trace", trace(e)))
+                    @if let Some(id) = &view.delivery_trace_id {
+                        (pair("delivery trace (outboxd's spans; the producer traced nothing)", id))
+                    }
                     @if let Some(link) = &view.trace_link {
                         (pair("trace in the tracing UI", html! { a href=(link) rel="noreferrer" { (link) } }))
                     }
