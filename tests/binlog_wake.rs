@@ -125,6 +125,23 @@ impl OutboxStore for ClaimWatch {
         self.returned();
         live
     }
+    async fn set_careful(
+        &self,
+        owner: (&str, &str),
+        fence: &outboxd::store::PartitionFence,
+        careful: &outboxd::store::Careful,
+    ) -> Result<bool, StoreError> {
+        self.inner.set_careful(owner, fence, careful).await
+    }
+    async fn reject(
+        &self,
+        owner: (&str, &str),
+        fence: &outboxd::store::PartitionFence,
+        now_ms: i64,
+        rows: &[outboxd::store::RejectedRow],
+    ) -> Result<u64, StoreError> {
+        self.inner.reject(owner, fence, now_ms, rows).await
+    }
     async fn mark(&self, params: &MarkParams<'_>) -> Result<MarkReport, StoreError> {
         self.inner.mark(params).await
     }

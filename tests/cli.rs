@@ -368,6 +368,122 @@ async fn sigterm_finishes_in_flight_and_exits_zero(backend: Backend) {
     assert_eq!(delivered + count(&s, "pending"), 3000, "{s}");
 }
 
+/// The signing secret of the crash guard's webhook receiver.
+const GUARD_SECRET: &str = "whsec_Y3Jhc2gtZ3VhcmQtdGVzdC1zZWNyZXQtMDEyMzQ1Njc=";
+
+/// A row that kills every host publishing it: the test `kill -9`s the host the moment its
+/// webhook request for `poison` arrives (the receiver holds it), and starts another, as a
+/// supervisor restarts a crashed service. The crash guard finds the row within log2(batch) + 1
+/// kills (batches of 4, 2, then 1 row of the dead hosts' window) and puts it in `failed` without
+/// publishing it again; every other row is delivered.
+async fn a_row_that_kills_its_host_ends_failed_by_the_crash_guard(backend: Backend) {
+    const BATCH: u32 = 8;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = http::WebhookReceiver::start(&[GUARD_SECRET]).await;
+    receiver.hold("poison");
+    let config = dir.path().join("guard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[worker]
+app_codes = ["default"]
+batch_size = {BATCH}
+concurrency = 1
+poll_interval = "50ms"
+lease = "3s"
+publish_timeout = "2s"
+
+[plugins]
+cache_dir = "{cache}"
+
+[[route]]
+event_type = "*"
+sink = "hook"
+
+[[sink]]
+name = "hook"
+plugin = "{plugin}"
+config = {{ url = "{hook}", secret = "{GUARD_SECRET}", timeout_ms = "900" }}
+limits = {{ publish_timeout = "1s", allow_hosts = ["http://{addr}"] }}
+"#,
+            cache = dir.path().join("cache").display(),
+            plugin = fixtures::plugin("webhook").display(),
+            hook = receiver.url(),
+            addr = receiver.addr(),
+        ),
+    )
+    .unwrap();
+    let url = db.url.as_str();
+    run_ok(with(&config, url).arg("migrate"));
+    // 24 events of one room (one partition), the poison the 14th by write order: the first
+    // batch goes out, the second holds it.
+    let ids: Vec<String> = (0..24)
+        .map(|n| if n == 13 { "poison".to_string() } else { format!("e{n:02}") })
+        .collect();
+    let records: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| support::record("default", id, "room-1", 1_000 + n as i64))
+        .collect();
+    db.store_default().await.enqueue(&records).await.unwrap();
+    let mut kills = 0;
+    let host = loop {
+        let log = dir.path().join(format!("host-{kills}.log"));
+        let mut host = spawn_logging(with(&config, url).arg("run"), &log);
+        let held_before = receiver.held();
+        // The poison's request held (then the host dies), or the row failed (the guard).
+        let poisoned = wait_until_blocking(
+            "the poison's request, or its row failed",
+            Duration::from_secs(30),
+            || {
+                if receiver.held() > held_before {
+                    return Ok(true);
+                }
+                let failed = std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .contains("crash guard:");
+                if failed { Ok(false) } else { Err(receiver.held()) }
+            },
+        );
+        if !poisoned {
+            break host;
+        }
+        host.0.kill().unwrap();
+        host.0.wait().unwrap();
+        kills += 1;
+        assert!(
+            kills <= 4,
+            "the guard should have found the row after log2({BATCH}) + 1 kills; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    // The guard's host delivers the rest.
+    wait_until_blocking("every other row delivered", Duration::from_secs(30), || {
+        let delivered = receiver.delivered_ids();
+        if delivered.len() == ids.len() - 1 { Ok(()) } else { Err(delivered.len()) }
+    });
+    let s = wait_until_blocking("every row marked", Duration::from_secs(30), || {
+        let s = status(&config, url);
+        if count(&s, "delivered") == ids.len() as u64 - 1 { Ok(s) } else { Err(s) }
+    });
+    assert_eq!(count(&s, "failed"), 1, "{s}");
+    drop(host);
+    let row = db.row("default", "poison").await.unwrap();
+    assert_eq!(row.status, "failed");
+    assert!(
+        row.last_error.as_deref().unwrap_or_default().starts_with("crash guard:"),
+        "{:?}",
+        row.last_error
+    );
+    assert_eq!(receiver.delivered_count("poison"), 0);
+    assert_eq!(receiver.held(), kills, "each kill hit the poison; none after the guard");
+    assert!(kills >= 2, "the first kill put the partition in the guard's care: {kills}");
+}
+
 /// `run` with no `[[sink]]` (no config file at all, or one without sinks) refuses to start with
 /// one line saying what to configure, and leaves every row pending.
 async fn run_without_a_sink_refuses_and_loses_nothing(backend: Backend) {
@@ -635,6 +751,7 @@ support::per_backend!(
     a_repeated_sigterm_is_one_request,
     database_errors_are_fast_and_say_why,
     sigterm_finishes_in_flight_and_exits_zero,
+    a_row_that_kills_its_host_ends_failed_by_the_crash_guard,
 );
 
 /// A child process killed when dropped (a failing test leaves no `outboxd run` behind).

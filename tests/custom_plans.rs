@@ -45,6 +45,7 @@ async fn postgres_sessions_plan_every_read_and_mark_for_its_execution() {
                 lease_ms: 30_000,
                 release: &[],
                 leaving: false,
+                careful_rows: 100,
                 now_ms: now_ms(),
             })
             .await

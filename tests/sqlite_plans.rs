@@ -89,6 +89,7 @@ async fn own(store: &dyn OutboxStore) -> PartitionFence {
             lease_ms: 60_000,
             release: &[],
             leaving: false,
+            careful_rows: 100,
             now_ms: now_ms(),
         })
         .await

@@ -226,6 +226,7 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
             lease_ms: 60_000,
             release: &[],
             leaving: false,
+            careful_rows: 100,
             now_ms: now_ms(),
         })
         .await

@@ -203,6 +203,7 @@ async fn read_and_die(
             lease_ms,
             release: &[],
             leaving: false,
+            careful_rows: 100,
             now_ms: now_ms(),
         })
         .await
@@ -964,6 +965,7 @@ async fn a_busy_partition_never_starves_another(backend: Backend) {
             lease_ms: 1,
             release: &[],
             leaving: false,
+            careful_rows: 100,
             now_ms: now_ms(),
         })
         .await
@@ -1099,6 +1101,23 @@ impl OutboxStore for SpyStore {
     }
     async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError> {
         self.inner.live_partitions(app_code).await
+    }
+    async fn set_careful(
+        &self,
+        owner: (&str, &str),
+        fence: &outboxd::store::PartitionFence,
+        careful: &outboxd::store::Careful,
+    ) -> Result<bool, StoreError> {
+        self.inner.set_careful(owner, fence, careful).await
+    }
+    async fn reject(
+        &self,
+        owner: (&str, &str),
+        fence: &outboxd::store::PartitionFence,
+        now_ms: i64,
+        rows: &[outboxd::store::RejectedRow],
+    ) -> Result<u64, StoreError> {
+        self.inner.reject(owner, fence, now_ms, rows).await
     }
     async fn mark(
         &self,

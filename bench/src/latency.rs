@@ -347,6 +347,23 @@ impl OutboxStore for TimedStore {
     async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError> {
         self.inner.live_partitions(app_code).await
     }
+    async fn set_careful(
+        &self,
+        owner: (&str, &str),
+        fence: &outboxd::store::PartitionFence,
+        careful: &outboxd::store::Careful,
+    ) -> Result<bool, StoreError> {
+        self.inner.set_careful(owner, fence, careful).await
+    }
+    async fn reject(
+        &self,
+        owner: (&str, &str),
+        fence: &outboxd::store::PartitionFence,
+        now_ms: i64,
+        rows: &[outboxd::store::RejectedRow],
+    ) -> Result<u64, StoreError> {
+        self.inner.reject(owner, fence, now_ms, rows).await
+    }
 
     async fn clock_ms(&self) -> Result<Option<i64>, StoreError> {
         self.inner.clock_ms().await

@@ -21,6 +21,7 @@ pub async fn read_due(
             lease_ms: LEASE_MS,
             release: &[],
             leaving: false,
+            careful_rows: 100,
             now_ms,
         })
         .await?;

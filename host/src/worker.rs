@@ -24,6 +24,8 @@
 //!   finish; the run's shared counters.
 //! - `ahead.rs`: how many deliveries a loop's claim may overlap (claim-ahead).
 //! - `claim.rs`: the clock check, the read of the owned partitions and its booking.
+//! - `crash_guard.rs`: partitions taken over from a dead host read in smaller batches, down to
+//!   one row announced first, so a row that kills its host ends `failed`.
 //! - `deliver.rs`: one batch published and each part marked as it comes.
 //! - `deadline.rs`: the publish deadline.
 //! - `mark.rs`: outcomes turned into marks, marked fenced on the partition, counted and logged.
@@ -54,6 +56,7 @@ use deliveries::Totals;
 mod ahead;
 mod claim;
 pub mod clock;
+mod crash_guard;
 mod deadline;
 mod deliver;
 mod deliveries;

@@ -54,6 +54,7 @@ pub(crate) async fn rebalance(
             lease_ms,
             release,
             leaving,
+            careful_rows: 100,
             now_ms: now_ms(),
         })
         .await

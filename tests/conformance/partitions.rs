@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxd::record::now_ms;
-use outboxd::store::{Backend, DEFAULT_TABLE, OutboxStore, Ownership, partition_count};
+use outboxd::store::{
+    Backend, Careful, DEFAULT_TABLE, OutboxStore, Ownership, RejectedRow, partition_count,
+};
 
 use outboxd::store::PartitionRead;
 
@@ -33,6 +35,7 @@ crate::support::per_backend!(
     leased_hosts_stop_partition_reads,
     live_partitions_are_those_holding_live_rows,
     one_read_takes_many_partitions_and_the_mark_fences_each_row,
+    a_partition_taken_from_a_dead_host_is_in_the_crash_guards_care,
 );
 
 /// The partition numbers of `ownership`.
@@ -43,11 +46,19 @@ fn numbers(ownership: &Ownership) -> BTreeSet<u32> {
 /// `host` takes every partition of `APP` once the lease of the host that owned them ended
 /// (waits up to 10 s): its ownership.
 async fn take_over(store: &Arc<dyn OutboxStore>, host: &str) -> Ownership {
-    wait_until(
+    take_over_for(store, host, LONG_LEASE_MS).await
+}
+
+/// [`take_over`], `host` leasing them for `lease_ms`; the crash guard's state of every
+/// partition taken by any of its heartbeats (a host's book keeps it from each).
+async fn take_over_for(store: &Arc<dyn OutboxStore>, host: &str, lease_ms: i64) -> Ownership {
+    let careful = std::sync::Mutex::new(Vec::new());
+    let mut ownership: Ownership = wait_until(
         &format!("{host} takes every partition once the owner's lease ends"),
         Duration::from_secs(10),
         || async {
-            let ownership = rebalance(store, APP, host, LONG_LEASE_MS, &[], false).await;
+            let ownership = rebalance(store, APP, host, lease_ms, &[], false).await;
+            careful.lock().unwrap().extend(ownership.careful.iter().cloned());
             if ownership.owned.len() as u32 == ownership.partitions {
                 Ok(ownership)
             } else {
@@ -55,7 +66,9 @@ async fn take_over(store: &Arc<dyn OutboxStore>, host: &str) -> Ownership {
             }
         },
     )
-    .await
+    .await;
+    ownership.careful = careful.into_inner().unwrap();
+    ownership
 }
 
 async fn one_host_takes_every_partition(backend: Backend) {
@@ -552,5 +565,132 @@ async fn one_read_takes_many_partitions_and_the_mark_fences_each_row(backend: Ba
             "delivered"
         };
         assert_eq!(status, want, "{id}");
+    }
+}
+
+/// The crash guard's state: a partition taken over from a host whose lease ran out comes in its
+/// care (a window of the taker's batch size, batches of half of it), halved at each such
+/// takeover within the window, the suspect kept; a partition released, or taken the first time,
+/// does not. Its writes are fenced on the epoch, as the rejection of a suspect is.
+async fn a_partition_taken_from_a_dead_host_is_in_the_crash_guards_care(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(&store, &[record(APP, "e1", "r1", 100)]).await;
+    let a = rebalance(&store, APP, "host-a", 300, &[], false).await;
+    assert!(a.careful.is_empty(), "partitions taken free: {a:?}");
+    // A dies; B takes its partitions over once A's lease ends: every one in the guard's care.
+    let b = take_over_for(&store, "host-b", 300).await;
+    let window = Careful {
+        size: 50,
+        left: 100,
+        suspect: None,
+    };
+    assert_eq!(b.careful.len(), b.owned.len(), "{b:?}");
+    assert!(b.careful.iter().all(|(_, c)| *c == window), "{b:?}");
+    // B reads the first row alone and announces it; A, whose lease is over, can write nothing.
+    let fence = b.owned[0];
+    let suspect = Careful {
+        size: 1,
+        left: 100,
+        suspect: Some("e1".into()),
+    };
+    let set = |host: &'static str, careful: Careful| {
+        let store = store.clone();
+        async move {
+            store
+                .set_careful((APP, host), &fence, &careful)
+                .await
+                .unwrap_or_else(|e| panic!("set_careful by {host}: {e}"))
+        }
+    };
+    assert!(set("host-b", suspect.clone()).await);
+    // On another partition B announces a batch of 50.
+    let other_fence = b.owned.get(1).copied();
+    if let Some(other) = other_fence {
+        let batch = Careful {
+            suspect: Some("e9".into()),
+            ..window.clone()
+        };
+        assert!(
+            store
+                .set_careful((APP, "host-b"), &other, &batch)
+                .await
+                .unwrap()
+        );
+    }
+    let stale_fence = a.owned[0];
+    assert!(
+        !store
+            .set_careful(("app_a", "host-a"), &stale_fence, &window)
+            .await
+            .unwrap(),
+        "a host that lost the partition writes nothing"
+    );
+    // B dies publishing them: C takes over with B's one-row batch suspect, the batch of 50
+    // halved, and the partitions B had no batch in flight in as they were.
+    let c = take_over_for(&store, "host-c", LONG_LEASE_MS).await;
+    let careful_of = |ownership: &Ownership, partition: u32| {
+        ownership
+            .careful
+            .iter()
+            .find(|(p, _)| *p == partition)
+            .map(|(_, c)| c.clone())
+    };
+    assert_eq!(careful_of(&c, fence.partition), Some(suspect.clone()));
+    if let Some(other) = other_fence {
+        let halved = Careful {
+            size: 25,
+            ..window.clone()
+        };
+        assert_eq!(careful_of(&c, other.partition), Some(halved));
+    }
+    if let Some(third) = c.owned.get(2) {
+        assert_eq!(careful_of(&c, third.partition), Some(window.clone()));
+    }
+    // C fails the suspect; B, gone, cannot.
+    let row = RejectedRow {
+        event_id: "e1".into(),
+        event_type: "gift".into(),
+        room_id: "r1".into(),
+        reason: "killed its host".into(),
+    };
+    let by_b = store
+        .reject(("app_a", "host-b"), &fence, now_ms(), std::slice::from_ref(&row))
+        .await
+        .unwrap();
+    assert_eq!(by_b, 0, "a host that lost the partition fails nothing");
+    assert_eq!(db.row(APP, "e1").await.unwrap().status, "pending");
+    let c_fence = c.owned[0];
+    let by_c = store
+        .reject((APP, "host-c"), &c_fence, now_ms(), std::slice::from_ref(&row))
+        .await
+        .unwrap();
+    assert_eq!(by_c, 1);
+    let failed = db.row(APP, "e1").await.unwrap();
+    assert_eq!(failed.status, "failed");
+    assert_eq!(failed.last_error.as_deref(), Some("killed its host"));
+    // Out of care, C releases it: the next owner takes it free, out of care.
+    assert!(
+        store
+            .set_careful((APP, "host-c"), &c_fence, &Careful::default())
+            .await
+            .unwrap()
+    );
+    let c = rebalance(&store, APP, "host-c", LONG_LEASE_MS, &[], true).await;
+    assert!(c.owned.is_empty());
+    let d = rebalance(&store, APP, "host-d", LONG_LEASE_MS, &[], false).await;
+    assert_eq!(d.owned.len() as u32, d.partitions);
+    assert_eq!(
+        careful_of(&d, fence.partition),
+        None,
+        "released out of care: taken free"
+    );
+    if let Some(other) = other_fence {
+        assert_eq!(
+            careful_of(&d, other.partition),
+            Some(Careful { size: 25, ..window }),
+            "released in care: the care goes on"
+        );
     }
 }

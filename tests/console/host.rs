@@ -200,6 +200,7 @@ async fn heartbeat(store: &Arc<dyn OutboxStore>, host: &str, leaving: bool) -> V
             lease_ms: BEFORE_LEASE_MS,
             release: &[],
             leaving,
+            careful_rows: 100,
             now_ms: now_ms(),
         })
         .await

@@ -218,6 +218,10 @@ struct ReceiverState {
     deliveries: Vec<Delivery>,
     rejected: Vec<String>,
     requests: usize,
+    /// The `webhook-id` whose requests are held unanswered ([`WebhookReceiver::hold`]).
+    hold: Option<String>,
+    /// How many requests were held.
+    held: usize,
 }
 
 /// A Standard Webhooks receiver on loopback: verifies every `webhook-signature` against its
@@ -267,6 +271,18 @@ impl WebhookReceiver {
     pub fn script(&self, n: usize, reply: Reply) {
         let mut state = self.state.lock().unwrap();
         state.script.extend(std::iter::repeat_n(reply, n));
+    }
+
+    /// Holds every verified request carrying `webhook-id` `id` without ever answering it (a
+    /// downstream that hangs on that one event); they are counted ([`WebhookReceiver::held`]),
+    /// not recorded as deliveries.
+    pub fn hold(&self, id: &str) {
+        self.state.lock().unwrap().hold = Some(id.to_string());
+    }
+
+    /// How many requests [`WebhookReceiver::hold`] has held.
+    pub fn held(&self) -> usize {
+        self.state.lock().unwrap().held
     }
 
     /// Every verified request, in arrival order (whatever the receiver answered).
@@ -346,6 +362,16 @@ async fn receive(
         );
     };
     let (id, timestamp) = verified.expect("checked above");
+    let holds = {
+        let mut state = state.lock().unwrap();
+        let holds = state.hold.as_deref() == Some(id.as_str());
+        state.held += usize::from(holds);
+        holds
+    };
+    if holds {
+        // Never answered: the client gives up or dies; the server drops the task with it.
+        std::future::pending::<()>().await;
+    }
     let (status, response) = match reply {
         None => (204, respond(204, &[], "text/plain", String::new())),
         Some(Reply::Status {

@@ -14,7 +14,7 @@ use super::statement::rows::reject_rows;
 use super::statement::{MAX_ROWS_PER_STATEMENT, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
-    ClaimBatch, Lease, Ownership, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
+    Careful, ClaimBatch, Lease, Ownership, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
     RejectedRow, StoreError, partition_count,
 };
 
@@ -28,6 +28,7 @@ struct PartitionRow {
     epoch: i64,
     lease_until_ms: i64,
     now_ms: i64,
+    careful: Careful,
 }
 
 impl FromColumns for PartitionRow {
@@ -38,6 +39,11 @@ impl FromColumns for PartitionRow {
             epoch: row.int(2)?,
             lease_until_ms: row.int(3)?,
             now_ms: row.int(4)?,
+            careful: Careful {
+                size: u32::try_from(row.int32(5)?).unwrap_or(0),
+                left: u32::try_from(row.int32(6)?).unwrap_or(0),
+                suspect: row.opt_text(7)?,
+            },
         })
     }
 }
@@ -180,6 +186,7 @@ pub(crate) async fn rebalance<D: Driver>(
         })
         .collect();
     let mut wanted = (share as usize).saturating_sub(owned.len());
+    let mut taken_careful = Vec::new();
     // Free partitions first, then expired ones; a host's rank spreads where each starts, so
     // hosts joining together do not all race for the same partitions.
     let start = rank * partitions as usize / hosts.len().max(1);
@@ -211,12 +218,25 @@ pub(crate) async fn rebalance<D: Driver>(
             lease_ms,
             now_ms,
         };
-        let take = sql::take_partition(backend, table, &host, row.partition, row.epoch);
+        // Its last owner's lease ran out (it died, or was paused or cut off): the crash guard.
+        let careful = row
+            .careful
+            .after_takeover(row.owner.is_some(), params.careful_rows);
+        let take = sql::take_partition(
+            backend,
+            table,
+            &host,
+            (row.partition, row.epoch),
+            &careful,
+        );
         if conn.run(take).await.map_err(db(OP))? == 1 {
             owned.push(PartitionFence {
                 partition: row.partition,
                 epoch: row.epoch + 1,
             });
+            if careful.active() {
+                taken_careful.push((row.partition, careful));
+            }
             wanted -= 1;
         }
     }
@@ -232,7 +252,45 @@ pub(crate) async fn rebalance<D: Driver>(
         hosts: hosts.len().max(1) as u32,
         partitions,
         leased_hosts_active,
+        careful: taken_careful,
     })
+}
+
+/// Writes the crash guard's state of a partition `host_id` owns, fenced on its epoch: whether it
+/// still owned it.
+pub(crate) async fn set_careful<D: Driver>(
+    driver: &D,
+    (app_code, host_id): (&str, &str),
+    fence: &PartitionFence,
+    careful: &Careful,
+) -> Result<bool, StoreError> {
+    const OP: &str = "crash guard";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    let set = sql::set_careful(backend, table, (app_code, host_id), fence, careful);
+    Ok(conn.run(set).await.map_err(db(OP))? == 1)
+}
+
+/// Moves live rows of a partition `host_id` owns to `failed` with their reasons, fenced as a
+/// mark is: the rows changed (none once the partition was taken over).
+pub(crate) async fn reject<D: Driver>(
+    driver: &D,
+    (app_code, host_id): (&str, &str),
+    fence: &PartitionFence,
+    now_ms: i64,
+    rows: &[RejectedRow],
+) -> Result<u64, StoreError> {
+    const OP: &str = "reject";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
+    let mut changed = 0;
+    for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
+        let reject = reject_rows(backend, table, app_code, (host_id, fence), now_ms, chunk);
+        changed += conn.run(reject).await.map_err(db(OP))?;
+    }
+    Ok(changed)
 }
 
 /// The partitions of `app_code` holding live rows, by the dialect's skip scan; `None` where the

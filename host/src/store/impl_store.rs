@@ -49,6 +49,25 @@ macro_rules! impl_store {
                 $crate::store::exec_partitions::live_partitions(self, app_code).await
             }
 
+            async fn set_careful(
+                &self,
+                owner: (&str, &str),
+                fence: &$crate::store::PartitionFence,
+                careful: &$crate::store::Careful,
+            ) -> Result<bool, $crate::store::StoreError> {
+                $crate::store::exec_partitions::set_careful(self, owner, fence, careful).await
+            }
+
+            async fn reject(
+                &self,
+                owner: (&str, &str),
+                fence: &$crate::store::PartitionFence,
+                now_ms: i64,
+                rows: &[$crate::store::RejectedRow],
+            ) -> Result<u64, $crate::store::StoreError> {
+                $crate::store::exec_partitions::reject(self, owner, fence, now_ms, rows).await
+            }
+
             async fn mark(
                 &self,
                 params: &$crate::store::MarkParams<'_>,

@@ -116,7 +116,7 @@ pub use maintenance::{
     RequeueParams, StatusCounts,
 };
 pub use partitions::{
-    Ownership, PARTITIONS, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
+    Careful, Ownership, PARTITIONS, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
     partition_count,
 };
 pub use table_name::TableName;
@@ -329,6 +329,25 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// delivering), found by a skip scan of the partition index (a few index entries per
     /// partition, never the backlog); `None` where the tenant has one partition (SQLite).
     async fn live_partitions(&self, app_code: &str) -> Result<Option<Vec<u32>>, StoreError>;
+
+    /// Writes the crash guard's state ([`Careful`]) of partition `fence` that `owner.1` owns
+    /// for tenant `owner.0`, fenced on its epoch: whether it still owned it.
+    async fn set_careful(
+        &self,
+        owner: (&str, &str),
+        fence: &PartitionFence,
+        careful: &Careful,
+    ) -> Result<bool, StoreError>;
+
+    /// Moves `rows` of partition `fence` (owned by `owner.1` for tenant `owner.0`) to `failed`
+    /// with their reasons, fenced as a mark is and only while live: the rows changed.
+    async fn reject(
+        &self,
+        owner: (&str, &str),
+        fence: &PartitionFence,
+        now_ms: i64,
+        rows: &[RejectedRow],
+    ) -> Result<u64, StoreError>;
 
     /// Applies the marks of one read batch in one statement, fenced on each row's partition's
     /// owner and epoch.

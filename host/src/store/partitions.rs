@@ -67,6 +67,9 @@ pub struct RebalanceParams<'a> {
     pub release: &'a [u32],
     /// The host leaves: every partition released, its host row deleted; nothing taken.
     pub leaving: bool,
+    /// The crash guard's window: how many rows of a partition taken over from a host whose lease
+    /// ran out are delivered carefully ([`Careful`]); the taking host's batch size.
+    pub careful_rows: u32,
     /// The host's own clock (SQLite, which has no other; the others use their own).
     pub now_ms: i64,
 }
@@ -86,6 +89,70 @@ pub struct Ownership {
     /// design is claiming. A partition owner reads nothing until they are gone, so no row is
     /// ever in flight on two hosts.
     pub leased_hosts_active: bool,
+    /// The owned partitions in the crash guard's care ([`Careful`]), as this heartbeat took them
+    /// (a partition owned before keeps the state its owner keeps).
+    pub careful: Vec<(u32, Careful)>,
+}
+
+/// The crash guard of one partition. A host that dies mid-publish leaves no trace in the rows it
+/// read (reading writes nothing), so the partition's next owner cannot tell which row killed it.
+/// So a partition taken over from a host whose lease ran out delivers its next `left` rows (the
+/// window: what the dead host can have had in flight) in batches of `size`, each announced before
+/// it publishes (`suspect`: its first row). An owner that dies with an announced batch leaves the
+/// next owner a batch size halved; with an announced batch of one row, that row, which the next
+/// owner fails instead of publishing. A row that crashes the host *process* thus costs at most
+/// about log2(batch size) + 1 crashes, not a crash per host forever; the other rows are delivered, a
+/// few batches smaller, and a host that dies with no batch of the window in flight changes
+/// nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Careful {
+    /// Rows per batch while in care; 0: not in care.
+    pub size: u32,
+    /// Rows still to deliver in care.
+    pub left: u32,
+    /// The first row of the batch in flight, announced before it publishes: its owner died
+    /// publishing it when the partition is taken over with it set.
+    pub suspect: Option<String>,
+}
+
+impl Careful {
+    /// Whether the partition is in care.
+    pub fn active(&self) -> bool {
+        self.size > 0 && self.left > 0
+    }
+
+    /// The state after a host takes the partition over: from a host whose lease ran out
+    /// (`expired`) a window of `window` rows in batches of half of it; already in care, with a
+    /// batch in flight, its batch size halved, or with a one-row batch in flight, that row
+    /// suspect; taken free (released by its owner) or with no batch in flight, unchanged.
+    pub fn after_takeover(&self, expired: bool, window: u32) -> Careful {
+        match (expired, self.active(), &self.suspect) {
+            (false, _, _) => self.clone(),
+            (true, false, _) => Careful {
+                size: (window / 2).max(1),
+                left: window.max(1),
+                suspect: None,
+            },
+            (true, true, None) => self.clone(),
+            (true, true, Some(_)) if self.size == 1 => self.clone(),
+            (true, true, Some(_)) => Careful {
+                size: self.size / 2,
+                left: self.left,
+                suspect: None,
+            },
+        }
+    }
+
+    /// The state after a batch of `delivered` rows of the partition was published and marked
+    /// with its host alive: the window shrinks by it, and no row is suspect.
+    pub fn after_batch(&self, delivered: u32) -> Careful {
+        let left = self.left.saturating_sub(delivered.max(1));
+        Careful {
+            size: if left == 0 { 0 } else { self.size },
+            left,
+            suspect: None,
+        }
+    }
 }
 
 /// Arguments of [`OutboxStore::read_partitions`](super::OutboxStore::read_partitions).
@@ -110,4 +177,65 @@ pub struct PartitionRead {
     /// Per-room order: a room with a `retryable` or `delivering` event hands out none of its
     /// `pending` ones.
     pub per_room: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Careful;
+
+    fn careful(size: u32, left: u32, suspect: Option<&str>) -> Careful {
+        Careful {
+            size,
+            left,
+            suspect: suspect.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_guard_halves_its_batches_at_each_crash_and_ends_with_its_window() {
+        let none = Careful::default();
+        assert!(!none.active());
+        assert_eq!(none.after_takeover(false, 1000), none, "taken free");
+        let first = none.after_takeover(true, 1000);
+        assert_eq!(first, careful(500, 1000, None));
+        assert_eq!(
+            first.after_takeover(true, 1000),
+            first,
+            "its owner died with no batch in flight: nothing learned"
+        );
+        // Each owner dying with an announced batch halves the batch, down to one row.
+        let mut state = first.clone();
+        let mut crashes = 1;
+        while state.size > 1 {
+            state.suspect = Some("e1".into());
+            state = state.after_takeover(true, 1000);
+            crashes += 1;
+        }
+        assert_eq!(state, careful(1, 1000, None));
+        assert_eq!(crashes, 9, "the first crash, then 500 → 1; the tenth fails the row");
+        // One row announced and its host dead too: the next owner gets the suspect.
+        let announced = careful(1, 1000, Some("e7"));
+        assert_eq!(announced.after_takeover(true, 1000), announced);
+        assert_eq!(
+            announced.after_takeover(false, 1000),
+            announced,
+            "released"
+        );
+        assert_eq!(
+            careful(2, 1000, Some("e7")).after_takeover(true, 1000),
+            careful(1, 1000, None)
+        );
+        // Batches published with the host alive use the window up.
+        let mut state = first;
+        state.suspect = Some("e1".into());
+        state = state.after_batch(500);
+        assert_eq!(state, careful(500, 500, None));
+        state = state.after_batch(499);
+        assert_eq!(state, careful(500, 1, None));
+        assert_eq!(state.after_batch(0), careful(0, 0, None), "counted as one");
+        assert!(!careful(1, 1, Some("e")).after_batch(1).active());
+        // Boundaries: a window of one row, and of zero (taken as one).
+        assert_eq!(none.after_takeover(true, 1), careful(1, 1, None));
+        assert_eq!(none.after_takeover(true, 0), careful(1, 1, None));
+    }
 }

@@ -89,7 +89,7 @@ impl Worker {
                     app_code: app_code.to_string(),
                     host_id: self.partitions.host_id.clone(),
                     fences: turn.fences.clone(),
-                    limit: self.options.batch_size,
+                    limit: turn.limit(self.options.batch_size),
                     now_ms,
                     lease_ms: self.options.lease.as_millis() as i64,
                     max_attempts: self.options.retry.max_attempts,
@@ -114,9 +114,14 @@ impl Worker {
                     read.as_ref().err().map(|e| e as _),
                 );
             }
-            let (read_stats, batch) = self.booked(worker_id, app_code, read)?;
+            let (read_stats, mut batch) = self.booked(worker_id, app_code, read)?;
             stats.claimed += read_stats.claimed;
             stats.rejected += read_stats.rejected;
+            if let Some(read) = batch.take() {
+                let (guard_stats, guarded) = self.guard_read(worker_id, &mut turn, read).await?;
+                stats.rejected += guard_stats.rejected;
+                batch = guarded;
+            }
             let read_from = batch.as_ref().map_or(&[][..], |b| &b.lease.partitions[..]);
             let full: BTreeSet<u32> = read_from
                 .iter()

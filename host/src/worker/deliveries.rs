@@ -61,16 +61,20 @@ impl<'a> Deliveries<'a> {
 
     /// Starts delivering `batch` of `app_code`: it publishes once the loop's batch before it is
     /// marked. `turn`: the partition it was read from, freed once the batch is marked.
-    pub(super) fn start(&mut self, app_code: &'a str, batch: ClaimBatch, turn: PartitionTurn) {
+    pub(super) fn start(&mut self, app_code: &'a str, batch: ClaimBatch, mut turn: PartitionTurn) {
         let (worker, lane) = (self.worker, self.lane);
         self.in_flight.push(Box::pin(async move {
             // Never closed, so acquiring cannot fail.
             let publishing = lane.publishing.acquire().await.ok();
             let turn_began = Instant::now();
+            let rows = u32::try_from(batch.events.len()).unwrap_or(u32::MAX);
             let delivered = worker
                 .deliver(&lane.worker_id, app_code, batch, publishing)
                 .await;
             lane.ahead.delivered_in(turn_began.elapsed());
+            if delivered.is_ok() && turn.careful.is_some() {
+                worker.guard_delivered(&mut turn, app_code, rows).await;
+            }
             drop(turn);
             (app_code, delivered)
         }));

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Worker;
-use crate::store::{Ownership, PartitionFence, RebalanceParams, StoreError};
+use crate::store::{Careful, Ownership, PartitionFence, RebalanceParams, StoreError};
 
 /// Most partitions one read takes together. A read of partitions that keep up costs the database
 /// about as much as a read of one: at 2,000 rows/s over 64 partitions, reading them one at a time
@@ -48,6 +48,8 @@ struct Tenant {
     idle: bool,
     /// Owned above the fair share: read no more, released by the next heartbeat once not busy.
     releasing: BTreeSet<u32>,
+    /// Partitions in the crash guard's care ([`Careful`]): read alone, in its smaller batches.
+    careful: BTreeMap<u32, Careful>,
     /// Where the next turn starts looking (round robin).
     next: u32,
     /// A host of the leased design is claiming: read nothing.
@@ -74,6 +76,8 @@ pub(super) struct PartitionTurn {
     app_code: String,
     /// The partitions and the epochs they were owned at, distinct.
     pub(super) fences: Vec<PartitionFence>,
+    /// The crash guard's state of the turn's one partition, when it is in its care.
+    pub(super) careful: Option<Careful>,
 }
 
 impl PartitionTurn {
@@ -100,6 +104,31 @@ impl PartitionTurn {
                 }
             }
         }
+    }
+}
+
+impl PartitionTurn {
+    /// The most rows this turn's read takes: `batch_size`, or the crash guard's smaller batch.
+    pub(super) fn limit(&self, batch_size: u32) -> u32 {
+        match &self.careful {
+            Some(careful) => batch_size.min(careful.size).min(careful.left).max(1),
+            None => batch_size,
+        }
+    }
+
+    /// Notes the crash guard's new state of the turn's partition (as written to the database).
+    pub(super) fn set_careful(&mut self, careful: Careful) {
+        let Some(fence) = self.fences.first() else {
+            return;
+        };
+        if let Some(tenant) = self.book.lock().get_mut(&self.app_code) {
+            if careful.active() {
+                tenant.careful.insert(fence.partition, careful.clone());
+            } else {
+                tenant.careful.remove(&fence.partition);
+            }
+        }
+        self.careful = careful.active().then_some(careful);
     }
 }
 
@@ -169,7 +198,9 @@ impl PartitionBook {
             });
         let first = free_in_turn.next()?;
         let mut fences = vec![first];
-        if !tenant.backlogged.contains(&first.partition) {
+        let alone = |p: &u32| tenant.backlogged.contains(p) || tenant.careful.contains_key(p);
+        let careful = tenant.careful.get(&first.partition).cloned();
+        if !alone(&first.partition) {
             // The next partitions by number, free and not backlogged, up to the first that is
             // not (the round-robin moves on from the last partition taken: one passed over here
             // might never get its turn). A run of numbers, so the read seeks one range of the
@@ -177,9 +208,7 @@ impl PartitionBook {
             let next = first.partition + 1;
             for (partition, epoch) in tenant.owned.range(next..) {
                 let last = fences[fences.len() - 1].partition;
-                let joins = *partition == last + 1
-                    && free(partition)
-                    && !tenant.backlogged.contains(partition);
+                let joins = *partition == last + 1 && free(partition) && !alone(partition);
                 if !joins || fences.len() == PARTITIONS_PER_READ {
                     break;
                 }
@@ -197,6 +226,7 @@ impl PartitionBook {
             book: self.clone(),
             app_code: app_code.to_string(),
             fences,
+            careful,
         })
     }
 
@@ -245,6 +275,7 @@ impl PartitionBook {
             // This host left: it gave every partition up.
             tenant.owned.clear();
             tenant.releasing.clear();
+            tenant.careful.clear();
             return (Vec::new(), Vec::new());
         }
         let now: BTreeMap<u32, i64> = ownership
@@ -269,6 +300,16 @@ impl PartitionBook {
         tenant.owned = now;
         tenant.releasing.retain(|p| tenant.owned.contains_key(p));
         tenant.backlogged.retain(|p| tenant.owned.contains_key(p));
+        // The crash guard's state of a partition taken comes with it; one lost goes with it.
+        for partition in &taken {
+            tenant.careful.remove(partition);
+        }
+        tenant.careful.retain(|p, _| tenant.owned.contains_key(p));
+        for (partition, careful) in &ownership.careful {
+            if careful.active() && tenant.owned.contains_key(partition) {
+                tenant.careful.insert(*partition, careful.clone());
+            }
+        }
         tenant.leased_hosts_active = ownership.leased_hosts_active;
         let excess = if self.keeps_excess.load(std::sync::atomic::Ordering::Relaxed) {
             0
@@ -321,6 +362,7 @@ impl Worker {
                     lease_ms,
                     release: &release,
                     leaving,
+                    careful_rows: self.options.batch_size,
                     now_ms: self.now_ms(),
                 })
                 .await
@@ -356,6 +398,12 @@ impl Worker {
                 info!(node_id = %node_id, host_id = %book.host_id, app_code = %app_code, taken = ?taken,
                     released, owned = ownership.owned.len(), share = ownership.share, hosts = ownership.hosts,
                     status = "rebalanced", "partitions rebalanced");
+            }
+            if !ownership.careful.is_empty() {
+                let careful: Vec<u32> = ownership.careful.iter().map(|(p, _)| *p).collect();
+                info!(node_id = %node_id, host_id = %book.host_id, app_code = %app_code, careful = ?careful,
+                    status = "crash_guard",
+                    "partitions taken over from a host whose lease ran out: their first rows go out in smaller batches, in case one of them killed it");
             }
             if ownership.leased_hosts_active {
                 warn!(node_id = %node_id, app_code = %app_code, status = "leased_hosts_active",
@@ -414,6 +462,7 @@ mod tests {
             hosts: 1,
             partitions: owned,
             leased_hosts_active: false,
+            careful: Vec::new(),
         };
         book.update("a", &ownership);
         book.vouch_until(Instant::now() + Duration::from_secs(60));

@@ -40,6 +40,11 @@ const MIGRATIONS: &[Migration] = &[
         "0005_retire_claim_indexes",
         include_str!("../../../../migrations/mysql/0005_retire_claim_indexes.sql"),
     ),
+    Migration::new(
+        6,
+        "0006_crash_guard",
+        include_str!("../../../../migrations/mysql/0006_crash_guard.sql"),
+    ),
 ];
 
 impl SqlDialect for MySqlDialect {

@@ -55,6 +55,12 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../../../migrations/postgres/0008_retire_claim_indexes.sql"),
     )
     .outside_transaction(),
+    Migration::new(
+        9,
+        "0009_crash_guard",
+        include_str!("../../../../migrations/postgres/0009_crash_guard.sql"),
+    )
+    .outside_transaction(),
 ];
 
 impl SqlDialect for PostgresDialect {

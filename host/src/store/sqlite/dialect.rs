@@ -37,6 +37,11 @@ const MIGRATIONS: &[Migration] = &[
         "0005_retire_claim_indexes",
         include_str!("../../../../migrations/sqlite/0005_retire_claim_indexes.sql"),
     ),
+    Migration::new(
+        6,
+        "0006_crash_guard",
+        include_str!("../../../../migrations/sqlite/0006_crash_guard.sql"),
+    ),
 ];
 
 /// One partition, the host's clock: every default.

@@ -5,7 +5,7 @@
 use super::rows::READ_COLUMNS;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, PartitionRead, TableName};
+use crate::store::{Backend, Careful, PartitionFence, PartitionRead, TableName};
 
 /// What one database's partition statements differ in, beside [`super::SqlDialect`] (its
 /// supertrait: every dialect is one): the clock the leases count on, the partition of a row, the
@@ -260,7 +260,8 @@ pub(crate) fn release_partitions(
 }
 
 /// Every partition of a tenant: `partition_id, owner, epoch, lease_until_ms, now` (the clock the
-/// leases count on, in the same row).
+/// leases count on, in the same row), then its crash guard: `careful_size, careful_left,
+/// suspect_event_id`.
 pub(crate) fn partition_leases(
     backend: Backend,
     table: &TableName,
@@ -270,7 +271,7 @@ pub(crate) fn partition_leases(
     let mut b = SqlBuilder::new(backend);
     b.push("SELECT partition_id, owner, epoch, lease_until_ms, ");
     now(&mut b, backend, now_ms);
-    b.push(" FROM ")
+    b.push(", careful_size, careful_left, suspect_event_id FROM ")
         .push(&table.partitions_table())
         .push(" WHERE app_code = ")
         .bind(app_code)
@@ -279,13 +280,15 @@ pub(crate) fn partition_leases(
 }
 
 /// Takes partition `partition` for `host_id` if it is still at `epoch` and free or its lease
-/// ran out: a new epoch, leased until `now + lease_ms`. One row changed: taken.
+/// ran out: a new epoch, leased until `now + lease_ms`, and the crash guard's state `careful`
+/// (computed from the row read at `epoch`: only its owner changes it, and a new owner bumps the
+/// epoch). One row changed: taken.
 pub(crate) fn take_partition(
     backend: Backend,
     table: &TableName,
     host: &HostLease<'_>,
-    partition: u32,
-    epoch: i64,
+    (partition, epoch): (u32, i64),
+    careful: &Careful,
 ) -> Bound {
     let HostLease {
         app_code,
@@ -296,7 +299,9 @@ pub(crate) fn take_partition(
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
         .push(&table.partitions_table())
-        .push(" SET owner = ")
+        .push(" SET ");
+    careful_columns(&mut b, careful);
+    b.push(", owner = ")
         .bind(host_id)
         .push(", epoch = epoch + 1, lease_until_ms = ");
     lease_end(&mut b, backend, lease_ms, now_ms);
@@ -310,6 +315,44 @@ pub(crate) fn take_partition(
     now(&mut b, backend, now_ms);
     b.push(")");
     b.finish()
+}
+
+/// Writes the crash guard's state of partition `fence.partition` owned by `host_id`, fenced: only
+/// while it still owns it at `fence.epoch` (one row changed).
+pub(crate) fn set_careful(
+    backend: Backend,
+    table: &TableName,
+    (app_code, host_id): (&str, &str),
+    fence: &PartitionFence,
+    careful: &Careful,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("UPDATE ")
+        .push(&table.partitions_table())
+        .push(" SET ");
+    careful_columns(&mut b, careful);
+    b.push(" WHERE app_code = ")
+        .bind(app_code)
+        .push(" AND partition_id = ")
+        .bind(i64::from(fence.partition))
+        .push(" AND owner = ")
+        .bind(host_id)
+        .push(" AND epoch = ")
+        .bind(fence.epoch);
+    b.finish()
+}
+
+/// `careful_size = ?, careful_left = ?, suspect_event_id = ?`.
+fn careful_columns(b: &mut SqlBuilder, careful: &Careful) {
+    b.push("careful_size = ")
+        .bind(i64::from(careful.size))
+        .push(", careful_left = ")
+        .bind(i64::from(careful.left))
+        .push(", suspect_event_id = ");
+    match careful.suspect.as_deref() {
+        Some(event_id) => b.bind(event_id),
+        None => b.push("NULL"),
+    };
 }
 
 /// Whether rows of the tenant are `delivering` under a live lease (a host of the leased design
