@@ -394,8 +394,8 @@ app_codes = ["default"]
 batch_size = {BATCH}
 concurrency = 1
 poll_interval = "50ms"
-lease = "3s"
-publish_timeout = "2s"
+lease = "4s"
+publish_timeout = "3s"
 
 [plugins]
 cache_dir = "{cache}"
@@ -407,8 +407,8 @@ sink = "hook"
 [[sink]]
 name = "hook"
 plugin = "{plugin}"
-config = {{ url = "{hook}", secret = "{GUARD_SECRET}", timeout_ms = "900" }}
-limits = {{ publish_timeout = "1s", allow_hosts = ["http://{addr}"] }}
+config = {{ url = "{hook}", secret = "{GUARD_SECRET}", timeout_ms = "1000" }}
+limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"] }}
 "#,
             cache = dir.path().join("cache").display(),
             plugin = fixtures::plugin("webhook").display(),
