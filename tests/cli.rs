@@ -422,7 +422,13 @@ limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"] }}
     // 24 events of one room (one partition), the poison the 14th by write order: the first
     // batch goes out, the second holds it.
     let ids: Vec<String> = (0..24)
-        .map(|n| if n == 13 { "poison".to_string() } else { format!("e{n:02}") })
+        .map(|n| {
+            if n == 13 {
+                "poison".to_string()
+            } else {
+                format!("e{n:02}")
+            }
+        })
         .collect();
     let records: Vec<_> = ids
         .iter()
@@ -446,7 +452,11 @@ limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"] }}
                 let failed = std::fs::read_to_string(&log)
                     .unwrap_or_default()
                     .contains("crash guard:");
-                if failed { Ok(false) } else { Err(receiver.held()) }
+                if failed {
+                    Ok(false)
+                } else {
+                    Err(receiver.held())
+                }
             },
         );
         if !poisoned {
@@ -464,24 +474,42 @@ limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"] }}
     // The guard's host delivers the rest.
     wait_until_blocking("every other row delivered", Duration::from_secs(30), || {
         let delivered = receiver.delivered_ids();
-        if delivered.len() == ids.len() - 1 { Ok(()) } else { Err(delivered.len()) }
+        if delivered.len() == ids.len() - 1 {
+            Ok(())
+        } else {
+            Err(delivered.len())
+        }
     });
     let s = wait_until_blocking("every row marked", Duration::from_secs(30), || {
         let s = status(&config, url);
-        if count(&s, "delivered") == ids.len() as u64 - 1 { Ok(s) } else { Err(s) }
+        if count(&s, "delivered") == ids.len() as u64 - 1 {
+            Ok(s)
+        } else {
+            Err(s)
+        }
     });
     assert_eq!(count(&s, "failed"), 1, "{s}");
     drop(host);
     let row = db.row("default", "poison").await.unwrap();
     assert_eq!(row.status, "failed");
     assert!(
-        row.last_error.as_deref().unwrap_or_default().starts_with("crash guard:"),
+        row.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("crash guard:"),
         "{:?}",
         row.last_error
     );
     assert_eq!(receiver.delivered_count("poison"), 0);
-    assert_eq!(receiver.held(), kills, "each kill hit the poison; none after the guard");
-    assert!(kills >= 2, "the first kill put the partition in the guard's care: {kills}");
+    assert_eq!(
+        receiver.held(),
+        kills,
+        "each kill hit the poison; none after the guard"
+    );
+    assert!(
+        kills >= 2,
+        "the first kill put the partition in the guard's care: {kills}"
+    );
 }
 
 /// `run` with no `[[sink]]` (no config file at all, or one without sinks) refuses to start with

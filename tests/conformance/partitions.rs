@@ -58,7 +58,10 @@ async fn take_over_for(store: &Arc<dyn OutboxStore>, host: &str, lease_ms: i64) 
         Duration::from_secs(10),
         || async {
             let ownership = rebalance(store, APP, host, lease_ms, &[], false).await;
-            careful.lock().unwrap().extend(ownership.careful.iter().cloned());
+            careful
+                .lock()
+                .unwrap()
+                .extend(ownership.careful.iter().cloned());
             if ownership.owned.len() as u32 == ownership.partitions {
                 Ok(ownership)
             } else {
@@ -656,14 +659,24 @@ async fn a_partition_taken_from_a_dead_host_is_in_the_crash_guards_care(backend:
         reason: "killed its host".into(),
     };
     let by_b = store
-        .reject(("app_a", "host-b"), &fence, now_ms(), std::slice::from_ref(&row))
+        .reject(
+            ("app_a", "host-b"),
+            &fence,
+            now_ms(),
+            std::slice::from_ref(&row),
+        )
         .await
         .unwrap();
     assert_eq!(by_b, 0, "a host that lost the partition fails nothing");
     assert_eq!(db.row(APP, "e1").await.unwrap().status, "pending");
     let c_fence = c.owned[0];
     let by_c = store
-        .reject((APP, "host-c"), &c_fence, now_ms(), std::slice::from_ref(&row))
+        .reject(
+            (APP, "host-c"),
+            &c_fence,
+            now_ms(),
+            std::slice::from_ref(&row),
+        )
         .await
         .unwrap();
     assert_eq!(by_c, 1);

@@ -14,8 +14,8 @@ use super::statement::rows::reject_rows;
 use super::statement::{MAX_ROWS_PER_STATEMENT, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
-    Careful, ClaimBatch, Lease, Ownership, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
-    RejectedRow, StoreError, partition_count,
+    Careful, ClaimBatch, Lease, Ownership, PartitionBatch, PartitionFence, PartitionRead,
+    RebalanceParams, RejectedRow, StoreError, partition_count,
 };
 
 /// How many lease periods a host row is kept after its host stopped renewing it.
@@ -222,13 +222,7 @@ pub(crate) async fn rebalance<D: Driver>(
         let careful = row
             .careful
             .after_takeover(row.owner.is_some(), params.careful_rows);
-        let take = sql::take_partition(
-            backend,
-            table,
-            &host,
-            (row.partition, row.epoch),
-            &careful,
-        );
+        let take = sql::take_partition(backend, table, &host, (row.partition, row.epoch), &careful);
         if conn.run(take).await.map_err(db(OP))? == 1 {
             owned.push(PartitionFence {
                 partition: row.partition,

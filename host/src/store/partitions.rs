@@ -212,15 +212,14 @@ mod tests {
             crashes += 1;
         }
         assert_eq!(state, careful(1, 1000, None));
-        assert_eq!(crashes, 9, "the first crash, then 500 → 1; the tenth fails the row");
+        assert_eq!(
+            crashes, 9,
+            "the first crash, then 500 → 1; the tenth fails the row"
+        );
         // One row announced and its host dead too: the next owner gets the suspect.
         let announced = careful(1, 1000, Some("e7"));
         assert_eq!(announced.after_takeover(true, 1000), announced);
-        assert_eq!(
-            announced.after_takeover(false, 1000),
-            announced,
-            "released"
-        );
+        assert_eq!(announced.after_takeover(false, 1000), announced, "released");
         assert_eq!(
             careful(2, 1000, Some("e7")).after_takeover(true, 1000),
             careful(1, 1000, None)

@@ -97,7 +97,12 @@ impl Worker {
     /// A batch of `rows` rows read in `turn` was published and marked with this host alive: the
     /// crash guard's window of its partition shrinks by them (and ends when they cover it), and
     /// nothing is in flight.
-    pub(super) async fn guard_delivered(&self, turn: &mut PartitionTurn, app_code: &str, rows: u32) {
+    pub(super) async fn guard_delivered(
+        &self,
+        turn: &mut PartitionTurn,
+        app_code: &str,
+        rows: u32,
+    ) {
         let (Some(careful), Some(fence)) = (turn.careful.clone(), turn.fences.first().copied())
         else {
             return;
