@@ -96,15 +96,16 @@ impl Telemetry {
 
     /// The delivery spans of a batch about to be published: each event's `trace` becomes the
     /// context its sink forwards (the first attempt's span); `sink_of` names the sink an event
-    /// type goes to (`messaging.destination.name`). Nothing when tracing is off.
+    /// type goes to (`messaging.destination.name`). Nothing when tracing is off. Returns the
+    /// events, shared with the spans (their spans are encoded on the export thread).
     pub fn deliveries(
         &self,
-        events: &mut [crate::publish::Event],
+        events: Vec<crate::publish::Event>,
         sink_of: impl Fn(&str) -> Option<String>,
-    ) -> DeliverySpans {
+    ) -> (std::sync::Arc<Vec<crate::publish::Event>>, DeliverySpans) {
         match &self.tracing {
             Some(tracing) => DeliverySpans::start(tracing.clone(), events, sink_of),
-            None => DeliverySpans::none(),
+            None => DeliverySpans::none(events),
         }
     }
 
@@ -203,6 +204,6 @@ impl BatchSpan {
             links: &[],
             status: error.as_deref().map_or(Status::Unset, Status::Error),
         });
-        tracing.record(span);
+        tracing.record(Box::new(span));
     }
 }

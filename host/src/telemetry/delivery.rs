@@ -1,5 +1,6 @@
 //! A batch's delivery spans ([`DeliverySpans`]): started when the batch starts publishing, each
-//! event's span recorded once its outcome is marked.
+//! event's span recorded once its outcome is marked, and encoded as OTLP on the export thread
+//! (off the delivery loop: the batch's events are shared with it, not copied).
 //!
 //! The first attempt is a child of the producer's span (or a root when the producer traced
 //! nothing); a retry is a root of its own with links to the producer's span and to the first
@@ -11,7 +12,7 @@ use std::time::SystemTime;
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
 
-use super::export::Exporting;
+use super::export::{Exporting, SpanBatch};
 use super::ids;
 use super::otlp::{EncodedSpans, Link, SpanKind, SpanRecord, Status, Value};
 use crate::publish::Event;
@@ -43,33 +44,63 @@ struct Attempt {
     sampled: bool,
 }
 
+/// One attempt's end, as recorded: its span is encoded on the export thread.
+struct Recorded {
+    /// The event's position in the batch.
+    position: usize,
+    /// When its sink answered.
+    answered: SystemTime,
+    outcome: Ended,
+}
+
+/// [`DeliveryOutcome`], owned (an error's text copied only for an attempt that failed).
+enum Ended {
+    Delivered,
+    Retryable(Box<str>),
+    Failed(Box<str>),
+    Stale,
+}
+
 /// The delivery spans of one batch (nothing when tracing is off); those recorded are queued for
 /// export when it is dropped.
 pub struct DeliverySpans {
     tracing: Option<Arc<Exporting>>,
+    batch: DeliveryBatch,
+    recorded: Mutex<Vec<Recorded>>,
+}
+
+/// A batch's attempts and the ends recorded: what the export thread encodes.
+struct DeliveryBatch {
     started: SystemTime,
     attempts: Vec<Attempt>,
-    recorded: Mutex<EncodedSpans>,
+    events: Arc<Vec<Event>>,
+    recorded: Vec<Recorded>,
 }
 
 impl DeliverySpans {
-    /// No spans (tracing off).
-    pub(super) fn none() -> DeliverySpans {
-        DeliverySpans {
+    /// No spans (tracing off), and `events` to share.
+    pub(super) fn none(events: Vec<Event>) -> (Arc<Vec<Event>>, DeliverySpans) {
+        let events = Arc::new(events);
+        let spans = DeliverySpans {
             tracing: None,
-            started: SystemTime::now(),
-            attempts: Vec::new(),
+            batch: DeliveryBatch {
+                started: SystemTime::now(),
+                attempts: Vec::new(),
+                events: events.clone(),
+                recorded: Vec::new(),
+            },
             recorded: Mutex::default(),
-        }
+        };
+        (events, spans)
     }
 
     /// The spans of `events`, starting now; each event's `trace` becomes its first attempt's
-    /// context (what its sink forwards).
+    /// context (what its sink forwards). Returns the events, shared with the spans.
     pub(super) fn start(
         tracing: Arc<Exporting>,
-        events: &mut [Event],
+        mut events: Vec<Event>,
         sink_of: impl Fn(&str) -> Option<String>,
-    ) -> DeliverySpans {
+    ) -> (Arc<Vec<Event>>, DeliverySpans) {
         let started = SystemTime::now();
         // Each event type's sink, looked up once per batch.
         let mut sinks: HashMap<String, Option<Arc<str>>> = HashMap::new();
@@ -120,33 +151,68 @@ impl DeliverySpans {
                 }
             })
             .collect::<Vec<_>>();
-        DeliverySpans {
+        let events = Arc::new(events);
+        let spans = DeliverySpans {
             tracing: Some(tracing),
-            recorded: Mutex::new(EncodedSpans::with_capacity(attempts.len())),
-            started,
-            attempts,
-        }
+            recorded: Mutex::new(Vec::with_capacity(attempts.len())),
+            batch: DeliveryBatch {
+                started,
+                attempts,
+                events: events.clone(),
+                recorded: Vec::new(),
+            },
+        };
+        (events, spans)
     }
 
-    /// Records the span of the event at `position` of `events` (the batch as started): it ended at
-    /// `answered` with `outcome`. An event not tried (deferred) has no span: call nothing.
-    pub fn record(
-        &self,
-        events: &[Event],
-        position: usize,
-        answered: SystemTime,
-        outcome: DeliveryOutcome<'_>,
-    ) {
-        let (Some(_), Some(attempt), Some(event)) = (
-            &self.tracing,
-            self.attempts.get(position),
-            events.get(position),
-        ) else {
-            return;
-        };
-        if !attempt.sampled {
+    /// Records the span of the event at `position` of the batch: it ended at `answered` with
+    /// `outcome`. An event not tried (deferred) has no span: call nothing.
+    pub fn record(&self, position: usize, answered: SystemTime, outcome: DeliveryOutcome<'_>) {
+        let sampled = self
+            .batch
+            .attempts
+            .get(position)
+            .is_some_and(|attempt| attempt.sampled);
+        if self.tracing.is_none() || !sampled {
             return;
         }
+        let outcome = match outcome {
+            DeliveryOutcome::Delivered => Ended::Delivered,
+            DeliveryOutcome::Retryable(error) => Ended::Retryable(error.into()),
+            DeliveryOutcome::Failed(error) => Ended::Failed(error.into()),
+            DeliveryOutcome::Stale => Ended::Stale,
+        };
+        self.recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Recorded {
+                position,
+                answered,
+                outcome,
+            });
+    }
+}
+
+impl DeliveryBatch {
+    /// Writes the span of one recorded attempt.
+    fn encode(&self, recorded: &Recorded, out: &mut EncodedSpans) {
+        let Recorded {
+            position,
+            answered,
+            outcome,
+        } = recorded;
+        let (Some(attempt), Some(event)) =
+            (self.attempts.get(*position), self.events.get(*position))
+        else {
+            return;
+        };
+        let outcome = match outcome {
+            Ended::Delivered => DeliveryOutcome::Delivered,
+            Ended::Retryable(error) => DeliveryOutcome::Retryable(error),
+            Ended::Failed(error) => DeliveryOutcome::Failed(error),
+            Ended::Stale => DeliveryOutcome::Stale,
+        };
+        let answered = *answered;
         let number = event.attempt.max(1);
         let stale = outcome == DeliveryOutcome::Stale;
         let own;
@@ -213,10 +279,7 @@ impl DeliverySpans {
             links: &links,
             status,
         };
-        self.recorded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(&span);
+        out.push(&span);
     }
 
     /// A sampled span context of this event's trace state.
@@ -231,13 +294,37 @@ impl DeliverySpans {
     }
 }
 
+impl SpanBatch for DeliveryBatch {
+    fn len(&self) -> usize {
+        self.recorded.len()
+    }
+
+    fn truncate(&mut self, spans: usize) {
+        self.recorded.truncate(spans);
+    }
+
+    fn encode_into(&self, out: &mut EncodedSpans) {
+        for recorded in &self.recorded {
+            self.encode(recorded, out);
+        }
+    }
+}
+
 impl Drop for DeliverySpans {
     fn drop(&mut self) {
-        if let Some(tracing) = &self.tracing {
-            let recorded =
-                std::mem::take(self.recorded.get_mut().unwrap_or_else(|e| e.into_inner()));
-            tracing.record(recorded);
+        let Some(tracing) = &self.tracing else {
+            return;
+        };
+        let recorded = std::mem::take(self.recorded.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if recorded.is_empty() {
+            return;
         }
+        tracing.record(Box::new(DeliveryBatch {
+            started: self.batch.started,
+            attempts: std::mem::take(&mut self.batch.attempts),
+            events: self.batch.events.clone(),
+            recorded,
+        }));
     }
 }
 

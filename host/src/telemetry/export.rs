@@ -1,6 +1,6 @@
-//! Spans out: a bounded queue of finished OTLP spans that a thread of its own sends in batches
-//! (`collector.rs`), the sampler, and the count of every span recorded, exported, failed or
-//! dropped.
+//! Spans out: a bounded queue of recorded spans that a thread of its own encodes as OTLP and
+//! sends in batches (`collector.rs`), the sampler, and the count of every span recorded,
+//! exported, failed or dropped.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +24,33 @@ const EXPORT_DELAY: Duration = Duration::from_millis(500);
 
 /// How long [`Exporting::shutdown`] waits for the last exports.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// Spans recorded and waiting for export, encoded as OTLP by the export thread: a batch's
+/// delivery spans are encoded there, off the delivery loop.
+pub(super) trait SpanBatch: Send {
+    /// Spans held.
+    fn len(&self) -> usize;
+
+    /// Keeps the first `spans` spans.
+    fn truncate(&mut self, spans: usize);
+
+    /// Appends the spans, encoded, to `out`.
+    fn encode_into(&self, out: &mut EncodedSpans);
+}
+
+impl SpanBatch for EncodedSpans {
+    fn len(&self) -> usize {
+        EncodedSpans::len(self)
+    }
+
+    fn truncate(&mut self, spans: usize) {
+        EncodedSpans::truncate(self, spans);
+    }
+
+    fn encode_into(&self, out: &mut EncodedSpans) {
+        out.append(self);
+    }
+}
 
 /// Why tracing could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +82,7 @@ struct Shared {
 /// The spans waiting for export, as recorded (a batch's delivery spans together).
 #[derive(Default)]
 struct Queue {
-    parts: VecDeque<EncodedSpans>,
+    parts: VecDeque<Box<dyn SpanBatch>>,
     /// Spans in `parts`.
     spans: usize,
     /// Set at shutdown: the thread exports what is queued and ends; nothing more is queued.
@@ -94,9 +121,14 @@ impl Exporting {
                 let (shared, metrics) = (shared.clone(), metrics.clone());
                 move || {
                     while let Some(parts) = shared.next_batch() {
-                        let spans = parts.iter().map(EncodedSpans::len).sum::<usize>();
-                        let body = origin.request(&parts);
+                        let spans = parts.iter().map(|part| part.len()).sum::<usize>();
+                        let mut encoded = EncodedSpans::with_capacity(spans);
+                        for part in &parts {
+                            part.encode_into(&mut encoded);
+                        }
                         drop(parts);
+                        let body = origin.request(std::slice::from_ref(&encoded));
+                        drop(encoded);
                         // Sent on the host's runtime; a runtime that has stopped drops the task, and
                         // the batch counts as failed.
                         let (sent, answer) = std::sync::mpsc::sync_channel(1);
@@ -141,8 +173,8 @@ impl Exporting {
 
     /// Queues `spans` for export; drops those that do not fit the queue (counted), and all of
     /// them after shutdown.
-    pub(super) fn record(&self, mut spans: EncodedSpans) {
-        if spans.is_empty() {
+    pub(super) fn record(&self, mut spans: Box<dyn SpanBatch>) {
+        if spans.len() == 0 {
             return;
         }
         let count = spans.len();
@@ -205,7 +237,7 @@ impl Shared {
 
     /// The next spans to export: [`EXPORT_BATCH`] as soon as they are queued, else what is
     /// queued when [`EXPORT_DELAY`] has passed; `None` once the queue is closed and empty.
-    fn next_batch(&self) -> Option<Vec<EncodedSpans>> {
+    fn next_batch(&self) -> Option<Vec<Box<dyn SpanBatch>>> {
         let mut queue = self.lock();
         let mut deadline = Instant::now() + EXPORT_DELAY;
         loop {

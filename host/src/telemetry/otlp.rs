@@ -103,14 +103,16 @@ impl EncodedSpans {
         self.ends.push(self.bytes.len());
     }
 
+    /// Appends the spans of `other`.
+    pub fn append(&mut self, other: &EncodedSpans) {
+        let offset = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes);
+        self.ends.extend(other.ends.iter().map(|end| end + offset));
+    }
+
     /// Spans held.
     pub fn len(&self) -> usize {
         self.ends.len()
-    }
-
-    /// Whether none are held.
-    pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
     }
 
     /// Keeps the first `spans` spans.

@@ -2,6 +2,8 @@
 //! and mark each part of the answer, fenced on the partition, as soon as it comes (each sink's
 //! events when that sink answers), while the other sinks go on.
 
+use std::sync::Arc;
+
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::SemaphorePermit;
 
@@ -35,8 +37,8 @@ impl Worker {
         }
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
-        let mut events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
-        let spans = self.start_spans(&mut events);
+        let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let (events, spans) = self.start_spans(events);
         let rows = ClaimedRows {
             events: &events,
             created_at_ms: &created_at_ms,
@@ -68,9 +70,9 @@ impl Worker {
 }
 
 impl Worker {
-    /// The delivery spans of a batch about to publish; each event then carries the context its
-    /// sink forwards (tracing on).
-    pub(super) fn start_spans(&self, events: &mut [Event]) -> DeliverySpans {
+    /// The delivery spans of a batch about to publish, and its events (shared with them); each
+    /// event then carries the context its sink forwards (tracing on).
+    pub(super) fn start_spans(&self, events: Vec<Event>) -> (Arc<Vec<Event>>, DeliverySpans) {
         self.telemetry
             .deliveries(events, |event_type| self.publisher.sink_for(event_type))
     }

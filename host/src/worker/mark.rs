@@ -127,7 +127,7 @@ impl Worker {
                 _ => None, // deferred: not tried, no attempt spent, no span
             };
             if let Some(attempt) = attempt {
-                spans.record(events, position, answered, attempt);
+                spans.record(position, answered, attempt);
             }
             let status = status_logged(fate);
             // The producer's trace id, when the event carries one: its log lines join its trace.

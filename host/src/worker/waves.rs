@@ -55,8 +55,8 @@ impl Worker {
     ) -> Result<BatchStats, WorkerError> {
         let ClaimBatch { lease, events, .. } = batch;
         let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
-        let mut events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
-        let spans = self.start_spans(&mut events);
+        let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let (events, spans) = self.start_spans(events);
         let started = Instant::now();
         let mut outcomes: Vec<Option<Outcome>> = vec![None; events.len()];
         let mut held: HashSet<&str> = HashSet::new();
