@@ -510,6 +510,13 @@ limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"] }}
         kills >= 2,
         "the first kill put the partition in the guard's care: {kills}"
     );
+    let logs: String = (0..=kills)
+        .map(|n| std::fs::read_to_string(dir.path().join(format!("host-{n}.log"))).unwrap())
+        .collect();
+    assert!(
+        logs.contains("status=\"crash_guard\""),
+        "the takeovers are logged: {logs}"
+    );
 }
 
 /// `run` with no `[[sink]]` (no config file at all, or one without sinks) refuses to start with

@@ -51,6 +51,8 @@ pub struct PartitionView {
     pub released: u64,
     /// See `taken`.
     pub lost: u64,
+    /// Partitions taken from a host whose lease ran out, into the crash guard's care.
+    pub guarded: u64,
     /// Each owned partition and the age, in ms, of the oldest row of its last read (0: none).
     pub lag_ms: BTreeMap<u32, i64>,
 }
@@ -147,11 +149,13 @@ impl PartitionMetrics {
         self.hosts.get_or_create(&labels).set(i64::from(hosts));
     }
 
-    /// Counts `count` partitions of `app_code` `taken`, `released` or `lost`.
+    /// Counts `count` partitions of `app_code` `taken`, `released`, `lost` or `guarded` (taken
+    /// into the crash guard's care).
     pub fn count_change(&self, app_code: &str, change: &'static str, count: usize) {
         self.update_view(app_code, |view| match change {
             "taken" => view.taken += count as u64,
             "released" => view.released += count as u64,
+            "guarded" => view.guarded += count as u64,
             _ => view.lost += count as u64,
         });
         if count > 0 {
@@ -213,9 +217,11 @@ mod tests {
         metrics.set_lag("app", 9, 0);
         metrics.forget_lag("app", 9);
         metrics.count_change("app", "lost", 1);
+        metrics.count_change("app", "guarded", 2);
         let [view] = metrics.view().try_into().unwrap();
         assert_eq!((view.owned, view.share, view.hosts), (3, 32, 2));
-        assert_eq!((view.taken, view.lost), (3, 1));
+        assert_eq!((view.taken, view.lost, view.guarded), (3, 1, 2));
+        assert_eq!(metrics.changes("app", "guarded"), 2);
         assert_eq!(
             view.lag_ms.into_iter().collect::<Vec<_>>(),
             vec![(7, 1_500)]

@@ -388,6 +388,7 @@ impl Worker {
             }
             metrics.count_change(app_code, "released", released);
             metrics.count_change(app_code, "lost", lost.len());
+            metrics.count_change(app_code, "guarded", ownership.careful.len());
             let node_id = &self.options.node_id;
             if !lost.is_empty() {
                 warn!(node_id = %node_id, host_id = %book.host_id, app_code = %app_code, lost = ?lost,

@@ -86,11 +86,11 @@ pub(crate) fn render(view: &Overview, caller: &Caller) -> String {
 fn partitions(views: &[PartitionView]) -> Markup {
     html! {
         table.counts {
-            (heads(&["app code", "owned", "share", "hosts", "taken", "released", "lost", "lag (partition: age of its oldest row)"]))
+            (heads(&["app code", "owned", "share", "hosts", "taken", "released", "lost", "crash guard", "lag (partition: age of its oldest row)"]))
             @for view in views {
                 tr {
                     td { (view.app_code) }
-                    @for n in [view.owned as u64, u64::from(view.share), u64::from(view.hosts), view.taken, view.released, view.lost] {
+                    @for n in [view.owned as u64, u64::from(view.share), u64::from(view.hosts), view.taken, view.released, view.lost, view.guarded] {
                         td.num { (n) }
                     }
                     td {
@@ -181,6 +181,7 @@ mod tests {
             taken: 34,
             released: 2,
             lost: 1,
+            guarded: 5,
             lag_ms: [(3, 0), (17, 90_000)].into_iter().collect(),
         };
         let html = partitions(&[view]).into_string();
@@ -189,7 +190,7 @@ mod tests {
             .skip(1)
             .map(|cell| cell.split('<').next().unwrap())
             .collect();
-        assert_eq!(cells, ["2", "32", "2", "34", "2", "1"]);
+        assert_eq!(cells, ["2", "32", "2", "34", "2", "1", "5"]);
         assert!(html.contains("<td>live</td>"), "{html}");
         assert!(html.contains("3: ") && html.contains("17: "), "{html}");
     }
