@@ -124,10 +124,14 @@ impl Careful {
     /// The state after a host takes the partition over: from a host whose lease ran out
     /// (`expired`) a window of `window` rows in batches of half of it; already in care, with a
     /// batch in flight, its batch size halved, or with a one-row batch in flight, that row
-    /// suspect; taken free (released by its owner) or with no batch in flight, unchanged.
+    /// suspect; taken free (released by its owner, which did not die publishing), the same
+    /// care with nothing suspect; with no batch in flight, unchanged.
     pub fn after_takeover(&self, expired: bool, window: u32) -> Careful {
         match (expired, self.active(), &self.suspect) {
-            (false, _, _) => self.clone(),
+            (false, _, _) => Careful {
+                suspect: None,
+                ..self.clone()
+            },
             (true, false, _) => Careful {
                 size: (window / 2).max(1),
                 left: window.max(1),
@@ -219,7 +223,11 @@ mod tests {
         // One row announced and its host dead too: the next owner gets the suspect.
         let announced = careful(1, 1000, Some("e7"));
         assert_eq!(announced.after_takeover(true, 1000), announced);
-        assert_eq!(announced.after_takeover(false, 1000), announced, "released");
+        assert_eq!(
+            announced.after_takeover(false, 1000),
+            careful(1, 1000, None),
+            "released: its owner did not die publishing it"
+        );
         assert_eq!(
             careful(2, 1000, Some("e7")).after_takeover(true, 1000),
             careful(1, 1000, None)
