@@ -75,6 +75,8 @@ struct DeliveryBatch {
     attempts: Vec<Attempt>,
     events: Arc<Vec<Event>>,
     recorded: Vec<Recorded>,
+    /// The bytes of `events` (their bodies and ids), kept alive until the spans are encoded.
+    retained: usize,
 }
 
 impl DeliverySpans {
@@ -88,6 +90,7 @@ impl DeliverySpans {
                 attempts: Vec::new(),
                 events: events.clone(),
                 recorded: Vec::new(),
+                retained: 0,
             },
             recorded: Mutex::default(),
         };
@@ -160,6 +163,7 @@ impl DeliverySpans {
                 attempts,
                 events: events.clone(),
                 recorded: Vec::new(),
+                retained: 0,
             },
         };
         (events, spans)
@@ -308,6 +312,10 @@ impl SpanBatch for DeliveryBatch {
             self.encode(recorded, out);
         }
     }
+
+    fn retained_bytes(&self) -> usize {
+        self.retained
+    }
 }
 
 impl Drop for DeliverySpans {
@@ -319,11 +327,25 @@ impl Drop for DeliverySpans {
         if recorded.is_empty() {
             return;
         }
+        let retained = self
+            .batch
+            .events
+            .iter()
+            .map(|e| {
+                std::mem::size_of::<Event>()
+                    + e.body.len()
+                    + e.event_id.len()
+                    + e.app_code.len()
+                    + e.room_id.len()
+                    + e.event_type.len()
+            })
+            .sum();
         tracing.record(Box::new(DeliveryBatch {
             started: self.batch.started,
             attempts: std::mem::take(&mut self.batch.attempts),
             events: self.batch.events.clone(),
             recorded,
+            retained,
         }));
     }
 }

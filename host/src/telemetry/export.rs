@@ -22,6 +22,11 @@ const EXPORT_BATCH: usize = 2048;
 /// Longest wait before queued spans are exported (fewer than [`EXPORT_BATCH`] of them).
 const EXPORT_DELAY: Duration = Duration::from_millis(500);
 
+/// Most bytes of events that recorded spans may keep alive until the export thread encodes them
+/// (a batch's spans share its events): beyond it, as when the collector is slow or away, a
+/// batch's spans are encoded when recorded, and its events freed at once.
+const MAX_RETAINED_BYTES: usize = 16 << 20;
+
 /// How long [`Exporting::shutdown`] waits for the last exports.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
@@ -36,6 +41,11 @@ pub(super) trait SpanBatch: Send {
 
     /// Appends the spans, encoded, to `out`.
     fn encode_into(&self, out: &mut EncodedSpans);
+
+    /// Bytes kept alive until the spans are encoded (the events they are encoded from).
+    fn retained_bytes(&self) -> usize {
+        0
+    }
 }
 
 impl SpanBatch for EncodedSpans {
@@ -77,6 +87,8 @@ struct Shared {
     ready: Condvar,
     /// Spans recorded and not yet exported or failed: at most `queue_size`.
     queued: AtomicUsize,
+    /// Bytes the queued spans keep alive until encoded: at most [`MAX_RETAINED_BYTES`].
+    retained: AtomicUsize,
 }
 
 /// The spans waiting for export, as recorded (a batch's delivery spans together).
@@ -111,6 +123,7 @@ impl Exporting {
             queue: Mutex::default(),
             ready: Condvar::new(),
             queued: AtomicUsize::new(0),
+            retained: AtomicUsize::new(0),
         });
         let metrics = metrics.traces().clone();
         let (done, finished) = std::sync::mpsc::channel();
@@ -122,11 +135,13 @@ impl Exporting {
                 move || {
                     while let Some(parts) = shared.next_batch() {
                         let spans = parts.iter().map(|part| part.len()).sum::<usize>();
+                        let retained = parts.iter().map(|part| part.retained_bytes()).sum();
                         let mut encoded = EncodedSpans::with_capacity(spans);
                         for part in &parts {
                             part.encode_into(&mut encoded);
                         }
                         drop(parts);
+                        shared.retained.fetch_sub(retained, Ordering::AcqRel);
                         let body = origin.request(std::slice::from_ref(&encoded));
                         drop(encoded);
                         // Sent on the host's runtime; a runtime that has stopped drops the task, and
@@ -195,14 +210,33 @@ impl Exporting {
             return;
         }
         spans.truncate(fit);
+        let mut retained = spans.retained_bytes();
+        if retained > 0
+            && self.shared.retained.load(Ordering::Acquire) + retained > MAX_RETAINED_BYTES
+        {
+            // The export thread is behind: encode now rather than keep the events alive.
+            let mut encoded = EncodedSpans::with_capacity(fit);
+            spans.encode_into(&mut encoded);
+            spans = Box::new(encoded);
+            retained = 0;
+        }
+        // Counted as queued: what the part holds now (an encoding may write fewer spans).
+        let count = spans.len().min(fit);
+        if count < fit {
+            self.shared.queued.fetch_sub(fit - count, Ordering::AcqRel);
+        }
+        if count == 0 {
+            return;
+        }
+        self.shared.retained.fetch_add(retained, Ordering::AcqRel);
         let was = queue.spans;
-        queue.spans += fit;
+        queue.spans += count;
         queue.parts.push_back(spans);
         if was < EXPORT_BATCH && queue.spans >= EXPORT_BATCH {
             self.shared.ready.notify_one();
         }
         drop(queue);
-        self.metrics.count("recorded", fit as u64);
+        self.metrics.count("recorded", count as u64);
     }
 
     /// Exports what is queued and stops the export thread (blocking: at most [`SHUTDOWN_WAIT`]
@@ -267,7 +301,93 @@ impl Shared {
             spans += part.len();
             taken.push(part);
         }
-        queue.spans -= spans;
+        queue.spans = if queue.parts.is_empty() {
+            0
+        } else {
+            queue.spans.saturating_sub(spans)
+        };
         Some(taken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::{EncodedSpans, Exporting, MAX_RETAINED_BYTES, SpanBatch};
+    use crate::config::TraceExport;
+    use crate::metrics::Metrics;
+
+    /// Spans that keep `retained` bytes alive until encoded, counting their encodings.
+    struct Heavy {
+        spans: usize,
+        retained: usize,
+        encoded: Arc<AtomicUsize>,
+    }
+
+    impl SpanBatch for Heavy {
+        fn len(&self) -> usize {
+            self.spans
+        }
+
+        fn truncate(&mut self, spans: usize) {
+            self.spans = self.spans.min(spans);
+        }
+
+        fn encode_into(&self, _out: &mut EncodedSpans) {
+            self.encoded.fetch_add(1, Ordering::SeqCst);
+        }
+
+        fn retained_bytes(&self) -> usize {
+            self.retained
+        }
+    }
+
+    /// A collector that is away keeps the export thread waiting: the spans queued meanwhile keep
+    /// at most `MAX_RETAINED_BYTES` of events alive; the batches past it are encoded when
+    /// recorded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_spans_keep_a_bounded_amount_of_events_alive() {
+        let traces = TraceExport {
+            endpoint: "http://127.0.0.1:9/v1/traces".into(),
+            service_name: "test".into(),
+            resource: Vec::new(),
+            sampling_ratio: 1.0,
+            headers: Default::default(),
+            timeout: Duration::from_millis(200),
+            queue_size: 65_536,
+        };
+        let exporting = Exporting::start(&traces, "node", Metrics::new()).unwrap();
+        let encoded = Arc::new(AtomicUsize::new(0));
+        let batch = 1 << 20;
+        for _ in 0..40 {
+            exporting.record(Box::new(Heavy {
+                spans: 10,
+                retained: batch,
+                encoded: encoded.clone(),
+            }));
+        }
+        let retained = exporting.shared.retained.load(Ordering::SeqCst);
+        assert!(
+            retained <= MAX_RETAINED_BYTES,
+            "{retained} bytes kept alive"
+        );
+        // 400 spans wait for the export delay (fewer than a batch): 16 batches were kept whole,
+        // the 24 past the bound encoded at once (into no span: this fake writes none, and an
+        // empty part is not queued).
+        assert_eq!(retained, 16 * batch);
+        assert_eq!(encoded.load(Ordering::SeqCst), 24);
+        assert_eq!(exporting.shared.queued.load(Ordering::SeqCst), 160);
+        let started = std::time::Instant::now();
+        exporting.shutdown();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(exporting.shared.retained.load(Ordering::SeqCst), 0);
+        assert_eq!(exporting.shared.queued.load(Ordering::SeqCst), 0);
     }
 }
