@@ -1,7 +1,8 @@
 //! The `traced` shape's trace collector: an OTLP/HTTP endpoint on loopback that takes every
 //! export (reads the whole request, answers 200 with an empty `ExportTraceServiceResponse`) and
-//! counts requests and bytes. It decodes nothing: a real collector runs elsewhere, and its cost
-//! is not the host's.
+//! counts requests and bytes. It decodes nothing, and runs on a thread and runtime of its own: a
+//! real collector runs elsewhere, and its cost is not the host's (it still shares the machine's
+//! cores).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,56 +16,40 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 
 /// The running endpoint; stops when dropped.
 pub struct Collector {
     addr: SocketAddr,
     requests: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
-    task: JoinHandle<()>,
+    /// Ends the collector's thread when sent or dropped.
+    stop: Option<oneshot::Sender<()>>,
 }
 
 impl Collector {
-    /// Listens on a loopback port.
-    pub async fn start() -> std::io::Result<Collector> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// Listens on a loopback port, served by a thread of its own.
+    pub fn start() -> std::io::Result<Collector> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
         let bytes = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn({
-            let (requests, bytes) = (requests.clone(), bytes.clone());
-            async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    let (requests, bytes) = (requests.clone(), bytes.clone());
-                    tokio::spawn(async move {
-                        let service = service_fn(move |request: Request<Incoming>| {
-                            let (requests, bytes) = (requests.clone(), bytes.clone());
-                            async move {
-                                let body = request.into_body().collect().await;
-                                let read = body.map(|b| b.to_bytes().len()).unwrap_or(0);
-                                requests.fetch_add(1, Ordering::Relaxed);
-                                bytes.fetch_add(read as u64, Ordering::Relaxed);
-                                let answer = Response::builder()
-                                    .status(200)
-                                    .header("content-type", "application/x-protobuf")
-                                    .body(Full::new(Bytes::new()))
-                                    .expect("valid response");
-                                Ok::<_, Infallible>(answer)
-                            }
-                        });
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-            }
-        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("bench-collector".into())
+            .spawn({
+                let (requests, bytes) = (requests.clone(), bytes.clone());
+                move || runtime.block_on(serve(listener, requests, bytes, stopped))
+            })?;
         Ok(Collector {
             addr,
             requests,
             bytes,
-            task,
+            stop: Some(stop),
         })
     }
 
@@ -84,6 +69,51 @@ impl Collector {
 
 impl Drop for Collector {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Takes connections on `listener` until `stopped`, each request counted in `requests` and
+/// `bytes`.
+async fn serve(
+    listener: std::net::TcpListener,
+    requests: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let Ok(listener) = TcpListener::from_std(listener) else {
+        return;
+    };
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => return,
+            },
+        };
+        let (requests, bytes) = (requests.clone(), bytes.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<Incoming>| {
+                let (requests, bytes) = (requests.clone(), bytes.clone());
+                async move {
+                    let body = request.into_body().collect().await;
+                    let read = body.map(|b| b.to_bytes().len()).unwrap_or(0);
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    bytes.fetch_add(read as u64, Ordering::Relaxed);
+                    let answer = Response::builder()
+                        .status(200)
+                        .header("content-type", "application/x-protobuf")
+                        .body(Full::new(Bytes::new()))
+                        .expect("valid response");
+                    Ok::<_, Infallible>(answer)
+                }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
     }
 }

@@ -334,7 +334,7 @@ async fn drain_traced(
     options: &BenchOptions,
     publisher: Arc<dyn Publisher>,
 ) -> Result<(u64, u64, u64), BenchError> {
-    let collector = Collector::start().await.map_err(BenchError::Collector)?;
+    let collector = Collector::start().map_err(BenchError::Collector)?;
     let metrics = Metrics::default();
     let export = TraceExport {
         endpoint: format!("{}/v1/traces", collector.endpoint()),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::trace::{SpanContext, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample};
+use tracing::error;
 
 use super::collector::CollectorClient;
 use super::otlp::{EncodedSpans, Origin};
@@ -102,14 +103,14 @@ struct Queue {
 }
 
 impl Exporting {
-    /// The exporter and its thread, as `traces` says, for the host `node_id`. Exports are sent
-    /// on the current Tokio runtime.
+    /// The exporter and its thread, as `traces` says, for the host `node_id`. The thread sends
+    /// the exports on a runtime of its own.
     pub(super) fn start(
         traces: &TraceExport,
         node_id: &str,
         metrics: Metrics,
     ) -> Result<Exporting, TelemetryError> {
-        let client = Arc::new(CollectorClient::new(traces));
+        let client = CollectorClient::new(traces);
         let mut attributes = vec![
             (
                 "service.version".to_string(),
@@ -127,12 +128,20 @@ impl Exporting {
         });
         let metrics = metrics.traces().clone();
         let (done, finished) = std::sync::mpsc::channel();
-        let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name("outboxd-trace-export".into())
             .spawn({
                 let (shared, metrics) = (shared.clone(), metrics.clone());
                 move || {
+                    // The thread's own runtime sends the exports: the HTTP client never runs
+                    // on (or queues behind) the delivery loops' runtime.
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .inspect_err(|e| {
+                            error!(error = %e, "cannot start the trace export's runtime: every span fails");
+                        })
+                        .ok();
                     while let Some(parts) = shared.next_batch() {
                         let spans = parts.iter().map(|part| part.len()).sum::<usize>();
                         let retained = parts.iter().map(|part| part.retained_bytes()).sum();
@@ -144,17 +153,8 @@ impl Exporting {
                         shared.retained.fetch_sub(retained, Ordering::AcqRel);
                         let body = origin.request(std::slice::from_ref(&encoded));
                         drop(encoded);
-                        // Sent on the host's runtime; a runtime that has stopped drops the task, and
-                        // the batch counts as failed.
-                        let (sent, answer) = std::sync::mpsc::sync_channel(1);
-                        let client = client.clone();
-                        runtime.spawn(async move {
-                            let _ = sent.send(client.export(body).await);
-                        });
-                        let failed = match answer.recv() {
-                            Ok(Some(rejected)) => rejected.min(spans),
-                            Ok(None) | Err(_) => spans,
-                        };
+                        let answer = runtime.as_ref().and_then(|r| r.block_on(client.export(body)));
+                        let failed = answer.map_or(spans, |rejected| rejected.min(spans));
                         shared.queued.fetch_sub(spans, Ordering::AcqRel);
                         metrics.count("exported", (spans - failed) as u64);
                         metrics.count("failed", failed as u64);
