@@ -6,7 +6,7 @@
 # For ROUNDS rounds, on a fresh database each round (outboxd first on odd rounds, graphile-worker
 # first on even ones, so neither always goes first):
 #   - outboxd: `outboxd-bench --events EVENTS --shapes raw-1idx,outboxd` through the chaos plugin:
-#     the default config (batch 1000, 1 loop, leased), and the raw two-write SQL loop on a table
+#     the default config (batch 1000, 1 loop, partitions), and the raw two-write SQL loop on a table
 #     with only the primary key and one claim index (the yardstick `vs 1idx`);
 #   - graphile-worker (bench/graphile/drain.mjs): EVENTS jobs added, then worker processes with a
 #     no-op task timed from the start of their runners until the job table is empty, once per

@@ -28,6 +28,9 @@ const EXPORT_DELAY: Duration = Duration::from_millis(500);
 /// batch's spans are encoded when recorded, and its events freed at once.
 const MAX_RETAINED_BYTES: usize = 16 << 20;
 
+/// The export thread's nice value: below the delivery loops' share of a busy machine.
+const EXPORT_NICE: libc::c_int = 10;
+
 /// How long [`Exporting::shutdown`] waits for the last exports.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
@@ -133,6 +136,7 @@ impl Exporting {
             .spawn({
                 let (shared, metrics) = (shared.clone(), metrics.clone());
                 move || {
+                    yield_to_delivery();
                     // The thread's own runtime sends the exports: the HTTP client never runs
                     // on (or queues behind) the delivery loops' runtime.
                     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -246,6 +250,21 @@ impl Exporting {
         if let Ok(finished) = self.finished.lock() {
             let _ = finished.recv_timeout(SHUTDOWN_WAIT);
         }
+    }
+}
+
+/// Lowers the calling thread's CPU priority to nice [`EXPORT_NICE`] (on Linux nice is per thread),
+/// so that encoding and sending spans yield the cores to the delivery loops and the database
+/// while they are busy; the export catches up when they are not (spans wait in the queue).
+fn yield_to_delivery() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take and return plain integers and touch no memory.
+    unsafe {
+        let _ = libc::setpriority(
+            libc::PRIO_PROCESS,
+            libc::gettid() as libc::id_t,
+            EXPORT_NICE,
+        );
     }
 }
 
