@@ -339,7 +339,7 @@ bench-partitions: release
 	bash bench/partitions.sh
 
 ## bench-tracing: the drain with tracing off and on (every span exported over OTLP to a collector
-## on loopback), each alone on a fresh database, 200k events over 500 rooms, three rounds on three
+## on loopback), each alone on a fresh database, 200k events over 500 rooms, five rounds on three
 ## databases (bench/tracing.sh).
 bench-tracing: release
 	bash bench/tracing.sh

@@ -7,14 +7,14 @@
 # rounds), so neither always runs on a machine the other warmed. Per database: each round's
 # on / off ratio, and the ratio of the median rates.
 #
-# Environment: EVENTS (200000), ROOMS (500), ROUNDS (3), DATABASES (default "sqlite mariadb
+# Environment: EVENTS (200000), ROOMS (500), ROUNDS (5), DATABASES (default "sqlite mariadb
 # postgres"), and those of bench/lib.sh.
 set -euo pipefail
 DATABASES=${DATABASES:-sqlite mariadb postgres}
 source "$(dirname "$0")/lib.sh"
 EVENTS=${EVENTS:-200000}
 ROOMS=${ROOMS:-500}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 
 header "tracing: $EVENTS events over $ROOMS rooms, tracing off and on, each drain alone"
 : > "$WORK/rates"

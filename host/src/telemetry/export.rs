@@ -28,7 +28,8 @@ const EXPORT_DELAY: Duration = Duration::from_millis(500);
 /// batch's spans are encoded when recorded, and its events freed at once.
 const MAX_RETAINED_BYTES: usize = 16 << 20;
 
-/// The export thread's nice value: below the delivery loops' share of a busy machine.
+/// How much the export thread lowers its priority (its nice value above the host's, at most 19):
+/// below the delivery loops' share of a busy machine.
 const EXPORT_NICE: libc::c_int = 10;
 
 /// How long [`Exporting::shutdown`] waits for the last exports.
@@ -253,18 +254,14 @@ impl Exporting {
     }
 }
 
-/// Lowers the calling thread's CPU priority to nice [`EXPORT_NICE`] (on Linux nice is per thread),
-/// so that encoding and sending spans yield the cores to the delivery loops and the database
-/// while they are busy; the export catches up when they are not (spans wait in the queue).
+/// Lowers the calling thread's CPU priority by [`EXPORT_NICE`] (on Linux nice is per thread), so
+/// that encoding and sending spans yield the cores to the delivery loops and the database while
+/// they are busy; the export catches up when they are not (spans wait in the queue).
 fn yield_to_delivery() {
     #[cfg(target_os = "linux")]
-    // SAFETY: gettid and setpriority take and return plain integers and touch no memory.
+    // SAFETY: nice takes and returns a plain integer and touches no memory of ours.
     unsafe {
-        let _ = libc::setpriority(
-            libc::PRIO_PROCESS,
-            libc::gettid() as libc::id_t,
-            EXPORT_NICE,
-        );
+        let _ = libc::nice(EXPORT_NICE);
     }
 }
 
@@ -408,5 +405,60 @@ mod tests {
         );
         assert_eq!(exporting.shared.retained.load(Ordering::SeqCst), 0);
         assert_eq!(exporting.shared.queued.load(Ordering::SeqCst), 0);
+    }
+
+    /// The export thread runs below the delivery loops' priority (Linux: its own nice value in
+    /// `/proc`, [`super::EXPORT_NICE`] above the one of the thread that started it).
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_export_thread_yields_the_cores_to_delivery() {
+        let traces = TraceExport {
+            endpoint: "http://127.0.0.1:9/v1/traces".into(),
+            service_name: "test".into(),
+            resource: Vec::new(),
+            sampling_ratio: 1.0,
+            headers: Default::default(),
+            timeout: Duration::from_millis(200),
+            queue_size: 16,
+        };
+        // The nice value of each thread of this process named `comm` (field 19 of its stat,
+        // after the parenthesised name).
+        let nice_of = |comm: &str| -> Vec<i64> {
+            let mut found = Vec::new();
+            for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                if name.trim_end() != comm {
+                    continue;
+                }
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+                let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+                // Fields from the third (state) on: nice is the 19th field, the 17th here.
+                found.push(after_name.split(' ').nth(16).unwrap().parse().unwrap());
+            }
+            found
+        };
+        let this = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let this: i64 = this[this.rfind(')').unwrap() + 2..]
+            .split(' ')
+            .nth(16)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let lowered = (this + i64::from(super::EXPORT_NICE)).min(19);
+        assert!(lowered > this, "this thread's nice: {this}");
+        let exporting = Exporting::start(&traces, "node", Metrics::new()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        // The thread lowers its priority as it starts: wait for it to be there and lowered.
+        let mut niced = nice_of("outboxd-trace-e");
+        while niced != [lowered] && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            niced = nice_of("outboxd-trace-e");
+        }
+        assert_eq!(
+            niced,
+            [lowered],
+            "the export thread's nice; this thread's: {this}"
+        );
+        exporting.shutdown();
     }
 }
