@@ -361,20 +361,26 @@ mod tests {
         }
     }
 
-    /// A collector that is away keeps the export thread waiting: the spans queued meanwhile keep
-    /// at most `MAX_RETAINED_BYTES` of events alive; the batches past it are encoded when
-    /// recorded.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn queued_spans_keep_a_bounded_amount_of_events_alive() {
-        let traces = TraceExport {
+    /// An export to a collector that is away (nothing listens on port 9), with a queue of
+    /// `queue_size` spans.
+    fn away_collector(queue_size: usize) -> TraceExport {
+        TraceExport {
             endpoint: "http://127.0.0.1:9/v1/traces".into(),
             service_name: "test".into(),
             resource: Vec::new(),
             sampling_ratio: 1.0,
             headers: Default::default(),
             timeout: Duration::from_millis(200),
-            queue_size: 65_536,
-        };
+            queue_size,
+        }
+    }
+
+    /// A collector that is away keeps the export thread waiting: the spans queued meanwhile keep
+    /// at most `MAX_RETAINED_BYTES` of events alive; the batches past it are encoded when
+    /// recorded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_spans_keep_a_bounded_amount_of_events_alive() {
+        let traces = away_collector(65_536);
         let exporting = Exporting::start(&traces, "node", Metrics::new()).unwrap();
         let encoded = Arc::new(AtomicUsize::new(0));
         let batch = 1 << 20;
@@ -412,17 +418,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_export_thread_yields_the_cores_to_delivery() {
-        let traces = TraceExport {
-            endpoint: "http://127.0.0.1:9/v1/traces".into(),
-            service_name: "test".into(),
-            resource: Vec::new(),
-            sampling_ratio: 1.0,
-            headers: Default::default(),
-            timeout: Duration::from_millis(200),
-            queue_size: 16,
-        };
-        // The nice value of each thread of this process named `comm` (field 19 of its stat,
-        // after the parenthesised name).
+        let traces = away_collector(16);
+        // The nice value of each thread of this process named `comm`.
         let nice_of = |comm: &str| -> Vec<i64> {
             let mut found = Vec::new();
             for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
@@ -430,20 +427,13 @@ mod tests {
                 if name.trim_end() != comm {
                     continue;
                 }
-                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
-                let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-                // Fields from the third (state) on: nice is the 19th field, the 17th here.
-                found.push(after_name.split(' ').nth(16).unwrap().parse().unwrap());
+                found.push(nice_in(
+                    &std::fs::read_to_string(task.path().join("stat")).unwrap(),
+                ));
             }
             found
         };
-        let this = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        let this: i64 = this[this.rfind(')').unwrap() + 2..]
-            .split(' ')
-            .nth(16)
-            .unwrap()
-            .parse()
-            .unwrap();
+        let this = nice_in(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
         let lowered = (this + i64::from(super::EXPORT_NICE)).min(19);
         assert!(lowered > this, "this thread's nice: {this}");
         let exporting = Exporting::start(&traces, "node", Metrics::new()).unwrap();
@@ -460,5 +450,17 @@ mod tests {
             "the export thread's nice; this thread's: {this}"
         );
         exporting.shutdown();
+    }
+
+    /// The nice value in a thread's `/proc/…/stat`: its 19th field (the 17th after the
+    /// parenthesised name).
+    #[cfg(target_os = "linux")]
+    fn nice_in(stat: &str) -> i64 {
+        stat[stat.rfind(')').unwrap() + 2..]
+            .split(' ')
+            .nth(16)
+            .unwrap()
+            .parse()
+            .unwrap()
     }
 }
