@@ -35,16 +35,32 @@ impl Collector {
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
         let bytes = Arc::new(AtomicU64::new(0));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
         let (stop, stopped) = oneshot::channel();
+        // The runtime is built (and dropped) on the thread: a runtime dropped where the caller's
+        // runtime runs would panic.
+        let (started, ready) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("bench-collector".into())
             .spawn({
                 let (requests, bytes) = (requests.clone(), bytes.clone());
-                move || runtime.block_on(serve(listener, requests, bytes, stopped))
+                move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build();
+                    match runtime {
+                        Ok(runtime) => {
+                            let _ = started.send(Ok(()));
+                            runtime.block_on(serve(listener, requests, bytes, stopped));
+                        }
+                        Err(e) => {
+                            let _ = started.send(Err(e));
+                        }
+                    }
+                }
             })?;
+        ready
+            .recv()
+            .map_err(|_| std::io::Error::other("the collector's thread ended as it started"))??;
         Ok(Collector {
             addr,
             requests,
