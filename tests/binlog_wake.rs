@@ -28,7 +28,7 @@ use outboxd::retry::RetryPolicy;
 use outboxd::store::{
     Backend as StoreBackend, ClaimBatch, ConnectOptions, CountsParams, DeliveryOrder, FailedRow,
     ListFailedParams, MarkParams, MarkReport, OutboxStore, Ownership, PartitionRead, PurgeParams,
-    RebalanceParams, RequeueParams, StatusCounts, StoreError, TableName,
+    RebalanceParams, Repartition, RequeueParams, StatusCounts, StoreError, TableName,
 };
 use outboxd::wake::{self, FeedError, Wake, WakeMode};
 use outboxd::worker::WorkerOptions;
@@ -108,6 +108,14 @@ impl OutboxStore for ClaimWatch {
     }
     async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
         self.inner.migrate().await
+    }
+
+    fn partitions(&self) -> u32 {
+        self.inner.partitions()
+    }
+
+    async fn repartition(&self, partitions: u32) -> Result<Repartition, StoreError> {
+        self.inner.repartition(partitions).await
     }
     async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError> {
         self.inner.enqueue(records).await

@@ -150,8 +150,12 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
     let table = TableName::default();
     let fence = own(&*store).await;
     for per_room in [false, true] {
-        let Bound { sql, args } =
-            partition_read_statement(Backend::Sqlite, &table, &reading(fence, 10, NOW, per_room));
+        let Bound { sql, args } = partition_read_statement(
+            Backend::Sqlite,
+            &table,
+            1,
+            &reading(fence, 10, NOW, per_room),
+        );
         check_searches(
             &format!("read (per_room: {per_room})"),
             &plan(&db, &sql, &args).await,

@@ -243,7 +243,8 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
         per_room,
     };
     for per_room in [false, true] {
-        let Bound { sql, args } = partition_read_statement(backend, &table, &read(per_room));
+        let Bound { sql, args } =
+            partition_read_statement(backend, &table, store.partitions(), &read(per_room));
         let plan = db.explain_analyze(&sql, &binds(&args)).await;
         check(
             backend,
@@ -307,7 +308,8 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
         ..read(per_room)
     };
     for per_room in [false, true] {
-        let Bound { sql, args } = partition_read_statement(backend, &table, &many(per_room));
+        let Bound { sql, args } =
+            partition_read_statement(backend, &table, store.partitions(), &many(per_room));
         let plan = db.explain_analyze(&sql, &binds(&args)).await;
         check(
             backend,

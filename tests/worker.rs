@@ -18,7 +18,7 @@ use outboxd::record::now_ms;
 use outboxd::retry::{RetryPolicy, Strategy};
 use outboxd::store::{
     ClaimBatch, CountsParams, DeliveryOrder, Disposition, Mark, MarkParams, OutboxStore,
-    PartitionRead, RebalanceParams, StoreError,
+    PartitionRead, RebalanceParams, Repartition, StoreError,
 };
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use support::{Backend, RawInsert, TestDb, record, wait_until};
@@ -954,7 +954,7 @@ async fn a_busy_partition_never_starves_another(backend: Backend) {
         return;
     };
     let store = db.store_default().await;
-    let partitions = outboxd::store::partition_count(backend);
+    let partitions = store.partitions();
     if partitions == 1 {
         return;
     }
@@ -1065,6 +1065,14 @@ impl OutboxStore for SpyStore {
     }
     async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
         self.inner.migrate().await
+    }
+
+    fn partitions(&self) -> u32 {
+        self.inner.partitions()
+    }
+
+    async fn repartition(&self, partitions: u32) -> Result<Repartition, StoreError> {
+        self.inner.repartition(partitions).await
     }
     async fn enqueue(&self, records: &[outboxd::record::Record]) -> Result<u64, StoreError> {
         self.inner.enqueue(records).await

@@ -28,8 +28,8 @@ use outboxd::publish::Publisher;
 use outboxd::record::Record;
 use outboxd::store::{
     Backend, ClaimBatch, CountsParams, Disposition, FailedRow, ListFailedParams, MarkParams,
-    MarkReport, OutboxStore, Ownership, PartitionRead, PurgeParams, RebalanceParams, RequeueParams,
-    StatusCounts, StoreError, TableName,
+    MarkReport, OutboxStore, Ownership, PartitionRead, PurgeParams, RebalanceParams, Repartition,
+    RequeueParams, StatusCounts, StoreError, TableName,
 };
 use outboxd::wake::{self, Wake};
 use outboxd::worker::{RunMode, Worker, WorkerError};
@@ -338,6 +338,14 @@ impl OutboxStore for TimedStore {
 
     async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
         self.inner.migrate().await
+    }
+
+    fn partitions(&self) -> u32 {
+        self.inner.partitions()
+    }
+
+    async fn repartition(&self, partitions: u32) -> Result<Repartition, StoreError> {
+        self.inner.repartition(partitions).await
     }
 
     async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError> {

@@ -259,7 +259,9 @@ impl Worker {
         }
         tracker.wait().await;
         stop.cancel();
-        let _ = beating.await;
+        if let Ok(Err(e)) = beating.await {
+            first_error.get_or_insert(e.into());
+        }
         // Leaving: the partitions go to the other hosts at their next heartbeat.
         if let Err(e) = self.heartbeat(true).await {
             info!(node_id = %self.options.node_id, error = %e,
@@ -276,13 +278,19 @@ impl Worker {
     async fn start_partitions(
         &self,
         shutdown: &CancellationToken,
-    ) -> Result<(tokio::task::JoinHandle<()>, CancellationToken), WorkerError> {
+    ) -> Result<
+        (
+            tokio::task::JoinHandle<Result<(), StoreError>>,
+            CancellationToken,
+        ),
+        WorkerError,
+    > {
         self.heartbeat(false).await?;
         let stop = shutdown.child_token();
         let worker = self.clone();
         let beating = tokio::spawn({
-            let stop = stop.clone();
-            async move { worker.run_heartbeat(stop).await }
+            let (stop, run) = (stop.clone(), shutdown.clone());
+            async move { worker.run_heartbeat(stop, run).await }
         });
         Ok((beating, stop))
     }

@@ -4,8 +4,8 @@
 //! One module per `OutboxStore` operation: [`partitions`] (`rebalance`: partition ownership, and
 //! the fence of what an owner reads), [`read`] (`read_partitions`: which rows a partition read
 //! hands out, in which order, and which it rejects), [`ordering`] (`read_partitions` with per-room
-//! order), [`mark`], [`enqueue`] (and the producer's `save`), [`counts`], [`failed`]
-//! (`list_failed`, `requeue`), [`purge`], [`browse`] (the console's reads and dead-letter
+//! order), [`repartition`] (a change of partition count), [`mark`], [`enqueue`] (and the
+//! producer's `save`), [`counts`], [`failed`] (`list_failed`, `requeue`), [`purge`], [`browse`] (the console's reads and dead-letter
 //! deletes) and [`migrate`]. [`helpers`] holds the vocabulary they share. Each behaviour is an
 //! `async fn(Backend)`,
 //! listed at the top of its module in `support::per_backend!`, which makes one `#[tokio::test]`
@@ -33,3 +33,4 @@ mod ordering;
 mod partitions;
 mod purge;
 mod read;
+mod repartition;

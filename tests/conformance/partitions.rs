@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxd::record::now_ms;
-use outboxd::store::{
-    Backend, Careful, DEFAULT_TABLE, OutboxStore, Ownership, RejectedRow, partition_count,
-};
+use outboxd::store::{Backend, Careful, DEFAULT_TABLE, OutboxStore, Ownership, RejectedRow};
 
 use outboxd::store::PartitionRead;
 
@@ -78,7 +76,7 @@ async fn one_host_takes_every_partition(backend: Backend) {
     let Some((_db, store)) = setup(backend).await else {
         return;
     };
-    let count = partition_count(backend);
+    let count = store.partitions();
     let ownership = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert_eq!(ownership.partitions, count);
     assert_eq!((ownership.hosts, ownership.share), (1, count));
@@ -96,7 +94,7 @@ async fn two_hosts_share_the_partitions(backend: Backend) {
     let Some((_db, store)) = setup(backend).await else {
         return;
     };
-    let count = partition_count(backend);
+    let count = store.partitions();
     let a = rebalance(&store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
     assert_eq!(a.owned.len() as u32, count);
     // B joins: every partition is owned and live, so it takes none yet; A sees its share drop.
@@ -135,7 +133,7 @@ async fn hosts_joining_together_leave_no_partition_unowned(backend: Backend) {
     let Some((_db, store)) = setup(backend).await else {
         return;
     };
-    let count = partition_count(backend);
+    let count = store.partitions();
     for tenant in 0..8 {
         let app = format!("join-{tenant}");
         let beats: Vec<_> = (0..3)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use outboxd::metrics::Metrics;
 use outboxd::publish::{Event, Outcome};
-use outboxd::store::{DeliveryOrder, partition_count};
+use outboxd::store::DeliveryOrder;
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -148,7 +148,8 @@ async fn a_joining_host_gets_its_share_and_a_leaving_one_hands_on(backend: Backe
         return;
     };
     let lease = Duration::from_millis(1_500);
-    let partitions = u64::from(partition_count(backend));
+    let seed = db.store_default().await;
+    let partitions = u64::from(seed.partitions());
     let recorder = Recorder::with_delay(Duration::from_millis(2), |_| None);
     let start = |name: &str| {
         let metrics = Metrics::new();
@@ -170,7 +171,6 @@ async fn a_joining_host_gets_its_share_and_a_leaving_one_hands_on(backend: Backe
             (metrics, shutdown, run)
         }
     };
-    let seed = db.store_default().await;
     let (metrics_a, stop_a, run_a) = start("host-a").await;
     wait_until(
         "A owns every partition",

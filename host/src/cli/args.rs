@@ -29,7 +29,13 @@ pub struct Cli {
 pub enum Command {
     /// Create or upgrade the outbox table, its indexes and the partition tables (idempotent,
     /// online: producers keep writing).
-    Migrate,
+    Migrate {
+        /// Partitions per tenant (a power of two, 1 to 1024): changes the table's count, online,
+        /// while no host runs (refused otherwise). Without it the count stays as it is (64 on a
+        /// new table; SQLite: 1).
+        #[arg(long, value_name = "N")]
+        partitions: Option<u32>,
+    },
     /// Write sample events (for trying things out and for scripts).
     Enqueue(EnqueueArgs),
     /// Deliver events until stopped (SIGINT/SIGTERM finish the batches in flight, then exit 0; a

@@ -82,7 +82,7 @@ pub async fn execute(cli: Cli) -> Result<()> {
         startup::init_logging(&config, &config.log.level);
     }
     match cli.command {
-        Command::Migrate => ops::migrate(&config).await,
+        Command::Migrate { partitions } => ops::migrate(&config, partitions).await,
         Command::Enqueue(args) => ops::enqueue(&config, args).await,
         Command::Run { drain } => {
             let (path, url) = (cli.config.clone(), cli.database_url.clone());

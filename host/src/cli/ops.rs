@@ -23,19 +23,33 @@ use outboxd::store::{
 use outboxd::wake::{self, Wake};
 use outboxd::worker::RunMode;
 
-/// `outboxd migrate`: the schema, its indexes and the partition tables.
-pub async fn migrate(config: &Config) -> Result<()> {
+/// `outboxd migrate [--partitions N]`: the schema, its indexes and the partition tables; with
+/// `--partitions`, the table's partition count changed to N once the migrations are applied.
+pub async fn migrate(config: &Config, partitions: Option<u32>) -> Result<()> {
+    if let Some(partitions) = partitions {
+        store::check_partition_count(partitions)?;
+    }
     let store = connect(config).await?;
+    let table = &config.database.table;
     let applied = store.migrate().await?;
     if applied.is_empty() {
-        println!("{} is up to date", config.database.table);
+        println!("{table} is up to date");
     } else {
-        println!(
-            "applied migrations {applied:?} to {}",
-            config.database.table
-        );
+        println!("applied migrations {applied:?} to {table}");
     }
+    let outcome = match partitions {
+        Some(partitions) => store.repartition(partitions).await.map(Some),
+        None => Ok(None),
+    };
+    let count = store.partitions();
     store.close().await;
+    match outcome? {
+        Some(change) if change.from != change.to => println!(
+            "{table} has {} partitions per tenant now (was {}); start the hosts",
+            change.to, change.from
+        ),
+        _ => println!("{table} has {count} partitions per tenant"),
+    }
     Ok(())
 }
 

@@ -49,6 +49,20 @@ pub enum StoreError {
     /// index with other columns) and `migrate` will not change it; the message says what to do.
     #[error("outbox table schema: {0}")]
     Schema(String),
+    /// The table's partition count changed (`outboxd migrate --partitions`) since this store
+    /// first read it: its reads and marks would name the old partitions.
+    #[error(
+        "{table} has {now} partitions per tenant, this host started with {was}: `outboxd migrate \
+         --partitions` changed them while it ran; restart the host"
+    )]
+    PartitionsChanged {
+        /// The outbox table.
+        table: String,
+        /// The count this store read first.
+        was: u32,
+        /// The catalog's count now.
+        now: u32,
+    },
 }
 
 impl StoreError {

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::driver::{Driver, db};
+use super::exec_repartition::checked_partitions;
 use super::judge::judge;
 use super::row::{CandidateRow, Columns, EventId, FromColumns, Int, Name};
 use super::session::Session;
@@ -15,7 +16,7 @@ use super::statement::{MAX_ROWS_PER_STATEMENT, SqlBuilder};
 use crate::record::Status;
 use crate::store::{
     Careful, ClaimBatch, Lease, Ownership, PartitionBatch, PartitionFence, PartitionRead,
-    RebalanceParams, RejectedRow, StoreError, partition_count,
+    RebalanceParams, RejectedRow, StoreError,
 };
 
 /// How many lease periods a host row is kept after its host stopped renewing it.
@@ -92,7 +93,6 @@ pub(crate) async fn rebalance<D: Driver>(
         params.lease_ms,
         params.now_ms,
     );
-    let partitions = partition_count(backend);
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     if params.leaving {
         conn.run(sql::release_partitions(
@@ -111,10 +111,13 @@ pub(crate) async fn rebalance<D: Driver>(
         .await
         .map_err(db(OP))?;
         return Ok(Ownership {
-            partitions,
+            partitions: statements.partitions(),
             ..Ownership::default()
         });
     }
+    // Before anything is renewed or taken: a host whose table changed its partition count
+    // under it keeps none of its partitions (they run out within a lease).
+    let partitions = checked_partitions(&mut *conn, statements).await?;
     let renewed = conn
         .run(sql::renew_host(
             backend, table, app_code, host_id, lease_ms, now_ms,
@@ -159,6 +162,7 @@ pub(crate) async fn rebalance<D: Driver>(
         .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
         .await
         .map_err(db(OP))?;
+    rows.retain(|row| row.partition < partitions);
     if rows.len() < partitions as usize {
         conn.run(sql::seed_partitions(backend, table, app_code, partitions))
             .await
@@ -167,6 +171,7 @@ pub(crate) async fn rebalance<D: Driver>(
             .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
             .await
             .map_err(db(OP))?;
+        rows.retain(|row| row.partition < partitions);
     }
     let hosts = conn
         .rows::<Name>(sql::live_hosts(backend, table, app_code, now_ms))
@@ -299,7 +304,7 @@ pub(crate) async fn live_partitions<D: Driver>(
     let mut b = SqlBuilder::new(backend);
     if !backend
         .dialect()
-        .write_live_partitions(&mut b, table, app_code)
+        .write_live_partitions(&mut b, table, app_code, statements.partitions())
     {
         return Ok(None);
     }
@@ -330,6 +335,7 @@ pub(crate) async fn read_partitions<D: Driver>(
             worker_id: read.host_id.clone(),
             lock_until_ms: read.now_ms.saturating_add(read.lease_ms),
             partitions: Vec::new(),
+            partition_count: statements.partitions(),
         },
         events: Vec::new(),
         rejected: Vec::new(),
@@ -339,7 +345,12 @@ pub(crate) async fn read_partitions<D: Driver>(
     }
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let mut rows = conn
-        .rows::<ReadRow>(sql::read_partitions(backend, table, read))
+        .rows::<ReadRow>(sql::read_partitions(
+            backend,
+            table,
+            statements.partitions(),
+            read,
+        ))
         .await
         .map_err(db(OP))?;
     // The first `limit` rows of all the partitions' branches by write order: each partition's

@@ -21,6 +21,17 @@ macro_rules! impl_store {
                 $crate::store::schema::migrate(self).await
             }
 
+            fn partitions(&self) -> u32 {
+                $crate::store::driver::Driver::statements(self).partitions()
+            }
+
+            async fn repartition(
+                &self,
+                partitions: u32,
+            ) -> Result<$crate::store::Repartition, $crate::store::StoreError> {
+                $crate::store::exec_repartition::repartition(self, partitions).await
+            }
+
             async fn enqueue(
                 &self,
                 records: &[$crate::record::Record],

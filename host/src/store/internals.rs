@@ -17,13 +17,15 @@ use sqlx::sqlite::SqliteConnectOptions;
 
 use super::{Backend, Lease, Mark, PartitionRead, StoreError, TableName};
 
-/// The statement a partition read runs ([`super::OutboxStore::read_partitions`]), for `EXPLAIN`.
+/// The statement a partition read runs ([`super::OutboxStore::read_partitions`]) on a table of
+/// `partitions` per tenant, for `EXPLAIN`.
 pub fn partition_read_statement(
     backend: Backend,
     table: &TableName,
+    partitions: u32,
     read: &PartitionRead,
 ) -> Bound {
-    super::statement::partitions::read_partitions(backend, table, read)
+    super::statement::partitions::read_partitions(backend, table, partitions, read)
 }
 
 /// The statements a fenced mark of `marks` runs when some row is stale, named (`mark`, and

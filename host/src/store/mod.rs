@@ -34,7 +34,7 @@
 //! from a validated [`TableName`]; every value is a bound parameter.
 //!
 //! # Partitions
-//! Every row belongs to one of [`PARTITIONS`] partitions of its tenant (SQLite: one), derived by
+//! Every row belongs to one of the table's partitions ([`DEFAULT_PARTITIONS`] unless `outboxd migrate --partitions` changed it) of its tenant (SQLite: one), derived by
 //! the database from `room_id`. Hosts lease partitions in `<table>_partitions` on the database's
 //! clock ([`OutboxStore::rebalance`]) and read owned partitions' due rows without writing them
 //! ([`OutboxStore::read_partitions`]: one partition, or several in one statement, each up to its
@@ -83,6 +83,7 @@ mod exec;
 mod exec_browse;
 mod exec_mark;
 mod exec_partitions;
+mod exec_repartition;
 mod impl_store;
 pub mod internals;
 mod judge;
@@ -116,8 +117,8 @@ pub use maintenance::{
     RequeueParams, StatusCounts,
 };
 pub use partitions::{
-    Careful, Ownership, PARTITIONS, PartitionBatch, PartitionFence, PartitionRead, RebalanceParams,
-    partition_count,
+    Careful, DEFAULT_PARTITIONS, MAX_PARTITIONS, Ownership, PartitionBatch, PartitionFence,
+    PartitionRead, RebalanceParams, Repartition, check_partition_count,
 };
 pub use table_name::TableName;
 
@@ -174,6 +175,9 @@ pub struct Lease {
     /// The partitions of the batch's rows, each with its epoch and the span of those rows'
     /// write times (empty when the read found nothing).
     pub partitions: Vec<PartitionBatch>,
+    /// The table's partitions per tenant when the batch was read: the mark names the same
+    /// partition expression as the read.
+    pub partition_count: u32,
 }
 
 /// One row handed out by a read.
@@ -308,6 +312,17 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// Creates or upgrades the outbox table, its indexes and the partition tables; idempotent,
     /// safe while producers write and other hosts run. Returns the migrations applied now.
     async fn migrate(&self) -> Result<Vec<i64>, StoreError>;
+
+    /// The table's partitions per tenant, as the catalog had them when last read (by
+    /// [`OutboxStore::migrate`], [`OutboxStore::repartition`] or a heartbeat); before any read,
+    /// [`DEFAULT_PARTITIONS`]. SQLite: 1.
+    fn partitions(&self) -> u32;
+
+    /// Makes the table's partition count `partitions` per tenant, a power of two up to
+    /// [`MAX_PARTITIONS`] (`outboxd migrate --partitions`): refused while any host runs; the
+    /// partition index rebuilt online while producers write; every partition row freed at a new
+    /// epoch. Nothing changes when the table has that count already. SQLite accepts 1 only.
+    async fn repartition(&self, partitions: u32) -> Result<Repartition, StoreError>;
 
     /// Inserts records all-or-nothing, ignoring ids already present. Returns rows inserted.
     async fn enqueue(&self, records: &[Record]) -> Result<u64, StoreError>;

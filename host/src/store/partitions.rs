@@ -13,26 +13,54 @@
 //! epoch; marks are fenced on (owner, epoch), so a host that lost a partition (paused, cut off,
 //! its clock jumped) changes none of its rows.
 
-use super::Backend;
+use super::StoreError;
 
-/// Partitions per tenant on MariaDB/MySQL and PostgreSQL: fixed by the migration's expression
-/// (`room_id`'s hash, its low 6 bits). SQLite has one ([`partition_count`]).
-pub const PARTITIONS: u32 = 64;
+/// Partitions per tenant that `outboxd migrate` creates on MariaDB/MySQL and PostgreSQL (SQLite
+/// has one: one writer, a second host would only wait for the first).
+pub const DEFAULT_PARTITIONS: u32 = 64;
 
-/// The partitions of a tenant on `backend`: [`PARTITIONS`], or 1 on SQLite (one writer: a
-/// second host would only wait for the first).
-pub fn partition_count(backend: Backend) -> u32 {
-    if backend.dialect().partition_of_row().is_some() {
-        PARTITIONS
+/// The most partitions a tenant can have (`outboxd migrate --partitions`).
+pub const MAX_PARTITIONS: u32 = 1024;
+
+/// Checks a partition count asked of `outboxd migrate --partitions`: a power of two (a room's
+/// partition is the low bits of its hash) from 1 to [`MAX_PARTITIONS`].
+pub fn check_partition_count(partitions: u32) -> Result<(), StoreError> {
+    if partitions.is_power_of_two() && partitions <= MAX_PARTITIONS {
+        Ok(())
     } else {
-        1
+        Err(StoreError::Invalid(format!(
+            "partitions = {partitions}: use a power of two from 1 to {MAX_PARTITIONS} (1, 2, 4, \
+             … 64, 128, …)"
+        )))
     }
+}
+
+/// The partition count a partition expression masks with: `… & 63` is 64 partitions. `None`
+/// when the expression ends in no such mask, or the mask is not one less than a power of two.
+pub(crate) fn partitions_of_expression(expression: &str) -> Option<u32> {
+    let (_, after) = expression.rsplit_once('&')?;
+    let digits: String = after
+        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let partitions = digits.parse::<u32>().ok()?.checked_add(1)?;
+    partitions.is_power_of_two().then_some(partitions)
+}
+
+/// Result of [`OutboxStore::repartition`](super::OutboxStore::repartition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repartition {
+    /// Partitions per tenant before.
+    pub from: u32,
+    /// Partitions per tenant now.
+    pub to: u32,
 }
 
 /// One partition as a host owns it: the fence of what it reads from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PartitionFence {
-    /// The partition, `0..partition_count`.
+    /// The partition, `0..` the table's partition count.
     pub partition: u32,
     /// Bumped each time a host takes the partition.
     pub epoch: i64,
@@ -185,7 +213,34 @@ pub struct PartitionRead {
 
 #[cfg(test)]
 mod tests {
-    use super::Careful;
+    use super::{Careful, check_partition_count, partitions_of_expression};
+
+    #[test]
+    fn the_partition_count_is_read_off_the_catalogs_expression() {
+        // As PostgreSQL's `pg_get_indexdef` and MariaDB's generation expression print them.
+        let postgres = "CREATE INDEX idx_t_part ON public.t USING btree (app_code, \
+             ((hashtextextended((room_id)::text, (0)::bigint) & (127)::bigint)), status) \
+             WHERE (status)::text = ANY (ARRAY['pending'::text])";
+        assert_eq!(partitions_of_expression(postgres), Some(128));
+        assert_eq!(partitions_of_expression("crc32(`room_id`) & 63"), Some(64));
+        assert_eq!(partitions_of_expression("crc32(`room_id`) & 0"), Some(1));
+        assert_eq!(partitions_of_expression("crc32(`room_id`) & 62"), None);
+        assert_eq!(partitions_of_expression("crc32(`room_id`)"), None);
+    }
+
+    #[test]
+    fn a_partition_count_is_a_power_of_two_up_to_the_maximum() {
+        for ok in [1, 2, 64, 1024] {
+            assert!(check_partition_count(ok).is_ok(), "{ok}");
+        }
+        for bad in [0, 3, 100, 2048] {
+            let message = check_partition_count(bad).expect_err("refused").to_string();
+            assert!(
+                message.contains(&format!("partitions = {bad}")),
+                "{message}"
+            );
+        }
+    }
 
     fn careful(size: u32, left: u32, suspect: Option<&str>) -> Careful {
         Careful {

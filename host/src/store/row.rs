@@ -229,6 +229,15 @@ impl FromColumns for Name {
     }
 }
 
+/// One text column that may be NULL (a catalog's expression).
+pub(crate) struct OptText(pub(crate) Option<String>);
+
+impl FromColumns for OptText {
+    fn from_columns(row: &dyn Columns) -> Result<OptText, sqlx::Error> {
+        Ok(OptText(row.opt_text(0)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::Worker;
 use crate::store::{Careful, Ownership, PartitionFence, RebalanceParams, StoreError};
@@ -418,16 +418,28 @@ impl Worker {
     }
 
     /// Heartbeats every third of the lease until `shutdown`; a failed one is logged (once per
-    /// outage) and tried again at the next beat.
-    pub(super) async fn run_heartbeat(&self, shutdown: CancellationToken) {
+    /// outage) and tried again at the next beat. Once the table's partition count changed under
+    /// the host (`outboxd migrate --partitions`), it stops the run (`run`: the loops finish what
+    /// is in flight, whose marks the new epochs refuse) and returns the error.
+    pub(super) async fn run_heartbeat(
+        &self,
+        shutdown: CancellationToken,
+        run: CancellationToken,
+    ) -> Result<(), StoreError> {
         let every = (self.options.lease / 3).max(Duration::from_millis(100));
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return Ok(()),
                 _ = tokio::time::sleep(every) => {}
             }
             match self.heartbeat(false).await {
                 Ok(()) => self.outage_over(),
+                Err(e @ StoreError::PartitionsChanged { .. }) => {
+                    error!(node_id = %self.options.node_id, status = "partitions_changed", error = %e,
+                        "the table's partition count changed; this host stops");
+                    run.cancel();
+                    return Err(e);
+                }
                 Err(e) if e.is_unreachable() => self.outage_began(&e),
                 Err(e) => {
                     warn!(node_id = %self.options.node_id, status = "heartbeat_failed", error = %e,

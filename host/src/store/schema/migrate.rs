@@ -9,6 +9,7 @@ use super::{
 };
 use crate::record;
 use crate::store::driver::{Driver, begin_write, db};
+use crate::store::exec_repartition::catalog_partitions;
 use crate::store::row::{Int, Name};
 use crate::store::session::Session;
 use crate::store::statement::Bound;
@@ -23,6 +24,12 @@ use crate::store::{Backend, StoreError, TableName};
 pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreError> {
     let mut applied_now = migrate_in_transaction(driver).await?;
     applied_now.extend(migrate_outside_transaction(driver).await?);
+    // The partition count the migrations left (64 on a new table), for the store's statements.
+    let mut conn = driver.pool().acquire().await.map_err(db("migrate"))?;
+    let statements = driver.statements();
+    if let Some(partitions) = catalog_partitions(&mut *conn, statements).await? {
+        statements.set_partitions(partitions);
+    }
     Ok(applied_now)
 }
 
@@ -33,7 +40,7 @@ const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 /// the lock and 0 when another session holds it, retried every [`LOCK_RETRY`]. Waiting between
 /// statements, not inside one, keeps this session's snapshot out of the way of an index that
 /// another `migrate` builds concurrently (which waits for every older snapshot).
-async fn take_migration_lock<S: Session>(
+pub(crate) async fn take_migration_lock<S: Session>(
     session: &mut S,
     table: &TableName,
     lock: &'static str,

@@ -13,7 +13,7 @@ use super::statement::{Arg, Bound, SqlBuilder};
 use super::{Backend, StoreError, TableName};
 
 pub use super::migration::Migration;
-pub(crate) use migrate::migrate;
+pub(crate) use migrate::{migrate, take_migration_lock};
 
 /// Creates the bookkeeping table `outboxd_migrations(table_name, version, applied_at_ms)`: one
 /// row per outbox table and migration applied (the backend may append table options).

@@ -72,7 +72,7 @@ pub(crate) fn lease_fence<'a>(
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
     b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
-    let (lock, partition_of_row) = (b.fence_lock(), b.partition_of_row());
+    let (lock, partition_of_row) = (b.fence_lock(), b.partition_of_row(lease.partition_count));
     let partitions = &lease.partitions;
     // One partition: within the batch's span of the partition index, a seek whatever the
     // statistics. Several: by primary key alone (the ids joined below); an `OR` of their spans,
@@ -80,7 +80,7 @@ pub(crate) fn lease_fence<'a>(
     // tenant's whole partition index.
     if let [one] = partitions.as_slice() {
         let predicate = b.partition_index_predicate();
-        if let Some(expression) = partition_of_row {
+        if let Some(expression) = partition_of_row.as_deref() {
             b.push(" AND ")
                 .push(expression)
                 .push(" = ")
@@ -100,7 +100,7 @@ pub(crate) fn lease_fence<'a>(
         b.bind_in(event_ids);
     }
     owned_partition_open(b, table, &lease.app_code, &lease.worker_id);
-    match (partition_of_row, lease.partitions.as_slice()) {
+    match (partition_of_row.as_deref(), lease.partitions.as_slice()) {
         (_, [batch]) => at_epoch(b, &batch.fence),
         (Some(expression), batches) if !batches.is_empty() => {
             // The updated row's partition (the subquery's table has no `room_id` or partition

@@ -18,11 +18,13 @@ pub(crate) mod fence;
 pub(crate) mod insert;
 pub(crate) mod mark;
 pub(crate) mod partitions;
+pub(crate) mod repartition;
 pub mod rows;
 
 pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::migration::Migration;
@@ -346,9 +348,10 @@ impl SqlBuilder {
         self.dialect.partition_index_predicate()
     }
 
-    /// The dialect's partition of a row ([`SqlDialect::partition_of_row`]).
-    pub(crate) fn partition_of_row(&self) -> Option<&'static str> {
-        self.dialect.partition_of_row()
+    /// The dialect's partition of a row with `partitions` per tenant
+    /// ([`SqlDialect::partition_of_row`]).
+    pub(crate) fn partition_of_row(&self, partitions: u32) -> Option<Cow<'static, str>> {
+        self.dialect.partition_of_row(partitions)
     }
 
     /// The text of a fixed statement (no values bound yet).

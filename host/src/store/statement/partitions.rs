@@ -2,6 +2,8 @@
 //! renewed, released, all on the database's clock), and owned partitions' due rows read without
 //! writing them, several partitions in one statement. The mark's fence on a partition is in `mark.rs` ([`super::mark::lease_fence`]).
 
+use std::borrow::Cow;
+
 use super::rows::READ_COLUMNS;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
@@ -19,11 +21,25 @@ pub(crate) trait PartitionSql {
         None
     }
 
-    /// The partition of a row of the outbox table, as its index has it (the migration adding
-    /// partitions defines it; [`crate::store::PARTITIONS`] of them); `None`: one partition
-    /// (SQLite).
-    fn partition_of_row(&self) -> Option<&'static str> {
+    /// The partition of a row of the outbox table, as its index has it when the table has
+    /// `partitions` per tenant (migration 0004 / 0007 and `outboxd migrate --partitions` define
+    /// it); `None`: one partition (SQLite).
+    fn partition_of_row(&self, _partitions: u32) -> Option<Cow<'static, str>> {
         None
+    }
+
+    /// The catalog query returning the partition expression of `table` as the database prints
+    /// it (one text, NULL or no row where it has none yet), whose mask gives the partition count;
+    /// `None`: one partition, always (SQLite).
+    fn partition_count_query(&self, _table: &TableName) -> Option<Bound> {
+        None
+    }
+
+    /// The DDL statements, each run on its own in autocommit, that make `table`'s partition
+    /// expression (and its index) mask to `partitions` per tenant, online, producers writing;
+    /// a run cut short is run again from the first. Empty: one partition, always (SQLite).
+    fn repartition_statements(&self, _table: &TableName, _partitions: u32) -> Vec<String> {
+        Vec::new()
     }
 
     /// Written after the subquery of a partition mark that reads its fence: a shared lock on the
@@ -43,6 +59,7 @@ pub(crate) trait PartitionSql {
         _b: &mut SqlBuilder,
         _table: &TableName,
         _app_code: &str,
+        _partitions: u32,
     ) -> bool {
         false
     }
@@ -85,7 +102,7 @@ fn lease_end(b: &mut SqlBuilder, backend: Backend, lease_ms: i64, now_ms: i64) {
 }
 
 /// `now`: the database's clock where it has one, else the host's `now_ms`, bound.
-fn now(b: &mut SqlBuilder, backend: Backend, now_ms: i64) {
+pub(super) fn now(b: &mut SqlBuilder, backend: Backend, now_ms: i64) {
     match backend.dialect().now_ms_expression() {
         Some(expression) => b.push(expression),
         None => b.bind(now_ms),
@@ -379,12 +396,12 @@ pub(crate) fn live_leases(
 /// `app_code = ? AND <partition> = ?` of the rows of the read's partition, or `<partition>
 /// BETWEEN <lowest> AND <highest> AND <partition> IN (…)` of its partitions (the worker reads runs
 /// of numbers together: the range is exact); on SQLite, one partition: the tenant.
-fn in_partitions(b: &mut SqlBuilder, backend: Backend, read: &PartitionRead, alias: &str) {
+fn in_partitions(b: &mut SqlBuilder, from: &ReadSource<'_>, read: &PartitionRead, alias: &str) {
     b.push(" WHERE ")
         .push(alias)
         .push("app_code = ")
         .bind(read.app_code.as_str());
-    if let Some(expression) = backend.dialect().partition_of_row() {
+    if let Some(expression) = from.partition.as_deref() {
         b.push(" AND ").push(expression);
         match read.fences.as_slice() {
             [one] => {
@@ -408,16 +425,24 @@ fn in_partitions(b: &mut SqlBuilder, backend: Backend, read: &PartitionRead, ali
             }
         }
     }
-    b.push(backend.dialect().partition_index_predicate());
+    b.push(from.backend.dialect().partition_index_predicate());
+}
+
+/// What a partition read reads from: the table, its backend and the partition expression of
+/// its partition count.
+struct ReadSource<'a> {
+    backend: Backend,
+    table: &'a TableName,
+    partition: Option<Cow<'static, str>>,
 }
 
 /// `FROM <table> c` and the index hint of a partition read.
-fn from_table(b: &mut SqlBuilder, backend: Backend, table: &TableName, alias: &str) {
+fn from_table(b: &mut SqlBuilder, from: &ReadSource<'_>, alias: &str) {
     b.push(" FROM ")
-        .push(table.as_str())
+        .push(from.table.as_str())
         .push(" ")
         .push(alias)
-        .push(&backend.dialect().partition_index_hint(table));
+        .push(&from.backend.dialect().partition_index_hint(from.table));
 }
 
 /// ` AND c.room_id NOT IN (…)`: the rooms of the read's partitions with a row in `status` (and,
@@ -425,15 +450,14 @@ fn from_table(b: &mut SqlBuilder, backend: Backend, table: &TableName, alias: &s
 /// to it; the database hashes the list once per read.
 fn rooms_with(
     b: &mut SqlBuilder,
-    backend: Backend,
-    table: &TableName,
+    from: &ReadSource<'_>,
     read: &PartitionRead,
     status: Status,
     not_due_at: Option<i64>,
 ) {
     b.push(" AND c.room_id NOT IN (SELECT r.room_id");
-    from_table(b, backend, table, "r");
-    in_partitions(b, backend, read, "r.");
+    from_table(b, from, "r");
+    in_partitions(b, from, read, "r.");
     b.push(" AND r.status = ").status(status);
     if let Some(now_ms) = not_due_at {
         b.push(" AND r.next_retry_at_ms > ").bind(now_ms);
@@ -443,23 +467,16 @@ fn rooms_with(
 
 /// One branch of the read: up to `limit` rows of the read's partition by write order (several
 /// partitions: all their rows of the branch), with their status and partition.
-fn write_branch(
-    b: &mut SqlBuilder,
-    backend: Backend,
-    table: &TableName,
-    read: &PartitionRead,
-    branch: u8,
-) {
-    let dialect = backend.dialect();
+fn write_branch(b: &mut SqlBuilder, from: &ReadSource<'_>, read: &PartitionRead, branch: u8) {
     b.push("SELECT * FROM (SELECT ")
         .push(READ_COLUMNS)
         .push(", c.status, CAST(")
-        .push(dialect.partition_of_row().unwrap_or("0"))
+        .push(from.partition.as_deref().unwrap_or("0"))
         .push(" AS ")
-        .push(dialect.bigint_type())
+        .push(from.backend.dialect().bigint_type())
         .push(")");
-    from_table(b, backend, table, "c");
-    in_partitions(b, backend, read, "c.");
+    from_table(b, from, "c");
+    in_partitions(b, from, read, "c.");
     match branch {
         FROM_PENDING => {
             b.push(" AND c.status = ").status(Status::Pending);
@@ -469,7 +486,7 @@ fn write_branch(
                 // One subquery per status: each an equality the index seeks to (an IN list
                 // there would filter the partition's whole backlog instead).
                 for status in [Status::Retryable, Status::Delivering] {
-                    rooms_with(b, backend, table, read, status, None);
+                    rooms_with(b, from, read, status, None);
                 }
             }
         }
@@ -481,15 +498,8 @@ fn write_branch(
             if read.per_room {
                 // A due retry waits while its room has a retry not due yet (an event put back
                 // behind an earlier one may be due first) or one delivering.
-                rooms_with(
-                    b,
-                    backend,
-                    table,
-                    read,
-                    Status::Retryable,
-                    Some(read.now_ms),
-                );
-                rooms_with(b, backend, table, read, Status::Delivering, None);
+                rooms_with(b, from, read, Status::Retryable, Some(read.now_ms));
+                rooms_with(b, from, read, Status::Delivering, None);
             }
         }
         _ => {
@@ -518,8 +528,19 @@ fn write_branch(
 /// them through an `IN` list, and the first `limit + 1` of them all by write order are returned (one row past the limit tells the
 /// caller the read was cut). One statement of three branches whatever the partitions: its
 /// planning costs as little as a single partition's (a branch per partition cost PostgreSQL
-/// ~10 ms to plan for 16). The caller merges the branches by write order.
-pub(crate) fn read_partitions(backend: Backend, table: &TableName, read: &PartitionRead) -> Bound {
+/// ~10 ms to plan for 16). The caller merges the branches by write order. `partitions`: the
+/// table's partitions per tenant.
+pub(crate) fn read_partitions(
+    backend: Backend,
+    table: &TableName,
+    partitions: u32,
+    read: &PartitionRead,
+) -> Bound {
+    let from = ReadSource {
+        backend,
+        table,
+        partition: backend.dialect().partition_of_row(partitions),
+    };
     let mut b = SqlBuilder::new(backend);
     let several = read.fences.len() > 1;
     if several {
@@ -532,7 +553,7 @@ pub(crate) fn read_partitions(backend: Backend, table: &TableName, read: &Partit
         if i > 0 {
             b.push(" UNION ALL ");
         }
-        write_branch(&mut b, backend, table, read, branch);
+        write_branch(&mut b, &from, read, branch);
     }
     if several {
         b.push(") u ORDER BY u.created_at_ms, u.event_id LIMIT ")

@@ -9,12 +9,13 @@
 //! (`statement/failed.rs`) write both accordingly.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::fence::{live_rows, owned_partition};
 use super::{Arg, Bound, SqlBuilder};
 
 use crate::record::Status;
-use crate::store::{Backend, PartitionFence, RejectedRow, TableName};
+use crate::store::{Backend, DEFAULT_PARTITIONS, PartitionFence, RejectedRow, TableName};
 
 /// The fixed statements of one store, built once at connect from the backend and table name.
 #[derive(Debug, Clone)]
@@ -23,6 +24,9 @@ pub struct Statements {
     table: TableName,
     /// `[all tenants, one tenant]`.
     counts: [Arc<str>; 2],
+    /// The table's partitions per tenant as the catalog had them when last read (`migrate`, a
+    /// heartbeat); 0 until then. Shared by the store's clones.
+    partitions: Arc<AtomicU32>,
 }
 
 impl Statements {
@@ -32,7 +36,33 @@ impl Statements {
             backend,
             table: table.clone(),
             counts: [false, true].map(|by_app| counts_text(backend, table, by_app)),
+            partitions: Arc::new(AtomicU32::new(
+                if backend.dialect().partition_count_query(table).is_none() {
+                    1
+                } else {
+                    0
+                },
+            )),
         }
+    }
+
+    /// The table's partitions per tenant, as the statements name them: the catalog's count as
+    /// last read ([`Statements::known_partitions`]), else [`DEFAULT_PARTITIONS`]; SQLite: 1.
+    pub fn partitions(&self) -> u32 {
+        self.known_partitions().unwrap_or(DEFAULT_PARTITIONS)
+    }
+
+    /// The partition count last read from the catalog; `None` before the first read.
+    pub(crate) fn known_partitions(&self) -> Option<u32> {
+        match self.partitions.load(Ordering::Relaxed) {
+            0 => None,
+            known => Some(known),
+        }
+    }
+
+    /// Records the partition count read from the catalog.
+    pub(crate) fn set_partitions(&self, partitions: u32) {
+        self.partitions.store(partitions, Ordering::Relaxed);
     }
 
     /// The backend.

@@ -9,8 +9,8 @@ use super::{Arg, Bound};
 use crate::record::{Record, Status};
 use crate::store::mysql::marked_rows;
 use crate::store::{
-    Backend, DEFAULT_TABLE, Disposition, FailedFilter, Lease, Mark, PartitionBatch, PartitionFence,
-    RejectedRow, TableName,
+    Backend, DEFAULT_PARTITIONS, DEFAULT_TABLE, Disposition, FailedFilter, Lease, Mark,
+    PartitionBatch, PartitionFence, RejectedRow, TableName,
 };
 
 pub(crate) fn table() -> TableName {
@@ -31,6 +31,7 @@ pub(crate) fn lease() -> Lease {
             last_created_ms: 20,
             full: false,
         }],
+        partition_count: DEFAULT_PARTITIONS,
     }
 }
 
