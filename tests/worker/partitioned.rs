@@ -1,7 +1,8 @@
 //! The worker in partitioned mode (`worker.mode = "partitioned"`) on every database: hosts
 //! draining one table share its partitions and deliver each event once, per-room order holds
 //! with many events of a room in one batch and failures injected, and a host joining or leaving
-//! moves partitions without delivering anything twice.
+//! moves partitions without delivering anything twice. A host whose table's partition count
+//! changed under it (`outboxd migrate --partitions`) stops.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use outboxd::metrics::Metrics;
 use outboxd::publish::{Event, Outcome};
-use outboxd::store::DeliveryOrder;
+use outboxd::store::{DeliveryOrder, OutboxStore};
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
@@ -243,4 +244,78 @@ async fn a_joining_host_gets_its_share_and_a_leaving_one_hands_on(backend: Backe
         (2_000, 2_000),
         "each row delivered once"
     );
+}
+
+/// Only where a table has more than one partition.
+mod count_changed {
+    use super::*;
+
+    crate::support::per_backend!(
+        [mysql, postgres] => a_host_whose_partition_count_changed_under_it_stops,
+    );
+
+    /// A host that started before the table's partition count changed (as one started while
+    /// `outboxd migrate --partitions` ran would: the change refuses to start while a host is seen
+    /// running, so the test hides it) stops at its next heartbeat with an error saying to restart
+    /// it; a host started afterwards delivers every row.
+    async fn a_host_whose_partition_count_changed_under_it_stops(backend: Backend) {
+        let Some(db) = TestDb::new(backend).await else {
+            return;
+        };
+        let seed = db.store_default().await;
+        enqueue_many(&*seed, 500, 20).await;
+        let lease = Duration::from_millis(1_500);
+        // Each host a process of its own: a store of its own, which reads the count once.
+        let start = |name: &str, store: Arc<dyn OutboxStore>| {
+            let worker = Worker::new(
+                store,
+                Recorder::with_delay(Duration::from_millis(20), |_| None),
+                partitioned(name, lease),
+            );
+            let shutdown = CancellationToken::new();
+            let run = tokio::spawn({
+                let shutdown = shutdown.clone();
+                async move { worker.run(RunMode::Forever, shutdown).await }
+            });
+            (shutdown, run)
+        };
+        let (_stop_a, run_a) = start("host-a", seed.clone());
+        let changer = db.store_default().await;
+        wait_until(
+            "the count changes under host A",
+            Duration::from_secs(10),
+            || async {
+                let table = outboxd::store::DEFAULT_TABLE;
+                db.execute(&format!("DELETE FROM {table}_hosts"), &[]).await;
+                db.execute(
+                    &format!("UPDATE {table}_partitions SET lease_until_ms = 0"),
+                    &[],
+                )
+                .await;
+                changer.repartition(8).await.map_err(|e| e.to_string())
+            },
+        )
+        .await;
+        let ended = tokio::time::timeout(lease * 2, run_a)
+            .await
+            .expect("host A stops within a heartbeat")
+            .expect("host A's task");
+        let error = ended.expect_err("host A ends with an error").to_string();
+        assert!(
+            error.contains("partitions per tenant") && error.contains("restart the host"),
+            "{error}"
+        );
+        let (stop_b, run_b) = start("host-b", db.store_default().await);
+        wait_until(
+            "host B delivers every row",
+            Duration::from_secs(30),
+            || async {
+                let c = counts(&*seed).await;
+                if c.delivered == 500 { Ok(()) } else { Err(c) }
+            },
+        )
+        .await;
+        stop_b.cancel();
+        run_b.await.unwrap().unwrap();
+    }
 }
