@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 
 use super::driver::{Driver, db};
-use super::exec_repartition::checked_partitions;
 use super::judge::judge;
 use super::row::{CandidateRow, Columns, EventId, FromColumns, Int, Name};
+use super::schema::checked_partitions;
 use super::session::Session;
 use super::statement::partitions as sql;
 use super::statement::rows::reject_rows;

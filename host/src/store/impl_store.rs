@@ -29,7 +29,7 @@ macro_rules! impl_store {
                 &self,
                 partitions: u32,
             ) -> Result<$crate::store::Repartition, $crate::store::StoreError> {
-                $crate::store::exec_repartition::repartition(self, partitions).await
+                $crate::store::schema::repartition(self, partitions).await
             }
 
             async fn enqueue(

@@ -83,7 +83,6 @@ mod exec;
 mod exec_browse;
 mod exec_mark;
 mod exec_partitions;
-mod exec_repartition;
 mod impl_store;
 pub mod internals;
 mod judge;

@@ -3,16 +3,15 @@
 
 use std::collections::HashSet;
 
+use super::partition_count::catalog_partitions;
 use super::{
     CREATE_BOOKKEEPING, REQUIRED_INDEXES, applied_versions, create_index, missing_indexes,
-    record_version, table_indexes,
+    record_version, table_indexes, take_migration_lock,
 };
 use crate::record;
 use crate::store::driver::{Driver, begin_write, db};
-use crate::store::exec_repartition::catalog_partitions;
 use crate::store::row::{Int, Name};
 use crate::store::session::Session;
-use crate::store::statement::Bound;
 use crate::store::statement::insert::OUTBOX_COLUMNS;
 use crate::store::{Backend, StoreError, TableName};
 
@@ -31,41 +30,6 @@ pub(crate) async fn migrate<D: Driver>(driver: &D) -> Result<Vec<i64>, StoreErro
         statements.set_partitions(partitions);
     }
     Ok(applied_now)
-}
-
-/// How long `migrate` waits between two attempts at the lock another `migrate` holds.
-const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Takes the lock serializing `migrate` runs with `lock`, a statement returning 1 when it took
-/// the lock and 0 when another session holds it, retried every [`LOCK_RETRY`]. Waiting between
-/// statements, not inside one, keeps this session's snapshot out of the way of an index that
-/// another `migrate` builds concurrently (which waits for every older snapshot).
-pub(crate) async fn take_migration_lock<S: Session>(
-    session: &mut S,
-    table: &TableName,
-    lock: &'static str,
-) -> Result<(), StoreError> {
-    let mut logged = false;
-    loop {
-        let taken = session
-            .rows::<Int>(Bound {
-                sql: lock.into(),
-                args: Vec::new(),
-            })
-            .await
-            .map_err(db("migrate"))?;
-        if matches!(taken.as_slice(), [Int(1)]) {
-            return Ok(());
-        }
-        if !logged {
-            tracing::info!(
-                table = table.as_str(),
-                "waiting for another `outboxd migrate` to finish"
-            );
-            logged = true;
-        }
-        tokio::time::sleep(LOCK_RETRY).await;
-    }
 }
 
 /// The migrations that run in the transaction (all but [`Migration::outside_transaction`] ones),

@@ -1,19 +1,24 @@
 //! The outbox table's schema: the embedded migrations, the columns and indexes outboxd needs on
 //! every table ([`REQUIRED_INDEXES`]), and reading a table's indexes; `migrate` itself (apply
-//! what is missing, then check and complete an adopted table) is in `migrate.rs`.
+//! what is missing, then check and complete an adopted table) is in `migrate.rs`; the table's
+//! partition count (read off the catalog, changed by `migrate --partitions`) in
+//! `partition_count.rs`.
 //!
 //! What differs per database (the migration files, the bookkeeping DDL, catalog queries, the
 //! migration lock) comes from the backend's `SqlDialect`.
 
 mod migrate;
+mod partition_count;
 
-use super::row::IndexColumn;
+use super::driver::db;
+use super::row::{IndexColumn, Int};
 use super::session::Session;
 use super::statement::{Arg, Bound, SqlBuilder};
 use super::{Backend, StoreError, TableName};
 
 pub use super::migration::Migration;
-pub(crate) use migrate::{migrate, take_migration_lock};
+pub(crate) use migrate::migrate;
+pub(crate) use partition_count::{checked_partitions, repartition};
 
 /// Creates the bookkeeping table `outboxd_migrations(table_name, version, applied_at_ms)`: one
 /// row per outbox table and migration applied (the backend may append table options).
@@ -192,6 +197,41 @@ pub(crate) fn missing_indexes(
             "{} and run `outboxd migrate` again",
             conflicts.join("; ")
         ))
+    }
+}
+
+/// How long `migrate` waits between two attempts at the lock another `migrate` holds.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Takes the lock serializing `migrate` runs with `lock`, a statement returning 1 when it took
+/// the lock and 0 when another session holds it, retried every [`LOCK_RETRY`]. Waiting between
+/// statements, not inside one, keeps this session's snapshot out of the way of an index that
+/// another `migrate` builds concurrently (which waits for every older snapshot).
+pub(super) async fn take_migration_lock<S: Session>(
+    session: &mut S,
+    table: &TableName,
+    lock: &'static str,
+) -> Result<(), StoreError> {
+    let mut logged = false;
+    loop {
+        let taken = session
+            .rows::<Int>(Bound {
+                sql: lock.into(),
+                args: Vec::new(),
+            })
+            .await
+            .map_err(db("migrate"))?;
+        if matches!(taken.as_slice(), [Int(1)]) {
+            return Ok(());
+        }
+        if !logged {
+            tracing::info!(
+                table = table.as_str(),
+                "waiting for another `outboxd migrate` to finish"
+            );
+            logged = true;
+        }
+        tokio::time::sleep(LOCK_RETRY).await;
     }
 }
 

@@ -47,7 +47,7 @@ impl Statements {
     }
 
     /// The table's partitions per tenant, as the statements name them: the catalog's count as
-    /// last read ([`Statements::known_partitions`]), else [`DEFAULT_PARTITIONS`]; SQLite: 1.
+    /// last read (by `migrate` or a heartbeat), else [`DEFAULT_PARTITIONS`]; SQLite: 1.
     pub fn partitions(&self) -> u32 {
         self.known_partitions().unwrap_or(DEFAULT_PARTITIONS)
     }

@@ -3,14 +3,14 @@
 //! count that changed, and changed by `outboxd migrate --partitions` while no host runs. The
 //! statements are in `statement/repartition.rs` and each dialect's `partitions.rs`.
 
-use super::driver::{Driver, db};
-use super::partitions::partitions_of_expression;
-use super::row::{Name, OptText};
-use super::schema::take_migration_lock;
-use super::session::Session;
-use super::statement::repartition as sql;
-use super::statement::rows::Statements;
+use super::take_migration_lock;
 use crate::record;
+use crate::store::driver::{Driver, db};
+use crate::store::partitions::partitions_of_expression;
+use crate::store::row::{Name, OptText};
+use crate::store::session::Session;
+use crate::store::statement::repartition as sql;
+use crate::store::statement::rows::Statements;
 use crate::store::{Repartition, StoreError, check_partition_count};
 
 /// The partition count of the store's table as the catalog has it now: 1 where the backend has
