@@ -1,7 +1,8 @@
 //! PostgreSQL's online migrations: a table of the per-row claim's era (its retry and lease
 //! indexes, no partitions) gets the partition index built concurrently while producers write
 //! (migration 0007) and the per-row claim's indexes dropped concurrently (0008); an interrupted
-//! build is finished by the next `migrate`; two `migrate` runs at once apply each migration once.
+//! build is finished by the next `migrate`; two `migrate` runs at once apply each migration once;
+//! a change of partition count cut short is finished by running it again.
 
 mod support;
 
@@ -272,4 +273,53 @@ async fn concurrent_migrates_apply_each_migration_once() {
     assert_eq!(applied, all);
     assert!(predicate(&db, "idx_room_outbox_part").await.is_some());
     assert!(predicate(&db, "idx_room_outbox_retry").await.is_none());
+}
+
+/// A change of partition count cut short after the old partition index was dropped, before the
+/// new one was named (as a lost connection would leave it): a host refuses to start, saying what
+/// to run, and `migrate --partitions` run again finishes the change; every row is delivered.
+#[tokio::test]
+async fn a_change_of_partition_count_cut_short_is_finished_by_running_it_again() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let records: Vec<_> = (0..200)
+        .map(|i| record(APP, &format!("e{i:03}"), &format!("room{}", i % 20), i))
+        .collect();
+    store.enqueue(&records).await.unwrap();
+    // The state between the change's last two steps: the new index built, the old one dropped.
+    db.execute(
+        "CREATE INDEX idx_room_outbox_part_next ON room_outbox (app_code, \
+         (hashtextextended(room_id, 0) & 15), status, created_at_ms, event_id) \
+         WHERE status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL",
+        &[],
+    )
+    .await;
+    db.execute("DROP INDEX idx_room_outbox_part", &[]).await;
+    let host = db.store_default().await;
+    let refused = host
+        .rebalance(&RebalanceParams {
+            app_code: APP,
+            host_id: "h1",
+            lease_ms: 30_000,
+            release: &[],
+            leaving: false,
+            careful_rows: 100,
+            now_ms: outboxd::record::now_ms(),
+        })
+        .await
+        .expect_err("no partition index: the host reads nothing");
+    assert!(
+        refused.to_string().contains("has no partition index")
+            && refused.to_string().contains("--partitions"),
+        "{refused}"
+    );
+    let change = store.repartition(16).await.expect("run again");
+    assert_eq!((change.from, change.to), (0, 16));
+    assert!(predicate(&db, "idx_room_outbox_part").await.is_some());
+    assert!(predicate(&db, "idx_room_outbox_part_next").await.is_none());
+    let restarted = db.store_default().await;
+    assert_eq!(restarted.partitions(), 16);
+    assert_eq!(deliver_due(&restarted).await, 200);
 }

@@ -51,8 +51,8 @@ pub(crate) async fn checked_partitions<S: Session>(
     let table = statements.table().as_str();
     let Some(now) = catalog_partitions(session, statements).await? else {
         return Err(StoreError::Schema(format!(
-            "{table} has no partition index (idx_{table}_part): run `outboxd migrate` (again, \
-             if an `outboxd migrate --partitions` was cut short)"
+            "{table} has no partition index (idx_{table}_part): run `outboxd migrate`, or run \
+             an `outboxd migrate --partitions N` that was cut short again"
         )));
     };
     match statements.known_partitions() {
