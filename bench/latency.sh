@@ -13,7 +13,9 @@
 # MariaDB here is whatever MYSQL_SERVER is (the shared server writes no binlog, so its loops
 # probe); bench/binlog_wake.sh measures a MariaDB with a binlog.
 #
-# Environment: STEADY_SECS (10), SPARSE_SECS (40), and those of bench/lib.sh. ~1.5 min per database.
+# Environment: STEADY_SECS (10), SPARSE_SECS (40), PARTITIONS (the table's partitions per tenant,
+# `outboxd migrate --partitions`; default: a new table's 64), and those of bench/lib.sh. ~1.5 min
+# per database.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 STEADY_SECS=${STEADY_SECS:-10}
@@ -29,7 +31,7 @@ run() {
   n=$((n + 1))
   fresh_db "$db" "outboxd_bench_lat_$$_$n"
   section "$db, $label: outboxd-bench $*"
-  bench "$@" "${PLUGIN_ARGS[@]}" --table lat | tee "$WORK/out"
+  bench "$@" "${PLUGIN_ARGS[@]}" ${PARTITIONS:+--partitions "$PARTITIONS"} --table lat | tee "$WORK/out"
   wake=$(sed -n 's/.*  wake: \(.*\)  commit feed.*/\1/p' "$WORK/out" | cut -c1-24)
   awk -v db="$db" -v label="$label" -v wake="$wake" '
     /^ *rate +events +counted/ { getline; row = $0 }

@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// Table the benchmark writes (created if missing); keep it away from production data.
     #[arg(long, default_value = "outboxd_bench")]
     pub table: String,
+    /// Partitions per tenant of the benchmark table (`outboxd migrate --partitions`), set before
+    /// the run; default: as the table has them (64 on a new table).
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u32>,
     /// `--retention` and its options.
     #[command(flatten)]
     pub retention: RetentionBenchArgs,

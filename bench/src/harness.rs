@@ -28,6 +28,8 @@ pub struct Harness<'a> {
     pub config: &'a Config,
     /// The table every mode writes (`--table`, created if missing).
     pub table: TableName,
+    /// Its partitions per tenant (`--partitions`), or as it has them.
+    pub partitions: Option<u32>,
 }
 
 impl<'a> Harness<'a> {
@@ -36,6 +38,7 @@ impl<'a> Harness<'a> {
         Ok(Harness {
             config,
             table: TableName::new(&args.table).context("--table")?,
+            partitions: args.partitions,
         })
     }
 
@@ -49,11 +52,14 @@ impl<'a> Harness<'a> {
     }
 
     /// A store on the benchmark table with at least `connections` connections (and at least the
-    /// config's `database.max_connections`), the table migrated.
+    /// config's `database.max_connections`), the table migrated (and given `--partitions`).
     pub async fn store(&self, connections: u32) -> Result<Arc<dyn OutboxStore>, StoreError> {
         let connections = self.config.database.max_connections.max(connections);
         let store = store::connect(&self.connect_options(&self.table, connections)).await?;
         store.migrate().await?;
+        if let Some(partitions) = self.partitions {
+            store.repartition(partitions).await?;
+        }
         Ok(store)
     }
 
