@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use outboxd::store::{
-    Backend, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionRead, RebalanceParams,
+    Backend, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, Ownership, PartitionRead,
+    RebalanceParams, StoreError,
 };
 use sqlx::{Connection, Executor, PgConnection};
 use support::{Bind, TestDb, record, wait_until};
@@ -54,11 +55,9 @@ async fn builds_in_progress(db: &TestDb) -> Vec<String> {
     .await
 }
 
-/// Reads every due row of `APP` as host `h1` (each owned partition until it is empty) and marks
-/// each batch delivered; returns how many.
-async fn deliver_due(store: &Arc<dyn OutboxStore>) -> u64 {
-    let now = outboxd::record::now_ms();
-    let ownership = store
+/// One heartbeat of host `h1` for `APP` (a 30 s lease).
+async fn heartbeat(store: &Arc<dyn OutboxStore>) -> Result<Ownership, StoreError> {
+    store
         .rebalance(&RebalanceParams {
             app_code: APP,
             host_id: "h1",
@@ -66,10 +65,16 @@ async fn deliver_due(store: &Arc<dyn OutboxStore>) -> u64 {
             release: &[],
             leaving: false,
             careful_rows: 100,
-            now_ms: now,
+            now_ms: outboxd::record::now_ms(),
         })
         .await
-        .unwrap();
+}
+
+/// Reads every due row of `APP` as host `h1` (each owned partition until it is empty) and marks
+/// each batch delivered; returns how many.
+async fn deliver_due(store: &Arc<dyn OutboxStore>) -> u64 {
+    let now = outboxd::record::now_ms();
+    let ownership = heartbeat(store).await.unwrap();
     let mut delivered = 0;
     for fence in ownership.owned {
         loop {
@@ -298,16 +303,7 @@ async fn a_change_of_partition_count_cut_short_is_finished_by_running_it_again()
     .await;
     db.execute("DROP INDEX idx_room_outbox_part", &[]).await;
     let host = db.store_default().await;
-    let refused = host
-        .rebalance(&RebalanceParams {
-            app_code: APP,
-            host_id: "h1",
-            lease_ms: 30_000,
-            release: &[],
-            leaving: false,
-            careful_rows: 100,
-            now_ms: outboxd::record::now_ms(),
-        })
+    let refused = heartbeat(&host)
         .await
         .expect_err("no partition index: the host reads nothing");
     assert!(
