@@ -136,11 +136,7 @@ async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     assert_eq!(e1.last_error, None);
     assert!(e1.lease_cleared(), "{e1:?}");
     assert_eq!(e1.updated_at_ms, 1_100);
-    assert_eq!(
-        e1.worker_id.as_deref(),
-        Some(HOST),
-        "the host that marked it"
-    );
+    assert_eq!(e1.worker_id, None, "a delivered row names no host");
 
     let e2 = db.row(APP, "e2").await.unwrap();
     assert_eq!(e2.status, "retryable");
@@ -155,6 +151,11 @@ async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     assert_eq!(e3.retry_count, 1);
     assert_eq!(e3.last_error.as_deref(), Some("bad"));
     assert!(e3.lease_cleared(), "{e3:?}");
+    assert_eq!(
+        (e2.worker_id.as_deref(), e3.worker_id.as_deref()),
+        (Some(HOST), Some(HOST)),
+        "a row not delivered names the host that tried it"
+    );
 
     let c = counts(&store, Some(APP), 1_100).await;
     assert_eq!(
@@ -169,8 +170,12 @@ async fn mark_applies_a_mix_in_one_call(backend: Backend) {
     mark(&store, &again.lease, &[delivered("e2")], 6_001).await;
     let e2 = db.row(APP, "e2").await.unwrap();
     assert_eq!(
-        (e2.status.as_str(), e2.last_error.as_deref()),
-        ("delivered", None)
+        (
+            e2.status.as_str(),
+            e2.last_error.as_deref(),
+            e2.worker_id.as_deref()
+        ),
+        ("delivered", None, None)
     );
     assert_eq!(e2.retry_count, 1);
 }

@@ -224,8 +224,8 @@ async fn a_read_writes_nothing_and_each_row_is_read_once(backend: Backend) {
         let row = db.row(APP, id).await.unwrap();
         assert_eq!(
             (row.status.as_str(), row.worker_id.as_deref()),
-            ("delivered", Some("host-a")),
-            "{id}: one write, naming its host"
+            ("delivered", None),
+            "{id}: one write; a delivered row names no host"
         );
     }
     assert!(

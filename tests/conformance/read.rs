@@ -325,7 +325,8 @@ async fn read_takes_an_expired_lease_as_an_attempt(backend: Backend) {
     let row = db.row(APP, "e1").await.unwrap();
     assert_eq!(
         (row.status.as_str(), row.worker_id.as_deref()),
-        ("delivered", Some(HOST))
+        ("delivered", None),
+        "delivered: the old host's lease no longer named"
     );
     assert!(row.lease_cleared(), "{row:?}");
 }

@@ -1,11 +1,12 @@
 //! MySQL's / MariaDB's mark: the fenced UPDATE alone, in autocommit (no `BEGIN`, no `COMMIT`
 //! round trip: the statement commits itself). Its affected-row count is the rows its WHERE
 //! matched (sqlx connects with `CLIENT_FOUND_ROWS`); when that is every mark, every row was still
-//! under the lease. Otherwise (rare: a row reclaimed by another host, or this mark run again
+//! under the lease. Otherwise (rare: a row of a partition another host took over, or this mark run again
 //! after a lost reply) MySQL has no `UPDATE … RETURNING`, so the rows this mark changed are
 //! listed by what it wrote ([`marked_rows`]).
 
 use super::MySqlStore;
+use crate::record::Status;
 use crate::store::driver::db;
 use crate::store::exec_mark::MarkOps;
 use crate::store::row::EventId;
@@ -35,10 +36,12 @@ impl MarkOps for MySqlStore {
     }
 }
 
-/// The rows of `marks` that a mark under `lease` at `now_ms` changed: each keeps the lease's
-/// worker id with no lease left and `updated_at_ms = now_ms`. A row another host reclaimed
-/// carries that host's worker id; a row marked earlier, another time. A mark run again after a
-/// lost reply (the same `now_ms`) finds the rows its first run changed.
+/// The rows of `marks` that a mark under `lease` at `now_ms` changed: each has no lease left,
+/// `updated_at_ms = now_ms` and a status a mark writes (a row left `pending` was not changed,
+/// whatever time its producer wrote). A row marked earlier carries another time; a mark run again after a lost reply (the
+/// same `now_ms`) finds the rows its first run changed. (A row of a partition another host took
+/// over and marked in the very same millisecond would be counted here too: both delivered it,
+/// and only this host's count of applied marks is off.)
 pub(crate) fn marked_rows(table: &TableName, lease: &Lease, marks: &[Mark], now_ms: i64) -> Bound {
     let mut b = SqlBuilder::new(Backend::MySql);
     b.push("SELECT event_id FROM ")
@@ -47,8 +50,8 @@ pub(crate) fn marked_rows(table: &TableName, lease: &Lease, marks: &[Mark], now_
         .bind(lease.app_code.as_str())
         .push(" AND event_id")
         .bind_in(marks.iter().map(|m| m.event_id.as_str()))
-        .push(" AND worker_id = ")
-        .bind(lease.worker_id.as_str())
+        .push(" AND status <> ")
+        .status(Status::Pending)
         .push(" AND lock_until_ms IS NULL AND updated_at_ms = ")
         .bind(now_ms);
     b.finish()

