@@ -1,9 +1,9 @@
 //! MySQL's / MariaDB's mark: the fenced UPDATE alone, in autocommit (no `BEGIN`, no `COMMIT`
 //! round trip: the statement commits itself). Its affected-row count is the rows its WHERE
 //! matched (sqlx connects with `CLIENT_FOUND_ROWS`); when that is every mark, every row was still
-//! under the lease. Otherwise (rare: a row of a partition another host took over, or this mark run again
-//! after a lost reply) MySQL has no `UPDATE … RETURNING`, so the rows this mark changed are
-//! listed by what it wrote ([`marked_rows`]).
+//! under the lease. Otherwise (rare: a row of a partition another host took over, or this mark
+//! run again after a lost reply) MySQL has no `UPDATE … RETURNING`, so the rows this mark
+//! changed are listed by what it wrote ([`marked_rows`]).
 
 use super::MySqlStore;
 use crate::record::Status;
@@ -38,10 +38,10 @@ impl MarkOps for MySqlStore {
 
 /// The rows of `marks` that a mark under `lease` at `now_ms` changed: each has no lease left,
 /// `updated_at_ms = now_ms` and a status a mark writes (a row left `pending` was not changed,
-/// whatever time its producer wrote). A row marked earlier carries another time; a mark run again after a lost reply (the
-/// same `now_ms`) finds the rows its first run changed. (A row of a partition another host took
-/// over and marked in the very same millisecond would be counted here too: both delivered it,
-/// and only this host's count of applied marks is off.)
+/// whatever time its producer wrote). A row marked earlier carries another time; a mark run
+/// again after a lost reply (the same `now_ms`) finds the rows its first run changed. (A row of a
+/// partition another host took over and marked in the very same millisecond would be counted
+/// here too: both delivered it, and only this host's count of applied marks is off.)
 pub(crate) fn marked_rows(table: &TableName, lease: &Lease, marks: &[Mark], now_ms: i64) -> Bound {
     let mut b = SqlBuilder::new(Backend::MySql);
     b.push("SELECT event_id FROM ")
