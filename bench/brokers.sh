@@ -10,6 +10,9 @@
 #      publishes EVENTS messages in batches of 1000, pipelined, each confirmed (`--broker-raw`);
 #   2. the same EVENTS through the native no-op publisher (no plugin, no broker): the
 #      database-bound ceiling of outboxd on this machine, beside which the broker run is read;
+#   Both drains print their CPU per event: the machine's (database, broker, outboxd) and
+#   outboxd-bench's own (worker, plugin, broker client); once the cores are busy, a drain's rate
+#   is bound by the first;
 #   3. latency: producers commit 200 rows/s for LATENCY_SECS seconds; commit → delivered
 #      (marked after the broker's confirmation) p50/p90/p99.
 # MQTT runs against a private mosquitto (port MQTT_PORT, 18830) with `set_tcp_nodelay true`, started
@@ -65,15 +68,18 @@ for broker in $BROKERS; do
   section "$broker, no-op publisher: outboxd-bench --events $EVENTS --rooms 200 --shapes outboxd"
   "$OUTBOXD_BENCH" --database-url "$URL" --events "$EVENTS" --rooms 200 --shapes outboxd | tee "$WORK/noop"
   noop=$(awk '$1 == "outboxd" {print $7}' "$WORK/noop")
+  # CPU per event of each drain (the machine's: database, broker, outboxd; and outboxd's own).
+  cpu=$(awk '$1 == "outboxd" {print $11 "/" $12}' "$WORK/out")
+  noop_cpu=$(awk '$1 == "outboxd" {print $11 "/" $12}' "$WORK/noop")
   section "$broker, latency: outboxd-bench --rate 200 --seconds $LATENCY_SECS ${args[*]} --broker-raw"
   "$OUTBOXD_BENCH" --config "$CONFIG" --database-url "$URL" --rate 200 \
     --seconds "$LATENCY_SECS" "${args[@]}" --broker-raw | tee "$WORK/lat"
   p=$(awk '/^ *200 / {print $5 " / " $6 " / " $7}' "$WORK/lat" | head -n1)
-  printf "%-9s %10s %10s %7s %10s %7s   %s\n" "$broker" "$ours" "$raw" "${ratio}x" "$noop" \
-    "$(awk -v a="$ours" -v b="$noop" 'BEGIN { printf "%.2fx", a / b }')" "$p" >> "$WORK/summary"
+  printf "%-9s %10s %10s %7s %10s %7s %13s %13s   %s\n" "$broker" "$ours" "$raw" "${ratio}x" "$noop" \
+    "$(awk -v a="$ours" -v b="$noop" 'BEGIN { printf "%.2fx", a / b }')" "$cpu" "$noop_cpu" "$p" >> "$WORK/summary"
 done
 
 echo
-echo "== summary (events/s: outboxd table → broker, confirmed; the raw client's confirmed msg/s; outboxd with the no-op publisher; commit → delivered at 200/s, ms)"
-printf "%-9s %10s %10s %7s %10s %7s   %s\n" broker outboxd raw "vs raw" no-op "vs no-op" "p50 / p90 / p99"
+echo "== summary (events/s: outboxd table → broker, confirmed; the raw client's confirmed msg/s; outboxd with the no-op publisher; CPU µs per event of the broker drain and of the no-op drain, the machine's / outboxd's own; commit → delivered at 200/s, ms)"
+printf "%-9s %10s %10s %7s %10s %7s %13s %13s   %s\n" broker outboxd raw "vs raw" no-op "vs no-op" "cpu us/ev" "no-op cpu" "p50 / p90 / p99"
 cat "$WORK/summary"

@@ -8,7 +8,7 @@
 //!
 //! | mode | flags | module |
 //! |---|---|---|
-//! | throughput (the default) | `--events`, `--shapes` | [`throughput`]; the raw SQL loops it compares against in [`raw`], the one-index yardstick table in [`yardstick`] |
+//! | throughput (the default) | `--events`, `--shapes` | [`throughput`]; the raw SQL loops it compares against in [`raw`], the one-index yardstick table in [`yardstick`], the CPU each drain cost in [`cpu`] |
 //! | latency | `--rate` or `--every`, `--seconds` | [`latency`], its report [`latency_report`], what the slowest rows waited for [`trace`] |
 //! | retention | `--retention` | [`retention`], its report [`retention_report`] |
 //! | history scaling | `--history-scaling` | [`scaling`] |
@@ -25,6 +25,7 @@ mod broker;
 mod broker_raw;
 mod collector;
 mod console;
+mod cpu;
 mod harness;
 mod history;
 mod latency;

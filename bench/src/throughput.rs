@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{BenchArgs, Shape};
 use crate::collector::Collector;
+use crate::cpu::{CpuMark, CpuSpent};
 use crate::harness::{EventIds, Harness, records};
 use crate::raw::{RawError, RawLoop, RawOptions};
 use outboxd::config::{Config, TraceExport};
@@ -75,6 +76,8 @@ pub struct BenchRow {
     pub enqueue: Duration,
     /// Wall time of the drain.
     pub drain: Duration,
+    /// CPU the drain cost the machine and this process (`None` where `/proc` is not readable).
+    pub cpu: Option<CpuSpent>,
     /// The `traced` shape's spans: exported, dropped, and the bytes the collector took.
     pub spans: Option<(u64, u64, u64)>,
 }
@@ -114,7 +117,7 @@ impl fmt::Display for BenchReport {
         writeln!(f, "database: {}  rooms: {}", self.database, self.rooms)?;
         writeln!(
             f,
-            "{:<20} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>8}",
+            "{:<20} {:>6} {:>8} {:>8} {:>14} {:>10} {:>12} {:>7} {:>8} {:>6} {:>10} {:>10}",
             "shape",
             "batch",
             "workers",
@@ -123,16 +126,28 @@ impl fmt::Display for BenchReport {
             "drain s",
             "drain ev/s",
             "vs raw",
-            "vs 1idx"
+            "vs 1idx",
+            "cores",
+            "cpu us/ev",
+            "own us/ev"
         )?;
         for row in &self.rows {
             let ratio = |base: Option<f64>| {
                 base.map(|base| format!("{:.2}x", row.drain_rate() / base))
                     .unwrap_or_else(|| "-".into())
             };
+            let per_event = |seconds: f64| seconds * 1e6 / f64::from(row.events.max(1));
+            let (cores, machine, own) = match row.cpu {
+                Some(cpu) => (
+                    format!("{:.2}", cpu.busy_cores()),
+                    format!("{:.1}", per_event(cpu.machine)),
+                    format!("{:.1}", per_event(cpu.own)),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
             writeln!(
                 f,
-                "{:<20} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>8}",
+                "{:<20} {:>6} {:>8} {:>8} {:>14.0} {:>10.2} {:>12.0} {:>7} {:>8} {:>6} {:>10} {:>10}",
                 row.shape.name(),
                 row.batch_size,
                 row.workers,
@@ -141,7 +156,10 @@ impl fmt::Display for BenchReport {
                 row.drain.as_secs_f64(),
                 row.drain_rate(),
                 ratio(raw),
-                ratio(one_index)
+                ratio(one_index),
+                cores,
+                machine,
+                own
             )?;
         }
         let mean_rate = |shape| {
@@ -234,6 +252,7 @@ pub async fn run(
         let shape_store = yardstick.as_ref().unwrap_or(&store);
         let enqueue = enqueue(&**shape_store, &app_code, options).await?;
         let started = Instant::now();
+        let cpu = CpuMark::now();
         let mut spans = None;
         let (batch_size, workers) = match shape {
             Shape::Outboxd | Shape::PerRoom => {
@@ -272,6 +291,7 @@ pub async fn run(
             }
         };
         let drain = started.elapsed();
+        let cpu = cpu.and_then(|mark| mark.spent());
         let counts = shape_store
             .counts(&CountsParams {
                 app_code: Some(app_code),
@@ -295,6 +315,7 @@ pub async fn run(
             events: options.events,
             enqueue,
             drain,
+            cpu,
             spans,
         });
     }

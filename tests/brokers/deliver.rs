@@ -1,5 +1,6 @@
 //! On the shared brokers: each broker's docs config delivers every event exactly once, with its
-//! headers (the producer's trace context among them), in per-room order; a broker that does not answer makes events retryable, never
+//! headers (the producer's trace context among them), in per-room order (Kafka: over connections
+//! the host set `TCP_NODELAY` on); a broker that does not answer makes events retryable, never
 //! failed, and opens the sink's breaker; the checks that refuse a sink at start.
 
 use std::path::Path;
@@ -48,6 +49,20 @@ async fn delivers_every_event_once_in_room_order(kind: Kind) {
     let (shutdown, running, _metrics) = start(config, store.clone()).await;
     wait_delivered(&db, count, within).await;
     let drained = started.elapsed();
+    if kind == Kind::Kafka {
+        // The Kafka client leaves Nagle's algorithm on; the host turns it off on the
+        // connections to the broker's port (host/src/broker/nodelay.rs). rskafka never sets
+        // it, so a socket with it on is one the host set.
+        let port = url::Url::parse(&Kind::Kafka.shared_url())
+            .unwrap()
+            .port()
+            .unwrap_or(9092);
+        let (on, off) = nodelay_of_sockets_to(port);
+        assert!(
+            on >= 1,
+            "no connection to port {port} has TCP_NODELAY ({off} without)"
+        );
+    }
     let received = wait_received(&mut destination, &ids, within).await;
     shutdown.cancel();
     running.await.unwrap();
@@ -271,4 +286,40 @@ async fn sinks_without_their_broker_are_refused() {
         error.to_string().contains("limits.allow_brokers"),
         "{error}"
     );
+}
+
+/// How many of this process's TCP sockets connected to `port` have `TCP_NODELAY` on, and how
+/// many have it off (Linux: the descriptors of /proc/self/fd, each looked at through a copy).
+fn nodelay_of_sockets_to(port: u16) -> (usize, usize) {
+    use std::os::fd::FromRawFd;
+    let (mut on, mut off) = (0, 0);
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: dup takes a descriptor number and returns a new descriptor (or -1); the copy
+        // is owned by the stream below, which closes it.
+        let copy = unsafe { libc::dup(fd) };
+        if copy < 0 {
+            continue;
+        }
+        // SAFETY: `copy` is a fresh descriptor of ours, a socket; a socket not TCP fails below.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(copy) };
+        if stream.peer_addr().is_ok_and(|peer| peer.port() == port) {
+            match stream.nodelay() {
+                Ok(true) => on += 1,
+                _ => off += 1,
+            }
+        }
+    }
+    (on, off)
 }

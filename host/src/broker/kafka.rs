@@ -3,10 +3,12 @@
 //! produced with `acks=all` (rskafka's only mode) and confirmed by the produce response. A
 //! batch is one produce request per partition, in message order, the partitions side by side.
 //! Kafka does not deduplicate across produce requests: a consumer does, on `message-id`.
+//! rskafka's sockets get `TCP_NODELAY` from `nodelay.rs` (rskafka does not set it).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -18,16 +20,20 @@ use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
 
 use super::{
-    BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, kafka_partition, tls,
+    BrokerRefusal, BrokerSession, Connector, Message, PublishOutcome, kafka_partition, nodelay, tls,
 };
 use crate::config::BrokerSpec;
 
 /// The header carrying the message id.
 const MESSAGE_ID: &str = "message-id";
+/// How often a publishing session looks for sockets rskafka opened since (a connection it
+/// reopened by itself after a failure) to set `TCP_NODELAY` on them.
+const NODELAY_EVERY: Duration = Duration::from_secs(1);
 
 /// Connects to Kafka as `[[broker]]` says.
 pub(super) struct KafkaConnector {
     bootstrap: String,
+    port: u16,
     username: Option<String>,
     password: Option<String>,
     tls: bool,
@@ -39,12 +45,10 @@ pub(super) struct KafkaConnector {
 impl KafkaConnector {
     pub(super) fn new(spec: &BrokerSpec) -> KafkaConnector {
         let url = spec.url();
+        let port = url.port().unwrap_or(9092);
         KafkaConnector {
-            bootstrap: format!(
-                "{}:{}",
-                url.host_str().unwrap_or_default(),
-                url.port().unwrap_or(9092)
-            ),
+            bootstrap: format!("{}:{}", url.host_str().unwrap_or_default(), port),
+            port,
             username: spec.username().map(str::to_string),
             password: spec.password().map(|p| p.expose().to_string()),
             tls: spec.tls(),
@@ -76,11 +80,16 @@ impl Connector for KafkaConnector {
             )));
         }
         let client = builder.build().await.map_err(|e| e.to_string())?;
-        Ok(Arc::new(KafkaSession {
+        let session = KafkaSession {
             client,
             partitions: tokio::sync::Mutex::new(HashMap::new()),
             writers: tokio::sync::Mutex::new(HashMap::new()),
-        }))
+            broker_ports: BTreeSet::from([self.port]),
+            nodelay_swept: Mutex::new(None),
+            new_writer: AtomicBool::new(false),
+        };
+        session.keep_nodelay();
+        Ok(Arc::new(session))
     }
 }
 
@@ -89,6 +98,14 @@ struct KafkaSession {
     client: Client,
     partitions: tokio::sync::Mutex<HashMap<String, i32>>,
     writers: tokio::sync::Mutex<HashMap<(String, i32), Arc<PartitionClient>>>,
+    /// The port the brokers listen on (the bootstrap server's): rskafka's sockets are the
+    /// process's sockets connected to it.
+    broker_ports: BTreeSet<u16>,
+    /// When [`KafkaSession::keep_nodelay`] last looked.
+    nodelay_swept: Mutex<Option<Instant>>,
+    /// A partition client was made since it last looked: its leader's connection opens with its
+    /// first request.
+    new_writer: AtomicBool,
 }
 
 #[async_trait]
@@ -135,6 +152,15 @@ impl BrokerSession for KafkaSession {
                 results[position] = Some(outcome.clone());
             }
         }
+        let swept = *self
+            .nodelay_swept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.new_writer.swap(false, Ordering::Relaxed)
+            || swept.is_none_or(|at| at.elapsed() >= NODELAY_EVERY)
+        {
+            self.keep_nodelay();
+        }
         results
             .into_iter()
             .map(|r| {
@@ -153,6 +179,23 @@ impl BrokerSession for KafkaSession {
 }
 
 impl KafkaSession {
+    /// Sets `TCP_NODELAY` on the connections rskafka opened to the brokers (`nodelay.rs`): after
+    /// connecting, after the first publish through a new partition client, and then at most once
+    /// per [`NODELAY_EVERY`] while publishing.
+    fn keep_nodelay(&self) {
+        let changed = nodelay::set_on_sockets_to(&self.broker_ports);
+        *self
+            .nodelay_swept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        if changed > 0 {
+            tracing::debug!(
+                sockets = changed,
+                "Kafka: TCP_NODELAY set on the brokers' connections"
+            );
+        }
+    }
+
     /// How many partitions `topic` has (asked once, then remembered).
     async fn partition_count(&self, topic: &str) -> Result<i32, BrokerRefusal> {
         if let Some(&count) = self.partitions.lock().await.get(topic) {
@@ -196,6 +239,7 @@ impl KafkaSession {
             .map_err(|e| classify(&e))?;
         let writer = Arc::new(writer);
         self.writers.lock().await.insert(key, writer.clone());
+        self.new_writer.store(true, Ordering::Relaxed);
         Ok(writer)
     }
 

@@ -10,7 +10,8 @@
 //!   reports each message once the broker confirmed it: `nats.rs` (JetStream PubAck),
 //!   `rabbitmq.rs` (publisher confirms of persistent messages), `redis.rs` (`XADD` replies),
 //!   `mqtt.rs` (QoS 1 PUBACKs matched to packet ids), `kafka.rs` (`acks=all`, keyed partitions
-//!   by `partition.rs`'s murmur2); `tls.rs`: the rustls client settings they share;
+//!   by `partition.rs`'s murmur2, `TCP_NODELAY` on its sockets by `nodelay.rs`); `tls.rs`: the
+//!   rustls client settings they share;
 //! - [`StandInBroker`] (`stand_in.rs`): a connection whose session keeps each message and
 //!   answers as a chosen kind would (confirmed, refused, down), for `outboxd plugin test`.
 
@@ -18,6 +19,7 @@ mod connection;
 mod kafka;
 mod mqtt;
 mod nats;
+mod nodelay;
 mod partition;
 mod rabbitmq;
 mod redis;
