@@ -46,7 +46,10 @@ one() {
   section "$db, round $round, $label"
   bench_of "$build" --events "$EVENTS" --shapes raw,outboxd \
     "${PLUGIN_ARGS[@]}" --table "ab_${label}_$round" | tee "$WORK/thru"
-  ratio=$(awk '$1 == "outboxd" { print $8 }' "$WORK/thru")
+  # outboxd's drain rate over raw's (column 7 in every version's report; the ratio columns
+  # after it moved between versions).
+  ratio=$(awk '$1 == "raw" { raw = $7 } $1 == "outboxd" { ours = $7 }
+    END { if (raw > 0) printf "%.2fx", ours / raw }' "$WORK/thru")
   bench_of "$build" --rate "$RATE" --seconds 10 "${PLUGIN_ARGS[@]}" \
     --table "ab_lat_${label}_$round" | tee "$WORK/lat"
   lat=$(awk '/^ *rate +events/ { getline; print $5, $7 }' "$WORK/lat")
