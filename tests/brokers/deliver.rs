@@ -289,37 +289,25 @@ async fn sinks_without_their_broker_are_refused() {
 }
 
 /// How many of this process's TCP sockets connected to `port` have `TCP_NODELAY` on, and how
-/// many have it off (Linux: the descriptors of /proc/self/fd, each looked at through a copy).
+/// many have it off (Linux: every descriptor of /proc/self/fd, looked at through a copy as a
+/// `TcpStream`; one that is not a connected TCP socket has no peer address and is passed over).
 fn nodelay_of_sockets_to(port: u16) -> (usize, usize) {
     use std::os::fd::FromRawFd;
-    let (mut on, mut off) = (0, 0);
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let is_socket = std::fs::read_link(entry.path())
-            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
-        if !is_socket {
-            continue;
-        }
-        // SAFETY: dup takes a descriptor number and returns a new descriptor (or -1); the copy
-        // is owned by the stream below, which closes it.
+    let descriptors: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let streams = descriptors.into_iter().filter_map(|fd| {
+        // SAFETY: dup takes a descriptor number and returns a new descriptor, or -1 (one closed
+        // since the listing). The copy is owned by the stream made of it, which closes it.
         let copy = unsafe { libc::dup(fd) };
-        if copy < 0 {
-            continue;
-        }
-        // SAFETY: `copy` is a fresh descriptor of ours, a socket; a socket not TCP fails below.
-        let stream = unsafe { std::net::TcpStream::from_raw_fd(copy) };
-        if stream.peer_addr().is_ok_and(|peer| peer.port() == port) {
-            match stream.nodelay() {
-                Ok(true) => on += 1,
-                _ => off += 1,
-            }
-        }
-    }
-    (on, off)
+        // SAFETY: `copy` is a fresh descriptor of ours; what is not a TCP socket fails below.
+        (copy >= 0).then(|| unsafe { std::net::TcpStream::from_raw_fd(copy) })
+    });
+    let to_port: Vec<bool> = streams
+        .filter(|stream| stream.peer_addr().is_ok_and(|peer| peer.port() == port))
+        .map(|stream| stream.nodelay().unwrap_or(false))
+        .collect();
+    let on = to_port.iter().filter(|&&on| on).count();
+    (on, to_port.len() - on)
 }
