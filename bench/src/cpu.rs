@@ -7,6 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+/// The shortest stretch whose CPU is reported: `/proc` counts in clock ticks (10 ms), so a
+/// shorter one's figures would be mostly rounding.
+pub const LEAST_WALL: Duration = Duration::from_millis(200);
+
 /// The CPU counters at one moment.
 #[derive(Debug, Clone, Copy)]
 pub struct CpuMark {
@@ -48,9 +52,13 @@ impl CpuMark {
         })
     }
 
-    /// What was spent since `self`.
+    /// What was spent since `self`; `None` when `/proc` cannot be read or less than
+    /// [`LEAST_WALL`] passed.
     pub fn spent(&self) -> Option<CpuSpent> {
         let now = CpuMark::now()?;
+        if now.at - self.at < LEAST_WALL {
+            return None;
+        }
         let hz = ticks_per_second();
         Some(CpuSpent {
             machine: now.machine_busy.saturating_sub(self.machine_busy) as f64 / hz,
@@ -112,12 +120,16 @@ mod tests {
         while started.elapsed() < Duration::from_millis(300) {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
-        let spent = mark.spent().expect("/proc is readable");
+        let spent = mark.spent().expect("/proc is readable, and 0.3 s passed");
         assert!(
             spent.own >= 0.15,
             "own CPU {:.3} s for 0.3 s of spinning",
             spent.own
         );
         assert!(spent.machine >= spent.own * 0.5, "{spent:?}");
+        assert!(
+            CpuMark::now().unwrap().spent().is_none(),
+            "a stretch too short to count"
+        );
     }
 }

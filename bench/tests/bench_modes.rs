@@ -115,6 +115,9 @@ struct BenchRow {
     drain_rate: f64,
     /// The printed ratios: `vs raw`, `vs 1idx` (`None`: `-`).
     ratios: [Option<f64>; 2],
+    /// The drain's CPU: cores busy, µs per event of the machine and of the bench (`None`: `-`,
+    /// a drain too short to count).
+    cpu: [Option<f64>; 3],
 }
 
 /// The shapes the ratio columns compare with, in column order.
@@ -137,7 +140,7 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
         header,
         [
             "shape", "batch", "workers", "events", "enqueue", "ev/s", "drain", "s", "drain",
-            "ev/s", "vs", "raw", "vs", "1idx"
+            "ev/s", "vs", "raw", "vs", "1idx", "cores", "cpu", "us/ev", "own", "us/ev"
         ],
         "{stdout}"
     );
@@ -153,7 +156,7 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
     };
     let rows: Vec<BenchRow> = lines
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .take_while(|columns| columns.len() == 9)
+        .take_while(|columns| columns.len() == 12)
         .map(|c| BenchRow {
             shape: c[0].to_string(),
             batch: c[1].parse().unwrap(),
@@ -170,6 +173,7 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
                     number("ratio", value)
                 })
             }),
+            cpu: [c[9], c[10], c[11]].map(|cell| (cell != "-").then(|| number("cpu", cell))),
         })
         .collect();
     let names: Vec<&str> = rows.iter().map(|r| r.shape.as_str()).collect();
@@ -195,6 +199,25 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
             row.drain_rate,
             row.drain_s
         );
+        // CPU: all three figures or none, none for a drain shorter than 0.2 s (/proc counts in
+        // 10 ms ticks); a process's own CPU is part of the machine's (to a tick per core).
+        let counted = row.cpu.iter().filter(|c| c.is_some()).count();
+        assert!(
+            counted == 0 || counted == 3,
+            "{shape}: cpu {:?}:\n{stdout}",
+            row.cpu
+        );
+        if row.drain_s < 0.195 {
+            assert_eq!(
+                counted, 0,
+                "{shape}: cpu of a {} s drain:\n{stdout}",
+                row.drain_s
+            );
+        }
+        if let [Some(_), Some(machine), Some(own)] = row.cpu {
+            let tick_per_event = 2.0 * 0.01 * 1e6 / events;
+            assert!(own <= machine + tick_per_event, "{shape}: cpu:\n{stdout}");
+        }
         for (base, printed) in BENCH_BASES.iter().zip(row.ratios) {
             let Some(base_row) = rows.iter().find(|r| r.shape == *base) else {
                 assert_eq!(
