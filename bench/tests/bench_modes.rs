@@ -215,7 +215,8 @@ fn check_bench_report(stdout: &str, shapes: &[&str], events: u32) -> Vec<BenchRo
             );
         }
         if let [Some(_), Some(machine), Some(own)] = row.cpu {
-            let tick_per_event = 2.0 * 0.01 * 1e6 / events;
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            let tick_per_event = cores * 0.01 * 1e6 / events;
             assert!(own <= machine + tick_per_event, "{shape}: cpu:\n{stdout}");
         }
         for (base, printed) in BENCH_BASES.iter().zip(row.ratios) {

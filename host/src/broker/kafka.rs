@@ -5,7 +5,7 @@
 //! Kafka does not deduplicate across produce requests: a consumer does, on `message-id`.
 //! rskafka's sockets get `TCP_NODELAY` from `nodelay.rs` (rskafka does not set it).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -84,7 +84,7 @@ impl Connector for KafkaConnector {
             client,
             partitions: tokio::sync::Mutex::new(HashMap::new()),
             writers: tokio::sync::Mutex::new(HashMap::new()),
-            broker_ports: BTreeSet::from([self.port]),
+            broker_port: self.port,
             nodelay_swept: Mutex::new(None),
             new_writer: AtomicBool::new(false),
         };
@@ -100,7 +100,7 @@ struct KafkaSession {
     writers: tokio::sync::Mutex<HashMap<(String, i32), Arc<PartitionClient>>>,
     /// The port the brokers listen on (the bootstrap server's): rskafka's sockets are the
     /// process's sockets connected to it.
-    broker_ports: BTreeSet<u16>,
+    broker_port: u16,
     /// When [`KafkaSession::keep_nodelay`] last looked.
     nodelay_swept: Mutex<Option<Instant>>,
     /// A partition client was made since it last looked: its leader's connection opens with its
@@ -183,7 +183,7 @@ impl KafkaSession {
     /// connecting, after the first publish through a new partition client, and then at most once
     /// per [`NODELAY_EVERY`] while publishing.
     fn keep_nodelay(&self) {
-        let changed = nodelay::set_on_sockets_to(&self.broker_ports);
+        let changed = nodelay::set_on_sockets_to(self.broker_port);
         *self
             .nodelay_swept
             .lock()

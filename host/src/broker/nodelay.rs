@@ -6,35 +6,31 @@
 //! Linux): every produce request paid it, so a Kafka sink confirmed at most one batch per 40 ms
 //! (0.17× the no-sink drain). rskafka offers no hook on its sockets, so the Kafka session finds
 //! them: [`set_on_sockets_to`] sets the option on this process's TCP sockets whose peer listens on
-//! one of the given ports (the bootstrap servers'), and leaves every other socket alone.
+//! the given port (the bootstrap server's), and leaves every other socket alone.
 
-use std::collections::BTreeSet;
-
-/// Sets `TCP_NODELAY` on each TCP socket of this process connected to a port in `ports` that
-/// lacks it, and returns how many it changed. On Linux it lists the process's descriptors in
+/// Sets `TCP_NODELAY` on each TCP socket of this process connected to `port` that lacks it, and returns how many it changed. On Linux it lists the process's descriptors in
 /// `/proc/self/fd`; elsewhere it changes nothing and returns 0.
 ///
 /// A descriptor closed (or reused) between the listing and the calls is harmless: the calls name
 /// it by number, touch no memory but their own arguments, and fail on a closed one; a reused one
-/// is changed only if it is itself a TCP socket connected to one of `ports`.
-pub(super) fn set_on_sockets_to(ports: &BTreeSet<u16>) -> usize {
+/// is changed only if it is itself a TCP socket connected to `port`.
+pub(super) fn set_on_sockets_to(port: u16) -> usize {
     #[cfg(target_os = "linux")]
     {
-        linux::set_on_sockets_to(ports)
+        linux::set_on_sockets_to(port)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = ports;
+        let _ = port;
         0
     }
 }
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use std::collections::BTreeSet;
     use std::os::unix::ffi::OsStrExt;
 
-    pub(super) fn set_on_sockets_to(ports: &BTreeSet<u16>) -> usize {
+    pub(super) fn set_on_sockets_to(port: u16) -> usize {
         let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
             return 0;
         };
@@ -52,7 +48,7 @@ mod linux {
                 .is_ok_and(|target| target.as_os_str().as_bytes().starts_with(b"socket:"));
             if is_socket
                 && is_tcp(fd)
-                && peer_port(fd).is_some_and(|port| ports.contains(&port))
+                && peer_port(fd) == Some(port)
                 && int_option(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) == Some(0)
                 && set_nodelay(fd)
             {
@@ -136,7 +132,6 @@ mod linux {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use std::collections::BTreeSet;
     use std::net::{TcpListener, TcpStream};
 
     use super::set_on_sockets_to;
@@ -150,10 +145,10 @@ mod tests {
         let (accepted, _) = named.accept().unwrap();
         assert!(!to_named.nodelay().unwrap() && !to_other.nodelay().unwrap());
 
-        let ports = BTreeSet::from([named.local_addr().unwrap().port()]);
+        let port = named.local_addr().unwrap().port();
         // Other tests of this process may hold sockets to the named port's number only by
         // chance (it is a fresh ephemeral port): at least the one connected here changes.
-        assert!(set_on_sockets_to(&ports) >= 1);
+        assert!(set_on_sockets_to(port) >= 1);
         assert!(to_named.nodelay().unwrap(), "the socket to the named port");
         assert!(
             !to_other.nodelay().unwrap(),
@@ -165,7 +160,7 @@ mod tests {
             "the listening side is left alone"
         );
         assert_eq!(
-            set_on_sockets_to(&ports),
+            set_on_sockets_to(port),
             0,
             "a second pass finds nothing to change"
         );
