@@ -11,7 +11,7 @@ use super::{BatchStats, Worker, WorkerError};
 use crate::metrics::RowOutcome;
 use crate::store::{ClaimBatch, PartitionRead, RejectedRow, StoreError};
 
-/// Empty reads in a row (each of up to [`super::partitions::PARTITIONS_PER_READ`] partitions)
+/// Empty reads in a row (each of a run of partitions: [`super::partitions::PartitionBook::take_turn`])
 /// after which a read asks which partitions hold live rows at all
 /// ([`crate::store::OutboxStore::live_partitions`]) and reads only those: a host that has caught
 /// up does not read each of its partitions to find the one new row.
@@ -71,7 +71,15 @@ impl Worker {
                     .inspect_err(|e| self.metrics.count_database_error(e))?;
                 if let Some(live) = live {
                     let live: BTreeSet<u32> = live.into_iter().collect();
-                    tried.extend(self.partitions.owned_partitions(app_code).difference(&live));
+                    // A partition with no live row holds no backlog: it joins the runs again.
+                    let empty: BTreeSet<u32> = self
+                        .partitions
+                        .owned_partitions(app_code)
+                        .difference(&live)
+                        .copied()
+                        .collect();
+                    self.partitions.no_backlog(app_code, &empty);
+                    tried.extend(empty);
                     turn.retain(|p| live.contains(&p));
                     if turn.fences.is_empty() {
                         continue;
