@@ -9,7 +9,7 @@
 //! them all, the first rows of them all by write order, and one marks them. A host that keeps up
 //! reads all its free partitions in one statement, so a row waits for the next read, not for its
 //! partition's turn in a cycle of reads (at 2,000 rows/s, PostgreSQL, against reads of 16 at a
-//! time: p50 7.7 → 5.8 ms with 64 partitions, 154 → 12 ms with 1,024; docs/PERFORMANCE.md).
+//! time: p50 6.0 → 5.0 ms with 64 partitions, 154 → 9 ms with 1,024; docs/PERFORMANCE.md).
 //!
 //! The heartbeat runs every third of `worker.lease`: it renews this host and its partitions on the
 //! database's clock, takes free or expired partitions up to its fair share, and releases what it
