@@ -208,23 +208,17 @@ impl PartitionBook {
             // are small). Once the round-robin wraps around, a host that keeps up reads all its
             // free partitions at once.
             let keeps_up = |p: &u32| !alone(p) && !tenant.releasing.contains(p);
-            let join = |fences: &mut Vec<PartitionFence>, (p, e): (&u32, &i64), at: u32| {
-                if *p != at || !keeps_up(p) {
-                    return false;
-                }
-                if free(p) {
-                    fences.push(PartitionFence {
-                        partition: *p,
-                        epoch: *e,
-                    });
-                }
-                true
-            };
-            for owned in tenant.owned.range(first.partition + 1..) {
-                if !join(&mut fences, owned, last + 1) {
+            for (partition, epoch) in tenant.owned.range(first.partition + 1..) {
+                if *partition != last + 1 || !keeps_up(partition) {
                     break;
                 }
-                last = *owned.0;
+                if free(partition) {
+                    fences.push(PartitionFence {
+                        partition: *partition,
+                        epoch: *epoch,
+                    });
+                }
+                last = *partition;
             }
         }
         for fence in &fences {
