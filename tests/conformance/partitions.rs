@@ -8,18 +8,21 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use outboxd::record::now_ms;
-use outboxd::store::{Backend, Careful, DEFAULT_TABLE, OutboxStore, Ownership, RejectedRow};
+use outboxd::store::internals::mark_statements;
+use outboxd::store::{
+    Backend, Careful, DEFAULT_TABLE, Lease, Mark, OutboxStore, Ownership, RejectedRow, TableName,
+};
 
 use outboxd::store::PartitionRead;
 
 use crate::helpers::{
     APP, LONG_LEASE_MS, all_delivered, all_ids, deferred, delivered, enqueue, ids, mark, own_all,
-    read, read_all, reading, rebalance, retryable, setup, strs,
+    read, read_all, reading, rebalance, retryable, setup, status_of, strs,
 };
-use crate::support::{RawInsert, record, wait_until};
+use crate::support::{Bind, RawInsert, record, wait_until};
 
 crate::support::per_backend!(
     one_host_takes_every_partition,
@@ -33,6 +36,8 @@ crate::support::per_backend!(
     leased_hosts_stop_partition_reads,
     live_partitions_are_those_holding_live_rows,
     one_read_takes_many_partitions_and_the_mark_fences_each_row,
+    heartbeats_and_marks_of_many_partitions_do_not_wait_for_each_other,
+    a_takeover_waits_for_a_mark_in_flight,
     a_partition_taken_from_a_dead_host_is_in_the_crash_guards_care,
 );
 
@@ -567,6 +572,152 @@ async fn one_read_takes_many_partitions_and_the_mark_fences_each_row(backend: Ba
         };
         assert_eq!(status, want, "{id}");
     }
+}
+
+/// A heartbeat (renewing every lease of its host in one statement) and a mark of many partitions
+/// at once go on side by side for 3 s: each takes milliseconds, none waits a second. On
+/// PostgreSQL the renewal and a mark's fence once locked the same partition rows in different
+/// orders and deadlocked, which the database breaks only after `deadlock_timeout` (1 s).
+async fn heartbeats_and_marks_of_many_partitions_do_not_wait_for_each_other(backend: Backend) {
+    let Some((_db, store)) = setup(backend).await else {
+        return;
+    };
+    let records: Vec<_> = (0..400)
+        .map(|n| record(APP, &format!("e{n:03}"), &format!("room-{n:03}"), 1_000 + n))
+        .collect();
+    enqueue(&store, &records).await;
+    let a = own_all(&store, APP, "host-a").await;
+    let batch = read(
+        &store,
+        &PartitionRead {
+            fences: a.owned.clone(),
+            limit: 1_000,
+            ..reading(APP, "host-a", now_ms())
+        },
+    )
+    .await;
+    assert_eq!(batch.events.len(), records.len());
+    // Every row, spread over every partition, deferred (still due, so the next round marks
+    // them again).
+    let marks: Vec<Mark> = batch
+        .events
+        .iter()
+        .map(|e| deferred(&e.event.event_id, 1, "again"))
+        .collect();
+    let until = Instant::now() + Duration::from_secs(3);
+    let (marked, beats) = tokio::join!(
+        mark_until(&store, &batch.lease, &marks, until),
+        heartbeat_until(&store, &a, until),
+    );
+    for (what, (slowest, rounds)) in [("mark", marked), ("heartbeat", beats)] {
+        assert!(rounds > 0, "no {what} ran");
+        assert!(
+            slowest < Duration::from_millis(900),
+            "a {what} took {slowest:?} (of {rounds}): it waited for the other side"
+        );
+    }
+}
+
+/// A mark in flight (its transaction open, the fence read) holds off a host taking the partition
+/// over until it commits: the mark lands at the epoch it read, and the new owner reads after it.
+/// (A takeover that did not wait would let the old owner's mark land after the new epoch.)
+async fn a_takeover_waits_for_a_mark_in_flight(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(&store, &[record(APP, "e1", "room-1", 1_000)]).await;
+    let lease_ms = 300;
+    let a = rebalance(&store, APP, "host-a", lease_ms, &[], false).await;
+    let batch = read(
+        &store,
+        &PartitionRead {
+            fences: a.owned.clone(),
+            ..reading(APP, "host-a", now_ms())
+        },
+    )
+    .await;
+    assert_eq!(ids(&batch), ["e1"]);
+    // Host A stalls past its lease, then marks: the mark's statement, run as the store runs it,
+    // in a transaction held open for a while.
+    tokio::time::sleep(Duration::from_millis(lease_ms as u64 + 200)).await;
+    let table = TableName::new(DEFAULT_TABLE).expect("table name");
+    let marks = [delivered("e1")];
+    let (_, statement) = mark_statements(backend, &table, &batch.lease, &marks, now_ms())
+        .into_iter()
+        .next()
+        .expect("a mark statement");
+    let binds: Vec<Bind> = statement.args.iter().map(Bind::from_arg).collect();
+    let hold = Duration::from_millis(600);
+    let (ran, has_run) = tokio::sync::oneshot::channel();
+    let marking = db.run_holding(&statement.sql, &binds, ran, tokio::time::sleep(hold));
+    let taking_over = async {
+        has_run.await.expect("the mark ran");
+        let started = Instant::now();
+        let b = take_over(&store, "host-b").await;
+        (b, started.elapsed())
+    };
+    let (marked, (b, waited)) = tokio::join!(marking, taking_over);
+    assert_eq!(marked, 1, "the mark matched at the epoch it read");
+    assert!(
+        waited >= hold.mul_f64(0.7),
+        "the takeover took {waited:?}: it did not wait for the mark in flight ({hold:?})"
+    );
+    let epochs: Vec<i64> = b.owned.iter().map(|f| f.epoch).collect();
+    assert!(
+        a.owned
+            .iter()
+            .zip(&epochs)
+            .all(|(old, new)| *new == old.epoch + 1),
+        "a new epoch: {epochs:?}"
+    );
+    assert_eq!(status_of(&db, APP, "e1").await, "delivered");
+    let after = read_all(&store, "host-b", &b, false, now_ms()).await;
+    assert!(
+        all_ids(&after).is_empty(),
+        "the new owner reads after the mark"
+    );
+}
+
+/// Marks `marks` under `lease` every few milliseconds until `until`, each applying to every row:
+/// the slowest mark and how many ran.
+async fn mark_until(
+    store: &Arc<dyn OutboxStore>,
+    lease: &Lease,
+    marks: &[Mark],
+    until: Instant,
+) -> (Duration, u32) {
+    let (mut slowest, mut rounds) = (Duration::ZERO, 0);
+    while Instant::now() < until {
+        let started = Instant::now();
+        let report = mark(store, lease, marks, now_ms()).await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(report.applied as usize, marks.len(), "{:?}", report.stale);
+        rounds += 1;
+        // A host reads between two marks; SQLite's writers take turns at one lock, and marks
+        // back to back would starve the heartbeat there.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    (slowest, rounds)
+}
+
+/// Heartbeats of `host-a`, which keeps `owned`'s partitions, every few milliseconds until
+/// `until`: the slowest and how many ran.
+async fn heartbeat_until(
+    store: &Arc<dyn OutboxStore>,
+    owned: &Ownership,
+    until: Instant,
+) -> (Duration, u32) {
+    let (mut slowest, mut rounds) = (Duration::ZERO, 0);
+    while Instant::now() < until {
+        let started = Instant::now();
+        let ownership = rebalance(store, APP, "host-a", LONG_LEASE_MS, &[], false).await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(ownership.owned, owned.owned, "host-a keeps its partitions");
+        rounds += 1;
+        // Beats far more often than a host's (every third of a lease), but not back to back.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (slowest, rounds)
 }
 
 /// The crash guard's state: a partition taken over from a host whose lease ran out comes in its

@@ -326,6 +326,30 @@ impl TestDb {
             .rows_affected())
     }
 
+    /// Runs one statement with binds in a transaction on a connection of its own, then holds the
+    /// transaction (and the locks the statement took) open until `release` resolves, and commits:
+    /// the rows the statement affected. `ran` is sent once the statement has run.
+    pub async fn run_holding(
+        &self,
+        sql: &str,
+        binds: &[Bind],
+        ran: tokio::sync::oneshot::Sender<()>,
+        release: impl std::future::Future<Output = ()>,
+    ) -> u64 {
+        on_pool!(&self.pool, |pool: DB| {
+            let mut tx = pool.begin().await.expect("begin");
+            let affected = bound_query::<DB>(sql, binds)
+                .execute(&mut *tx)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .rows_affected();
+            let _ = ran.send(());
+            release.await;
+            tx.commit().await.expect("commit");
+            affected
+        })
+    }
+
     /// Runs one query with binds and returns its first column as text, one string per row.
     pub async fn query_strings(&self, sql: &str, binds: &[Bind]) -> Vec<String> {
         on_pool!(&self.pool, |pool: DB| bound_query::<DB>(sql, binds)

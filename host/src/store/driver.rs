@@ -1,6 +1,6 @@
 //! What a backend store provides to the shared operations ([`Driver`]: its pool, its statements,
-//! how it begins a write transaction), and the one retry of transactions the
-//! database aborted as transient ([`retry_transient`]).
+//! how it begins a write transaction), and the retry of transactions and statements the
+//! database aborted as transient ([`retry_transient`], [`run_retried`]).
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use sqlx::Database;
 
 use super::StoreError;
 use super::session::Session;
+use super::statement::Bound;
 use super::statement::rows::Statements;
 use crate::record;
 
@@ -59,8 +60,9 @@ const MAX_RETRY_PAUSE_MS: u64 = 200;
 /// back, so repeating it is safe. Concurrent hosts' `FOR UPDATE SKIP LOCKED` scans and the UPDATEs
 /// moving rows between the status-leading indexes can still meet on an index entry in MariaDB.
 ///
-/// This is the only place that retries a database error: the worker never retries a store call
-/// (see the store's module docs, "Who retries what").
+/// This and [`run_retried`] (one statement on a held connection) are the only places that retry a
+/// database error: the worker never retries a store call (see the store's module docs, "Who
+/// retries what").
 pub(crate) async fn retry_transient<T, F, Fut>(
     deadline_ms: i64,
     retry_on: impl Fn(&StoreError) -> bool,
@@ -73,15 +75,49 @@ where
     let mut tries: u64 = 1;
     loop {
         match attempt().await {
-            Err(err) if retry_on(&err) => {
-                let pause_ms = (rand::random_range(1..=10) * tries).min(MAX_RETRY_PAUSE_MS);
-                if record::now_ms().saturating_add(pause_ms as i64) >= deadline_ms {
-                    return Err(err);
+            Err(err) if retry_on(&err) => match pause_before_retry(tries, deadline_ms) {
+                Some(pause) => {
+                    tokio::time::sleep(pause).await;
+                    tries += 1;
                 }
-                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
-                tries += 1;
-            }
+                None => return Err(err),
+            },
             result => return result,
         }
     }
+}
+
+/// Runs one autocommit statement on `session` (a heartbeat's, which holds its connection) again
+/// while the database aborts it as transient, for at most [`TRANSIENT_RETRY_BUDGET`]: a renewal
+/// of a host's leases locks many partition rows, which a mark's fence holds shared locks on in
+/// another order (MySQL breaks the deadlock at once by rolling one back); a SQLite file is busy
+/// while producers write. `statement` builds it for each attempt.
+pub(crate) async fn run_retried<S: Session>(
+    session: &mut S,
+    op: &'static str,
+    statement: impl Fn() -> Bound,
+) -> Result<u64, StoreError> {
+    let deadline_ms = record::now_ms() + TRANSIENT_RETRY_BUDGET.as_millis() as i64;
+    let mut tries: u64 = 1;
+    loop {
+        match session.run(statement()).await.map_err(db(op)) {
+            Err(err) if err.is_transient() => match pause_before_retry(tries, deadline_ms) {
+                Some(pause) => {
+                    tokio::time::sleep(pause).await;
+                    tries += 1;
+                }
+                None => return Err(err),
+            },
+            result => return result,
+        }
+    }
+}
+
+/// The pause before attempt `tries + 1` of a statement or transaction aborted as transient: a
+/// few random milliseconds growing with the attempts, so that two writers that deadlocked do not
+/// meet again; `None` once it would end past `deadline_ms` (wall clock).
+fn pause_before_retry(tries: u64, deadline_ms: i64) -> Option<Duration> {
+    let pause_ms = (rand::random_range(1..=10) * tries).min(MAX_RETRY_PAUSE_MS);
+    (record::now_ms().saturating_add(pause_ms as i64) < deadline_ms)
+        .then(|| Duration::from_millis(pause_ms))
 }

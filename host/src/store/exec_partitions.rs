@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::driver::{Driver, db};
+use super::driver::{Driver, db, run_retried};
 use super::judge::judge;
 use super::row::{CandidateRow, Columns, EventId, FromColumns, Int, Name};
 use super::schema::checked_partitions;
@@ -95,21 +95,14 @@ pub(crate) async fn rebalance<D: Driver>(
     );
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     if params.leaving {
-        conn.run(sql::release_partitions(
-            backend, table, app_code, host_id, None,
-        ))
-        .await
-        .map_err(db(OP))?;
-        conn.run(sql::delete_hosts(
-            backend,
-            table,
-            app_code,
-            Some(host_id),
-            0,
-            now_ms,
-        ))
-        .await
-        .map_err(db(OP))?;
+        run_retried(&mut *conn, OP, || {
+            sql::release_partitions(backend, table, app_code, host_id, None)
+        })
+        .await?;
+        run_retried(&mut *conn, OP, || {
+            sql::delete_hosts(backend, table, app_code, Some(host_id), 0, now_ms)
+        })
+        .await?;
         return Ok(Ownership {
             partitions: statements.partitions(),
             ..Ownership::default()
@@ -118,45 +111,30 @@ pub(crate) async fn rebalance<D: Driver>(
     // Before anything is renewed or taken: a host whose table changed its partition count
     // under it keeps none of its partitions (they run out within a lease).
     let partitions = checked_partitions(&mut *conn, statements).await?;
-    let renewed = conn
-        .run(sql::renew_host(
-            backend, table, app_code, host_id, lease_ms, now_ms,
-        ))
-        .await
-        .map_err(db(OP))?;
+    let renewed = run_retried(&mut *conn, OP, || {
+        sql::renew_host(backend, table, app_code, host_id, lease_ms, now_ms)
+    })
+    .await?;
     if renewed == 0 {
-        conn.run(sql::insert_host(
-            backend, table, app_code, host_id, lease_ms, now_ms,
-        ))
-        .await
-        .map_err(db(OP))?;
+        run_retried(&mut *conn, OP, || {
+            sql::insert_host(backend, table, app_code, host_id, lease_ms, now_ms)
+        })
+        .await?;
     }
     let forget_after = lease_ms.saturating_mul(FORGET_HOSTS_AFTER_LEASES);
-    conn.run(sql::delete_hosts(
-        backend,
-        table,
-        app_code,
-        None,
-        forget_after,
-        now_ms,
-    ))
-    .await
-    .map_err(db(OP))?;
-    conn.run(sql::renew_partitions(
-        backend, table, app_code, host_id, lease_ms, now_ms,
-    ))
-    .await
-    .map_err(db(OP))?;
+    run_retried(&mut *conn, OP, || {
+        sql::delete_hosts(backend, table, app_code, None, forget_after, now_ms)
+    })
+    .await?;
+    run_retried(&mut *conn, OP, || {
+        sql::renew_partitions(backend, table, app_code, host_id, lease_ms, now_ms)
+    })
+    .await?;
     if !params.release.is_empty() {
-        conn.run(sql::release_partitions(
-            backend,
-            table,
-            app_code,
-            host_id,
-            Some(params.release),
-        ))
-        .await
-        .map_err(db(OP))?;
+        run_retried(&mut *conn, OP, || {
+            sql::release_partitions(backend, table, app_code, host_id, Some(params.release))
+        })
+        .await?;
     }
     let mut rows = conn
         .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
@@ -164,9 +142,10 @@ pub(crate) async fn rebalance<D: Driver>(
         .map_err(db(OP))?;
     rows.retain(|row| row.partition < partitions);
     if rows.len() < partitions as usize {
-        conn.run(sql::seed_partitions(backend, table, app_code, partitions))
-            .await
-            .map_err(db(OP))?;
+        run_retried(&mut *conn, OP, || {
+            sql::seed_partitions(backend, table, app_code, partitions)
+        })
+        .await?;
         rows = conn
             .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
             .await
@@ -227,8 +206,9 @@ pub(crate) async fn rebalance<D: Driver>(
         let careful = row
             .careful
             .after_takeover(row.owner.is_some(), params.careful_rows);
-        let take = sql::take_partition(backend, table, &host, (row.partition, row.epoch), &careful);
-        if conn.run(take).await.map_err(db(OP))? == 1 {
+        let take =
+            || sql::take_partition(backend, table, &host, (row.partition, row.epoch), &careful);
+        if run_retried(&mut *conn, OP, take).await? == 1 {
             owned.push(PartitionFence {
                 partition: row.partition,
                 epoch: row.epoch + 1,

@@ -19,7 +19,7 @@
 //!   host's partitions, the partition read), `exec_mark` (the mark; `MarkOps`), `exec` (insert,
 //!   counts, failed rows, requeue, purge), `exec_browse` (the console's event search, row, error
 //!   groups, dead-letter deletes), over what a backend provides (`driver.rs`: `Driver`, and the
-//!   one retry of transient errors; `session.rs`: `Session`, a connection running bound
+//!   retries of transient errors; `session.rs`: `Session`, a connection running bound
 //!   statements); `impl_store.rs` makes a backend an [`OutboxStore`];
 //! - `partitions.rs`: the partition types ([`PartitionFence`], [`Ownership`], …);
 //! - `statement`: statement building shared by every backend, grouped by operation; `row`: row
@@ -57,7 +57,8 @@
 //! # Who checks what, who retries what
 //! - Transient database errors ([`StoreError::is_transient`]: deadlock victim, serialization
 //!   failure, lock wait timeout, busy SQLite) are retried by the store and only there: a mark
-//!   transaction while the partition's lease holds. A mark is also retried while that lease holds
+//!   transaction while the partition's lease holds, and each write of a heartbeat for up to
+//!   2 s (a renewal of many leases can deadlock with a mark's fence on MySQL). A mark is also retried while that lease holds
 //!   when the database cannot be reached ([`StoreError::is_unreachable`]: a restart, a dropped
 //!   connection), since its results exist nowhere else. The worker never retries a store call:
 //!   an error left ends the round (a draining run stops with it; a run that never ends waits the

@@ -108,6 +108,19 @@ impl PartitionSql for PostgresDialect {
     }
 
     fn fence_lock(&self) -> &'static str {
-        " FOR SHARE"
+        // The weakest lock a takeover's `FOR UPDATE` waits for: a heartbeat renewing its
+        // leases (an UPDATE of no key column) goes on beside the marks. With `FOR SHARE`, a
+        // renewal and a mark of several partitions locked the same rows in different orders and
+        // deadlocked: PostgreSQL breaks a deadlock after `deadlock_timeout` (1 s), so a mark or
+        // a heartbeat stalled a whole second.
+        " FOR KEY SHARE"
+    }
+
+    fn takeover_lock(&self, partitions_table: &str) -> Option<String> {
+        Some(format!(
+            " AND EXISTS (SELECT 1 FROM {partitions_table} q WHERE q.app_code = \
+             {partitions_table}.app_code AND q.partition_id = {partitions_table}.partition_id \
+             FOR UPDATE)"
+        ))
     }
 }

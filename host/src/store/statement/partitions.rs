@@ -44,10 +44,19 @@ pub(crate) trait PartitionSql {
 
     /// Written after the subquery of a partition mark that reads its fence: a shared lock on the
     /// partition's row, so a host taking the partition over waits for the mark to commit (and
-    /// the mark, for the takeover). Nothing where the database writes one transaction at a time
-    /// (SQLite).
+    /// the mark, for the takeover; see [`PartitionSql::takeover_lock`]). Nothing where the
+    /// database writes one transaction at a time (SQLite).
     fn fence_lock(&self) -> &'static str {
         ""
+    }
+
+    /// Appended to the conditions of a takeover ([`take_partition`], whose UPDATE has no alias:
+    /// `partitions_table` names its row): a lock on the partition's row that waits for every mark
+    /// holding [`PartitionSql::fence_lock`] on it, where the UPDATE's own lock does not
+    /// (PostgreSQL: an UPDATE of no key column does not wait for `FOR KEY SHARE`). `None`: the
+    /// UPDATE's lock does (MySQL's exclusive lock against a shared one; SQLite).
+    fn takeover_lock(&self, _partitions_table: &str) -> Option<String> {
+        None
     }
 
     /// Writes the query listing the partitions of tenant `app_code` that hold live rows
@@ -299,7 +308,9 @@ pub(crate) fn partition_leases(
 /// Takes partition `partition` for `host_id` if it is still at `epoch` and free or its lease
 /// ran out: a new epoch, leased until `now + lease_ms`, and the crash guard's state `careful`
 /// (computed from the row read at `epoch`: only its owner changes it, and a new owner bumps the
-/// epoch). One row changed: taken.
+/// epoch). One row changed: taken. It waits for the marks in flight that hold the partition's
+/// fence lock ([`PartitionSql::takeover_lock`]), and they, once it has committed, find the new
+/// epoch and change nothing.
 pub(crate) fn take_partition(
     backend: Backend,
     table: &TableName,
@@ -331,6 +342,9 @@ pub(crate) fn take_partition(
         .push(" AND (owner IS NULL OR lease_until_ms < ");
     now(&mut b, backend, now_ms);
     b.push(")");
+    if let Some(lock) = backend.dialect().takeover_lock(&table.partitions_table()) {
+        b.push(&lock);
+    }
     b.finish()
 }
 

@@ -158,7 +158,7 @@ fn reject_counts_an_expired_lease_first() {
         bound.sql.ends_with(
             "AND status IN ('pending', 'retryable', 'delivering') AND EXISTS (SELECT 1 FROM \
          room_outbox_partitions p WHERE p.app_code = $6 AND p.owner = $7 AND p.partition_id = $8 \
-         AND p.epoch = $9 FOR SHARE)"
+         AND p.epoch = $9 FOR KEY SHARE)"
         ),
         "{}",
         bound.sql
@@ -261,7 +261,7 @@ fn mark_is_one_fenced_statement() {
          AND created_at_ms >= $19 AND created_at_ms <= $20 \
          AND status IN ('pending', 'retryable', 'delivering') AND event_id = ANY($21) \
          AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $22 AND p.owner = $23 \
-         AND p.partition_id = $24 AND p.epoch = $25 FOR SHARE) RETURNING event_id"
+         AND p.partition_id = $24 AND p.epoch = $25 FOR KEY SHARE) RETURNING event_id"
     );
     assert_eq!(pg.args[6], Arg::Int(700));
     // PostgreSQL binds the ids as one array: no IN list rebuilt per row under a generic plan.
@@ -345,7 +345,7 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
              AND event_id IN (SELECT unnest($3)) \
              AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $4 AND p.owner = $5 \
              AND p.partition_id = (hashtextextended(room_id, 0) & 63) \
-             AND p.epoch = CASE p.partition_id WHEN $6 THEN $7 WHEN $8 THEN $9 END FOR SHARE)"
+             AND p.epoch = CASE p.partition_id WHEN $6 THEN $7 WHEN $8 THEN $9 END FOR KEY SHARE)"
         ),
         "{}",
         pg.sql
@@ -369,7 +369,7 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
     // An empty batch marks nothing.
     lease.partitions.clear();
     let none = mark_rows(Backend::Postgres, &table(), &lease, marks, 100);
-    assert!(none.sql.contains("AND 1 = 0 FOR SHARE"), "{}", none.sql);
+    assert!(none.sql.contains("AND 1 = 0 FOR KEY SHARE"), "{}", none.sql);
 }
 
 #[test]
