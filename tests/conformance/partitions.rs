@@ -649,7 +649,7 @@ async fn a_takeover_waits_for_a_mark_in_flight(backend: Backend) {
     let binds: Vec<Bind> = statement.args.iter().map(Bind::from_arg).collect();
     let hold = Duration::from_millis(600);
     let (ran, has_run) = tokio::sync::oneshot::channel();
-    let marking = db.run_holding(&statement.sql, &binds, ran, tokio::time::sleep(hold));
+    let marking = db.run_holding(&statement.sql, &binds, ran, hold);
     let taking_over = async {
         has_run.await.expect("the mark ran");
         let started = Instant::now();

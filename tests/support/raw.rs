@@ -327,14 +327,14 @@ impl TestDb {
     }
 
     /// Runs one statement with binds in a transaction on a connection of its own, then holds the
-    /// transaction (and the locks the statement took) open until `release` resolves, and commits:
-    /// the rows the statement affected. `ran` is sent once the statement has run.
+    /// transaction (and the locks the statement took) open for `hold` and commits: the rows the
+    /// statement affected. `ran` is sent once the statement has run (the hold starts then).
     pub async fn run_holding(
         &self,
         sql: &str,
         binds: &[Bind],
         ran: tokio::sync::oneshot::Sender<()>,
-        release: impl std::future::Future<Output = ()>,
+        hold: std::time::Duration,
     ) -> u64 {
         on_pool!(&self.pool, |pool: DB| {
             let mut tx = pool.begin().await.expect("begin");
@@ -344,7 +344,7 @@ impl TestDb {
                 .unwrap_or_else(|e| panic!("{sql}: {e}"))
                 .rows_affected();
             let _ = ran.send(());
-            release.await;
+            tokio::time::sleep(hold).await;
             tx.commit().await.expect("commit");
             affected
         })
