@@ -9,6 +9,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use support::{Backend, TestDb};
 
@@ -17,7 +18,8 @@ fn outboxd_bench() -> Command {
     command
         .env_remove("OUTBOXD_DATABASE_URL")
         .env("OUTBOXD_ADMIN_LISTEN", "")
-        .env("RUST_LOG", "info");
+        // sqlx's statement log: a run that hangs shows the statements it ran last.
+        .env("RUST_LOG", "info,sqlx=debug");
     command
 }
 
@@ -63,8 +65,12 @@ fn with(config: &Path, url: &str) -> Command {
     command
 }
 
+/// How long one `outboxd-bench` run may take: the slowest mode here takes ~20 s in a debug
+/// build on a busy machine; a run past this hangs, and fails with its threads' backtraces.
+const RUN_DEADLINE: Duration = Duration::from_secs(120);
+
 fn run_ok(command: &mut Command) -> Output {
-    let output = command.output().expect("spawn outboxd-bench");
+    let output = support::output_within(command, RUN_DEADLINE);
     assert!(
         output.status.success(),
         "{command:?} failed: {}\n{}",

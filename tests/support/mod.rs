@@ -29,7 +29,8 @@
 //! values, rows in and out), `schema.rs` hand-made tables and the indexes in the catalog,
 //! `plan.rs` EXPLAIN plans, `records.rs` test records, `per_backend.rs` the macro, `wait.rs` the
 //! one polling helper ([`wait_until`]: every wait in the tests is a poll on a condition),
-//! `running.rs` a worker under test that reports its deliveries ([`Running`]).
+//! `running.rs` a worker under test that reports its deliveries ([`Running`]), `child.rs` a binary
+//! under test run to its end within a deadline ([`output_within`]).
 //!
 //! ```ignore
 //! mod support;
@@ -43,6 +44,7 @@
 
 #![allow(dead_code)] // each test file uses a different part of this module
 
+mod child;
 mod per_backend;
 mod plan;
 pub mod private_server;
@@ -61,6 +63,7 @@ use sqlx::{AssertSqlSafe, Connection, Executor};
 
 // The helpers this module offers; each test binary uses a different part of them.
 #[allow(unused_imports)]
+pub use child::output_within;
 pub use outboxd::record::Record;
 #[allow(unused_imports)]
 pub use outboxd::store::{Backend, ConnectOptions, OutboxStore, TableName};
