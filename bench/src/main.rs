@@ -59,7 +59,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(execute(cli)) {
+    let result = runtime.block_on(execute(cli));
+    startup::shut_down(runtime);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

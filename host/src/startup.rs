@@ -1,7 +1,9 @@
-//! What a command-line program on this library does first, the same way in `outboxd` and
-//! `outboxd-bench`: load the config and start logging.
+//! What a command-line program on this library does first and last, the same way in `outboxd`
+//! and `outboxd-bench`: load the config and start logging; at the end, stop the runtime within a
+//! bound ([`shut_down`]).
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::config::{Config, LogFormat};
 use crate::store::Backend;
@@ -43,4 +45,15 @@ pub fn init_logging(config: &Config, filter: &str) {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+}
+
+/// How long a program waits at its end for the runtime's tasks and threads to stop.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Stops `runtime` once the command has returned (its batches marked, its pools closed), waiting
+/// at most [`SHUTDOWN_GRACE`]: a library's background task that never yields (sqlx 0.9.0's pool
+/// reaper could spin on a miscounted idle queue) would otherwise keep the process from exiting,
+/// as dropping a runtime waits for every worker thread.
+pub fn shut_down(runtime: tokio::runtime::Runtime) {
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
 }

@@ -43,7 +43,9 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(execute(cli)) {
+    let result = runtime.block_on(execute(cli));
+    startup::shut_down(runtime);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_line(e.as_ref()));
