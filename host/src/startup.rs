@@ -57,3 +57,49 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub fn shut_down(runtime: tokio::runtime::Runtime) {
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::{SHUTDOWN_GRACE, shut_down};
+
+    /// A task that spins without ever yielding holds its worker thread: dropping the runtime
+    /// would wait for it for good; `shut_down` gives up after the grace.
+    #[test]
+    fn a_task_that_never_yields_does_not_hold_the_shutdown() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (spinning, started) = std::sync::mpsc::channel();
+        runtime.spawn({
+            let stop = stop.clone();
+            async move {
+                let _ = spinning.send(());
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        started
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the task spins");
+        let (done, finished) = std::sync::mpsc::channel();
+        let began = Instant::now();
+        std::thread::spawn(move || {
+            shut_down(runtime);
+            let _ = done.send(began.elapsed());
+        });
+        let took = finished.recv_timeout(SHUTDOWN_GRACE * 4);
+        stop.store(true, Ordering::Relaxed); // the spinning thread ends either way
+        let took = took.expect("shut_down returned while a task spun");
+        assert!(
+            took >= SHUTDOWN_GRACE / 2,
+            "it waited for the grace: {took:?}"
+        );
+    }
+}
