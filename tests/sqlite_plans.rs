@@ -8,7 +8,7 @@ mod support;
 
 use outboxd::record::now_ms;
 use outboxd::store::internals::{
-    Arg, Bound, mark_statements, migrations, partition_read_statement,
+    Arg, Bound, MarkAt, mark_statements, migrations, partition_read_statement,
 };
 use outboxd::store::{
     Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionFence,
@@ -177,9 +177,13 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
         "{ids:?}"
     );
     let marks: Vec<Mark> = ids.iter().map(|id| Mark::delivered(*id)).collect();
-    for (name, Bound { sql, args }) in
-        mark_statements(Backend::Sqlite, &table, &batch.lease, &marks, now_ms())
-    {
+    for (name, Bound { sql, args }) in mark_statements(
+        Backend::Sqlite,
+        &table,
+        &batch.lease,
+        &marks,
+        MarkAt::first(now_ms()),
+    ) {
         check_searches(name, &plan(&db, &sql, &args).await);
     }
     let report = store

@@ -19,7 +19,7 @@
 mod support;
 
 use outboxd::record::now_ms;
-use outboxd::store::internals::{Arg, Bound, mark_statements, partition_read_statement};
+use outboxd::store::internals::{Arg, Bound, MarkAt, mark_statements, partition_read_statement};
 use outboxd::store::{
     Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionRead,
     RebalanceParams, TableName,
@@ -179,9 +179,13 @@ fn delivered(batch: &ClaimBatch) -> Vec<Mark> {
 async fn explain_and_mark(db: &TestDb, store: &dyn OutboxStore, batch: &ClaimBatch, what: &str) {
     let backend = store.backend();
     let marks = delivered(batch);
-    for (name, Bound { sql, args }) in
-        mark_statements(backend, store.table(), &batch.lease, &marks, now_ms())
-    {
+    for (name, Bound { sql, args }) in mark_statements(
+        backend,
+        store.table(),
+        &batch.lease,
+        &marks,
+        MarkAt::first(now_ms()),
+    ) {
         let plan = db.explain(&sql, &binds(&args)).await;
         check(backend, &format!("{name}{what}"), false, &plan);
     }

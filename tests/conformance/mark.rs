@@ -6,15 +6,17 @@
 use std::collections::BTreeSet;
 
 use outboxd::record::{LAST_ERROR_MAX_BYTES, truncate_error};
+use outboxd::store::internals::{MarkAt, mark_statements};
 use outboxd::store::{
     Backend, DEFAULT_TABLE, FailedFilter, MarkParams, MarkReport, PartitionRead, StoreError,
+    TableName,
 };
 
 use crate::helpers::{
     APP, HOST, counts, deferred, delivered, enqueue, failed, ids, mark, own_all, read_app,
     read_room, reading, requeue, retryable, setup, status_of, strs,
 };
-use crate::support::{RawInsert, record};
+use crate::support::{Bind, RawInsert, record};
 
 crate::support::per_backend!(
     mark_applies_a_mix_in_one_call,
@@ -24,6 +26,7 @@ crate::support::per_backend!(
     mark_cuts_last_error_at_a_utf8_boundary,
     mark_rejects_duplicate_ids,
     status_changes_keep_retry_time_and_lease_to_their_states,
+    a_mark_run_again_after_a_lost_reply_counts_no_second_attempt,
 );
 
 /// A deferred row (its sink's breaker was open) goes back to `retryable` at its time without
@@ -419,4 +422,56 @@ async fn status_changes_keep_retry_time_and_lease_to_their_states(backend: Backe
     };
     assert_eq!(requeue(&store, every_failed, false, 9_000).await, 3);
     assert_rule(&db, "requeued").await;
+}
+
+/// A mark whose reply was lost (the connection broke after the database committed it) runs
+/// again with the same time: the run again leaves the rows the first run changed alone, so a
+/// `retryable` row counts one failed attempt, not two, and keeps the first run's retry time.
+/// Without the guard the same statement matches the row again (it is still live): the control.
+async fn a_mark_run_again_after_a_lost_reply_counts_no_second_attempt(backend: Backend) {
+    let Some((db, store)) = setup(backend).await else {
+        return;
+    };
+    enqueue(&store, &[record(APP, "e1", "r", 100)]).await;
+    let own = own_all(&store, APP, HOST).await;
+    let batch = read_app(&store, &own, 10, 1_000).await;
+    let marks = [retryable("e1", 2_000, "boom")];
+    let report = mark(&store, &batch.lease, &marks, 1_100).await;
+    assert_eq!(report.applied, 1);
+    let first = db.row(APP, "e1").await.unwrap();
+    assert_eq!(
+        (first.retry_count, first.next_retry_at_ms),
+        (1, Some(2_000))
+    );
+
+    let table = TableName::new(DEFAULT_TABLE).expect("table name");
+    // The statement each database runs first: one UPDATE (MySQL lists the rows it changed after).
+    let statement = |again| {
+        let at = MarkAt {
+            now_ms: 1_100,
+            again,
+        };
+        let (_, update) = mark_statements(backend, &table, &batch.lease, &marks, at)
+            .into_iter()
+            .next()
+            .expect("a mark statement");
+        let binds: Vec<Bind> = update.args.iter().map(Bind::from_arg).collect();
+        (update.sql, binds)
+    };
+    let (sql, binds) = statement(true);
+    assert_eq!(
+        db.execute(&sql, &binds).await,
+        0,
+        "the run again changed the row: {sql}"
+    );
+    let after = db.row(APP, "e1").await.unwrap();
+    assert_eq!(
+        (after.retry_count, after.next_retry_at_ms),
+        (1, Some(2_000))
+    );
+
+    // The control: the first run's statement again (no guard) counts a second attempt.
+    let (sql, binds) = statement(false);
+    assert_eq!(db.execute(&sql, &binds).await, 1, "{sql}");
+    assert_eq!(db.row(APP, "e1").await.unwrap().retry_count, 2);
 }

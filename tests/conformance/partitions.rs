@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outboxd::record::now_ms;
-use outboxd::store::internals::mark_statements;
+use outboxd::store::internals::{MarkAt, mark_statements};
 use outboxd::store::{
     Backend, Careful, DEFAULT_TABLE, Lease, Mark, OutboxStore, Ownership, RejectedRow, TableName,
 };
@@ -642,10 +642,16 @@ async fn a_takeover_waits_for_a_mark_in_flight(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(lease_ms as u64 + 200)).await;
     let table = TableName::new(DEFAULT_TABLE).expect("table name");
     let marks = [delivered("e1")];
-    let (_, statement) = mark_statements(backend, &table, &batch.lease, &marks, now_ms())
-        .into_iter()
-        .next()
-        .expect("a mark statement");
+    let (_, statement) = mark_statements(
+        backend,
+        &table,
+        &batch.lease,
+        &marks,
+        MarkAt::first(now_ms()),
+    )
+    .into_iter()
+    .next()
+    .expect("a mark statement");
     let binds: Vec<Bind> = statement.args.iter().map(Bind::from_arg).collect();
     let hold = Duration::from_millis(600);
     let (ran, has_run) = tokio::sync::oneshot::channel();

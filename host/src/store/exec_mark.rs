@@ -3,12 +3,13 @@
 //! and the ids no UPDATE changed reported stale.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::driver::{Driver, TRANSIENT_RETRY_BUDGET, begin_write, db, retry_transient};
 use super::row::EventId;
 use super::session::Session;
 use super::statement::MAX_ROWS_PER_STATEMENT;
-use super::statement::mark::{mark_rows, mark_rows_counted};
+use super::statement::mark::{MarkAt, mark_rows, mark_rows_counted};
 use crate::record;
 use crate::store::{Lease, Mark, MarkParams, MarkReport, StoreError};
 
@@ -39,11 +40,21 @@ pub(crate) async fn mark<D: MarkOps>(
     let mut changed = HashSet::with_capacity(params.marks.len());
     for marks in params.marks.chunks(MAX_ROWS_PER_STATEMENT) {
         // A mark is also retried while the database cannot be reached (a restart, a dropped
-        // connection): its results exist nowhere else. Repeating a mark that did commit changes
-        // nothing (the fence no longer matches) and reports its rows as stale.
-        let retry_on = |err: &StoreError| err.is_transient() || err.is_unreachable();
+        // connection): its results exist nowhere else. A run cut off that way may have
+        // committed: the runs after it leave the rows that carry its time alone
+        // ([`MarkAt::again`]; a `retryable` row, still live, would count a second attempt), and
+        // report them stale (MySQL: changed), as they report a row another run finished.
+        let reply_lost = AtomicBool::new(false);
+        let retry_on = |err: &StoreError| {
+            reply_lost.fetch_or(err.is_unreachable(), Ordering::Relaxed);
+            err.is_transient() || err.is_unreachable()
+        };
         let ids = retry_transient(deadline_ms, retry_on, || {
-            driver.mark_once(params.lease, marks, params.now_ms)
+            let at = MarkAt {
+                now_ms: params.now_ms,
+                again: reply_lost.load(Ordering::Relaxed),
+            };
+            driver.mark_once(params.lease, marks, at)
         })
         .await?;
         changed.extend(ids.into_iter().map(|EventId(id)| id));
@@ -73,21 +84,15 @@ pub(crate) trait MarkOps: Driver + Sized {
         &self,
         lease: &Lease,
         marks: &[Mark],
-        now_ms: i64,
+        at: MarkAt,
     ) -> Result<Vec<EventId>, StoreError> {
         const OP: &str = "mark";
-        if let Some(ids) = mark_counted(self, lease, marks, now_ms).await? {
+        if let Some(ids) = mark_counted(self, lease, marks, at).await? {
             return Ok(ids);
         }
         // Some row was stale (rare): the statement that lists the fenced rows it changes.
         let statements = self.statements();
-        let update = mark_rows(
-            statements.backend(),
-            statements.table(),
-            lease,
-            marks,
-            now_ms,
-        );
+        let update = mark_rows(statements.backend(), statements.table(), lease, marks, at);
         let mut tx = begin_write(self, OP).await?;
         let ids = tx.rows::<EventId>(update).await.map_err(db(OP))?;
         tx.commit().await.map_err(db(OP))?;
@@ -106,13 +111,13 @@ pub(crate) async fn mark_counted<D: Driver>(
     driver: &D,
     lease: &Lease,
     marks: &[Mark],
-    now_ms: i64,
+    at: MarkAt,
 ) -> Result<Option<Vec<EventId>>, StoreError> {
     const OP: &str = "mark";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     let mut tx = begin_write(driver, OP).await?;
-    let counted = mark_rows_counted(backend, table, lease, marks, now_ms);
+    let counted = mark_rows_counted(backend, table, lease, marks, at);
     let changed = tx.run(counted).await.map_err(db(OP))?;
     if changed == marks.len() as u64 {
         tx.commit().await.map_err(db(OP))?;

@@ -9,6 +9,7 @@
 pub use super::judge::{RowColumns, judge_columns};
 pub use super::schema::{Migration, index_columns_query, migrations, required_index_columns};
 pub use super::statement::browse::explain_statements as console_explain_statements;
+pub use super::statement::mark::MarkAt;
 pub use super::statement::purge::statement_texts as purge_statement_texts;
 pub use super::statement::rows::Statements;
 pub use super::statement::{Arg, Bound};
@@ -35,11 +36,9 @@ pub fn mark_statements(
     table: &TableName,
     lease: &Lease,
     marks: &[Mark],
-    now_ms: i64,
+    at: MarkAt,
 ) -> Vec<(&'static str, Bound)> {
-    backend
-        .dialect()
-        .mark_statements(table, lease, marks, now_ms)
+    backend.dialect().mark_statements(table, lease, marks, at)
 }
 
 /// How outboxd opens a SQLite database URL (created if missing, WAL, busy timeout, the URL's

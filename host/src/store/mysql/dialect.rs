@@ -1,7 +1,7 @@
 //! MySQL's / MariaDB's SQL: what its statements differ in, and its embedded migrations.
 
 use crate::store::migration::Migration;
-use crate::store::statement::mark::mark_rows_counted;
+use crate::store::statement::mark::{MarkAt, mark_rows_counted};
 use crate::store::statement::{Bound, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, EventCursor, Lease, Mark, TableName};
 
@@ -81,16 +81,16 @@ impl SqlDialect for MySqlDialect {
         table: &TableName,
         lease: &Lease,
         marks: &[Mark],
-        now_ms: i64,
+        at: MarkAt,
     ) -> Vec<(&'static str, Bound)> {
         vec![
             (
                 "mark",
-                mark_rows_counted(Backend::MySql, table, lease, marks, now_ms),
+                mark_rows_counted(Backend::MySql, table, lease, marks, at),
             ),
             (
                 "marked",
-                super::mark::marked_rows(table, lease, marks, now_ms),
+                super::mark::marked_rows(table, lease, marks, at.now_ms),
             ),
         ]
     }

@@ -11,7 +11,7 @@ use crate::store::driver::db;
 use crate::store::exec_mark::MarkOps;
 use crate::store::row::EventId;
 use crate::store::session::Session;
-use crate::store::statement::mark::mark_rows_counted;
+use crate::store::statement::mark::{MarkAt, mark_rows_counted};
 use crate::store::statement::{Bound, SqlBuilder};
 use crate::store::{Backend, Lease, Mark, StoreError, TableName};
 
@@ -20,17 +20,17 @@ impl MarkOps for MySqlStore {
         &self,
         lease: &Lease,
         marks: &[Mark],
-        now_ms: i64,
+        at: MarkAt,
     ) -> Result<Vec<EventId>, StoreError> {
         const OP: &str = "mark";
         let table = self.statements.table();
         let mut conn = self.pool().acquire().await.map_err(db(OP))?;
-        let update = mark_rows_counted(Backend::MySql, table, lease, marks, now_ms);
+        let update = mark_rows_counted(Backend::MySql, table, lease, marks, at);
         let matched = conn.run(update).await.map_err(db(OP))?;
         if matched == marks.len() as u64 {
             return Ok(marks.iter().map(|m| EventId(m.event_id.clone())).collect());
         }
-        conn.rows::<EventId>(marked_rows(table, lease, marks, now_ms))
+        conn.rows::<EventId>(marked_rows(table, lease, marks, at.now_ms))
             .await
             .map_err(db(OP))
     }

@@ -6,7 +6,7 @@ use crate::store::driver::db;
 use crate::store::exec_mark::MarkOps;
 use crate::store::row::EventId;
 use crate::store::session::Session;
-use crate::store::statement::mark::mark_rows;
+use crate::store::statement::mark::{MarkAt, mark_rows};
 use crate::store::{Backend, Lease, Mark, StoreError};
 
 impl MarkOps for PostgresStore {
@@ -14,16 +14,10 @@ impl MarkOps for PostgresStore {
         &self,
         lease: &Lease,
         marks: &[Mark],
-        now_ms: i64,
+        at: MarkAt,
     ) -> Result<Vec<EventId>, StoreError> {
         const OP: &str = "mark";
-        let update = mark_rows(
-            Backend::Postgres,
-            self.statements.table(),
-            lease,
-            marks,
-            now_ms,
-        );
+        let update = mark_rows(Backend::Postgres, self.statements.table(), lease, marks, at);
         let mut conn = self.pool.acquire().await.map_err(db(OP))?;
         conn.rows::<EventId>(update).await.map_err(db(OP))
     }

@@ -225,9 +225,9 @@ pub(crate) fn mark_rows(
     table: &TableName,
     lease: &Lease,
     marks: &[Mark],
-    now_ms: i64,
+    at: MarkAt,
 ) -> Bound {
-    mark_update(backend, table, lease, marks, now_ms, true)
+    mark_update(backend, table, lease, marks, at, true)
 }
 
 /// [`mark_rows`] without `RETURNING`: the first try of a mark in a transaction, whose affected-row
@@ -237,9 +237,32 @@ pub(crate) fn mark_rows_counted(
     table: &TableName,
     lease: &Lease,
     marks: &[Mark],
-    now_ms: i64,
+    at: MarkAt,
 ) -> Bound {
-    mark_update(backend, table, lease, marks, now_ms, false)
+    mark_update(backend, table, lease, marks, at, false)
+}
+
+/// When a mark writes (`updated_at_ms`), and whether it runs again after its earlier run's reply
+/// was lost (the connection broke): that run may have committed, so the rows it changed (they
+/// carry `updated_at_ms = now_ms`) are left alone. Without this a row marked `retryable` would
+/// count a second failed attempt and get a later retry time. (A row its producer wrote, or a
+/// mark changed, in that very millisecond is left alone too: it is read and delivered again.)
+#[derive(Debug, Clone, Copy)]
+pub struct MarkAt {
+    /// The mark's time, UTC milliseconds.
+    pub now_ms: i64,
+    /// A run after a lost reply.
+    pub again: bool,
+}
+
+impl MarkAt {
+    /// The first run of a mark at `now_ms`.
+    pub fn first(now_ms: i64) -> MarkAt {
+        MarkAt {
+            now_ms,
+            again: false,
+        }
+    }
 }
 
 /// The fenced UPDATE of [`mark_rows`], listing the ids it changed when `returning`.
@@ -248,7 +271,7 @@ fn mark_update(
     table: &TableName,
     lease: &Lease,
     marks: &[Mark],
-    now_ms: i64,
+    at: MarkAt,
     returning: bool,
 ) -> Bound {
     let columns = mark_columns(marks);
@@ -268,7 +291,7 @@ fn mark_update(
     status_column(&mut b, &columns);
     retry_and_error_columns(&mut b, &columns);
     b.push(", lock_until_ms = NULL, updated_at_ms = ")
-        .bind(now_ms);
+        .bind(at.now_ms);
     worker_column(&mut b, &columns, &lease.worker_id);
     lease_fence(
         &mut b,
@@ -276,6 +299,9 @@ fn mark_update(
         lease,
         marks.iter().map(|m| m.event_id.as_str()),
     );
+    if at.again {
+        b.push(" AND updated_at_ms <> ").bind(at.now_ms);
+    }
     if returning {
         b.push(" RETURNING event_id");
     }

@@ -108,9 +108,9 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         table: &TableName,
         lease: &Lease,
         marks: &[Mark],
-        now_ms: i64,
+        at: mark::MarkAt,
     ) -> Vec<(&'static str, Bound)> {
-        let mark = mark::mark_rows(self.backend(), table, lease, marks, now_ms);
+        let mark = mark::mark_rows(self.backend(), table, lease, marks, at);
         vec![("mark", mark)]
     }
 

@@ -3,7 +3,7 @@
 
 use super::failed::{count_failed, requeue_failed, select_failed};
 use super::insert::{distinct_records, insert_records};
-use super::mark::{MarkColumns, mark_rows, mark_rows_counted};
+use super::mark::{MarkAt, MarkColumns, mark_rows, mark_rows_counted};
 use super::rows::{Statements, reject_rows};
 use super::{Arg, Bound};
 use crate::record::{Record, Status};
@@ -208,7 +208,13 @@ fn dispositions_to_columns() {
             error: long.clone(),
         },
     }];
-    let bound = mark_rows(Backend::Sqlite, &table(), &lease(), &marks, 100);
+    let bound = mark_rows(
+        Backend::Sqlite,
+        &table(),
+        &lease(),
+        &marks,
+        MarkAt::first(100),
+    );
     assert!(
         bound.args.contains(&Arg::from("x".repeat(512))),
         "last_error cut when bound"
@@ -247,7 +253,13 @@ fn mixed_marks() -> Vec<Mark> {
 #[test]
 fn mark_is_one_fenced_statement() {
     let marks = mixed_marks();
-    let pg = mark_rows(Backend::Postgres, &table(), &lease(), &marks, 100);
+    let pg = mark_rows(
+        Backend::Postgres,
+        &table(),
+        &lease(),
+        &marks,
+        MarkAt::first(100),
+    );
     assert_eq!(
         &*pg.sql,
         "UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 \
@@ -285,7 +297,13 @@ fn mark_is_one_fenced_statement() {
     );
     assert_placeholders(Backend::Postgres, &pg);
 
-    let mysql = mark_rows_counted(Backend::MySql, &table(), &lease(), &marks, 100);
+    let mysql = mark_rows_counted(
+        Backend::MySql,
+        &table(),
+        &lease(),
+        &marks,
+        MarkAt::first(100),
+    );
     assert!(!mysql.sql.contains("RETURNING"));
     assert!(
         mysql
@@ -305,7 +323,13 @@ fn mark_is_one_fenced_statement() {
 
     // A batch whose rows all get one status sets it as a literal, no CASE.
     let delivered = &marks[..1];
-    let sqlite = mark_rows(Backend::Sqlite, &table(), &lease(), delivered, 100);
+    let sqlite = mark_rows(
+        Backend::Sqlite,
+        &table(),
+        &lease(),
+        delivered,
+        MarkAt::first(100),
+    );
     assert!(
         sqlite.sql.contains(
             "status = 'delivered', next_retry_at_ms = 0, last_error = NULL, lock_until_ms = NULL, \
@@ -338,7 +362,13 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
         full: true,
     });
     let marks = &mixed_marks()[..1];
-    let pg = mark_rows(Backend::Postgres, &table(), &lease, marks, 100);
+    let pg = mark_rows(
+        Backend::Postgres,
+        &table(),
+        &lease,
+        marks,
+        MarkAt::first(100),
+    );
     assert!(
         pg.sql.contains(
             "WHERE app_code = $2 AND status IN ('pending', 'retryable', 'delivering') \
@@ -355,7 +385,7 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
         [Arg::Int(7), Arg::Int(3), Arg::Int(9), Arg::Int(5)]
     );
     assert_placeholders(Backend::Postgres, &pg);
-    let mysql = mark_rows_counted(Backend::MySql, &table(), &lease, marks, 100);
+    let mysql = mark_rows_counted(Backend::MySql, &table(), &lease, marks, MarkAt::first(100));
     assert!(
         mysql.sql.contains(
             "AND event_id IN (?) AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE \
@@ -368,7 +398,13 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
     assert_placeholders(Backend::MySql, &mysql);
     // An empty batch marks nothing.
     lease.partitions.clear();
-    let none = mark_rows(Backend::Postgres, &table(), &lease, marks, 100);
+    let none = mark_rows(
+        Backend::Postgres,
+        &table(),
+        &lease,
+        marks,
+        MarkAt::first(100),
+    );
     assert!(none.sql.contains("AND 1 = 0 FOR KEY SHARE"), "{}", none.sql);
 }
 
@@ -419,7 +455,7 @@ fn key_sets_are_padded_to_a_few_lengths() {
         .collect();
     assert_eq!(distinct.len(), 12, "{distinct:?}");
     let marks: Vec<Mark> = (0..5).map(|i| Mark::delivered(format!("e{i}"))).collect();
-    let mark = mark_rows(Backend::MySql, &table(), &lease(), &marks, 1);
+    let mark = mark_rows(Backend::MySql, &table(), &lease(), &marks, MarkAt::first(1));
     assert!(
         mark.sql.contains("event_id IN (?, ?, ?, ?, ?, ?, ?, ?)"),
         "{}",
