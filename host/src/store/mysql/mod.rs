@@ -14,7 +14,6 @@ mod dialect;
 mod mark;
 mod partitions;
 mod save;
-mod status;
 
 use super::driver::Driver;
 use super::exec;
