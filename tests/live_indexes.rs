@@ -3,7 +3,9 @@
 //! write (migration 0007) and the per-row claim's indexes dropped concurrently (0008); an
 //! interrupted build is finished by the next `migrate`; two `migrate` runs at once apply each
 //! migration once; a change of partition count cut short is finished by running it again.
-//! MariaDB: a change of partition count cut short is finished by running it again.
+//! MariaDB: the status index replaced by the failed-apart index (0007) while producers write, on
+//! a table with rows in every state; a change of partition count cut short is finished by
+//! running it again.
 
 mod support;
 
@@ -12,11 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use outboxd::store::{
-    Backend, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, Ownership, PartitionRead,
-    RebalanceParams, StoreError,
+    Backend, CountsParams, DEFAULT_TABLE, FailedFilter, ListFailedParams, Mark, MarkParams,
+    OutboxStore, Ownership, PartitionRead, RebalanceParams, StoreError,
 };
 use sqlx::{Connection, Executor, PgConnection};
-use support::{Bind, TestDb, record, wait_until};
+use support::{Bind, RawInsert, TestDb, record, wait_until};
 
 /// Tenant.
 const APP: &str = "app_a";
@@ -319,6 +321,109 @@ async fn a_change_of_partition_count_cut_short_is_finished_by_running_it_again()
     let restarted = db.store_default().await;
     assert_eq!(restarted.partitions(), 16);
     assert_eq!(deliver_due(&restarted).await, 200);
+}
+
+/// MariaDB's migration 0007 on a table as the version before left it (the status index, no
+/// `outbox_failed`), with delivered history, failed, pending and due retryable rows, while a
+/// producer writes: no producer write fails, the status index is gone and the failed-apart index
+/// is there, the failed listing and the counts find every row, and every due row is delivered.
+#[tokio::test]
+async fn mariadb_keeps_failed_rows_apart_online_with_rows_in_every_state() {
+    let Some(db) = TestDb::new(Backend::MySql).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    let mut rows: Vec<RawInsert> = Vec::new();
+    for (status, count) in [
+        ("delivered", 100),
+        ("failed", 10),
+        ("pending", 20),
+        ("retryable", 5),
+    ] {
+        rows.extend((0..count).map(|i| {
+            let mut row =
+                RawInsert::pending(APP, &format!("{status}{i:03}"), &format!("room{i}"), i)
+                    .with_status(status);
+            if status == "retryable" {
+                row.next_retry_at_ms = Some(1);
+            }
+            row
+        }));
+    }
+    db.insert_raw(DEFAULT_TABLE, &rows).await;
+    // The version before: its status index, no failed-apart column or index, 0007 not recorded.
+    db.execute(
+        "ALTER TABLE room_outbox DROP INDEX idx_room_outbox_failed, DROP COLUMN outbox_failed",
+        &[],
+    )
+    .await;
+    db.execute(
+        "CREATE INDEX idx_room_outbox_pending ON room_outbox (app_code, status, created_at_ms, event_id)",
+        &[],
+    )
+    .await;
+    db.execute(
+        "DELETE FROM outboxd_migrations WHERE table_name = 'room_outbox' AND version = 7",
+        &[],
+    )
+    .await;
+
+    let producer = db.store_unmigrated(DEFAULT_TABLE).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writing = tokio::spawn({
+        let stop = Arc::clone(&stop);
+        async move {
+            let mut saved = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let record = record(APP, &format!("w{saved:05}"), "room-w", 1_000 + saved as i64);
+                saved += producer.enqueue(&[record]).await.expect("a producer write");
+            }
+            saved
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let applied = store.migrate().await.expect("migrate");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = writing.await.unwrap();
+    assert_eq!(applied, [7]);
+    assert!(written > 0, "the producer wrote while migrate ran");
+    eprintln!("{written} producer rows saved around and during migrate");
+
+    let indexes = db.index_columns(DEFAULT_TABLE).await;
+    assert_eq!(
+        indexes.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["idx_room_outbox_failed", "idx_room_outbox_part", "primary"],
+        "{indexes:?}"
+    );
+    let failed = store
+        .list_failed(&ListFailedParams {
+            filter: FailedFilter {
+                app_code: Some(APP.into()),
+                ..FailedFilter::default()
+            },
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed.len(), 10);
+    let counts = store
+        .counts(&CountsParams {
+            app_code: Some(APP.into()),
+            now_ms: outboxd::record::now_ms(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            counts.delivered,
+            counts.failed,
+            counts.pending,
+            counts.retryable
+        ),
+        (100, 10, 20 + written, 5)
+    );
+    assert_eq!(deliver_due(&store).await, 20 + 5 + written);
 }
 
 /// MariaDB: a change of partition count cut short after the old partition column and index were

@@ -66,6 +66,7 @@ pub(crate) async fn search_events<D: Driver>(
             since_ms: query.since_ms,
             until_ms: query.until_ms,
             before: query.before.as_ref(),
+            partitions: statements.known_partitions(),
         };
         let rows = conn
             .rows::<EventSummary>(select_window(backend, table, &range, window as u32))

@@ -221,7 +221,9 @@ pub(crate) async fn rebalance<D: Driver>(
     }
     owned.sort();
     let leased_hosts_active = !conn
-        .rows::<EventId>(sql::live_leases(backend, table, app_code, now_ms))
+        .rows::<EventId>(sql::live_leases(
+            backend, table, app_code, partitions, now_ms,
+        ))
         .await
         .map_err(db(OP))?
         .is_empty();

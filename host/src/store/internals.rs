@@ -1,5 +1,5 @@
 //! The store's own SQL and row judge, exposed for `outboxd-bench` (`bench/`) and the plan tests
-//! (`tests/explain.rs`, `tests/*_plans.rs`, `tests/retention.rs`, `tests/conformance/`), which
+//! (`tests/explain.rs`, `tests/*_plans.rs`, `tests/history_plans.rs`, `tests/conformance/`), which
 //! run, time or `EXPLAIN` the statements the store runs, by hand, and for the judge's fuzz check
 //! (`host/fuzz/checks/judge.rs`).
 //!
@@ -7,7 +7,9 @@
 //! the per-database stores and their `save`): it follows the store's SQL and changes with it.
 
 pub use super::judge::{RowColumns, judge_columns};
-pub use super::schema::{Migration, index_columns_query, migrations, required_index_columns};
+pub use super::schema::{
+    Migration, index_columns_query, migrations, required_index_columns, required_indexes,
+};
 pub use super::statement::browse::explain_statements as console_explain_statements;
 pub use super::statement::mark::MarkAt;
 pub use super::statement::purge::statement_texts as purge_statement_texts;

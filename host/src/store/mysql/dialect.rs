@@ -1,8 +1,9 @@
 //! MySQL's / MariaDB's SQL: what its statements differ in, and its embedded migrations.
 
+use crate::record::Status;
 use crate::store::migration::Migration;
 use crate::store::statement::mark::{MarkAt, mark_rows_counted};
-use crate::store::statement::{Bound, SqlBuilder, SqlDialect};
+use crate::store::statement::{Bound, FAILED_APART_INDEX, RequiredIndex, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, EventCursor, Lease, Mark, TableName};
 
 /// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
@@ -45,6 +46,11 @@ const MIGRATIONS: &[Migration] = &[
         "0006_crash_guard",
         include_str!("../../../../migrations/mysql/0006_crash_guard.sql"),
     ),
+    Migration::new(
+        7,
+        "0007_failed_apart",
+        include_str!("../../../../migrations/mysql/0007_failed_apart.sql"),
+    ),
 ];
 
 impl SqlDialect for MySqlDialect {
@@ -68,6 +74,19 @@ impl SqlDialect for MySqlDialect {
     /// column alone (`browse.rs`).
     fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
         super::browse::write_before_bound(b, before);
+    }
+
+    /// The failed-apart index of migration 0007 in place of the status index (`status.rs`).
+    fn required_indexes(&self) -> &'static [RequiredIndex] {
+        &FAILED_APART_INDEX
+    }
+
+    fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, partitions: u32) {
+        super::status::write_status_condition(b, status, partitions);
+    }
+
+    fn status_index_hint(&self, table: &TableName, status: Status) -> Option<String> {
+        super::status::status_index_hint(table, status)
     }
 
     fn ignore_duplicate_key(&self) -> &'static str {

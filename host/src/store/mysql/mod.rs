@@ -14,6 +14,7 @@ mod dialect;
 mod mark;
 mod partitions;
 mod save;
+mod status;
 
 use super::driver::Driver;
 use super::exec;

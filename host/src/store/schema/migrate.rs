@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use super::partition_count::catalog_partitions;
 use super::{
-    CREATE_BOOKKEEPING, REQUIRED_INDEXES, applied_versions, create_index, missing_indexes,
-    record_version, table_indexes, take_migration_lock,
+    CREATE_BOOKKEEPING, applied_versions, create_index, missing_indexes, record_version,
+    table_indexes, take_migration_lock,
 };
 use crate::record;
 use crate::store::driver::{Driver, begin_write, db};
@@ -197,7 +197,7 @@ async fn has_outbox_columns<S: Session>(
 }
 
 /// Checks the outbox table after the migrations: every column of the record present
-/// ([`has_outbox_columns`]), and the required indexes ([`REQUIRED_INDEXES`]) present under any
+/// ([`has_outbox_columns`]), and the dialect's required indexes (`SqlDialect::required_indexes`) present under any
 /// name. A table created by another program (`CREATE TABLE IF NOT EXISTS` left it as it was)
 /// gets the missing ones; one with an index named like a required index but of other columns is
 /// refused, and nothing is created.
@@ -216,8 +216,13 @@ async fn verify_outbox_table<S: Session>(
         )));
     }
     let indexes = table_indexes(session, backend, table, OP).await?;
-    let create =
-        missing_indexes(backend, table, &indexes, &REQUIRED_INDEXES).map_err(StoreError::Schema)?;
+    let create = missing_indexes(
+        backend,
+        table,
+        &indexes,
+        backend.dialect().required_indexes(),
+    )
+    .map_err(StoreError::Schema)?;
     for index in create {
         tracing::info!(
             table = table.as_str(),

@@ -1,5 +1,5 @@
 //! The outbox table's schema: the embedded migrations, the columns and indexes outboxd needs on
-//! every table ([`REQUIRED_INDEXES`]), and reading a table's indexes; `migrate` itself (apply
+//! every table (the dialect's required indexes), and reading a table's indexes; `migrate` itself (apply
 //! what is missing, then check and complete an adopted table) is in `migrate.rs`; the table's
 //! partition count (read off the catalog, changed by `migrate --partitions`) in
 //! `partition_count.rs`.
@@ -13,7 +13,7 @@ mod partition_count;
 use super::driver::db;
 use super::row::{IndexColumn, Int};
 use super::session::Session;
-use super::statement::{Arg, Bound, SqlBuilder};
+use super::statement::{Arg, Bound, RequiredIndex, SqlBuilder};
 use super::{Backend, StoreError, TableName};
 
 pub use super::migration::Migration;
@@ -57,36 +57,24 @@ pub(crate) fn record_version(
     b.finish()
 }
 
-/// One index outboxd needs on every outbox table, whoever created it: `migrate` creates it when
-/// no index has its key columns.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RequiredIndex {
-    /// The name is `idx_<table>_<suffix>`.
-    pub(crate) suffix: &'static str,
-    /// Key columns, in order.
-    pub(crate) columns: &'static [&'static str],
+/// The name (on `table`) and key columns of each index outboxd needs on every table of
+/// `backend` besides the partition index (the status index; on MariaDB the failed-apart index),
+/// for tools and tests that check a table's indexes.
+pub fn required_indexes(backend: Backend, table: &TableName) -> Vec<(String, Vec<&'static str>)> {
+    backend
+        .dialect()
+        .required_indexes()
+        .iter()
+        .map(|index| (index.name(table), index.columns.to_vec()))
+        .collect()
 }
 
-impl RequiredIndex {
-    /// The index name for `table` (at most 60 bytes: table names have at most 48).
-    pub(crate) fn name(&self, table: &TableName) -> String {
-        format!("idx_{}_{}", table.as_str(), self.suffix)
-    }
-}
-
-/// The status index of migration 0001 (named `pending` for its first use): a tenant's rows of
-/// one status in write order. Counts, retention, the failed listings, requeue and the console
-/// read it; the partition index (migrations `0004_partitions` / `0007_partitions`) serves the
-/// reads of due rows and the marks.
-pub(crate) static REQUIRED_INDEXES: [RequiredIndex; 1] = [RequiredIndex {
-    suffix: "pending",
-    columns: &["app_code", "status", "created_at_ms", "event_id"],
-}];
-
-/// The key columns of each index outboxd needs on every table (the status index), for tools
-/// and tests that check a table's indexes.
-pub fn required_index_columns() -> Vec<Vec<&'static str>> {
-    REQUIRED_INDEXES
+/// The key columns of each index outboxd needs on every table of `backend`
+/// ([`required_indexes`]).
+pub fn required_index_columns(backend: Backend) -> Vec<Vec<&'static str>> {
+    backend
+        .dialect()
+        .required_indexes()
         .iter()
         .map(|index| index.columns.to_vec())
         .collect()

@@ -5,7 +5,7 @@
 
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, EventCursor, TableName};
+use crate::store::{Backend, EventCursor, MAX_PARTITIONS, TableName};
 
 /// Every column but the envelope, in [`crate::store::EventSummary`]'s order.
 pub(crate) const SUMMARY_COLUMNS: &str = "app_code, event_id, event_type, room_id, status, retry_count, last_error, created_at_ms, updated_at_ms, next_retry_at_ms, worker_id, lock_until_ms";
@@ -23,6 +23,9 @@ pub(crate) struct WindowRange<'a> {
     pub(crate) until_ms: Option<i64>,
     /// Strictly older than this position.
     pub(crate) before: Option<&'a EventCursor>,
+    /// The table's partition count where known (else the lookup by status covers
+    /// [`MAX_PARTITIONS`]).
+    pub(crate) partitions: Option<u32>,
 }
 
 /// The newest `limit` rows of one status in `range`, newest first.
@@ -33,14 +36,14 @@ pub(crate) fn select_window(
     limit: u32,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
-    b.push("SELECT ")
-        .push(SUMMARY_COLUMNS)
-        .push(" FROM ")
-        .push(table.as_str())
-        .push(" WHERE app_code = ")
-        .bind(range.app_code);
+    b.push("SELECT ").push(SUMMARY_COLUMNS).push(" FROM ");
+    match range.status {
+        Some(status) => b.status_table(table, status),
+        None => b.push(table.as_str()),
+    };
+    b.push(" WHERE app_code = ").bind(range.app_code);
     if let Some(status) = range.status {
-        b.push(" AND status = ").status(status);
+        b.status_condition(status, range.partitions.unwrap_or(MAX_PARTITIONS));
     }
     if let Some(since) = range.since_ms {
         b.push(" AND created_at_ms >= ").bind(since);
@@ -98,8 +101,7 @@ pub(crate) fn select_error_groups(
         .push(table.as_str())
         .push(" WHERE app_code = ")
         .bind(app_code)
-        .push(" AND status = ")
-        .status(Status::Failed)
+        .status_condition(Status::Failed, MAX_PARTITIONS)
         .push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
         .bind(i64::from(window.max(1)))
         .push(") newest GROUP BY last_error");
@@ -127,8 +129,8 @@ pub(crate) fn delete_failed_keys(
 }
 
 /// The console's statement texts as the store runs them, for EXPLAIN in benchmarks and tests:
-/// `(name, statement)` with example values bound — one status's window, the same below a
-/// position, one room's window, a time range, the row by id, the error groups.
+/// `(name, statement)` with example values bound — the `delivered` window, the same below a
+/// position, in a time range, the window of each other status, the row by id, the error groups.
 pub fn explain_statements(
     backend: Backend,
     table: &TableName,
@@ -172,6 +174,22 @@ pub fn explain_statements(
                 },
                 50,
             ),
+        ),
+        (
+            "window of failed rows",
+            select_window(backend, table, &status(Status::Failed), 50),
+        ),
+        (
+            "window of pending rows",
+            select_window(backend, table, &status(Status::Pending), 50),
+        ),
+        (
+            "window of retryable rows",
+            select_window(backend, table, &status(Status::Retryable), 50),
+        ),
+        (
+            "window of delivering rows",
+            select_window(backend, table, &status(Status::Delivering), 50),
         ),
         (
             "one event by id",

@@ -3,13 +3,20 @@
 
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, FailedFilter, TableName};
+use crate::store::{Backend, FailedFilter, MAX_PARTITIONS, TableName};
 
-/// ` WHERE status = 'failed' AND …` for every filter given.
+/// ` WHERE app_code = ? AND status = 'failed' AND …` for every filter given (the status as the
+/// dialect finds it by index); ` WHERE status = 'failed' …` for every tenant.
 fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
-    b.push(" WHERE status = ").status(Status::Failed);
-    if let Some(app_code) = &filter.app_code {
-        b.push(" AND app_code = ").bind(app_code.as_str());
+    match &filter.app_code {
+        Some(app_code) => {
+            b.push(" WHERE app_code = ")
+                .bind(app_code.as_str())
+                .status_condition(Status::Failed, MAX_PARTITIONS);
+        }
+        None => {
+            b.push(" WHERE status = ").status(Status::Failed);
+        }
     }
     if !filter.event_ids.is_empty() {
         b.push(" AND event_id IN ")
@@ -99,8 +106,8 @@ pub(crate) fn requeue_failed(
 }
 
 /// The keys `(app_code, event_id)` of the oldest `limit` `failed` rows matching `filter`: one
-/// chunk of a bounded requeue. With a tenant in the filter this is a range of the
-/// `(app_code, status, created_at_ms, event_id)` index, read in order.
+/// chunk of a bounded requeue. With a tenant in the filter this is a range of the status index
+/// (MariaDB: of the failed-apart index), read in order.
 pub(crate) fn select_requeue_chunk(
     backend: Backend,
     table: &TableName,

@@ -15,12 +15,14 @@
 pub mod browse;
 pub(crate) mod failed;
 pub(crate) mod fence;
+mod indexes;
 pub(crate) mod insert;
 pub(crate) mod mark;
 pub(crate) mod partitions;
 pub(crate) mod repartition;
 pub mod rows;
 
+pub(crate) use indexes::{FAILED_APART_INDEX, RequiredIndex, STATUS_INDEX};
 pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
@@ -98,6 +100,27 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// (`store/mysql/browse.rs`).
     fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
         browse::write_row_comparison_before(b, before);
+    }
+
+    /// The secondary indexes outboxd needs on every table besides the partition index, which
+    /// `migrate` creates where a table lacks them: the status index.
+    fn required_indexes(&self) -> &'static [RequiredIndex] {
+        &STATUS_INDEX
+    }
+
+    /// Writes ` AND status = '<status>'` for a statement that looks up a tenant's rows of one
+    /// status (its `app_code = ?` written before), in the form the database reads from an index
+    /// range of [`Self::required_indexes`] or the partition index. Default: the condition alone,
+    /// a range of the status index. `partitions`: the table's partition count where the caller
+    /// knows it, else [`crate::store::MAX_PARTITIONS`].
+    fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: u32) {
+        b.push(" AND status = ").status(status);
+    }
+
+    /// Written after the table name of a lookup of one status ([`Self::write_status_condition`]):
+    /// the index the database must read it from, where its planner may choose worse; none.
+    fn status_index_hint(&self, _table: &TableName, _status: Status) -> Option<String> {
+        None
     }
 
     /// The statements a mark of `marks` runs when some row is stale, named (`mark`, and MySQL's
@@ -341,6 +364,24 @@ impl SqlBuilder {
     /// ([`SqlDialect::fence_lock`]).
     pub(crate) fn fence_lock(&self) -> &'static str {
         self.dialect.fence_lock()
+    }
+
+    /// ` AND status = '<status>'` of a lookup by status, as the dialect writes it
+    /// ([`SqlDialect::write_status_condition`]).
+    pub(crate) fn status_condition(&mut self, status: Status, partitions: u32) -> &mut SqlBuilder {
+        let dialect = self.dialect;
+        dialect.write_status_condition(self, status, partitions);
+        self
+    }
+
+    /// `<table>` of a lookup by status, with the dialect's index hint
+    /// ([`SqlDialect::status_index_hint`]).
+    pub(crate) fn status_table(&mut self, table: &TableName, status: Status) -> &mut SqlBuilder {
+        self.push(table.as_str());
+        if let Some(hint) = self.dialect.status_index_hint(table, status) {
+            self.push(&hint);
+        }
+        self
     }
 
     /// The dialect's partition index predicate ([`SqlDialect::partition_index_predicate`]).

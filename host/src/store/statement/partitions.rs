@@ -387,20 +387,21 @@ fn careful_columns(b: &mut SqlBuilder, careful: &Careful) {
 }
 
 /// Whether rows of the tenant are `delivering` under a live lease (a host of the leased design
-/// claiming): one such row's `event_id`, from the lease index.
+/// claiming): one such row's `event_id`, from an index range of the status (`partitions`: the
+/// table's count).
 pub(crate) fn live_leases(
     backend: Backend,
     table: &TableName,
     app_code: &str,
+    partitions: u32,
     now_ms: i64,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("SELECT event_id FROM ")
-        .push(table.as_str())
+        .status_table(table, Status::Delivering)
         .push(" WHERE app_code = ")
         .bind(app_code)
-        .push(" AND status = ")
-        .status(Status::Delivering)
+        .status_condition(Status::Delivering, partitions)
         .push(" AND lock_until_ms > ")
         .bind(now_ms)
         .push(" LIMIT 1");

@@ -4,8 +4,10 @@
 //! One batch is two statements, each in its own (autocommit) transaction, so no lock is held
 //! between them:
 //! 1. `SELECT event_id … WHERE app_code = ? AND status = ? AND created_at_ms < ? AND
-//!    updated_at_ms < ? ORDER BY created_at_ms, event_id LIMIT n`: a range of the
-//!    `idx_<table>_pending (app_code, status, created_at_ms, event_id)` index (a row is never
+//!    updated_at_ms < ? ORDER BY created_at_ms, event_id LIMIT n`: a range of the status index
+//!    `idx_<table>_pending (app_code, status, created_at_ms, event_id)` (MariaDB: of
+//!    `idx_<table>_failed (app_code, outbox_failed, created_at_ms, event_id)`, the few live rows
+//!    in its range skipped) (a row is never
 //!    changed before it is created, so "changed before T" implies "created before T", and the
 //!    index bounds the walk; the `updated_at_ms` test only skips the few old rows changed lately,
 //!    e.g. requeued and failed again);
@@ -15,7 +17,7 @@
 
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, PurgeParams, PurgeStatus, TableName};
+use crate::store::{Backend, MAX_PARTITIONS, PurgeParams, PurgeStatus, TableName};
 
 fn status(status: PurgeStatus) -> Status {
     match status {
@@ -28,8 +30,7 @@ fn status(status: PurgeStatus) -> Status {
 fn purgeable_where(b: &mut SqlBuilder, params: &PurgeParams) {
     b.push(" WHERE app_code = ")
         .bind(params.app_code.as_str())
-        .push(" AND status = ")
-        .status(status(params.status))
+        .status_condition(status(params.status), MAX_PARTITIONS)
         .push(" AND created_at_ms < ")
         .bind(params.before_ms)
         .push(" AND updated_at_ms < ")

@@ -423,7 +423,7 @@ fn failed_filters_are_anded() {
     assert_eq!(
         &*list.sql,
         "SELECT app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms \
-         FROM room_outbox WHERE status = 'failed' AND app_code = $1 AND event_id IN ($2, $3) \
+         FROM room_outbox WHERE app_code = $1 AND status = 'failed' AND event_id IN ($2, $3) \
          AND event_type = $4 AND room_id = $5 AND created_at_ms >= $6 AND created_at_ms < $7 \
          AND last_error = $8 ORDER BY created_at_ms, event_id LIMIT $9"
     );
@@ -437,7 +437,7 @@ fn failed_filters_are_anded() {
     assert_placeholders(Backend::MySql, &count);
     assert!(
         count.sql.starts_with(
-            "SELECT COUNT(*) FROM room_outbox WHERE status = 'failed' AND app_code = ?"
+            "SELECT COUNT(*) FROM room_outbox WHERE app_code = ? AND outbox_failed = 1 AND status = 'failed'"
         )
     );
 }
