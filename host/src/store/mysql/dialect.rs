@@ -1,5 +1,7 @@
 //! MySQL's / MariaDB's SQL: what its statements differ in, and its embedded migrations.
 
+use std::ops::Range;
+
 use crate::record::Status;
 use crate::store::migration::Migration;
 use crate::store::statement::mark::{MarkAt, mark_rows_counted};
@@ -81,12 +83,12 @@ impl SqlDialect for MySqlDialect {
         &FAILED_APART_INDEX
     }
 
-    fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, partitions: u32) {
+    fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, partitions: Range<u32>) {
         super::status::write_status_condition(b, status, partitions);
     }
 
-    fn status_index_hint(&self, table: &TableName, status: Status) -> Option<String> {
-        super::status::status_index_hint(table, status)
+    fn status_partition_chunks(&self, status: Status, partitions: u32) -> Vec<Range<u32>> {
+        super::status::status_partition_chunks(status, partitions)
     }
 
     fn ignore_duplicate_key(&self) -> &'static str {

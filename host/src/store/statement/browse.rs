@@ -4,6 +4,8 @@
 //! at its `LIMIT`; the filters no index holds are applied by the caller on the rows returned.
 
 use super::{Bound, SqlBuilder};
+use std::ops::Range;
+
 use crate::record::Status;
 use crate::store::{Backend, EventCursor, MAX_PARTITIONS, TableName};
 
@@ -28,7 +30,9 @@ pub(crate) struct WindowRange<'a> {
     pub(crate) partitions: Option<u32>,
 }
 
-/// The newest `limit` rows of one status in `range`, newest first.
+/// The newest `limit` rows of one status in `range`, newest first: one statement, or where the
+/// dialect splits the lookup by partition ([`super::SqlDialect::status_partition_chunks`]) the
+/// newest `limit` of each chunk joined by `UNION ALL`, then the newest `limit` of those.
 pub(crate) fn select_window(
     backend: Backend,
     table: &TableName,
@@ -36,14 +40,43 @@ pub(crate) fn select_window(
     limit: u32,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
-    b.push("SELECT ").push(SUMMARY_COLUMNS).push(" FROM ");
-    match range.status {
-        Some(status) => b.status_table(table, status),
-        None => b.push(table.as_str()),
+    let partitions = range.partitions.unwrap_or(MAX_PARTITIONS);
+    let chunks = match range.status {
+        Some(status) => b.status_partition_chunks(status, partitions),
+        None => std::iter::once(0..partitions).collect(),
     };
-    b.push(" WHERE app_code = ").bind(range.app_code);
+    let limit = i64::from(limit.max(1));
+    if chunks.len() == 1 {
+        write_window(&mut b, backend, table, range, chunks[0].clone(), limit);
+    } else {
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            b.push(if i == 0 { "(" } else { " UNION ALL (" });
+            write_window(&mut b, backend, table, range, chunk, limit);
+            b.push(")");
+        }
+        b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
+            .bind(limit);
+    }
+    b.finish()
+}
+
+/// One statement of [`select_window`], over the partition numbers `partitions`.
+fn write_window(
+    b: &mut SqlBuilder,
+    backend: Backend,
+    table: &TableName,
+    range: &WindowRange<'_>,
+    partitions: Range<u32>,
+    limit: i64,
+) {
+    b.push("SELECT ")
+        .push(SUMMARY_COLUMNS)
+        .push(" FROM ")
+        .push(table.as_str())
+        .push(" WHERE app_code = ")
+        .bind(range.app_code);
     if let Some(status) = range.status {
-        b.status_condition(status, range.partitions.unwrap_or(MAX_PARTITIONS));
+        b.status_condition(status, partitions);
     }
     if let Some(since) = range.since_ms {
         b.push(" AND created_at_ms >= ").bind(since);
@@ -52,11 +85,10 @@ pub(crate) fn select_window(
         b.push(" AND created_at_ms < ").bind(until);
     }
     if let Some(before) = range.before {
-        backend.dialect().write_before_bound(&mut b, before);
+        backend.dialect().write_before_bound(b, before);
     }
     b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
-        .bind(i64::from(limit.max(1)));
-    b.finish()
+        .bind(limit);
 }
 
 /// The default form of [`super::SqlDialect::write_before_bound`]: one row comparison
@@ -101,7 +133,7 @@ pub(crate) fn select_error_groups(
         .push(table.as_str())
         .push(" WHERE app_code = ")
         .bind(app_code)
-        .status_condition(Status::Failed, MAX_PARTITIONS)
+        .status_condition(Status::Failed, 0..MAX_PARTITIONS)
         .push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
         .bind(i64::from(window.max(1)))
         .push(") newest GROUP BY last_error");

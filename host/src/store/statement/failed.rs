@@ -12,7 +12,7 @@ fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
         Some(app_code) => {
             b.push(" WHERE app_code = ")
                 .bind(app_code.as_str())
-                .status_condition(Status::Failed, MAX_PARTITIONS);
+                .status_condition(Status::Failed, 0..MAX_PARTITIONS);
         }
         None => {
             b.push(" WHERE status = ").status(Status::Failed);

@@ -27,6 +27,7 @@ pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::migration::Migration;
@@ -111,16 +112,17 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// Writes ` AND status = '<status>'` for a statement that looks up a tenant's rows of one
     /// status (its `app_code = ?` written before), in the form the database reads from an index
     /// range of [`Self::required_indexes`] or the partition index. Default: the condition alone,
-    /// a range of the status index. `partitions`: the table's partition count where the caller
-    /// knows it, else [`crate::store::MAX_PARTITIONS`].
-    fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: u32) {
+    /// a range of the status index. `partitions`: the partition numbers to cover, one of
+    /// [`Self::status_partition_chunks`].
+    fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: Range<u32>) {
         b.push(" AND status = ").status(status);
     }
 
-    /// Written after the table name of a lookup of one status ([`Self::write_status_condition`]):
-    /// the index the database must read it from, where its planner may choose worse; none.
-    fn status_index_hint(&self, _table: &TableName, _status: Status) -> Option<String> {
-        None
+    /// How a lookup of `status` over a table of `partitions` partitions is split into statements
+    /// joined by `UNION ALL`, each covering one range of partition numbers. Default: one,
+    /// `0..partitions`.
+    fn status_partition_chunks(&self, _status: Status, partitions: u32) -> Vec<Range<u32>> {
+        std::iter::once(0..partitions.max(1)).collect()
     }
 
     /// The statements a mark of `marks` runs when some row is stale, named (`mark`, and MySQL's
@@ -368,20 +370,24 @@ impl SqlBuilder {
 
     /// ` AND status = '<status>'` of a lookup by status, as the dialect writes it
     /// ([`SqlDialect::write_status_condition`]).
-    pub(crate) fn status_condition(&mut self, status: Status, partitions: u32) -> &mut SqlBuilder {
+    pub(crate) fn status_condition(
+        &mut self,
+        status: Status,
+        partitions: Range<u32>,
+    ) -> &mut SqlBuilder {
         let dialect = self.dialect;
         dialect.write_status_condition(self, status, partitions);
         self
     }
 
-    /// `<table>` of a lookup by status, with the dialect's index hint
-    /// ([`SqlDialect::status_index_hint`]).
-    pub(crate) fn status_table(&mut self, table: &TableName, status: Status) -> &mut SqlBuilder {
-        self.push(table.as_str());
-        if let Some(hint) = self.dialect.status_index_hint(table, status) {
-            self.push(&hint);
-        }
-        self
+    /// The partition ranges a lookup of `status` is split into
+    /// ([`SqlDialect::status_partition_chunks`]).
+    pub(crate) fn status_partition_chunks(
+        &self,
+        status: Status,
+        partitions: u32,
+    ) -> Vec<Range<u32>> {
+        self.dialect.status_partition_chunks(status, partitions)
     }
 
     /// The dialect's partition index predicate ([`SqlDialect::partition_index_predicate`]).

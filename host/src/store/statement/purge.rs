@@ -30,7 +30,7 @@ fn status(status: PurgeStatus) -> Status {
 fn purgeable_where(b: &mut SqlBuilder, params: &PurgeParams) {
     b.push(" WHERE app_code = ")
         .bind(params.app_code.as_str())
-        .status_condition(status(params.status), MAX_PARTITIONS)
+        .status_condition(status(params.status), 0..MAX_PARTITIONS)
         .push(" AND created_at_ms < ")
         .bind(params.before_ms)
         .push(" AND updated_at_ms < ")
