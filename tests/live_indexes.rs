@@ -283,28 +283,19 @@ async fn concurrent_migrates_apply_each_migration_once() {
     assert!(predicate(&db, "idx_room_outbox_retry").await.is_none());
 }
 
-/// A change of partition count cut short after the old partition index was dropped, before the
-/// new one was named (as a lost connection would leave it): a host refuses to start, saying what
-/// to run, and `migrate --partitions` run again finishes the change; every row is delivered.
-#[tokio::test]
-async fn a_change_of_partition_count_cut_short_is_finished_by_running_it_again() {
-    let Some(db) = TestDb::new(Backend::Postgres).await else {
-        return;
-    };
+/// 200 rows over 20 rooms, for a change of partition count cut short.
+async fn enqueue_200(db: &TestDb) -> Arc<dyn OutboxStore> {
     let store = db.store_default().await;
     let records: Vec<_> = (0..200)
         .map(|i| record(APP, &format!("e{i:03}"), &format!("room{}", i % 20), i))
         .collect();
     store.enqueue(&records).await.unwrap();
-    // The state between the change's last two steps: the new index built, the old one dropped.
-    db.execute(
-        "CREATE INDEX idx_room_outbox_part_next ON room_outbox (app_code, \
-         (hashtextextended(room_id, 0) & 15), status, created_at_ms, event_id) \
-         WHERE status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL",
-        &[],
-    )
-    .await;
-    db.execute("DROP INDEX idx_room_outbox_part", &[]).await;
+    store
+}
+
+/// With the change cut short: a host's heartbeat is refused, naming `--partitions`; the change
+/// to 16 run again finishes it (from no partition index).
+async fn refused_then_run_again(db: &TestDb, store: &Arc<dyn OutboxStore>) {
     let host = db.store_default().await;
     let refused = heartbeat(&host)
         .await
@@ -316,11 +307,37 @@ async fn a_change_of_partition_count_cut_short_is_finished_by_running_it_again()
     );
     let change = store.repartition(16).await.expect("run again");
     assert_eq!((change.from, change.to), (0, 16));
-    assert!(predicate(&db, "idx_room_outbox_part").await.is_some());
-    assert!(predicate(&db, "idx_room_outbox_part_next").await.is_none());
+}
+
+/// A host started after the change works with 16 partitions and delivers all 200 rows.
+async fn sixteen_partitions_deliver_all_200(db: &TestDb) {
     let restarted = db.store_default().await;
     assert_eq!(restarted.partitions(), 16);
     assert_eq!(deliver_due(&restarted).await, 200);
+}
+
+/// A change of partition count cut short after the old partition index was dropped, before the
+/// new one was named (as a lost connection would leave it): a host refuses to start, saying what
+/// to run, and `migrate --partitions` run again finishes the change; every row is delivered.
+#[tokio::test]
+async fn a_change_of_partition_count_cut_short_is_finished_by_running_it_again() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = enqueue_200(&db).await;
+    // The state between the change's last two steps: the new index built, the old one dropped.
+    db.execute(
+        "CREATE INDEX idx_room_outbox_part_next ON room_outbox (app_code, \
+         (hashtextextended(room_id, 0) & 15), status, created_at_ms, event_id) \
+         WHERE status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL",
+        &[],
+    )
+    .await;
+    db.execute("DROP INDEX idx_room_outbox_part", &[]).await;
+    refused_then_run_again(&db, &store).await;
+    assert!(predicate(&db, "idx_room_outbox_part").await.is_some());
+    assert!(predicate(&db, "idx_room_outbox_part_next").await.is_none());
+    sixteen_partitions_deliver_all_200(&db).await;
 }
 
 /// MariaDB's migration 0007 on a table as the version before left it (the status index, no
@@ -434,11 +451,7 @@ async fn mariadb_change_of_partition_count_cut_short_is_finished_by_running_it_a
     let Some(db) = TestDb::new(Backend::MySql).await else {
         return;
     };
-    let store = db.store_default().await;
-    let records: Vec<_> = (0..200)
-        .map(|i| record(APP, &format!("e{i:03}"), &format!("room{}", i % 20), i))
-        .collect();
-    store.enqueue(&records).await.unwrap();
+    let store = enqueue_200(&db).await;
     // The state between the change's last two steps: the new column and index built, the old
     // ones dropped.
     for ddl in [
@@ -450,17 +463,7 @@ async fn mariadb_change_of_partition_count_cut_short_is_finished_by_running_it_a
     ] {
         db.execute(ddl, &[]).await;
     }
-    let host = db.store_default().await;
-    let refused = heartbeat(&host)
-        .await
-        .expect_err("no partition index: the host reads nothing");
-    assert!(
-        refused.to_string().contains("has no partition index")
-            && refused.to_string().contains("--partitions"),
-        "{refused}"
-    );
-    let change = store.repartition(16).await.expect("run again");
-    assert_eq!((change.from, change.to), (0, 16));
+    refused_then_run_again(&db, &store).await;
     let indexes = db.index_columns(DEFAULT_TABLE).await;
     assert_eq!(
         indexes.get("idx_room_outbox_part").map(Vec::as_slice),
@@ -480,7 +483,5 @@ async fn mariadb_change_of_partition_count_cut_short_is_finished_by_running_it_a
         !indexes.contains_key("idx_room_outbox_part_next"),
         "{indexes:?}"
     );
-    let restarted = db.store_default().await;
-    assert_eq!(restarted.partitions(), 16);
-    assert_eq!(deliver_due(&restarted).await, 200);
+    sixteen_partitions_deliver_all_200(&db).await;
 }
