@@ -33,9 +33,7 @@ const FAILED: i64 = 20;
 /// retention must still leave them).
 async fn seed(db: &TestDb) {
     let envelope = support::record(APP, "h", "room0", 0).encoded_envelope();
-    let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
-                  UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
-                  UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    let digits = support::DIGITS;
     let sql = format!(
         "INSERT INTO {DEFAULT_TABLE} (app_code, event_id, event_type, room_id, status, envelope, \
          created_at_ms, updated_at_ms) \

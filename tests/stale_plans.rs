@@ -41,9 +41,7 @@ async fn load_backlog(db: &TestDb) {
         body: b"gift".to_vec(),
         ..Default::default()
     });
-    let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
-                  UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
-                  UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    let digits = support::DIGITS;
     let sql = format!(
         "INSERT INTO {DEFAULT_TABLE} (app_code, event_id, event_type, room_id, status, envelope, \
          created_at_ms, updated_at_ms) \

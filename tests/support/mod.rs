@@ -72,7 +72,7 @@ pub(crate) use per_backend::per_backend;
 #[allow(unused_imports)]
 pub use plan::{PlanStep, backlog, parse_pg_plan};
 #[allow(unused_imports)]
-pub use raw::{Bind, RawInsert, RawPool, RawRow};
+pub use raw::{Bind, DIGITS, RawInsert, RawPool, RawRow};
 #[allow(unused_imports)]
 pub use records::{record, status_counts, typed_record};
 #[allow(unused_imports)]

@@ -6,6 +6,12 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::{Backend, Record, TableName, TestDb, record};
 
+/// A derived table of the digits 0–9 (column `d`): crossed with itself it numbers the rows of
+/// one `INSERT … SELECT` that seeds a large history, on every database.
+pub const DIGITS: &str = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+                          UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL \
+                          SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)";
+
 /// Plain sqlx access to a test database, one pool type per backend.
 #[derive(Clone)]
 pub enum RawPool {
