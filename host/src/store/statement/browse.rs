@@ -3,9 +3,9 @@
 //! newest ones, and deleting dead letters by primary key. Each reads one index range and stops
 //! at its `LIMIT`; the filters no index holds are applied by the caller on the rows returned.
 
-use super::{Bound, SqlBuilder};
 use std::ops::Range;
 
+use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, EventCursor, MAX_PARTITIONS, TableName};
 
@@ -46,17 +46,14 @@ pub(crate) fn select_window(
         None => std::iter::once(0..partitions).collect(),
     };
     let limit = i64::from(limit.max(1));
-    if chunks.len() == 1 {
-        write_window(&mut b, backend, table, range, chunks[0].clone(), limit);
-    } else {
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            b.push(if i == 0 { "(" } else { " UNION ALL (" });
-            write_window(&mut b, backend, table, range, chunk, limit);
-            b.push(")");
-        }
-        b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
-            .bind(limit);
-    }
+    b.union_of_chunks(
+        chunks,
+        |b, chunk| write_window(b, backend, table, range, chunk, limit),
+        |b| {
+            b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
+                .bind(limit);
+        },
+    );
     b.finish()
 }
 

@@ -390,6 +390,28 @@ impl SqlBuilder {
         self.dialect.status_partition_chunks(status, partitions)
     }
 
+    /// One statement per range of `chunks`, written by `part`: the statement alone where there is
+    /// one, else each in parentheses joined by `UNION ALL` and followed by `tail` (the ordering
+    /// and limit of the union).
+    pub(crate) fn union_of_chunks(
+        &mut self,
+        chunks: Vec<Range<u32>>,
+        mut part: impl FnMut(&mut SqlBuilder, Range<u32>),
+        tail: impl FnOnce(&mut SqlBuilder),
+    ) -> &mut SqlBuilder {
+        if chunks.len() == 1 {
+            part(self, chunks[0].clone());
+            return self;
+        }
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            self.push(if i == 0 { "(" } else { " UNION ALL (" });
+            part(self, chunk);
+            self.push(")");
+        }
+        tail(self);
+        self
+    }
+
     /// The dialect's partition index predicate ([`SqlDialect::partition_index_predicate`]).
     pub(crate) fn partition_index_predicate(&self) -> &'static str {
         self.dialect.partition_index_predicate()

@@ -398,28 +398,22 @@ pub(crate) fn live_leases(
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
     let chunks = b.status_partition_chunks(Status::Delivering, partitions);
-    let joined = chunks.len() > 1;
-    for (i, chunk) in chunks.into_iter().enumerate() {
-        b.push(match (i, joined) {
-            (0, false) => "",
-            (0, true) => "(",
-            _ => " UNION ALL (",
-        });
-        b.push("SELECT event_id FROM ")
-            .push(table.as_str())
-            .push(" WHERE app_code = ")
-            .bind(app_code)
-            .status_condition(Status::Delivering, chunk)
-            .push(" AND lock_until_ms > ")
-            .bind(now_ms)
-            .push(" LIMIT 1");
-        if joined {
-            b.push(")");
-        }
-    }
-    if joined {
-        b.push(" LIMIT 1");
-    }
+    b.union_of_chunks(
+        chunks,
+        |b, chunk| {
+            b.push("SELECT event_id FROM ")
+                .push(table.as_str())
+                .push(" WHERE app_code = ")
+                .bind(app_code)
+                .status_condition(Status::Delivering, chunk)
+                .push(" AND lock_until_ms > ")
+                .bind(now_ms)
+                .push(" LIMIT 1");
+        },
+        |b| {
+            b.push(" LIMIT 1");
+        },
+    );
     b.finish()
 }
 
