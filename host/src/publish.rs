@@ -8,6 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
 
+pub mod waves;
+
 /// One event as a sink sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -99,7 +101,8 @@ pub type Answered = Vec<(usize, Outcome)>;
 /// The worker calls [`Publisher::publish_parts`], which hands results back in parts as they come
 /// (the router: one part per sink, as soon as that sink answers), and marks each part at once.
 /// The worker's publish deadline bounds the whole stream: events no part answered by then are
-/// retryable, and parts already answered are kept.
+/// retryable, and parts already answered are kept. With per-room order on, the worker calls
+/// [`Publisher::publish_in_waves`] instead.
 #[async_trait]
 pub trait Publisher: Send + Sync {
     /// Delivers `batch`, returning one outcome per event in the same order.
@@ -114,6 +117,14 @@ pub trait Publisher: Send + Sync {
             whole_batch(batch.len(), outcomes, "publisher")
         })
         .boxed()
+    }
+
+    /// Delivers `batch` keeping each room's order, in per-room waves within `timeout`
+    /// ([`waves`]): one outcome per event, in order. The default publishes each wave through
+    /// [`Publisher::publish`]; a publisher that can run the waves cheaper (a plugin sink, on its
+    /// runtime) overrides it.
+    async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
+        waves::publish_each_wave(self, batch, timeout).await
     }
 
     /// The name of the sink events of `event_type` go to, when this publisher routes them (the

@@ -31,8 +31,6 @@
 //! - `mark.rs`: outcomes turned into marks, marked fenced on the partition, counted and logged.
 //! - `partitions.rs`: the partitions this host owns, lent to the loops one at a time, and the
 //!   heartbeat that renews and rebalances them.
-//! - `waves.rs`: per-room order within a partition's batch: published in waves of one event per
-//!   room.
 //! - `clock.rs`: the host's clock checked against the database's.
 //! - `options.rs`: [`WorkerOptions`] derived from a loaded configuration.
 
@@ -65,7 +63,6 @@ mod mark;
 mod options;
 mod partitions;
 mod slot;
-mod waves;
 
 pub use clock::{CLOCK_CHECK_INTERVAL, Clock};
 

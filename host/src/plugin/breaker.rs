@@ -58,12 +58,15 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// `Failed` when every outcome is retryable (a sink that is down or timing out).
+    /// `Failed` when every event tried is retryable (a sink that is down or timing out); the
+    /// events not tried (deferred: held behind their room's failed event) do not count.
     pub fn of(outcomes: &[Outcome]) -> Verdict {
-        let all_retryable = !outcomes.is_empty()
-            && outcomes
-                .iter()
-                .all(|o| matches!(o, Outcome::Retryable { .. }));
+        let mut tried = outcomes
+            .iter()
+            .filter(|o| !matches!(o, Outcome::Deferred { .. }))
+            .peekable();
+        let all_retryable =
+            tried.peek().is_some() && tried.all(|o| matches!(o, Outcome::Retryable { .. }));
         if all_retryable {
             Verdict::Failed
         } else {
@@ -241,6 +244,20 @@ fn round_ms(duration: Duration) -> Duration {
 #[async_trait]
 impl Publisher for BreakerSink {
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+        self.publish_through(batch, None).await
+    }
+
+    /// The batch's waves run below the breaker, admitted as one batch (an outage fails the
+    /// first wave, whose rooms then hold back all their later events).
+    async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
+        self.publish_through(batch, Some(timeout)).await
+    }
+}
+
+impl BreakerSink {
+    /// Publishes `batch` if the breaker admits it (in per-room waves within `waves`, when
+    /// given), else defers every event.
+    async fn publish_through(&self, batch: &[Event], waves: Option<Duration>) -> Vec<Outcome> {
         let admission = match self.breaker.lock() {
             Ok(mut breaker) => breaker.admit(Instant::now()),
             Err(_) => Admission::Publish,
@@ -251,9 +268,9 @@ impl Publisher for BreakerSink {
                 info!(sink = %self.name, breaker = "half-open", events = batch.len(), "circuit breaker half-open: publishing a probe batch");
                 self.metrics
                     .set_breaker_state(&self.name, BreakerGauge::HalfOpen);
-                return self.publish_admitted(batch, admission).await;
+                return self.publish_admitted(batch, admission, waves).await;
             }
-            Admission::Publish => return self.publish_admitted(batch, admission).await,
+            Admission::Publish => return self.publish_admitted(batch, admission, waves).await,
         };
         let message = format!(
             "circuit breaker of sink `{}` is open; retrying in {}",
@@ -265,13 +282,21 @@ impl Publisher for BreakerSink {
 }
 
 impl BreakerSink {
-    async fn publish_admitted(&self, batch: &[Event], admission: Admission) -> Vec<Outcome> {
+    async fn publish_admitted(
+        &self,
+        batch: &[Event],
+        admission: Admission,
+        waves: Option<Duration>,
+    ) -> Vec<Outcome> {
         let pending = Pending {
             sink: self,
             admission,
             done: false,
         };
-        let outcomes = self.inner.publish(batch).await;
+        let outcomes = match waves {
+            Some(timeout) => self.inner.publish_in_waves(batch, timeout).await,
+            None => self.inner.publish(batch).await,
+        };
         let verdict = Verdict::of(&outcomes);
         pending.finish(verdict);
         if admission == Admission::Probe && verdict == Verdict::Failed {
@@ -384,5 +409,12 @@ mod tests {
             Verdict::of(&[Outcome::permanent("gone")]),
             Verdict::Answered
         );
+        // Events held behind their room's failed one were not tried: they do not count.
+        let held = Outcome::deferred("not tried", Duration::ZERO);
+        assert_eq!(
+            Verdict::of(&[Outcome::retryable("a"), held.clone()]),
+            Verdict::Failed
+        );
+        assert_eq!(Verdict::of(&[held]), Verdict::Answered);
     }
 }

@@ -94,6 +94,13 @@ impl Publisher for PauseGate {
         );
         vec![Outcome::deferred(message, PAUSED_RETRY); batch.len()]
     }
+
+    async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
+        if self.controls.paused(&self.name).is_none() {
+            return self.inner.publish_in_waves(batch, timeout).await;
+        }
+        self.publish(batch).await
+    }
 }
 
 #[cfg(test)]

@@ -2,18 +2,19 @@
 //! [`RoutedPublisher`] splits a batch by sink, publishes the groups concurrently, and hands each
 //! sink's outcomes back (by batch position) as soon as that sink answers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, FuturesUnordered, StreamExt};
 use tokio_util::task::AbortOnDropHandle;
 
 pub use crate::glob::glob_match;
 use crate::metrics::{Metrics, SinkAnswers};
-use crate::publish::{Answered, Event, Outcome, Publisher};
+use crate::publish::{Answered, Event, Outcome, Publisher, waves};
 
 /// One route: events whose type matches `event_type` go to `publisher`, the sink named `sink`.
 #[derive(Clone)]
@@ -107,7 +108,45 @@ impl Publisher for RoutedPublisher {
     /// One part for the events no route takes (at once), then one part per sink as soon as that
     /// sink answers: a slow sink never holds up the others' results.
     fn publish_parts<'a>(&'a self, batch: &'a [Event]) -> BoxStream<'a, Answered> {
-        // Event positions per sink, in batch order.
+        let (groups, unrouted) = self.groups(batch);
+        let sinks = self.publish_groups(batch, groups, unrouted.is_empty(), None);
+        let first = (!unrouted.is_empty()).then_some(unrouted);
+        stream::iter(first).chain(sinks).boxed()
+    }
+
+    /// Each sink runs the waves of its own events, side by side with the other sinks. A batch
+    /// where a room has events for two sinks is published in waves across the sinks instead
+    /// (each wave split by sink), so a room's later event waits for its earlier ones whichever
+    /// sink they go to.
+    async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
+        let (groups, unrouted) = self.groups(batch);
+        if groups.len() > 1 && a_room_spans_sinks(batch, &groups) {
+            return waves::publish_each_wave(self, batch, timeout).await;
+        }
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let alone = unrouted.is_empty();
+        for (position, outcome) in unrouted {
+            outcomes[position] = Some(outcome);
+        }
+        let mut sinks = self.publish_groups(batch, groups, alone, Some(timeout));
+        while let Some(part) = sinks.next().await {
+            for (position, outcome) in part {
+                outcomes[position] = Some(outcome);
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| Outcome::retryable("its sink returned no outcome for it"))
+            })
+            .collect()
+    }
+}
+
+impl RoutedPublisher {
+    /// The positions of `batch` per sink (by sink index, in batch order), and the events no
+    /// route takes, failed.
+    fn groups(&self, batch: &[Event]) -> (BTreeMap<usize, Vec<usize>>, Answered) {
         let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let mut unrouted = Vec::new();
         for (position, event) in batch.iter().enumerate() {
@@ -119,60 +158,90 @@ impl Publisher for RoutedPublisher {
                 )),
             }
         }
-        let sinks: FuturesUnordered<_> = if groups.len() == 1 && unrouted.is_empty() {
+        (groups, unrouted)
+    }
+
+    /// Each sink's group published (in per-room waves within `waves`, when given), answered as
+    /// the sinks finish. `alone`: the groups hold the whole batch.
+    fn publish_groups<'a>(
+        &'a self,
+        batch: &'a [Event],
+        groups: BTreeMap<usize, Vec<usize>>,
+        alone: bool,
+        waves: Option<Duration>,
+    ) -> FuturesUnordered<BoxFuture<'a, Answered>> {
+        if groups.len() == 1 && alone {
             // One sink takes the whole batch: publish it in place, no copy, no task.
-            groups
+            return groups
                 .into_iter()
                 .map(|(sink, positions)| {
                     let (name, publisher) = &self.sinks[sink];
                     async move {
                         let started = Instant::now();
-                        let results = publisher.publish(batch).await;
+                        let results = publish_to(publisher.as_ref(), batch, waves).await;
                         self.metrics
                             .observe_sink_publish(name, started.elapsed(), tally(&results));
                         answered(name, positions, results)
                     }
                     .boxed()
                 })
-                .collect()
-        } else {
-            // Several sinks: each publishes in a task of its own, so a sink that keeps its
-            // thread busy (a looping plugin until its deadline) never slows another one down.
-            // Dropping the stream (the worker's deadline) aborts the tasks still running.
-            groups
-                .into_iter()
-                .map(|(sink, positions)| {
-                    let (name, publisher) = &self.sinks[sink];
-                    let publisher = publisher.clone();
-                    let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
-                    let (metrics, sink_name) = (self.metrics.clone(), name.clone());
-                    let task = AbortOnDropHandle::new(tokio::spawn(async move {
-                        let started = Instant::now();
-                        let results = publisher.publish(&events).await;
-                        metrics.observe_sink_publish(
-                            &sink_name,
-                            started.elapsed(),
-                            tally(&results),
-                        );
-                        results
-                    }));
-                    async move {
-                        let results = match task.await {
-                            Ok(results) => results,
-                            Err(join) => {
-                                let message = format!("sink `{name}` failed: {join}");
-                                vec![Outcome::retryable(message); positions.len()]
-                            }
-                        };
-                        answered(name, positions, results)
-                    }
-                    .boxed()
-                })
-                .collect()
-        };
-        let first = (!unrouted.is_empty()).then_some(unrouted);
-        stream::iter(first).chain(sinks).boxed()
+                .collect();
+        }
+        // Several sinks: each publishes in a task of its own, so a sink that keeps its thread
+        // busy (a looping plugin until its deadline) never slows another one down. Dropping the
+        // stream (the worker's deadline) aborts the tasks still running.
+        groups
+            .into_iter()
+            .map(|(sink, positions)| {
+                let (name, publisher) = &self.sinks[sink];
+                let publisher = publisher.clone();
+                let events: Vec<Event> = positions.iter().map(|&p| batch[p].clone()).collect();
+                let (metrics, sink_name) = (self.metrics.clone(), name.clone());
+                let task = AbortOnDropHandle::new(tokio::spawn(async move {
+                    let started = Instant::now();
+                    let results = publish_to(publisher.as_ref(), &events, waves).await;
+                    metrics.observe_sink_publish(&sink_name, started.elapsed(), tally(&results));
+                    results
+                }));
+                async move {
+                    let results = match task.await {
+                        Ok(results) => results,
+                        Err(join) => {
+                            let message = format!("sink `{name}` failed: {join}");
+                            vec![Outcome::retryable(message); positions.len()]
+                        }
+                    };
+                    answered(name, positions, results)
+                }
+                .boxed()
+            })
+            .collect()
     }
+}
+
+/// `events` published by `publisher`, in per-room waves within `waves` when given.
+async fn publish_to(
+    publisher: &dyn Publisher,
+    events: &[Event],
+    waves: Option<Duration>,
+) -> Vec<Outcome> {
+    match waves {
+        Some(timeout) => publisher.publish_in_waves(events, timeout).await,
+        None => publisher.publish(events).await,
+    }
+}
+
+/// Whether a room of `batch` has events in two of the sinks' `groups`.
+fn a_room_spans_sinks(batch: &[Event], groups: &BTreeMap<usize, Vec<usize>>) -> bool {
+    let mut sink_of_room: HashMap<&str, usize> = HashMap::new();
+    groups.iter().any(|(&sink, positions)| {
+        positions.iter().any(|&p| {
+            *sink_of_room
+                .entry(batch[p].room_id.as_str())
+                .or_insert(sink)
+                != sink
+        })
+    })
 }
 
 /// What a sink answered, counted per outcome.
@@ -203,4 +272,111 @@ fn answered(name: &str, positions: Vec<usize>, results: Vec<Outcome>) -> Answere
         .into_iter()
         .map(|position| (position, Outcome::retryable(message.clone())))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::publish::waves::HELD_BEHIND;
+
+    /// Records each call's event ids; fails `fail` as retryable.
+    struct Recording {
+        fail: &'static str,
+        calls: Mutex<Vec<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl Publisher for Recording {
+        async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+            let ids = batch.iter().map(|e| e.event_id.clone()).collect();
+            self.calls.lock().unwrap().push(ids);
+            batch
+                .iter()
+                .map(|e| match e.event_id == self.fail {
+                    true => Outcome::retryable("down"),
+                    false => Outcome::Delivered,
+                })
+                .collect()
+        }
+    }
+
+    fn event(id: &str, event_type: &str, room: &str) -> Event {
+        Event {
+            app_code: "app".into(),
+            event_id: id.into(),
+            event_type: event_type.into(),
+            room_id: room.into(),
+            room_version: 0,
+            occurred_at_ms: 0,
+            body: Vec::new(),
+            attempt: 1,
+            trace: None,
+        }
+    }
+
+    fn two_sinks(fail: &'static str) -> (RoutedPublisher, Arc<Recording>, Arc<Recording>) {
+        let recording = || {
+            Arc::new(Recording {
+                fail,
+                calls: Mutex::new(Vec::new()),
+            })
+        };
+        let (a, b) = (recording(), recording());
+        let route = |glob: &str, sink: &str, publisher: &Arc<Recording>| Route {
+            event_type: glob.into(),
+            sink: sink.into(),
+            publisher: publisher.clone(),
+        };
+        let router = RoutedPublisher::new(vec![route("a.*", "a", &a), route("b.*", "b", &b)]);
+        (router, a, b)
+    }
+
+    #[tokio::test]
+    async fn each_sink_runs_the_waves_of_its_own_rooms() {
+        let (router, a, b) = two_sinks("x1");
+        let batch = [
+            event("x1", "a.gift", "x"),
+            event("y1", "b.rank", "y"),
+            event("x2", "a.gift", "x"),
+            event("y2", "b.rank", "y"),
+            event("z1", "c.other", "z"),
+        ];
+        let outcomes = router
+            .publish_in_waves(&batch, Duration::from_secs(5))
+            .await;
+        assert_eq!(*a.calls.lock().unwrap(), vec![vec!["x1".to_string()]]);
+        assert_eq!(
+            *b.calls.lock().unwrap(),
+            vec![vec!["y1".to_string()], vec!["y2".to_string()]]
+        );
+        assert_eq!(outcomes[0], Outcome::retryable("down"));
+        assert_eq!(outcomes[2], Outcome::deferred(HELD_BEHIND, Duration::ZERO));
+        assert_eq!(outcomes[1], Outcome::Delivered);
+        assert_eq!(outcomes[3], Outcome::Delivered);
+        assert!(matches!(outcomes[4], Outcome::Permanent { .. }));
+    }
+
+    #[tokio::test]
+    async fn a_room_with_events_for_two_sinks_is_held_across_them() {
+        let (router, a, b) = two_sinks("x1");
+        let batch = [
+            event("x1", "a.gift", "x"),
+            event("y1", "a.gift", "y"),
+            event("x2", "b.rank", "x"),
+            event("y2", "b.rank", "y"),
+        ];
+        let outcomes = router
+            .publish_in_waves(&batch, Duration::from_secs(5))
+            .await;
+        // x2 goes to another sink than x1, and still waits behind it.
+        assert_eq!(
+            *a.calls.lock().unwrap(),
+            vec![vec!["x1".to_string(), "y1".to_string()]]
+        );
+        assert_eq!(*b.calls.lock().unwrap(), vec![vec!["y2".to_string()]]);
+        assert_eq!(outcomes[2], Outcome::deferred(HELD_BEHIND, Duration::ZERO));
+        assert_eq!(outcomes[3], Outcome::Delivered);
+    }
 }

@@ -251,6 +251,23 @@ impl Publisher for PluginSink {
             }
         }
     }
+
+    /// Runs the batch's waves on the plugin runtime: one hop there and back for the batch.
+    async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
+        let core = self.core.clone();
+        let task = self
+            .core
+            .engine
+            .runtime()
+            .spawn(core.publish_batch_in_waves(batch.to_vec(), timeout));
+        match AbortOnDropHandle::new(task).await {
+            Ok(outcomes) => outcomes,
+            Err(join) => {
+                let message = format!("sink `{}` failed: {join}", self.core.name);
+                vec![Outcome::retryable(message); batch.len()]
+            }
+        }
+    }
 }
 
 /// An event's size as the plugin receives it: its body and string fields, plus the fixed fields.

@@ -4,6 +4,7 @@
 //! (each sink's as that sink answers), as the set itself does.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::channel::mpsc;
@@ -49,6 +50,11 @@ impl Publisher for SwappablePublisher {
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
         let publisher = self.current();
         publisher.publish(batch).await
+    }
+
+    async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
+        let publisher = self.current();
+        publisher.publish_in_waves(batch, timeout).await
     }
 
     fn sink_for(&self, event_type: &str) -> Option<String> {

@@ -1,13 +1,12 @@
-//! The publish deadline, written once for leased and held rounds: publish a batch through
+//! The publish deadline of a batch: publish it through
 //! [`Publisher::publish_parts`](crate::publish::Publisher::publish_parts), take each sink's part
 //! as it comes, stop at `worker.publish_timeout`, and answer the events left unanswered then
 //! (or when the publisher ends without them) as retryable.
 
-use std::time::Duration;
-
 use futures::stream::{self, BoxStream, StreamExt};
 
 use super::Worker;
+use crate::publish::waves::timed_out;
 use crate::publish::{Answered, Event, Outcome};
 
 impl Worker {
@@ -21,16 +20,7 @@ impl Worker {
         &'a self,
         events: &'a [Event],
     ) -> BoxStream<'a, Answered> {
-        self.publish_within(events, self.options.publish_timeout)
-    }
-
-    /// [`Worker::publish_within_deadline`] with a deadline of `timeout` (what is left of a batch's
-    /// deadline when it publishes in several calls: per-room waves, `waves.rs`).
-    pub(super) fn publish_within<'a>(
-        &'a self,
-        events: &'a [Event],
-        timeout: Duration,
-    ) -> BoxStream<'a, Answered> {
+        let timeout = self.options.publish_timeout;
         let publishing = PublishUnderDeadline {
             parts: Some(self.publisher.publish_parts(events)),
             deadline: Box::pin(tokio::time::sleep(timeout)),
@@ -80,14 +70,6 @@ impl PublishUnderDeadline<'_> {
             })
             .collect()
     }
-}
-
-/// The reason given to the events no sink answered within `timeout`.
-fn timed_out(timeout: Duration) -> String {
-    format!(
-        "publish timed out after {} (worker.publish_timeout)",
-        humantime::format_duration(timeout)
-    )
 }
 
 /// The next part of a publish, or `None` when the publisher is done.

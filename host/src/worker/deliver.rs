@@ -9,7 +9,7 @@ use tokio::sync::SemaphorePermit;
 
 use super::mark::ClaimedRows;
 use super::{BatchStats, Worker, WorkerError};
-use crate::publish::Event;
+use crate::publish::{Event, whole_batch};
 use crate::store::{ClaimBatch, DeliveryOrder};
 use crate::telemetry::DeliverySpans;
 
@@ -70,6 +70,36 @@ impl Worker {
 }
 
 impl Worker {
+    /// Publishes a partition's batch in per-room waves (`publish::waves`) within one
+    /// `worker.publish_timeout`, then marks every row in one fenced statement (`publishing`, the
+    /// loop's publishing turn, is given back before the mark).
+    async fn deliver_in_waves(
+        &self,
+        worker_id: &str,
+        app_code: &str,
+        batch: ClaimBatch,
+        publishing: Option<SemaphorePermit<'_>>,
+    ) -> Result<BatchStats, WorkerError> {
+        let ClaimBatch { lease, events, .. } = batch;
+        let created_at_ms: Vec<i64> = events.iter().map(|claimed| claimed.created_at_ms).collect();
+        let events: Vec<Event> = events.into_iter().map(|claimed| claimed.event).collect();
+        let (events, spans) = self.start_spans(events);
+        let outcomes = self
+            .publisher
+            .publish_in_waves(&events, self.options.publish_timeout)
+            .await;
+        drop(publishing); // published: the loop's next batch may publish while this one marks
+        let (positions, marks) =
+            self.marks_for(&events, whole_batch(events.len(), outcomes, "publisher"));
+        let rows = ClaimedRows {
+            events: &events,
+            created_at_ms: &created_at_ms,
+            spans: &spans,
+        };
+        self.mark_and_log(worker_id, app_code, &lease, rows, positions, marks)
+            .await
+    }
+
     /// The delivery spans of a batch about to publish, and its events (shared with them); each
     /// event then carries the context its sink forwards (tracing on).
     pub(super) fn start_spans(&self, events: Vec<Event>) -> (Arc<Vec<Event>>, DeliverySpans) {
@@ -79,7 +109,7 @@ impl Worker {
 }
 
 /// Whether some room has more than one event in `batch` (then per-room order publishes it in
-/// waves: `waves.rs`).
+/// waves: `publish::waves`).
 fn waves_of_more_than_one(batch: &ClaimBatch) -> bool {
     let mut rooms = std::collections::HashSet::with_capacity(batch.events.len());
     !batch

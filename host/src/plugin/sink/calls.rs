@@ -16,14 +16,36 @@ use super::super::isolate::{CallResult, ISOLATION_PARALLELISM, isolate};
 use super::super::redact::Redactor;
 use super::{SinkCore, event_size};
 use crate::metrics::PluginFailure;
-use crate::publish::{Event, Outcome};
+use crate::publish::{Event, Outcome, waves};
 
 impl SinkCore {
-    /// Publishes a claimed batch: events over `max_event_size` fail alone; the others go out in
-    /// calls of at most `max_batch_size` events and `max_batch_bytes` bytes, one after the other,
-    /// and suspects in calls of their own group beside them; each call is isolated when it
-    /// fails as a whole. Runs on the plugin runtime.
+    /// Publishes a claimed batch ([`SinkCore::publish_events`]). Runs on the plugin runtime.
     pub(super) async fn publish_batch(self: Arc<Self>, batch: Vec<Event>) -> Vec<Outcome> {
+        let events: Vec<&Event> = batch.iter().collect();
+        self.publish_events(&events).await
+    }
+
+    /// Publishes a claimed batch in per-room waves within `timeout` (`publish::waves`), each
+    /// wave as [`SinkCore::publish_events`] publishes a batch. Runs on the plugin runtime.
+    pub(super) async fn publish_batch_in_waves(
+        self: Arc<Self>,
+        batch: Vec<Event>,
+        timeout: Duration,
+    ) -> Vec<Outcome> {
+        let this = &self;
+        let batch = &batch;
+        waves::publish_in_waves(batch, timeout, |positions| async move {
+            let events: Vec<&Event> = positions.iter().map(|&p| &batch[p]).collect();
+            this.publish_events(&events).await
+        })
+        .await
+    }
+
+    /// Publishes `batch`: events over `max_event_size` fail alone; the others go out in calls of
+    /// at most `max_batch_size` events and `max_batch_bytes` bytes, one after the other, and
+    /// suspects in calls of their own group beside them; each call is isolated when it fails as
+    /// a whole.
+    async fn publish_events(&self, batch: &[&Event]) -> Vec<Outcome> {
         let deadline = Instant::now() + self.batch_budget;
         let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
         let mut plain = Vec::with_capacity(batch.len());
@@ -41,13 +63,12 @@ impl SinkCore {
                 plain.push(position);
             }
         }
-        let plain = self.pack(&batch, plain);
+        let plain = self.pack(batch, plain);
         let suspects: Vec<Vec<usize>> = suspect_groups
             .into_values()
-            .flat_map(|group| self.pack(&batch, group))
+            .flat_map(|group| self.pack(batch, group))
             .collect();
-        let this = &self;
-        let batch = &batch;
+        let this = self;
         let calls = |calls: Vec<Vec<usize>>, at_once: usize| {
             stream::iter(calls)
                 .map(move |positions| {
@@ -93,12 +114,12 @@ impl SinkCore {
 
     /// `positions` split, in order, into calls of at most `max_batch_size` events and
     /// `max_batch_bytes` bytes (an event alone may reach `max_event_size`).
-    fn pack(&self, batch: &[Event], positions: Vec<usize>) -> Vec<Vec<usize>> {
+    fn pack(&self, batch: &[&Event], positions: Vec<usize>) -> Vec<Vec<usize>> {
         let mut calls = Vec::new();
         let mut call = Vec::new();
         let mut bytes = 0u64;
         for position in positions {
-            let size = event_size(&batch[position]);
+            let size = event_size(batch[position]);
             if !call.is_empty()
                 && (call.len() >= self.max_batch_size || bytes + size > self.max_batch_bytes)
             {
@@ -116,8 +137,8 @@ impl SinkCore {
 
     /// One `publish` call with the events at `positions`: their outcomes, or why the call failed
     /// as a whole (the instance is then discarded and the failure counted).
-    async fn call(&self, batch: &[Event], positions: Vec<usize>) -> CallResult {
-        let wit_events: Vec<WitEvent> = positions.iter().map(|&p| to_wit(&batch[p])).collect();
+    async fn call(&self, batch: &[&Event], positions: Vec<usize>) -> CallResult {
+        let wit_events: Vec<WitEvent> = positions.iter().map(|&p| to_wit(batch[p])).collect();
         // The contexts `trace.context-of` answers from; a plugin that does not import it gets none.
         let asks = self.world.imports_trace();
         let traces = positions
