@@ -470,8 +470,64 @@ async fn a_spinning_guest_does_not_hold_up_another_sinks_marks(backend: Backend)
     );
 }
 
+/// With per-room order, a guest spinning without host calls on a room's first event: the batch
+/// ends at `worker.publish_timeout` (the sink's own call deadline is far later), that event is
+/// retryable with the deadline's reason, and the room's later events are not tried.
+async fn a_spinning_guest_with_per_room_order_ends_at_the_publish_deadline(backend: Backend) {
+    let _shared = shared().await;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store_default().await;
+    store.enqueue(&records(3, &[])).await.unwrap();
+    let mut spinning = fixtures::sink_config("spinning", "chaos", &[("behaviour", "loop"), QUIET]);
+    spinning.limits.publish_timeout = Duration::from_secs(30);
+    let publisher = publisher(
+        vec![spinning],
+        vec![route("*", "spinning")],
+        &Metrics::new(),
+    )
+    .await;
+    let mut opts = options(1000, 3);
+    opts.ordering = DeliveryOrder::PerRoom;
+    opts.publish_timeout = Duration::from_secs(1);
+    let worker = Worker::new(store.clone(), publisher, opts);
+    let started = Instant::now();
+    let stats = worker.process_batch("isolation/0", "app").await.unwrap();
+    let took = started.elapsed();
+    assert_eq!((stats.claimed, stats.delivered), (3, 0), "{stats:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the batch took {took:?} against a 1 s publish timeout"
+    );
+    let first = db.row("app", &id(0)).await.unwrap();
+    assert_eq!(first.status, "retryable");
+    assert_eq!(first.retry_count, 1);
+    assert_eq!(
+        first.last_error.as_deref(),
+        Some("publish timed out after 1s (worker.publish_timeout)")
+    );
+    for later in [id(1), id(2)] {
+        let row = db.row("app", &later).await.unwrap();
+        assert_eq!(
+            (
+                row.status.as_str(),
+                row.retry_count,
+                row.last_error.as_deref()
+            ),
+            (
+                "retryable",
+                0,
+                Some("not tried: an earlier event of its room was not delivered")
+            ),
+            "{later}"
+        );
+    }
+}
+
 support::per_backend!(
     one_poison_among_a_thousand,
+    a_spinning_guest_with_per_room_order_ends_at_the_publish_deadline,
     two_poisons_in_one_batch_are_both_found,
     a_sink_that_traps_on_everything_opens_its_breaker,
     a_poison_at_a_rooms_head_keeps_the_room_in_order,
