@@ -146,3 +146,19 @@ pub fn whole_batch(len: usize, outcomes: Vec<Outcome>, who: &str) -> Answered {
         .map(|position| (position, Outcome::retryable(message.clone())))
         .collect()
 }
+
+/// An event of tenant `app` for unit tests: `event_id` of `event_type` in `room_id`, first attempt.
+#[cfg(test)]
+pub(crate) fn test_event(event_id: &str, event_type: &str, room_id: &str) -> Event {
+    Event {
+        app_code: "app".into(),
+        event_id: event_id.into(),
+        event_type: event_type.into(),
+        room_id: room_id.into(),
+        room_version: 0,
+        occurred_at_ms: 0,
+        body: Vec::new(),
+        attempt: 1,
+        trace: None,
+    }
+}

@@ -86,19 +86,7 @@ impl RoutedPublisher {
 #[async_trait]
 impl Publisher for RoutedPublisher {
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let mut parts = self.publish_parts(batch);
-        while let Some(part) = parts.next().await {
-            for (position, outcome) in part {
-                outcomes[position] = Some(outcome);
-            }
-        }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.unwrap_or_else(|| Outcome::retryable("its sink returned no outcome for it"))
-            })
-            .collect()
+        gathered(batch.len(), self.publish_parts(batch)).await
     }
 
     fn sink_for(&self, event_type: &str) -> Option<String> {
@@ -108,10 +96,7 @@ impl Publisher for RoutedPublisher {
     /// One part for the events no route takes (at once), then one part per sink as soon as that
     /// sink answers: a slow sink never holds up the others' results.
     fn publish_parts<'a>(&'a self, batch: &'a [Event]) -> BoxStream<'a, Answered> {
-        let (groups, unrouted) = self.groups(batch);
-        let sinks = self.publish_groups(batch, groups, unrouted.is_empty(), None);
-        let first = (!unrouted.is_empty()).then_some(unrouted);
-        stream::iter(first).chain(sinks).boxed()
+        self.parts(batch, self.groups(batch), None)
     }
 
     /// Each sink runs the waves of its own events, side by side with the other sinks. A batch
@@ -119,27 +104,11 @@ impl Publisher for RoutedPublisher {
     /// (each wave split by sink), so a room's later event waits for its earlier ones whichever
     /// sink they go to.
     async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
-        let (groups, unrouted) = self.groups(batch);
-        if groups.len() > 1 && a_room_spans_sinks(batch, &groups) {
+        let groups = self.groups(batch);
+        if a_room_spans_sinks(batch, &groups.0) {
             return waves::publish_each_wave(self, batch, timeout).await;
         }
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let alone = unrouted.is_empty();
-        for (position, outcome) in unrouted {
-            outcomes[position] = Some(outcome);
-        }
-        let mut sinks = self.publish_groups(batch, groups, alone, Some(timeout));
-        while let Some(part) = sinks.next().await {
-            for (position, outcome) in part {
-                outcomes[position] = Some(outcome);
-            }
-        }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.unwrap_or_else(|| Outcome::retryable("its sink returned no outcome for it"))
-            })
-            .collect()
+        gathered(batch.len(), self.parts(batch, groups, Some(timeout))).await
     }
 }
 
@@ -159,6 +128,19 @@ impl RoutedPublisher {
             }
         }
         (groups, unrouted)
+    }
+
+    /// [`Publisher::publish_parts`] of `batch` split into its sinks' `groups` (and the events no
+    /// route takes), each sink publishing in per-room waves within `waves` when given.
+    fn parts<'a>(
+        &'a self,
+        batch: &'a [Event],
+        (groups, unrouted): (BTreeMap<usize, Vec<usize>>, Answered),
+        waves: Option<Duration>,
+    ) -> BoxStream<'a, Answered> {
+        let sinks = self.publish_groups(batch, groups, unrouted.is_empty(), waves);
+        let first = (!unrouted.is_empty()).then_some(unrouted);
+        stream::iter(first).chain(sinks).boxed()
     }
 
     /// Each sink's group published (in per-room waves within `waves`, when given), answered as
@@ -233,6 +215,9 @@ async fn publish_to(
 
 /// Whether a room of `batch` has events in two of the sinks' `groups`.
 fn a_room_spans_sinks(batch: &[Event], groups: &BTreeMap<usize, Vec<usize>>) -> bool {
+    if groups.len() < 2 {
+        return false;
+    }
     let mut sink_of_room: HashMap<&str, usize> = HashMap::new();
     groups.iter().any(|(&sink, positions)| {
         positions.iter().any(|&p| {
@@ -242,6 +227,25 @@ fn a_room_spans_sinks(batch: &[Event], groups: &BTreeMap<usize, Vec<usize>>) -> 
                 != sink
         })
     })
+}
+
+/// The parts of a batch of `len` events gathered into one outcome per position (a position no
+/// part answered is retryable).
+async fn gathered(len: usize, mut parts: BoxStream<'_, Answered>) -> Vec<Outcome> {
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; len];
+    while let Some(part) = parts.next().await {
+        for (position, outcome) in part {
+            if let Some(slot) = outcomes.get_mut(position) {
+                *slot = Some(outcome);
+            }
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or_else(|| Outcome::retryable("its sink returned no outcome for it"))
+        })
+        .collect()
 }
 
 /// What a sink answered, counted per outcome.
@@ -279,6 +283,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::publish::test_event;
     use crate::publish::waves::HELD_BEHIND;
 
     /// Records each call's event ids; fails `fail` as retryable.
@@ -302,24 +307,14 @@ mod tests {
         }
     }
 
-    fn event(id: &str, event_type: &str, room: &str) -> Event {
-        Event {
-            app_code: "app".into(),
-            event_id: id.into(),
-            event_type: event_type.into(),
-            room_id: room.into(),
-            room_version: 0,
-            occurred_at_ms: 0,
-            body: Vec::new(),
-            attempt: 1,
-            trace: None,
-        }
-    }
-
-    fn two_sinks(fail: &'static str) -> (RoutedPublisher, Arc<Recording>, Arc<Recording>) {
+    /// `batch` (id, type, room) published in waves through two sinks, `a.*` and `b.*`, each
+    /// failing `x1`: the outcomes, and each sink's calls (event ids).
+    async fn in_waves(
+        batch: &[(&str, &str, &str)],
+    ) -> (Vec<Outcome>, Vec<Vec<String>>, Vec<Vec<String>>) {
         let recording = || {
             Arc::new(Recording {
-                fail,
+                fail: "x1",
                 calls: Mutex::new(Vec::new()),
             })
         };
@@ -330,27 +325,29 @@ mod tests {
             publisher: publisher.clone(),
         };
         let router = RoutedPublisher::new(vec![route("a.*", "a", &a), route("b.*", "b", &b)]);
-        (router, a, b)
+        let batch: Vec<Event> = batch
+            .iter()
+            .map(|(id, event_type, room)| test_event(id, event_type, room))
+            .collect();
+        let outcomes = router
+            .publish_in_waves(&batch, Duration::from_secs(5))
+            .await;
+        let calls = |sink: Arc<Recording>| std::mem::take(&mut *sink.calls.lock().unwrap());
+        (outcomes, calls(a), calls(b))
     }
 
     #[tokio::test]
     async fn each_sink_runs_the_waves_of_its_own_rooms() {
-        let (router, a, b) = two_sinks("x1");
-        let batch = [
-            event("x1", "a.gift", "x"),
-            event("y1", "b.rank", "y"),
-            event("x2", "a.gift", "x"),
-            event("y2", "b.rank", "y"),
-            event("z1", "c.other", "z"),
-        ];
-        let outcomes = router
-            .publish_in_waves(&batch, Duration::from_secs(5))
-            .await;
-        assert_eq!(*a.calls.lock().unwrap(), vec![vec!["x1".to_string()]]);
-        assert_eq!(
-            *b.calls.lock().unwrap(),
-            vec![vec!["y1".to_string()], vec!["y2".to_string()]]
-        );
+        let (outcomes, a, b) = in_waves(&[
+            ("x1", "a.gift", "x"),
+            ("y1", "b.rank", "y"),
+            ("x2", "a.gift", "x"),
+            ("y2", "b.rank", "y"),
+            ("z1", "c.other", "z"),
+        ])
+        .await;
+        assert_eq!(a, vec![vec!["x1"]]);
+        assert_eq!(b, vec![vec!["y1"], vec!["y2"]]);
         assert_eq!(outcomes[0], Outcome::retryable("down"));
         assert_eq!(outcomes[2], Outcome::deferred(HELD_BEHIND, Duration::ZERO));
         assert_eq!(outcomes[1], Outcome::Delivered);
@@ -360,22 +357,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_room_with_events_for_two_sinks_is_held_across_them() {
-        let (router, a, b) = two_sinks("x1");
-        let batch = [
-            event("x1", "a.gift", "x"),
-            event("y1", "a.gift", "y"),
-            event("x2", "b.rank", "x"),
-            event("y2", "b.rank", "y"),
-        ];
-        let outcomes = router
-            .publish_in_waves(&batch, Duration::from_secs(5))
-            .await;
+        let (outcomes, a, b) = in_waves(&[
+            ("x1", "a.gift", "x"),
+            ("y1", "a.gift", "y"),
+            ("x2", "b.rank", "x"),
+            ("y2", "b.rank", "y"),
+        ])
+        .await;
         // x2 goes to another sink than x1, and still waits behind it.
-        assert_eq!(
-            *a.calls.lock().unwrap(),
-            vec![vec!["x1".to_string(), "y1".to_string()]]
-        );
-        assert_eq!(*b.calls.lock().unwrap(), vec![vec!["y2".to_string()]]);
+        assert_eq!(a, vec![vec!["x1", "y1"]]);
+        assert_eq!(b, vec![vec!["y2"]]);
         assert_eq!(outcomes[2], Outcome::deferred(HELD_BEHIND, Duration::ZERO));
         assert_eq!(outcomes[3], Outcome::Delivered);
     }

@@ -155,17 +155,7 @@ mod tests {
     use super::*;
 
     fn event(id: &str, room: &str) -> Event {
-        Event {
-            app_code: "app".into(),
-            event_id: id.into(),
-            event_type: "t".into(),
-            room_id: room.into(),
-            room_version: 0,
-            occurred_at_ms: 0,
-            body: Vec::new(),
-            attempt: 1,
-            trace: None,
-        }
+        crate::publish::test_event(id, "t", room)
     }
 
     fn batch() -> Vec<Event> {
