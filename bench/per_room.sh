@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/per_room.sh: what per-room ordering costs, shallow and deep backlogs (docs/PERFORMANCE.md,
-# "Per-room ordering").
+# bench/per_room.sh: what per-room ordering costs, shallow and deep backlogs
+# (docs/operate/per-room.md, "What it costs").
 #
 # Per database, one `outboxd-bench` run per backlog shape on a fresh table,
 # every event through the chaos plugin answering `ok`, shapes raw (the plain SQL loop), outboxd
