@@ -11,6 +11,7 @@
 //! Its parts: `sink/calls.rs` (a claimed batch as calls by count and bytes, each plugin result
 //! as an outcome) and `sink/pool.rs` (instances created, pooled, and called under the deadline).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -238,33 +239,35 @@ impl Publisher for PluginSink {
     /// Publishes `batch` on the plugin runtime; dropping the future abandons the calls.
     async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
         let core = self.core.clone();
-        let task = self
-            .core
-            .engine
-            .runtime()
-            .spawn(core.publish_batch(batch.to_vec()));
-        match AbortOnDropHandle::new(task).await {
-            Ok(outcomes) => outcomes,
-            Err(join) => {
-                let message = format!("sink `{}` failed: {join}", self.core.name);
-                vec![Outcome::retryable(message); batch.len()]
-            }
-        }
+        self.on_runtime(batch.len(), core.publish_batch(batch.to_vec()))
+            .await
     }
 
     /// Runs the batch's waves on the plugin runtime: one hop there and back for the batch.
     async fn publish_in_waves(&self, batch: &[Event], timeout: Duration) -> Vec<Outcome> {
         let core = self.core.clone();
-        let task = self
-            .core
-            .engine
-            .runtime()
-            .spawn(core.publish_batch_in_waves(batch.to_vec(), timeout));
+        self.on_runtime(
+            batch.len(),
+            core.publish_batch_in_waves(batch.to_vec(), timeout),
+        )
+        .await
+    }
+}
+
+impl PluginSink {
+    /// The outcomes of `len` events that `publishing` answers, run on the plugin runtime; a
+    /// task that failed answers every event retryable.
+    async fn on_runtime(
+        &self,
+        len: usize,
+        publishing: impl Future<Output = Vec<Outcome>> + Send + 'static,
+    ) -> Vec<Outcome> {
+        let task = self.core.engine.runtime().spawn(publishing);
         match AbortOnDropHandle::new(task).await {
             Ok(outcomes) => outcomes,
             Err(join) => {
                 let message = format!("sink `{}` failed: {join}", self.core.name);
-                vec![Outcome::retryable(message); batch.len()]
+                vec![Outcome::retryable(message); len]
             }
         }
     }

@@ -22,18 +22,18 @@ pub const HELD_BEHIND: &str = "not tried: an earlier event of its room was not d
 pub const OUT_OF_TIME: &str =
     "not tried: the batch's publish deadline (worker.publish_timeout) passed before its turn";
 
-/// The waves of `events`: for each, the positions of the `n`-th event of every room, in batch
-/// order (a room's events keep their order across waves).
-pub fn waves_of(events: &[Event]) -> Vec<Vec<usize>> {
-    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(events.len().min(1024));
+/// The waves of the events whose rooms are `rooms`: for each, the positions of the `n`-th event
+/// of every room, in batch order (a room's events keep their order across waves).
+fn waves_of_rooms(rooms: &RoomNumbers) -> Vec<Vec<usize>> {
+    let mut seen = vec![0usize; rooms.count];
     let mut waves: Vec<Vec<usize>> = Vec::new();
-    for (position, event) in events.iter().enumerate() {
-        let n = seen.entry(event.room_id.as_str()).or_insert(0);
-        if waves.len() <= *n {
+    for (position, &room) in rooms.of.iter().enumerate() {
+        let n = seen[room];
+        if waves.len() <= n {
             waves.push(Vec::new());
         }
-        waves[*n].push(position);
-        *n += 1;
+        waves[n].push(position);
+        seen[room] += 1;
     }
     waves
 }
@@ -57,7 +57,7 @@ where
     let mut outcomes: Vec<Option<Outcome>> = vec![None; events.len()];
     let rooms = room_numbers(events);
     let mut room_held = vec![false; rooms.count];
-    for wave in waves_of(events) {
+    for wave in waves_of_rooms(&rooms) {
         let (send, behind): (Vec<usize>, Vec<usize>) =
             wave.into_iter().partition(|&p| !room_held[rooms.of[p]]);
         for p in behind {
@@ -171,6 +171,7 @@ mod tests {
 
     #[test]
     fn each_wave_holds_one_event_per_room_in_order() {
+        let waves_of = |events: &[Event]| waves_of_rooms(&room_numbers(events));
         assert_eq!(waves_of(&batch()), vec![vec![0, 1, 4], vec![2, 5], vec![3]]);
         assert!(waves_of(&[]).is_empty());
     }
