@@ -4,7 +4,8 @@
 //! position, a time range, the dead letters grouped) must read an index range of about the rows
 //! it returns. And for retention: `EXPLAIN` of the exact purge statements the store runs
 //! (`store::internals::purge_statement_texts`) on MariaDB and PostgreSQL. The id SELECT must
-//! read a range of the status index `(app_code, status, created_at_ms, event_id)` (MariaDB: of
+//! read a range of the status index `(app_code, status, created_at_ms, event_id)` (PostgreSQL:
+//! the history index, those columns over finished rows only; MariaDB: of
 //! `(app_code, outbox_failed, created_at_ms, event_id)`, the live rows older than the history
 //! in it skipped) and (run with ANALYZE) about `LIMIT` rows, the DELETE must address rows by
 //! primary key. No planner setting is forced.
@@ -160,7 +161,7 @@ async fn check_mysql(db: &TestDb, select: &str, delete: &str) {
 
 /// PostgreSQL's plans of the purge statements (`EXPLAIN ANALYZE` of the SELECT).
 async fn check_postgres(db: &TestDb, select: &str, delete: &str) {
-    let pending_index = format!("idx_{DEFAULT_TABLE}_pending");
+    let history_index = format!("idx_{DEFAULT_TABLE}_history");
     let plan = db.explain_analyze(select, &select_binds()).await;
     let context = format!("{select}\n{}", show(&plan));
     assert!(
@@ -173,7 +174,7 @@ async fn check_postgres(db: &TestDb, select: &str, delete: &str) {
         .unwrap_or_else(|| panic!("no index scan\n{context}"));
     assert_eq!(
         scan.index.as_deref(),
-        Some(pending_index.as_str()),
+        Some(history_index.as_str()),
         "{context}"
     );
     let read = scan.actual_rows.unwrap_or(f64::INFINITY);

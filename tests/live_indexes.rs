@@ -1,6 +1,7 @@
 //! Online migrations on live tables. PostgreSQL: a table of the per-row claim's era (its retry
 //! and lease indexes, no partitions) gets the partition index built concurrently while producers
-//! write (migration 0007) and the per-row claim's indexes dropped concurrently (0008); an
+//! write (migration 0007), the per-row claim's indexes dropped concurrently (0008) and the status
+//! index replaced by one of finished rows (0010); an
 //! interrupted build is finished by the next `migrate`; two `migrate` runs at once apply each
 //! migration once; a change of partition count cut short is finished by running it again.
 //! MariaDB: the status index replaced by the failed-apart index (0007) while producers write, on
@@ -147,9 +148,17 @@ async fn migrate_builds_the_partition_index_while_producers_write() {
     };
     let store = db.store_default().await;
     deliver_all(&store).await;
-    // As before migration 0007: the per-row claim's indexes, no partition index, the
-    // migrations not recorded; an interrupted earlier run left the new index half done.
+    // As before migration 0007: the status index over every row, the per-row claim's indexes,
+    // no partition index, the migrations not recorded; an interrupted earlier run left the new
+    // index half done.
     db.execute("DROP INDEX idx_room_outbox_part", &[]).await;
+    db.execute("DROP INDEX idx_room_outbox_history", &[]).await;
+    db.execute(
+        "CREATE INDEX idx_room_outbox_pending ON room_outbox \
+         (app_code, status, created_at_ms, event_id)",
+        &[],
+    )
+    .await;
     db.execute(
         "CREATE INDEX idx_room_outbox_retry ON room_outbox \
          (app_code, status, next_retry_at_ms, created_at_ms, event_id) \
@@ -229,7 +238,7 @@ async fn migrate_builds_the_partition_index_while_producers_write() {
         applied
     };
     let (inserts, (build, during, still), applied) = tokio::join!(producer, overlap, migrate);
-    assert_eq!(applied.unwrap(), vec![7, 8, 9]);
+    assert_eq!(applied.unwrap(), vec![7, 8, 9, 10]);
     let saved = saved.into_inner();
     assert_eq!(saved, inserts, "every producer row saved");
     eprintln!("{saved} producer rows, {during} of them inserted while {build}");
@@ -239,6 +248,13 @@ async fn migrate_builds_the_partition_index_while_producers_write() {
     );
 
     assert!(predicate(&db, "idx_room_outbox_part").await.is_some());
+    let history = predicate(&db, "idx_room_outbox_history").await;
+    assert!(
+        history
+            .as_deref()
+            .is_some_and(|p| p.contains("'delivered'") && p.contains("'failed'")),
+        "{history:?}"
+    );
     let names = db
         .query_strings(
             "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
@@ -250,8 +266,8 @@ async fn migrate_builds_the_partition_index_while_producers_write() {
     assert_eq!(
         names,
         [
+            "idx_room_outbox_history",
             "idx_room_outbox_part",
-            "idx_room_outbox_pending",
             "room_outbox_pkey"
         ]
     );

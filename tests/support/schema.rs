@@ -11,6 +11,15 @@ use super::raw::{Bind, RawPool, bound_query, on_pool};
 use super::{Backend, TableName, TestDb};
 
 impl TestDb {
+    /// Drops the index `name` of `table` (MySQL/MariaDB name the table, the others do not).
+    pub async fn drop_index(&self, table: &str, name: &str) {
+        let sql = match self.backend {
+            Backend::MySql => format!("DROP INDEX {name} ON {table}"),
+            Backend::Sqlite | Backend::Postgres => format!("DROP INDEX {name}"),
+        };
+        self.execute(&sql, &[]).await;
+    }
+
     /// Creates `table` by hand the way another program (the Go room-service) did: the outbox
     /// columns except `without`, primary key (app_code, event_id), none of outboxd's claim
     /// indexes, and the `indexes` given as (name, comma-separated columns).

@@ -1,7 +1,10 @@
 //! PostgreSQL's SQL: what its statements differ in, and its embedded migrations.
 
+use std::ops::Range;
+
+use crate::record::Status;
 use crate::store::migration::Migration;
-use crate::store::statement::{Bound, SqlBuilder, SqlDialect};
+use crate::store::statement::{Bound, HISTORY_INDEX, RequiredIndex, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, TableName};
 
 /// PostgreSQL's SQL: `$n` placeholders, `FOR UPDATE SKIP LOCKED`, `UPDATE … RETURNING`,
@@ -61,6 +64,12 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../../../migrations/postgres/0009_crash_guard.sql"),
     )
     .outside_transaction(),
+    Migration::new(
+        10,
+        "0010_history_index",
+        include_str!("../../../../migrations/postgres/0010_history_index.sql"),
+    )
+    .outside_transaction(),
 ];
 
 impl SqlDialect for PostgresDialect {
@@ -71,6 +80,33 @@ impl SqlDialect for PostgresDialect {
     /// `LISTEN` on the channel of migration 0002's and 0003's triggers (`crate::wake::postgres`).
     fn commit_feed(&self) -> CommitFeed {
         CommitFeed::Listen
+    }
+
+    /// The history index of migration 0010 (finished rows only) in place of the status index.
+    fn required_indexes(&self) -> &'static [RequiredIndex] {
+        &HISTORY_INDEX
+    }
+
+    /// A finished status (`delivered`, `failed`): ` AND status = …`, a range of the history
+    /// index. A live one: ` AND status = … AND updated_at_ms IS NOT NULL`, which implies the
+    /// partition index's predicate, so the planner reads the live rows from it (with no
+    /// condition on the partition: the tenant's live rows of that status, then sorted).
+    fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: Range<u32>) {
+        b.push(" AND status = ").status(status);
+        match status {
+            Status::Delivered | Status::Failed => {}
+            Status::Pending | Status::Retryable | Status::Delivering => {
+                b.push(" AND updated_at_ms IS NOT NULL");
+            }
+        }
+    }
+
+    /// The live statuses from the partition index, the finished ones from the history index.
+    fn counts_groups(&self) -> &'static [&'static str] {
+        &[
+            "status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL",
+            "status IN ('delivered', 'failed')",
+        ]
     }
 
     fn placeholder(&self, sql: &mut String, n: usize) {

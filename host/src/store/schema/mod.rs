@@ -58,7 +58,8 @@ pub(crate) fn record_version(
 }
 
 /// The name (on `table`) and key columns of each index outboxd needs on every table of
-/// `backend` besides the partition index (the status index; on MariaDB the failed-apart index),
+/// `backend` besides the partition index (the status index; on PostgreSQL the history index, on
+/// MariaDB the failed-apart index),
 /// for tools and tests that check a table's indexes.
 pub fn required_indexes(backend: Backend, table: &TableName) -> Vec<(String, Vec<&'static str>)> {
     backend
@@ -92,15 +93,20 @@ pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, Stri
     (sql.to_string(), catalog_name.clone())
 }
 
-/// `CREATE INDEX` of a required index on `table` (static columns, name from the validated
-/// table).
+/// `CREATE INDEX` of a required index on `table` (static columns and predicate, name from the
+/// validated table).
 pub(crate) fn create_index(table: &TableName, index: &RequiredIndex) -> String {
-    format!(
+    let mut sql = format!(
         "CREATE INDEX {} ON {} ({})",
         index.name(table),
         table.as_str(),
         index.columns.join(", ")
-    )
+    );
+    if let Some(predicate) = index.predicate {
+        sql.push_str(" WHERE ");
+        sql.push_str(predicate);
+    }
+    sql
 }
 
 /// A table's indexes as the catalog lists them: name and key columns in order (`None` for an

@@ -22,9 +22,19 @@ fn required_indexes_are_created_by_the_migrations_and_0001_has_every_column() {
         for index in backend.dialect().required_indexes() {
             let name = index.name(&table());
             let columns = format!("({})", index.columns.join(", "));
+            // Built under its name, or under one renamed to it once built.
+            let renamed_to = format!(" RENAME TO {name};");
+            let built_as: Vec<String> = all
+                .lines()
+                .filter_map(|line| line.strip_suffix(&renamed_to))
+                .filter_map(|line| line.rsplit(' ').next())
+                .map(|built| format!("{built} "))
+                .chain([format!("{name} ")])
+                .collect();
             assert!(
-                all.lines()
-                    .any(|line| line.contains(&format!("{name} ")) && line.contains(&columns)),
+                all.lines().any(|line| line.contains("CREATE INDEX")
+                    && line.contains(&columns)
+                    && built_as.iter().any(|built| line.contains(built.as_str()))),
                 "{backend:?}: {name} {columns}"
             );
         }
@@ -58,6 +68,28 @@ fn mariadb_keeps_failed_rows_apart_instead_of_a_status_index() {
             [["app_code", "status", "created_at_ms", "event_id"]]
         );
     }
+}
+
+#[test]
+fn postgres_keeps_only_finished_rows_in_its_status_index() {
+    let last = migrations(Backend::Postgres).last().unwrap();
+    assert_eq!(last.name, "0010_history_index");
+    let sql = last.sql(&table());
+    assert!(sql.contains("WHERE status IN ('delivered', 'failed');"));
+    assert!(sql.contains("RENAME TO idx_room_outbox_history;"));
+    assert!(sql.ends_with("DROP INDEX CONCURRENTLY IF EXISTS idx_room_outbox_pending;\n"));
+    assert_eq!(
+        required_indexes(Backend::Postgres, &table())[0].0,
+        "idx_room_outbox_history"
+    );
+    let [history] = Backend::Postgres.dialect().required_indexes() else {
+        panic!("one required index");
+    };
+    assert_eq!(
+        create_index(&table(), history),
+        "CREATE INDEX idx_room_outbox_history ON room_outbox \
+         (app_code, status, created_at_ms, event_id) WHERE status IN ('delivered', 'failed')"
+    );
 }
 
 #[test]
@@ -167,7 +199,10 @@ fn migrations_outside_a_transaction_come_last_and_split_into_statements() {
         .iter()
         .filter(|m| m.outside_transaction)
         .collect();
-    assert_eq!(outside.len(), 4);
+    assert_eq!(outside.len(), 5);
+    let history = outside[4].statements(&table());
+    assert_eq!(history.len(), 5, "{history:#?}");
+    assert!(history[1].starts_with("CREATE INDEX CONCURRENTLY idx_room_outbox_hist_new ON"));
     let statements = outside[0].statements(&table());
     assert_eq!(statements.len(), 8, "{statements:#?}");
     let partitions = outside[1].statements(&table());

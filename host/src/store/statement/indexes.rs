@@ -11,6 +11,8 @@ pub(crate) struct RequiredIndex {
     pub(crate) suffix: &'static str,
     /// Key columns, in order.
     pub(crate) columns: &'static [&'static str],
+    /// The rows it holds, where not all (a partial index's `WHERE`).
+    pub(crate) predicate: Option<&'static str>,
 }
 
 impl RequiredIndex {
@@ -22,10 +24,21 @@ impl RequiredIndex {
 
 /// The status index of migration 0001 (named `pending` for its first use): a tenant's rows of
 /// one status in write order. Counts, retention, the failed listings, requeue and the console
-/// read it (PostgreSQL, SQLite).
+/// read it (SQLite).
 pub(crate) static STATUS_INDEX: [RequiredIndex; 1] = [RequiredIndex {
     suffix: "pending",
     columns: &["app_code", "status", "created_at_ms", "event_id"],
+    predicate: None,
+}];
+
+/// PostgreSQL's index in place of the status index (migration 0010): the finished rows only
+/// (`delivered` and `failed`), by tenant, status and write order, for retention, the failed
+/// listings and the console. The live rows are in the partition index, so a producer's insert
+/// and a mark to `retryable` add no entry here.
+pub(crate) static HISTORY_INDEX: [RequiredIndex; 1] = [RequiredIndex {
+    suffix: "history",
+    columns: &["app_code", "status", "created_at_ms", "event_id"],
+    predicate: Some("status IN ('delivered', 'failed')"),
 }];
 
 /// MariaDB's index in place of the status index (migration 0007): a tenant's failed rows apart
@@ -34,4 +47,5 @@ pub(crate) static STATUS_INDEX: [RequiredIndex; 1] = [RequiredIndex {
 pub(crate) static FAILED_APART_INDEX: [RequiredIndex; 1] = [RequiredIndex {
     suffix: "failed",
     columns: &["app_code", "outbox_failed", "created_at_ms", "event_id"],
+    predicate: None,
 }];

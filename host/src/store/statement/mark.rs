@@ -62,8 +62,8 @@ impl<'a> MarkColumns<'a> {
 }
 
 /// The fence of a mark ([`Lease::partitions`]): `app_code = ? AND <one partition's span of the
-/// partition index> AND status IN ('pending', 'retryable', 'delivering') AND event_id IN (…)
-/// AND EXISTS (the row's partition's row with this owner and the epoch the batch read it at)`,
+/// partition index> AND status IN ('pending', 'retryable', 'delivering') AND event_id IN (…)`
+/// (several partitions: the ids by primary key, then the status) `AND EXISTS (the row's partition's row with this owner and the epoch the batch read it at)`,
 /// read under a shared lock where the database needs one, so a host that lost a partition changes
 /// none of its rows (and changes the batch's rows of the partitions it still owns).
 pub(crate) fn lease_fence<'a>(
@@ -72,14 +72,14 @@ pub(crate) fn lease_fence<'a>(
     lease: &Lease,
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
-    b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
     let (lock, partition_of_row) = (b.fence_lock(), b.partition_of_row(lease.partition_count));
     let partitions = &lease.partitions;
     // One partition: within the batch's span of the partition index, a seek whatever the
-    // statistics. Several: by primary key alone (the ids joined below); an `OR` of their spans,
-    // or an `IN` list of them, was planned on never-analyzed PostgreSQL tables as a scan of the
-    // tenant's whole partition index.
+    // statistics. Several: by primary key alone, one probe per id
+    // ([`SqlBuilder::bind_keys_joined`]); an `OR` of their spans, or an `IN` list of them, was
+    // planned on never-analyzed PostgreSQL tables as a scan of the tenant's whole partition index.
     if let [one] = partitions.as_slice() {
+        b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
         let predicate = b.partition_index_predicate();
         if let Some(expression) = partition_of_row.as_deref() {
             b.push(" AND ")
@@ -92,13 +92,12 @@ pub(crate) fn lease_fence<'a>(
             .bind(one.first_created_ms)
             .push(" AND created_at_ms <= ")
             .bind(one.last_created_ms);
-    }
-    live_rows(b);
-    b.push(" AND event_id");
-    if partitions.len() > 1 {
-        b.bind_in_joined(event_ids);
+        live_rows(b);
+        b.push(" AND event_id").bind_in(event_ids);
     } else {
-        b.bind_in(event_ids);
+        b.push(" WHERE ")
+            .bind_keys_joined(lease.app_code.as_str(), event_ids);
+        live_rows(b);
     }
     owned_partition_open(b, table, &lease.app_code, &lease.worker_id);
     match (partition_of_row.as_deref(), lease.partitions.as_slice()) {

@@ -22,7 +22,7 @@ pub(crate) mod partitions;
 pub(crate) mod repartition;
 pub mod rows;
 
-pub(crate) use indexes::{FAILED_APART_INDEX, RequiredIndex, STATUS_INDEX};
+pub(crate) use indexes::{FAILED_APART_INDEX, HISTORY_INDEX, RequiredIndex, STATUS_INDEX};
 pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
@@ -104,9 +104,16 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     }
 
     /// The secondary indexes outboxd needs on every table besides the partition index, which
-    /// `migrate` creates where a table lacks them: the status index.
+    /// `migrate` creates where a table lacks them. Default: the status index.
     fn required_indexes(&self) -> &'static [RequiredIndex] {
         &STATUS_INDEX
+    }
+
+    /// Conditions that split the counts statement (`status, COUNT(*), MIN(created_at_ms)` per
+    /// status) into one statement per group of statuses, joined by `UNION ALL`, so that each
+    /// reads the index holding those rows. Default: none, one statement over the table.
+    fn counts_groups(&self) -> &'static [&'static str] {
+        &[]
     }
 
     /// Writes ` AND status = '<status>'` for a statement that looks up a tenant's rows of one
@@ -333,14 +340,29 @@ impl SqlBuilder {
         self.bind_in_array(values, (" = ANY(", ")"))
     }
 
-    /// [`SqlBuilder::bind_in`] as a join where the dialect binds lists as arrays:
-    /// ` IN (SELECT unnest(?))`, which PostgreSQL plans as one primary-key probe per value
-    /// whatever the table's statistics (` = ANY(?)` is a filter it may apply to a scan instead).
-    pub(crate) fn bind_in_joined<'a>(
+    /// The rows of `app_code` with these `event_ids`, as one primary-key probe per id: where the
+    /// dialect binds lists as arrays, `(app_code, event_id) IN (SELECT ?, unnest(?))`, which
+    /// PostgreSQL plans as probes whatever the table's statistics (with `app_code = ?` apart,
+    /// a never-analyzed table's tenant looks a few rows long, and `event_id = ANY(?)` or a
+    /// join on `event_id` alone became a filter on a scan of the whole tenant); else
+    /// `app_code = ? AND event_id IN (?, ?, …)`.
+    pub(crate) fn bind_keys_joined<'a>(
         &mut self,
-        values: impl IntoIterator<Item = &'a str>,
+        app_code: &str,
+        event_ids: impl IntoIterator<Item = &'a str>,
     ) -> &mut SqlBuilder {
-        self.bind_in_array(values, (" IN (SELECT unnest(", "))"))
+        if self.dialect.binds_lists_as_arrays() {
+            self.push("(app_code, event_id) IN (SELECT ")
+                .bind(app_code)
+                .push(", unnest(");
+            let list: Vec<String> = event_ids.into_iter().map(str::to_string).collect();
+            self.bind(Arg::TextList(list)).push("))")
+        } else {
+            self.push("app_code = ")
+                .bind(app_code)
+                .push(" AND event_id IN ")
+                .bind_set(event_ids)
+        }
     }
 
     /// `values` bound as one array between the two texts where the dialect binds lists as

@@ -5,7 +5,8 @@
 //! between them:
 //! 1. `SELECT event_id … WHERE app_code = ? AND status = ? AND created_at_ms < ? AND
 //!    updated_at_ms < ? ORDER BY created_at_ms, event_id LIMIT n`: a range of the status index
-//!    `idx_<table>_pending (app_code, status, created_at_ms, event_id)` (MariaDB: of
+//!    `idx_<table>_pending (app_code, status, created_at_ms, event_id)` (PostgreSQL: of
+//!    `idx_<table>_history`, the same columns over finished rows only; MariaDB: of
 //!    `idx_<table>_failed (app_code, outbox_failed, created_at_ms, event_id)`, the few live rows
 //!    in its range skipped) (a row is never
 //!    changed before it is created, so "changed before T" implies "created before T", and the

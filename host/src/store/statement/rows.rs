@@ -22,8 +22,9 @@ use crate::store::{Backend, DEFAULT_PARTITIONS, PartitionFence, RejectedRow, Tab
 pub struct Statements {
     backend: Backend,
     table: TableName,
-    /// `[all tenants, one tenant]`.
+    /// `[all tenants, one tenant]`, and how many times the one-tenant form binds the app code.
     counts: [Arc<str>; 2],
+    counts_binds: usize,
     /// The table's partitions per tenant as the catalog had them when last read (`migrate`, a
     /// heartbeat); 0 until then. Shared by the store's clones.
     partitions: Arc<AtomicU32>,
@@ -36,6 +37,7 @@ impl Statements {
             backend,
             table: table.clone(),
             counts: [false, true].map(|by_app| counts_text(backend, table, by_app)),
+            counts_binds: backend.dialect().counts_groups().len().max(1),
             partitions: Arc::new(AtomicU32::new(
                 if backend.dialect().partition_count_query(table).is_none() {
                     1
@@ -84,7 +86,7 @@ impl Statements {
             },
             Some(app_code) => Bound {
                 sql: self.counts[1].clone(),
-                args: vec![Arg::from(app_code)],
+                args: vec![Arg::from(app_code); self.counts_binds],
             },
         }
     }
@@ -104,14 +106,33 @@ pub(crate) fn retry_count_after_reclaim(b: &mut SqlBuilder) {
 pub(crate) const READ_COLUMNS: &str =
     "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count";
 
+/// The counts statement: one `GROUP BY status` over the table, or where the dialect splits it
+/// ([`super::SqlDialect::counts_groups`]) one per group of statuses, joined by `UNION ALL`.
 fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
     let mut b = SqlBuilder::new(backend);
-    b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
-        .push(table.as_str());
-    if by_app {
-        b.push(" WHERE app_code = ").placeholder();
+    let groups = backend.dialect().counts_groups();
+    let whole: &[&str] = &[""];
+    for (i, group) in (if groups.is_empty() { whole } else { groups })
+        .iter()
+        .enumerate()
+    {
+        if i > 0 {
+            b.push(" UNION ALL ");
+        }
+        b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
+            .push(table.as_str());
+        match (by_app, group.is_empty()) {
+            (true, true) => b.push(" WHERE app_code = ").placeholder(),
+            (true, false) => b
+                .push(" WHERE app_code = ")
+                .placeholder()
+                .push(" AND ")
+                .push(group),
+            (false, true) => &mut b,
+            (false, false) => b.push(" WHERE ").push(group),
+        };
+        b.push(" GROUP BY status");
     }
-    b.push(" GROUP BY status");
     b.text()
 }
 

@@ -74,12 +74,31 @@ pub(crate) fn assert_placeholders(backend: Backend, bound: &Bound) {
 
 #[test]
 fn counts_statements() {
-    let statements = Statements::new(Backend::Postgres, &table());
+    let statements = Statements::new(Backend::MySql, &table());
     assert_eq!(
         &*statements.counts_query(Some("live")).sql,
-        "SELECT status, COUNT(*), MIN(created_at_ms) FROM room_outbox WHERE app_code = $1 GROUP BY status"
+        "SELECT status, COUNT(*), MIN(created_at_ms) FROM room_outbox WHERE app_code = ? GROUP BY status"
     );
+    assert_eq!(statements.counts_query(Some("live")).args.len(), 1);
     assert!(statements.counts_query(None).args.is_empty());
+    // PostgreSQL: the live rows from the partition index, the finished ones from the history
+    // index, the app code bound once for each.
+    let statements = Statements::new(Backend::Postgres, &table());
+    let one = statements.counts_query(Some("live"));
+    assert_eq!(
+        &*one.sql,
+        "SELECT status, COUNT(*), MIN(created_at_ms) FROM room_outbox WHERE app_code = $1 \
+         AND status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL \
+         GROUP BY status UNION ALL SELECT status, COUNT(*), MIN(created_at_ms) FROM room_outbox \
+         WHERE app_code = $2 AND status IN ('delivered', 'failed') GROUP BY status"
+    );
+    assert_eq!(one.args, vec![Arg::from("live"); 2]);
+    let all = statements.counts_query(None);
+    assert!(
+        all.sql
+            .contains(" WHERE status IN ('delivered', 'failed') GROUP BY status")
+    );
+    assert!(all.args.is_empty());
 }
 
 #[test]
@@ -371,8 +390,8 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
     );
     assert!(
         pg.sql.contains(
-            "WHERE app_code = $2 AND status IN ('pending', 'retryable', 'delivering') \
-             AND event_id IN (SELECT unnest($3)) \
+            "WHERE (app_code, event_id) IN (SELECT $2, unnest($3)) \
+             AND status IN ('pending', 'retryable', 'delivering') \
              AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE p.app_code = $4 AND p.owner = $5 \
              AND p.partition_id = (hashtextextended(room_id, 0) & 63) \
              AND p.epoch = CASE p.partition_id WHEN $6 THEN $7 WHEN $8 THEN $9 END FOR KEY SHARE)"
@@ -388,7 +407,9 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
     let mysql = mark_rows_counted(Backend::MySql, &table(), &lease, marks, MarkAt::first(100));
     assert!(
         mysql.sql.contains(
-            "AND event_id IN (?) AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE \
+            "WHERE app_code = ? AND event_id IN (?) \
+             AND status IN ('pending', 'retryable', 'delivering') \
+             AND EXISTS (SELECT 1 FROM room_outbox_partitions p WHERE \
              p.app_code = ? AND p.owner = ? AND p.partition_id = outbox_partition \
              AND p.epoch = CASE p.partition_id"
         ),
