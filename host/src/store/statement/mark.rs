@@ -63,9 +63,10 @@ impl<'a> MarkColumns<'a> {
 
 /// The fence of a mark ([`Lease::partitions`]): `app_code = ? AND <one partition's span of the
 /// partition index> AND status IN ('pending', 'retryable', 'delivering') AND event_id IN (…)`
-/// (several partitions: the ids by primary key, then the status) `AND EXISTS (the row's partition's row with this owner and the epoch the batch read it at)`,
-/// read under a shared lock where the database needs one, so a host that lost a partition changes
-/// none of its rows (and changes the batch's rows of the partitions it still owns).
+/// (several partitions: the ids by primary key, then the status) `AND EXISTS (the row's
+/// partition's row with this owner and the epoch the batch read it at)`, read under a shared lock
+/// where the database needs one, so a host that lost a partition changes none of its rows (and
+/// changes the batch's rows of the partitions it still owns).
 pub(crate) fn lease_fence<'a>(
     b: &mut SqlBuilder,
     table: &TableName,
