@@ -89,8 +89,8 @@ impl SqlDialect for PostgresDialect {
 
     /// A finished status (`delivered`, `failed`): ` AND status = …`, a range of the history
     /// index. A live one: ` AND status = … AND updated_at_ms IS NOT NULL`, which implies the
-    /// partition index's predicate, so the planner reads the live rows from it (with no
-    /// condition on the partition: the tenant's live rows of that status, then sorted).
+    /// partition index's predicate, so the planner reads the live rows from it (the console's
+    /// windows one partition at a time: [`SqlDialect::live_windows_by_partition`]).
     fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: Range<u32>) {
         b.push(" AND status = ").status(status);
         match status {
@@ -99,6 +99,12 @@ impl SqlDialect for PostgresDialect {
                 b.push(" AND updated_at_ms IS NOT NULL");
             }
         }
+    }
+
+    /// A live status's newest rows, partition by partition, each a backwards range of the
+    /// partition index that stops at the page's `LIMIT` (no sort of the whole backlog).
+    fn live_windows_by_partition(&self) -> bool {
+        true
     }
 
     /// The live statuses from the partition index, the finished ones from the history index.

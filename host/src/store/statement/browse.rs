@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, EventCursor, MAX_PARTITIONS, TableName};
+use crate::store::{Backend, DEFAULT_PARTITIONS, EventCursor, MAX_PARTITIONS, TableName};
 
 /// Every column but the envelope, in [`crate::store::EventSummary`]'s order.
 pub(crate) const SUMMARY_COLUMNS: &str = "app_code, event_id, event_type, room_id, status, retry_count, last_error, created_at_ms, updated_at_ms, next_retry_at_ms, worker_id, lock_until_ms";
@@ -32,7 +32,10 @@ pub(crate) struct WindowRange<'a> {
 
 /// The newest `limit` rows of one status in `range`, newest first: one statement, or where the
 /// dialect splits the lookup by partition ([`super::SqlDialect::status_partition_chunks`]) the
-/// newest `limit` of each chunk joined by `UNION ALL`, then the newest `limit` of those.
+/// newest `limit` of each chunk joined by `UNION ALL`, then the newest `limit` of those; or for
+/// a live status where the dialect reads those partition by partition
+/// ([`super::SqlDialect::live_windows_by_partition`]) and the table's partition count is known,
+/// the newest `limit` of each partition ([`select_live_window_by_partition`]).
 pub(crate) fn select_window(
     backend: Backend,
     table: &TableName,
@@ -40,6 +43,19 @@ pub(crate) fn select_window(
     limit: u32,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
+    let live = matches!(
+        range.status,
+        Some(Status::Pending | Status::Retryable | Status::Delivering)
+    );
+    if let (true, true, Some(count)) = (
+        live,
+        backend.dialect().live_windows_by_partition(),
+        range.partitions,
+    ) && let Some(partition) = b.partition_of_row(count)
+    {
+        select_live_window_by_partition(&mut b, backend, table, range, (count, &partition), limit);
+        return b.finish();
+    }
     let partitions = range.partitions.unwrap_or(MAX_PARTITIONS);
     let chunks = match range.status {
         Some(status) => b.status_partition_chunks(status, partitions),
@@ -48,7 +64,7 @@ pub(crate) fn select_window(
     let limit = i64::from(limit.max(1));
     b.union_of_chunks(
         chunks,
-        |b, chunk| write_window(b, backend, table, range, chunk, limit),
+        |b, chunk| write_window(b, backend, table, range, chunk, None, limit),
         |b| {
             b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
                 .bind(limit);
@@ -57,13 +73,39 @@ pub(crate) fn select_window(
     b.finish()
 }
 
-/// One statement of [`select_window`], over the partition numbers `partitions`.
+/// `SELECT … FROM generate_series(0, count - 1) AS parts(p) CROSS JOIN LATERAL (<the window of
+/// partition parts.p>) w ORDER BY … LIMIT limit`: each partition's newest `limit` rows, a
+/// backwards range of the partition index (tenant, partition, status, write order) that stops at
+/// its `LIMIT`, then the newest `limit` of those. A page reads at most `count × limit` entries
+/// however long the backlog, where one statement over the status sorts all its live rows.
+fn select_live_window_by_partition(
+    b: &mut SqlBuilder,
+    backend: Backend,
+    table: &TableName,
+    range: &WindowRange<'_>,
+    (count, partition): (u32, &str),
+    limit: u32,
+) {
+    let limit = i64::from(limit.max(1));
+    b.push("SELECT ")
+        .push(SUMMARY_COLUMNS)
+        .push(" FROM generate_series(0, ")
+        .push(&(count.max(1) - 1).to_string())
+        .push(") AS parts(p) CROSS JOIN LATERAL (");
+    write_window(b, backend, table, range, 0..count, Some(partition), limit);
+    b.push(") w ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
+        .bind(limit);
+}
+
+/// One statement of [`select_window`], over the partition numbers `partitions`; with
+/// `partition_of_row`, of the one partition `parts.p` of [`select_live_window_by_partition`].
 fn write_window(
     b: &mut SqlBuilder,
     backend: Backend,
     table: &TableName,
     range: &WindowRange<'_>,
     partitions: Range<u32>,
+    partition_of_row: Option<&str>,
     limit: i64,
 ) {
     b.push("SELECT ")
@@ -72,6 +114,9 @@ fn write_window(
         .push(table.as_str())
         .push(" WHERE app_code = ")
         .bind(range.app_code);
+    if let Some(partition) = partition_of_row {
+        b.push(" AND ").push(partition).push(" = parts.p");
+    }
     if let Some(status) = range.status {
         b.status_condition(status, partitions);
     }
@@ -169,9 +214,11 @@ pub fn explain_statements(
         created_at_ms: i64::MAX / 2,
         event_id: "evt_~".into(),
     };
+    // As a host runs them: the table's partition count known (the default).
     let status = |status| WindowRange {
         app_code,
         status: Some(status),
+        partitions: Some(DEFAULT_PARTITIONS),
         ..WindowRange::default()
     };
     vec![

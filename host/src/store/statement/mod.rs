@@ -109,6 +109,13 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         &STATUS_INDEX
     }
 
+    /// Whether the console's window of a live status is read partition by partition, each the
+    /// newest rows of one partition's range of the partition index, joined `LATERAL` over the
+    /// partition numbers (`browse::select_live_window_by_partition`). Default: no.
+    fn live_windows_by_partition(&self) -> bool {
+        false
+    }
+
     /// Conditions that split the counts statement (`status, COUNT(*), MIN(created_at_ms)` per
     /// status) into one statement per group of statuses, joined by `UNION ALL`, so that each
     /// reads the index holding those rows. Default: none, one statement over the table.

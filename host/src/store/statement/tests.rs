@@ -483,3 +483,52 @@ fn key_sets_are_padded_to_a_few_lengths() {
         mark.sql
     );
 }
+
+#[test]
+fn a_live_window_reads_each_partition_newest_first_where_the_count_is_known() {
+    use super::browse::{WindowRange, select_window};
+    let window = |backend, status, partitions| {
+        let range = WindowRange {
+            app_code: "a",
+            status: Some(status),
+            partitions,
+            ..WindowRange::default()
+        };
+        select_window(backend, &table(), &range, 50)
+    };
+    let pg = window(Backend::Postgres, Status::Pending, Some(64));
+    assert!(
+        pg.sql
+            .contains(" FROM generate_series(0, 63) AS parts(p) CROSS JOIN LATERAL (SELECT "),
+        "{}",
+        pg.sql
+    );
+    assert!(
+        pg.sql.ends_with(
+            " FROM room_outbox WHERE app_code = $1 AND (hashtextextended(room_id, 0) & 63) = parts.p \
+             AND status = 'pending' AND updated_at_ms IS NOT NULL \
+             ORDER BY created_at_ms DESC, event_id DESC LIMIT $2) w \
+             ORDER BY created_at_ms DESC, event_id DESC LIMIT $3"
+        ),
+        "{}",
+        pg.sql
+    );
+    assert_eq!(pg.args[1], Arg::Int(50));
+    assert_placeholders(Backend::Postgres, &pg);
+    // A finished status, an unknown count, another database: one statement, no partitions.
+    for other in [
+        window(Backend::Postgres, Status::Delivered, Some(64)),
+        window(Backend::Postgres, Status::Retryable, None),
+        window(Backend::Sqlite, Status::Pending, Some(1)),
+    ] {
+        assert!(!other.sql.contains("LATERAL"), "{}", other.sql);
+    }
+    let history = window(Backend::Postgres, Status::Failed, Some(64));
+    assert!(
+        history
+            .sql
+            .contains("WHERE app_code = $1 AND status = 'failed' ORDER BY"),
+        "{}",
+        history.sql
+    );
+}
