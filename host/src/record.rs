@@ -52,6 +52,15 @@ impl Status {
         }
     }
 
+    /// Whether a row of this status is still to be delivered (`pending`, `retryable`,
+    /// `delivering`): the rows the partition index holds.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            Status::Pending | Status::Retryable | Status::Delivering
+        )
+    }
+
     /// Parses a `status` column value.
     pub fn parse(value: &str) -> Option<Status> {
         Status::ALL.into_iter().find(|s| s.as_str() == value)

@@ -93,11 +93,9 @@ impl SqlDialect for PostgresDialect {
     /// windows one partition at a time: [`SqlDialect::live_windows_by_partition`]).
     fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: Range<u32>) {
         b.push(" AND status = ").status(status);
-        match status {
-            Status::Delivered | Status::Failed => {}
-            Status::Pending | Status::Retryable | Status::Delivering => {
-                b.push(" AND updated_at_ms IS NOT NULL");
-            }
+        if status.is_live() {
+            let predicate = b.partition_index_predicate();
+            b.push(predicate);
         }
     }
 
@@ -108,10 +106,10 @@ impl SqlDialect for PostgresDialect {
     }
 
     /// The live statuses from the partition index, the finished ones from the history index.
-    fn counts_groups(&self) -> &'static [&'static str] {
+    fn counts_groups(&self) -> &'static [&'static [Status]] {
         &[
-            "status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL",
-            "status IN ('delivered', 'failed')",
+            &[Status::Pending, Status::Retryable, Status::Delivering],
+            &[Status::Delivered, Status::Failed],
         ]
     }
 

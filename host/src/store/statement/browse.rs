@@ -43,10 +43,7 @@ pub(crate) fn select_window(
     limit: u32,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
-    let live = matches!(
-        range.status,
-        Some(Status::Pending | Status::Retryable | Status::Delivering)
-    );
+    let live = range.status.is_some_and(Status::is_live);
     if let (true, true, Some(count)) = (
         live,
         backend.dialect().live_windows_by_partition(),

@@ -116,10 +116,11 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         false
     }
 
-    /// Conditions that split the counts statement (`status, COUNT(*), MIN(created_at_ms)` per
-    /// status) into one statement per group of statuses, joined by `UNION ALL`, so that each
-    /// reads the index holding those rows. Default: none, one statement over the table.
-    fn counts_groups(&self) -> &'static [&'static str] {
+    /// Groups of statuses that split the counts statement (`status, COUNT(*),
+    /// MIN(created_at_ms)` per status) into one statement per group, joined by `UNION ALL`, so
+    /// that each reads the index holding those rows (a group of live statuses states the
+    /// partition index's predicate). Default: none, one statement over the table.
+    fn counts_groups(&self) -> &'static [&'static [Status]] {
         &[]
     }
 

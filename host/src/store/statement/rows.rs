@@ -111,7 +111,7 @@ pub(crate) const READ_COLUMNS: &str =
 fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
     let mut b = SqlBuilder::new(backend);
     let groups = backend.dialect().counts_groups();
-    let whole: &[&str] = &[""];
+    let whole: &[&[Status]] = &[&[]];
     for (i, group) in (if groups.is_empty() { whole } else { groups })
         .iter()
         .enumerate()
@@ -121,16 +121,22 @@ fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
         }
         b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
             .push(table.as_str());
-        match (by_app, group.is_empty()) {
-            (true, true) => b.push(" WHERE app_code = ").placeholder(),
-            (true, false) => b
-                .push(" WHERE app_code = ")
-                .placeholder()
-                .push(" AND ")
-                .push(group),
-            (false, true) => &mut b,
-            (false, false) => b.push(" WHERE ").push(group),
-        };
+        let mut and = " WHERE ";
+        if by_app {
+            b.push(and).push("app_code = ").placeholder();
+            and = " AND ";
+        }
+        if let Some((first, rest)) = group.split_first() {
+            b.push(and).push("status IN (").status(*first);
+            for status in rest {
+                b.push(", ").status(*status);
+            }
+            b.push(")");
+            if first.is_live() {
+                let predicate = b.partition_index_predicate();
+                b.push(predicate);
+            }
+        }
         b.push(" GROUP BY status");
     }
     b.text()
