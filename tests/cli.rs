@@ -46,7 +46,7 @@ plugin = "{plugin}"
 config = {{ format = "json" }}
 limits = {{ log_lines_per_second = 1000000 }}
 "#,
-        cache = dir.join("cache").display(),
+        cache = fixtures::settings().cache_dir.expect("cache dir").display(),
         plugin = fixtures::plugin("log").display(),
     );
     std::fs::write(&path, text).unwrap();
@@ -76,7 +76,7 @@ name = "slow"
 plugin = "{plugin}"
 {sink}
 "#,
-        cache = dir.join("cache").display(),
+        cache = fixtures::settings().cache_dir.expect("cache dir").display(),
         plugin = fixtures::plugin("chaos").display(),
     );
     std::fs::write(&path, text).unwrap();
@@ -420,7 +420,7 @@ plugin = "{plugin}"
 config = {{ url = "{hook}", secret = "{GUARD_SECRET}", timeout_ms = "1000" }}
 limits = {{ publish_timeout = "2s", allow_hosts = ["http://{addr}"] }}
 "#,
-            cache = dir.path().join("cache").display(),
+            cache = fixtures::settings().cache_dir.expect("cache dir").display(),
             plugin = fixtures::plugin("webhook").display(),
             hook = receiver.url(),
             addr = receiver.addr(),

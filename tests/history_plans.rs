@@ -1,5 +1,7 @@
 //! Proof that the lookups by status never walk the history: 100k old `delivered` rows, 20
-//! `failed` ones among them, plus live rows; then `EXPLAIN` of the console's windows
+//! `failed` ones among them, plus live rows (a backlog of 3,000 pending ones in every
+//! partition, which a page of pending rows reads about a page of per partition, not all of);
+//! then `EXPLAIN` of the console's windows
 //! (`store::internals::console_explain_statements`: each status newest first, a page below a
 //! position, a time range, the dead letters grouped) must read an index range of about the rows
 //! it returns. And for retention: `EXPLAIN` of the exact purge statements the store runs
@@ -29,9 +31,15 @@ const BEFORE: i64 = HISTORY / 2;
 /// Failed rows `f<i>`, spread over the history.
 const FAILED: i64 = 20;
 
+/// Pending rows `b<i>` newer than the history, over [`BACKLOG_ROOMS`] rooms (so in every
+/// partition): a live page must read about a page of them per partition, not all of them.
+const BACKLOG: i64 = 3_000;
+/// Rooms of the pending backlog.
+const BACKLOG_ROOMS: i64 = 300;
+
 /// `HISTORY` delivered rows `h<n>` created and changed at `n`, `FAILED` failed rows spread over
 /// the same time, then 20 live rows of each live status, created at 0 (older than everything:
-/// retention must still leave them).
+/// retention must still leave them), and a `BACKLOG` of pending rows newer than the history.
 async fn seed(db: &TestDb) {
     let envelope = support::record(APP, "h", "room0", 0).encoded_envelope();
     let digits = support::DIGITS;
@@ -66,6 +74,16 @@ async fn seed(db: &TestDb) {
             live.push(row);
         }
     }
+    live.extend((0..BACKLOG).map(|i| {
+        let mut row = RawInsert::pending(
+            APP,
+            &format!("b{i}"),
+            &format!("room{}", i % BACKLOG_ROOMS),
+            HISTORY + i,
+        );
+        row.updated_at_ms = Some(HISTORY + i);
+        row
+    }));
     db.insert_raw(DEFAULT_TABLE, &live).await;
     db.analyze(DEFAULT_TABLE).await;
 }
@@ -198,7 +216,7 @@ async fn check_postgres(db: &TestDb, select: &str, delete: &str) {
 }
 
 /// Batches of `LIMIT` until a short one: every delivered row created before `BEFORE` goes, the
-/// rest of the history and every live row (older still) stay.
+/// rest of the history and every live row (the 60 older still, the backlog newer) stay.
 async fn purge_pass_deletes_exactly_the_old_rows(
     db: &TestDb,
     store: &std::sync::Arc<dyn outboxd::store::OutboxStore>,
@@ -222,7 +240,7 @@ async fn purge_pass_deletes_exactly_the_old_rows(
     }
     assert_eq!(deleted, BEFORE as u64);
     let rows = db.all_rows(DEFAULT_TABLE).await;
-    assert_eq!(rows.len() as i64, HISTORY - BEFORE + FAILED + 60);
+    assert_eq!(rows.len() as i64, HISTORY - BEFORE + FAILED + 60 + BACKLOG);
     assert!(
         rows.iter()
             .filter(|r| r.status == "delivered")

@@ -8,8 +8,8 @@
 //! measures a plugin.
 //!
 //! Needs `make plugins` (which installs the Python and JavaScript toolchains into
-//! `.toolchains/`). Every `outboxd` process of this binary shares one precompiled-artifact cache,
-//! so each large component is compiled once.
+//! `.toolchains/`). Every `outboxd` process of the test run shares one precompiled-artifact cache
+//! (`fixtures::settings`), so each large component is compiled once.
 
 mod fixtures;
 mod http;
@@ -26,20 +26,13 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `XDG_CACHE_HOME` of every `outboxd` process of this test binary: they share one artifact
-/// cache (`$XDG_CACHE_HOME/outboxd`, also the configs' `plugins.cache_dir`).
-fn cache_home() -> PathBuf {
-    let dir = fixtures::settings().cache_dir.expect("cache dir");
-    dir.parent().expect("cache parent").to_path_buf()
-}
-
 fn outboxd() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_outboxd"));
     command
         .env_remove("OUTBOXD_DATABASE_URL")
         // Tests run in parallel: no admin listener on the fixed default port.
         .env("OUTBOXD_ADMIN_LISTEN", "")
-        .env("XDG_CACHE_HOME", cache_home())
+        .env("XDG_CACHE_HOME", fixtures::cache_home())
         .env("RUST_LOG", "info");
     command
 }
@@ -98,7 +91,7 @@ sink = "kit"
 name = "kit"
 {sink_toml}
 "#,
-        cache = cache_home().join("outboxd").display()
+        cache = fixtures::cache_home().join("outboxd").display()
     );
     std::fs::write(&path, config).unwrap();
     path

@@ -4,7 +4,9 @@ use std::ops::Range;
 
 use crate::record::Status;
 use crate::store::migration::Migration;
-use crate::store::statement::{Bound, HISTORY_INDEX, RequiredIndex, SqlBuilder, SqlDialect};
+use crate::store::statement::{
+    Bound, HISTORY_INDEX, RequiredIndex, SqlBuilder, SqlDialect, StatusWindows,
+};
 use crate::store::{Backend, CommitFeed, TableName};
 
 /// PostgreSQL's SQL: `$n` placeholders, `FOR UPDATE SKIP LOCKED`, `UPDATE … RETURNING`,
@@ -90,7 +92,7 @@ impl SqlDialect for PostgresDialect {
     /// A finished status (`delivered`, `failed`): ` AND status = …`, a range of the history
     /// index. A live one: ` AND status = … AND updated_at_ms IS NOT NULL`, which implies the
     /// partition index's predicate, so the planner reads the live rows from it (the console's
-    /// windows one partition at a time: [`SqlDialect::live_windows_by_partition`]).
+    /// windows one partition at a time: [`SqlDialect::status_windows`]).
     fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: Range<u32>) {
         b.push(" AND status = ").status(status);
         if status.is_live() {
@@ -100,9 +102,14 @@ impl SqlDialect for PostgresDialect {
     }
 
     /// A live status's newest rows, partition by partition, each a backwards range of the
-    /// partition index that stops at the page's `LIMIT` (no sort of the whole backlog).
-    fn live_windows_by_partition(&self) -> bool {
-        true
+    /// partition index that stops at the page's `LIMIT` (no sort of the whole backlog); a
+    /// finished one's, a range of the history index.
+    fn status_windows(&self, status: Status) -> StatusWindows {
+        if status.is_live() {
+            StatusWindows::LateralPerPartition
+        } else {
+            StatusWindows::OverTheStatus
+        }
     }
 
     /// The live statuses from the partition index, the finished ones from the history index.

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use super::{Bound, SqlBuilder};
+use super::{Bound, SqlBuilder, StatusWindows};
 use crate::record::Status;
 use crate::store::{Backend, DEFAULT_PARTITIONS, EventCursor, MAX_PARTITIONS, TableName};
 
@@ -30,12 +30,13 @@ pub(crate) struct WindowRange<'a> {
     pub(crate) partitions: Option<u32>,
 }
 
-/// The newest `limit` rows of one status in `range`, newest first: one statement, or where the
-/// dialect splits the lookup by partition ([`super::SqlDialect::status_partition_chunks`]) the
-/// newest `limit` of each chunk joined by `UNION ALL`, then the newest `limit` of those; or for
-/// a live status where the dialect reads those partition by partition
-/// ([`super::SqlDialect::live_windows_by_partition`]) and the table's partition count is known,
-/// the newest `limit` of each partition ([`select_live_window_by_partition`]).
+/// The newest `limit` rows of one status in `range`, newest first. Where the table's partition
+/// count is known and the dialect reads that status from the partition index
+/// ([`super::SqlDialect::status_windows`]): the newest `limit` of each partition, joined
+/// `LATERAL` ([`select_window_lateral`]) or by `UNION ALL`, then the newest `limit` of those.
+/// Otherwise one statement, or where the dialect splits the lookup by partition
+/// ([`super::SqlDialect::status_partition_chunks`]) the newest `limit` of each chunk joined by
+/// `UNION ALL`, then the newest `limit` of those.
 pub(crate) fn select_window(
     backend: Backend,
     table: &TableName,
@@ -43,30 +44,46 @@ pub(crate) fn select_window(
     limit: u32,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
-    let live = range.status.is_some_and(Status::is_live);
-    if let (true, true, Some(count)) = (
-        live,
-        backend.dialect().live_windows_by_partition(),
-        range.partitions,
-    ) && let Some(partition) = b.partition_of_row(count)
-    {
-        select_live_window_by_partition(&mut b, backend, table, range, (count, &partition), limit);
-        return b.finish();
-    }
-    let partitions = range.partitions.unwrap_or(MAX_PARTITIONS);
-    let chunks = match range.status {
-        Some(status) => b.status_partition_chunks(status, partitions),
-        None => std::iter::once(0..partitions).collect(),
-    };
     let limit = i64::from(limit.max(1));
-    b.union_of_chunks(
-        chunks,
-        |b, chunk| write_window(b, backend, table, range, chunk, None, limit),
-        |b| {
-            b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
-                .bind(limit);
-        },
-    );
+    let by_partition = match (range.status, range.partitions) {
+        (Some(status), Some(count)) => b
+            .partition_of_row(count)
+            .map(|partition| (backend.dialect().status_windows(status), count, partition)),
+        _ => None,
+    };
+    match by_partition {
+        Some((StatusWindows::LateralPerPartition, count, partition)) => {
+            select_window_lateral(&mut b, backend, table, range, (count, &partition), limit);
+        }
+        Some((StatusWindows::UnionPerPartition, count, partition)) => {
+            b.union_of_chunks(
+                (0..count.max(1)).map(|p| p..p + 1).collect(),
+                |b, chunk| {
+                    let one = format!("{partition} = {}", chunk.start);
+                    write_window(b, backend, table, range, chunk, Some(&one), limit);
+                },
+                |b| {
+                    b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
+                        .bind(limit);
+                },
+            );
+        }
+        Some((StatusWindows::OverTheStatus, ..)) | None => {
+            let partitions = range.partitions.unwrap_or(MAX_PARTITIONS);
+            let chunks = match range.status {
+                Some(status) => b.status_partition_chunks(status, partitions),
+                None => std::iter::once(0..partitions).collect(),
+            };
+            b.union_of_chunks(
+                chunks,
+                |b, chunk| write_window(b, backend, table, range, chunk, None, limit),
+                |b| {
+                    b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
+                        .bind(limit);
+                },
+            );
+        }
+    }
     b.finish()
 }
 
@@ -75,47 +92,59 @@ pub(crate) fn select_window(
 /// backwards range of the partition index (tenant, partition, status, write order) that stops at
 /// its `LIMIT`, then the newest `limit` of those. A page reads at most `count × limit` entries
 /// however long the backlog, where one statement over the status sorts all its live rows.
-fn select_live_window_by_partition(
+fn select_window_lateral(
     b: &mut SqlBuilder,
     backend: Backend,
     table: &TableName,
     range: &WindowRange<'_>,
     (count, partition): (u32, &str),
-    limit: u32,
+    limit: i64,
 ) {
-    let limit = i64::from(limit.max(1));
     b.push("SELECT ")
         .push(SUMMARY_COLUMNS)
         .push(" FROM generate_series(0, ")
         .push(&(count.max(1) - 1).to_string())
         .push(") AS parts(p) CROSS JOIN LATERAL (");
-    write_window(b, backend, table, range, 0..count, Some(partition), limit);
+    let one = format!("{partition} = parts.p");
+    write_window(b, backend, table, range, 0..count, Some(&one), limit);
     b.push(") w ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
         .bind(limit);
 }
 
-/// One statement of [`select_window`], over the partition numbers `partitions`; with
-/// `partition_of_row`, of the one partition `parts.p` of [`select_live_window_by_partition`].
+/// One statement of [`select_window`], over the partition numbers `partitions` (a range of the
+/// index the dialect's status condition names); with `one_partition` (`<partition of the row> =
+/// <number>`), of that one partition: a range of the partition index (its hint, the partition,
+/// the status, the index's predicate).
 fn write_window(
     b: &mut SqlBuilder,
     backend: Backend,
     table: &TableName,
     range: &WindowRange<'_>,
     partitions: Range<u32>,
-    partition_of_row: Option<&str>,
+    one_partition: Option<&str>,
     limit: i64,
 ) {
     b.push("SELECT ")
         .push(SUMMARY_COLUMNS)
         .push(" FROM ")
-        .push(table.as_str())
-        .push(" WHERE app_code = ")
-        .bind(range.app_code);
-    if let Some(partition) = partition_of_row {
-        b.push(" AND ").push(partition).push(" = parts.p");
+        .push(table.as_str());
+    if one_partition.is_some() {
+        b.push(&backend.dialect().partition_index_hint(table));
     }
-    if let Some(status) = range.status {
-        b.status_condition(status, partitions);
+    b.push(" WHERE app_code = ").bind(range.app_code);
+    match (one_partition, range.status) {
+        (Some(partition), Some(status)) => {
+            let predicate = b.partition_index_predicate();
+            b.push(" AND ")
+                .push(partition)
+                .push(" AND status = ")
+                .status(status)
+                .push(predicate);
+        }
+        (_, Some(status)) => {
+            b.status_condition(status, partitions);
+        }
+        (_, None) => {}
     }
     if let Some(since) = range.since_ms {
         b.push(" AND created_at_ms >= ").bind(since);
@@ -255,6 +284,18 @@ pub fn explain_statements(
         (
             "window of pending rows",
             select_window(backend, table, &status(Status::Pending), 50),
+        ),
+        (
+            "window of pending rows below a position",
+            select_window(
+                backend,
+                table,
+                &WindowRange {
+                    before: Some(&cursor),
+                    ..status(Status::Pending)
+                },
+                50,
+            ),
         ),
         (
             "window of retryable rows",

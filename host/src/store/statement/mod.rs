@@ -52,6 +52,21 @@ pub(crate) fn padded_set_len(n: usize) -> usize {
 /// 7 values per row, an insert 7.
 pub const MAX_ROWS_PER_STATEMENT: usize = 1000;
 
+/// How the console reads a page of one status (`browse::select_window`) where the table's
+/// partition count is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusWindows {
+    /// One statement over the status (per [`SqlDialect::status_partition_chunks`] chunk), a
+    /// range of the index [`SqlDialect::write_status_condition`] names.
+    OverTheStatus,
+    /// Each partition's newest rows, a backwards range of the partition index that stops at
+    /// the page's `LIMIT`, joined `LATERAL` over the partition numbers (PostgreSQL).
+    LateralPerPartition,
+    /// Each partition's newest rows as above, a statement per partition joined by `UNION ALL`
+    /// (MariaDB 10.11 has no `LATERAL`).
+    UnionPerPartition,
+}
+
 /// What one database's SQL differs in. The provided methods are the standard SQL that at least
 /// two backends share; each backend folder (`sqlite/`, `mysql/`, `postgres/`, in `dialect.rs`) implements the
 /// trait next to its store, overriding only what its database does differently — so what
@@ -109,11 +124,11 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         &STATUS_INDEX
     }
 
-    /// Whether the console's window of a live status is read partition by partition, each the
-    /// newest rows of one partition's range of the partition index, joined `LATERAL` over the
-    /// partition numbers (`browse::select_live_window_by_partition`). Default: no.
-    fn live_windows_by_partition(&self) -> bool {
-        false
+    /// How the console's window of `status` is read where the table's partition count is known
+    /// (`browse::select_window`). Default: one statement over the status
+    /// ([`StatusWindows::OverTheStatus`]).
+    fn status_windows(&self, _status: Status) -> StatusWindows {
+        StatusWindows::OverTheStatus
     }
 
     /// Groups of statuses that split the counts statement (`status, COUNT(*),

@@ -532,3 +532,51 @@ fn a_live_window_reads_each_partition_newest_first_where_the_count_is_known() {
         history.sql
     );
 }
+
+#[test]
+fn a_window_on_mariadb_is_a_union_of_each_partitions_newest_rows_but_for_failed() {
+    use super::browse::{WindowRange, select_window};
+    let window = |status, partitions| {
+        let range = WindowRange {
+            app_code: "a",
+            status: Some(status),
+            partitions,
+            ..WindowRange::default()
+        };
+        select_window(Backend::MySql, &table(), &range, 50)
+    };
+    for status in [Status::Retryable, Status::Delivered] {
+        let part = |p: u32| {
+            format!(
+                "(SELECT {SUMMARY} FROM room_outbox FORCE INDEX (idx_room_outbox_part) \
+                 WHERE app_code = ? AND outbox_partition = {p} AND status = '{status}' \
+                 ORDER BY created_at_ms DESC, event_id DESC LIMIT ?)",
+                SUMMARY = super::browse::SUMMARY_COLUMNS,
+                status = status.as_str(),
+            )
+        };
+        let page = window(status, Some(4));
+        let parts: Vec<String> = (0..4).map(part).collect();
+        assert_eq!(
+            page.sql.as_ref(),
+            format!(
+                "{} ORDER BY created_at_ms DESC, event_id DESC LIMIT ?",
+                parts.join(" UNION ALL ")
+            ),
+        );
+        assert_eq!(page.args.len(), 4 * 2 + 1);
+        assert_placeholders(Backend::MySql, &page);
+    }
+    // An unknown count: chunks over every partition a table may have; `failed`: its own
+    // index, one statement.
+    let unknown = window(Status::Pending, None);
+    assert_eq!(
+        unknown.sql.matches("UNION ALL").count(),
+        7,
+        "{}",
+        unknown.sql
+    );
+    let failed = window(Status::Failed, Some(4));
+    assert!(!failed.sql.contains("UNION"), "{}", failed.sql);
+    assert!(failed.sql.contains("outbox_failed = 1"), "{}", failed.sql);
+}
