@@ -205,4 +205,10 @@ pub struct ConsoleBenchArgs {
     /// 10000000).
     #[arg(long, conflicts_with_all = ["rate", "retention", "history_scaling"])]
     pub console_history: Option<u64>,
+
+    /// With `--console-history`: this many `pending` rows more, newer than the history, over 500
+    /// rooms (a backlog, which a page of pending rows, or of the delivered rows behind it, must
+    /// not read through).
+    #[arg(long, default_value_t = 0, requires = "console_history")]
+    pub console_backlog: u64,
 }

@@ -2,9 +2,10 @@
 //!
 //! Loads N old `delivered` rows of one tenant set-based ([`HistoryWriter`], as `--retention`
 //! does), then through the store 2,000 `failed` rows (three error texts, three event types) and
-//! 1,000 `pending` ones, analyzes the table, and times every console page that reads the table
-//! (the events search in each of its shapes, one event, the dead letters) by asking the console
-//! itself for the page ([`Console::handle`], the HTML written, no HTTP), `--rounds` times each.
+//! 1,000 `pending` ones (and `--console-backlog` more, over 500 rooms), analyzes the table, and
+//! times every console page that reads the table (the events search in each of its shapes, one
+//! event, the dead letters) by asking the console itself for the page ([`Console::handle`], the
+//! HTML written, no HTTP), `--rounds` times each.
 //! Then prints each of the console's statements with its plan (PostgreSQL `EXPLAIN (ANALYZE,
 //! BUFFERS)`, MariaDB/MySQL `ANALYZE`, SQLite `EXPLAIN QUERY PLAN`).
 
@@ -70,7 +71,8 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
             }
         })
         .await?;
-    let (failed_ids, pending_ids) = fresh_rows(store.as_ref()).await?;
+    let (failed_ids, mut pending_ids) = fresh_rows(store.as_ref()).await?;
+    pending_ids += backlog(store.as_ref(), args.console.console_backlog).await?;
     writer.after_load(args.history.after_load).await?;
     writer.close().await;
     println!(
@@ -108,6 +110,10 @@ pub async fn command(config: &Config, args: BenchArgs) -> anyhow::Result<()> {
             ),
         ),
         ("failed", format!("/events?app={APP}&status=failed")),
+        (
+            "newest pending",
+            format!("/events?app={APP}&status=pending"),
+        ),
         (
             "one hour in the middle",
             format!(
@@ -229,6 +235,30 @@ async fn fresh_rows(store: &dyn OutboxStore) -> anyhow::Result<(Vec<String>, u64
     }
     let pending = 3000 - failed.len() as u64;
     Ok((failed, pending))
+}
+
+/// `rows` pending rows over 500 rooms, newer than the history, through the store (1,000 a
+/// statement). Returns `rows`.
+async fn backlog(store: &dyn OutboxStore, rows: u64) -> anyhow::Result<u64> {
+    let now = SystemTime::now();
+    let mut written = 0;
+    while written < rows {
+        let records: Vec<Record> = (written..rows.min(written + 1000))
+            .map(|i| {
+                Record::build(
+                    format!("backlog-{}", i % 500),
+                    TYPES[i as usize % 3],
+                    i as i64,
+                    now,
+                    &(),
+                )
+                .with_app_code(APP)
+            })
+            .collect();
+        store.enqueue(&records).await?;
+        written += records.len() as u64;
+    }
+    Ok(rows)
 }
 
 /// Prints each console statement's plan.

@@ -93,16 +93,16 @@ impl SqlDialect for MySqlDialect {
         super::status::status_partition_chunks(status, partitions)
     }
 
-    /// The newest rows of every status but `failed`, one statement per partition
-    /// (`outbox_partition = p`: a backwards range of the partition index that stops at the
-    /// page's `LIMIT`) joined by `UNION ALL` (no `LATERAL` in MariaDB 10.11). Over a whole live
-    /// status MariaDB reads and sorts every row of it, and `delivered` rows share their range of
-    /// the failed-apart index with the live ones, so a backlog newer than the history would be
-    /// read to reach them. `failed` rows are one range of the failed-apart index.
+    /// A live status's newest rows, one statement per partition (`outbox_partition = p`: a
+    /// backwards range of the partition index that stops at the page's `LIMIT`) joined by
+    /// `UNION ALL` (no `LATERAL` in MariaDB 10.11): over the whole status, MariaDB reads every
+    /// live row of it and sorts them. A finished status: one range of the failed-apart index
+    /// (per partition, a page of history would read a page from each).
     fn status_windows(&self, status: Status) -> StatusWindows {
-        match status {
-            Status::Failed => StatusWindows::OverTheStatus,
-            _ => StatusWindows::UnionPerPartition,
+        if status.is_live() {
+            StatusWindows::UnionPerPartition
+        } else {
+            StatusWindows::OverTheStatus
         }
     }
 

@@ -534,7 +534,7 @@ fn a_live_window_reads_each_partition_newest_first_where_the_count_is_known() {
 }
 
 #[test]
-fn a_window_on_mariadb_is_a_union_of_each_partitions_newest_rows_but_for_failed() {
+fn a_live_window_on_mariadb_is_a_union_of_each_partitions_newest_rows() {
     use super::browse::{WindowRange, select_window};
     let window = |status, partitions| {
         let range = WindowRange {
@@ -545,7 +545,7 @@ fn a_window_on_mariadb_is_a_union_of_each_partitions_newest_rows_but_for_failed(
         };
         select_window(Backend::MySql, &table(), &range, 50)
     };
-    for status in [Status::Retryable, Status::Delivered] {
+    for status in [Status::Retryable, Status::Pending] {
         let part = |p: u32| {
             format!(
                 "(SELECT {SUMMARY} FROM room_outbox FORCE INDEX (idx_room_outbox_part) \
