@@ -62,10 +62,7 @@ pub(crate) fn select_window(
                     let one = format!("{partition} = {}", chunk.start);
                     write_window(b, backend, table, range, chunk, Some(&one), limit);
                 },
-                |b| {
-                    b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
-                        .bind(limit);
-                },
+                |b| newest_first(b, limit),
             );
         }
         Some((StatusWindows::OverTheStatus, ..)) | None => {
@@ -77,10 +74,7 @@ pub(crate) fn select_window(
             b.union_of_chunks(
                 chunks,
                 |b, chunk| write_window(b, backend, table, range, chunk, None, limit),
-                |b| {
-                    b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
-                        .bind(limit);
-                },
+                |b| newest_first(b, limit),
             );
         }
     }
@@ -107,8 +101,8 @@ fn select_window_lateral(
         .push(") AS parts(p) CROSS JOIN LATERAL (");
     let one = format!("{partition} = parts.p");
     write_window(b, backend, table, range, 0..count, Some(&one), limit);
-    b.push(") w ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
-        .bind(limit);
+    b.push(") w");
+    newest_first(b, limit);
 }
 
 /// One statement of [`select_window`], over the partition numbers `partitions` (a range of the
@@ -155,6 +149,12 @@ fn write_window(
     if let Some(before) = range.before {
         backend.dialect().write_before_bound(b, before);
     }
+    newest_first(b, limit);
+}
+
+/// ` ORDER BY created_at_ms DESC, event_id DESC LIMIT <limit>`: a window's order, and that of the
+/// windows joined around it.
+fn newest_first(b: &mut SqlBuilder, limit: i64) {
     b.push(" ORDER BY created_at_ms DESC, event_id DESC LIMIT ")
         .bind(limit);
 }
