@@ -231,8 +231,8 @@ test-doc-paths:
 test-deploy: $(K8S_VALIDATE)
 	$(K8S_VALIDATE) --strict --kubernetes-version 1.33.0 --quiet deploy/kubernetes/*.yaml
 
-## test-host: the host's tests with cargo-nextest (settings: tests/nextest.toml), each test binary
-## beside the others, then its doc tests; prints each binary's time and the slowest tests.
+## test-host: the host's tests with cargo-nextest (settings: tests/nextest.toml), each in a process
+## of its own, then its doc tests; prints the time of each test file and the slowest tests.
 NEXTEST := $(CARGO) nextest run --config-file tests/nextest.toml --workspace
 test-host: plugins
 	@status=0; $(NEXTEST) || status=1; \
@@ -241,7 +241,7 @@ test-host: plugins
 
 ## test-quick: the host's unit tests and the SQLite conformance suite (part of `make check`).
 test-quick:
-	$(NEXTEST) -E 'kind(lib) | kind(bin) | (binary(conformance) & test(/::sqlite::/))'
+	$(NEXTEST) -E 'kind(lib) | kind(bin) | test(/^conformance::.*::sqlite::/)'
 
 ## test-build: compiles the host's tests, and with them target/debug/outboxd (the binary the
 ## producer steps run), without running anything.
@@ -283,7 +283,7 @@ demo-producers: demo
 ## TCP proxy, on a private PostgreSQL and a private MariaDB the test starts itself; the release
 ## build). `make test` runs a bounded form of the same test.
 chaos: plugins
-	OUTBOXD_CHAOS=full $(CARGO) test --release -p outboxd --test kill_chaos -- --nocapture --test-threads=1
+	OUTBOXD_CHAOS=full $(CARGO) test --release -p outboxd --test integration kill_chaos:: -- --nocapture --test-threads=1
 
 ## isolation: a poison event among 1000, 1000 events of 120 KB, and a sink beside a spinning
 ## guest, through `outboxd run --drain` on SQLite, MariaDB and PostgreSQL (docs/PERFORMANCE.md).

@@ -15,7 +15,7 @@
 //! Without MariaDB's binaries or the shared server the tests print `SKIPPED …`; under `CI=true`
 //! they fail instead.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

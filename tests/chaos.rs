@@ -4,8 +4,7 @@
 //! trap only the event that causes it), as retryable with the reason in `last_error`; the healthy sink's events are delivered; and the
 //! host goes on serving the next batch.
 
-mod fixtures;
-mod support;
+use crate::{fixtures, support};
 
 use std::path::Path;
 use std::time::Duration;

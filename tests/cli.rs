@@ -1,9 +1,7 @@
 //! End-to-end tests of the `outboxd` binary on SQLite, MariaDB and PostgreSQL: migrate, enqueue,
 //! `run --drain` through the real log plugin, status, failed/requeue, SIGTERM, and config errors.
 
-mod fixtures;
-mod http;
-mod support;
+use crate::{fixtures, http, support};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};

@@ -5,7 +5,7 @@
 //! clock against the database's and reads nothing while they disagree by more than a tenth of
 //! the lease; within that it reads as usual.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

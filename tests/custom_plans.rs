@@ -7,7 +7,7 @@
 //! ~3 ms at 2,000 rows/s; the git history of docs/PERFORMANCE.md, "Generic plans on a table that starts empty").
 //! `pg_prepared_statements` counts, per session, how often each statement ran on which plan.
 
-mod support;
+use crate::support;
 
 use outboxd::record::now_ms;
 use outboxd::store::postgres::PostgresStore;

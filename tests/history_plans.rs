@@ -13,7 +13,7 @@
 //! primary key. No planner setting is forced.
 //! Then a real purge pass over the same table deletes exactly the old finished rows.
 
-mod support;
+use crate::support;
 
 use outboxd::store::internals::{console_explain_statements, purge_statement_texts};
 use outboxd::store::{Backend, DEFAULT_TABLE, PurgeParams, PurgeStatus, TableName};

@@ -2,7 +2,7 @@
 //! webhook receiver and the fake IM accept correct signatures, refuse wrong ones, and answer the
 //! scripted failures.
 
-mod http;
+use crate::http;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -11,8 +11,7 @@
 //!   alone, permanently;
 //! - a guest spinning without host calls does not hold up another sink's marks.
 
-mod fixtures;
-mod support;
+use crate::{fixtures, support};
 
 use std::path::Path;
 use std::sync::Arc;

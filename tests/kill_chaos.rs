@@ -27,10 +27,7 @@
 //! binaries' folder. The private servers are `tests/support/private_server.rs`, the proxy
 //! `tests/support/tcp_proxy.rs`.
 
-mod fixtures;
-mod fleet;
-mod http;
-mod support;
+use crate::{fixtures, fleet, http, support};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -236,11 +233,7 @@ async fn kill_chaos(kind: Kind) {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start the observer host");
-        Host {
-            child,
-            log,
-            name: "observer".into(),
-        }
+        Host { child, log }
     };
     let mut all_logs: Vec<PathBuf> = hosts.iter().map(|h| h.log.clone()).collect();
     all_logs.push(observer.log.clone());

@@ -8,7 +8,7 @@
 //! a table with rows in every state; a change of partition count cut short is finished by
 //! running it again.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

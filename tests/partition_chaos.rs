@@ -12,10 +12,7 @@
 //! (`partitions_lost`; the marks it then tried are fenced, which the conformance suite checks row
 //! by row). Without the server binaries the test prints `SKIPPED …`, and fails when `CI=true`.
 
-mod fixtures;
-mod fleet;
-mod http;
-mod support;
+use crate::{fixtures, fleet, http, support};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

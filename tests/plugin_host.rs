@@ -2,7 +2,7 @@
 //! the log plugin, the misbehaving `chaos` plugin, the world/version check, routing, the
 //! precompiled-artifact cache and instance reuse.
 
-mod fixtures;
+use crate::fixtures;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -11,8 +11,7 @@
 //! `.toolchains/`). Every `outboxd` process of the test run shares one precompiled-artifact cache
 //! (`fixtures::settings`), so each large component is compiled once.
 
-mod fixtures;
-mod http;
+use crate::{fixtures, http};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -4,9 +4,7 @@
 //! published by the discarded instance), and refused reloads (a restart-only key, a broken
 //! plugin) keep the running set serving.
 
-mod fixtures;
-mod http;
-mod support;
+use crate::{fixtures, http, support};
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -3,9 +3,7 @@
 //! turning 503 when the database stops answering, and the circuit breaker carrying events
 //! through a webhook outage longer than `max_attempts` retries would last.
 
-mod fixtures;
-mod http;
-mod support;
+use crate::{fixtures, http, support};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

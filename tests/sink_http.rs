@@ -4,8 +4,7 @@
 //! response-size cap (announced and streamed), wasi:http refused to sinks without
 //! `allow_hosts`, and secrets redacted from what a plugin says.
 
-mod fixtures;
-mod http;
+use crate::{fixtures, http};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,9 +8,7 @@
 //! (webhook 410, IM 10010 group gone) → `failed` with the reason; a URL outside the allowlist →
 //! refused and reported, nothing sent; no secret in any `last_error`.
 
-mod fixtures;
-mod http;
-mod support;
+use crate::{fixtures, http, support};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! migrated by an early version (0001 only) with rows written the Go service's way migrates to
 //! the current schema and its rows are read.
 
-mod support;
+use crate::support;
 
 use outboxd::record::now_ms;
 use outboxd::store::internals::{

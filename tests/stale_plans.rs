@@ -16,7 +16,7 @@
 //! planned as a scan of the tenant took 373 ms instead of 17 ms). The read and the mark are then
 //! run for real through the store, to show the statements explained are the ones that work.
 
-mod support;
+use crate::support;
 
 use outboxd::record::now_ms;
 use outboxd::store::internals::{Arg, Bound, MarkAt, mark_statements, partition_read_statement};

@@ -8,7 +8,7 @@
 //! wake-up, never by the poll. The commit-feed tests run where the test servers have a feed
 //! (SQLite, PostgreSQL) and fail if it does not start; none branches on the backend's name.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 
 #[path = "worker/partitioned.rs"]
 mod partitioned;
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};

@@ -14,7 +14,7 @@ use super::support::{Backend, TestDb, private_server::free_port, status_counts, 
 use super::{enqueue, fixtures, load, start, traceparent_of, wait_delivered, wait_received};
 
 /// Events per delivery test: 300, or `OUTBOXD_BROKER_EVENTS` (the 100,000-event runs of
-/// docs/PERFORMANCE.md: `OUTBOXD_BROKER_EVENTS=100000 cargo test --test brokers deliver::`).
+/// docs/PERFORMANCE.md: `OUTBOXD_BROKER_EVENTS=100000 cargo test --test integration brokers::deliver::`).
 fn events() -> usize {
     std::env::var("OUTBOXD_BROKER_EVENTS")
         .ok()

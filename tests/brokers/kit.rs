@@ -32,15 +32,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Every broker.
-    pub const ALL: [Kind; 5] = [
-        Kind::Nats,
-        Kind::Rabbit,
-        Kind::Redis,
-        Kind::Mqtt,
-        Kind::Kafka,
-    ];
-
     /// The index of its example among the broker examples of docs/plugins/broker-examples.md.
     fn example(self) -> usize {
         self as usize

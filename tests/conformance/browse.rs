@@ -10,7 +10,9 @@ use outboxd::store::{
     OutboxStore,
 };
 
-use crate::helpers::{APP, HOST, OTHER, all_ids, enqueue, failed, mark, own_all, read_all, setup};
+use crate::conformance::helpers::{
+    APP, HOST, OTHER, all_ids, enqueue, failed, mark, own_all, read_all, setup,
+};
 use crate::support::typed_record;
 
 crate::support::per_backend!(

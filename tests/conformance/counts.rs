@@ -2,7 +2,7 @@
 
 use outboxd::store::{Backend, DEFAULT_TABLE, StatusCounts};
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, HOST, OTHER, counts, delivered, enqueue, failed, ids, mark, own_all, read_app, retryable,
     setup, strs,
 };

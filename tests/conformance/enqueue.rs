@@ -4,7 +4,7 @@
 use outboxd::store::{Backend, DEFAULT_TABLE};
 use prost::Message;
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, HOST, OTHER, all_ids, counts, delivered, enqueue, ids, mark, own_all, read_all, read_app,
     read_owned, reading, setup, status_of, strs,
 };

@@ -6,7 +6,7 @@ use outboxd::store::{
     Backend, DEFAULT_TABLE, FailedFilter, ListFailedParams, Mark, OutboxStore, RequeueParams,
 };
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, HOST, OTHER, all_ids, enqueue, failed, ids, list_failed, mark, own_all, read_owned,
     reading, requeue, setup, status_of, strs,
 };

@@ -12,7 +12,7 @@ use outboxd::store::{
     TableName,
 };
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, HOST, counts, deferred, delivered, enqueue, failed, ids, mark, own_all, read_app,
     read_room, reading, requeue, retryable, setup, status_of, strs,
 };

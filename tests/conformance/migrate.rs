@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use outboxd::store::{Backend, DEFAULT_TABLE, OutboxStore, StoreError, TableName};
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, HOST, delivered, enqueue, ids, mark, own_all, read_all, read_app, status_of, strs,
 };
 use crate::support::{Bind, RawInsert, TestDb, record};

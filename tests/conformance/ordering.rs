@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use outboxd::store::{Backend, ClaimBatch, DEFAULT_TABLE, OutboxStore, Ownership, PartitionRead};
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, HOST, OTHER, all_delivered, counts, deferred, delivered, enqueue, failed, ids, mark,
     own_all, read_owned, reading, retryable, setup, strs,
 };

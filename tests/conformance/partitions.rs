@@ -18,7 +18,7 @@ use outboxd::store::{
 
 use outboxd::store::PartitionRead;
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, LONG_LEASE_MS, all_delivered, all_ids, deferred, delivered, enqueue, ids, mark, own_all,
     read, read_all, reading, rebalance, retryable, setup, status_of, strs,
 };

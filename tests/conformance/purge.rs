@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use outboxd::store::{Backend, DEFAULT_TABLE, OutboxStore, PurgeParams, PurgeStatus};
 
-use crate::helpers::{APP, OTHER, setup};
+use crate::conformance::helpers::{APP, OTHER, setup};
 use crate::support::RawInsert;
 
 crate::support::per_backend!(purge_deletes_only_old_finished_rows_oldest_first);

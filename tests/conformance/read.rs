@@ -17,7 +17,7 @@ use outboxd::store::{
     PartitionRead,
 };
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, HOST, LONG_LEASE_MS, OTHER, all_delivered, counts, delivered, enqueue, ids, list_failed,
     mark, own_all, read_app, read_room, reading, retryable, setup, status_of, strs,
 };

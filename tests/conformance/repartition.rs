@@ -13,7 +13,7 @@ use outboxd::store::{
     Backend, DEFAULT_PARTITIONS, OutboxStore, RebalanceParams, Repartition, StoreError,
 };
 
-use crate::helpers::{
+use crate::conformance::helpers::{
     APP, LONG_LEASE_MS, all_delivered, all_ids, enqueue, mark, own_all, read_all, rebalance, setup,
 };
 use crate::support::record;

@@ -1,7 +1,7 @@
 //! The console without a browser: the JSON of every page, the action token, sessions and CSRF,
 //! security headers, escaping of database values, and the actions doing what they say.
 
-use crate::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, TRACEPARENT, XSS_TYPE, request};
+use crate::console::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, TRACEPARENT, XSS_TYPE, request};
 use crate::support::{Backend, typed_record, wait_until};
 use outboxd::plugin::pause::PAUSED_RETRY;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 
-use crate::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, XSS_ROOM, XSS_TYPE};
+use crate::console::host::{DEADLINE, FAILED_ROWS, Host, TOKEN, XSS_ROOM, XSS_TYPE};
 use crate::support::{Backend, in_ci, typed_record, wait_until};
 
 crate::support::per_backend!(the_console_in_chromium);

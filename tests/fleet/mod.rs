@@ -1,8 +1,6 @@
 //! Real `outboxd run` processes for the chaos tests: the command with a config, one host logging
 //! to its own file, and the order check of what a receiver saw (each chaos test uses its part).
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,8 +11,6 @@ pub struct Host {
     pub child: Child,
     /// Its log (stderr).
     pub log: PathBuf,
-    /// Its node id (`OUTBOXD_WORKER_NODE_ID`).
-    pub name: String,
 }
 
 /// `outboxd --config CONFIG` with no admin listener (several hosts at once), `RUST_LOG=info`, and
@@ -41,11 +37,7 @@ pub fn start_host(config: &Path, dir: &Path, name: &str) -> Host {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("start outboxd run");
-    Host {
-        child,
-        log,
-        name: name.to_string(),
-    }
+    Host { child, log }
 }
 
 /// Each room's versions in the order they first reached the receiver must count up 1, 2, 3, …

@@ -21,7 +21,6 @@
 //! // … configure an im sink with endpoint = im.endpoint() …
 //! assert_eq!(im.messages("room_r1").len(), 1);
 //! ```
-#![allow(dead_code)] // each test file uses a different part of this module
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::convert::Infallible;
@@ -463,8 +462,9 @@ pub enum ImReply {
     Http(Reply),
 }
 
-/// One request the fake IM received.
+/// One request the fake IM received (every field shows in a failed assertion's `{:?}`).
 #[derive(Clone, Debug)]
+#[allow(dead_code)] // read through Debug only
 pub struct ImRequest {
     /// The API called, `None` for an unknown path.
     pub api: Option<ImApi>,
@@ -476,8 +476,10 @@ pub struct ImRequest {
     pub answered: i64,
 }
 
-/// A message the fake IM accepted and stored (what group members would see).
+/// A message the fake IM accepted and stored (what group members would see; every field shows
+/// in a failed assertion's `{:?}`).
 #[derive(Clone, Debug)]
+#[allow(dead_code)] // read through Debug only
 pub struct ImMessage {
     /// How it was sent.
     pub api: ImApi,

@@ -79,20 +79,16 @@ fn attribute(attributes: &[KeyValue], key: &str) -> Option<String> {
 pub struct OtlpCollector {
     server: Server,
     spans: Arc<Mutex<Vec<ExportedSpan>>>,
-    requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl OtlpCollector {
     /// Listens on a loopback port.
     pub async fn start() -> OtlpCollector {
         let spans: Arc<Mutex<Vec<ExportedSpan>>> = Arc::default();
-        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
         let server = serve({
             let spans = spans.clone();
-            let requests = requests.clone();
             move |parts, body: Bytes| {
                 let spans = spans.clone();
-                let requests = requests.clone();
                 async move {
                     let content_type = parts
                         .headers
@@ -100,11 +96,6 @@ impl OtlpCollector {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("")
                         .to_string();
-                    requests.lock().unwrap().push(format!(
-                        "{} {} {content_type}",
-                        parts.method,
-                        parts.uri.path()
-                    ));
                     if parts.uri.path() != "/v1/traces" || content_type != "application/x-protobuf"
                     {
                         return status(404);
@@ -138,11 +129,7 @@ impl OtlpCollector {
             }
         })
         .await;
-        OtlpCollector {
-            server,
-            spans,
-            requests,
-        }
+        OtlpCollector { server, spans }
     }
 
     /// The base URL to configure (`telemetry.endpoint`, or `OTEL_EXPORTER_OTLP_ENDPOINT`).
@@ -153,11 +140,6 @@ impl OtlpCollector {
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ExportedSpan> {
         self.spans.lock().unwrap().clone()
-    }
-
-    /// `METHOD path content-type` of every request received.
-    pub fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
     }
 }
 

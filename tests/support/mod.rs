@@ -42,7 +42,7 @@
 //! assert_eq!(db.row("app", "e1").await.unwrap().status, "pending");
 //! ```
 
-#![allow(dead_code)] // each test file uses a different part of this module
+#![allow(dead_code)] // the tests and bench_modes each use a different part of this module
 
 mod child;
 mod per_backend;

@@ -13,12 +13,11 @@
 /// //   on some databases (e.g. EXPLAIN plans)
 /// ```
 ///
-/// `cargo test --test NAME mysql::` then runs one backend. Each test runs on a two-thread runtime
+/// `cargo nextest run -E 'test(/::mysql::/)'` then runs one backend. Each test runs on a two-thread runtime
 /// (`flavor = "multi_thread", worker_threads = 2`), so behaviours that race workers really race.
 /// A behaviour missing from the list is never called and shows up as an unused-function warning.
-/// The test binary mounts this module at its root (`mod support;`, or
-/// `#[path = "../support/mod.rs"] mod support;` from a `tests/X/main.rs`): the expansion names
-/// `$crate::support::Backend`.
+/// The test binary mounts this module at its root (`mod support;` in `tests/main.rs`): the
+/// expansion names `$crate::support::Backend`.
 #[allow(unused_macros)] // not every test binary has per-backend tests
 macro_rules! per_backend {
     ([$($backend:ident),+ $(,)?] => $($behaviour:ident),+ $(,)?) => {

@@ -7,9 +7,7 @@
 //! under `CI` (any non-empty value) it panics instead, so CI never passes by skipping. The
 //! newest installed PostgreSQL is used; `OUTBOXD_CHAOS_PG_BIN` overrides its binaries' folder.
 //!
-//! Shared by `kill_chaos` (through `#[path]`) and the tests that use `support`.
-
-#![allow(dead_code)] // each test binary uses a different part
+//! Shared by the tests (through `support`) and `bench_modes`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,11 +3,6 @@
 //! and escaping included; `browser.rs` drives the pages in a real Chromium over WebDriver and
 //! saves screenshots under `target/console-screenshots/`. `host.rs` starts the host.
 
-#[path = "../fixtures/mod.rs"]
-mod fixtures;
-#[path = "../support/mod.rs"]
-mod support;
-
 mod api;
 mod browser;
 mod host;

@@ -9,17 +9,15 @@
 //! deletes) and [`migrate`]. [`helpers`] holds the vocabulary they share. Each behaviour is an
 //! `async fn(Backend)`,
 //! listed at the top of its module in `support::per_backend!`, which makes one `#[tokio::test]`
-//! of it per backend, named `<operation>::<backend>::<behaviour>` (`cargo test --test conformance
-//! mysql::` runs one backend, `… read::` one operation). Every test gets its own database (see
+//! of it per backend, named `conformance::<operation>::<backend>::<behaviour>` (`cargo nextest run
+//! -E 'test(/^conformance::.*::mysql::/)'` runs one backend, `-E 'test(/^conformance::read::/)'`
+//! one operation). Every test gets its own database (see
 //! `support`), so they all run in parallel. Time is explicit (`now_ms` in every read and mark),
 //! so due retries and the expired leases of old-version hosts are tested without sleeping; only
 //! partition leases, which count on the database's clock, are waited out.
 //!
 //! Test bodies never branch on the backend: a behaviour that differs between databases is a bug
 //! in a store, not a case for the suite.
-
-#[path = "../support/mod.rs"]
-mod support;
 
 mod helpers;
 

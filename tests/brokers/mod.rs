@@ -14,12 +14,7 @@
 //!
 //! Without a broker a test prints `SKIPPED` and passes, except under `CI` where it fails.
 
-#[path = "../fixtures/mod.rs"]
-mod fixtures;
-#[path = "../http/mod.rs"]
-mod http;
-#[path = "../support/mod.rs"]
-mod support;
+use crate::{fixtures, support};
 
 mod deliver;
 mod faults;
