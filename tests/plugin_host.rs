@@ -881,6 +881,29 @@ async fn a_flooding_plugin_is_held_to_its_log_limits() {
 // Precompiled-artifact cache
 // ---------------------------------------------------------------------------------------------
 
+/// Hosts started together on one machine (here three engines over one cache, as three processes
+/// would be) compile a plugin once: the first compiles and stores it, the others wait for its
+/// lock and load what it stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_starting_together_compile_a_plugin_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = PluginSettings {
+        cache_dir: Some(dir.path().join("cache")),
+        ..PluginSettings::default()
+    };
+    let engines: Vec<PluginEngine> = (0..3)
+        .map(|_| PluginEngine::new(&settings).unwrap())
+        .collect();
+    let webhook = plugin("webhook");
+    let compiled = futures::future::join_all(engines.iter().map(|e| e.compile(&webhook))).await;
+    let mut outcomes: Vec<String> = compiled
+        .into_iter()
+        .map(|c| format!("{:?}", c.unwrap().cache))
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["Hit", "Hit", "Stored"]);
+}
+
 #[tokio::test]
 async fn second_load_hits_the_cache_and_bad_artifacts_are_not_trusted() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,8 @@
 //! Loading a precompiled artifact is `unsafe` in wasmtime (it is native code), so the cache only
 //! ever returns bytes this host wrote itself: the directory must carry the marker file this host
 //! writes when it creates it, must be private to its owner (mode 0700 on Unix), and every
-//! artifact must match the sha256 recorded next to it when it was stored.
+//! artifact must match the sha256 recorded next to it when it was stored. Processes sharing the
+//! directory compile each artifact once: the others wait for it ([`super::compile_lock`]).
 
 use std::fs;
 use std::io::{self, Write};
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 
+use super::compile_lock::{Acquired, COMPILE_WAIT, CompileLock};
 use super::error::PluginError;
 
 /// File whose presence says "this directory was created by outboxd's plugin cache".
@@ -29,7 +31,8 @@ pub enum CacheOutcome {
     Disabled,
 }
 
-/// A directory of `<key>.cwasm` artifacts with `<key>.sha256` checksums.
+/// A directory of `<key>.cwasm` artifacts with `<key>.sha256` checksums (and `<key>.lock`, the
+/// lock of its compilation).
 #[derive(Debug)]
 pub struct ArtifactCache {
     dir: PathBuf,
@@ -89,6 +92,25 @@ impl ArtifactCache {
         let checksum = hex::encode(Sha256::digest(artifact));
         write_atomically(&self.artifact_path(key), artifact)?;
         write_atomically(&self.checksum_path(key), checksum.as_bytes())
+    }
+
+    /// Waits, up to [`COMPILE_WAIT`], until no other process sharing this cache compiles the
+    /// artifact of `key`; the lock returned keeps the others waiting until it drops
+    /// ([`compile_lock`](super::compile_lock)). `None` when the lock file cannot be used or the
+    /// wait ran out (logged): compile without it.
+    pub fn lock_for_compile(&self, key: &str) -> Option<Acquired> {
+        let path = self.dir.join(format!("{key}.lock"));
+        match CompileLock::acquire(&path, COMPILE_WAIT) {
+            Ok(Acquired::TimedOut) => {
+                tracing::warn!(dir = %self.dir.display(), key, waited = ?COMPILE_WAIT, "another process is still compiling this plugin; compiling it here too");
+                None
+            }
+            Ok(acquired) => Some(acquired),
+            Err(error) => {
+                tracing::warn!(lock = %path.display(), %error, "cannot lock the plugin artifact; compiling it without the lock");
+                None
+            }
+        }
     }
 
     /// Deletes the artifact stored under `key` (best effort).

@@ -13,6 +13,7 @@ use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
 use super::cache::{ArtifactCache, CacheOutcome};
+use super::compile_lock::Acquired;
 use super::error::{PluginError, boxed};
 use super::runtime::PluginRuntime;
 use crate::config::PluginSettings;
@@ -127,21 +128,56 @@ impl PluginEngine {
         bytes: &[u8],
         key: &str,
     ) -> Result<(Component, CacheOutcome), PluginError> {
-        let engine = &self.inner.engine;
-        if let Some(cache) = &self.inner.cache
-            && let Some(artifact) = cache.load(key)
-        {
-            // SAFETY: `ArtifactCache::load` only returns bytes this host wrote with
-            // `Engine::precompile_component` into a private directory it created, whose
-            // checksum it verified; the key pins the engine's compatibility hash.
-            match unsafe { Component::deserialize(engine, &artifact) } {
-                Ok(component) => return Ok((component, CacheOutcome::Hit)),
-                Err(error) => {
-                    tracing::warn!(plugin = %path.display(), error = %error, "discarding unusable cached plugin artifact");
-                    cache.remove(key);
+        let Some(cache) = &self.inner.cache else {
+            let (component, _) = self.compile_now(path, bytes)?;
+            return Ok((component, CacheOutcome::Disabled));
+        };
+        if let Some(component) = self.cached(cache, path, key) {
+            return Ok((component, CacheOutcome::Hit));
+        }
+        // Another process sharing the cache may be compiling this very artifact (hosts started
+        // together): wait for it and load what it stored instead of compiling it twice.
+        let _lock = match cache.lock_for_compile(key) {
+            Some(Acquired::AfterWaiting(lock)) => {
+                if let Some(component) = self.cached(cache, path, key) {
+                    return Ok((component, CacheOutcome::Hit));
                 }
+                Some(lock)
+            }
+            Some(Acquired::Free(lock)) => Some(lock),
+            Some(Acquired::TimedOut) | None => None,
+        };
+        let (component, artifact) = self.compile_now(path, bytes)?;
+        let outcome = match cache.store(key, &artifact) {
+            Ok(()) => CacheOutcome::Stored,
+            Err(error) => {
+                tracing::warn!(dir = %cache.dir().display(), error = %error, "cannot store precompiled plugin artifact");
+                CacheOutcome::Disabled
+            }
+        };
+        Ok((component, outcome))
+    }
+
+    /// The component of the trusted artifact stored under `key`, if any; an artifact this engine
+    /// cannot load is removed.
+    fn cached(&self, cache: &ArtifactCache, path: &Path, key: &str) -> Option<Component> {
+        let artifact = cache.load(key)?;
+        // SAFETY: `ArtifactCache::load` only returns bytes this host wrote with
+        // `Engine::precompile_component` into a private directory it created, whose
+        // checksum it verified; the key pins the engine's compatibility hash.
+        match unsafe { Component::deserialize(&self.inner.engine, &artifact) } {
+            Ok(component) => Some(component),
+            Err(error) => {
+                tracing::warn!(plugin = %path.display(), error = %error, "discarding unusable cached plugin artifact");
+                cache.remove(key);
+                None
             }
         }
+    }
+
+    /// Compiles `bytes`: the component, and its artifact to store.
+    fn compile_now(&self, path: &Path, bytes: &[u8]) -> Result<(Component, Vec<u8>), PluginError> {
+        let engine = &self.inner.engine;
         let artifact = engine
             .precompile_component(bytes)
             .map_err(|e| PluginError::Compile {
@@ -155,17 +191,7 @@ impl PluginEngine {
                 source: boxed(e),
             }
         })?;
-        let outcome = match &self.inner.cache {
-            Some(cache) => match cache.store(key, &artifact) {
-                Ok(()) => CacheOutcome::Stored,
-                Err(error) => {
-                    tracing::warn!(dir = %cache.dir().display(), error = %error, "cannot store precompiled plugin artifact");
-                    CacheOutcome::Disabled
-                }
-            },
-            None => CacheOutcome::Disabled,
-        };
-        Ok((component, outcome))
+        Ok((component, artifact))
     }
 
     /// A stable digest of everything that makes a precompiled artifact usable by this engine.

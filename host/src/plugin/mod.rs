@@ -32,6 +32,7 @@ pub mod breaker;
 mod broker_host;
 pub mod cache;
 pub mod check;
+pub mod compile_lock;
 mod egress;
 pub mod engine;
 mod error;
