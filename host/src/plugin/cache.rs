@@ -96,14 +96,14 @@ impl ArtifactCache {
 
     /// Waits, up to [`COMPILE_WAIT`], until no other process sharing this cache compiles the
     /// artifact of `key`; the lock returned keeps the others waiting until it drops
-    /// ([`compile_lock`](super::compile_lock)). `None` when the lock file cannot be used or the
-    /// wait ran out (logged): compile without it.
+    /// ([`compile_lock`](super::compile_lock)). `None` when the lock file cannot be used
+    /// (logged); then, as after [`Acquired::TimedOut`] (logged too), compile without it.
     pub fn lock_for_compile(&self, key: &str) -> Option<Acquired> {
         let path = self.dir.join(format!("{key}.lock"));
         match CompileLock::acquire(&path, COMPILE_WAIT) {
             Ok(Acquired::TimedOut) => {
                 tracing::warn!(dir = %self.dir.display(), key, waited = ?COMPILE_WAIT, "another process is still compiling this plugin; compiling it here too");
-                None
+                Some(Acquired::TimedOut)
             }
             Ok(acquired) => Some(acquired),
             Err(error) => {

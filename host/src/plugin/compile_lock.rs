@@ -86,14 +86,19 @@ mod tests {
         ));
     }
 
+    /// The lock at `path`, held through another open file description, which stands for another
+    /// process: file locks conflict between them even within one process.
+    fn held_elsewhere(path: &Path) -> File {
+        let holder = File::create(path).unwrap();
+        holder.lock().unwrap();
+        holder
+    }
+
     #[test]
     fn a_held_lock_is_waited_for_until_its_holder_lets_go() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.lock");
-        // Another open file description stands for another process: flock locks conflict
-        // between them even within one process.
-        let holder = File::create(&path).unwrap();
-        holder.lock().unwrap();
+        let holder = held_elsewhere(&path);
         let waiter = std::thread::spawn({
             let path = path.clone();
             move || {
@@ -116,8 +121,7 @@ mod tests {
     fn a_holder_that_never_lets_go_holds_up_a_waiter_for_the_wait_only() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.lock");
-        let holder = File::create(&path).unwrap();
-        holder.lock().unwrap();
+        let holder = held_elsewhere(&path);
         let started = Instant::now();
         let acquired = CompileLock::acquire(&path, Duration::from_millis(200)).unwrap();
         let waited = started.elapsed();
