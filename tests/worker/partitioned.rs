@@ -280,12 +280,33 @@ mod count_changed {
             (shutdown, run)
         };
         let (_stop_a, run_a) = start("host-a", seed.clone());
+        // Host A running: its first heartbeat has read the count and taken partitions.
+        let table = outboxd::store::DEFAULT_TABLE;
+        wait_until(
+            "host A takes partitions",
+            Duration::from_secs(10),
+            || async {
+                let owned = db
+                    .query_strings(
+                        &format!(
+                            "SELECT owner FROM {table}_partitions WHERE owner LIKE 'host-a#%'"
+                        ),
+                        &[],
+                    )
+                    .await;
+                if owned.is_empty() {
+                    Err("none yet")
+                } else {
+                    Ok(())
+                }
+            },
+        )
+        .await;
         let changer = db.store_default().await;
         wait_until(
             "the count changes under host A",
             Duration::from_secs(10),
             || async {
-                let table = outboxd::store::DEFAULT_TABLE;
                 db.execute(&format!("DELETE FROM {table}_hosts"), &[]).await;
                 db.execute(
                     &format!("UPDATE {table}_partitions SET lease_until_ms = 0"),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::driver::{Driver, db, run_retried};
 use super::judge::judge;
 use super::row::{CandidateRow, Columns, EventId, FromColumns, Int, Name};
-use super::schema::checked_partitions;
+use super::schema::{checked_partitions, explain_failure};
 use super::session::Session;
 use super::statement::partitions as sql;
 use super::statement::rows::reject_rows;
@@ -87,12 +87,7 @@ pub(crate) async fn rebalance<D: Driver>(
     const OP: &str = "rebalance";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
-    let (app_code, host_id, lease_ms, now_ms) = (
-        params.app_code,
-        params.host_id,
-        params.lease_ms,
-        params.now_ms,
-    );
+    let (app_code, host_id, now_ms) = (params.app_code, params.host_id, params.now_ms);
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     if params.leaving {
         run_retried(&mut *conn, OP, || {
@@ -111,27 +106,51 @@ pub(crate) async fn rebalance<D: Driver>(
     // Before anything is renewed or taken: a host whose table changed its partition count
     // under it keeps none of its partitions (they run out within a lease).
     let partitions = checked_partitions(&mut *conn, statements).await?;
-    let renewed = run_retried(&mut *conn, OP, || {
+    match own_partitions(&mut *conn, driver, params, partitions).await {
+        Ok(ownership) => Ok(ownership),
+        // The count may have changed since it was checked (`migrate --partitions` swapping the
+        // partition column): said so, rather than as the missing column.
+        Err(e) => Err(explain_failure(&mut *conn, statements, partitions, e).await),
+    }
+}
+
+/// The part of a heartbeat after the count check: renew, forget, release, take the share.
+async fn own_partitions<D: Driver, S: Session>(
+    conn: &mut S,
+    driver: &D,
+    params: &RebalanceParams<'_>,
+    partitions: u32,
+) -> Result<Ownership, StoreError> {
+    const OP: &str = "rebalance";
+    let statements = driver.statements();
+    let (backend, table) = (statements.backend(), statements.table());
+    let (app_code, host_id, lease_ms, now_ms) = (
+        params.app_code,
+        params.host_id,
+        params.lease_ms,
+        params.now_ms,
+    );
+    let renewed = run_retried(conn, OP, || {
         sql::renew_host(backend, table, app_code, host_id, lease_ms, now_ms)
     })
     .await?;
     if renewed == 0 {
-        run_retried(&mut *conn, OP, || {
+        run_retried(conn, OP, || {
             sql::insert_host(backend, table, app_code, host_id, lease_ms, now_ms)
         })
         .await?;
     }
     let forget_after = lease_ms.saturating_mul(FORGET_HOSTS_AFTER_LEASES);
-    run_retried(&mut *conn, OP, || {
+    run_retried(conn, OP, || {
         sql::delete_hosts(backend, table, app_code, None, forget_after, now_ms)
     })
     .await?;
-    run_retried(&mut *conn, OP, || {
+    run_retried(conn, OP, || {
         sql::renew_partitions(backend, table, app_code, host_id, lease_ms, now_ms)
     })
     .await?;
     if !params.release.is_empty() {
-        run_retried(&mut *conn, OP, || {
+        run_retried(conn, OP, || {
             sql::release_partitions(backend, table, app_code, host_id, Some(params.release))
         })
         .await?;
@@ -142,7 +161,7 @@ pub(crate) async fn rebalance<D: Driver>(
         .map_err(db(OP))?;
     rows.retain(|row| row.partition < partitions);
     if rows.len() < partitions as usize {
-        run_retried(&mut *conn, OP, || {
+        run_retried(conn, OP, || {
             sql::seed_partitions(backend, table, app_code, partitions)
         })
         .await?;
@@ -208,7 +227,7 @@ pub(crate) async fn rebalance<D: Driver>(
             .after_takeover(row.owner.is_some(), params.careful_rows);
         let take =
             || sql::take_partition(backend, table, &host, (row.partition, row.epoch), &careful);
-        if run_retried(&mut *conn, OP, take).await? == 1 {
+        if run_retried(conn, OP, take).await? == 1 {
             owned.push(PartitionFence {
                 partition: row.partition,
                 epoch: row.epoch + 1,

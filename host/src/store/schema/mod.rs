@@ -18,7 +18,7 @@ use super::{Backend, StoreError, TableName};
 
 pub use super::migration::Migration;
 pub(crate) use migrate::migrate;
-pub(crate) use partition_count::{checked_partitions, repartition};
+pub(crate) use partition_count::{checked_partitions, explain_failure, repartition};
 
 /// Creates the bookkeeping table `outboxd_migrations(table_name, version, applied_at_ms)`: one
 /// row per outbox table and migration applied (the backend may append table options).

@@ -50,10 +50,7 @@ pub(crate) async fn checked_partitions<S: Session>(
 ) -> Result<u32, StoreError> {
     let table = statements.table().as_str();
     let Some(now) = catalog_partitions(session, statements).await? else {
-        return Err(StoreError::Schema(format!(
-            "{table} has no partition index (idx_{table}_part): run `outboxd migrate`, or run \
-             an `outboxd migrate --partitions N` that was cut short again"
-        )));
+        return Err(no_partition_index(table));
     };
     match statements.known_partitions() {
         Some(was) if was != now => Err(StoreError::PartitionsChanged {
@@ -65,6 +62,41 @@ pub(crate) async fn checked_partitions<S: Session>(
             statements.set_partitions(now);
             Ok(now)
         }
+    }
+}
+
+/// The table has no partition expression: never migrated, or its count is being changed.
+fn no_partition_index(table: &str) -> StoreError {
+    StoreError::Schema(format!(
+        "{table} has no partition index (idx_{table}_part): an `outboxd migrate --partitions N` \
+         is changing it (start the host again once it has finished), or one was cut short (run \
+         it again), or the table was never migrated (run `outboxd migrate`)"
+    ))
+}
+
+/// What to report when a heartbeat statement failed after its count was checked: the catalog is
+/// read again, and when its count is no longer `partitions` (`outboxd migrate --partitions`
+/// swapped the partition column or index meanwhile, e.g. under a host that was starting), the
+/// error says so instead of the statement's own ("Unknown column 'outbox_partition'"). Otherwise,
+/// or when the catalog cannot be read either, the statement's error.
+pub(crate) async fn explain_failure<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    partitions: u32,
+    failure: StoreError,
+) -> StoreError {
+    if !matches!(failure, StoreError::Database { .. }) {
+        return failure;
+    }
+    let table = statements.table().as_str();
+    match catalog_partitions(session, statements).await {
+        Ok(Some(now)) if now != partitions => StoreError::PartitionsChanged {
+            table: table.to_string(),
+            was: partitions,
+            now,
+        },
+        Ok(None) => no_partition_index(table),
+        _ => failure,
     }
 }
 
