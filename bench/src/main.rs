@@ -37,6 +37,7 @@ mod retention_report;
 mod run;
 mod samples;
 mod scaling;
+mod settle;
 mod throughput;
 mod trace;
 mod yardstick;

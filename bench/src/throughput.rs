@@ -251,6 +251,10 @@ pub async fn run(
         };
         let shape_store = yardstick.as_ref().unwrap_or(&store);
         let enqueue = enqueue(&**shape_store, &app_code, options).await?;
+        let settle = crate::settle::settle(&config.database.url, config.database.connect_timeout);
+        if let Some(warning) = settle.await? {
+            eprintln!("warning: {warning}");
+        }
         let started = Instant::now();
         let cpu = CpuMark::now();
         let mut spans = None;
