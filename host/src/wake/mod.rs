@@ -316,7 +316,11 @@ impl IdleBackoff {
 
     /// The wait after a round; `found_rows` says whether the round claimed anything.
     pub fn after_round(&mut self, found_rows: bool) -> Duration {
-        self.empty = if found_rows { 0 } else { self.empty + 1 };
+        self.empty = if found_rows {
+            0
+        } else {
+            self.empty.saturating_add(1)
+        };
         self.next = if self.empty <= QUICK_EMPTY_PROBES {
             PROBE_MIN.min(self.max)
         } else {
