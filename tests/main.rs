@@ -18,6 +18,7 @@ mod conformance;
 mod custom_plans;
 mod history_plans;
 mod live_indexes;
+mod pool;
 mod sqlite_plans;
 mod stale_plans;
 

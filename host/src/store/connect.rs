@@ -3,9 +3,12 @@
 //!
 //! Every backend first makes one direct connection within `connect_timeout` ([`probe`]): a pool
 //! retries a refused connection until its acquire timeout and then reports only "pool timed
-//! out", hiding "Connection refused", "Access denied" or "Unknown database".
+//! out", hiding "Connection refused", "Access denied" or "Unknown database". Its pool then
+//! starts from [`pool_options`].
 
 use std::time::Duration;
+
+use sqlx::pool::PoolOptions;
 
 use super::{StoreError, TableName};
 
@@ -36,6 +39,35 @@ impl ConnectOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
+}
+
+/// A pooled connection idle at least this long is pinged before it is handed out; one used more
+/// recently is handed out as it is ([`pool_options`]).
+pub(crate) const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// The pool every backend starts from: `max_connections` (at least 1), `connect_timeout` as the
+/// longest checkout wait, and a ping only for connections idle [`PING_IDLE_AFTER`] or longer.
+///
+/// sqlx's default pings every connection at checkout: one more round trip before each read and
+/// each mark of a busy host, on its critical path. A connection that answered within the last
+/// second is handed out unchecked; sqlx still pings each one as it comes back to the pool and
+/// drops it if that fails, so a connection broken by a statement is not reused. What is left: a
+/// connection used in the second before a restart fails its next statement once, which the
+/// store handles like any statement the restart broke (a mark is retried, a read ends the round).
+pub(crate) fn pool_options<DB: sqlx::Database>(options: &ConnectOptions) -> PoolOptions<DB> {
+    PoolOptions::<DB>::new()
+        .max_connections(options.max_connections.max(1))
+        .acquire_timeout(options.connect_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE_AFTER {
+                    // An error drops this connection; the pool hands out another.
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// Opens and closes one connection of type `C` to `url` within `timeout`, returning the driver's

@@ -7,7 +7,7 @@
 //! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
 
 use sqlx::MySql;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::MySqlPool;
 
 mod browse;
 mod dialect;
@@ -41,9 +41,7 @@ impl MySqlStore {
     pub async fn connect(options: &ConnectOptions) -> Result<MySqlStore, StoreError> {
         super::connect::probe::<sqlx::MySqlConnection>(&options.url, options.connect_timeout)
             .await?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(options.max_connections.max(1))
-            .acquire_timeout(options.connect_timeout)
+        let pool = super::connect::pool_options::<sqlx::MySql>(options)
             // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
             // and marks do not deadlock on the secondary index entries they move (under
             // REPEATABLE READ, per-room claims beside marks did: tests/conformance/ordering.rs).

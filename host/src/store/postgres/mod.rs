@@ -10,7 +10,7 @@
 //! planned for its own execution, never on a generic plan made while the table was empty.
 
 use sqlx::Postgres;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
 mod dialect;
 mod mark;
@@ -37,9 +37,7 @@ impl PostgresStore {
     /// Connects to `options.url` (`postgres://user:password@host/db?options=-c%20search_path%3Dschema`).
     pub async fn connect(options: &ConnectOptions) -> Result<PostgresStore, StoreError> {
         super::connect::probe::<sqlx::PgConnection>(&options.url, options.connect_timeout).await?;
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections.max(1))
-            .acquire_timeout(options.connect_timeout)
+        let pool = super::connect::pool_options::<sqlx::Postgres>(options)
             // Custom plans only (`SESSION_SETUP` explains why).
             .after_connect(|conn, _| {
                 Box::pin(async move {

@@ -11,9 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::Sqlite;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 
 mod dialect;
 
@@ -103,15 +101,14 @@ impl SqliteStore {
         let connect = connect_options(&options.url)?;
         let in_memory = options.url.contains(":memory:") || options.url.contains("mode=memory");
         let pool = if in_memory {
-            SqlitePoolOptions::new()
+            super::connect::pool_options::<sqlx::Sqlite>(options)
                 .max_connections(1)
                 .min_connections(1)
                 .idle_timeout(None)
                 .max_lifetime(None)
         } else {
-            SqlitePoolOptions::new().max_connections(options.max_connections.max(1))
+            super::connect::pool_options::<sqlx::Sqlite>(options)
         }
-        .acquire_timeout(options.connect_timeout)
         .connect_with(connect)
         .await
         .map_err(StoreError::db("connect"))?;
