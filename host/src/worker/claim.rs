@@ -49,26 +49,39 @@ impl Worker {
         worker_id: &str,
         app_code: &str,
     ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
-        let mut tried = BTreeSet::new();
         let mut stats = BatchStats::default();
         // After a pass that found nothing (an idle table), ask which partitions hold live rows
-        // first: an empty read of many partitions costs more than that probe.
-        let mut empty_reads = if self.partitions.idle(app_code) {
-            EMPTY_READS_BEFORE_PROBE
+        // first: an empty read of many partitions costs more than that probe. While catching
+        // up, the partitions a recent probe found without live rows are passed over, as long as
+        // there is something else to read: a pass finds nothing only after a probe of its own.
+        let (mut passed_over, mut empty_reads) = if self.partitions.idle(app_code) {
+            (BTreeSet::new(), EMPTY_READS_BEFORE_PROBE)
         } else {
-            0
+            (self.partitions.standing_dry(app_code), 0)
         };
-        while let Some(mut turn) = self.partitions.take_turn(app_code, &tried) {
+        let mut tried = passed_over.clone();
+        loop {
+            let Some(mut turn) = self.partitions.take_turn(app_code, &tried) else {
+                if passed_over.is_empty() {
+                    break;
+                }
+                tried.retain(|p| !passed_over.contains(p));
+                passed_over.clear();
+                empty_reads = EMPTY_READS_BEFORE_PROBE;
+                continue;
+            };
             if empty_reads == EMPTY_READS_BEFORE_PROBE {
                 // Caught up, most likely: skip the partitions that hold no live row. The turn's
                 // partitions that have some are read (the round-robin has moved past them:
                 // dropping them unread would let a busy partition starve them).
                 empty_reads += 1;
+                let began = std::time::Instant::now();
                 let live = self
                     .store
                     .live_partitions(app_code)
                     .await
                     .inspect_err(|e| self.metrics.count_database_error(e))?;
+                let took = began.elapsed();
                 if let Some(live) = live {
                     let live: BTreeSet<u32> = live.into_iter().collect();
                     // A partition with no live row holds no backlog: it joins the runs again.
@@ -79,7 +92,11 @@ impl Worker {
                         .copied()
                         .collect();
                     self.partitions.no_backlog(app_code, &empty);
-                    tried.extend(empty);
+                    // This answer replaces the standing one.
+                    tried.retain(|p| !passed_over.contains(p));
+                    passed_over.clear();
+                    tried.extend(empty.iter().copied());
+                    self.partitions.note_probe(app_code, empty, took);
                     turn.retain(|p| live.contains(&p));
                     if turn.fences.is_empty() {
                         continue;
