@@ -1,8 +1,11 @@
 //! Worker-level tests on real SQLite, MariaDB and PostgreSQL: several hosts draining one table,
 //! a host that died mid-batch (its partitions taken over once their lease ends), stale marks,
-//! retries, corrupt rows, per-room ordering under failures, read-ahead, and graceful shutdown.
+//! retries, corrupt rows, per-room ordering under failures, read-ahead, graceful shutdown, and hosts
+//! delivering through a rolling upgrade while `migrate` swaps the status index.
 //! Each test gets its own database (see `support`).
 
+#[path = "worker/online_migration.rs"]
+mod online_migration;
 #[path = "worker/partitioned.rs"]
 mod partitioned;
 use crate::support;

@@ -24,7 +24,7 @@ crate::support::per_backend!(
 );
 
 /// The test options in partitioned mode, with `lease` (heartbeats every third of it).
-fn partitioned(node_id: &str, lease: Duration) -> WorkerOptions {
+pub(super) fn partitioned(node_id: &str, lease: Duration) -> WorkerOptions {
     WorkerOptions {
         lease,
         publish_timeout: lease / 2,
@@ -34,7 +34,7 @@ fn partitioned(node_id: &str, lease: Duration) -> WorkerOptions {
 
 /// Asserts that `recorder` saw each room's events in write order (`room_version`), none twice in
 /// one publish call or at once, and returns the deliveries per event id.
-fn assert_room_order(recorder: &Recorder) -> HashMap<String, usize> {
+pub(super) fn assert_room_order(recorder: &Recorder) -> HashMap<String, usize> {
     assert_eq!(*recorder.concurrent_room_violation.lock().unwrap(), None);
     let mut last: HashMap<String, i64> = HashMap::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
