@@ -14,8 +14,8 @@ mod http;
 mod support;
 
 // Stores and plans.
+mod cached_plans;
 mod conformance;
-mod custom_plans;
 mod history_plans;
 mod live_indexes;
 mod pool;

@@ -18,6 +18,10 @@ pub use super::statement::{Arg, Bound};
 
 use sqlx::sqlite::SqliteConnectOptions;
 
+/// What every pooled PostgreSQL session runs when it opens (plans cached, no sequential scan),
+/// for the plan tests' own sessions.
+pub const POSTGRES_SESSION_SETUP: &str = super::postgres::SESSION_SETUP;
+
 use super::{Backend, Lease, Mark, PartitionRead, StoreError, TableName};
 
 /// The statement a partition read runs ([`super::OutboxStore::read_partitions`]) on a table of

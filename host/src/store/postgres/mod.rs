@@ -6,8 +6,10 @@
 //! `outboxd_<table>` on every INSERT statement, migration 0003 one that notifies when an UPDATE
 //! puts a row back to `pending` (`outboxd requeue`); [`crate::wake::postgres`] listens. The URL is passed to sqlx
 //! unchanged, so `?options=-c search_path=…` selects the schema holding the outbox table. Every
-//! pooled session runs `SET plan_cache_mode = force_custom_plan` when it opens: each statement is
-//! planned for its own execution, never on a generic plan made while the table was empty.
+//! pooled session opens with `enable_seqscan = off` (`SESSION_SETUP`): a statement may run on
+//! the generic plan PostgreSQL caches for it, and that plan reads through an index even when it
+//! was made while the table was empty. A large mark is planned for its own execution
+//! (`mark.rs`).
 
 use sqlx::Postgres;
 use sqlx::postgres::PgPool;
@@ -38,10 +40,10 @@ impl PostgresStore {
     pub async fn connect(options: &ConnectOptions) -> Result<PostgresStore, StoreError> {
         super::connect::probe::<sqlx::PgConnection>(&options.url, options.connect_timeout).await?;
         let pool = super::connect::pool_options::<sqlx::Postgres>(options)
-            // Custom plans only (`SESSION_SETUP` explains why).
+            // Cached plans, never a sequential scan (`SESSION_SETUP` explains why).
             .after_connect(|conn, _| {
                 Box::pin(async move {
-                    sqlx::Executor::execute(&mut *conn, SESSION_SETUP).await?;
+                    sqlx::raw_sql(SESSION_SETUP).execute(&mut *conn).await?;
                     Ok(())
                 })
             })
@@ -60,16 +62,22 @@ impl PostgresStore {
     }
 }
 
-/// Run on every pooled connection when it opens: **custom plans only.** sqlx prepares each
-/// statement once per connection and PostgreSQL, after five executions, may switch a prepared
-/// statement to a generic plan that it keeps for the connection's life. Planned while the table
-/// was empty or small (a fresh deployment: `migrate`, then the host starts before the first
-/// backlog, with no `ANALYZE` yet), that plan reads the table sequentially, and every claim and
-/// mark slows down as the table grows: at 2,000 rows/s on a table created with the run, commit →
-/// delivered p50 was 11–14 ms against 2.7–3.3 ms (the git history of docs/PERFORMANCE.md, "Generic plans on a table
-/// that starts empty"). A custom plan is made for each execution from the table's current size
-/// and the bound values, for a planning cost of well under a millisecond per statement.
-const SESSION_SETUP: &str = "SET plan_cache_mode = force_custom_plan";
+/// Run on every pooled connection when it opens: **plans cached, never a sequential scan.**
+///
+/// sqlx prepares each statement once per connection. After five executions PostgreSQL may
+/// switch it to a generic plan, planned once and kept for the connection's life. Planning each
+/// execution instead cost more CPU than running it for the small reads and marks of a steady
+/// trickle: 0.3 ms a read and 0.3–0.5 ms a mark, a third of the database's CPU at 2,000 rows/s.
+///
+/// A generic plan made while the table was empty or small (a fresh deployment: `migrate`, then
+/// the host starts before the first backlog, with no `ANALYZE` yet) used to read the table
+/// sequentially, and every read and mark slowed down as the table grew (commit → delivered p50
+/// 11–14 ms at 2,000 rows/s; the git history of docs/PERFORMANCE.md, "Generic plans on a table
+/// that starts empty"). Every statement of the store is written to be read through an index,
+/// so with sequential scans off its generic plan is an index plan whatever the table's size
+/// (`tests/custom_plans.rs`). `plan_cache_mode` is set too, so a server or role default of
+/// `force_custom_plan` or `force_generic_plan` does not apply.
+pub(crate) const SESSION_SETUP: &str = "SET plan_cache_mode = auto; SET enable_seqscan = off";
 
 impl_session!(sqlx::PgConnection, Postgres);
 
