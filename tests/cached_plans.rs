@@ -9,8 +9,8 @@
 //!
 //! - A fresh host's rounds on an empty table run their reads and marks on generic plans
 //!   (`pg_prepared_statements` counts, per session, how often each statement ran on which plan).
-//! - The generic plans of the read (one partition, several) and of the mark (one partition,
-//!   several), made on the table empty, analyzed empty, and analyzed with 300 rows, read it
+//! - The generic plans of the read (one partition, several) and of the mark and its listing of
+//!   the rows it changed (one partition, several), made on the table empty, analyzed empty, and analyzed with 300 rows, read it
 //!   through an index, never a `Seq Scan` (without `enable_seqscan = off`, the read's plan on
 //!   the table analyzed empty is a `Seq Scan` and a sort).
 //! - A mark of more than 64 rows does not run on the cached plan (a generic plan compares each
@@ -117,6 +117,40 @@ async fn ownership(store: &PostgresStore) -> outboxd::store::Ownership {
         .expect("rebalance")
 }
 
+/// Reads each partition host `h1` owns once and marks what it read delivered (one mark per
+/// partition with rows): the marks applied.
+async fn deliver_owned(store: &PostgresStore) -> u64 {
+    let mut applied = 0;
+    for fence in ownership(store).await.owned {
+        let batch = store
+            .read_partitions(&PartitionRead {
+                fences: vec![fence],
+                ..read_of(&[])
+            })
+            .await
+            .expect("read");
+        if batch.events.is_empty() {
+            continue;
+        }
+        let marks: Vec<Mark> = batch
+            .events
+            .iter()
+            .map(|e| Mark::delivered(e.event.event_id.clone()))
+            .collect();
+        let report = store
+            .mark(&MarkParams {
+                lease: &batch.lease,
+                marks: &marks,
+                now_ms: now_ms(),
+            })
+            .await
+            .expect("mark");
+        assert!(report.stale.is_empty(), "stale: {:?}", report.stale);
+        applied += report.applied;
+    }
+    applied
+}
+
 /// A lease of `partitions` (epoch 1) spanning write times 1..=1000.
 fn lease_of(partitions: &[u32]) -> Lease {
     Lease {
@@ -180,11 +214,11 @@ async fn postgres_generic_plans_made_on_an_empty_table_read_through_an_index() {
     let ids: Vec<Mark> = (0..40).map(|i| Mark::delivered(format!("e{i}"))).collect();
     let mut statements = vec![
         (
-            "read_one",
+            "read_one".to_string(),
             partition_read_statement(Backend::Postgres, &table, PARTITIONS, &read_of(&[3])),
         ),
         (
-            "read_several",
+            "read_several".to_string(),
             partition_read_statement(
                 Backend::Postgres,
                 &table,
@@ -201,15 +235,7 @@ async fn postgres_generic_plans_made_on_an_empty_table_read_through_an_index() {
             &ids,
             MarkAt::first(now_ms()),
         ) {
-            statements.push((
-                if what == "one" {
-                    "mark_one"
-                } else {
-                    "mark_several"
-                },
-                bound,
-            ));
-            assert_eq!(name, "mark");
+            statements.push((format!("{name}_{what}"), bound));
         }
     }
     // The table as a fresh deployment's host may find it when its statements settle on generic
@@ -275,36 +301,8 @@ async fn postgres_sessions_run_reads_and_small_marks_on_cached_plans() {
                 .await
                 .expect("enqueue");
         }
-        let mut read = 0;
-        for fence in ownership(&store).await.owned {
-            let batch = store
-                .read_partitions(&PartitionRead {
-                    fences: vec![fence],
-                    ..read_of(&[])
-                })
-                .await
-                .expect("read");
-            read += batch.events.len();
-            let marks: Vec<Mark> = batch
-                .events
-                .iter()
-                .map(|e| Mark::delivered(e.event.event_id.clone()))
-                .collect();
-            if !marks.is_empty() {
-                let report = store
-                    .mark(&MarkParams {
-                        lease: &batch.lease,
-                        marks: &marks,
-                        now_ms: now_ms(),
-                    })
-                    .await
-                    .expect("mark");
-                assert_eq!(report.applied, 1);
-            }
-        }
-        if round >= 10 {
-            assert_eq!(read, 1, "round {round}");
-        }
+        let delivered = deliver_owned(&store).await;
+        assert_eq!(delivered, u64::from(round >= 10), "round {round}");
     }
     let reads = executions(&store, "SELECT * FROM (SELECT c.event_id").await;
     let marks = executions(&store, &format!("UPDATE {DEFAULT_TABLE} SET")).await;
@@ -324,33 +322,7 @@ async fn postgres_sessions_run_reads_and_small_marks_on_cached_plans() {
         .map(|i| record(APP, &format!("big{i:03}"), "room2", now_ms() + i))
         .collect();
     store.enqueue(&rows).await.expect("enqueue");
-    let mut marked = 0;
-    for fence in ownership(&store).await.owned {
-        let batch = store
-            .read_partitions(&PartitionRead {
-                fences: vec![fence],
-                ..read_of(&[])
-            })
-            .await
-            .expect("read");
-        if batch.events.is_empty() {
-            continue;
-        }
-        let marks: Vec<Mark> = batch
-            .events
-            .iter()
-            .map(|e| Mark::delivered(e.event.event_id.clone()))
-            .collect();
-        let report = store
-            .mark(&MarkParams {
-                lease: &batch.lease,
-                marks: &marks,
-                now_ms: now_ms(),
-            })
-            .await
-            .expect("mark");
-        marked += report.applied;
-    }
+    let marked = deliver_owned(&store).await;
     assert_eq!(marked, 100);
     let after = executions(&store, &format!("UPDATE {DEFAULT_TABLE} SET")).await;
     assert_eq!(

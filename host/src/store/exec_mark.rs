@@ -73,10 +73,9 @@ pub(crate) async fn mark<D: MarkOps>(
 
 /// How a database applies one statement's worth of marks in one transaction and lists the ids it
 /// changed. The default body is SQLite's: [`mark_counted`] first, and when some row was stale the
-/// fenced UPDATE again with `RETURNING event_id`. PostgreSQL (`store/postgres/mark.rs`: the
-/// `RETURNING` UPDATE alone, no BEGIN/COMMIT) and MySQL (`store/mysql/mark.rs`: the UPDATE alone in
-/// autocommit, no `RETURNING`: the rows it changed listed after it when it matched fewer) override
-/// it.
+/// fenced UPDATE again with `RETURNING event_id`. PostgreSQL and MySQL (`store/postgres/mark.rs`,
+/// `store/mysql/mark.rs`: the UPDATE alone in autocommit, no `RETURNING`: the rows it changed
+/// listed after it when it matched fewer) override it.
 pub(crate) trait MarkOps: Driver + Sized {
     /// One transaction of [`mark`]: applies `marks` (one statement's worth) and returns the ids
     /// it changed.

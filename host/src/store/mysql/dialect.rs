@@ -4,11 +4,10 @@ use std::ops::Range;
 
 use crate::record::Status;
 use crate::store::migration::Migration;
-use crate::store::statement::mark::{MarkAt, mark_rows_counted};
 use crate::store::statement::{
     Bound, FAILED_APART_INDEX, RequiredIndex, SqlBuilder, SqlDialect, StatusWindows,
 };
-use crate::store::{Backend, CommitFeed, EventCursor, Lease, Mark, TableName};
+use crate::store::{Backend, CommitFeed, EventCursor, TableName};
 
 /// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
 /// (a mark that did not match every row lists the rows it changed), `ON DUPLICATE KEY UPDATE` upserts whose
@@ -108,27 +107,6 @@ impl SqlDialect for MySqlDialect {
 
     fn ignore_duplicate_key(&self) -> &'static str {
         " ON DUPLICATE KEY UPDATE event_id = event_id"
-    }
-
-    /// No `UPDATE … RETURNING`: the UPDATE without an id list, then (when it did not match every
-    /// mark) the rows it changed listed (`mark.rs`).
-    fn mark_statements(
-        &self,
-        table: &TableName,
-        lease: &Lease,
-        marks: &[Mark],
-        at: MarkAt,
-    ) -> Vec<(&'static str, Bound)> {
-        vec![
-            (
-                "mark",
-                mark_rows_counted(Backend::MySql, table, lease, marks, at),
-            ),
-            (
-                "marked",
-                super::mark::marked_rows(table, lease, marks, at.now_ms),
-            ),
-        ]
     }
 
     fn clock_ms(&self) -> Option<&'static str> {

@@ -25,8 +25,6 @@ use super::{Backend, ConnectOptions, StoreError, TableName};
 
 use crate::record::Record;
 pub(crate) use dialect::MySqlDialect;
-#[cfg(test)]
-pub(crate) use mark::marked_rows;
 
 /// The outbox in a MySQL or MariaDB database.
 #[derive(Debug, Clone)]

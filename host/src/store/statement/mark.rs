@@ -1,5 +1,6 @@
-//! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease
-//! (MySQL's locking SELECT listing the fenced rows is in `store/mysql/mark.rs`).
+//! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease, and
+//! the rows a mark in autocommit changed, listed when it matched fewer rows than marks
+//! ([`marked_rows`]: MySQL, PostgreSQL).
 
 use super::fence::{at_epoch, live_rows, owned_partition_open};
 use super::rows::retry_count_after_reclaim;
@@ -218,8 +219,8 @@ pub(crate) fn update_by_key(backend: Backend, table: &TableName) -> SqlBuilder {
 }
 
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
-/// with `RETURNING event_id` (MySQL, which has no `RETURNING`, lists the rows it changed after it:
-/// `store/mysql/mark.rs`).
+/// with `RETURNING event_id`: SQLite's mark once a row was stale (MySQL and PostgreSQL list the
+/// rows a mark changed after it instead: [`marked_rows`]).
 pub(crate) fn mark_rows(
     backend: Backend,
     table: &TableName,
@@ -306,4 +307,58 @@ fn mark_update(
         b.push(" RETURNING event_id");
     }
     b.finish()
+}
+
+/// The rows of `marks` that a mark under `lease` at `now_ms` changed: each has no lease left,
+/// `updated_at_ms = now_ms` and a status a mark writes (a row left `pending` was not changed,
+/// whatever time its producer wrote). A row marked earlier carries another time; a mark run
+/// again after a lost reply (the same `now_ms`) finds the rows its first run changed. (A row of a
+/// partition another host took over and marked in the very same millisecond would be counted
+/// here too: both delivered it, and only this host's count of applied marks is off.)
+pub(crate) fn marked_rows(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+    now_ms: i64,
+) -> Bound {
+    let mut b = SqlBuilder::new(backend);
+    b.push("SELECT event_id FROM ")
+        .push(table.as_str())
+        .push(backend.dialect().primary_key_access())
+        .push(" WHERE ");
+    let ids = marks.iter().map(|m| m.event_id.as_str());
+    if backend.dialect().binds_lists_as_arrays() {
+        // One primary-key probe per id whatever the statistics (a tenant never analyzed was
+        // read whole by `app_code` with the ids as a filter).
+        b.bind_keys_joined(lease.app_code.as_str(), ids);
+    } else {
+        b.push("app_code = ")
+            .bind(lease.app_code.as_str())
+            .push(" AND event_id")
+            .bind_in(ids);
+    }
+    b.push(" AND status <> ")
+        .status(Status::Pending)
+        .push(" AND lock_until_ms IS NULL AND updated_at_ms = ")
+        .bind(now_ms);
+    b.finish()
+}
+
+/// The statements of a mark in autocommit (MySQL, PostgreSQL), named for `EXPLAIN`: the fenced
+/// UPDATE without an id list, then, when it matched fewer rows than marks, the rows it changed.
+pub(crate) fn autocommit_mark_statements(
+    backend: Backend,
+    table: &TableName,
+    lease: &Lease,
+    marks: &[Mark],
+    at: MarkAt,
+) -> Vec<(&'static str, Bound)> {
+    vec![
+        ("mark", mark_rows_counted(backend, table, lease, marks, at)),
+        (
+            "marked",
+            marked_rows(backend, table, lease, marks, at.now_ms),
+        ),
+    ]
 }

@@ -155,9 +155,9 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         std::iter::once(0..partitions.max(1)).collect()
     }
 
-    /// The statements a mark of `marks` runs when some row is stale, named (`mark`, and MySQL's
-    /// `marked`): for `EXPLAIN` in the plan tests ([`crate::store::internals::mark_statements`]).
-    /// Default: the fenced UPDATE with `RETURNING event_id`.
+    /// The statements a mark of `marks` runs when some row is stale, named: for `EXPLAIN` in the
+    /// plan tests ([`crate::store::internals::mark_statements`]). Default (MySQL, PostgreSQL):
+    /// the fenced UPDATE in autocommit (`mark`), then the rows it changed (`marked`).
     fn mark_statements(
         &self,
         table: &TableName,
@@ -165,8 +165,7 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         marks: &[Mark],
         at: mark::MarkAt,
     ) -> Vec<(&'static str, Bound)> {
-        let mark = mark::mark_rows(self.backend(), table, lease, marks, at);
-        vec![("mark", mark)]
+        mark::autocommit_mark_statements(self.backend(), table, lease, marks, at)
     }
 
     /// A query of one BIGINT: the database's clock, UTC milliseconds since the epoch. `None`

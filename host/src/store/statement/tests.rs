@@ -7,7 +7,6 @@ use super::mark::{MarkAt, MarkColumns, mark_rows, mark_rows_counted};
 use super::rows::{Statements, reject_rows};
 use super::{Arg, Bound};
 use crate::record::{Record, Status};
-use crate::store::mysql::marked_rows;
 use crate::store::{
     Backend, DEFAULT_PARTITIONS, DEFAULT_TABLE, Disposition, FailedFilter, Lease, Mark,
     PartitionBatch, PartitionFence, RejectedRow, TableName,
@@ -331,7 +330,7 @@ fn mark_is_one_fenced_statement() {
     );
     assert!(!pg.sql.contains("FORCE"));
     assert_placeholders(Backend::MySql, &mysql);
-    let marked = marked_rows(&table(), &lease(), &marks, 100);
+    let marked = super::mark::marked_rows(Backend::MySql, &table(), &lease(), &marks, 100);
     assert_eq!(
         &*marked.sql,
         "SELECT event_id FROM room_outbox FORCE INDEX (PRIMARY) WHERE app_code = ? AND event_id IN (?, ?, ?, ?) \
