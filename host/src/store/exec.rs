@@ -18,8 +18,8 @@ use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeabl
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record::Record;
 use crate::store::{
-    Backend, CountsParams, FailedRow, ListFailedParams, PurgeParams, RequeueParams, StatusCounts,
-    StoreError, TableName,
+    Backend, CountsParams, FailedFilter, FailedRow, ListFailedParams, PurgeParams, RequeueParams,
+    StatusCounts, StoreError, TableName,
 };
 
 /// The producer insert's step a database may do its own way: one chunk of distinct records
@@ -159,6 +159,21 @@ pub(crate) async fn list_failed<D: Driver>(
     conn.rows::<FailedRow>(query).await.map_err(db(OP))
 }
 
+/// The `failed` rows `filter` matches: what a dry run of a requeue or a delete would touch.
+pub(crate) async fn count_failed_rows<D: Driver>(
+    driver: &D,
+    filter: &FailedFilter,
+    op: &'static str,
+) -> Result<u64, StoreError> {
+    let statements = driver.statements();
+    let count = count_failed(statements.backend(), statements.table(), filter);
+    let mut conn = driver.pool().acquire().await.map_err(db(op))?;
+    let rows = conn.rows::<Int>(count).await.map_err(db(op))?;
+    Ok(rows
+        .first()
+        .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)))
+}
+
 /// Moves matching `failed` rows back to `pending` (or counts them on a dry run).
 pub(crate) async fn requeue<D: Driver>(
     driver: &D,
@@ -168,14 +183,7 @@ pub(crate) async fn requeue<D: Driver>(
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     if params.dry_run {
-        let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-        let rows = conn
-            .rows::<Int>(count_failed(backend, table, &params.filter))
-            .await
-            .map_err(db(OP))?;
-        return Ok(rows
-            .first()
-            .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
+        return count_failed_rows(driver, &params.filter, OP).await;
     }
     let mut tx = begin_write(driver, OP).await?;
     let moved = match params.limit {

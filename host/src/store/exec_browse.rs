@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 
 use super::driver::{Driver, begin_write, db};
-use super::row::{Int, Key};
+use super::row::Key;
 use super::session::Session;
 use super::statement::browse::{
     WindowRange, delete_failed_keys, select_error_groups, select_event, select_window,
 };
-use super::statement::failed::{count_failed, select_requeue_chunk};
+use super::statement::failed::select_requeue_chunk;
 use crate::record::Status;
 use crate::store::{
     DeleteFailedParams, ErrorGroup, ErrorGroupsParams, EventDetail, EventPage, EventQuery,
@@ -159,14 +159,7 @@ pub(crate) async fn delete_failed<D: Driver>(
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     if params.dry_run {
-        let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-        let rows = conn
-            .rows::<Int>(count_failed(backend, table, &params.filter))
-            .await
-            .map_err(db(OP))?;
-        return Ok(rows
-            .first()
-            .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
+        return super::exec::count_failed_rows(driver, &params.filter, OP).await;
     }
     let mut tx = begin_write(driver, OP).await?;
     let keys = tx
