@@ -67,7 +67,8 @@ impl PostgresStore {
 /// sqlx prepares each statement once per connection. After five executions PostgreSQL may
 /// switch it to a generic plan, planned once and kept for the connection's life. Planning each
 /// execution instead cost more CPU than running it for the small reads and marks of a steady
-/// trickle: 0.3 ms a read and 0.3–0.5 ms a mark, a third of the database's CPU at 2,000 rows/s.
+/// trickle: 0.3 ms a read and 0.3–0.5 ms a mark, over two fifths of the database's CPU at
+/// 2,000 rows/s (`perf`).
 ///
 /// A generic plan made while the table was empty or small (a fresh deployment: `migrate`, then
 /// the host starts before the first backlog, with no `ANALYZE` yet) used to read the table
