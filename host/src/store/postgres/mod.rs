@@ -76,7 +76,7 @@ impl PostgresStore {
 /// 11–14 ms at 2,000 rows/s; the git history of docs/PERFORMANCE.md, "Generic plans on a table
 /// that starts empty"). Every statement of the store is written to be read through an index,
 /// so with sequential scans off its generic plan is an index plan whatever the table's size
-/// (`tests/custom_plans.rs`). `plan_cache_mode` is set too, so a server or role default of
+/// (`tests/cached_plans.rs`). `plan_cache_mode` is set too, so a server or role default of
 /// `force_custom_plan` or `force_generic_plan` does not apply.
 pub(crate) const SESSION_SETUP: &str = "SET plan_cache_mode = auto; SET enable_seqscan = off";
 
