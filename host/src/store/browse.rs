@@ -3,11 +3,11 @@
 //! grouped by error ([`ErrorGroupsParams`], [`ErrorGroup`]) and deleting dead letters
 //! ([`DeleteFailedParams`]).
 //!
-//! Every search reads a range of an index the claims already have, newest first, and never more
-//! rows than it says: the claim index `(app_code, status, created_at_ms, event_id)` for a status
-//! and time range, the primary key for an event id, the room index (when the table has it) for a
-//! room. The filters no index holds (an event type glob, error text, a room without the room
-//! index) are applied on top of a window of at most [`EventQuery::scan_limit`] rows, and the page
+//! Every search reads a range of an index the table already has, newest first, and never more
+//! rows than it says: for a status and time range, the partition index (live rows) or the
+//! database's index of finished rows (`SqlDialect::required_indexes`); the primary key for an
+//! event id. The filters no index holds (a room, an event type glob, error text) are applied on
+//! top of a window of at most [`EventQuery::scan_limit`] rows, and the page
 //! says where that window ended, so the next page goes on from there.
 
 use serde::Serialize;
@@ -118,11 +118,12 @@ pub struct EventSummary {
     pub created_at_ms: i64,
     /// Last change, UTC ms.
     pub updated_at_ms: i64,
-    /// When a `retryable` row is claimable again, UTC ms (0 for others).
+    /// When a `retryable` row is due again, UTC ms (0 for others).
     pub next_retry_at_ms: i64,
-    /// The worker that claimed it last (`""` before the first claim).
+    /// The host whose last attempt did not deliver it (`""` for a row never tried, and once
+    /// delivered).
     pub worker_id: String,
-    /// End of the lease while `delivering`.
+    /// End of the lease while `delivering` (a host of the earlier, leased design).
     pub lock_until_ms: Option<i64>,
 }
 

@@ -53,12 +53,13 @@ pub(crate) const TRANSIENT_RETRY_BUDGET: Duration = Duration::from_secs(2);
 /// Longest pause between two attempts.
 const MAX_RETRY_PAUSE_MS: u64 = 200;
 
-/// Runs a claim or mark transaction again while `retry_on` holds for its error — the database
+/// Runs a mark transaction again while `retry_on` holds for its error — the database
 /// aborted it as transient (and, for marks, the database cannot be reached)
 /// ([`StoreError::is_transient`]: deadlock victim, serialization failure, lock wait timeout, busy
 /// SQLite file) and wall-clock time `deadline_ms` is not reached: the whole transaction was rolled
-/// back, so repeating it is safe. Concurrent hosts' `FOR UPDATE SKIP LOCKED` scans and the UPDATEs
-/// moving rows between the status-leading indexes can still meet on an index entry in MariaDB.
+/// back, so repeating it is safe. A mark's fence holds a shared lock on its partitions' rows,
+/// which a heartbeat's renewal locks in another order (MySQL breaks the deadlock by rolling one
+/// back).
 ///
 /// This and [`run_retried`] (one statement on a held connection) are the only places that retry a
 /// database error: the worker never retries a store call (see the store's module docs, "Who

@@ -22,7 +22,7 @@ pub enum StoreError {
         "invalid table name {0:?}: use letters, digits and '_' (not starting with a digit), at most 48 bytes"
     )]
     InvalidTableName(String),
-    /// The database server lacks something outboxd needs (e.g. SKIP LOCKED).
+    /// The database server is not one outboxd supports (too old, or TiDB).
     #[error("unsupported database server: {0}")]
     UnsupportedServer(String),
     /// A migration failed.
@@ -45,8 +45,8 @@ pub enum StoreError {
     /// A caller passed something the store cannot act on.
     #[error("invalid request: {0}")]
     Invalid(String),
-    /// The outbox table does not fit outboxd (a missing column, or an index named like a claim
-    /// index with other columns) and `migrate` will not change it; the message says what to do.
+    /// The outbox table does not fit outboxd (a missing column, or an index named like one
+    /// outboxd needs with other columns) and `migrate` will not change it; the message says what to do.
     #[error("outbox table schema: {0}")]
     Schema(String),
     /// The table's partition count changed (`outboxd migrate --partitions`) since this store

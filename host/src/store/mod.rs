@@ -8,8 +8,8 @@
 //!   and connection setup (`mod.rs`, with the producer `save`), its SQL and migrations
 //!   (`dialect.rs`, its `SqlDialect`: placeholders, catalog queries, its commit feed), its
 //!   partition SQL (`partitions.rs`: the partition of a row, the fence's lock, the skip scan of
-//!   live partitions) and its form of the mark where it differs (`postgres/mark.rs`: `RETURNING`;
-//!   `mysql/mark.rs`: autocommit, the changed rows listed) — to see what PostgreSQL does, open
+//!   live partitions) and its form of the mark (`postgres/mark.rs`, `mysql/mark.rs`: autocommit,
+//!   the changed rows listed when a row was stale; SQLite's `RETURNING` in `sqlite/mod.rs`) — to see what PostgreSQL does, open
 //!   `postgres/`;
 //! - `backend.rs`: URL → [`Backend`] → connected store, the one place naming every backend; what
 //!   a database does is asked of its `Backend` ([`Backend::commit_feed`],
@@ -148,7 +148,7 @@ pub enum CommitFeed {
     Binlog,
 }
 
-/// Whether a claim keeps per-room order. In config: `worker.ordering = "none" | "per-room"`.
+/// Whether a read keeps per-room order. In config: `worker.ordering = "none" | "per-room"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeliveryOrder {

@@ -9,8 +9,8 @@ use crate::store::statement::{
 };
 use crate::store::{Backend, CommitFeed, EventCursor, TableName};
 
-/// MySQL's / MariaDB's SQL: `?` placeholders, `FOR UPDATE SKIP LOCKED`, no `UPDATE … RETURNING`
-/// (a mark that did not match every row lists the rows it changed), `ON DUPLICATE KEY UPDATE` upserts whose
+/// MySQL's / MariaDB's SQL: `?` placeholders, no `UPDATE … RETURNING` (a mark that did not
+/// match every row lists the rows it changed), `ON DUPLICATE KEY UPDATE` upserts whose
 /// affected-row count includes duplicates, statements by primary key forced onto it, InnoDB
 /// tables in `utf8mb4_bin`; no migration lock (DDL commits implicitly, every step of `migrate`
 /// is idempotent instead).

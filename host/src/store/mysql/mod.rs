@@ -1,7 +1,8 @@
 //! The MySQL / MariaDB backend: [`MySqlStore`] and the producer [`save`].
 //!
-//! Claims lock rows with `FOR UPDATE SKIP LOCKED`, which needs MariaDB ≥ 10.6 or MySQL ≥ 8.0;
-//! [`MySqlStore::connect`] checks the server version and refuses older ones. MySQL has no
+//! outboxd supports MariaDB ≥ 10.6 and MySQL ≥ 8.0; [`MySqlStore::connect`] checks the server
+//! version and refuses older ones, and TiDB. A row's partition is the indexed virtual column
+//! `outbox_partition` (`partitions.rs`). MySQL has no
 //! `UPDATE … RETURNING`: a mark is its fenced UPDATE in autocommit, and when it matched fewer
 //! rows than marks, the rows it changed are listed by what it wrote (`mark.rs`). The store's own connections
 //! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
@@ -35,14 +36,12 @@ pub struct MySqlStore {
 
 impl MySqlStore {
     /// Connects to `options.url` (`mysql://user:password@host:3306/db`) and checks that the
-    /// server supports `SKIP LOCKED` ([`StoreError::UnsupportedServer`] otherwise).
+    /// server is one outboxd supports ([`StoreError::UnsupportedServer`] otherwise).
     pub async fn connect(options: &ConnectOptions) -> Result<MySqlStore, StoreError> {
         super::connect::probe::<sqlx::MySqlConnection>(&options.url, options.connect_timeout)
             .await?;
         let pool = super::connect::pool_options::<sqlx::MySql>(options)
-            // READ COMMITTED: locking reads take no gap (next-key) locks, so concurrent claims
-            // and marks do not deadlock on the secondary index entries they move (under
-            // REPEATABLE READ, per-room claims beside marks did: tests/conformance/ordering.rs).
+            // READ COMMITTED: `SESSION_SETUP` explains why.
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::Executor::execute(&mut *conn, SESSION_SETUP).await?;
@@ -72,15 +71,15 @@ impl MySqlStore {
     }
 }
 
-/// Accepts MariaDB ≥ 10.6 and MySQL ≥ 8.0 (the first with `SKIP LOCKED`), given `VERSION()`
-/// such as `10.11.6-MariaDB-0+deb12u1` or `8.0.36`.
-/// TiDB (`8.0.11-TiDB-v7.5.1`) is refused whatever its version: it parses `SKIP LOCKED` and takes no
-/// lock, so two hosts would claim the same rows.
+/// Accepts MariaDB ≥ 10.6 and MySQL ≥ 8.0, given `VERSION()` such as
+/// `10.11.6-MariaDB-0+deb12u1` or `8.0.36`. TiDB (`8.0.11-TiDB-v7.5.1`) is refused whatever its
+/// version: it takes no shared lock (`LOCK IN SHARE MODE` is at most a no-op there), so a mark's
+/// fence would not hold a takeover of its partition back.
 fn check_server_version(version: &str) -> Result<(), StoreError> {
     if version.to_ascii_lowercase().contains("tidb") {
         return Err(StoreError::UnsupportedServer(format!(
-            "TiDB ({version}) accepts FOR UPDATE SKIP LOCKED but takes no lock, so two hosts \
-             would claim the same rows; outboxd needs MySQL >= 8.0 or MariaDB >= 10.6"
+            "TiDB ({version}) takes no shared lock, so a mark's fence would not hold another \
+             host's takeover of its partition back; outboxd needs MySQL >= 8.0 or MariaDB >= 10.6"
         )));
     }
     let mariadb = version.to_ascii_lowercase().contains("mariadb");
@@ -104,7 +103,7 @@ fn check_server_version(version: &str) -> Result<(), StoreError> {
     match parsed {
         Some(found) if found >= minimum => Ok(()),
         _ => Err(StoreError::UnsupportedServer(format!(
-            "{name} {version} lacks FOR UPDATE SKIP LOCKED; outboxd needs {name} >= {}.{}",
+            "{name} {version} is older than outboxd supports; outboxd needs {name} >= {}.{}",
             minimum.0, minimum.1
         ))),
     }
@@ -112,10 +111,11 @@ fn check_server_version(version: &str) -> Result<(), StoreError> {
 
 /// Run once on every connection of a MySQL/MariaDB store's own pool, before any transaction.
 ///
-/// Under the default `REPEATABLE READ`, a claim's `FOR UPDATE SKIP LOCKED` scan keeps next-key
-/// (gap) locks on every index record it read, including candidates the per-room probe filtered
-/// out, and a concurrent mark's UPDATE, inserting into those index gaps, deadlocks with it.
-/// `READ COMMITTED` locks only the rows returned. (With binary logging it needs `binlog_format`
+/// Under the default `REPEATABLE READ`, a mark's UPDATE keeps next-key (gap) locks on every
+/// index record it scanned (one partition's span of the partition index), so producers inserting
+/// into that span wait for it, and writers taking those locks in another order deadlock.
+/// `READ COMMITTED` locks only the rows changed, and reads the fence's partition row with the
+/// shared lock the fence asks for (`LOCK IN SHARE MODE`). (With binary logging it needs `binlog_format`
 /// ROW or MIXED, the defaults.) The producers' `save` runs in the caller's transaction, at the
 /// caller's isolation level.
 const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
@@ -184,7 +184,7 @@ mod tests {
     use super::check_server_version;
 
     #[test]
-    fn server_versions_with_skip_locked() {
+    fn supported_server_versions() {
         for ok in [
             "10.6.0-MariaDB",
             "10.11.6-MariaDB-0+deb12u1",

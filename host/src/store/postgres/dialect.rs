@@ -9,8 +9,9 @@ use crate::store::statement::{
 };
 use crate::store::{Backend, CommitFeed, TableName};
 
-/// PostgreSQL's SQL: `$n` placeholders, `FOR UPDATE SKIP LOCKED`, `UPDATE … RETURNING`,
-/// `ON CONFLICT … DO NOTHING`; per-room probes fenced with `OFFSET 0`; `migrate` serialized with an
+/// PostgreSQL's SQL: `$n` placeholders, key lists bound as one array, `ON CONFLICT … DO
+/// NOTHING`; the live rows counted through the partition index and the finished ones through the
+/// history index; the console's pages read `LATERAL` per partition; `migrate` serialized with an
 /// advisory lock; unquoted names folded to lower case in the catalog.
 #[derive(Debug)]
 pub(crate) struct PostgresDialect;

@@ -1,8 +1,8 @@
 //! The PostgreSQL backend: [`PostgresStore`] and the producer [`save`].
 //!
-//! Claims lock rows with `FOR UPDATE SKIP LOCKED`, so any number of hosts claim concurrently
-//! without waiting on each other, and lease them in the same statement (addressed by `ctid`);
-//! marks use `UPDATE … RETURNING`. Migration 0002 adds the trigger that notifies
+//! A row's partition is `hashtextextended(room_id, 0)`'s low bits, held by an expression index
+//! of the live rows (`partitions.rs`); a mark is its fenced UPDATE in autocommit, the fence
+//! holding the partition's row `FOR KEY SHARE` (`mark.rs`). Migration 0002 adds the trigger that notifies
 //! `outboxd_<table>` on every INSERT statement, migration 0003 one that notifies when an UPDATE
 //! puts a row back to `pending` (`outboxd requeue`); [`crate::wake::postgres`] listens. The URL is passed to sqlx
 //! unchanged, so `?options=-c search_path=…` selects the schema holding the outbox table. Every

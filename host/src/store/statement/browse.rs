@@ -1,5 +1,5 @@
-//! The console's statements: one status's rows newest first (a range of the claim index, or of
-//! the room index for a room), one row by primary key, `failed` rows grouped by error over the
+//! The console's statements: one status's rows newest first (a range of the partition index or
+//! of the index of finished rows, per partition where that reads less), one row by primary key, `failed` rows grouped by error over the
 //! newest ones, and deleting dead letters by primary key. Each reads one index range and stops
 //! at its `LIMIT`; the filters no index holds are applied by the caller on the rows returned.
 
