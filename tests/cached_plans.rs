@@ -25,10 +25,10 @@ use outboxd::store::internals::{
 use outboxd::store::postgres::PostgresStore;
 use outboxd::store::{
     Backend, DEFAULT_TABLE, Lease, Mark, MarkParams, OutboxStore, PartitionBatch, PartitionFence,
-    PartitionRead, RebalanceParams, TableName,
+    PartitionRead, TableName,
 };
 use sqlx::{Connection, PgConnection, Row};
-use support::{TestDb, record};
+use support::{HandHost, TestDb, record};
 
 const APP: &str = "app_a";
 
@@ -101,27 +101,18 @@ async fn generic_plan(conn: &mut PgConnection, name: &str, statement: &Bound) ->
         .join("\n")
 }
 
-/// One heartbeat of host `h1`: the partitions it owns.
-async fn ownership(store: &PostgresStore) -> outboxd::store::Ownership {
-    store
-        .rebalance(&RebalanceParams {
-            app_code: APP,
-            host_id: "h1",
-            lease_ms: 30_000,
-            release: &[],
-            leaving: false,
-            careful_rows: 100,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("rebalance")
-}
+/// Host `h1` of `APP`, by hand.
+const HOST: HandHost<'static> = HandHost {
+    app: APP,
+    id: "h1",
+    lease_ms: 30_000,
+};
 
 /// Reads each partition host `h1` owns once and marks what it read delivered (one mark per
 /// partition with rows): the marks applied.
 async fn deliver_owned(store: &PostgresStore) -> u64 {
     let mut applied = 0;
-    for fence in ownership(store).await.owned {
+    for fence in HOST.heartbeat(store).await.owned {
         let batch = store
             .read_partitions(&PartitionRead {
                 fences: vec![fence],
@@ -173,24 +164,16 @@ fn lease_of(partitions: &[u32]) -> Lease {
     }
 }
 
-/// The read of `partitions`.
+/// The read of `partitions` (epoch 1) with per-room order.
 fn read_of(partitions: &[u32]) -> PartitionRead {
-    PartitionRead {
-        app_code: APP.into(),
-        host_id: "h1".into(),
-        fences: partitions
-            .iter()
-            .map(|&partition| PartitionFence {
-                partition,
-                epoch: 1,
-            })
-            .collect(),
-        limit: 500,
-        now_ms: now_ms(),
-        lease_ms: 30_000,
-        max_attempts: 5,
-        per_room: true,
-    }
+    let fences = partitions
+        .iter()
+        .map(|&partition| PartitionFence {
+            partition,
+            epoch: 1,
+        })
+        .collect();
+    HOST.read(fences, 500, now_ms(), true)
 }
 
 /// The generic plans of the reads and marks, made on an empty or small table as a fresh host's

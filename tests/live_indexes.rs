@@ -15,11 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use outboxd::store::{
-    Backend, CountsParams, DEFAULT_TABLE, FailedFilter, ListFailedParams, Mark, MarkParams,
-    OutboxStore, Ownership, PartitionRead, RebalanceParams, StoreError,
+    Backend, CountsParams, DEFAULT_TABLE, FailedFilter, ListFailedParams, OutboxStore,
 };
 use sqlx::{Connection, Executor, PgConnection};
-use support::{Bind, RawInsert, TestDb, record, wait_until};
+use support::{Bind, HandHost, RawInsert, TestDb, record, wait_until};
 
 /// Tenant.
 const APP: &str = "app_a";
@@ -59,64 +58,12 @@ async fn builds_in_progress(db: &TestDb) -> Vec<String> {
     .await
 }
 
-/// One heartbeat of host `h1` for `APP` (a 30 s lease).
-async fn heartbeat(store: &Arc<dyn OutboxStore>) -> Result<Ownership, StoreError> {
-    store
-        .rebalance(&RebalanceParams {
-            app_code: APP,
-            host_id: "h1",
-            lease_ms: 30_000,
-            release: &[],
-            leaving: false,
-            careful_rows: 100,
-            now_ms: outboxd::record::now_ms(),
-        })
-        .await
-}
-
-/// Reads every due row of `APP` as host `h1` (each owned partition until it is empty) and marks
-/// each batch delivered; returns how many.
-async fn deliver_due(store: &Arc<dyn OutboxStore>) -> u64 {
-    let now = outboxd::record::now_ms();
-    let ownership = heartbeat(store).await.unwrap();
-    let mut delivered = 0;
-    for fence in ownership.owned {
-        loop {
-            let batch = store
-                .read_partitions(&PartitionRead {
-                    app_code: APP.into(),
-                    host_id: "h1".into(),
-                    fences: vec![fence],
-                    limit: BATCH,
-                    now_ms: now,
-                    lease_ms: 30_000,
-                    max_attempts: 10,
-                    per_room: false,
-                })
-                .await
-                .unwrap();
-            if batch.events.is_empty() {
-                break;
-            }
-            let marks: Vec<Mark> = batch
-                .events
-                .iter()
-                .map(|e| Mark::delivered(&e.event.event_id))
-                .collect();
-            let marked = store
-                .mark(&MarkParams {
-                    lease: &batch.lease,
-                    marks: &marks,
-                    now_ms: now,
-                })
-                .await
-                .unwrap();
-            assert_eq!(marked.applied, marks.len() as u64);
-            delivered += marked.applied;
-        }
-    }
-    delivered
-}
+/// Host `h1` of `APP`, by hand (a 30 s lease).
+const HOST: HandHost<'static> = HandHost {
+    app: APP,
+    id: "h1",
+    lease_ms: 30_000,
+};
 
 /// Enqueues `EVENTS` events and delivers them.
 async fn deliver_all(store: &Arc<dyn OutboxStore>) {
@@ -133,7 +80,7 @@ async fn deliver_all(store: &Arc<dyn OutboxStore>) {
     for chunk in records.chunks(1_000) {
         store.enqueue(chunk).await.unwrap();
     }
-    assert_eq!(deliver_due(store).await, EVENTS as u64);
+    assert_eq!(HOST.deliver_due(&**store, BATCH).await, EVENTS as u64);
 }
 
 /// A table of the per-row claim's era (migrations up to 0006: its retry and lease indexes, no
@@ -271,7 +218,11 @@ async fn migrate_builds_the_partition_index_while_producers_write() {
             "room_outbox_pkey"
         ]
     );
-    assert_eq!(deliver_due(&store).await, saved, "the producer's events");
+    assert_eq!(
+        HOST.deliver_due(&*store, BATCH).await,
+        saved,
+        "the producer's events"
+    );
 }
 
 /// Two `migrate` runs at once on a fresh database (two hosts' deploy steps): each waits for the
@@ -313,7 +264,8 @@ async fn enqueue_200(db: &TestDb) -> Arc<dyn OutboxStore> {
 /// to 16 run again finishes it (from no partition index).
 async fn refused_then_run_again(db: &TestDb, store: &Arc<dyn OutboxStore>) {
     let host = db.store_default().await;
-    let refused = heartbeat(&host)
+    let refused = HOST
+        .heartbeat_or_leave(&*host, false)
         .await
         .expect_err("no partition index: the host reads nothing");
     assert!(
@@ -329,7 +281,7 @@ async fn refused_then_run_again(db: &TestDb, store: &Arc<dyn OutboxStore>) {
 async fn sixteen_partitions_deliver_all_200(db: &TestDb) {
     let restarted = db.store_default().await;
     assert_eq!(restarted.partitions(), 16);
-    assert_eq!(deliver_due(&restarted).await, 200);
+    assert_eq!(HOST.deliver_due(&*restarted, BATCH).await, 200);
 }
 
 /// A change of partition count cut short after the old partition index was dropped, before the
@@ -456,7 +408,7 @@ async fn mariadb_keeps_failed_rows_apart_online_with_rows_in_every_state() {
         ),
         (100, 10, 20 + written, 5)
     );
-    assert_eq!(deliver_due(&store).await, 20 + 5 + written);
+    assert_eq!(HOST.deliver_due(&*store, BATCH).await, 20 + 5 + written);
 }
 
 /// MariaDB: a change of partition count cut short after the old partition column and index were

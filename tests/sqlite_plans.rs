@@ -12,11 +12,11 @@ use outboxd::store::internals::{
 };
 use outboxd::store::{
     Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionFence,
-    PartitionRead, PurgeStatus, RebalanceParams, TableName,
+    PartitionRead, PurgeStatus, TableName,
 };
 use sqlx::{AssertSqlSafe, Row};
 use support::backlog::{APP, HISTORY, LATER, LIVE, NOW, ROOMS};
-use support::{Bind, RawInsert, RawPool, TestDb};
+use support::{Bind, HandHost, RawInsert, RawPool, TestDb};
 
 fn pool(db: &TestDb) -> &sqlx::SqlitePool {
     match &db.pool {
@@ -80,36 +80,23 @@ fn index(suffix: &str) -> String {
     format!("idx_{DEFAULT_TABLE}_{suffix}")
 }
 
-/// The one partition of a SQLite table, owned by host `h`.
+/// Host `h` of `APP`, by hand.
+const HOST: HandHost<'static> = HandHost {
+    app: APP,
+    id: "h",
+    lease_ms: 60_000,
+};
+
+/// The one partition of a SQLite table, owned by [`HOST`].
 async fn own(store: &dyn OutboxStore) -> PartitionFence {
-    let ownership = store
-        .rebalance(&RebalanceParams {
-            app_code: APP,
-            host_id: "h",
-            lease_ms: 60_000,
-            release: &[],
-            leaving: false,
-            careful_rows: 100,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("rebalance");
+    let ownership = HOST.heartbeat(store).await;
     assert_eq!(ownership.owned.len(), 1, "SQLite: one partition");
     ownership.owned[0]
 }
 
-/// A read of up to `limit` rows of the partition `fence` by host `h` at `now`.
+/// A read of up to `limit` rows of the partition `fence` by [`HOST`] at `now`.
 fn reading(fence: PartitionFence, limit: u32, now: i64, per_room: bool) -> PartitionRead {
-    PartitionRead {
-        app_code: APP.into(),
-        host_id: "h".into(),
-        fences: vec![fence],
-        limit,
-        now_ms: now,
-        lease_ms: 60_000,
-        max_attempts: 5,
-        per_room,
-    }
+    HOST.read(vec![fence], limit, now, per_room)
 }
 
 /// Every step reading the outbox is an index SEARCH: never a SCAN of the table or of an index

@@ -21,10 +21,9 @@ use crate::support;
 use outboxd::record::now_ms;
 use outboxd::store::internals::{Arg, Bound, MarkAt, mark_statements, partition_read_statement};
 use outboxd::store::{
-    Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionRead,
-    RebalanceParams, TableName,
+    Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionRead, TableName,
 };
-use support::{Bind, PlanStep, TestDb};
+use support::{Bind, HandHost, PlanStep, TestDb};
 
 /// Rows loaded after `migrate`, never analyzed.
 const ROWS: i64 = 200_000;
@@ -221,29 +220,14 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
         started.elapsed()
     );
     let table = TableName::default();
-    let ownership = store
-        .rebalance(&RebalanceParams {
-            app_code: APP,
-            host_id: "h-real",
-            lease_ms: 60_000,
-            release: &[],
-            leaving: false,
-            careful_rows: 100,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("rebalance");
-    let fence = ownership.owned[0];
-    let read = |per_room: bool| PartitionRead {
-        app_code: APP.into(),
-        host_id: "h-real".into(),
-        fences: vec![fence],
-        limit: LIMIT as u32,
-        now_ms: now_ms(),
+    let host = HandHost {
+        app: APP,
+        id: "h-real",
         lease_ms: 60_000,
-        max_attempts: 20,
-        per_room,
     };
+    let ownership = host.heartbeat(&*store).await;
+    let fence = ownership.owned[0];
+    let read = |per_room: bool| host.read(vec![fence], LIMIT as u32, now_ms(), per_room);
     for per_room in [false, true] {
         let Bound { sql, args } =
             partition_read_statement(backend, &table, store.partitions(), &read(per_room));

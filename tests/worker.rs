@@ -24,7 +24,7 @@ use outboxd::store::{
     PartitionRead, RebalanceParams, Repartition, StoreError,
 };
 use outboxd::worker::{RunMode, Worker, WorkerOptions};
-use support::{Backend, RawInsert, TestDb, record, wait_until};
+use support::{Backend, HandHost, RawInsert, TestDb, record, wait_until};
 use tokio_util::sync::CancellationToken;
 
 /// Decides, per event, whether this attempt fails (and how).
@@ -199,18 +199,12 @@ async fn read_and_die(
     lease_ms: i64,
     limit: u32,
 ) -> Vec<ClaimBatch> {
-    let ownership = store
-        .rebalance(&RebalanceParams {
-            app_code: "app",
-            host_id: host,
-            lease_ms,
-            release: &[],
-            leaving: false,
-            careful_rows: 100,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("the dead host's heartbeat");
+    let dead = HandHost {
+        app: "app",
+        id: host,
+        lease_ms,
+    };
+    let ownership = dead.heartbeat(&**store).await;
     assert_eq!(
         ownership.owned.len() as u32,
         ownership.partitions,
@@ -219,16 +213,7 @@ async fn read_and_die(
     let mut batches = Vec::new();
     for fence in ownership.owned {
         let batch = store
-            .read_partitions(&PartitionRead {
-                app_code: "app".into(),
-                host_id: host.into(),
-                fences: vec![fence],
-                limit,
-                now_ms: now_ms(),
-                lease_ms,
-                max_attempts: 5,
-                per_room: false,
-            })
+            .read_partitions(&dead.read(vec![fence], limit, now_ms(), false))
             .await
             .expect("the dead host's read");
         if !batch.events.is_empty() {

@@ -10,17 +10,14 @@ use std::time::Duration;
 use outboxd::config::Config;
 use outboxd::record::now_ms;
 use outboxd::service::Service;
-use outboxd::store::{
-    ClaimBatch, Disposition, Mark, MarkParams, OutboxStore, PartitionFence, PartitionRead,
-    RebalanceParams,
-};
+use outboxd::store::{ClaimBatch, Disposition, Mark, MarkParams, OutboxStore};
 use outboxd::trace_context::TraceContext;
 use outboxd::worker::RunMode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::fixtures;
-use crate::support::{Backend, TestDb, typed_record};
+use crate::support::{Backend, HandHost, TestDb, typed_record};
 
 /// The action token of the host.
 pub const TOKEN: &str = "console-test-token-0123456789";
@@ -116,7 +113,7 @@ impl Host {
             })
             .collect();
         store.enqueue(&records).await.unwrap();
-        let batch = read_room(&store, "before", now).await;
+        let batch = read_room(&store, now).await;
         assert_eq!(batch.events.len(), 6, "the dead letters' room");
         let marks: Vec<Mark> = batch
             .events
@@ -141,7 +138,11 @@ impl Host {
             })
             .await
             .unwrap();
-        leave(&store, "before").await;
+        // `before` leaves: its partitions go to the host under test at its first heartbeat.
+        BEFORE
+            .heartbeat_or_leave(&*store, true)
+            .await
+            .expect("before leaves");
         store
             .enqueue(&[typed_record("default", "xss-1", XSS_ROOM, XSS_TYPE, now)])
             .await
@@ -187,54 +188,27 @@ impl Host {
     }
 }
 
-/// The lease of host `before`, which makes the dead letters (it leaves before the host starts).
-const BEFORE_LEASE_MS: i64 = 60_000;
+/// Host `before` of tenant `default`, which makes the dead letters (it leaves before the host
+/// starts).
+const BEFORE: HandHost<'static> = HandHost {
+    app: "default",
+    id: "before",
+    lease_ms: 60_000,
+};
 
-/// One heartbeat of `host` for tenant `default` (alone: it takes every partition), or its
-/// leaving one.
-async fn heartbeat(store: &Arc<dyn OutboxStore>, host: &str, leaving: bool) -> Vec<PartitionFence> {
-    store
-        .rebalance(&RebalanceParams {
-            app_code: "default",
-            host_id: host,
-            lease_ms: BEFORE_LEASE_MS,
-            release: &[],
-            leaving,
-            careful_rows: 100,
-            now_ms: now_ms(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("heartbeat of {host}: {e}"))
-        .owned
-}
-
-/// For rows that all live in one room: `host` takes every partition of `default` and reads each;
-/// the one batch that handed out rows (panics when none did).
-async fn read_room(store: &Arc<dyn OutboxStore>, host: &str, now: i64) -> ClaimBatch {
-    for fence in heartbeat(store, host, false).await {
+/// For rows that all live in one room: [`BEFORE`] takes every partition of `default` and reads
+/// each; the one batch that handed out rows (panics when none did).
+async fn read_room(store: &Arc<dyn OutboxStore>, now: i64) -> ClaimBatch {
+    for fence in BEFORE.heartbeat(&**store).await.owned {
         let batch = store
-            .read_partitions(&PartitionRead {
-                app_code: "default".into(),
-                host_id: host.into(),
-                fences: vec![fence],
-                limit: 10,
-                now_ms: now,
-                lease_ms: BEFORE_LEASE_MS,
-                max_attempts: 5,
-                per_room: false,
-            })
+            .read_partitions(&BEFORE.read(vec![fence], 10, now, false))
             .await
             .unwrap_or_else(|e| panic!("read of partition {fence:?}: {e}"));
         if !batch.events.is_empty() {
             return batch;
         }
     }
-    panic!("no partition of {host} held rows");
-}
-
-/// `host` leaves: its partitions go to the host under test at its first heartbeat.
-async fn leave(store: &Arc<dyn OutboxStore>, host: &str) {
-    heartbeat(store, host, true).await;
+    panic!("no partition of {} held rows", BEFORE.id);
 }
 
 /// One HTTP/1.1 answer.

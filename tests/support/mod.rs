@@ -45,6 +45,7 @@
 #![allow(dead_code)] // the tests and bench_modes each use a different part of this module
 
 mod child;
+mod hand_host;
 mod per_backend;
 mod plan;
 pub mod private_server;
@@ -64,6 +65,8 @@ use sqlx::{AssertSqlSafe, Connection, Executor};
 // The helpers this module offers; each test binary uses a different part of them.
 #[allow(unused_imports)]
 pub use child::output_within;
+#[allow(unused_imports)]
+pub use hand_host::HandHost;
 pub use outboxd::record::Record;
 #[allow(unused_imports)]
 pub use outboxd::store::{Backend, ConnectOptions, OutboxStore, TableName};
