@@ -101,7 +101,7 @@ pub async fn run(
     publisher: Arc<dyn Publisher>,
 ) -> Result<LatencyReport, LatencyError> {
     let config = harness.config;
-    // The config's worker options drive the worker: per-room ordering needs the room index.
+    // The config's worker options drive the worker (its batch size, loops and ordering).
     let inner = harness.store(0).await?;
     let producers = options.producers.max(1);
     let producer_store = harness.pool(producers).await?;

@@ -1,9 +1,8 @@
 //! The yardstick table of `outboxd-bench --shapes raw-1idx`: the seed's columns with only the
 //! primary key and ONE claim index, `(app_code, status, created_at_ms, event_id)`, as issue 25
-//! named the raw loop to compare against. outboxd's own table has three claim indexes (pending,
-//! retry, lease; the last two hold live rows only on PostgreSQL and lack the status on
-//! MySQL/MariaDB), so a status change writes more index entries; the raw two-write loop on this
-//! table pays one index. No triggers (PostgreSQL's commit notifications are outboxd's, not the yardstick's).
+//! named the raw loop to compare against: its figure does not move when outboxd's own indexes
+//! change (the partition index of live rows, and PostgreSQL's index of finished rows or
+//! MariaDB's of failed ones); the raw two-write loop on this table pays one index. No triggers (PostgreSQL's commit notifications are outboxd's, not the yardstick's).
 //!
 //! The table is dropped and created fresh for each run, named `<table>_1idx`.
 

@@ -188,7 +188,8 @@ pub(crate) fn select_event(
     b.finish()
 }
 
-/// The newest `window` `failed` rows of a tenant (a range of the claim index, read backwards),
+/// The newest `window` `failed` rows of a tenant (a range of the index of finished or failed
+/// rows, read backwards),
 /// grouped by `last_error`: the error, the count, the first and last `updated_at_ms`.
 pub(crate) fn select_error_groups(
     backend: Backend,
