@@ -6,7 +6,8 @@
 //! migration once; a change of partition count cut short is finished by running it again.
 //! MariaDB: the status index replaced by the failed-apart index (0007) while producers write, on
 //! a table with rows in every state; a change of partition count cut short is finished by
-//! running it again.
+//! running it again. PostgreSQL and SQLite: a partial index of the required index's columns
+//! under another name does not stand in for it.
 
 use crate::support;
 
@@ -15,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use outboxd::store::{
-    Backend, CountsParams, DEFAULT_TABLE, FailedFilter, ListFailedParams, OutboxStore,
+    Backend, CountsParams, DEFAULT_TABLE, FailedFilter, ListFailedParams, OutboxStore, TableName,
 };
 use sqlx::{Connection, Executor, PgConnection};
 use support::{Bind, HandHost, RawInsert, TestDb, record, wait_until};
@@ -452,4 +453,50 @@ async fn mariadb_change_of_partition_count_cut_short_is_finished_by_running_it_a
         "{indexes:?}"
     );
     sixteen_partitions_deliver_all_200(&db).await;
+}
+
+/// A partial index of the required index's columns under another name (an operator's index of
+/// failed rows only) does not stand in for it: `migrate` creates the required index beside it,
+/// once (PostgreSQL and SQLite, the databases with partial indexes).
+#[tokio::test]
+async fn migrate_creates_the_required_index_beside_a_partial_one_of_its_columns() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let Some(db) = TestDb::new(backend).await else {
+            continue;
+        };
+        let store = db.store_default().await;
+        let (name, columns) =
+            outboxd::store::internals::required_indexes(backend, &TableName::default())
+                .into_iter()
+                .next()
+                .expect("a required index");
+        db.drop_index(DEFAULT_TABLE, &name).await;
+        db.execute(
+            &format!(
+                "CREATE INDEX idx_ops_failed_only ON {DEFAULT_TABLE} ({}) \
+                 WHERE status = 'failed'",
+                columns.join(", ")
+            ),
+            &[],
+        )
+        .await;
+        for run in ["first", "second"] {
+            assert!(
+                store.migrate().await.expect("migrate").is_empty(),
+                "{backend:?}: no migration left"
+            );
+            let indexes = db.index_columns(DEFAULT_TABLE).await;
+            assert_eq!(
+                indexes.get(&name),
+                Some(&columns.iter().map(|c| c.to_string()).collect()),
+                "{backend:?}, {run} migrate: the required index beside the partial one: \
+                 {indexes:?}"
+            );
+            assert!(
+                indexes.contains_key("idx_ops_failed_only"),
+                "{backend:?}: the operator's index is kept"
+            );
+        }
+        db.cleanup().await;
+    }
 }

@@ -205,10 +205,12 @@ impl FromColumns for ErrorGroup {
     }
 }
 
-/// One row of `table_index_columns`: index name and key column (`None` for an expression).
+/// One row of `table_index_columns`: index name, key column (`None` for an expression), and
+/// whether the index holds only the rows of a `WHERE`.
 pub(crate) struct IndexColumn {
     pub(crate) index: String,
     pub(crate) column: Option<String>,
+    pub(crate) partial: bool,
 }
 
 impl FromColumns for IndexColumn {
@@ -216,6 +218,7 @@ impl FromColumns for IndexColumn {
         Ok(IndexColumn {
             index: row.text(0)?,
             column: row.opt_text(1)?,
+            partial: row.int(2)? != 0,
         })
     }
 }

@@ -139,7 +139,7 @@ impl SqlDialect for MySqlDialect {
     fn table_index_columns(&self, table: &TableName) -> Bound {
         let mut b = SqlBuilder::new(Backend::MySql);
         b.push(
-            "SELECT index_name, column_name FROM information_schema.statistics \
+            "SELECT index_name, column_name, CAST(0 AS SIGNED) FROM information_schema.statistics \
              WHERE table_schema = DATABASE() AND table_name = ",
         )
         .bind(table.as_str())

@@ -175,7 +175,8 @@ impl SqlDialect for PostgresDialect {
     fn table_index_columns(&self, table: &TableName) -> Bound {
         let mut b = SqlBuilder::new(Backend::Postgres);
         b.push(
-            "SELECT i.relname::text, a.attname::text FROM pg_index x \
+            "SELECT i.relname::text, a.attname::text, \
+             CAST(CASE WHEN x.indpred IS NULL THEN 0 ELSE 1 END AS BIGINT) FROM pg_index x \
              JOIN pg_class t ON t.oid = x.indrelid \
              JOIN pg_namespace n ON n.oid = t.relnamespace \
              JOIN pg_class i ON i.oid = x.indexrelid \

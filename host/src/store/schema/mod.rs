@@ -82,8 +82,9 @@ pub fn required_index_columns(backend: Backend) -> Vec<Vec<&'static str>> {
 }
 
 /// The catalog query `migrate` reads a table's indexes with, for tools and tests that read them
-/// on their own connection: the statement (one row per key column, `index name, column name`,
-/// the column NULL for an expression, ordered by index and position) and the one value to bind to
+/// on their own connection: the statement (one row per key column, `index name, column name,
+/// partial`, the column NULL for an expression, `partial` 1 for an index with a `WHERE`, ordered
+/// by index and position) and the one value to bind to
 /// its placeholder, `table`'s name as the catalog stores it.
 pub fn index_columns_query(backend: Backend, table: &TableName) -> (String, String) {
     let Bound { sql, args } = backend.dialect().table_index_columns(table);
@@ -109,26 +110,42 @@ pub(crate) fn create_index(table: &TableName, index: &RequiredIndex) -> String {
     sql
 }
 
-/// A table's indexes as the catalog lists them: name and key columns in order (`None` for an
-/// expression).
-pub(crate) type TableIndexes = Vec<(String, Vec<Option<String>>)>;
+/// One index of a table as the catalog lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CatalogIndex {
+    /// Its name.
+    pub(crate) name: String,
+    /// Its key columns in order (`None` for an expression).
+    pub(crate) columns: Vec<Option<String>>,
+    /// It holds only the rows of a `WHERE` (PostgreSQL, SQLite).
+    pub(crate) partial: bool,
+}
 
-/// Reads the indexes of `table` ([`TableIndexes`]) with the backend's catalog query.
+/// Reads the indexes of `table` with the backend's catalog query.
 pub(crate) async fn table_indexes<S: Session>(
     session: &mut S,
     backend: Backend,
     table: &TableName,
     op: &'static str,
-) -> Result<TableIndexes, StoreError> {
-    let mut indexes: TableIndexes = Vec::new();
+) -> Result<Vec<CatalogIndex>, StoreError> {
+    let mut indexes: Vec<CatalogIndex> = Vec::new();
     let rows = session
         .rows::<IndexColumn>(backend.dialect().table_index_columns(table))
         .await
         .map_err(StoreError::db(op))?;
-    for IndexColumn { index, column } in rows {
+    for IndexColumn {
+        index,
+        column,
+        partial,
+    } in rows
+    {
         match indexes.last_mut() {
-            Some((name, columns)) if *name == index => columns.push(column),
-            _ => indexes.push((index, vec![column])),
+            Some(last) if last.name == index => last.columns.push(column),
+            _ => indexes.push(CatalogIndex {
+                name: index,
+                columns: vec![column],
+                partial,
+            }),
         }
     }
     Ok(indexes)
@@ -144,30 +161,33 @@ pub(crate) fn same_column_list(columns: &[Option<String>], wanted: &[&str]) -> b
         })
 }
 
-/// The `wanted` indexes a table lacks, given its indexes (name and key columns, `None` for an
-/// expression): those no index has the key columns of, under any name; or why `migrate` cannot
-/// create them (an index of the wanted name has other columns).
+/// The `wanted` indexes a table lacks, given its indexes: those no index has the key columns of,
+/// under the wanted name or, holding every row (no `WHERE`), under any other (a partial index of
+/// another name may leave out rows the wanted one must hold); or why `migrate` cannot create
+/// them (an index of the wanted name has other columns).
 pub(crate) fn missing_indexes(
     backend: Backend,
     table: &TableName,
-    existing: &[(String, Vec<Option<String>>)],
+    existing: &[CatalogIndex],
     wanted: &'static [RequiredIndex],
 ) -> Result<Vec<&'static RequiredIndex>, String> {
     let mut create = Vec::new();
     let mut conflicts = Vec::new();
     for index in wanted {
+        let name = index.name(table);
+        let named = |e: &&CatalogIndex| e.name.eq_ignore_ascii_case(&name);
         if existing
             .iter()
-            .any(|(_, columns)| same_column_list(columns, index.columns))
+            .any(|e| same_column_list(&e.columns, index.columns) && (!e.partial || named(&e)))
         {
             continue;
         }
-        let name = index.name(table);
-        match existing
-            .iter()
-            .find(|(existing, _)| existing.eq_ignore_ascii_case(&name))
-        {
-            Some((existing, columns)) => {
+        match existing.iter().find(named) {
+            Some(CatalogIndex {
+                name: existing,
+                columns,
+                ..
+            }) => {
                 let columns: Vec<&str> = columns
                     .iter()
                     .map(|c| c.as_deref().unwrap_or("<expression>"))

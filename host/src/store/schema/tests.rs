@@ -94,14 +94,10 @@ fn postgres_keeps_only_finished_rows_in_its_status_index() {
 
 #[test]
 fn required_index_plan() {
-    let index = |name: &str, columns: &[&str]| {
-        (
-            name.to_string(),
-            columns
-                .iter()
-                .map(|c| Some(c.to_string()))
-                .collect::<Vec<_>>(),
-        )
+    let index = |name: &str, columns: &[&str]| CatalogIndex {
+        name: name.to_string(),
+        columns: columns.iter().map(|c| Some(c.to_string())).collect(),
+        partial: false,
     };
     // The Go service's indexes: its claim index covers the status index under another name.
     let go = [
@@ -118,6 +114,28 @@ fn required_index_plan() {
     );
     let create = missing_indexes(Backend::MySql, &table(), &go[..1], &STATUS_INDEX).unwrap();
     assert_eq!(create.len(), 1);
+    // A partial index of the columns under another name may leave out rows the status index
+    // must hold: it is created beside it. Under the wanted name, it is taken as outboxd's own.
+    let failed_only = CatalogIndex {
+        partial: true,
+        ..go[1].clone()
+    };
+    let beside = [go[0].clone(), failed_only.clone()];
+    assert_eq!(
+        missing_indexes(Backend::Sqlite, &table(), &beside, &STATUS_INDEX)
+            .unwrap()
+            .len(),
+        1
+    );
+    let own = [CatalogIndex {
+        name: "idx_room_outbox_pending".into(),
+        ..failed_only
+    }];
+    assert!(
+        missing_indexes(Backend::Sqlite, &table(), &own, &STATUS_INDEX)
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         create_index(&table(), create[0]),
         "CREATE INDEX idx_room_outbox_pending ON room_outbox (app_code, status, created_at_ms, event_id)"

@@ -90,7 +90,7 @@ impl SqlDialect for SqliteDialect {
 
     fn table_index_columns(&self, table: &TableName) -> Bound {
         let mut b = SqlBuilder::new(Backend::Sqlite);
-        b.push("SELECT il.name, ii.name FROM pragma_index_list(")
+        b.push("SELECT il.name, ii.name, il.partial FROM pragma_index_list(")
             .bind(table.as_str())
             .push(") il JOIN pragma_index_info(il.name) ii ORDER BY il.name, ii.seqno");
         b.finish()

@@ -205,8 +205,9 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// The column names of `table` (no rows when it does not exist).
     fn table_columns(&self, table: &TableName) -> Bound;
 
-    /// The indexes of `table`: one row per key column (`index name, column name`; the column is
-    /// NULL for an expression), ordered by index name and position.
+    /// The indexes of `table`: one row per key column (`index name, column name, partial`; the
+    /// column is NULL for an expression; `partial` 1 for an index with a `WHERE`, else 0), ordered
+    /// by index name and position.
     fn table_index_columns(&self, table: &TableName) -> Bound;
 
     /// The statement that drops index `name` of `table`: `migrate` names it where it refuses an
