@@ -128,6 +128,10 @@ impl PartitionSql for MySqlDialect {
         format!(" FORCE INDEX (idx_{}_part)", table.as_str())
     }
 
+    fn parenthesized_read_branches(&self) -> bool {
+        true
+    }
+
     fn fence_lock(&self) -> &'static str {
         // At READ COMMITTED (the store's sessions) InnoDB reads another table's rows in an
         // UPDATE without locking them: ask for the shared lock.

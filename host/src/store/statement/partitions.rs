@@ -86,6 +86,17 @@ pub(crate) trait PartitionSql {
         String::new()
     }
 
+    /// Whether a partition read joins its branches as `(SELECT … ORDER BY … LIMIT ?) UNION ALL
+    /// (…)`, each cut at the read's limit (several partitions: one row past it), the rows put in
+    /// order by the caller alone. The default wraps each branch in a derived table
+    /// (`SELECT * FROM (…) b0`), and a read of several partitions in one ordered and cut by the
+    /// statement. MariaDB writes each derived table ordered and cut this way to a temporary table
+    /// first, on disk since the envelope is a BLOB (an Aria table made and dropped three times a
+    /// read); parenthesized branches it streams.
+    fn parenthesized_read_branches(&self) -> bool {
+        false
+    }
+
     /// Appended to the INSERT creating a tenant's partition rows: keep the ones that exist.
     fn ignore_duplicate_partition(&self) -> &'static str {
         " ON CONFLICT (app_code, partition_id) DO NOTHING"
@@ -490,15 +501,26 @@ fn rooms_with(
 }
 
 /// One branch of the read: up to `limit` rows of the read's partition by write order (several
-/// partitions: all their rows of the branch), with their status and partition.
-fn write_branch(b: &mut SqlBuilder, from: &ReadSource<'_>, read: &PartitionRead, branch: u8) {
-    b.push("SELECT * FROM (SELECT ")
-        .push(READ_COLUMNS)
-        .push(", c.status, CAST(")
-        .push(from.partition.as_deref().unwrap_or("0"))
-        .push(" AS ")
-        .push(from.backend.dialect().bigint_type())
-        .push(")");
+/// partitions: all their rows of the branch, or in `parenthesized` form the first `limit + 1`),
+/// with their status and partition.
+fn write_branch(
+    b: &mut SqlBuilder,
+    from: &ReadSource<'_>,
+    read: &PartitionRead,
+    branch: u8,
+    parenthesized: bool,
+) {
+    b.push(if parenthesized {
+        "(SELECT "
+    } else {
+        "SELECT * FROM (SELECT "
+    })
+    .push(READ_COLUMNS)
+    .push(", c.status, CAST(")
+    .push(from.partition.as_deref().unwrap_or("0"))
+    .push(" AS ")
+    .push(from.backend.dialect().bigint_type())
+    .push(")");
     from_table(b, from, "c");
     in_partitions(b, from, read, "c.");
     match branch {
@@ -536,11 +558,19 @@ fn write_branch(b: &mut SqlBuilder, from: &ReadSource<'_>, read: &PartitionRead,
     if read.fences.len() == 1 {
         b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
             .bind(i64::from(read.limit));
+    } else if parenthesized {
+        // The branch's first `limit + 1` rows hold its part of the read's first `limit + 1`.
+        b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
+            .bind(i64::from(read.limit) + 1);
     }
-    // Several partitions: every live row of theirs, ordered and cut by the statement around the
-    // branches. An order here would let PostgreSQL walk the tenant's status index in write
-    // order instead, filtering out the other partitions' backlogs.
-    b.push(") b").push(&branch.to_string());
+    // Several partitions otherwise: every live row of theirs, ordered and cut by the statement
+    // around the branches. An order here would let PostgreSQL walk the tenant's status index in
+    // write order instead, filtering out the other partitions' backlogs.
+    if parenthesized {
+        b.push(")");
+    } else {
+        b.push(") b").push(&branch.to_string());
+    }
 }
 
 /// The due rows of the partitions of `read.fences`, without writing them: pending (with per-room
@@ -550,7 +580,8 @@ fn write_branch(b: &mut SqlBuilder, from: &ReadSource<'_>, read: &PartitionRead,
 /// by write order, a seek in its part of the partition index. Several (partitions that held a
 /// few rows at their last read, so reading all their live rows costs little): the branches read
 /// them through an `IN` list, and the first `limit + 1` of them all by write order are returned (one row past the limit tells the
-/// caller the read was cut). One statement of three branches whatever the partitions: its
+/// caller the read was cut; with [`PartitionSql::parenthesized_read_branches`], each branch's
+/// first `limit + 1`). One statement of three branches whatever the partitions: its
 /// planning costs as little as a single partition's (a branch per partition cost PostgreSQL
 /// ~10 ms to plan for 16). The caller merges the branches by write order. `partitions`: the
 /// table's partitions per tenant.
@@ -566,7 +597,8 @@ pub(crate) fn read_partitions(
         partition: backend.dialect().partition_of_row(partitions),
     };
     let mut b = SqlBuilder::new(backend);
-    let several = read.fences.len() > 1;
+    let parenthesized = backend.dialect().parenthesized_read_branches();
+    let several = read.fences.len() > 1 && !parenthesized;
     if several {
         b.push("SELECT * FROM (");
     }
@@ -577,7 +609,7 @@ pub(crate) fn read_partitions(
         if i > 0 {
             b.push(" UNION ALL ");
         }
-        write_branch(&mut b, &from, read, branch);
+        write_branch(&mut b, &from, read, branch, parenthesized);
     }
     if several {
         b.push(") u ORDER BY u.created_at_ms, u.event_id LIMIT ")
