@@ -24,11 +24,11 @@ use outboxd::store::internals::{
 };
 use outboxd::store::postgres::PostgresStore;
 use outboxd::store::{
-    Backend, DEFAULT_TABLE, Lease, Mark, MarkParams, OutboxStore, PartitionBatch, PartitionFence,
+    Backend, DEFAULT_TABLE, Lease, Mark, OutboxStore, PartitionBatch, PartitionFence,
     PartitionRead, TableName,
 };
 use sqlx::{Connection, PgConnection, Row};
-use support::{HandHost, TestDb, record};
+use support::{HandHost, TestDb, mark_delivered, record};
 
 const APP: &str = "app_a";
 
@@ -123,19 +123,7 @@ async fn deliver_owned(store: &PostgresStore) -> u64 {
         if batch.events.is_empty() {
             continue;
         }
-        let marks: Vec<Mark> = batch
-            .events
-            .iter()
-            .map(|e| Mark::delivered(e.event.event_id.clone()))
-            .collect();
-        let report = store
-            .mark(&MarkParams {
-                lease: &batch.lease,
-                marks: &marks,
-                now_ms: now_ms(),
-            })
-            .await
-            .expect("mark");
+        let report = mark_delivered(store, &batch).await;
         assert!(report.stale.is_empty(), "stale: {:?}", report.stale);
         applied += report.applied;
     }

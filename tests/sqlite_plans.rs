@@ -11,12 +11,12 @@ use outboxd::store::internals::{
     Arg, Bound, MarkAt, mark_statements, migrations, partition_read_statement,
 };
 use outboxd::store::{
-    Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionFence,
-    PartitionRead, PurgeStatus, TableName,
+    Backend, ClaimBatch, DEFAULT_TABLE, OutboxStore, PartitionFence, PartitionRead, PurgeStatus,
+    TableName,
 };
 use sqlx::{AssertSqlSafe, Row};
 use support::backlog::{APP, HISTORY, LATER, LIVE, NOW, ROOMS};
-use support::{Bind, HandHost, RawInsert, RawPool, TestDb};
+use support::{Bind, HandHost, RawInsert, RawPool, TestDb, all_delivered, mark_delivered};
 
 fn pool(db: &TestDb) -> &sqlx::SqlitePool {
     match &db.pool {
@@ -163,7 +163,7 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
             .all(|id| id.starts_with('p') || id.starts_with("rd") || id.starts_with("dx")),
         "{ids:?}"
     );
-    let marks: Vec<Mark> = ids.iter().map(|id| Mark::delivered(*id)).collect();
+    let marks = all_delivered(&batch);
     for (name, Bound { sql, args }) in mark_statements(
         Backend::Sqlite,
         &table,
@@ -173,14 +173,7 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
     ) {
         check_searches(name, &plan(&db, &sql, &args).await);
     }
-    let report = store
-        .mark(&MarkParams {
-            lease: &batch.lease,
-            marks: &marks,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("mark");
+    let report = mark_delivered(&*store, &batch).await;
     assert_eq!(report.applied, ids.len() as u64);
 
     // Retention and `failed list` read the status index, which keeps every status.

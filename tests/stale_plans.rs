@@ -20,10 +20,8 @@ use crate::support;
 
 use outboxd::record::now_ms;
 use outboxd::store::internals::{Arg, Bound, MarkAt, mark_statements, partition_read_statement};
-use outboxd::store::{
-    Backend, ClaimBatch, DEFAULT_TABLE, Mark, MarkParams, OutboxStore, PartitionRead, TableName,
-};
-use support::{Bind, HandHost, PlanStep, TestDb};
+use outboxd::store::{Backend, ClaimBatch, DEFAULT_TABLE, OutboxStore, PartitionRead, TableName};
+use support::{Bind, HandHost, PlanStep, TestDb, all_delivered, mark_delivered};
 
 /// Rows loaded after `migrate`, never analyzed.
 const ROWS: i64 = 200_000;
@@ -162,20 +160,11 @@ fn check(backend: Backend, name: &str, analyzed: bool, plan: &[PlanStep]) {
     }
 }
 
-/// Every row of `batch`, delivered.
-fn delivered(batch: &ClaimBatch) -> Vec<Mark> {
-    batch
-        .events
-        .iter()
-        .map(|e| Mark::delivered(e.event.event_id.as_str()))
-        .collect()
-}
-
 /// Checks the plans of `batch`'s mark (every row delivered; `what` names it), then runs it:
 /// every row changed, none stale.
 async fn explain_and_mark(db: &TestDb, store: &dyn OutboxStore, batch: &ClaimBatch, what: &str) {
     let backend = store.backend();
-    let marks = delivered(batch);
+    let marks = all_delivered(batch);
     for (name, Bound { sql, args }) in mark_statements(
         backend,
         store.table(),
@@ -186,14 +175,7 @@ async fn explain_and_mark(db: &TestDb, store: &dyn OutboxStore, batch: &ClaimBat
         let plan = db.explain(&sql, &binds(&args)).await;
         check(backend, &format!("{name}{what}"), false, &plan);
     }
-    let report = store
-        .mark(&MarkParams {
-            lease: &batch.lease,
-            marks: &marks,
-            now_ms: now_ms(),
-        })
-        .await
-        .expect("mark");
+    let report = mark_delivered(store, batch).await;
     assert_eq!(report.applied, marks.len() as u64);
     assert!(report.stale.is_empty());
 }
@@ -270,12 +252,7 @@ async fn read_and_mark_plans_survive_stale_statistics(backend: Backend) {
             if drained.events.is_empty() {
                 break;
             }
-            let params = MarkParams {
-                lease: &drained.lease,
-                marks: &delivered(&drained),
-                now_ms: now_ms(),
-            };
-            store.mark(&params).await.expect("mark");
+            mark_delivered(&*store, &drained).await;
         }
     }
     let fresh: Vec<_> = (0..1_000)

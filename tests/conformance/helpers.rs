@@ -204,13 +204,7 @@ pub(crate) fn all_ids(batches: &[ClaimBatch]) -> Vec<String> {
 }
 
 /// A `delivered` mark for every event of `batch`.
-pub(crate) fn all_delivered(batch: &ClaimBatch) -> Vec<Mark> {
-    batch
-        .events
-        .iter()
-        .map(|e| delivered(&e.event.event_id))
-        .collect()
-}
+pub(crate) use crate::support::all_delivered;
 
 /// `&str`s as owned `String`s, to compare with [`ids`].
 pub(crate) fn strs(v: &[&str]) -> Vec<String> {

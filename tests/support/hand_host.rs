@@ -4,9 +4,30 @@
 
 use outboxd::record::now_ms;
 use outboxd::store::{
-    Mark, MarkParams, OutboxStore, Ownership, PartitionFence, PartitionRead, RebalanceParams,
-    StoreError,
+    ClaimBatch, Mark, MarkParams, MarkReport, OutboxStore, Ownership, PartitionFence,
+    PartitionRead, RebalanceParams, StoreError,
 };
+
+/// A `delivered` mark for every event of `batch`.
+pub fn all_delivered(batch: &ClaimBatch) -> Vec<Mark> {
+    batch
+        .events
+        .iter()
+        .map(|e| Mark::delivered(&e.event.event_id))
+        .collect()
+}
+
+/// Marks every event of `batch` delivered, now; panics when the store errors.
+pub async fn mark_delivered(store: &dyn OutboxStore, batch: &ClaimBatch) -> MarkReport {
+    store
+        .mark(&MarkParams {
+            lease: &batch.lease,
+            marks: &all_delivered(batch),
+            now_ms: now_ms(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("mark of {:?}: {e}", batch.lease.partitions))
+}
 
 /// Attempts a read allows (the read's `max_attempts`).
 const MAX_ATTEMPTS: u32 = 10;
@@ -83,20 +104,8 @@ impl HandHost<'_> {
                 if batch.events.is_empty() {
                     break;
                 }
-                let marks: Vec<Mark> = batch
-                    .events
-                    .iter()
-                    .map(|e| Mark::delivered(&e.event.event_id))
-                    .collect();
-                let report = store
-                    .mark(&MarkParams {
-                        lease: &batch.lease,
-                        marks: &marks,
-                        now_ms: now,
-                    })
-                    .await
-                    .unwrap_or_else(|e| panic!("mark of {fence:?}: {e}"));
-                assert_eq!(report.applied, marks.len() as u64, "{report:?}");
+                let report = mark_delivered(store, &batch).await;
+                assert_eq!(report.applied, batch.events.len() as u64, "{report:?}");
                 delivered += report.applied;
             }
         }

@@ -66,7 +66,7 @@ use sqlx::{AssertSqlSafe, Connection, Executor};
 #[allow(unused_imports)]
 pub use child::output_within;
 #[allow(unused_imports)]
-pub use hand_host::HandHost;
+pub use hand_host::{HandHost, all_delivered, mark_delivered};
 pub use outboxd::record::Record;
 #[allow(unused_imports)]
 pub use outboxd::store::{Backend, ConnectOptions, OutboxStore, TableName};
