@@ -35,8 +35,9 @@ pub fn partition_read_statement(
     super::statement::partitions::read_partitions(backend, table, partitions, read)
 }
 
-/// The statements a fenced mark of `marks` runs when some row is stale, named (`mark`, and
-/// MySQL's `marked`), for `EXPLAIN`.
+/// The statements a fenced mark of `marks` runs when some row is stale, named for `EXPLAIN`: the
+/// dialect's choice (`SqlDialect::mark_statements`): `mark`, and
+/// on MySQL and PostgreSQL `marked`, the rows it changed.
 pub fn mark_statements(
     backend: Backend,
     table: &TableName,
