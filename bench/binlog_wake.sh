@@ -25,12 +25,14 @@ require_free_port "$BINLOG_PORT" BINLOG_PORT
 
 header "MariaDB wake: binlog against probe, private server on port $BINLOG_PORT"
 
-# The private server.
+# The private server, with a tmpdir of its own: a starting mariadbd deletes every #sql* file of
+# its tmpdir, and in /tmp those are the shared MariaDB's open temporary tables.
 DATADIR=$WORK/mariadb
 SOCKET=$WORK/mariadb.sock
-mariadb-install-db --no-defaults --datadir="$DATADIR" --auth-root-authentication-method=normal \
+mkdir -p "$WORK/mariadb-tmp"
+TMPDIR=$WORK/mariadb-tmp mariadb-install-db --no-defaults --datadir="$DATADIR" --auth-root-authentication-method=normal \
   --skip-test-db --user="$(id -un)" > "$WORK/install.log" 2>&1
-mariadbd --no-defaults --datadir="$DATADIR" --port="$BINLOG_PORT" --socket="$SOCKET" \
+mariadbd --no-defaults --datadir="$DATADIR" --tmpdir="$WORK/mariadb-tmp" --port="$BINLOG_PORT" --socket="$SOCKET" \
   --bind-address=127.0.0.1 --log-bin=binlog --binlog-format=ROW --server-id=1 \
   --innodb-buffer-pool-size=256M --user="$(id -un)" > "$WORK/mariadbd.log" 2>&1 &
 SERVER_PID=$!

@@ -2,6 +2,9 @@
 //! pooled connection is handed out without a ping while it is in use (one round trip less
 //! before each read and mark of a busy host), so this proves that connections left idle across
 //! a restart are still checked and replaced, and that the first statements after it succeed.
+//! Starting and restarting a private server leaves the machine's temporary tables alone: a
+//! `mariadbd` deletes every `#sql*` file of its tmpdir when it starts, and in `/tmp` those are the
+//! shared MariaDB's, open in its running queries (it crashed dropping one, failing CI runs).
 
 use std::time::Duration;
 
@@ -14,6 +17,8 @@ use support::private_server::{Kind, PrivateServer};
 /// again: every call must succeed on the first try (each dead connection is pinged at checkout,
 /// dropped, and a new one opened).
 async fn idle_connections_are_replaced_after_a_restart(kind: Kind) {
+    // Named as the shared server names its temporary tables in the machine's tmpdir.
+    let canary = Canary::new();
     let Some(mut server) = PrivateServer::start(kind).await else {
         return;
     };
@@ -42,6 +47,31 @@ async fn idle_connections_are_replaced_after_a_restart(kind: Kind) {
         b.unwrap_or_else(|e| panic!("round {round}, call 2 after the restart: {e}"));
     }
     store.close().await;
+    assert!(
+        canary.0.exists(),
+        "the private {kind:?} server deleted {} (a temporary table of the machine's tmpdir) \
+         when it started",
+        canary.0.display()
+    );
+}
+
+/// A file named as MariaDB names an internal temporary table, in the machine's tmpdir (the one a
+/// server started without `--tmpdir` uses); removed when dropped.
+struct Canary(std::path::PathBuf);
+
+impl Canary {
+    fn new() -> Canary {
+        let name = format!("#sql-temptable-outboxd-canary-{}", std::process::id());
+        let path = std::env::temp_dir().join(name);
+        std::fs::write(&path, b"").expect("write the canary");
+        Canary(path)
+    }
+}
+
+impl Drop for Canary {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

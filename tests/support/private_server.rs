@@ -1,5 +1,5 @@
 //! A database server private to one test: its own data dir under a temp dir, its own free port
-//! and socket, never the shared servers. PostgreSQL 15 (`initdb` + `postgres`) or MariaDB
+//! and socket, its own temporary files, never the shared servers. PostgreSQL 15 (`initdb` + `postgres`) or MariaDB
 //! (`mariadb-install-db` + `mariadbd`, optionally writing a ROW-format binlog). Killed (and its
 //! files removed) when the guard drops, also when the test panics.
 //!
@@ -129,6 +129,7 @@ impl PrivateServer {
             return None;
         }
         let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join("tmp")).expect("the server's tmpdir");
         let mut server = PrivateServer {
             kind,
             dir,
@@ -156,6 +157,13 @@ impl PrivateServer {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    /// MariaDB's temporary files. Never the machine's `/tmp`: a starting `mariadbd` deletes
+    /// every `#sql*` file of its tmpdir, and in `/tmp` those are the shared server's temporary
+    /// tables, open in its running queries (it then crashes dropping one).
+    fn tmp_dir(&self) -> PathBuf {
+        self.dir.path().join("tmp")
     }
 
     /// A command run as the database's own user when this test runs as root (PostgreSQL refuses
@@ -201,6 +209,7 @@ impl PrivateServer {
             Kind::MariaDb => {
                 let mut command = Command::new("/usr/bin/mariadb-install-db");
                 command
+                    .env("TMPDIR", self.tmp_dir())
                     .arg("--no-defaults")
                     .arg(format!("--datadir={}", self.data_dir().display()))
                     .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
@@ -257,6 +266,7 @@ impl PrivateServer {
                 command
                     .arg("--no-defaults")
                     .arg(format!("--datadir={}", self.data_dir().display()))
+                    .arg(format!("--tmpdir={}", self.tmp_dir().display()))
                     .arg(format!("--port={}", self.port))
                     .arg(format!(
                         "--socket={}",
