@@ -8,7 +8,7 @@ use crate::support;
 
 use outboxd::record::now_ms;
 use outboxd::store::internals::{
-    Arg, Bound, MarkAt, mark_statements, migrations, partition_read_statement,
+    Arg, Bound, MarkAt, mark_statements, migrations, partition_read_statement, sqlite_query,
 };
 use outboxd::store::{
     Backend, ClaimBatch, DEFAULT_TABLE, OutboxStore, PartitionFence, PartitionRead, PurgeStatus,
@@ -47,23 +47,16 @@ async fn seed(db: &TestDb) {
 
 /// The `EXPLAIN QUERY PLAN` lines (`detail` column) of `sql` with `args` bound.
 async fn plan(db: &TestDb, sql: &str, args: &[Arg]) -> Vec<String> {
-    let mut query = sqlx::query(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")));
-    for arg in args {
-        query = match arg {
-            Arg::Text(v) => query.bind(v.clone()),
-            Arg::Int(v) => query.bind(*v),
-            Arg::Bytes(v) => query.bind(v.clone()),
-            // Only a dialect with array parameters (PostgreSQL) writes one.
-            Arg::TextList(v) => panic!("SQLite statement with a list bound as an array: {v:?}"),
-        };
-    }
-    query
-        .fetch_all(pool(db))
-        .await
-        .unwrap_or_else(|e| panic!("EXPLAIN QUERY PLAN {sql}: {e}"))
-        .iter()
-        .map(|row| row.get::<String, _>("detail"))
-        .collect()
+    sqlite_query(Bound {
+        sql: format!("EXPLAIN QUERY PLAN {sql}").into(),
+        args: args.to_vec(),
+    })
+    .fetch_all(pool(db))
+    .await
+    .unwrap_or_else(|e| panic!("EXPLAIN QUERY PLAN {sql}: {e}"))
+    .iter()
+    .map(|row| row.get::<String, _>("detail"))
+    .collect()
 }
 
 /// Index entries (cells of its b-tree pages) of index `name`, from the `dbstat` table.

@@ -24,7 +24,7 @@ use outboxd::monitor::StatusSnapshot;
 use outboxd::plugin::SinkControls;
 use outboxd::record::{Record, now_ms};
 use outboxd::reload::Loaded;
-use outboxd::store::internals::{Arg, Bound, console_explain_statements};
+use outboxd::store::internals::{Bound, console_explain_statements, mysql_query, postgres_query};
 use outboxd::store::{self, Backend, ConnectOptions, Mark, MarkParams, OutboxStore, TableName};
 
 /// The tenant of the benchmark's rows.
@@ -271,10 +271,10 @@ async fn explain(url: &str, backend: Backend, table: &TableName) -> anyhow::Resu
                     .disable_statement_logging()
                     .connect()
                     .await?;
-                let sql = format!("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {}", bound.sql);
-                let rows = bind_pg(sqlx::query(sqlx::AssertSqlSafe(sql)), &bound)
-                    .fetch_all(&mut conn)
-                    .await?;
+                let rows =
+                    postgres_query(prefixed("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)", &bound))
+                        .fetch_all(&mut conn)
+                        .await?;
                 rows.iter()
                     .map(|r| r.get::<String, _>(0))
                     .collect::<Vec<_>>()
@@ -284,8 +284,7 @@ async fn explain(url: &str, backend: Backend, table: &TableName) -> anyhow::Resu
                     .disable_statement_logging()
                     .connect()
                     .await?;
-                let sql = format!("ANALYZE {}", bound.sql);
-                let rows = bind_my(sqlx::query(sqlx::AssertSqlSafe(sql)), &bound)
+                let rows = mysql_query(prefixed("ANALYZE", &bound))
                     .fetch_all(&mut conn)
                     .await?;
                 rows.iter()
@@ -323,29 +322,10 @@ async fn explain(url: &str, backend: Backend, table: &TableName) -> anyhow::Resu
     Ok(())
 }
 
-type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
-type MyQuery<'q> = sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>;
-
-fn bind_pg<'q>(mut query: PgQuery<'q>, bound: &Bound) -> PgQuery<'q> {
-    for arg in &bound.args {
-        query = match arg {
-            Arg::Text(text) => query.bind(text.clone()),
-            Arg::Int(n) => query.bind(*n),
-            Arg::Bytes(bytes) => query.bind(bytes.clone()),
-            Arg::TextList(list) => query.bind(list.clone()),
-        };
+/// `bound` run under `prefix` (`EXPLAIN …`, `ANALYZE`), with the same arguments.
+fn prefixed(prefix: &str, bound: &Bound) -> Bound {
+    Bound {
+        sql: format!("{prefix} {}", bound.sql).into(),
+        args: bound.args.clone(),
     }
-    query
-}
-
-fn bind_my<'q>(mut query: MyQuery<'q>, bound: &Bound) -> MyQuery<'q> {
-    for arg in &bound.args {
-        query = match arg {
-            Arg::Text(text) => query.bind(text.clone()),
-            Arg::Int(n) => query.bind(*n),
-            Arg::Bytes(bytes) => query.bind(bytes.clone()),
-            Arg::TextList(list) => query.bind(list.join(",")),
-        };
-    }
-    query
 }

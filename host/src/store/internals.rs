@@ -16,7 +16,10 @@ pub use super::statement::purge::statement_texts as purge_statement_texts;
 pub use super::statement::rows::Statements;
 pub use super::statement::{Arg, Bound};
 
-use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::mysql::{MySql, MySqlArguments};
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions};
 
 /// What every pooled PostgreSQL session runs when it opens (plans cached, no sequential scan),
 /// for the plan tests' own sessions.
@@ -52,4 +55,20 @@ pub fn mark_statements(
 /// `synchronous`), for the benchmark's plain clients on the same file.
 pub fn sqlite_connect_options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
     super::sqlite::connect_options(url)
+}
+
+/// `statement` as a PostgreSQL query, its arguments bound as the store binds them (a key list as
+/// one array), for a tool that runs or `EXPLAIN`s it on a connection of its own.
+pub fn postgres_query(statement: Bound) -> Query<'static, Postgres, PgArguments> {
+    super::session::bind_args::<Postgres>(statement)
+}
+
+/// `statement` as a MariaDB/MySQL query, its arguments bound as the store binds them.
+pub fn mysql_query(statement: Bound) -> Query<'static, MySql, MySqlArguments> {
+    super::session::bind_args::<MySql>(statement)
+}
+
+/// `statement` as a SQLite query, its arguments bound as the store binds them.
+pub fn sqlite_query(statement: Bound) -> Query<'static, Sqlite, SqliteArguments> {
+    super::session::bind_args::<Sqlite>(statement)
 }
