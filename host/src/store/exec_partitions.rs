@@ -124,31 +124,23 @@ async fn own_partitions<D: Driver, S: Session>(
     const OP: &str = "rebalance";
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
-    let (app_code, host_id, lease_ms, now_ms) = (
-        params.app_code,
-        params.host_id,
-        params.lease_ms,
-        params.now_ms,
-    );
-    let renewed = run_retried(conn, OP, || {
-        sql::renew_host(backend, table, app_code, host_id, lease_ms, now_ms)
-    })
-    .await?;
-    if renewed == 0 {
-        run_retried(conn, OP, || {
-            sql::insert_host(backend, table, app_code, host_id, lease_ms, now_ms)
-        })
-        .await?;
+    let host = sql::HostLease {
+        app_code: params.app_code,
+        host_id: params.host_id,
+        lease_ms: params.lease_ms,
+        now_ms: params.now_ms,
+    };
+    let (app_code, host_id, lease_ms, now_ms) =
+        (host.app_code, host.host_id, host.lease_ms, host.now_ms);
+    if run_retried(conn, OP, || sql::renew_host(backend, table, &host)).await? == 0 {
+        run_retried(conn, OP, || sql::insert_host(backend, table, &host)).await?;
     }
     let forget_after = lease_ms.saturating_mul(FORGET_HOSTS_AFTER_LEASES);
     run_retried(conn, OP, || {
         sql::delete_hosts(backend, table, app_code, None, forget_after, now_ms)
     })
     .await?;
-    run_retried(conn, OP, || {
-        sql::renew_partitions(backend, table, app_code, host_id, lease_ms, now_ms)
-    })
-    .await?;
+    run_retried(conn, OP, || sql::renew_partitions(backend, table, &host)).await?;
     if !params.release.is_empty() {
         run_retried(conn, OP, || {
             sql::release_partitions(backend, table, app_code, host_id, Some(params.release))
@@ -215,12 +207,6 @@ async fn own_partitions<D: Driver, S: Session>(
         if wanted == 0 {
             break;
         }
-        let host = sql::HostLease {
-            app_code,
-            host_id,
-            lease_ms,
-            now_ms,
-        };
         // Its last owner's lease ran out (it died, or was paused or cut off): the crash guard.
         let careful = row
             .careful

@@ -129,7 +129,8 @@ pub(super) fn now(b: &mut SqlBuilder, backend: Backend, now_ms: i64) {
     };
 }
 
-/// A host's lease, as the statements renewing and taking leases write it.
+/// A host's lease, as the statements announcing and renewing a host and taking and renewing its
+/// partitions write it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HostLease<'a> {
     /// Tenant.
@@ -143,44 +144,30 @@ pub(crate) struct HostLease<'a> {
 }
 
 /// Extends this host's life: `alive_until_ms = now + lease_ms` (0 rows: not there yet).
-pub(crate) fn renew_host(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    host_id: &str,
-    lease_ms: i64,
-    now_ms: i64,
-) -> Bound {
+pub(crate) fn renew_host(backend: Backend, table: &TableName, host: &HostLease<'_>) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
         .push(&table.hosts_table())
         .push(" SET alive_until_ms = ");
-    lease_end(&mut b, backend, lease_ms, now_ms);
+    lease_end(&mut b, backend, host.lease_ms, host.now_ms);
     b.push(" WHERE app_code = ")
-        .bind(app_code)
+        .bind(host.app_code)
         .push(" AND host_id = ")
-        .bind(host_id);
+        .bind(host.host_id);
     b.finish()
 }
 
 /// Announces this host: its row, alive until `now + lease_ms`.
-pub(crate) fn insert_host(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    host_id: &str,
-    lease_ms: i64,
-    now_ms: i64,
-) -> Bound {
+pub(crate) fn insert_host(backend: Backend, table: &TableName, host: &HostLease<'_>) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("INSERT INTO ")
         .push(&table.hosts_table())
         .push(" (app_code, host_id, alive_until_ms) VALUES (")
-        .bind(app_code)
+        .bind(host.app_code)
         .push(", ")
-        .bind(host_id)
+        .bind(host.host_id)
         .push(", ");
-    lease_end(&mut b, backend, lease_ms, now_ms);
+    lease_end(&mut b, backend, host.lease_ms, host.now_ms);
     b.push(")");
     b.finish()
 }
@@ -252,24 +239,17 @@ pub(crate) fn seed_partitions(
     b.finish()
 }
 
-/// Renews every partition `host_id` owns: `lease_until_ms = now + lease_ms`.
-pub(crate) fn renew_partitions(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    host_id: &str,
-    lease_ms: i64,
-    now_ms: i64,
-) -> Bound {
+/// Renews every partition the host owns: `lease_until_ms = now + lease_ms`.
+pub(crate) fn renew_partitions(backend: Backend, table: &TableName, host: &HostLease<'_>) -> Bound {
     let mut b = SqlBuilder::new(backend);
     b.push("UPDATE ")
         .push(&table.partitions_table())
         .push(" SET lease_until_ms = ");
-    lease_end(&mut b, backend, lease_ms, now_ms);
+    lease_end(&mut b, backend, host.lease_ms, host.now_ms);
     b.push(" WHERE app_code = ")
-        .bind(app_code)
+        .bind(host.app_code)
         .push(" AND owner = ")
-        .bind(host_id);
+        .bind(host.host_id);
     b.finish()
 }
 
