@@ -50,11 +50,18 @@ impl Worker {
         app_code: &str,
     ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
         let mut stats = BatchStats::default();
-        // After a pass that found nothing (an idle table), ask which partitions hold live rows
-        // first: an empty read of many partitions costs more than that probe. While catching
-        // up, the partitions a recent probe found without live rows are passed over, as long as
-        // there is something else to read: a pass finds nothing only after a probe of its own.
-        let (mut passed_over, mut empty_reads) = if self.partitions.idle(app_code) {
+        // After a pass that found nothing (an idle table), a loop that checks for work blindly
+        // (no commit feed: the idle probe) asks which partitions hold live rows first: an empty
+        // read of many partitions costs more than that probe. With a commit feed, a round
+        // starts on a commit (or the poll interval): there are rows, so the loop reads at once.
+        // The probe first cost that round a round trip, and the rows committed between the
+        // probe and the read in partitions it had found empty a round more (2,000 rows/s on
+        // PostgreSQL, alternating: p50 / p99 2.8–2.9 / 10.2–10.7 ms with it, 2.4 / 7.1–8.7
+        // without). While catching up, the partitions a recent probe found without live rows
+        // are passed over, as long as there is something else to read: a pass finds nothing
+        // only after a probe of its own.
+        let probe_first = self.partitions.idle(app_code) && !self.wake.has_commit_feed();
+        let (mut passed_over, mut empty_reads) = if probe_first {
             (BTreeSet::new(), EMPTY_READS_BEFORE_PROBE)
         } else {
             (self.partitions.standing_dry(app_code), 0)
