@@ -45,11 +45,12 @@ async fn seed(db: &TestDb) {
     db.analyze(DEFAULT_TABLE).await;
 }
 
-/// The `EXPLAIN QUERY PLAN` lines (`detail` column) of `sql` with `args` bound.
-async fn plan(db: &TestDb, sql: &str, args: &[Arg]) -> Vec<String> {
+/// The `EXPLAIN QUERY PLAN` lines (`detail` column) of `statement`, its arguments bound.
+async fn plan(db: &TestDb, statement: Bound) -> Vec<String> {
+    let sql = statement.sql.clone();
     sqlite_query(Bound {
         sql: format!("EXPLAIN QUERY PLAN {sql}").into(),
-        args: args.to_vec(),
+        args: statement.args,
     })
     .fetch_all(pool(db))
     .await
@@ -130,7 +131,7 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
     let table = TableName::default();
     let fence = own(&*store).await;
     for per_room in [false, true] {
-        let Bound { sql, args } = partition_read_statement(
+        let read = partition_read_statement(
             Backend::Sqlite,
             &table,
             1,
@@ -138,7 +139,7 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
         );
         check_searches(
             &format!("read (per_room: {per_room})"),
-            &plan(&db, &sql, &args).await,
+            &plan(&db, read).await,
         );
     }
 
@@ -157,14 +158,14 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
         "{ids:?}"
     );
     let marks = all_delivered(&batch);
-    for (name, Bound { sql, args }) in mark_statements(
+    for (name, statement) in mark_statements(
         Backend::Sqlite,
         &table,
         &batch.lease,
         &marks,
         MarkAt::first(now_ms()),
     ) {
-        check_searches(name, &plan(&db, &sql, &args).await);
+        check_searches(name, &plan(&db, statement).await);
     }
     let report = mark_delivered(&*store, &batch).await;
     assert_eq!(report.applied, ids.len() as u64);
@@ -173,8 +174,15 @@ async fn sqlite_reads_and_marks_search_indexes_over_history() {
     for status in [PurgeStatus::Delivered, PurgeStatus::Failed] {
         let (select, _) =
             outboxd::store::internals::purge_statement_texts(Backend::Sqlite, &table, status, 1);
-        let args = [Arg::from(APP), Arg::Int(NOW), Arg::Int(NOW), Arg::Int(10)];
-        let plan = plan(&db, &select, &args).await;
+        let args = vec![Arg::from(APP), Arg::Int(NOW), Arg::Int(NOW), Arg::Int(10)];
+        let plan = plan(
+            &db,
+            Bound {
+                sql: select.into(),
+                args,
+            },
+        )
+        .await;
         assert!(
             plan.iter().any(|s| s.starts_with("SEARCH ")
                 && s.contains(&format!(

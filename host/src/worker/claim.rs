@@ -57,15 +57,13 @@ impl Worker {
     ) -> Result<(BatchStats, Option<Claimed>), WorkerError> {
         let mut stats = BatchStats::default();
         // After a pass that found nothing (an idle table), a loop asks which partitions hold
-        // live rows first: an empty read of many partitions costs more than that probe. But
-        // with a commit feed, a round starts on a commit (or the poll interval): there are
-        // rows, so a host owning up to READ_AT_ONCE_MAX_PARTITIONS reads at once. The probe
-        // first cost that round a round trip, and the rows committed between the probe and the
-        // read in partitions it had found empty a round more (2,000 rows/s on PostgreSQL,
-        // alternating: p50 / p99 2.8–2.9 / 10.2–10.7 ms with it, 2.4 / 7.1–8.7 without).
-        // While catching up, the partitions a recent probe found without live rows
-        // are passed over, as long as there is something else to read: a pass finds nothing
-        // only after a probe of its own.
+        // live rows first: an empty read of many partitions costs more than that probe. With a
+        // commit feed, a round starts on a commit (or the poll interval), so a host owning up
+        // to READ_AT_ONCE_MAX_PARTITIONS reads at once: asking first cost a round trip, and a row
+        // committed between the question and the read a round more (docs/PERFORMANCE.md,
+        // "Reading at once after a commit"). While catching up, the partitions a recent probe
+        // found without live rows are passed over, as long as there is something else to read:
+        // a pass finds nothing only after a probe of its own.
         let probe_first = self.partitions.idle(app_code)
             && (!self.wake.has_commit_feed()
                 || self.partitions.owned(app_code) > READ_AT_ONCE_MAX_PARTITIONS);
