@@ -36,6 +36,7 @@ pub async fn read_due(
                 app_code: app_code.to_string(),
                 host_id: host.to_string(),
                 fences: vec![fence],
+                in_flight: Vec::new(),
                 limit: left,
                 now_ms,
                 lease_ms: LEASE_MS,

@@ -168,7 +168,10 @@ impl Worker {
             wake: Wake::new(),
             outage: Arc::new(Outage::new()),
             metrics: Metrics::default(),
-            partitions: Arc::new(partitions::PartitionBook::new(&options.node_id)),
+            partitions: Arc::new(partitions::PartitionBook::new(
+                &options.node_id,
+                options.ordering != DeliveryOrder::PerRoom,
+            )),
             clock: clock::system_clock(),
             clock_guard: Arc::new(ClockGuard::new(options.lease)),
             telemetry: Telemetry::off(),

@@ -83,6 +83,7 @@ pub(crate) fn reading(app: &str, host: &str, now_ms: i64) -> PartitionRead {
             partition: 0,
             epoch: 0,
         }],
+        in_flight: Vec::new(),
         limit: 100,
         now_ms,
         lease_ms: LONG_LEASE_MS,

@@ -82,6 +82,7 @@ impl HandHost<'_> {
             app_code: self.app.into(),
             host_id: self.id.into(),
             fences,
+            in_flight: Vec::new(),
             limit,
             now_ms,
             lease_ms: self.lease_ms,

@@ -198,6 +198,9 @@ pub struct PartitionRead {
     /// reads them all: a host that has caught up reads many partitions holding a few rows each
     /// at the cost of one, and marks them with one statement too.
     pub fences: Vec<PartitionFence>,
+    /// Event ids of the partitions' rows that this host's earlier batches are delivering (read,
+    /// not marked yet): not read again.
+    pub in_flight: Vec<String>,
     /// Most rows in all, the first by write order (each partition's in its own order).
     pub limit: u32,
     /// The current time (due retries; the batch's `lock_until_ms`).

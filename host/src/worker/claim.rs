@@ -127,6 +127,7 @@ impl Worker {
                     app_code: app_code.to_string(),
                     host_id: self.partitions.host_id.clone(),
                     fences: turn.fences.clone(),
+                    in_flight: turn.in_flight.clone(),
                     limit: turn.limit(self.options.batch_size),
                     now_ms,
                     lease_ms: self.options.lease.as_millis() as i64,
@@ -176,6 +177,7 @@ impl Worker {
             let holding: BTreeSet<u32> = read_from.iter().map(|p| p.fence.partition).collect();
             turn.retain(|p| holding.contains(&p));
             if let Some(batch) = batch {
+                turn.delivering(batch.events.iter().map(|e| e.event.event_id.clone()));
                 self.partitions.set_idle(app_code, false);
                 return Ok((stats, Some((batch, turn))));
             }

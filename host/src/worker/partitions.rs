@@ -1,7 +1,8 @@
 //! Partition ownership on the worker's side: the partitions this
-//! host owns ([`PartitionBook`]), handed to the loops in turns ([`PartitionTurn`]: a partition
-//! is read again only once its batch is marked, so no row is read twice), and the heartbeat that
-//! keeps them and rebalances ([`Worker::run_heartbeat`]).
+//! host owns ([`PartitionBook`]), handed to the loops in turns ([`PartitionTurn`]: one turn
+//! reads a partition at a time, and leaves out the rows of its batches still in flight, so no
+//! row is read twice), and the heartbeat that keeps them and rebalances
+//! ([`Worker::run_heartbeat`]).
 //!
 //! A turn is one partition that may hold a backlog (just taken, or its last read was cut at the
 //! limit: read alone, a full batch of it), or the free partitions of a run of owned partitions
@@ -35,8 +36,10 @@ use crate::store::{Careful, Ownership, PartitionFence, RebalanceParams, StoreErr
 struct Tenant {
     /// Owned partitions and their epochs.
     owned: BTreeMap<u32, i64>,
-    /// Partitions with a batch being read, published or marked.
-    busy: BTreeSet<u32>,
+    /// Partitions being read: no other turn reads them until the read's batch is booked.
+    reading: BTreeSet<u32>,
+    /// The batches being published or marked, by turn: their partitions and their rows.
+    delivering: HashMap<u64, InFlight>,
     /// Partitions that may hold a backlog (just taken, or the last read was cut at the limit):
     /// read alone next.
     backlogged: BTreeSet<u32>,
@@ -55,6 +58,42 @@ struct Tenant {
     /// ([`PartitionBook::standing_dry`]).
     dry: Option<(BTreeSet<u32>, Instant)>,
 }
+
+/// A batch being published or marked: the partitions it was read from and its rows.
+#[derive(Debug)]
+struct InFlight {
+    partitions: BTreeSet<u32>,
+    rows: Vec<String>,
+}
+
+impl Tenant {
+    /// Whether a batch of partition `p` is being read, published or marked.
+    fn busy(&self, p: u32) -> bool {
+        self.reading.contains(&p) || self.delivering.values().any(|b| b.partitions.contains(&p))
+    }
+
+    /// The turns whose batches of partition `p` are in flight, when another turn may read it
+    /// beside them (leaving their rows out): it is not being read, it keeps up (not read alone),
+    /// and they hold at most [`SHARED_AT_MOST_ROWS`] rows. Empty when none is in flight.
+    fn shareable(&self, p: u32) -> Option<Vec<u64>> {
+        if self.reading.contains(&p) {
+            return None;
+        }
+        let (mut turns, mut rows) = (Vec::new(), 0);
+        for (turn, batch) in &self.delivering {
+            if batch.partitions.contains(&p) {
+                turns.push(*turn);
+                rows += batch.rows.len();
+            }
+        }
+        let alone = self.backlogged.contains(&p) || self.careful.contains_key(&p);
+        (turns.is_empty() || (!alone && rows <= SHARED_AT_MOST_ROWS)).then_some(turns)
+    }
+}
+
+/// The most rows in flight in a partition that a read of it may leave out: a partition whose
+/// batches in flight hold more (a backlog being drained) is read again once they are marked.
+const SHARED_AT_MOST_ROWS: usize = 64;
 
 /// A probe's answer stands (its partitions without live rows are not read) for this many times
 /// the probe's own duration while a partition holds a backlog ([`PartitionBook::note_probe`]):
@@ -76,17 +115,27 @@ pub(super) struct PartitionBook {
     /// A draining run keeps what it owns above its share until it is drained: a host that
     /// found its partitions empty has already left, so nobody might take them over.
     keeps_excess: std::sync::atomic::AtomicBool,
+    /// A partition with batches in flight may be read again beside them (without per-room
+    /// order: a room's later event may then publish before its earlier one is marked).
+    shares_busy: bool,
+    /// The id of the next turn.
+    next_turn: std::sync::atomic::AtomicU64,
 }
 
-/// Partitions lent to one loop: read them, deliver the batch; dropping the turn frees them.
+/// Partitions lent to one loop: read them (leaving out [`PartitionTurn::in_flight`]), deliver
+/// the batch ([`PartitionTurn::delivering`]); dropping the turn frees them.
 #[derive(Debug)]
 pub(super) struct PartitionTurn {
     book: Arc<PartitionBook>,
     app_code: String,
+    id: u64,
     /// The partitions and the epochs they were owned at, distinct.
     pub(super) fences: Vec<PartitionFence>,
     /// The crash guard's state of the turn's one partition, when it is in its care.
     pub(super) careful: Option<Careful>,
+    /// Rows of the turn's partitions that earlier batches are delivering: the read leaves them
+    /// out.
+    pub(super) in_flight: Vec<String>,
 }
 
 impl PartitionTurn {
@@ -96,9 +145,30 @@ impl PartitionTurn {
         self.fences = kept;
         if let Some(tenant) = self.book.lock().get_mut(&self.app_code) {
             for fence in freed {
-                tenant.busy.remove(&fence.partition);
+                tenant.reading.remove(&fence.partition);
+                if let Some(batch) = tenant.delivering.get_mut(&self.id) {
+                    batch.partitions.remove(&fence.partition);
+                }
             }
         }
+    }
+
+    /// The turn's read handed out `rows`: they are in flight until the turn is dropped, and
+    /// another turn may read the partitions beside them ([`PartitionBook::new`]).
+    pub(super) fn delivering(&self, rows: impl IntoIterator<Item = String>) {
+        let mut tenants = self.book.lock();
+        let Some(tenant) = tenants.get_mut(&self.app_code) else {
+            return;
+        };
+        if !self.book.shares_busy {
+            return; // read again once the batch is marked: the partitions stay being read
+        }
+        let partitions: BTreeSet<u32> = self.fences.iter().map(|f| f.partition).collect();
+        tenant.reading.retain(|p| !partitions.contains(p));
+        let rows = rows.into_iter().collect();
+        tenant
+            .delivering
+            .insert(self.id, InFlight { partitions, rows });
     }
 
     /// Notes what the read of each partition found: `full` ones (the read was cut at its limit
@@ -144,21 +214,28 @@ impl PartitionTurn {
 impl Drop for PartitionTurn {
     fn drop(&mut self) {
         if let Some(tenant) = self.book.lock().get_mut(&self.app_code) {
-            for fence in &self.fences {
-                tenant.busy.remove(&fence.partition);
+            if tenant.delivering.remove(&self.id).is_none() {
+                for fence in &self.fences {
+                    tenant.reading.remove(&fence.partition);
+                }
             }
         }
     }
 }
 
 impl PartitionBook {
-    /// An empty book for a host of `node_id`.
-    pub(super) fn new(node_id: &str) -> PartitionBook {
+    /// An empty book for a host of `node_id`. `shares_busy`: a partition whose batches are in
+    /// flight may be read again beside them, leaving their rows out (without per-room order), so
+    /// a row written to it meanwhile need not wait for their marks; else it is read again once
+    /// they are marked.
+    pub(super) fn new(node_id: &str, shares_busy: bool) -> PartitionBook {
         PartitionBook {
             host_id: format!("{node_id}#{:016x}", rand::random::<u64>()),
             tenants: Mutex::new(HashMap::new()),
             valid_until: Mutex::new(None),
             keeps_excess: std::sync::atomic::AtomicBool::new(false),
+            shares_busy,
+            next_turn: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -168,12 +245,14 @@ impl PartitionBook {
 
     /// The next turn of `app_code`'s owned partitions that no loop is reading and that are not
     /// being released, in turn after the last one handed out; `skip` partitions already tried
-    /// this round are passed over. The first such partition, alone if it may hold a backlog
-    /// (or is in the crash guard's care); else with the free partitions of the run of owned
-    /// numbers from it on that keep up (neither alone nor being released; busy and skipped ones
-    /// are in the run, not in the turn). `None` when
-    /// there is none, when heartbeats have not vouched for ownership within a lease, or while a
-    /// host of the leased design claims.
+    /// this round are passed over. A partition with batches in flight is in a turn only where
+    /// the book shares busy partitions ([`PartitionBook::new`]) and its batches are small
+    /// ([`SHARED_AT_MOST_ROWS`]); their rows are the turn's [`PartitionTurn::in_flight`]. The
+    /// first such partition, alone if it may hold a backlog (or is in the crash guard's care);
+    /// else with the free partitions of the run of owned numbers from it on that keep up
+    /// (neither alone nor being released; busy and skipped ones are in the run, not in the
+    /// turn). `None` when there is none, when heartbeats have not vouched for ownership within
+    /// a lease, or while a host of the leased design claims.
     pub(super) fn take_turn(
         self: &Arc<Self>,
         app_code: &str,
@@ -193,24 +272,32 @@ impl PartitionBook {
             return None;
         }
         let start = tenant.next;
+        // The turns with batches of a partition in flight, when this turn may read it.
         let free = |p: &u32| {
-            !tenant.busy.contains(p) && !tenant.releasing.contains(p) && !skip.contains(p)
+            if tenant.releasing.contains(p) || skip.contains(p) {
+                return None;
+            }
+            let in_flight = tenant.shareable(*p)?;
+            (self.shares_busy || in_flight.is_empty()).then_some(in_flight)
         };
-        let mut free_in_turn = tenant
+        let mut beside: BTreeSet<u64> = BTreeSet::new();
+        let mut take = |p: &u32, turns: Vec<u64>| {
+            beside.extend(turns);
+            *p
+        };
+        let (first, first_rows) = tenant
             .owned
             .range(start..)
             .chain(tenant.owned.range(..start))
-            .filter(|(p, _)| free(p))
-            .map(|(p, e)| PartitionFence {
-                partition: *p,
-                epoch: *e,
-            });
-        let first = free_in_turn.next()?;
-        let mut fences = vec![first];
+            .find_map(|(p, e)| free(p).map(|rows| ((*p, *e), rows)))?;
+        let mut fences = vec![PartitionFence {
+            partition: take(&first.0, first_rows),
+            epoch: first.1,
+        }];
         let alone = |p: &u32| tenant.backlogged.contains(p) || tenant.careful.contains_key(p);
-        let careful = tenant.careful.get(&first.partition).cloned();
-        let mut last = first.partition;
-        if !alone(&first.partition) {
+        let careful = tenant.careful.get(&first.0).cloned();
+        let mut last = first.0;
+        if !alone(&first.0) {
             // The run of owned partition numbers from the first on that keep up (not alone, not
             // being released): its free ones are read together, and the round-robin moves on
             // past it (so each partition still gets its turn: a backlogged one is read alone
@@ -220,13 +307,13 @@ impl PartitionBook {
             // are small). Once the round-robin wraps around, a host that keeps up reads all its
             // free partitions at once.
             let keeps_up = |p: &u32| !alone(p) && !tenant.releasing.contains(p);
-            for (partition, epoch) in tenant.owned.range(first.partition + 1..) {
+            for (partition, epoch) in tenant.owned.range(first.0 + 1..) {
                 if *partition != last + 1 || !keeps_up(partition) {
                     break;
                 }
-                if free(partition) {
+                if let Some(rows) = free(partition) {
                     fences.push(PartitionFence {
-                        partition: *partition,
+                        partition: take(partition, rows),
                         epoch: *epoch,
                     });
                 }
@@ -234,14 +321,22 @@ impl PartitionBook {
             }
         }
         for fence in &fences {
-            tenant.busy.insert(fence.partition);
+            tenant.reading.insert(fence.partition);
         }
         tenant.next = last + 1;
+        let in_flight = beside
+            .iter()
+            .flat_map(|turn| tenant.delivering[turn].rows.iter().cloned())
+            .collect();
         Some(PartitionTurn {
             book: self.clone(),
             app_code: app_code.to_string(),
+            id: self
+                .next_turn
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fences,
             careful,
+            in_flight,
         })
     }
 
@@ -310,7 +405,7 @@ impl PartitionBook {
         self.lock().get(app_code).map_or_else(Vec::new, |t| {
             t.releasing
                 .iter()
-                .filter(|p| !t.busy.contains(p))
+                .filter(|p| !t.busy(**p))
                 .copied()
                 .collect()
         })
@@ -378,7 +473,7 @@ impl PartitionBook {
                 .filter(|p| !tenant.releasing.contains(p))
                 .copied()
                 .collect();
-            candidates.sort_by_key(|p| (tenant.busy.contains(p), std::cmp::Reverse(*p)));
+            candidates.sort_by_key(|p| (tenant.busy(*p), std::cmp::Reverse(*p)));
             tenant
                 .releasing
                 .extend(candidates.into_iter().take(excess - already));
@@ -512,13 +607,20 @@ mod tests {
 
     use tokio::time::Instant;
 
-    use super::{PROBE_STANDS_AT_MOST, PartitionBook, PartitionTurn};
+    use super::{PROBE_STANDS_AT_MOST, PartitionBook, PartitionTurn, SHARED_AT_MOST_ROWS};
     use crate::store::{Ownership, PartitionFence};
 
-    /// A book owning partitions `0..owned` of tenant `a`, vouched for.
+    /// A book owning partitions `0..owned` of tenant `a`, vouched for, with per-room order.
     fn book(owned: u32) -> Arc<PartitionBook> {
-        let book = Arc::new(PartitionBook::new("node"));
-        let ownership = Ownership {
+        let book = Arc::new(PartitionBook::new("node", false));
+        book.update("a", &book_of(owned));
+        book.vouch_until(Instant::now() + Duration::from_secs(60));
+        book
+    }
+
+    /// One host owning partitions `0..owned` of `owned`, at epoch 1.
+    fn book_of(owned: u32) -> Ownership {
+        Ownership {
             owned: (0..owned)
                 .map(|partition| PartitionFence {
                     partition,
@@ -530,10 +632,7 @@ mod tests {
             partitions: owned,
             leased_hosts_active: false,
             careful: Vec::new(),
-        };
-        book.update("a", &ownership);
-        book.vouch_until(Instant::now() + Duration::from_secs(60));
-        book
+        }
     }
 
     fn partitions(turn: &PartitionTurn) -> Vec<u32> {
@@ -584,9 +683,74 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_in_flight_is_read_beside_its_small_batches_without_per_room_order() {
+        let sharing = |shares: bool| {
+            let book = Arc::new(PartitionBook::new("node", shares));
+            book.update("a", &book_of(4));
+            book.vouch_until(Instant::now() + Duration::from_secs(60));
+            book.no_backlog("a", &(0..4).collect());
+            book
+        };
+        let none = BTreeSet::new();
+        let rows = |n: usize, tag: &str| (0..n).map(|i| format!("{tag}{i}")).collect::<Vec<_>>();
+
+        let book = sharing(true);
+        let mut first = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(partitions(&first), [0, 1, 2, 3]);
+        assert!(first.in_flight.is_empty());
+        // While the read runs, no other turn reads its partitions.
+        assert!(book.take_turn("a", &none).is_none(), "being read");
+        first.retain(|p| p == 1 || p == 2);
+        first.delivering(rows(3, "a"));
+        // Its batch delivering: a turn reads every partition, leaving its rows out.
+        let second = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(partitions(&second), [0, 1, 2, 3]);
+        assert_eq!(second.in_flight, ["a0", "a1", "a2"]);
+        assert!(book.take_turn("a", &none).is_none(), "being read");
+        second.delivering(rows(2, "b"));
+        let third = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(
+            third.in_flight,
+            ["a0", "a1", "a2", "b0", "b1"],
+            "both batches' rows"
+        );
+        drop(third);
+        // A marked batch's rows are no longer left out; nor are they once the book forgets it.
+        drop(first);
+        let fourth = book.take_turn("a", &none).expect("a turn");
+        assert_eq!(fourth.in_flight, ["b0", "b1"]);
+        drop((second, fourth));
+
+        // More rows in flight than SHARED_AT_MOST_ROWS, or a backlog: read once they are marked.
+        let big = book.take_turn("a", &none).expect("a turn");
+        big.delivering(rows(SHARED_AT_MOST_ROWS + 1, "c"));
+        assert!(
+            book.take_turn("a", &none).is_none(),
+            "a large batch in flight"
+        );
+        drop(big);
+        let cut = book.take_turn("a", &none).expect("a turn");
+        cut.note_read(&BTreeSet::from([0, 1, 2, 3]));
+        cut.delivering(rows(1, "d"));
+        assert!(
+            book.take_turn("a", &none).is_none(),
+            "backlogged partitions in flight"
+        );
+        drop(cut);
+
+        // With per-room order a partition is read again only once its batch is marked.
+        let book = sharing(false);
+        let first = book.take_turn("a", &none).expect("a turn");
+        first.delivering(rows(1, "a"));
+        assert!(book.take_turn("a", &none).is_none(), "per-room order");
+        drop(first);
+        assert!(book.take_turn("a", &none).is_some(), "marked");
+    }
+
+    #[test]
     fn a_run_ends_where_the_owned_numbers_do() {
         // Partitions 0..4 and 8..12 owned: two runs, whatever keeps up.
-        let book = Arc::new(PartitionBook::new("node"));
+        let book = Arc::new(PartitionBook::new("node", false));
         let owned = [0, 1, 2, 3, 8, 9, 10, 11];
         book.update(
             "a",

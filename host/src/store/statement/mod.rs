@@ -388,6 +388,20 @@ impl SqlBuilder {
         }
     }
 
+    /// ` <> ALL(?)` binding `values` as one array where the dialect binds lists as arrays, else
+    /// ` NOT IN (?, ?, …)`: none of `values`.
+    pub(crate) fn bind_not_in<'a>(
+        &mut self,
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> &mut SqlBuilder {
+        if self.dialect.binds_lists_as_arrays() {
+            self.bind_in_array(values, (" <> ALL(", ")"))
+        } else {
+            self.sql.push_str(" NOT");
+            self.bind_in_array(values, ("", ""))
+        }
+    }
+
     /// `values` bound as one array between the two texts where the dialect binds lists as
     /// arrays, else ` IN (?, ?, …)`.
     fn bind_in_array<'a>(

@@ -480,6 +480,14 @@ fn rooms_with(
     b.push(")");
 }
 
+/// ` AND c.event_id NOT IN (…)`: the read's rows in flight left out (none: nothing).
+fn not_in_flight(b: &mut SqlBuilder, read: &PartitionRead) {
+    if !read.in_flight.is_empty() {
+        b.push(" AND c.event_id")
+            .bind_not_in(read.in_flight.iter().map(String::as_str));
+    }
+}
+
 /// One branch of the read: up to `limit` rows of the read's partition by write order (several
 /// partitions: all their rows of the branch, or in `parenthesized` form the first `limit + 1`),
 /// with their status and partition.
@@ -506,6 +514,7 @@ fn write_branch(
     match branch {
         FROM_PENDING => {
             b.push(" AND c.status = ").status(Status::Pending);
+            not_in_flight(b, read);
             if read.per_room {
                 // A room with an event still retryable or delivering hands out none of its
                 // pending ones: its order is kept, and only it waits.
@@ -521,6 +530,7 @@ fn write_branch(
                 .status(Status::Retryable)
                 .push(" AND c.next_retry_at_ms <= ")
                 .bind(read.now_ms);
+            not_in_flight(b, read);
             if read.per_room {
                 // A due retry waits while its room has a retry not due yet (an event put back
                 // behind an earlier one may be due first) or one delivering.
@@ -533,6 +543,7 @@ fn write_branch(
                 .status(Status::Delivering)
                 .push(" AND c.lock_until_ms <= ")
                 .bind(read.now_ms);
+            not_in_flight(b, read);
         }
     }
     if read.fences.len() == 1 {
