@@ -834,7 +834,8 @@ async fn due_rows_are_claimed_while_new_rows_keep_coming(backend: Backend) {
 /// Where writers run side by side, a loop reads up to two batches ahead while its deliveries
 /// are quick: the third batch is read while the first still publishes (so reads and marks
 /// overlap without waiting for each other every round), each from another partition (a
-/// partition is read again only once its batch is marked: the six rooms are in six), still with
+/// partition whose read was cut at the limit is read again only once its batch is marked: the
+/// six rooms are in six), still with
 /// one batch publishing at a time and each event published once. On SQLite (one partition) a
 /// loop reads only after its batch is marked.
 async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
@@ -907,6 +908,121 @@ async fn a_loop_claims_two_batches_ahead_of_quick_deliveries(backend: Backend) {
     let mut read: Vec<String> = reads.iter().flat_map(|r| r.ids.clone()).collect();
     read.sort();
     assert_eq!(read, expected, "each event read once");
+}
+
+/// How long a sink of [`beside_a_batch_in_flight`] takes to publish a batch.
+const SLOW_PUBLISH: Duration = Duration::from_millis(1_500);
+
+/// Without per-room order, a row written to a partition while a small batch of it publishes is
+/// read beside that batch, leaving its rows out, instead of once the batch is marked; each event
+/// is published once. With per-room order, and on SQLite (one writer: a loop reads after its
+/// batch is marked), the row is read once the batch is marked.
+async fn a_row_written_beside_a_small_batch_in_flight_is_read_before_that_batch_is_marked(
+    backend: Backend,
+) {
+    for ordering in [DeliveryOrder::None, DeliveryOrder::PerRoom] {
+        let Some((gap, concurrent_writers)) = beside_a_batch_in_flight(backend, ordering).await
+        else {
+            return;
+        };
+        if ordering == DeliveryOrder::None && concurrent_writers {
+            assert!(
+                gap < SLOW_PUBLISH,
+                "the row was read {gap:?} after the batch beside it: once that was marked"
+            );
+        } else {
+            assert!(
+                gap >= SLOW_PUBLISH,
+                "{ordering:?}: the row was read {gap:?} after the batch beside it, before that \
+                 was marked"
+            );
+        }
+    }
+}
+
+/// A host with `ordering` and a sink taking [`SLOW_PUBLISH`] delivers a row, and a second row of
+/// its room written while the first publishes: how long after the read of the first the second
+/// was read, and whether the backend runs writers side by side. Checks each was published once.
+async fn beside_a_batch_in_flight(
+    backend: Backend,
+    ordering: DeliveryOrder,
+) -> Option<(Duration, bool)> {
+    #[derive(Default)]
+    struct Slow {
+        published: Mutex<Vec<String>>,
+    }
+    #[async_trait]
+    impl Publisher for Slow {
+        async fn publish(&self, batch: &[Event]) -> Vec<Outcome> {
+            let ids = batch.iter().map(|event| event.event_id.clone());
+            self.published.lock().unwrap().extend(ids);
+            tokio::time::sleep(SLOW_PUBLISH).await;
+            vec![Outcome::Delivered; batch.len()]
+        }
+    }
+    let db = TestDb::new(backend).await?;
+    let store = Arc::new(SpyStore::new(db.store_default().await));
+    let publisher = Arc::new(Slow::default());
+    let options = WorkerOptions {
+        ordering,
+        ..options("w")
+    };
+    let worker = Worker::new(store.clone(), publisher.clone(), options);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { worker.run(RunMode::Forever, shutdown).await }
+    });
+    let published = |id: &'static str| {
+        let publisher = publisher.clone();
+        move || {
+            let publisher = publisher.clone();
+            async move {
+                let published = publisher.published.lock().unwrap().clone();
+                if published.iter().any(|p| p == id) {
+                    Ok(())
+                } else {
+                    Err(published)
+                }
+            }
+        }
+    };
+    let enqueue = async |id: &str| {
+        let row = record("app", id, "room", now_ms());
+        store.enqueue(&[row]).await.expect("enqueue");
+    };
+    enqueue("first").await;
+    wait_until(
+        "the first row publishing",
+        Duration::from_secs(10),
+        published("first"),
+    )
+    .await;
+    enqueue("second").await;
+    wait_until(
+        "the second row published",
+        Duration::from_secs(20),
+        published("second"),
+    )
+    .await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    let published = publisher.published.lock().unwrap().clone();
+    assert_eq!(
+        published,
+        ["first", "second"],
+        "each published once, in order"
+    );
+    let reads = store.reads.lock().unwrap().clone();
+    let read_of = |id: &str| {
+        let read = reads.iter().find(|r| r.ids.iter().any(|i| i == id));
+        read.unwrap_or_else(|| panic!("{id} never read: {reads:?}"))
+            .at
+    };
+    Some((
+        read_of("second") - read_of("first"),
+        store.backend().concurrent_writers(),
+    ))
 }
 
 /// The partition holding `room`'s rows, learnt from the store: the one live partition of tenant
@@ -1161,4 +1277,5 @@ support::per_backend!(
     a_loop_claims_two_batches_ahead_of_quick_deliveries,
     due_rows_are_claimed_while_new_rows_keep_coming,
     a_busy_partition_never_starves_another,
+    a_row_written_beside_a_small_batch_in_flight_is_read_before_that_batch_is_marked,
 );

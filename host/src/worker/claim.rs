@@ -23,8 +23,8 @@ const EMPTY_READS_BEFORE_PROBE: usize = 1;
 /// (3.2 against 1.2 ms), which at one row every 2 s put p90 at 19 ms against 8.
 const READ_AT_ONCE_MAX_PARTITIONS: usize = 64;
 
-/// A batch to deliver, with the turn of the partitions it was read from: they are read again
-/// once the batch is marked and the turn dropped.
+/// A batch to deliver, with the turn of the partitions it was read from: no other loop reads
+/// them until the batch is marked and the turn dropped.
 pub(super) type Claimed = (ClaimBatch, PartitionTurn);
 
 impl Worker {
@@ -74,7 +74,7 @@ impl Worker {
         };
         let mut tried = passed_over.clone();
         loop {
-            let Some(mut turn) = self.partitions.take_turn(app_code, &tried) else {
+            let Some(mut turn) = self.partitions.take_turn(app_code, worker_id, &tried) else {
                 if passed_over.is_empty() {
                     break;
                 }

@@ -59,9 +59,11 @@ struct Tenant {
     dry: Option<(BTreeSet<u32>, Instant)>,
 }
 
-/// A batch being published or marked: the partitions it was read from and its rows.
+/// A batch being published or marked: the loop delivering it, the partitions it was read from
+/// and its rows.
 #[derive(Debug)]
 struct InFlight {
+    reader: String,
     partitions: BTreeSet<u32>,
     rows: Vec<String>,
 }
@@ -72,16 +74,20 @@ impl Tenant {
         self.reading.contains(&p) || self.delivering.values().any(|b| b.partitions.contains(&p))
     }
 
-    /// The turns whose batches of partition `p` are in flight, when another turn may read it
+    /// The turns whose batches of partition `p` are in flight, when loop `reader` may read it
     /// beside them (leaving their rows out): it is not being read, it keeps up (not read alone),
-    /// and they hold at most [`SHARED_AT_MOST_ROWS`] rows. Empty when none is in flight.
-    fn shareable(&self, p: u32) -> Option<Vec<u64>> {
+    /// they are `reader`'s own (it publishes them first), and they hold at most
+    /// [`SHARED_AT_MOST_ROWS`] rows. Empty when none is in flight.
+    fn shareable(&self, p: u32, reader: &str) -> Option<Vec<u64>> {
         if self.reading.contains(&p) {
             return None;
         }
         let (mut turns, mut rows) = (Vec::new(), 0);
         for (turn, batch) in &self.delivering {
             if batch.partitions.contains(&p) {
+                if batch.reader != reader {
+                    return None;
+                }
                 turns.push(*turn);
                 rows += batch.rows.len();
             }
@@ -129,6 +135,8 @@ pub(super) struct PartitionTurn {
     book: Arc<PartitionBook>,
     app_code: String,
     id: u64,
+    /// The loop reading it.
+    reader: String,
     /// The partitions and the epochs they were owned at, distinct.
     pub(super) fences: Vec<PartitionFence>,
     /// The crash guard's state of the turn's one partition, when it is in its care.
@@ -166,9 +174,14 @@ impl PartitionTurn {
         let partitions: BTreeSet<u32> = self.fences.iter().map(|f| f.partition).collect();
         tenant.reading.retain(|p| !partitions.contains(p));
         let rows = rows.into_iter().collect();
-        tenant
-            .delivering
-            .insert(self.id, InFlight { partitions, rows });
+        tenant.delivering.insert(
+            self.id,
+            InFlight {
+                reader: self.reader.clone(),
+                partitions,
+                rows,
+            },
+        );
     }
 
     /// Notes what the read of each partition found: `full` ones (the read was cut at its limit
@@ -213,11 +226,11 @@ impl PartitionTurn {
 
 impl Drop for PartitionTurn {
     fn drop(&mut self) {
-        if let Some(tenant) = self.book.lock().get_mut(&self.app_code) {
-            if tenant.delivering.remove(&self.id).is_none() {
-                for fence in &self.fences {
-                    tenant.reading.remove(&fence.partition);
-                }
+        if let Some(tenant) = self.book.lock().get_mut(&self.app_code)
+            && tenant.delivering.remove(&self.id).is_none()
+        {
+            for fence in &self.fences {
+                tenant.reading.remove(&fence.partition);
             }
         }
     }
@@ -243,11 +256,12 @@ impl PartitionBook {
         self.tenants.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next turn of `app_code`'s owned partitions that no loop is reading and that are not
-    /// being released, in turn after the last one handed out; `skip` partitions already tried
-    /// this round are passed over. A partition with batches in flight is in a turn only where
-    /// the book shares busy partitions ([`PartitionBook::new`]) and its batches are small
-    /// ([`SHARED_AT_MOST_ROWS`]); their rows are the turn's [`PartitionTurn::in_flight`]. The
+    /// The next turn of loop `reader` over `app_code`'s owned partitions that no loop is reading
+    /// and that are not being released, in turn after the last one handed out; `skip`
+    /// partitions already tried this round are passed over. A partition with batches in flight
+    /// is in a turn only where the book shares busy partitions ([`PartitionBook::new`]), and
+    /// they are the reader's own and small ([`Tenant::shareable`]); their rows are the turn's
+    /// [`PartitionTurn::in_flight`]. The
     /// first such partition, alone if it may hold a backlog (or is in the crash guard's care);
     /// else with the free partitions of the run of owned numbers from it on that keep up
     /// (neither alone nor being released; busy and skipped ones are in the run, not in the
@@ -256,6 +270,7 @@ impl PartitionBook {
     pub(super) fn take_turn(
         self: &Arc<Self>,
         app_code: &str,
+        reader: &str,
         skip: &BTreeSet<u32>,
     ) -> Option<PartitionTurn> {
         let valid = self
@@ -277,7 +292,7 @@ impl PartitionBook {
             if tenant.releasing.contains(p) || skip.contains(p) {
                 return None;
             }
-            let in_flight = tenant.shareable(*p)?;
+            let in_flight = tenant.shareable(*p, reader)?;
             (self.shares_busy || in_flight.is_empty()).then_some(in_flight)
         };
         let mut beside: BTreeSet<u64> = BTreeSet::new();
@@ -334,9 +349,23 @@ impl PartitionBook {
             id: self
                 .next_turn
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            reader: reader.to_string(),
             fences,
             careful,
             in_flight,
+        })
+    }
+
+    /// Whether a partition of `app_code` that loop `reader` may read waits for batches of its in
+    /// flight to be marked first (another loop's, large or backlogged ones, or any where the
+    /// book does not share busy partitions: [`PartitionBook::take_turn`]).
+    pub(super) fn waits_for_marks(&self, app_code: &str, reader: &str) -> bool {
+        self.lock().get(app_code).is_some_and(|t| {
+            t.owned.keys().any(|p| {
+                !t.releasing.contains(p)
+                    && t.busy(*p)
+                    && !(self.shares_busy && t.shareable(*p, reader).is_some())
+            })
         })
     }
 
@@ -645,40 +674,45 @@ mod tests {
         let none = BTreeSet::new();
         // Partitions just taken may hold a backlog: each is read alone until a read is not cut.
         for partition in 0..20 {
-            let turn = book.take_turn("a", &none).expect("a turn");
+            let turn = book.take_turn("a", "loop", &none).expect("a turn");
             assert_eq!(partitions(&turn), [partition]);
             turn.note_read(&BTreeSet::new());
         }
-        let all = book.take_turn("a", &none).expect("a turn");
+        let all = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&all), (0..20).collect::<Vec<_>>(), "one run");
         // The read of partition 3 was cut at the limit: it is read alone from now on, and it
         // ends the runs that reach it.
         all.note_read(&BTreeSet::from([3]));
         drop(all);
-        let below = book.take_turn("a", &none).expect("a turn");
+        let below = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&below), [0, 1, 2], "up to the backlogged one");
-        let alone = book.take_turn("a", &none).expect("a turn");
+        let alone = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&alone), [3], "a backlogged partition alone");
-        let mut above = book.take_turn("a", &none).expect("a turn");
+        let mut above = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&above), (4..20).collect::<Vec<_>>());
-        assert!(book.take_turn("a", &none).is_none(), "every partition busy");
+        assert!(
+            book.take_turn("a", "loop", &none).is_none(),
+            "every partition busy"
+        );
         // A turn keeping only the partitions its batch holds rows of frees the others at once.
         // Busy partitions that keep up do not end a run: they are in it, not in the turn.
         above.retain(|p| !(9..12).contains(&p));
-        let freed = book.take_turn("a", &none).expect("a turn");
+        let freed = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&freed), [9, 10, 11], "0..=8 and 12.. busy");
         drop((below, freed));
         // Partitions skipped this round are in the run, not in the turn.
-        let skipping = book.take_turn("a", &BTreeSet::from([1])).expect("a turn");
+        let skipping = book
+            .take_turn("a", "loop", &BTreeSet::from([1]))
+            .expect("a turn");
         assert_eq!(partitions(&skipping), [0, 2], "up to the backlogged one");
         drop((skipping, alone, above));
         // A partition with no live row holds no backlog: it joins the runs again, and once the
         // round-robin wraps around, one turn is every partition.
         book.no_backlog("a", &BTreeSet::from([3]));
-        let rest = book.take_turn("a", &none).expect("a turn");
+        let rest = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&rest), (3..20).collect::<Vec<_>>());
         drop(rest);
-        let all = book.take_turn("a", &none).expect("a turn");
+        let all = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&all), (0..20).collect::<Vec<_>>());
     }
 
@@ -695,56 +729,66 @@ mod tests {
         let rows = |n: usize, tag: &str| (0..n).map(|i| format!("{tag}{i}")).collect::<Vec<_>>();
 
         let book = sharing(true);
-        let mut first = book.take_turn("a", &none).expect("a turn");
+        let mut first = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&first), [0, 1, 2, 3]);
         assert!(first.in_flight.is_empty());
         // While the read runs, no other turn reads its partitions.
-        assert!(book.take_turn("a", &none).is_none(), "being read");
+        assert!(book.take_turn("a", "loop", &none).is_none(), "being read");
         first.retain(|p| p == 1 || p == 2);
         first.delivering(rows(3, "a"));
         // Its batch delivering: a turn reads every partition, leaving its rows out.
-        let second = book.take_turn("a", &none).expect("a turn");
+        let second = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&second), [0, 1, 2, 3]);
         assert_eq!(second.in_flight, ["a0", "a1", "a2"]);
-        assert!(book.take_turn("a", &none).is_none(), "being read");
+        assert!(book.take_turn("a", "loop", &none).is_none(), "being read");
         second.delivering(rows(2, "b"));
-        let third = book.take_turn("a", &none).expect("a turn");
+        let third = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(
             third.in_flight,
             ["a0", "a1", "a2", "b0", "b1"],
             "both batches' rows"
         );
         drop(third);
-        // A marked batch's rows are no longer left out; nor are they once the book forgets it.
+        // A marked batch's rows are no longer left out.
         drop(first);
-        let fourth = book.take_turn("a", &none).expect("a turn");
+        let fourth = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(fourth.in_flight, ["b0", "b1"]);
-        drop((second, fourth));
+        drop(fourth);
+        // Another loop reads it once those batches are marked: it would publish beside them.
+        assert!(
+            book.take_turn("a", "other", &none).is_none(),
+            "in flight in another loop"
+        );
+        drop(second);
+        assert!(book.take_turn("a", "other", &none).is_some(), "marked");
 
         // More rows in flight than SHARED_AT_MOST_ROWS, or a backlog: read once they are marked.
-        let big = book.take_turn("a", &none).expect("a turn");
+        let big = book.take_turn("a", "loop", &none).expect("a turn");
         big.delivering(rows(SHARED_AT_MOST_ROWS + 1, "c"));
         assert!(
-            book.take_turn("a", &none).is_none(),
+            book.take_turn("a", "loop", &none).is_none(),
             "a large batch in flight"
         );
         drop(big);
-        let cut = book.take_turn("a", &none).expect("a turn");
+        let cut = book.take_turn("a", "loop", &none).expect("a turn");
         cut.note_read(&BTreeSet::from([0, 1, 2, 3]));
         cut.delivering(rows(1, "d"));
         assert!(
-            book.take_turn("a", &none).is_none(),
+            book.take_turn("a", "loop", &none).is_none(),
             "backlogged partitions in flight"
         );
         drop(cut);
 
         // With per-room order a partition is read again only once its batch is marked.
         let book = sharing(false);
-        let first = book.take_turn("a", &none).expect("a turn");
+        let first = book.take_turn("a", "loop", &none).expect("a turn");
         first.delivering(rows(1, "a"));
-        assert!(book.take_turn("a", &none).is_none(), "per-room order");
+        assert!(
+            book.take_turn("a", "loop", &none).is_none(),
+            "per-room order"
+        );
         drop(first);
-        assert!(book.take_turn("a", &none).is_some(), "marked");
+        assert!(book.take_turn("a", "loop", &none).is_some(), "marked");
     }
 
     #[test]
@@ -772,11 +816,11 @@ mod tests {
         book.vouch_until(Instant::now() + Duration::from_secs(60));
         book.no_backlog("a", &owned.into_iter().collect());
         let none = BTreeSet::new();
-        let first = book.take_turn("a", &none).expect("a turn");
+        let first = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&first), [0, 1, 2, 3]);
-        let second = book.take_turn("a", &none).expect("a turn");
+        let second = book.take_turn("a", "loop", &none).expect("a turn");
         assert_eq!(partitions(&second), [8, 9, 10, 11]);
-        assert!(book.take_turn("a", &none).is_none());
+        assert!(book.take_turn("a", "loop", &none).is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,9 +17,10 @@ impl Worker {
     /// One loop: worker id `<node_id>/<slot>`.
     ///
     /// **Read-ahead.** Where the database runs writers side by side
-    /// ([`crate::store::Backend::concurrent_writers`]), the loop reads its next batch (from
-    /// another owned partition: a partition is read again only once its batch is marked) while
-    /// the earlier ones are still publishing and marking: at most two batches are delivering when
+    /// ([`crate::store::Backend::concurrent_writers`]), the loop reads its next batch while the
+    /// earlier ones are still publishing and marking (a partition of theirs is read again beside
+    /// them, leaving their rows out, only without per-room order and while they are small:
+    /// [`super::partitions::PartitionBook::take_turn`]): at most two batches are delivering when
     /// a read starts (one while the last delivery was slow: `ClaimAhead`), and a batch read ahead
     /// starts publishing when the one before it is published. On SQLite (one writer at a time,
     /// one partition) the loop reads after its batch is marked.
@@ -171,13 +172,18 @@ impl<'a> Slot<'a> {
         }
     }
 
-    /// A round that found nothing while this loop's batches are in flight may have found every
-    /// partition with due rows busy with those batches (a partition is read again only once its
-    /// batch is marked): they are free once the batches are marked, not when a commit or the
-    /// idle probe comes. So the loop finishes its deliveries and reads again at once (true),
-    /// instead of sleeping meanwhile.
+    /// A round that found nothing while this loop's batches are in flight may have left
+    /// partitions with due rows unread, busy with batches it may not read beside
+    /// ([`super::partitions::PartitionBook::waits_for_marks`]): they are free once the batches
+    /// are marked, not when a commit or the idle probe comes. So the loop finishes its
+    /// deliveries and reads again at once (true), instead of sleeping meanwhile.
     async fn turns_freed(&mut self, round: &Round) -> bool {
         if round.failed || self.deliveries.is_empty() {
+            return false;
+        }
+        let (worker, reader) = (self.worker, &self.deliveries.lane.worker_id);
+        let waits = |app_code: &String| worker.partitions.waits_for_marks(app_code, reader);
+        if !worker.options.app_codes.iter().any(waits) {
             return false;
         }
         self.deliveries.finish_all().await;
