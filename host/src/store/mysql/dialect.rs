@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use crate::record::Status;
-use crate::store::migration::Migration;
+use crate::store::migration::{Migration, migration};
 use crate::store::statement::{
     Bound, FAILED_APART_INDEX, RequiredIndex, SqlBuilder, SqlDialect, StatusWindows,
 };
@@ -19,41 +19,13 @@ pub(crate) struct MySqlDialect;
 
 /// The embedded migrations (`migrations/mysql/`).
 const MIGRATIONS: &[Migration] = &[
-    Migration::new(
-        1,
-        "0001_room_outbox",
-        include_str!("../../../../migrations/mysql/0001_room_outbox.sql"),
-    ),
-    Migration::new(
-        2,
-        "0002_room_index_on_demand",
-        include_str!("../../../../migrations/mysql/0002_room_index_on_demand.sql"),
-    ),
-    Migration::new(
-        3,
-        "0003_retry_lease_without_status",
-        include_str!("../../../../migrations/mysql/0003_retry_lease_without_status.sql"),
-    ),
-    Migration::new(
-        4,
-        "0004_partitions",
-        include_str!("../../../../migrations/mysql/0004_partitions.sql"),
-    ),
-    Migration::new(
-        5,
-        "0005_retire_claim_indexes",
-        include_str!("../../../../migrations/mysql/0005_retire_claim_indexes.sql"),
-    ),
-    Migration::new(
-        6,
-        "0006_crash_guard",
-        include_str!("../../../../migrations/mysql/0006_crash_guard.sql"),
-    ),
-    Migration::new(
-        7,
-        "0007_failed_apart",
-        include_str!("../../../../migrations/mysql/0007_failed_apart.sql"),
-    ),
+    migration!("mysql", 1, "0001_room_outbox"),
+    migration!("mysql", 2, "0002_room_index_on_demand"),
+    migration!("mysql", 3, "0003_retry_lease_without_status"),
+    migration!("mysql", 4, "0004_partitions"),
+    migration!("mysql", 5, "0005_retire_claim_indexes"),
+    migration!("mysql", 6, "0006_crash_guard"),
+    migration!("mysql", 7, "0007_failed_apart"),
 ];
 
 impl SqlDialect for MySqlDialect {

@@ -1,6 +1,6 @@
 //! SQLite's SQL: what its statements differ in, and its embedded migrations.
 
-use crate::store::migration::Migration;
+use crate::store::migration::{Migration, migration};
 use crate::store::statement::mark::{MarkAt, mark_rows};
 use crate::store::statement::{Bound, PartitionSql, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, Lease, Mark, TableName};
@@ -13,36 +13,12 @@ pub(crate) struct SqliteDialect;
 
 /// The embedded migrations (`migrations/sqlite/`).
 const MIGRATIONS: &[Migration] = &[
-    Migration::new(
-        1,
-        "0001_room_outbox",
-        include_str!("../../../../migrations/sqlite/0001_room_outbox.sql"),
-    ),
-    Migration::new(
-        2,
-        "0002_partial_indexes",
-        include_str!("../../../../migrations/sqlite/0002_partial_indexes.sql"),
-    ),
-    Migration::new(
-        3,
-        "0003_room_index_on_demand",
-        include_str!("../../../../migrations/sqlite/0003_room_index_on_demand.sql"),
-    ),
-    Migration::new(
-        4,
-        "0004_partitions",
-        include_str!("../../../../migrations/sqlite/0004_partitions.sql"),
-    ),
-    Migration::new(
-        5,
-        "0005_retire_claim_indexes",
-        include_str!("../../../../migrations/sqlite/0005_retire_claim_indexes.sql"),
-    ),
-    Migration::new(
-        6,
-        "0006_crash_guard",
-        include_str!("../../../../migrations/sqlite/0006_crash_guard.sql"),
-    ),
+    migration!("sqlite", 1, "0001_room_outbox"),
+    migration!("sqlite", 2, "0002_partial_indexes"),
+    migration!("sqlite", 3, "0003_room_index_on_demand"),
+    migration!("sqlite", 4, "0004_partitions"),
+    migration!("sqlite", 5, "0005_retire_claim_indexes"),
+    migration!("sqlite", 6, "0006_crash_guard"),
 ];
 
 /// One partition, the host's clock: every default.
