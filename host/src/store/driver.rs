@@ -17,11 +17,6 @@ pub(crate) trait Driver: Send + Sync {
     /// The sqlx database; its connections run statements.
     type Db: Database<Connection: Session>;
 
-    /// The statement beginning a write transaction, when the default `BEGIN` is not enough
-    /// (SQLite: `BEGIN IMMEDIATE`, so the write lock is taken up front and waits on busy_timeout
-    /// instead of failing to upgrade).
-    const BEGIN_WRITE: Option<&'static str>;
-
     /// The connection pool.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
@@ -34,12 +29,12 @@ pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     StoreError::db(op)
 }
 
-/// Begins a write transaction.
+/// Begins a write transaction ([`super::statement::SqlDialect::begin_write`]).
 pub(crate) async fn begin_write<D: Driver>(
     driver: &D,
     op: &'static str,
 ) -> Result<sqlx::Transaction<'static, D::Db>, StoreError> {
-    match D::BEGIN_WRITE {
+    match driver.statements().backend().dialect().begin_write() {
         Some(begin) => driver.pool().begin_with(begin).await,
         None => driver.pool().begin().await,
     }

@@ -17,7 +17,6 @@ mod partitions;
 mod save;
 mod status;
 
-use super::driver::Driver;
 use super::exec;
 use super::impl_store::impl_store;
 use super::session::{BindTextList, impl_session};
@@ -133,20 +132,7 @@ impl BindTextList for MySql {
     }
 }
 
-impl Driver for MySqlStore {
-    type Db = MySql;
-    const BEGIN_WRITE: Option<&'static str> = None;
-
-    fn pool(&self) -> &MySqlPool {
-        &self.pool
-    }
-
-    fn statements(&self) -> &Statements {
-        &self.statements
-    }
-}
-
-impl_store!(MySqlStore, Backend::MySql);
+impl_store!(MySqlStore, MySql);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
 /// (or roll back) together with the business change. Ids already present are ignored

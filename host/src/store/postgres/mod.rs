@@ -18,7 +18,6 @@ mod dialect;
 mod mark;
 mod partitions;
 
-use super::driver::Driver;
 use super::exec;
 use super::impl_store::impl_store;
 use super::session::{BindTextList, impl_session};
@@ -92,25 +91,12 @@ impl BindTextList for sqlx::Postgres {
     }
 }
 
-impl Driver for PostgresStore {
-    type Db = Postgres;
-    const BEGIN_WRITE: Option<&'static str> = None;
-
-    fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    fn statements(&self) -> &Statements {
-        &self.statements
-    }
-}
-
 /// The producer insert as written once: its affected rows are the rows inserted.
 impl exec::SaveOps for PostgresStore {
     const BACKEND: Backend = Backend::Postgres;
 }
 
-impl_store!(PostgresStore, Backend::Postgres);
+impl_store!(PostgresStore, Postgres);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
 /// (or roll back) together with the business change. Ids already present are ignored

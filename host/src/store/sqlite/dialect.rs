@@ -46,6 +46,10 @@ impl SqlDialect for SqliteDialect {
         CommitFeed::DataVersion
     }
 
+    fn begin_write(&self) -> Option<&'static str> {
+        Some("BEGIN IMMEDIATE")
+    }
+
     /// No: one writer at a time holds the file's write lock; a second `BEGIN IMMEDIATE` waits in
     /// the busy handler (sleeping 1, 2, 5, 10 … ms between tries).
     fn concurrent_writers(&self) -> bool {

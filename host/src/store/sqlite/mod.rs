@@ -15,7 +15,6 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSy
 
 mod dialect;
 
-use super::driver::Driver;
 use super::exec;
 use super::exec_mark::MarkOps;
 use super::impl_store::impl_store;
@@ -137,19 +136,6 @@ impl BindTextList for Sqlite {
     }
 }
 
-impl Driver for SqliteStore {
-    type Db = Sqlite;
-    const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
-
-    fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
-
-    fn statements(&self) -> &Statements {
-        &self.statements
-    }
-}
-
 /// The mark as written once: the fenced UPDATE counted first, `RETURNING` when a row was stale.
 impl MarkOps for SqliteStore {}
 
@@ -158,7 +144,7 @@ impl exec::SaveOps for SqliteStore {
     const BACKEND: Backend = Backend::Sqlite;
 }
 
-impl_store!(SqliteStore, Backend::Sqlite);
+impl_store!(SqliteStore, Sqlite);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
 /// (or roll back) together with the business change. Ids already present are ignored; returns

@@ -81,6 +81,13 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
         sql.push('?');
     }
 
+    /// The statement beginning a write transaction where `BEGIN` is not enough (SQLite's `BEGIN
+    /// IMMEDIATE`: the write lock taken up front, waiting on the busy timeout instead of failing
+    /// to upgrade).
+    fn begin_write(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether two write transactions on the table proceed side by side (row locks), so a read
     /// gains from running while a mark of the same host is open.
     fn concurrent_writers(&self) -> bool {
