@@ -121,16 +121,8 @@ const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMIT
 
 impl_session!(sqlx::MySqlConnection, MySql);
 
-/// No array parameter: the dialect writes `IN (?, …)`, so no statement carries an
-/// [`crate::store::statement::Arg::TextList`].
-impl BindTextList for MySql {
-    fn bind_text_list(
-        _query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
-        _values: Vec<String>,
-    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
-        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
-    }
-}
+/// No array parameter: the dialect writes `IN (?, …)`.
+impl BindTextList for MySql {}
 
 impl_store!(MySqlStore, MySql);
 

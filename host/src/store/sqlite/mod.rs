@@ -125,16 +125,8 @@ impl SqliteStore {
 
 impl_session!(sqlx::SqliteConnection, Sqlite);
 
-/// No array parameter: the dialect writes `IN (?, …)`, so no statement carries an
-/// [`crate::store::statement::Arg::TextList`].
-impl BindTextList for Sqlite {
-    fn bind_text_list(
-        _query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
-        _values: Vec<String>,
-    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
-        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
-    }
-}
+/// No array parameter: the dialect writes `IN (?, …)`.
+impl BindTextList for Sqlite {}
 
 /// The mark as written once: the fenced UPDATE counted first, `RETURNING` when a row was stale.
 impl MarkOps for SqliteStore {}
