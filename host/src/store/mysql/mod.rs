@@ -12,12 +12,12 @@ use sqlx::mysql::MySqlPool;
 
 mod browse;
 mod dialect;
-mod mark;
 mod partitions;
 mod save;
 mod status;
 
 use super::exec;
+use super::exec_mark::MarkOps;
 use super::impl_store::impl_store;
 use super::session::{BindTextList, impl_session};
 use super::statement::rows::Statements;
@@ -123,6 +123,10 @@ impl_session!(sqlx::MySqlConnection, MySql);
 
 /// No array parameter: the dialect writes `IN (?, …)`.
 impl BindTextList for MySql {}
+
+/// The mark as written once: the fenced UPDATE in autocommit, then, when it matched fewer rows
+/// than marks, the rows it changed (MySQL has no `UPDATE … RETURNING`).
+impl MarkOps for MySqlStore {}
 
 impl_store!(MySqlStore, MySql);
 

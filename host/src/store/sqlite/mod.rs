@@ -15,12 +15,15 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSy
 
 mod dialect;
 
+use super::driver::{begin_write, db};
 use super::exec;
-use super::exec_mark::MarkOps;
+use super::exec_mark::{MarkOps, event_ids};
 use super::impl_store::impl_store;
-use super::session::{BindTextList, impl_session};
+use super::row::EventId;
+use super::session::{BindTextList, Session, impl_session};
+use super::statement::mark::{MarkAt, mark_rows, mark_rows_counted};
 use super::statement::rows::Statements;
-use super::{Backend, ConnectOptions, StoreError, TableName};
+use super::{Backend, ConnectOptions, Lease, Mark, StoreError, TableName};
 
 use crate::record::Record;
 pub(crate) use dialect::SqliteDialect;
@@ -128,8 +131,35 @@ impl_session!(sqlx::SqliteConnection, Sqlite);
 /// No array parameter: the dialect writes `IN (?, …)`.
 impl BindTextList for Sqlite {}
 
-/// The mark as written once: the fenced UPDATE counted first, `RETURNING` when a row was stale.
-impl MarkOps for SqliteStore {}
+/// The mark in a write transaction: the fenced UPDATE without an id list first, committed when
+/// its count says every row matched (SQLite counts every row an UPDATE writes; every mark
+/// changes `status`), else rolled back and run again with `RETURNING event_id`. The count saves
+/// handing 500 ids back row by row through the driver's channel (the git history of
+/// docs/PERFORMANCE.md, "SQLite: a backlog of one timestamp").
+impl MarkOps for SqliteStore {
+    async fn mark_once(
+        &self,
+        lease: &Lease,
+        marks: &[Mark],
+        at: MarkAt,
+    ) -> Result<Vec<EventId>, StoreError> {
+        const OP: &str = "mark";
+        let table = self.statements.table();
+        let mut tx = begin_write(self, OP).await?;
+        let counted = mark_rows_counted(Backend::Sqlite, table, lease, marks, at);
+        if tx.run(counted).await.map_err(db(OP))? == marks.len() as u64 {
+            tx.commit().await.map_err(db(OP))?;
+            return Ok(event_ids(marks));
+        }
+        tx.rollback().await.map_err(db(OP))?;
+        // Some row was stale (rare): the statement that lists the fenced rows it changes.
+        let mut tx = begin_write(self, OP).await?;
+        let update = mark_rows(Backend::Sqlite, table, lease, marks, at);
+        let ids = tx.rows::<EventId>(update).await.map_err(db(OP))?;
+        tx.commit().await.map_err(db(OP))?;
+        Ok(ids)
+    }
+}
 
 /// The producer insert as written once: its affected rows are the rows inserted.
 impl exec::SaveOps for SqliteStore {
