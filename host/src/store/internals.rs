@@ -25,6 +25,7 @@ use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions};
 /// for the plan tests' own sessions.
 pub const POSTGRES_SESSION_SETUP: &str = super::postgres::SESSION_SETUP;
 
+use super::statement::mark::{mark_rows, mark_rows_counted, marked_rows};
 use super::{Backend, Lease, Mark, PartitionRead, StoreError, TableName};
 
 /// The statement a partition read runs ([`super::OutboxStore::read_partitions`]) on a table of
@@ -38,9 +39,8 @@ pub fn partition_read_statement(
     super::statement::partitions::read_partitions(backend, table, partitions, read)
 }
 
-/// The statements a fenced mark of `marks` runs when some row is stale, named for `EXPLAIN`: the
-/// dialect's choice (`SqlDialect::mark_statements`): `mark`, and
-/// on MySQL and PostgreSQL `marked`, the rows it changed.
+/// The statements a fenced mark of `marks` runs when some row is stale, named for `EXPLAIN`:
+/// `mark`, and on MySQL and PostgreSQL (autocommit, no `RETURNING`) `marked`, the rows it changed.
 pub fn mark_statements(
     backend: Backend,
     table: &TableName,
@@ -48,7 +48,16 @@ pub fn mark_statements(
     marks: &[Mark],
     at: MarkAt,
 ) -> Vec<(&'static str, Bound)> {
-    backend.dialect().mark_statements(table, lease, marks, at)
+    match backend {
+        Backend::Sqlite => vec![("mark", mark_rows(backend, table, lease, marks, at))],
+        Backend::MySql | Backend::Postgres => vec![
+            ("mark", mark_rows_counted(backend, table, lease, marks, at)),
+            (
+                "marked",
+                marked_rows(backend, table, lease, marks, at.now_ms),
+            ),
+        ],
+    }
 }
 
 /// How outboxd opens a SQLite database URL (created if missing, WAL, busy timeout, the URL's

@@ -29,10 +29,6 @@ const MIGRATIONS: &[Migration] = &[
 ];
 
 impl SqlDialect for MySqlDialect {
-    fn backend(&self) -> Backend {
-        Backend::MySql
-    }
-
     /// The binary log, where the server writes one and the user may read it (`crate::wake::binlog`).
     fn commit_feed(&self) -> CommitFeed {
         CommitFeed::Binlog

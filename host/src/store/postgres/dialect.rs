@@ -31,10 +31,6 @@ const MIGRATIONS: &[Migration] = &[
 ];
 
 impl SqlDialect for PostgresDialect {
-    fn backend(&self) -> Backend {
-        Backend::Postgres
-    }
-
     /// `LISTEN` on the channel of migration 0002's and 0003's triggers (`crate::wake::postgres`).
     fn commit_feed(&self) -> CommitFeed {
         CommitFeed::Listen

@@ -1,9 +1,8 @@
 //! SQLite's SQL: what its statements differ in, and its embedded migrations.
 
 use crate::store::migration::{Migration, migration};
-use crate::store::statement::mark::{MarkAt, mark_rows};
 use crate::store::statement::{Bound, PartitionSql, SqlBuilder, SqlDialect};
-use crate::store::{Backend, CommitFeed, Lease, Mark, TableName};
+use crate::store::{Backend, CommitFeed, TableName};
 
 /// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a claim runs in `BEGIN IMMEDIATE`, which
 /// serializes it with every other writer); `UPDATE … RETURNING`; the catalog read through the
@@ -25,22 +24,6 @@ const MIGRATIONS: &[Migration] = &[
 impl PartitionSql for SqliteDialect {}
 
 impl SqlDialect for SqliteDialect {
-    /// The fenced UPDATE with `RETURNING event_id`, which a mark runs once a row was stale
-    /// (`exec_mark.rs`'s default `MarkOps::mark_once`).
-    fn mark_statements(
-        &self,
-        table: &TableName,
-        lease: &Lease,
-        marks: &[Mark],
-        at: MarkAt,
-    ) -> Vec<(&'static str, Bound)> {
-        vec![("mark", mark_rows(Backend::Sqlite, table, lease, marks, at))]
-    }
-
-    fn backend(&self) -> Backend {
-        Backend::Sqlite
-    }
-
     /// `PRAGMA data_version`, watched on a connection of its own (`crate::wake::sqlite`).
     fn commit_feed(&self) -> CommitFeed {
         CommitFeed::DataVersion

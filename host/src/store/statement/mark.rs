@@ -344,21 +344,3 @@ pub(crate) fn marked_rows(
         .bind(now_ms);
     b.finish()
 }
-
-/// The statements of a mark in autocommit (MySQL, PostgreSQL), named for `EXPLAIN`: the fenced
-/// UPDATE without an id list, then, when it matched fewer rows than marks, the rows it changed.
-pub(crate) fn autocommit_mark_statements(
-    backend: Backend,
-    table: &TableName,
-    lease: &Lease,
-    marks: &[Mark],
-    at: MarkAt,
-) -> Vec<(&'static str, Bound)> {
-    vec![
-        ("mark", mark_rows_counted(backend, table, lease, marks, at)),
-        (
-            "marked",
-            marked_rows(backend, table, lease, marks, at.now_ms),
-        ),
-    ]
-}

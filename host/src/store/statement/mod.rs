@@ -31,7 +31,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::migration::Migration;
-use super::{Backend, EventCursor, Lease, Mark, TableName};
+use super::{Backend, EventCursor, TableName};
 use crate::record::Status;
 
 /// The length an `IN` list of `n` members is padded to ([`SqlBuilder::bind_set`]): the next
@@ -73,9 +73,6 @@ pub(crate) enum StatusWindows {
 /// PostgreSQL does differently is read in `postgres/`. The shared builders ask this trait
 /// instead of matching on the backend.
 pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
-    /// The database this dialect is.
-    fn backend(&self) -> Backend;
-
     /// Writes placeholder number `n` (1-based) of a statement: `?`.
     fn placeholder(&self, sql: &mut String, _n: usize) {
         sql.push('?');
@@ -160,19 +157,6 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// `0..partitions`.
     fn status_partition_chunks(&self, _status: Status, partitions: u32) -> Vec<Range<u32>> {
         std::iter::once(0..partitions.max(1)).collect()
-    }
-
-    /// The statements a mark of `marks` runs when some row is stale, named: for `EXPLAIN` in the
-    /// plan tests ([`crate::store::internals::mark_statements`]). Default (MySQL, PostgreSQL):
-    /// the fenced UPDATE in autocommit (`mark`), then the rows it changed (`marked`).
-    fn mark_statements(
-        &self,
-        table: &TableName,
-        lease: &Lease,
-        marks: &[Mark],
-        at: mark::MarkAt,
-    ) -> Vec<(&'static str, Bound)> {
-        mark::autocommit_mark_statements(self.backend(), table, lease, marks, at)
     }
 
     /// A query of one BIGINT: the database's clock, UTC milliseconds since the epoch. `None`
