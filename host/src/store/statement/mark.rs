@@ -327,18 +327,11 @@ pub(crate) fn marked_rows(
         .push(table.as_str())
         .push(backend.dialect().primary_key_access())
         .push(" WHERE ");
+    // One primary-key probe per id whatever the statistics (PostgreSQL read a tenant never
+    // analyzed whole by `app_code`, the ids a filter).
     let ids = marks.iter().map(|m| m.event_id.as_str());
-    if backend.dialect().binds_lists_as_arrays() {
-        // One primary-key probe per id whatever the statistics (a tenant never analyzed was
-        // read whole by `app_code` with the ids as a filter).
-        b.bind_keys_joined(lease.app_code.as_str(), ids);
-    } else {
-        b.push("app_code = ")
-            .bind(lease.app_code.as_str())
-            .push(" AND event_id")
-            .bind_in(ids);
-    }
-    b.push(" AND status <> ")
+    b.bind_keys_joined(lease.app_code.as_str(), ids)
+        .push(" AND status <> ")
         .status(Status::Pending)
         .push(" AND lock_until_ms IS NULL AND updated_at_ms = ")
         .bind(now_ms);

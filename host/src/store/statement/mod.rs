@@ -351,7 +351,12 @@ impl SqlBuilder {
         &mut self,
         values: impl IntoIterator<Item = &'a str>,
     ) -> &mut SqlBuilder {
-        self.bind_in_array(values, (" = ANY(", ")"))
+        if self.dialect.binds_lists_as_arrays() {
+            let list: Vec<String> = values.into_iter().map(str::to_string).collect();
+            self.push(" = ANY(").bind(Arg::TextList(list)).push(")")
+        } else {
+            self.push(" IN ").bind_set(values)
+        }
     }
 
     /// The rows of `app_code` with these `event_ids`, as one primary-key probe per id: where the
@@ -376,25 +381,6 @@ impl SqlBuilder {
                 .bind(app_code)
                 .push(" AND event_id IN ")
                 .bind_set(event_ids)
-        }
-    }
-
-    /// `values` bound as one array between the two texts where the dialect binds lists as
-    /// arrays, else ` IN (?, ?, …)`.
-    fn bind_in_array<'a>(
-        &mut self,
-        values: impl IntoIterator<Item = &'a str>,
-        (before, after): (&str, &str),
-    ) -> &mut SqlBuilder {
-        if self.dialect.binds_lists_as_arrays() {
-            let list: Vec<String> = values.into_iter().map(str::to_string).collect();
-            self.sql.push_str(before);
-            self.bind(Arg::TextList(list));
-            self.sql.push_str(after);
-            self
-        } else {
-            self.sql.push_str(" IN ");
-            self.bind_set(values)
         }
     }
 
