@@ -5,7 +5,7 @@ use std::ops::Range;
 use crate::record::Status;
 use crate::store::migration::{Migration, migration};
 use crate::store::statement::{
-    Bound, HISTORY_INDEX, RequiredIndex, SqlBuilder, SqlDialect, StatusWindows,
+    Bound, HISTORY_INDEX, PartitionSql, RequiredIndex, SqlBuilder, SqlDialect, StatusWindows,
 };
 use crate::store::{Backend, CommitFeed, TableName};
 
@@ -48,8 +48,7 @@ impl SqlDialect for PostgresDialect {
     fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: Range<u32>) {
         b.push(" AND status = ").status(status);
         if status.is_live() {
-            let predicate = b.partition_index_predicate();
-            b.push(predicate);
+            b.push(self.partition_index_predicate());
         }
     }
 

@@ -47,6 +47,7 @@ pub(crate) fn select_window(
     let limit = i64::from(limit.max(1));
     let by_partition = match (range.status, range.partitions) {
         (Some(status), Some(count)) => b
+            .dialect()
             .partition_of_row(count)
             .map(|partition| (backend.dialect().status_windows(status), count, partition)),
         _ => None,
@@ -68,7 +69,7 @@ pub(crate) fn select_window(
         Some((StatusWindows::OverTheStatus, ..)) | None => {
             let partitions = range.partitions.unwrap_or(MAX_PARTITIONS);
             let chunks = match range.status {
-                Some(status) => b.status_partition_chunks(status, partitions),
+                Some(status) => b.dialect().status_partition_chunks(status, partitions),
                 None => std::iter::once(0..partitions).collect(),
             };
             b.union_of_chunks(
@@ -128,7 +129,7 @@ fn write_window(
     b.push(" WHERE app_code = ").bind(range.app_code);
     match (one_partition, range.status) {
         (Some(partition), Some(status)) => {
-            let predicate = b.partition_index_predicate();
+            let predicate = b.dialect().partition_index_predicate();
             b.push(" AND ")
                 .push(partition)
                 .push(" AND status = ")

@@ -74,7 +74,8 @@ pub(crate) fn lease_fence<'a>(
     lease: &Lease,
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
-    let (lock, partition_of_row) = (b.fence_lock(), b.partition_of_row(lease.partition_count));
+    let dialect = b.dialect();
+    let partition_of_row = dialect.partition_of_row(lease.partition_count);
     let partitions = &lease.partitions;
     // One partition: within the batch's span of the partition index, a seek whatever the
     // statistics. Several: by primary key alone, one probe per id
@@ -82,14 +83,13 @@ pub(crate) fn lease_fence<'a>(
     // planned on never-analyzed PostgreSQL tables as a scan of the tenant's whole partition index.
     if let [one] = partitions.as_slice() {
         b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
-        let predicate = b.partition_index_predicate();
         if let Some(expression) = partition_of_row.as_deref() {
             b.push(" AND ")
                 .push(expression)
                 .push(" = ")
                 .bind(i64::from(one.fence.partition));
         }
-        b.push(predicate)
+        b.push(dialect.partition_index_predicate())
             .push(" AND created_at_ms >= ")
             .bind(one.first_created_ms)
             .push(" AND created_at_ms <= ")
@@ -123,7 +123,7 @@ pub(crate) fn lease_fence<'a>(
             b.push(" AND 1 = 0");
         }
     }
-    b.push(lock).push(")");
+    b.push(dialect.fence_lock()).push(")");
 }
 
 /// ` status = …`: one literal when every row gets the same status (a batch that was delivered:

@@ -26,7 +26,6 @@ pub(crate) use indexes::{FAILED_APART_INDEX, HISTORY_INDEX, RequiredIndex, STATU
 pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
-use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -384,10 +383,9 @@ impl SqlBuilder {
         }
     }
 
-    /// The dialect's lock on the partition row a partition mark reads
-    /// ([`SqlDialect::fence_lock`]).
-    pub(crate) fn fence_lock(&self) -> &'static str {
-        self.dialect.fence_lock()
+    /// What the statement's database differs in.
+    pub(crate) fn dialect(&self) -> &'static dyn SqlDialect {
+        self.dialect
     }
 
     /// ` AND status = '<status>'` of a lookup by status, as the dialect writes it
@@ -400,16 +398,6 @@ impl SqlBuilder {
         let dialect = self.dialect;
         dialect.write_status_condition(self, status, partitions);
         self
-    }
-
-    /// The partition ranges a lookup of `status` is split into
-    /// ([`SqlDialect::status_partition_chunks`]).
-    pub(crate) fn status_partition_chunks(
-        &self,
-        status: Status,
-        partitions: u32,
-    ) -> Vec<Range<u32>> {
-        self.dialect.status_partition_chunks(status, partitions)
     }
 
     /// One statement per range of `chunks`, written by `part`: the statement alone where there is
@@ -432,17 +420,6 @@ impl SqlBuilder {
         }
         tail(self);
         self
-    }
-
-    /// The dialect's partition index predicate ([`SqlDialect::partition_index_predicate`]).
-    pub(crate) fn partition_index_predicate(&self) -> &'static str {
-        self.dialect.partition_index_predicate()
-    }
-
-    /// The dialect's partition of a row with `partitions` per tenant
-    /// ([`SqlDialect::partition_of_row`]).
-    pub(crate) fn partition_of_row(&self, partitions: u32) -> Option<Cow<'static, str>> {
-        self.dialect.partition_of_row(partitions)
     }
 
     /// The text of a fixed statement (no values bound yet).

@@ -388,7 +388,9 @@ pub(crate) fn live_leases(
     now_ms: i64,
 ) -> Bound {
     let mut b = SqlBuilder::new(backend);
-    let chunks = b.status_partition_chunks(Status::Delivering, partitions);
+    let chunks = b
+        .dialect()
+        .status_partition_chunks(Status::Delivering, partitions);
     b.union_of_chunks(
         chunks,
         |b, chunk| {

@@ -133,8 +133,7 @@ fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
             }
             b.push(")");
             if first.is_live() {
-                let predicate = b.partition_index_predicate();
-                b.push(predicate);
+                b.push(b.dialect().partition_index_predicate());
             }
         }
         b.push(" GROUP BY status");
