@@ -41,10 +41,17 @@ impl SqlDialect for MySqlDialect {
         " FORCE INDEX (PRIMARY)"
     }
 
-    /// Two ranges on the full key: MariaDB reads a row comparison as a range on its first
-    /// column alone (`browse.rs`).
+    /// ` AND (created_at_ms < ? OR (created_at_ms = ? AND event_id < ?))`: two ranges on the
+    /// index key, where MariaDB reads a row comparison as a range on `created_at_ms` alone
+    /// (measured with `EXPLAIN`'s `key_len`).
     fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
-        super::browse::write_before_bound(b, before);
+        b.push(" AND (created_at_ms < ")
+            .bind(before.created_at_ms)
+            .push(" OR (created_at_ms = ")
+            .bind(before.created_at_ms)
+            .push(" AND event_id < ")
+            .bind(before.event_id.as_str())
+            .push("))");
     }
 
     /// The failed-apart index of migration 0007 in place of the status index (`status.rs`).

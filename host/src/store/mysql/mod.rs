@@ -10,7 +10,6 @@
 use sqlx::MySql;
 use sqlx::mysql::MySqlPool;
 
-mod browse;
 mod dialect;
 mod partitions;
 mod save;

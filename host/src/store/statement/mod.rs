@@ -115,8 +115,7 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
 
     /// Writes the console's condition "strictly older than `before` in `(created_at_ms,
     /// event_id)` order", in the form the database seeks on an index key ending in those columns.
-    /// Default: one row comparison (PostgreSQL, SQLite); MariaDB writes two ranges
-    /// (`store/mysql/browse.rs`).
+    /// Default: one row comparison (PostgreSQL, SQLite); MariaDB writes two ranges.
     fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
         browse::write_row_comparison_before(b, before);
     }
