@@ -6,7 +6,8 @@
 //! This is not the API of a host, a plugin author or a producer (that is [`super::OutboxStore`],
 //! the per-database stores and their `save`): it follows the store's SQL and changes with it.
 
-pub use super::judge::{RowColumns, judge_columns};
+pub use super::judge::judge;
+pub use super::row::CandidateRow;
 pub use super::schema::{
     Migration, index_columns_query, migrations, required_index_columns, required_indexes,
 };
