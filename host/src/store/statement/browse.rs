@@ -249,71 +249,45 @@ pub fn explain_statements(
         partitions: Some(DEFAULT_PARTITIONS),
         ..WindowRange::default()
     };
-    vec![
+    let below = |at| WindowRange {
+        before: Some(&cursor),
+        ..status(at)
+    };
+    let time_range = WindowRange {
+        since_ms: Some(0),
+        until_ms: Some(i64::MAX / 2),
+        ..status(Status::Delivered)
+    };
+    let windows = [
         (
             "window of one status (newest first)",
-            select_window(backend, table, &status(Status::Delivered), 50),
+            status(Status::Delivered),
         ),
         (
             "window below a position (next page)",
-            select_window(
-                backend,
-                table,
-                &WindowRange {
-                    before: Some(&cursor),
-                    ..status(Status::Delivered)
-                },
-                50,
-            ),
+            below(Status::Delivered),
         ),
-        (
-            "window in a time range",
-            select_window(
-                backend,
-                table,
-                &WindowRange {
-                    since_ms: Some(0),
-                    until_ms: Some(i64::MAX / 2),
-                    ..status(Status::Delivered)
-                },
-                50,
-            ),
-        ),
-        (
-            "window of failed rows",
-            select_window(backend, table, &status(Status::Failed), 50),
-        ),
-        (
-            "window of pending rows",
-            select_window(backend, table, &status(Status::Pending), 50),
-        ),
+        ("window in a time range", time_range),
+        ("window of failed rows", status(Status::Failed)),
+        ("window of pending rows", status(Status::Pending)),
         (
             "window of pending rows below a position",
-            select_window(
-                backend,
-                table,
-                &WindowRange {
-                    before: Some(&cursor),
-                    ..status(Status::Pending)
-                },
-                50,
-            ),
+            below(Status::Pending),
         ),
-        (
-            "window of retryable rows",
-            select_window(backend, table, &status(Status::Retryable), 50),
-        ),
-        (
-            "window of delivering rows",
-            select_window(backend, table, &status(Status::Delivering), 50),
-        ),
-        (
-            "one event by id",
-            select_event(backend, table, app_code, "evt_x"),
-        ),
-        (
-            "failed rows grouped by error",
-            select_error_groups(backend, table, app_code, 10_000),
-        ),
-    ]
+        ("window of retryable rows", status(Status::Retryable)),
+        ("window of delivering rows", status(Status::Delivering)),
+    ];
+    let mut statements: Vec<_> = windows
+        .iter()
+        .map(|(name, range)| (*name, select_window(backend, table, range, 50)))
+        .collect();
+    statements.push((
+        "one event by id",
+        select_event(backend, table, app_code, "evt_x"),
+    ));
+    statements.push((
+        "failed rows grouped by error",
+        select_error_groups(backend, table, app_code, 10_000),
+    ));
+    statements
 }
