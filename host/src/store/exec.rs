@@ -15,6 +15,7 @@ use super::statement::failed::{
 };
 use super::statement::insert::{distinct_records, insert_records};
 use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeable};
+use super::statement::rows::Statements;
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record::Record;
 use crate::store::{
@@ -174,6 +175,34 @@ pub(crate) async fn count_failed_rows<D: Driver>(
         .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)))
 }
 
+/// Runs `change` (an UPDATE or DELETE by primary key, while still `failed`) over the oldest
+/// `limit` `failed` rows `filter` matches, one statement per tenant: the rows it changed.
+pub(crate) async fn change_oldest_failed<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    (filter, limit): (&FailedFilter, u32),
+    op: &'static str,
+    change: impl Fn(&str, &[String]) -> Bound,
+) -> Result<u64, StoreError> {
+    let (backend, table) = (statements.backend(), statements.table());
+    let keys = session
+        .rows::<Key>(select_requeue_chunk(backend, table, filter, limit))
+        .await
+        .map_err(db(op))?;
+    let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for Key { app_code, event_id } in keys {
+        by_tenant.entry(app_code).or_default().push(event_id);
+    }
+    let mut changed = 0;
+    for (app_code, event_ids) in &by_tenant {
+        changed += session
+            .run(change(app_code, event_ids))
+            .await
+            .map_err(db(op))?;
+    }
+    Ok(changed)
+}
+
 /// Moves matching `failed` rows back to `pending` (or counts them on a dry run).
 pub(crate) async fn requeue<D: Driver>(
     driver: &D,
@@ -197,28 +226,10 @@ pub(crate) async fn requeue<D: Driver>(
             .await
             .map_err(db(OP))?,
         Some(limit) => {
-            let keys = tx
-                .rows::<Key>(select_requeue_chunk(backend, table, &params.filter, limit))
-                .await
-                .map_err(db(OP))?;
-            let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for Key { app_code, event_id } in keys {
-                by_tenant.entry(app_code).or_default().push(event_id);
-            }
-            let mut moved = 0;
-            for (app_code, event_ids) in &by_tenant {
-                moved += tx
-                    .run(requeue_keys(
-                        backend,
-                        table,
-                        app_code,
-                        event_ids,
-                        params.now_ms,
-                    ))
-                    .await
-                    .map_err(db(OP))?;
-            }
-            moved
+            let requeue = |app_code: &str, event_ids: &[String]| {
+                requeue_keys(backend, table, app_code, event_ids, params.now_ms)
+            };
+            change_oldest_failed(&mut *tx, statements, (&params.filter, limit), OP, requeue).await?
         }
     };
     tx.commit().await.map_err(db(OP))?;

@@ -2,15 +2,12 @@
 //! search (one window per status, merged; the filters no index holds applied on top), one row
 //! by primary key, `failed` rows grouped by error, and deleting dead letters in chunks.
 
-use std::collections::BTreeMap;
-
 use super::driver::{Driver, begin_write, db};
-use super::row::Key;
+use super::exec::{change_oldest_failed, count_failed_rows};
 use super::session::Session;
 use super::statement::browse::{
     WindowRange, delete_failed_keys, select_error_groups, select_event, select_window,
 };
-use super::statement::failed::select_requeue_chunk;
 use crate::record::Status;
 use crate::store::{
     DeleteFailedParams, ErrorGroup, ErrorGroupsParams, EventDetail, EventPage, EventQuery,
@@ -159,29 +156,14 @@ pub(crate) async fn delete_failed<D: Driver>(
     let statements = driver.statements();
     let (backend, table) = (statements.backend(), statements.table());
     if params.dry_run {
-        return super::exec::count_failed_rows(driver, &params.filter, OP).await;
+        return count_failed_rows(driver, &params.filter, OP).await;
     }
     let mut tx = begin_write(driver, OP).await?;
-    let keys = tx
-        .rows::<Key>(select_requeue_chunk(
-            backend,
-            table,
-            &params.filter,
-            params.limit.max(1),
-        ))
-        .await
-        .map_err(db(OP))?;
-    let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for Key { app_code, event_id } in keys {
-        by_tenant.entry(app_code).or_default().push(event_id);
-    }
-    let mut deleted = 0;
-    for (app_code, event_ids) in &by_tenant {
-        deleted += tx
-            .run(delete_failed_keys(backend, table, app_code, event_ids))
-            .await
-            .map_err(db(OP))?;
-    }
+    let oldest = (&params.filter, params.limit.max(1));
+    let delete = |app_code: &str, event_ids: &[String]| {
+        delete_failed_keys(backend, table, app_code, event_ids)
+    };
+    let deleted = change_oldest_failed(&mut *tx, statements, oldest, OP, delete).await?;
     tx.commit().await.map_err(db(OP))?;
     Ok(deleted)
 }
