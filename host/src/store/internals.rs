@@ -8,9 +8,7 @@
 
 pub use super::judge::judge;
 pub use super::row::CandidateRow;
-pub use super::schema::{
-    Migration, index_columns_query, migrations, required_index_columns, required_indexes,
-};
+pub use super::schema::{Migration, index_columns_query, migrations, required_indexes};
 pub use super::statement::browse::explain_statements as console_explain_statements;
 pub use super::statement::mark::MarkAt;
 pub use super::statement::purge::statement_texts as purge_statement_texts;

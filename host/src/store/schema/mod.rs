@@ -70,17 +70,6 @@ pub fn required_indexes(backend: Backend, table: &TableName) -> Vec<(String, Vec
         .collect()
 }
 
-/// The key columns of each index outboxd needs on every table of `backend`
-/// ([`required_indexes`]).
-pub fn required_index_columns(backend: Backend) -> Vec<Vec<&'static str>> {
-    backend
-        .dialect()
-        .required_indexes()
-        .iter()
-        .map(|index| index.columns.to_vec())
-        .collect()
-}
-
 /// The catalog query `migrate` reads a table's indexes with, for tools and tests that read them
 /// on their own connection: the statement (one row per key column, `index name, column name,
 /// partial`, the column NULL for an expression, `partial` 1 for an index with a `WHERE`, ordered

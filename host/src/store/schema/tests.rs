@@ -63,9 +63,12 @@ fn mariadb_keeps_failed_rows_apart_instead_of_a_status_index() {
         )]
     );
     for backend in [Backend::Sqlite, Backend::Postgres] {
+        let [(_, columns)] = &required_indexes(backend, &table())[..] else {
+            panic!("{backend:?}: one required index");
+        };
         assert_eq!(
-            required_index_columns(backend),
-            [["app_code", "status", "created_at_ms", "event_id"]]
+            columns,
+            &["app_code", "status", "created_at_ms", "event_id"]
         );
     }
 }
