@@ -282,18 +282,12 @@ pub struct MarkReport {
     pub stale: Vec<String>,
 }
 
-/// Why a store without the console's operations (a wrapper in a benchmark) refuses one.
-trait Cannot {
-    fn cannot(&self, what: &str) -> StoreError;
-}
-
-impl<T: OutboxStore + ?Sized> Cannot for T {
-    fn cannot(&self, what: &str) -> StoreError {
-        StoreError::Invalid(format!(
-            "this {} store cannot {what}",
-            self.backend().name()
-        ))
-    }
+/// Why `store`, without the console's operations (a wrapper in a benchmark), refuses `what`.
+fn cannot<S: OutboxStore + ?Sized>(store: &S, what: &str) -> StoreError {
+    StoreError::Invalid(format!(
+        "this {} store cannot {what}",
+        store.backend().name()
+    ))
 }
 
 /// The outbox table in one database.
@@ -395,7 +389,7 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// of a window). The default refuses, on a wrapper store that does not forward it.
     async fn search_events(&self, query: &EventQuery) -> Result<EventPage, StoreError> {
         let _ = query;
-        Err(self.cannot("search events"))
+        Err(cannot(self, "search events"))
     }
 
     /// One row with its envelope, by primary key; `None` when there is none.
@@ -405,7 +399,7 @@ pub trait OutboxStore: Send + Sync + 'static {
         event_id: &str,
     ) -> Result<Option<EventDetail>, StoreError> {
         let _ = (app_code, event_id);
-        Err(self.cannot("read one event"))
+        Err(cannot(self, "read one event"))
     }
 
     /// The newest `params.window` `failed` rows of a tenant grouped by `last_error`, the largest
@@ -415,14 +409,14 @@ pub trait OutboxStore: Send + Sync + 'static {
         params: &ErrorGroupsParams,
     ) -> Result<Vec<ErrorGroup>, StoreError> {
         let _ = params;
-        Err(self.cannot("group failed rows"))
+        Err(cannot(self, "group failed rows"))
     }
 
     /// Deletes the oldest `params.limit` `failed` rows matching the filter, by primary key in one
     /// short transaction (a dry run: counts every match); returns how many went (would go).
     async fn delete_failed(&self, params: &DeleteFailedParams) -> Result<u64, StoreError> {
         let _ = params;
-        Err(self.cannot("delete failed rows"))
+        Err(cannot(self, "delete failed rows"))
     }
 
     /// Closes the connection pool.
