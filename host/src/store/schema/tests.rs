@@ -178,7 +178,6 @@ fn migrations_render_the_table_name() {
     let custom = TableName::new("orders_outbox").unwrap();
     for backend in DIALECTS {
         let all = migrations(backend);
-        assert_eq!(all.first().map(|m| m.version), Some(1));
         let first = all[0].sql(&custom);
         assert!(first.contains("CREATE TABLE IF NOT EXISTS orders_outbox"));
         for migration in all {

@@ -474,13 +474,6 @@ fn key_sets_are_padded_to_a_few_lengths() {
         .map(padded_set_len)
         .collect();
     assert_eq!(distinct.len(), 12, "{distinct:?}");
-    let marks: Vec<Mark> = (0..5).map(|i| Mark::delivered(format!("e{i}"))).collect();
-    let mark = mark_rows(Backend::MySql, &table(), &lease(), &marks, MarkAt::first(1));
-    assert!(
-        mark.sql.contains("event_id IN (?, ?, ?, ?, ?, ?, ?, ?)"),
-        "{}",
-        mark.sql
-    );
 }
 
 #[test]
