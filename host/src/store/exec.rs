@@ -1,8 +1,5 @@
-//! The shared executor: the store operations written once for every backend — the producer
-//! insert, counts, failed rows, requeue, purge. Partition ownership and the partition read are in
-//! [`super::exec_partitions`], the mark in [`super::exec_mark`], `migrate` in [`super::schema`];
-//! what a backend provides to them is its [`Driver`] (`store/driver.rs`), and its connection type
-//! runs bound statements ([`Session`], `store/session.rs`).
+//! The store operations written once for every backend over its [`Driver`]: the producer
+//! insert, counts, failed rows, requeue, purge.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

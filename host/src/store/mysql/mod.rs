@@ -1,11 +1,8 @@
 //! The MySQL / MariaDB backend: [`MySqlStore`] and the producer [`save`].
 //!
-//! outboxd supports MariaDB ≥ 10.6 and MySQL ≥ 8.0; [`MySqlStore::connect`] checks the server
-//! version and refuses older ones, and TiDB. A row's partition is the indexed virtual column
-//! `outbox_partition` (`partitions.rs`). MySQL has no
-//! `UPDATE … RETURNING`: a mark is its fenced UPDATE in autocommit, and when it matched fewer
-//! rows than marks, the rows it changed are listed by what it wrote (`mark.rs`). The store's own connections
-//! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
+//! A row's partition is the indexed virtual column `outbox_partition` (`partitions.rs`). The
+//! store's own connections run at `READ COMMITTED` (`SESSION_SETUP`); `save` runs at the
+//! caller's level.
 
 use sqlx::MySql;
 use sqlx::mysql::MySqlPool;

@@ -1,16 +1,10 @@
-//! MySQL / MariaDB's producer insert: `INSERT … ON DUPLICATE KEY UPDATE event_id = event_id`
-//! counts an ignored duplicate as 1 on connections with `CLIENT_FOUND_ROWS` (sqlx's, and many
-//! drivers') and as 0 without it, so the rows inserted are counted apart: the ids of the chunk
-//! already present, read just before the INSERT, are subtracted from its affected rows. Both
-//! statements see the same committed rows unless another transaction commits one of the same
-//! ids in between (then the count is off by those, never the rows).
-//!
-//! One record (a producer's one event per transaction, the common case) goes as a plain INSERT
-//! instead, one statement: inserted, 1; refused as a duplicate key, 0, the row already there
-//! (InnoDB rolls back the failed statement, not the transaction). Several records keep the
-//! count and the ignoring INSERT: a plain INSERT refused for one duplicate would insert none of
-//! them, and the retry after it would upgrade the duplicate's shared lock to an exclusive one,
-//! which deadlocks two producers saving the same ids.
+//! MySQL / MariaDB's producer insert. `INSERT … ON DUPLICATE KEY UPDATE` counts an ignored
+//! duplicate as 1 with `CLIENT_FOUND_ROWS` (sqlx's, and many drivers') and as 0 without, so the
+//! ids already present, read just before the INSERT, are subtracted from its affected rows. One
+//! record (the common case) goes as a plain INSERT, a duplicate key counted 0 (InnoDB rolls back
+//! the failed statement, not the transaction); several keep the count: a plain INSERT refused for
+//! one duplicate would insert none of them, and the retry after it would upgrade the duplicate's
+//! shared lock to an exclusive one, deadlocking two producers saving the same ids.
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@ use crate::store::migration::{Migration, migration};
 use crate::store::statement::{Bound, PartitionSql, SqlBuilder, SqlDialect};
 use crate::store::{Backend, CommitFeed, TableName};
 
-/// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a claim runs in `BEGIN IMMEDIATE`, which
+/// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a write runs in `BEGIN IMMEDIATE`, which
 /// serializes it with every other writer); `UPDATE … RETURNING`; the catalog read through the
 /// `pragma_table_info` / `pragma_index_list` table-valued functions.
 #[derive(Debug)]

@@ -2,10 +2,9 @@
 //!
 //! The database file is opened in WAL mode with a 30 s busy timeout, so several processes and
 //! pools can share it, and `synchronous = NORMAL` unless the URL says otherwise
-//! (`?synchronous=full`, see [`synchronous_from_url`]); every write runs in `BEGIN IMMEDIATE`, which takes the write lock up front
-//! (a claim is therefore serialized with other writers instead of using row locks). An in-memory
-//! URL (`sqlite::memory:`) gets a single, never-recycled connection: the database lives as long
-//! as the store.
+//! ([`synchronous_from_url`]); every write runs in `BEGIN IMMEDIATE`, serialized with other
+//! writers. An in-memory URL (`sqlite::memory:`) gets a single, never-recycled connection: the
+//! database lives as long as the store.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -51,12 +50,11 @@ pub(crate) fn connect_options(url: &str) -> Result<SqliteConnectOptions, StoreEr
 /// In WAL mode `NORMAL` syncs the WAL at checkpoints instead of at every commit (SQLite's own
 /// advice for WAL): a commit survives a crash of outboxd or any other process; after a power
 /// loss or an OS crash the last commits may be rolled back, whole. For the delivery path that
-/// costs at most a redelivery (a claim rolled back leaves the row claimable, a mark rolled back
-/// leaves it leased until the lease expires). Rows enqueued through this store (`outboxd
-/// enqueue`, [`super::OutboxStore::enqueue`]) could be lost with them: use `synchronous=full`
-/// when that matters. Producers writing the file through their own connections keep their own
-/// setting. Measured: a commit cost 2.6 ms with `FULL`, 0.04 ms with `NORMAL` on the
-/// development machine (docs/PERFORMANCE.md).
+/// costs at most a redelivery (a mark rolled back leaves the row due). Rows enqueued through this
+/// store (`outboxd enqueue`, [`super::OutboxStore::enqueue`]) could be lost with them: use
+/// `synchronous=full` when that matters. Producers writing the file through their own
+/// connections keep their own setting. Measured: a commit cost 2.6 ms with `FULL`, 0.04 ms with
+/// `NORMAL` on the development machine (docs/PERFORMANCE.md).
 pub fn synchronous_from_url(url: &str) -> Result<(String, SqliteSynchronous), StoreError> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_string(), SqliteSynchronous::Normal));

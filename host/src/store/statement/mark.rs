@@ -1,4 +1,4 @@
-//! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease, and
+//! The mark: one UPDATE per batch setting each row's new state, fenced on the batch's lease, and
 //! the rows a mark in autocommit changed, listed when it matched fewer rows than marks
 //! ([`marked_rows`]: MySQL, PostgreSQL).
 
@@ -16,7 +16,7 @@ pub(crate) struct MarkColumns<'a> {
     /// Whether `retry_count` goes up by one (a failed attempt).
     pub(crate) failed_attempt: bool,
     /// New `next_retry_at_ms`: the retry time of a `retryable` row, 0 for every other status
-    /// (the rule in `statement/claim/mod.rs`).
+    /// (the rule in `statement/rows.rs`).
     pub(crate) next_retry_at_ms: i64,
     /// New `last_error` (cut when bound: [`SqlBuilder::bind_last_error`]); `None` clears it.
     pub(crate) last_error: Option<&'a str>,

@@ -1,16 +1,8 @@
 //! Statement building shared by every backend: a `SqlBuilder` writes the text and its bound
 //! `Arg`s together, asking the backend's `SqlDialect` for what differs (placeholders, row
-//! locks, upserts, …).
-//!
-//! Every statement text is built from static fragments and the validated [`TableName`] only;
-//! every value is a bound parameter. The statements themselves are grouped by operation:
-//! `partitions` (ownership and the partition read), `rows` (the fixed statements, the reject
-//! UPDATE, counts), `insert` (the producer insert), `mark` (the fenced mark; `fence` its pieces,
-//! shared with the reject), `failed` (list,
-//! count and requeue `failed` rows) and [`purge`] (retention's batched deletes), [`browse`] (the
-//! console's reads and dead-letter deletes). Schema statements live in [`super::schema`].
-//! Statements of fixed shape are built once per store ([`rows::Statements`]); those carrying an
-//! IN list or a VALUES list are built per call.
+//! locks, upserts, …); then the statements, one file per operation. Every text is built from
+//! static fragments and the validated [`TableName`] only; every value is a bound parameter.
+//! Statements of fixed shape are built once per store ([`rows::Statements`]).
 
 pub mod browse;
 pub(crate) mod failed;
@@ -302,7 +294,7 @@ impl SqlBuilder {
 
     /// A placeholder and the value written to `last_error`: `text` cut to
     /// [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) at a character boundary. The
-    /// one place a `last_error` is cut (marks and claim rejects both bind it here).
+    /// one place a `last_error` is cut (marks and read rejects both bind it here).
     pub(crate) fn bind_last_error(&mut self, text: &str) -> &mut SqlBuilder {
         self.bind(crate::record::truncate_error(text))
     }
@@ -326,8 +318,8 @@ impl SqlBuilder {
     /// `(?, ?, …)` binding `values` as the members of a set (an `IN` list), padded to one of a
     /// few lengths by repeating the last value ([`padded_set_len`]): a database prepares each
     /// statement text once per connection (MySQL's `COM_STMT_PREPARE`, a round trip of its own;
-    /// SQLite's compile), so claims and marks of every batch size share a dozen texts instead of
-    /// one per size. A repeated member changes no `IN`.
+    /// SQLite's compile), so marks and rejections of every batch size share a dozen texts instead
+    /// of one per size. A repeated member changes no `IN`.
     pub(crate) fn bind_set<'a>(
         &mut self,
         values: impl IntoIterator<Item = &'a str>,

@@ -1,20 +1,9 @@
-//! Retention's statements: old `delivered` / `failed` rows deleted in bounded batches, by
-//! primary key (run by `exec::purge`).
-//!
-//! One batch is two statements, each in its own (autocommit) transaction, so no lock is held
-//! between them:
-//! 1. `SELECT event_id … WHERE app_code = ? AND status = ? AND created_at_ms < ? AND
-//!    updated_at_ms < ? ORDER BY created_at_ms, event_id LIMIT n`: a range of the status index
-//!    `idx_<table>_pending (app_code, status, created_at_ms, event_id)` (PostgreSQL: of
-//!    `idx_<table>_history`, the same columns over finished rows only; MariaDB: of
-//!    `idx_<table>_failed (app_code, outbox_failed, created_at_ms, event_id)`, the few live rows
-//!    in its range skipped) (a row is never
-//!    changed before it is created, so "changed before T" implies "created before T", and the
-//!    index bounds the walk; the `updated_at_ms` test only skips the few old rows changed lately,
-//!    e.g. requeued and failed again);
-//! 2. `DELETE … WHERE app_code = ? AND event_id IN (…) AND status = ? AND updated_at_ms < ?`: by
-//!    primary key, re-checking status and age, so a row requeued (or deleted by another host)
-//!    in between is left alone.
+//! Retention's statements (run by `exec::purge`): old `delivered` / `failed` rows deleted in
+//! bounded batches of two statements, each in autocommit, so no lock is held between them: the
+//! ids of the oldest purgeable rows, a range of the dialect's index of finished rows (a row is
+//! never changed before it is created, so "changed before T" implies "created before T", and the
+//! index bounds the walk); then a DELETE by primary key checking status and age again, so a row
+//! requeued (or deleted by another host) in between is left alone.
 
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
