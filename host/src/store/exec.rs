@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::driver::{Driver, begin_write, db};
-use super::row::{EventId, Int, Key, StatusCountRow, status_counts};
+use super::row::{EventId, Int, Key, StatusCountRow, count, status_counts};
 use super::session::Session;
 use super::statement::failed::{
     count_failed, requeue_failed, requeue_keys, select_failed, select_requeue_chunk,
@@ -146,13 +146,7 @@ pub(crate) async fn list_failed<D: Driver>(
     params: &ListFailedParams,
 ) -> Result<Vec<FailedRow>, StoreError> {
     const OP: &str = "list_failed";
-    let statements = driver.statements();
-    let query = select_failed(
-        statements.backend(),
-        statements.table(),
-        &params.filter,
-        params.limit,
-    );
+    let query = select_failed(driver.statements(), &params.filter, params.limit);
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     conn.rows::<FailedRow>(query).await.map_err(db(OP))
 }
@@ -163,13 +157,9 @@ pub(crate) async fn count_failed_rows<D: Driver>(
     filter: &FailedFilter,
     op: &'static str,
 ) -> Result<u64, StoreError> {
-    let statements = driver.statements();
-    let count = count_failed(statements.backend(), statements.table(), filter);
+    let query = count_failed(driver.statements(), filter);
     let mut conn = driver.pool().acquire().await.map_err(db(op))?;
-    let rows = conn.rows::<Int>(count).await.map_err(db(op))?;
-    Ok(rows
-        .first()
-        .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)))
+    Ok(count(&conn.rows::<Int>(query).await.map_err(db(op))?))
 }
 
 /// Runs `change` (an UPDATE or DELETE by primary key, while still `failed`) over the oldest
@@ -181,9 +171,8 @@ pub(crate) async fn change_oldest_failed<S: Session>(
     op: &'static str,
     change: impl Fn(&str, &[String]) -> Bound,
 ) -> Result<u64, StoreError> {
-    let (backend, table) = (statements.backend(), statements.table());
     let keys = session
-        .rows::<Key>(select_requeue_chunk(backend, table, filter, limit))
+        .rows::<Key>(select_requeue_chunk(statements, filter, limit))
         .await
         .map_err(db(op))?;
     let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -207,24 +196,18 @@ pub(crate) async fn requeue<D: Driver>(
 ) -> Result<u64, StoreError> {
     const OP: &str = "requeue";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     if params.dry_run {
         return count_failed_rows(driver, &params.filter, OP).await;
     }
     let mut tx = begin_write(driver, OP).await?;
     let moved = match params.limit {
-        None => tx
-            .run(requeue_failed(
-                backend,
-                table,
-                &params.filter,
-                params.now_ms,
-            ))
-            .await
-            .map_err(db(OP))?,
+        None => {
+            let requeue = requeue_failed(statements, &params.filter, params.now_ms);
+            tx.run(requeue).await.map_err(db(OP))?
+        }
         Some(limit) => {
             let requeue = |app_code: &str, event_ids: &[String]| {
-                requeue_keys(backend, table, app_code, event_ids, params.now_ms)
+                requeue_keys(statements, app_code, event_ids, params.now_ms)
             };
             change_oldest_failed(&mut *tx, statements, (&params.filter, limit), OP, requeue).await?
         }
@@ -237,19 +220,13 @@ pub(crate) async fn requeue<D: Driver>(
 pub(crate) async fn purge<D: Driver>(driver: &D, params: &PurgeParams) -> Result<u64, StoreError> {
     const OP: &str = "purge";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     if params.dry_run {
-        let rows = conn
-            .rows::<Int>(count_purgeable(backend, table, params))
-            .await
-            .map_err(db(OP))?;
-        return Ok(rows
-            .first()
-            .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
+        let query = count_purgeable(statements, params);
+        return Ok(count(&conn.rows::<Int>(query).await.map_err(db(OP))?));
     }
     let ids: Vec<String> = conn
-        .rows::<EventId>(select_purgeable(backend, table, params))
+        .rows::<EventId>(select_purgeable(statements, params))
         .await
         .map_err(db(OP))?
         .into_iter()
@@ -258,7 +235,7 @@ pub(crate) async fn purge<D: Driver>(driver: &D, params: &PurgeParams) -> Result
     if ids.is_empty() {
         return Ok(0);
     }
-    conn.run(delete_purgeable(backend, table, params, &ids))
+    conn.run(delete_purgeable(statements, params, &ids))
         .await
         .map_err(db(OP))
 }

@@ -102,16 +102,15 @@ pub(crate) trait MarkOps: Driver + Sized {
     ) -> Result<Vec<EventId>, StoreError> {
         const OP: &str = "mark";
         let statements = self.statements();
-        let (backend, table) = (statements.backend(), statements.table());
         let mut conn = self.pool().acquire().await.map_err(db(OP))?;
-        let update = mark_rows_counted(backend, table, lease, marks, at);
+        let update = mark_rows_counted(statements, lease, marks, at);
         let matched = Self::run_update(&mut conn, update, marks.len())
             .await
             .map_err(db(OP))?;
         if matched == marks.len() as u64 {
             return Ok(event_ids(marks));
         }
-        let marked = marked_rows(backend, table, lease, marks, at.now_ms);
+        let marked = marked_rows(statements, lease, marks, at.now_ms);
         conn.rows::<EventId>(marked).await.map_err(db(OP))
     }
 }

@@ -47,14 +47,12 @@ pub fn mark_statements(
     marks: &[Mark],
     at: MarkAt,
 ) -> Vec<(&'static str, Bound)> {
+    let statements = Statements::new(backend, table);
     match backend {
-        Backend::Sqlite => vec![("mark", mark_rows(backend, table, lease, marks, at))],
+        Backend::Sqlite => vec![("mark", mark_rows(&statements, lease, marks, at))],
         Backend::MySql | Backend::Postgres => vec![
-            ("mark", mark_rows_counted(backend, table, lease, marks, at)),
-            (
-                "marked",
-                marked_rows(backend, table, lease, marks, at.now_ms),
-            ),
+            ("mark", mark_rows_counted(&statements, lease, marks, at)),
+            ("marked", marked_rows(&statements, lease, marks, at.now_ms)),
         ],
     }
 }

@@ -66,6 +66,12 @@ impl FromColumns for Int {
     }
 }
 
+/// The count a `COUNT(*)` query returned: 0 for no row.
+pub(crate) fn count(rows: &[Int]) -> u64 {
+    rows.first()
+        .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0))
+}
+
 /// A single `event_id` column.
 pub(crate) struct EventId(pub(crate) String);
 

@@ -12,7 +12,7 @@ use super::MySqlStore;
 use crate::record::Record;
 use crate::store::driver::db;
 use crate::store::exec::{SAVE_OP, SaveOps};
-use crate::store::row::Int;
+use crate::store::row::{Int, count};
 use crate::store::session::Session;
 use crate::store::statement::insert::{insert_records, insert_records_strict};
 use crate::store::statement::{Bound, SqlBuilder};
@@ -65,13 +65,8 @@ async fn existing<S: Session>(
     let mut existing = 0;
     for (app_code, ids) in by_app {
         for ids in ids.chunks(COUNT_EXISTING_MAX_IDS) {
-            let rows = session
-                .rows::<Int>(count_existing(table, app_code, ids))
-                .await
-                .map_err(db(SAVE_OP))?;
-            existing += rows
-                .first()
-                .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0));
+            let query = count_existing(table, app_code, ids);
+            existing += count(&session.rows::<Int>(query).await.map_err(db(SAVE_OP))?);
         }
     }
     Ok(existing)

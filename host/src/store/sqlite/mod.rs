@@ -142,9 +142,8 @@ impl MarkOps for SqliteStore {
         at: MarkAt,
     ) -> Result<Vec<EventId>, StoreError> {
         const OP: &str = "mark";
-        let table = self.statements.table();
         let mut tx = begin_write(self, OP).await?;
-        let counted = mark_rows_counted(Backend::Sqlite, table, lease, marks, at);
+        let counted = mark_rows_counted(&self.statements, lease, marks, at);
         if tx.run(counted).await.map_err(db(OP))? == marks.len() as u64 {
             tx.commit().await.map_err(db(OP))?;
             return Ok(event_ids(marks));
@@ -152,7 +151,7 @@ impl MarkOps for SqliteStore {
         tx.rollback().await.map_err(db(OP))?;
         // Some row was stale (rare): the statement that lists the fenced rows it changes.
         let mut tx = begin_write(self, OP).await?;
-        let update = mark_rows(Backend::Sqlite, table, lease, marks, at);
+        let update = mark_rows(&self.statements, lease, marks, at);
         let ids = tx.rows::<EventId>(update).await.map_err(db(OP))?;
         tx.commit().await.map_err(db(OP))?;
         Ok(ids)

@@ -3,10 +3,10 @@
 //! ([`marked_rows`]: MySQL, PostgreSQL).
 
 use super::fence::{at_epoch, live_rows, owned_partition_open};
-use super::rows::retry_count_after_reclaim;
+use super::rows::{Statements, retry_count_after_reclaim, update_by_key};
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, Disposition, Lease, Mark, TableName};
+use crate::store::{Disposition, Lease, Mark, TableName};
 
 /// The column values one [`Disposition`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,38 +209,27 @@ pub(crate) fn mark_columns(marks: &[Mark]) -> Vec<(&str, MarkColumns<'_>)> {
         .collect()
 }
 
-/// `UPDATE <table>` reached by primary key (MariaDB's `FORCE INDEX (PRIMARY)`), as every mark is.
-pub(crate) fn update_by_key(backend: Backend, table: &TableName) -> SqlBuilder {
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access());
-    b
-}
-
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
 /// with `RETURNING event_id`: SQLite's mark once a row was stale (MySQL and PostgreSQL list the
 /// rows a mark changed after it instead: [`marked_rows`]).
 pub(crate) fn mark_rows(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     at: MarkAt,
 ) -> Bound {
-    mark_update(backend, table, lease, marks, at, true)
+    mark_update(statements, lease, marks, at, true)
 }
 
 /// [`mark_rows`] without `RETURNING`: the first try of a mark in a transaction, whose affected-row
 /// count tells whether every mark matched its row (then no id list is needed).
 pub(crate) fn mark_rows_counted(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     at: MarkAt,
 ) -> Bound {
-    mark_update(backend, table, lease, marks, at, false)
+    mark_update(statements, lease, marks, at, false)
 }
 
 /// When a mark writes (`updated_at_ms`), and whether it runs again after its earlier run's reply
@@ -268,18 +257,16 @@ impl MarkAt {
 
 /// The fenced UPDATE of [`mark_rows`], listing the ids it changed when `returning`.
 fn mark_update(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     at: MarkAt,
     returning: bool,
 ) -> Bound {
     let columns = mark_columns(marks);
-    let mut b = update_by_key(backend, table);
+    let mut b = update_by_key(statements);
     // The attempt first (MySQL evaluates SET left to right): a row still `delivering` is an
     // earlier version's expired lease, whose attempt the read counted but did not write.
-    b.push(" SET ");
     retry_count_after_reclaim(&mut b);
     if columns.iter().any(|(_, c)| c.failed_attempt) {
         b.push(" + CASE event_id");
@@ -296,7 +283,7 @@ fn mark_update(
     worker_column(&mut b, &columns, &lease.worker_id);
     lease_fence(
         &mut b,
-        table,
+        statements.table(),
         lease,
         marks.iter().map(|m| m.event_id.as_str()),
     );
@@ -316,16 +303,16 @@ fn mark_update(
 /// partition another host took over and marked in the very same millisecond would be counted
 /// here too: both delivered it, and only this host's count of applied marks is off.)
 pub(crate) fn marked_rows(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     now_ms: i64,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
+    let by_key = b.dialect().primary_key_access();
     b.push("SELECT event_id FROM ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
+        .push(statements.table().as_str())
+        .push(by_key)
         .push(" WHERE ");
     // One primary-key probe per id whatever the statistics (PostgreSQL read a tenant never
     // analyzed whole by `app_code`, the ids a filter).

@@ -1,6 +1,5 @@
-//! [`Statements`], the fixed statements of one store (built once at connect from its backend and
-//! table), the columns a read returns, the UPDATE failing the rows a read rejected, and the
-//! status counts.
+//! [`Statements`], what one store's statements are built for; the columns a read returns, the
+//! UPDATE failing the rows a read rejected, and the status counts.
 //!
 //! Every statement that changes a row's status keeps one rule, so that MySQL's / MariaDB's
 //! indexes that do not hold the status are rewritten only when a row enters or leaves their
@@ -17,7 +16,8 @@ use super::{Arg, Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, DEFAULT_PARTITIONS, PartitionFence, RejectedRow, TableName};
 
-/// The fixed statements of one store, built once at connect from the backend and table name.
+/// What one store's statements are built for (its backend and table, which every builder but the
+/// producer insert and the partition read takes), and its fixed statements, built once at connect.
 #[derive(Debug, Clone)]
 pub struct Statements {
     backend: Backend,
@@ -38,13 +38,9 @@ impl Statements {
             table: table.clone(),
             counts: [false, true].map(|by_app| counts_text(backend, table, by_app)),
             counts_binds: backend.dialect().counts_groups().len().max(1),
-            partitions: Arc::new(AtomicU32::new(
-                if backend.dialect().partition_count_query(table).is_none() {
-                    1
-                } else {
-                    0
-                },
-            )),
+            partitions: Arc::new(AtomicU32::new(u32::from(
+                backend.dialect().partition_count_query(table).is_none(),
+            ))),
         }
     }
 
@@ -90,6 +86,18 @@ impl Statements {
             },
         }
     }
+}
+
+/// `UPDATE <table> SET ` reached by primary key (MariaDB's `FORCE INDEX (PRIMARY)`), as every mark
+/// and rejection is.
+pub(crate) fn update_by_key(statements: &Statements) -> SqlBuilder {
+    let mut b = SqlBuilder::new(statements.backend());
+    let by_key = b.dialect().primary_key_access();
+    b.push("UPDATE ")
+        .push(statements.table().as_str())
+        .push(by_key)
+        .push(" SET ");
+    b
 }
 
 /// Expression that adds the attempt of an expired lease (a row an earlier version's host left
@@ -146,18 +154,13 @@ fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
 /// `host_id` still owns the partition at the fence's epoch (else it changes nothing: the new
 /// owner rejects them), and only rows still live.
 pub(crate) fn reject_rows(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     app_code: &str,
     fence: (&str, &PartitionFence),
     now_ms: i64,
     rejected: &[RejectedRow],
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
-        .push(" SET ");
+    let mut b = update_by_key(statements);
     retry_count_after_reclaim(&mut b);
     b.push(", status = ")
         .status(Status::Failed)
@@ -176,6 +179,6 @@ pub(crate) fn reject_rows(
         .bind_set(rejected.iter().map(|r| r.event_id.as_str()));
     let (host_id, fence) = fence;
     live_rows(&mut b);
-    owned_partition(&mut b, table, app_code, host_id, fence);
+    owned_partition(&mut b, statements.table(), app_code, host_id, fence);
     b.finish()
 }
