@@ -162,13 +162,8 @@ fn reject_counts_an_expired_lease_first() {
         partition: 7,
         epoch: 3,
     };
-    let bound = reject_rows(
-        &statements(Backend::Postgres),
-        "live",
-        ("host-a", &fence),
-        100,
-        &rejected,
-    );
+    let pg = statements(Backend::Postgres);
+    let bound = reject_rows(&pg, "live", ("host-a", &fence), 100, &rejected);
     assert!(
         bound
             .sql
@@ -198,6 +193,7 @@ fn reject_counts_an_expired_lease_first() {
 
 #[test]
 fn dispositions_to_columns() {
+    let at = MarkAt::first(100);
     assert_eq!(
         MarkColumns::of(&Disposition::Delivered),
         MarkColumns {
@@ -230,12 +226,7 @@ fn dispositions_to_columns() {
             error: long.clone(),
         },
     }];
-    let bound = mark_rows(
-        &statements(Backend::Sqlite),
-        &lease(),
-        &marks,
-        MarkAt::first(100),
-    );
+    let bound = mark_rows(&statements(Backend::Sqlite), &lease(), &marks, at);
     assert!(
         bound.args.contains(&Arg::from("x".repeat(512))),
         "last_error cut when bound"
@@ -273,13 +264,9 @@ fn mixed_marks() -> Vec<Mark> {
 
 #[test]
 fn mark_is_one_fenced_statement() {
+    let at = MarkAt::first(100);
     let marks = mixed_marks();
-    let pg = mark_rows(
-        &statements(Backend::Postgres),
-        &lease(),
-        &marks,
-        MarkAt::first(100),
-    );
+    let pg = mark_rows(&statements(Backend::Postgres), &lease(), &marks, at);
     assert_eq!(
         &*pg.sql,
         "UPDATE room_outbox SET retry_count = CASE WHEN status = 'delivering' THEN retry_count + 1 \
@@ -317,12 +304,7 @@ fn mark_is_one_fenced_statement() {
     );
     assert_placeholders(Backend::Postgres, &pg);
 
-    let mysql = mark_rows_counted(
-        &statements(Backend::MySql),
-        &lease(),
-        &marks,
-        MarkAt::first(100),
-    );
+    let mysql = mark_rows_counted(&statements(Backend::MySql), &lease(), &marks, at);
     assert!(!mysql.sql.contains("RETURNING"));
     assert!(
         mysql
@@ -342,12 +324,7 @@ fn mark_is_one_fenced_statement() {
 
     // A batch whose rows all get one status sets it as a literal, no CASE.
     let delivered = &marks[..1];
-    let sqlite = mark_rows(
-        &statements(Backend::Sqlite),
-        &lease(),
-        delivered,
-        MarkAt::first(100),
-    );
+    let sqlite = mark_rows(&statements(Backend::Sqlite), &lease(), delivered, at);
     assert!(
         sqlite.sql.contains(
             "status = 'delivered', next_retry_at_ms = 0, last_error = NULL, lock_until_ms = NULL, \
@@ -369,6 +346,7 @@ fn mark_is_one_fenced_statement() {
 
 #[test]
 fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
+    let at = MarkAt::first(100);
     let mut lease = lease();
     lease.partitions.push(PartitionBatch {
         fence: PartitionFence {
@@ -380,12 +358,7 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
         full: true,
     });
     let marks = &mixed_marks()[..1];
-    let pg = mark_rows(
-        &statements(Backend::Postgres),
-        &lease,
-        marks,
-        MarkAt::first(100),
-    );
+    let pg = mark_rows(&statements(Backend::Postgres), &lease, marks, at);
     assert!(
         pg.sql.contains(
             "WHERE (app_code, event_id) IN (SELECT $2, unnest($3)) \
@@ -402,12 +375,7 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
         [Arg::Int(7), Arg::Int(3), Arg::Int(9), Arg::Int(5)]
     );
     assert_placeholders(Backend::Postgres, &pg);
-    let mysql = mark_rows_counted(
-        &statements(Backend::MySql),
-        &lease,
-        marks,
-        MarkAt::first(100),
-    );
+    let mysql = mark_rows_counted(&statements(Backend::MySql), &lease, marks, at);
     assert!(
         mysql.sql.contains(
             "WHERE app_code = ? AND event_id IN (?) \
@@ -422,12 +390,7 @@ fn a_mark_of_several_partitions_fences_each_row_on_its_own() {
     assert_placeholders(Backend::MySql, &mysql);
     // An empty batch marks nothing.
     lease.partitions.clear();
-    let none = mark_rows(
-        &statements(Backend::Postgres),
-        &lease,
-        marks,
-        MarkAt::first(100),
-    );
+    let none = mark_rows(&statements(Backend::Postgres), &lease, marks, at);
     assert!(none.sql.contains("AND 1 = 0 FOR KEY SHARE"), "{}", none.sql);
 }
 
