@@ -1,6 +1,6 @@
-//! What a backend store provides to the shared operations ([`Driver`]: its pool, its statements,
-//! how it begins a write transaction), and the retry of transactions and statements the
-//! database aborted as transient ([`retry_transient`], [`run_retried`]).
+//! What a backend store provides to the shared operations ([`Driver`]: its pool and statements),
+//! a write transaction begun, and the retry of transactions and statements the database aborted
+//! as transient ([`retry_transient`], [`run_retried`]).
 
 use std::time::Duration;
 

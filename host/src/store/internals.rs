@@ -1,10 +1,7 @@
-//! The store's own SQL and row judge, exposed for `outboxd-bench` (`bench/`) and the plan tests
-//! (`tests/explain.rs`, `tests/*_plans.rs`, `tests/history_plans.rs`, `tests/conformance/`), which
-//! run, time or `EXPLAIN` the statements the store runs, by hand, and for the judge's fuzz check
-//! (`host/fuzz/checks/judge.rs`).
-//!
-//! This is not the API of a host, a plugin author or a producer (that is [`super::OutboxStore`],
-//! the per-database stores and their `save`): it follows the store's SQL and changes with it.
+//! The store's own SQL and row judge, exposed for `outboxd-bench` and the plan tests
+//! (`tests/*_plans.rs`, `tests/conformance/`), which run, time or `EXPLAIN` the statements the
+//! store runs, and for the judge's fuzz check. Not the API of a host, a plugin author or a
+//! producer ([`super::OutboxStore`], the stores and their `save`): it changes with the store's SQL.
 
 pub use super::judge::judge;
 pub use super::row::CandidateRow;
@@ -12,7 +9,6 @@ pub use super::schema::{Migration, index_columns_query, migrations, required_ind
 pub use super::statement::browse::explain_statements as console_explain_statements;
 pub use super::statement::mark::MarkAt;
 pub use super::statement::purge::statement_texts as purge_statement_texts;
-pub use super::statement::rows::Statements;
 pub use super::statement::{Arg, Bound};
 
 use sqlx::mysql::{MySql, MySqlArguments};
@@ -25,6 +21,7 @@ use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions};
 pub const POSTGRES_SESSION_SETUP: &str = super::postgres::SESSION_SETUP;
 
 use super::statement::mark::{mark_rows, mark_rows_counted, marked_rows};
+use super::statement::rows::Statements;
 use super::{Backend, Lease, Mark, PartitionRead, StoreError, TableName};
 
 /// The statement a partition read runs ([`super::OutboxStore::read_partitions`]) on a table of
@@ -48,6 +45,7 @@ pub fn mark_statements(
     at: MarkAt,
 ) -> Vec<(&'static str, Bound)> {
     let statements = Statements::new(backend, table);
+    // SQLite marks in a write transaction, `RETURNING` the rows; the others in autocommit.
     match backend {
         Backend::Sqlite => vec![("mark", mark_rows(&statements, lease, marks, at))],
         Backend::MySql | Backend::Postgres => vec![

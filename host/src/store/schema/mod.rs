@@ -1,11 +1,7 @@
-//! The outbox table's schema: the embedded migrations, the columns and indexes outboxd needs on
-//! every table (the dialect's required indexes), and reading a table's indexes; `migrate` itself (apply
-//! what is missing, then check and complete an adopted table) is in `migrate.rs`; the table's
-//! partition count (read off the catalog, changed by `migrate --partitions`) in
-//! `partition_count.rs`.
-//!
-//! What differs per database (the migration files, the bookkeeping DDL, catalog queries, the
-//! migration lock) comes from the backend's `SqlDialect`.
+//! The outbox table's schema: the embedded migrations, the indexes outboxd needs on every table
+//! (the dialect's required indexes) and reading a table's indexes; `migrate` itself is in
+//! `migrate.rs`, the table's partition count in `partition_count.rs`. What differs per database
+//! comes from the backend's `SqlDialect`.
 
 mod migrate;
 mod partition_count;
