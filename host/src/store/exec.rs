@@ -2,7 +2,6 @@
 //! insert, counts, failed rows, requeue, purge.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use super::driver::{Driver, begin_write, db};
 use super::row::{EventId, Int, Key, StatusCountRow, count, status_counts};
@@ -130,13 +129,7 @@ pub(crate) async fn clock_ms<D: Driver>(driver: &D) -> Result<Option<i64>, Store
         return Ok(None);
     };
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-    let rows = conn
-        .rows::<Int>(Bound {
-            sql: Arc::from(sql),
-            args: Vec::new(),
-        })
-        .await
-        .map_err(db(OP))?;
+    let rows = conn.rows::<Int>(Bound::text(sql)).await.map_err(db(OP))?;
     Ok(rows.first().map(|Int(ms)| *ms))
 }
 

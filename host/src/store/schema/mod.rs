@@ -214,10 +214,7 @@ pub(super) async fn take_migration_lock<S: Session>(
     let mut logged = false;
     loop {
         let taken = session
-            .rows::<Int>(Bound {
-                sql: lock.into(),
-                args: Vec::new(),
-            })
+            .rows::<Int>(Bound::text(lock))
             .await
             .map_err(db("migrate"))?;
         if matches!(taken.as_slice(), [Int(1)]) {

@@ -245,6 +245,16 @@ pub struct Bound {
     pub args: Vec<Arg>,
 }
 
+impl Bound {
+    /// A statement without arguments.
+    pub(crate) fn text(sql: impl Into<Arc<str>>) -> Bound {
+        Bound {
+            sql: sql.into(),
+            args: Vec::new(),
+        }
+    }
+}
+
 /// Writes a statement and its arguments together, so placeholders and values cannot drift apart.
 pub(crate) struct SqlBuilder {
     dialect: &'static dyn SqlDialect,

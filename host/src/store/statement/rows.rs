@@ -76,10 +76,7 @@ impl Statements {
     /// `status, COUNT(*), MIN(created_at_ms)` per status, for every tenant or one.
     pub(crate) fn counts_query(&self, app_code: Option<&str>) -> Bound {
         match app_code {
-            None => Bound {
-                sql: self.counts[0].clone(),
-                args: Vec::new(),
-            },
+            None => Bound::text(self.counts[0].clone()),
             Some(app_code) => Bound {
                 sql: self.counts[1].clone(),
                 args: vec![Arg::from(app_code); self.counts_binds],
