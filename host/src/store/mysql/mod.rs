@@ -86,10 +86,7 @@ fn check_server_version(version: &str) -> Result<(), StoreError> {
     let mut parts = number
         .split(|c: char| !c.is_ascii_digit())
         .map(|part| part.parse::<u32>().ok());
-    let parsed = match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => Some((major, minor)),
-        _ => None,
-    };
+    let parsed = parts.next().flatten().zip(parts.next().flatten());
     let (name, minimum) = if mariadb {
         ("MariaDB", (10, 6))
     } else {
