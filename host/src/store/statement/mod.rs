@@ -260,7 +260,6 @@ pub(crate) struct SqlBuilder {
     dialect: &'static dyn SqlDialect,
     sql: String,
     args: Vec<Arg>,
-    placeholders: usize,
 }
 
 impl SqlBuilder {
@@ -270,7 +269,6 @@ impl SqlBuilder {
             dialect: backend.dialect(),
             sql: String::with_capacity(256),
             args: Vec::new(),
-            placeholders: 0,
         }
     }
 
@@ -288,17 +286,10 @@ impl SqlBuilder {
         self
     }
 
-    /// A placeholder whose value is supplied at execution time (fixed statements).
-    pub(crate) fn placeholder(&mut self) -> &mut SqlBuilder {
-        self.placeholders += 1;
-        self.dialect.placeholder(&mut self.sql, self.placeholders);
-        self
-    }
-
     /// A placeholder and its value.
     pub(crate) fn bind(&mut self, value: impl Into<Arg>) -> &mut SqlBuilder {
-        self.placeholder();
         self.args.push(value.into());
+        self.dialect.placeholder(&mut self.sql, self.args.len());
         self
     }
 
@@ -423,15 +414,8 @@ impl SqlBuilder {
         self
     }
 
-    /// The text of a fixed statement (no values bound yet).
-    pub(crate) fn text(self) -> Arc<str> {
-        debug_assert!(self.args.is_empty());
-        self.sql.into()
-    }
-
     /// The statement with its arguments.
     pub(crate) fn finish(self) -> Bound {
-        debug_assert_eq!(self.args.len(), self.placeholders);
         Bound {
             sql: self.sql.into(),
             args: self.args,
