@@ -2,10 +2,9 @@
 //!
 //! What each database does is in its folder ([`sqlite`], [`mysql`], [`postgres`]); the
 //! operations are written once over them (`exec*.rs`, over `driver.rs`), their statements in
-//! `statement/`; docs/ARCHITECTURE.md maps every file. [`internals`] exposes the statements for
-//! `outboxd-bench` and the plan tests only. Every backend passes the same conformance suite
-//! (`tests/conformance/`). Methods take one params struct and an explicit `now_ms`, so behaviour
-//! that depends on time is tested without sleeping.
+//! `statement/`; docs/ARCHITECTURE.md maps every file. Every backend passes the same conformance
+//! suite (`tests/conformance/`). Methods take one params struct and an explicit `now_ms`, so
+//! behaviour that depends on time is tested without sleeping.
 //!
 //! # Partitions
 //! Every row belongs to one partition of its tenant, derived by the database from `room_id`;

@@ -58,11 +58,9 @@ pub(crate) enum StatusWindows {
     UnionPerPartition,
 }
 
-/// What one database's SQL differs in. The provided methods are the standard SQL that at least
-/// two backends share; each backend folder (`sqlite/`, `mysql/`, `postgres/`, in `dialect.rs`) implements the
-/// trait next to its store, overriding only what its database does differently — so what
-/// PostgreSQL does differently is read in `postgres/`. The shared builders ask this trait
-/// instead of matching on the backend.
+/// What one database's SQL differs in: the provided methods are the SQL at least two backends
+/// share, and each backend's `dialect.rs` overrides what its database does differently. The
+/// shared builders ask it instead of matching on the backend.
 pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// Writes placeholder number `n` (1-based) of a statement: `?`.
     fn placeholder(&self, sql: &mut String, _n: usize) {
@@ -98,9 +96,7 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     }
 
     /// Whether a key list is bound as one array parameter (`column = ANY($n)`, one `text[]`)
-    /// instead of `column IN (?, ?, …)`, one placeholder per value. PostgreSQL: with a cached
-    /// (generic) plan, an `IN` list of 500 placeholders is rebuilt as an array for every row the
-    /// statement reads; one array parameter is not.
+    /// instead of `column IN (?, ?, …)`, one placeholder per value (PostgreSQL's tells why).
     fn binds_lists_as_arrays(&self) -> bool {
         false
     }
