@@ -83,14 +83,8 @@ pub(crate) fn count_existing(table: &TableName, app_code: &str, event_ids: &[&st
         .push(table.as_str())
         .push(" WHERE app_code = ")
         .bind(app_code)
-        .push(" AND event_id IN (");
-    for (i, event_id) in event_ids.iter().enumerate() {
-        if i > 0 {
-            b.push(", ");
-        }
-        b.bind(*event_id);
-    }
-    b.push(")");
+        .push(" AND event_id IN ")
+        .bind_list(event_ids.iter().copied());
     b.finish()
 }
 
