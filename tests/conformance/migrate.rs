@@ -170,9 +170,9 @@ const ROOM_INDEX_COLUMNS: &str = "app_code,status,room_id,created_at_ms,event_id
 /// Whether `table` has every index outboxd needs on every table (under any name).
 async fn has_required_indexes(db: &TestDb, table: &str) -> bool {
     let indexes = db.index_columns(table).await;
-    outboxd::store::internals::required_index_columns(db.backend)
+    outboxd::store::internals::required_indexes(db.backend, &TableName::default())
         .iter()
-        .all(|wanted| indexes.values().any(|columns| columns == wanted))
+        .all(|(_, wanted)| indexes.values().any(|columns| columns == wanted))
 }
 
 /// The name on the default table and the key columns of the first index outboxd needs on every

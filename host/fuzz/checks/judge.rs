@@ -1,4 +1,4 @@
-//! The row judge of a claim (`outboxd::store::internals::judge_columns`): any row is handed out
+//! The row judge of a claim (`outboxd::store::internals::judge`): any row is handed out
 //! or rejected alone, never a panic, and the two answers are consistent.
 //!
 //! Input layout (so seeds can be written by hand, `seeds/judge/`):
@@ -11,7 +11,7 @@
 //! - the rest: the `envelope` column.
 
 use outboxd::envelope::EventEnvelope;
-use outboxd::store::internals::{RowColumns, judge_columns};
+use outboxd::store::internals::{CandidateRow, judge};
 use prost::Message;
 
 const HEADER: usize = 18;
@@ -34,7 +34,7 @@ pub fn check(data: &[u8]) {
         _ => fixed.to_string(),
     };
     let app_code = pick(0, "live", |e| &e.app_code);
-    let row = RowColumns {
+    let row = CandidateRow {
         event_id: pick(1, "e1", |e| &e.event_id),
         event_type: pick(2, "RoomGiftSent", |e| &e.event_type),
         room_id: pick(3, "room-1", |e| &e.room_id),
@@ -44,7 +44,7 @@ pub fn check(data: &[u8]) {
     };
 
     let retries = u32::try_from(retry_count).unwrap_or(0) + u32::from(reclaimed);
-    match judge_columns(&app_code, row.clone(), reclaimed, max_attempts) {
+    match judge(&app_code, row.clone(), reclaimed, max_attempts) {
         Ok(claimed) => {
             // Accepted: the envelope decodes, its identity fields are the row's (or empty) and the
             // event carries the row's identity, the envelope's payload and the attempt count.
@@ -87,11 +87,11 @@ pub fn check(data: &[u8]) {
             let bytes = full.encode_to_vec();
             assert_eq!(EventEnvelope::decode(bytes.as_slice()).unwrap(), full);
             if !bytes.is_empty() {
-                let row = RowColumns {
+                let row = CandidateRow {
                     envelope: bytes,
                     ..row
                 };
-                let again = judge_columns(&app_code, row, reclaimed, max_attempts)
+                let again = judge(&app_code, row, reclaimed, max_attempts)
                     .expect("the re-encoded envelope is accepted");
                 assert_eq!(again, claimed);
             }

@@ -1,8 +1,6 @@
-//! From a database URL to a connected store: the URL's scheme names the [`Backend`], and the
-//! backend names its database's own code — its dialect (`SqlDialect`, in the backend's folder),
-//! its store. The only place in the store that names every backend; what a database does is asked
-//! of it (`dialect()`, [`Backend::commit_feed`]), never matched on
-//! its name elsewhere.
+//! From a database URL to a connected store: the URL's scheme names the [`Backend`], the backend
+//! its dialect (`SqlDialect`, in the backend's folder) and store. What a database does is asked
+//! of it (`dialect()`, [`Backend::commit_feed`]), not matched on its name.
 
 use std::sync::Arc;
 

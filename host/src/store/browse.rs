@@ -1,14 +1,8 @@
-//! The params and results of the console's reads and dead-letter deletes: searching events
-//! newest first ([`EventQuery`], [`EventPage`]), one event's row ([`EventDetail`]), `failed` rows
-//! grouped by error ([`ErrorGroupsParams`], [`ErrorGroup`]) and deleting dead letters
-//! ([`DeleteFailedParams`]).
-//!
-//! Every search reads a range of an index the table already has, newest first, and never more
-//! rows than it says: for a status and time range, the partition index (live rows) or the
-//! database's index of finished rows (`SqlDialect::required_indexes`); the primary key for an
-//! event id. The filters no index holds (a room, an event type glob, error text) are applied on
-//! top of a window of at most [`EventQuery::scan_limit`] rows, and the page
-//! says where that window ended, so the next page goes on from there.
+//! The params and results of the console's reads and dead-letter deletes. Every search reads a
+//! range of an index the table already has, newest first, and never more rows than it says; the
+//! filters no index holds (a room, an event type glob, error text) are applied on top of a window
+//! of at most [`EventQuery::scan_limit`] rows, and the page says where that window ended, so the
+//! next page goes on from there.
 
 use serde::Serialize;
 

@@ -1,10 +1,6 @@
-//! What every backend's connect shares: the [`ConnectOptions`], and one direct connection first
-//! ([`probe`]). Which backend a URL names, and connecting it, is `store/backend.rs`.
-//!
-//! Every backend first makes one direct connection within `connect_timeout` ([`probe`]): a pool
-//! retries a refused connection until its acquire timeout and then reports only "pool timed
-//! out", hiding "Connection refused", "Access denied" or "Unknown database". Its pool then
-//! starts from [`pool_options`].
+//! What every backend's connect shares: the [`ConnectOptions`], one direct connection first
+//! ([`probe`]: a pool retries a refused connection until its acquire timeout, then reports only
+//! "pool timed out"), and the pool ([`pool_options`]). Which backend a URL names is `backend.rs`.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! What a backend store provides to the shared operations ([`Driver`]: its pool, its statements,
-//! how it begins a write transaction), and the retry of transactions and statements the
-//! database aborted as transient ([`retry_transient`], [`run_retried`]).
+//! What a backend store provides to the shared operations ([`Driver`]: its pool and statements),
+//! a write transaction begun, and the retry of transactions and statements the database aborted
+//! as transient ([`retry_transient`], [`run_retried`]).
 
 use std::time::Duration;
 
@@ -17,11 +17,6 @@ pub(crate) trait Driver: Send + Sync {
     /// The sqlx database; its connections run statements.
     type Db: Database<Connection: Session>;
 
-    /// The statement beginning a write transaction, when the default `BEGIN` is not enough
-    /// (SQLite: `BEGIN IMMEDIATE`, so the write lock is taken up front and waits on busy_timeout
-    /// instead of failing to upgrade).
-    const BEGIN_WRITE: Option<&'static str>;
-
     /// The connection pool.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
@@ -34,12 +29,12 @@ pub(crate) fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     StoreError::db(op)
 }
 
-/// Begins a write transaction.
+/// Begins a write transaction ([`super::statement::SqlDialect::begin_write`]).
 pub(crate) async fn begin_write<D: Driver>(
     driver: &D,
     op: &'static str,
 ) -> Result<sqlx::Transaction<'static, D::Db>, StoreError> {
-    match D::BEGIN_WRITE {
+    match driver.statements().backend().dialect().begin_write() {
         Some(begin) => driver.pool().begin_with(begin).await,
         None => driver.pool().begin().await,
     }
@@ -53,17 +48,11 @@ pub(crate) const TRANSIENT_RETRY_BUDGET: Duration = Duration::from_secs(2);
 /// Longest pause between two attempts.
 const MAX_RETRY_PAUSE_MS: u64 = 200;
 
-/// Runs a mark transaction again while `retry_on` holds for its error — the database
-/// aborted it as transient (and, for marks, the database cannot be reached)
-/// ([`StoreError::is_transient`]: deadlock victim, serialization failure, lock wait timeout, busy
-/// SQLite file) and wall-clock time `deadline_ms` is not reached: the whole transaction was rolled
-/// back, so repeating it is safe. A mark's fence holds a shared lock on its partitions' rows,
-/// which a heartbeat's renewal locks in another order (MySQL breaks the deadlock by rolling one
-/// back).
-///
-/// This and [`run_retried`] (one statement on a held connection) are the only places that retry a
-/// database error: the worker never retries a store call (see the store's module docs, "Who
-/// retries what").
+/// Runs `attempt` again while `retry_on` holds for its error ([`StoreError::is_transient`]:
+/// deadlock victim, serialization failure, lock wait timeout, busy SQLite file; for a mark also
+/// [`StoreError::is_unreachable`]) and wall-clock time `deadline_ms` is not reached: the database
+/// rolled the whole attempt back, so repeating it is safe. With [`run_retried`], the only retry of
+/// a database error (the store's module docs, "Who retries what").
 pub(crate) async fn retry_transient<T, F, Fut>(
     deadline_ms: i64,
     retry_on: impl Fn(&StoreError) -> bool,
@@ -73,16 +62,10 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
-    let mut tries: u64 = 1;
+    let mut tries = 0;
     loop {
         match attempt().await {
-            Err(err) if retry_on(&err) => match pause_before_retry(tries, deadline_ms) {
-                Some(pause) => {
-                    tokio::time::sleep(pause).await;
-                    tries += 1;
-                }
-                None => return Err(err),
-            },
+            Err(err) if retry_on(&err) && pause(&mut tries, deadline_ms).await => {}
             result => return result,
         }
     }
@@ -99,26 +82,24 @@ pub(crate) async fn run_retried<S: Session>(
     statement: impl Fn() -> Bound,
 ) -> Result<u64, StoreError> {
     let deadline_ms = record::now_ms() + TRANSIENT_RETRY_BUDGET.as_millis() as i64;
-    let mut tries: u64 = 1;
+    let mut tries = 0;
     loop {
         match session.run(statement()).await.map_err(db(op)) {
-            Err(err) if err.is_transient() => match pause_before_retry(tries, deadline_ms) {
-                Some(pause) => {
-                    tokio::time::sleep(pause).await;
-                    tries += 1;
-                }
-                None => return Err(err),
-            },
+            Err(err) if err.is_transient() && pause(&mut tries, deadline_ms).await => {}
             result => return result,
         }
     }
 }
 
-/// The pause before attempt `tries + 1` of a statement or transaction aborted as transient: a
-/// few random milliseconds growing with the attempts, so that two writers that deadlocked do not
-/// meet again; `None` once it would end past `deadline_ms` (wall clock).
-fn pause_before_retry(tries: u64, deadline_ms: i64) -> Option<Duration> {
-    let pause_ms = (rand::random_range(1..=10) * tries).min(MAX_RETRY_PAUSE_MS);
-    (record::now_ms().saturating_add(pause_ms as i64) < deadline_ms)
-        .then(|| Duration::from_millis(pause_ms))
+/// Sleeps before the next attempt of a statement or transaction aborted as transient (`tries`:
+/// the pauses so far) a few random milliseconds growing with them, so that two writers that
+/// deadlocked do not meet again; `false`, at once, when the pause would end past `deadline_ms`.
+async fn pause(tries: &mut u64, deadline_ms: i64) -> bool {
+    *tries += 1;
+    let pause_ms = (rand::random_range(1..=10) * *tries).min(MAX_RETRY_PAUSE_MS);
+    if record::now_ms().saturating_add(pause_ms as i64) >= deadline_ms {
+        return false;
+    }
+    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+    true
 }

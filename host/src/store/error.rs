@@ -8,7 +8,7 @@ pub enum StoreError {
     /// A statement or connection failed.
     #[error("{op}: {source}")]
     Database {
-        /// The store operation that failed (`claim`, `mark`, `enqueue`, …).
+        /// The store operation that failed (`mark`, `enqueue`, `rebalance`, …).
         op: &'static str,
         /// The driver's error.
         #[source]

@@ -1,20 +1,17 @@
-//! The shared executor: the store operations written once for every backend — the producer
-//! insert, counts, failed rows, requeue, purge. Partition ownership and the partition read are in
-//! [`super::exec_partitions`], the mark in [`super::exec_mark`], `migrate` in [`super::schema`];
-//! what a backend provides to them is its [`Driver`] (`store/driver.rs`), and its connection type
-//! runs bound statements ([`Session`], `store/session.rs`).
+//! The store operations written once for every backend over its [`Driver`]: the producer
+//! insert, counts, failed rows, requeue, purge.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use super::driver::{Driver, begin_write, db};
-use super::row::{EventId, Int, Key, StatusCountRow, status_counts};
+use super::row::{EventId, Int, Key, StatusCountRow, count, status_counts};
 use super::session::Session;
 use super::statement::failed::{
     count_failed, requeue_failed, requeue_keys, select_failed, select_requeue_chunk,
 };
 use super::statement::insert::{distinct_records, insert_records};
 use super::statement::purge::{count_purgeable, delete_purgeable, select_purgeable};
+use super::statement::rows::Statements;
 use super::statement::{Bound, MAX_ROWS_PER_STATEMENT};
 use crate::record::Record;
 use crate::store::{
@@ -132,13 +129,7 @@ pub(crate) async fn clock_ms<D: Driver>(driver: &D) -> Result<Option<i64>, Store
         return Ok(None);
     };
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-    let rows = conn
-        .rows::<Int>(Bound {
-            sql: Arc::from(sql),
-            args: Vec::new(),
-        })
-        .await
-        .map_err(db(OP))?;
+    let rows = conn.rows::<Int>(Bound::text(sql)).await.map_err(db(OP))?;
     Ok(rows.first().map(|Int(ms)| *ms))
 }
 
@@ -148,13 +139,7 @@ pub(crate) async fn list_failed<D: Driver>(
     params: &ListFailedParams,
 ) -> Result<Vec<FailedRow>, StoreError> {
     const OP: &str = "list_failed";
-    let statements = driver.statements();
-    let query = select_failed(
-        statements.backend(),
-        statements.table(),
-        &params.filter,
-        params.limit,
-    );
+    let query = select_failed(driver.statements(), &params.filter, params.limit);
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     conn.rows::<FailedRow>(query).await.map_err(db(OP))
 }
@@ -165,13 +150,36 @@ pub(crate) async fn count_failed_rows<D: Driver>(
     filter: &FailedFilter,
     op: &'static str,
 ) -> Result<u64, StoreError> {
-    let statements = driver.statements();
-    let count = count_failed(statements.backend(), statements.table(), filter);
+    let query = count_failed(driver.statements(), filter);
     let mut conn = driver.pool().acquire().await.map_err(db(op))?;
-    let rows = conn.rows::<Int>(count).await.map_err(db(op))?;
-    Ok(rows
-        .first()
-        .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)))
+    Ok(count(&conn.rows::<Int>(query).await.map_err(db(op))?))
+}
+
+/// Runs `change` (an UPDATE or DELETE by primary key, while still `failed`) over the oldest
+/// `limit` `failed` rows `filter` matches, one statement per tenant: the rows it changed.
+pub(crate) async fn change_oldest_failed<S: Session>(
+    session: &mut S,
+    statements: &Statements,
+    (filter, limit): (&FailedFilter, u32),
+    op: &'static str,
+    change: impl Fn(&str, &[String]) -> Bound,
+) -> Result<u64, StoreError> {
+    let keys = session
+        .rows::<Key>(select_requeue_chunk(statements, filter, limit))
+        .await
+        .map_err(db(op))?;
+    let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for Key { app_code, event_id } in keys {
+        by_tenant.entry(app_code).or_default().push(event_id);
+    }
+    let mut changed = 0;
+    for (app_code, event_ids) in &by_tenant {
+        changed += session
+            .run(change(app_code, event_ids))
+            .await
+            .map_err(db(op))?;
+    }
+    Ok(changed)
 }
 
 /// Moves matching `failed` rows back to `pending` (or counts them on a dry run).
@@ -181,44 +189,20 @@ pub(crate) async fn requeue<D: Driver>(
 ) -> Result<u64, StoreError> {
     const OP: &str = "requeue";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     if params.dry_run {
         return count_failed_rows(driver, &params.filter, OP).await;
     }
     let mut tx = begin_write(driver, OP).await?;
     let moved = match params.limit {
-        None => tx
-            .run(requeue_failed(
-                backend,
-                table,
-                &params.filter,
-                params.now_ms,
-            ))
-            .await
-            .map_err(db(OP))?,
+        None => {
+            let requeue = requeue_failed(statements, &params.filter, params.now_ms);
+            tx.run(requeue).await.map_err(db(OP))?
+        }
         Some(limit) => {
-            let keys = tx
-                .rows::<Key>(select_requeue_chunk(backend, table, &params.filter, limit))
-                .await
-                .map_err(db(OP))?;
-            let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for Key { app_code, event_id } in keys {
-                by_tenant.entry(app_code).or_default().push(event_id);
-            }
-            let mut moved = 0;
-            for (app_code, event_ids) in &by_tenant {
-                moved += tx
-                    .run(requeue_keys(
-                        backend,
-                        table,
-                        app_code,
-                        event_ids,
-                        params.now_ms,
-                    ))
-                    .await
-                    .map_err(db(OP))?;
-            }
-            moved
+            let requeue = |app_code: &str, event_ids: &[String]| {
+                requeue_keys(statements, app_code, event_ids, params.now_ms)
+            };
+            change_oldest_failed(&mut *tx, statements, (&params.filter, limit), OP, requeue).await?
         }
     };
     tx.commit().await.map_err(db(OP))?;
@@ -229,19 +213,13 @@ pub(crate) async fn requeue<D: Driver>(
 pub(crate) async fn purge<D: Driver>(driver: &D, params: &PurgeParams) -> Result<u64, StoreError> {
     const OP: &str = "purge";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     if params.dry_run {
-        let rows = conn
-            .rows::<Int>(count_purgeable(backend, table, params))
-            .await
-            .map_err(db(OP))?;
-        return Ok(rows
-            .first()
-            .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0)));
+        let query = count_purgeable(statements, params);
+        return Ok(count(&conn.rows::<Int>(query).await.map_err(db(OP))?));
     }
     let ids: Vec<String> = conn
-        .rows::<EventId>(select_purgeable(backend, table, params))
+        .rows::<EventId>(select_purgeable(statements, params))
         .await
         .map_err(db(OP))?
         .into_iter()
@@ -250,7 +228,7 @@ pub(crate) async fn purge<D: Driver>(driver: &D, params: &PurgeParams) -> Result
     if ids.is_empty() {
         return Ok(0);
     }
-    conn.run(delete_purgeable(backend, table, params, &ids))
+    conn.run(delete_purgeable(statements, params, &ids))
         .await
         .map_err(db(OP))
 }

@@ -2,15 +2,12 @@
 //! search (one window per status, merged; the filters no index holds applied on top), one row
 //! by primary key, `failed` rows grouped by error, and deleting dead letters in chunks.
 
-use std::collections::BTreeMap;
-
 use super::driver::{Driver, begin_write, db};
-use super::row::Key;
+use super::exec::{change_oldest_failed, count_failed_rows};
 use super::session::Session;
 use super::statement::browse::{
     WindowRange, delete_failed_keys, select_error_groups, select_event, select_window,
 };
-use super::statement::failed::select_requeue_chunk;
 use crate::record::Status;
 use crate::store::{
     DeleteFailedParams, ErrorGroup, ErrorGroupsParams, EventDetail, EventPage, EventQuery,
@@ -24,12 +21,11 @@ pub(crate) async fn search_events<D: Driver>(
 ) -> Result<EventPage, StoreError> {
     const OP: &str = "search_events";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let limit = query.limit.max(1) as usize;
     if let Some(event_id) = &query.event_id {
         let rows = conn
-            .rows::<EventDetail>(select_event(backend, table, &query.app_code, event_id))
+            .rows::<EventDetail>(select_event(statements, &query.app_code, event_id))
             .await
             .map_err(db(OP))?;
         let scanned = rows.len() as u64;
@@ -69,7 +65,7 @@ pub(crate) async fn search_events<D: Driver>(
             partitions: statements.known_partitions(),
         };
         let rows = conn
-            .rows::<EventSummary>(select_window(backend, table, &range, window as u32))
+            .rows::<EventSummary>(select_window(statements, &range, window as u32))
             .await
             .map_err(db(OP))?;
         merged.extend(rows);
@@ -109,17 +105,9 @@ pub(crate) async fn event<D: Driver>(
     event_id: &str,
 ) -> Result<Option<EventDetail>, StoreError> {
     const OP: &str = "event";
-    let statements = driver.statements();
+    let query = select_event(driver.statements(), app_code, event_id);
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-    let rows = conn
-        .rows::<EventDetail>(select_event(
-            statements.backend(),
-            statements.table(),
-            app_code,
-            event_id,
-        ))
-        .await
-        .map_err(db(OP))?;
+    let rows = conn.rows::<EventDetail>(query).await.map_err(db(OP))?;
     Ok(rows.into_iter().next())
 }
 
@@ -129,17 +117,9 @@ pub(crate) async fn error_groups<D: Driver>(
     params: &ErrorGroupsParams,
 ) -> Result<Vec<ErrorGroup>, StoreError> {
     const OP: &str = "error_groups";
-    let statements = driver.statements();
+    let query = select_error_groups(driver.statements(), &params.app_code, params.window);
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-    let mut groups = conn
-        .rows::<ErrorGroup>(select_error_groups(
-            statements.backend(),
-            statements.table(),
-            &params.app_code,
-            params.window,
-        ))
-        .await
-        .map_err(db(OP))?;
+    let mut groups = conn.rows::<ErrorGroup>(query).await.map_err(db(OP))?;
     groups.sort_by(|a, b| {
         b.count
             .cmp(&a.count)
@@ -157,31 +137,14 @@ pub(crate) async fn delete_failed<D: Driver>(
 ) -> Result<u64, StoreError> {
     const OP: &str = "delete_failed";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     if params.dry_run {
-        return super::exec::count_failed_rows(driver, &params.filter, OP).await;
+        return count_failed_rows(driver, &params.filter, OP).await;
     }
     let mut tx = begin_write(driver, OP).await?;
-    let keys = tx
-        .rows::<Key>(select_requeue_chunk(
-            backend,
-            table,
-            &params.filter,
-            params.limit.max(1),
-        ))
-        .await
-        .map_err(db(OP))?;
-    let mut by_tenant: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for Key { app_code, event_id } in keys {
-        by_tenant.entry(app_code).or_default().push(event_id);
-    }
-    let mut deleted = 0;
-    for (app_code, event_ids) in &by_tenant {
-        deleted += tx
-            .run(delete_failed_keys(backend, table, app_code, event_ids))
-            .await
-            .map_err(db(OP))?;
-    }
+    let oldest = (&params.filter, params.limit.max(1));
+    let delete =
+        |app_code: &str, event_ids: &[String]| delete_failed_keys(statements, app_code, event_ids);
+    let deleted = change_oldest_failed(&mut *tx, statements, oldest, OP, delete).await?;
     tx.commit().await.map_err(db(OP))?;
     Ok(deleted)
 }

@@ -86,16 +86,15 @@ pub(crate) async fn rebalance<D: Driver>(
 ) -> Result<Ownership, StoreError> {
     const OP: &str = "rebalance";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let (app_code, host_id, now_ms) = (params.app_code, params.host_id, params.now_ms);
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     if params.leaving {
         run_retried(&mut *conn, OP, || {
-            sql::release_partitions(backend, table, app_code, host_id, None)
+            sql::release_partitions(statements, app_code, host_id, None)
         })
         .await?;
         run_retried(&mut *conn, OP, || {
-            sql::delete_hosts(backend, table, app_code, Some(host_id), 0, now_ms)
+            sql::delete_hosts(statements, app_code, Some(host_id), 0, now_ms)
         })
         .await?;
         return Ok(Ownership {
@@ -123,7 +122,6 @@ async fn own_partitions<D: Driver, S: Session>(
 ) -> Result<Ownership, StoreError> {
     const OP: &str = "rebalance";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let host = sql::HostLease {
         app_code: params.app_code,
         host_id: params.host_id,
@@ -132,39 +130,39 @@ async fn own_partitions<D: Driver, S: Session>(
     };
     let (app_code, host_id, lease_ms, now_ms) =
         (host.app_code, host.host_id, host.lease_ms, host.now_ms);
-    if run_retried(conn, OP, || sql::renew_host(backend, table, &host)).await? == 0 {
-        run_retried(conn, OP, || sql::insert_host(backend, table, &host)).await?;
+    if run_retried(conn, OP, || sql::renew_host(statements, &host)).await? == 0 {
+        run_retried(conn, OP, || sql::insert_host(statements, &host)).await?;
     }
     let forget_after = lease_ms.saturating_mul(FORGET_HOSTS_AFTER_LEASES);
     run_retried(conn, OP, || {
-        sql::delete_hosts(backend, table, app_code, None, forget_after, now_ms)
+        sql::delete_hosts(statements, app_code, None, forget_after, now_ms)
     })
     .await?;
-    run_retried(conn, OP, || sql::renew_partitions(backend, table, &host)).await?;
+    run_retried(conn, OP, || sql::renew_partitions(statements, &host)).await?;
     if !params.release.is_empty() {
         run_retried(conn, OP, || {
-            sql::release_partitions(backend, table, app_code, host_id, Some(params.release))
+            sql::release_partitions(statements, app_code, host_id, Some(params.release))
         })
         .await?;
     }
     let mut rows = conn
-        .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
+        .rows::<PartitionRow>(sql::partition_leases(statements, app_code, now_ms))
         .await
         .map_err(db(OP))?;
     rows.retain(|row| row.partition < partitions);
     if rows.len() < partitions as usize {
         run_retried(conn, OP, || {
-            sql::seed_partitions(backend, table, app_code, partitions)
+            sql::seed_partitions(statements, app_code, partitions)
         })
         .await?;
         rows = conn
-            .rows::<PartitionRow>(sql::partition_leases(backend, table, app_code, now_ms))
+            .rows::<PartitionRow>(sql::partition_leases(statements, app_code, now_ms))
             .await
             .map_err(db(OP))?;
         rows.retain(|row| row.partition < partitions);
     }
     let hosts = conn
-        .rows::<Name>(sql::live_hosts(backend, table, app_code, now_ms))
+        .rows::<Name>(sql::live_hosts(statements, app_code, now_ms))
         .await
         .map_err(db(OP))?;
     let rank = hosts
@@ -211,8 +209,7 @@ async fn own_partitions<D: Driver, S: Session>(
         let careful = row
             .careful
             .after_takeover(row.owner.is_some(), params.careful_rows);
-        let take =
-            || sql::take_partition(backend, table, &host, (row.partition, row.epoch), &careful);
+        let take = || sql::take_partition(statements, &host, (row.partition, row.epoch), &careful);
         if run_retried(conn, OP, take).await? == 1 {
             owned.push(PartitionFence {
                 partition: row.partition,
@@ -226,9 +223,7 @@ async fn own_partitions<D: Driver, S: Session>(
     }
     owned.sort();
     let leased_hosts_active = !conn
-        .rows::<EventId>(sql::live_leases(
-            backend, table, app_code, partitions, now_ms,
-        ))
+        .rows::<EventId>(sql::live_leases(statements, app_code, partitions, now_ms))
         .await
         .map_err(db(OP))?
         .is_empty();
@@ -252,9 +247,8 @@ pub(crate) async fn set_careful<D: Driver>(
 ) -> Result<bool, StoreError> {
     const OP: &str = "crash guard";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
-    let set = sql::set_careful(backend, table, (app_code, host_id), fence, careful);
+    let set = sql::set_careful(statements, (app_code, host_id), fence, careful);
     Ok(conn.run(set).await.map_err(db(OP))? == 1)
 }
 
@@ -269,11 +263,10 @@ pub(crate) async fn reject<D: Driver>(
 ) -> Result<u64, StoreError> {
     const OP: &str = "reject";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let mut changed = 0;
     for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
-        let reject = reject_rows(backend, table, app_code, (host_id, fence), now_ms, chunk);
+        let reject = reject_rows(statements, app_code, (host_id, fence), now_ms, chunk);
         changed += conn.run(reject).await.map_err(db(OP))?;
     }
     Ok(changed)
@@ -287,11 +280,11 @@ pub(crate) async fn live_partitions<D: Driver>(
 ) -> Result<Option<Vec<u32>>, StoreError> {
     const OP: &str = "live partitions";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
-    let mut b = SqlBuilder::new(backend);
-    if !backend
+    let (table, partitions) = (statements.table(), statements.partitions());
+    let mut b = SqlBuilder::new(statements.backend());
+    if !b
         .dialect()
-        .write_live_partitions(&mut b, table, app_code, statements.partitions())
+        .write_live_partitions(&mut b, table, app_code, partitions)
     {
         return Ok(None);
     }
@@ -393,7 +386,7 @@ pub(crate) async fn read_partitions<D: Driver>(
     for (fence, rows) in rejected {
         for chunk in rows.chunks(MAX_ROWS_PER_STATEMENT) {
             let fence = (read.host_id.as_str(), &fence);
-            let reject = reject_rows(backend, table, &read.app_code, fence, read.now_ms, chunk);
+            let reject = reject_rows(statements, &read.app_code, fence, read.now_ms, chunk);
             if conn.run(reject).await.map_err(db(OP))? == chunk.len() as u64 {
                 batch.rejected.extend_from_slice(chunk);
             }

@@ -1,16 +1,29 @@
-//! [`impl_store!`]: a backend store ([`super::driver::Driver`] with the database's mark,
-//! [`super::exec_mark::MarkOps`]) made an [`crate::store::OutboxStore`] by the operations written
-//! once: `migrate` ([`super::schema`]), partition ownership and reads
-//! ([`super::exec_partitions`]), the mark, and the rest ([`super::exec`]).
+//! [`impl_store!`]: a backend store (its pool and statements, with the database's mark,
+//! [`super::exec_mark::MarkOps`]) made a [`super::driver::Driver`] and an
+//! [`crate::store::OutboxStore`] by the operations written once: `migrate` ([`super::schema`]),
+//! partition ownership and reads ([`super::exec_partitions`]), the mark, and the rest
+//! ([`super::exec`]).
 
-/// Implements [`crate::store::OutboxStore`] for a [`Driver`] with the shared operations:
-/// `impl_store!(SqliteStore, Backend::Sqlite);`.
+/// Implements [`super::driver::Driver`] and [`crate::store::OutboxStore`] for a store of
+/// fields `pool` and `statements` on sqlx database `$db`: `impl_store!(SqliteStore, Sqlite);`.
 macro_rules! impl_store {
-    ($store:ty, $backend:expr) => {
+    ($store:ty, $db:ty) => {
+        impl $crate::store::driver::Driver for $store {
+            type Db = $db;
+
+            fn pool(&self) -> &sqlx::Pool<$db> {
+                &self.pool
+            }
+
+            fn statements(&self) -> &$crate::store::statement::rows::Statements {
+                &self.statements
+            }
+        }
+
         #[async_trait::async_trait]
         impl $crate::store::OutboxStore for $store {
             fn backend(&self) -> $crate::store::Backend {
-                $backend
+                $crate::store::driver::Driver::statements(self).backend()
             }
 
             fn table(&self) -> &$crate::store::TableName {

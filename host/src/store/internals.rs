@@ -1,19 +1,14 @@
-//! The store's own SQL and row judge, exposed for `outboxd-bench` (`bench/`) and the plan tests
-//! (`tests/explain.rs`, `tests/*_plans.rs`, `tests/history_plans.rs`, `tests/conformance/`), which
-//! run, time or `EXPLAIN` the statements the store runs, by hand, and for the judge's fuzz check
-//! (`host/fuzz/checks/judge.rs`).
-//!
-//! This is not the API of a host, a plugin author or a producer (that is [`super::OutboxStore`],
-//! the per-database stores and their `save`): it follows the store's SQL and changes with it.
+//! The store's own SQL and row judge, exposed for `outboxd-bench` and the plan tests
+//! (`tests/*_plans.rs`, `tests/conformance/`), which run, time or `EXPLAIN` the statements the
+//! store runs, and for the judge's fuzz check. Not the API of a host, a plugin author or a
+//! producer ([`super::OutboxStore`], the stores and their `save`): it changes with the store's SQL.
 
-pub use super::judge::{RowColumns, judge_columns};
-pub use super::schema::{
-    Migration, index_columns_query, migrations, required_index_columns, required_indexes,
-};
+pub use super::judge::judge;
+pub use super::row::CandidateRow;
+pub use super::schema::{Migration, index_columns_query, migrations, required_indexes};
 pub use super::statement::browse::explain_statements as console_explain_statements;
 pub use super::statement::mark::MarkAt;
 pub use super::statement::purge::statement_texts as purge_statement_texts;
-pub use super::statement::rows::Statements;
 pub use super::statement::{Arg, Bound};
 
 use sqlx::mysql::{MySql, MySqlArguments};
@@ -25,6 +20,8 @@ use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnectOptions};
 /// for the plan tests' own sessions.
 pub const POSTGRES_SESSION_SETUP: &str = super::postgres::SESSION_SETUP;
 
+use super::statement::mark::{mark_rows, mark_rows_counted, marked_rows};
+use super::statement::rows::Statements;
 use super::{Backend, Lease, Mark, PartitionRead, StoreError, TableName};
 
 /// The statement a partition read runs ([`super::OutboxStore::read_partitions`]) on a table of
@@ -38,9 +35,8 @@ pub fn partition_read_statement(
     super::statement::partitions::read_partitions(backend, table, partitions, read)
 }
 
-/// The statements a fenced mark of `marks` runs when some row is stale, named for `EXPLAIN`: the
-/// dialect's choice (`SqlDialect::mark_statements`): `mark`, and
-/// on MySQL and PostgreSQL `marked`, the rows it changed.
+/// The statements a fenced mark of `marks` runs when some row is stale, named for `EXPLAIN`:
+/// `mark`, and on MySQL and PostgreSQL (autocommit, no `RETURNING`) `marked`, the rows it changed.
 pub fn mark_statements(
     backend: Backend,
     table: &TableName,
@@ -48,7 +44,15 @@ pub fn mark_statements(
     marks: &[Mark],
     at: MarkAt,
 ) -> Vec<(&'static str, Bound)> {
-    backend.dialect().mark_statements(table, lease, marks, at)
+    let statements = Statements::new(backend, table);
+    // SQLite marks in a write transaction, `RETURNING` the rows; the others in autocommit.
+    match backend {
+        Backend::Sqlite => vec![("mark", mark_rows(&statements, lease, marks, at))],
+        Backend::MySql | Backend::Postgres => vec![
+            ("mark", mark_rows_counted(&statements, lease, marks, at)),
+            ("marked", marked_rows(&statements, lease, marks, at.now_ms)),
+        ],
+    }
 }
 
 /// How outboxd opens a SQLite database URL (created if missing, WAL, busy timeout, the URL's

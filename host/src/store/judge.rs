@@ -9,50 +9,12 @@ use crate::publish::Event;
 use crate::store::{ClaimedEvent, RejectedRow};
 use crate::trace_context::TraceContext;
 
-/// One candidate row's columns as [`judge_columns`] reads them: the claim's view of a row, for
-/// callers outside the store (the row judge's fuzz target in `host/fuzz`, `make fuzz`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowColumns {
-    /// `event_id`.
-    pub event_id: String,
-    /// `event_type`.
-    pub event_type: String,
-    /// `room_id`.
-    pub room_id: String,
-    /// `envelope`: the protobuf-encoded [`EventEnvelope`].
-    pub envelope: Vec<u8>,
-    /// `created_at_ms`.
-    pub created_at_ms: i64,
-    /// `retry_count`.
-    pub retry_count: i32,
-}
-
-/// Judges `row`, read for tenant `app_code` (`reclaimed`: a `delivering` row whose lease expired),
-/// exactly as a read does: the decoded
-/// event to hand out, or the [`RejectedRow`] that goes to `failed` alone with its reason.
-pub fn judge_columns(
-    app_code: &str,
-    row: RowColumns,
-    reclaimed: bool,
-    max_attempts: u32,
-) -> Result<ClaimedEvent, RejectedRow> {
-    let row = CandidateRow {
-        event_id: row.event_id,
-        event_type: row.event_type,
-        room_id: row.room_id,
-        envelope: row.envelope,
-        created_at_ms: row.created_at_ms,
-        retry_count: row.retry_count,
-    };
-    judge(app_code, row, reclaimed, max_attempts)
-}
-
 /// Decides what a read does with one candidate row (`reclaimed`: a `delivering` row whose lease
-/// expired, read as an attempt): hand it out (envelope decoded,
-/// empty envelope fields filled from the row, `attempt = retry_count + 1`) or reject it to
-/// `failed` (envelope empty or not decoding, an identity field — app_code, event_id, event_type,
-/// room_id — other than the row's, or a reclaimed lease used the last attempt).
-pub(crate) fn judge(
+/// expired, read as an attempt): hand it out (envelope decoded, empty envelope fields filled from
+/// the row, `attempt = retry_count + 1`) or reject it to `failed` (envelope empty or not
+/// decoding, an identity field — app_code, event_id, event_type, room_id — other than the row's,
+/// or a reclaimed lease used the last attempt).
+pub fn judge(
     app_code: &str,
     row: CandidateRow,
     reclaimed: bool,

@@ -77,3 +77,23 @@ impl Migration {
         statements
     }
 }
+
+/// The embedded migration `migrations/<backend>/<name>.sql` as version `version`:
+/// `migration!("sqlite", 1, "0001_room_outbox")`.
+macro_rules! migration {
+    ($backend:literal, $version:literal, $name:literal) => {
+        $crate::store::migration::Migration::new(
+            $version,
+            $name,
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../migrations/",
+                $backend,
+                "/",
+                $name,
+                ".sql"
+            )),
+        )
+    };
+}
+pub(crate) use migration;

@@ -1,44 +1,17 @@
 //! The database contract: one [`OutboxStore`] trait, its params and results, [`StoreError`].
 //!
-//! # Layout
-//! - this file: the contract only (`error.rs`: [`StoreError`]; `maintenance.rs`: the params and
-//!   results of counts, failed rows, requeue and purge; `browse.rs`: those of the console's
-//!   reads and dead-letter deletes);
-//! - [`sqlite`], [`mysql`], [`postgres`]: **what each database does**, one folder each: its store
-//!   and connection setup (`mod.rs`, with the producer `save`), its SQL and migrations
-//!   (`dialect.rs`, its `SqlDialect`: placeholders, catalog queries, its commit feed), its
-//!   partition SQL (`partitions.rs`: the partition of a row, the fence's lock, the skip scan of
-//!   live partitions) and its form of the mark (`postgres/mark.rs`, `mysql/mark.rs`: autocommit,
-//!   the changed rows listed when a row was stale; SQLite's `RETURNING` in `sqlite/mod.rs`) — to see what PostgreSQL does, open
-//!   `postgres/`;
-//! - `backend.rs`: URL → [`Backend`] → connected store, the one place naming every backend; what
-//!   a database does is asked of its `Backend` ([`Backend::commit_feed`],
-//!   [`Backend::concurrent_writers`]), not matched on its name; `connect.rs`: [`ConnectOptions`]
-//!   and the first direct connection every backend makes;
-//! - the operations written once: `exec_partitions` (the heartbeat that keeps and rebalances a
-//!   host's partitions, the partition read), `exec_mark` (the mark; `MarkOps`), `exec` (insert,
-//!   counts, failed rows, requeue, purge), `exec_browse` (the console's event search, row, error
-//!   groups, dead-letter deletes), over what a backend provides (`driver.rs`: `Driver`, and the
-//!   retries of transient errors; `session.rs`: `Session`, a connection running bound
-//!   statements); `impl_store.rs` makes a backend an [`OutboxStore`];
-//! - `partitions.rs`: the partition types ([`PartitionFence`], [`Ownership`], …);
-//! - `statement`: statement building shared by every backend, grouped by operation; `row`: row
-//!   decoding; `judge`: the envelope judge (no SQL); `schema`: migrations (`migration.rs`: one
-//!   `Migration`), the columns and the index outboxd needs on every table, `migrate`;
-//! - [`internals`]: the statements, migrations and catalog queries above, exposed for
-//!   `outboxd-bench` and the plan tests only (not the API of a host, plugin or producer).
-//!
-//! Every backend passes the same conformance suite (`tests/conformance/`). Methods take one
-//! params struct and an explicit `now_ms`, so behaviour that depends on time (due retries, the
-//! expired leases of earlier versions) is tested without sleeping. SQL is built once per store
-//! from a validated [`TableName`]; every value is a bound parameter.
+//! What each database does is in its folder ([`sqlite`], [`mysql`], [`postgres`]); the
+//! operations are written once over them (`exec*.rs`, over `driver.rs`), their statements in
+//! `statement/`; docs/ARCHITECTURE.md maps every file. Every backend passes the same conformance
+//! suite (`tests/conformance/`). Methods take one params struct and an explicit `now_ms`, so
+//! behaviour that depends on time is tested without sleeping.
 //!
 //! # Partitions
-//! Every row belongs to one of the table's partitions ([`DEFAULT_PARTITIONS`] unless `outboxd migrate --partitions` changed it) of its tenant (SQLite: one), derived by
-//! the database from `room_id`. Hosts lease partitions in `<table>_partitions` on the database's
-//! clock ([`OutboxStore::rebalance`]) and read owned partitions' due rows without writing them
-//! ([`OutboxStore::read_partitions`]: one partition, or several in one statement, each up to its
-//! share of `limit`), each partition's merged by `(created_at_ms, event_id)`:
+//! Every row belongs to one partition of its tenant, derived by the database from `room_id`;
+//! hosts lease partitions ([`OutboxStore::rebalance`]; `partitions.rs` tells how) and read owned
+//! partitions' due rows without writing them ([`OutboxStore::read_partitions`]: one partition,
+//! or several in one statement, each up to its share of `limit`), each partition's merged by
+//! `(created_at_ms, event_id)`:
 //! 1. `pending` rows (with per-room order, of rooms with nothing retryable or delivering);
 //! 2. `retryable` rows whose `next_retry_at_ms` is due;
 //! 3. `delivering` rows whose lease expired (an earlier version's host). Such a row is read as an
@@ -50,30 +23,16 @@
 //!
 //! # Mark
 //! One statement per call, fenced on each row's partition: a row changes only while the reading
-//! host still owns its partition at the epoch it read it with, and the row is still live; the others
-//! are reported as stale. The worker marks a batch in parts (each sink's results as that sink
-//! answers), so one batch may take several mark calls.
+//! host still owns its partition at the epoch it read it with, and the row is still live; the
+//! others are reported as stale. The worker marks a batch in parts (each sink's results as that
+//! sink answers), so one batch may take several mark calls.
 //!
-//! # Who checks what, who retries what
-//! - Transient database errors ([`StoreError::is_transient`]: deadlock victim, serialization
-//!   failure, lock wait timeout, busy SQLite) are retried by the store and only there: a mark
-//!   transaction while the partition's lease holds, and each write of a heartbeat for up to
-//!   2 s (a renewal of many leases can deadlock with a mark's fence on MySQL). A mark is also retried while that lease holds
-//!   when the database cannot be reached ([`StoreError::is_unreachable`]: a restart, a dropped
-//!   connection), since its results exist nowhere else. The worker never retries a store call:
-//!   an error left ends the round (a draining run stops with it; a run that never ends waits the
-//!   poll interval), and the rows of a batch whose mark failed are still due: read again, no
-//!   attempt spent — nothing is lost.
-//! - Connecting: one direct connection attempt within `database.connect_timeout` before a pool
-//!   is built ([`connect`](connect())), so the driver's own error is reported at once.
-//! - `last_error` is cut to [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) where
-//!   it is bound into a statement (marks and read rejects alike), nowhere else.
-//! - Sinks and routes are checked once, by config loading (`config::Publishing` builds the
-//!   `SinkSpec`s and `RouteSpec`s); the plugin layer takes them as given. What only loading a
-//!   plugin can tell (file, world, version, `init`, `allow_hosts` origins) is checked by its sink.
-//! - The number of outcomes is checked where a list enters from outside: the plugin's answer by
-//!   its sink (`PluginSink`), each sink's answer by the router, the publisher's answer by the
-//!   worker.
+//! # Who retries what
+//! Transient database errors ([`StoreError::is_transient`]) are retried by the store and only
+//! there (`driver.rs`): a mark while the partition's lease holds, also when the database cannot
+//! be reached ([`StoreError::is_unreachable`]), since its results exist nowhere else; each write
+//! of a heartbeat for up to 2 s. The worker never retries a store call: an error ends the round,
+//! and the rows of a batch whose mark failed are still due: read again, no attempt spent.
 
 mod backend;
 mod browse;
@@ -282,18 +241,12 @@ pub struct MarkReport {
     pub stale: Vec<String>,
 }
 
-/// Why a store without the console's operations (a wrapper in a benchmark) refuses one.
-trait Cannot {
-    fn cannot(&self, what: &str) -> StoreError;
-}
-
-impl<T: OutboxStore + ?Sized> Cannot for T {
-    fn cannot(&self, what: &str) -> StoreError {
-        StoreError::Invalid(format!(
-            "this {} store cannot {what}",
-            self.backend().name()
-        ))
-    }
+/// Why `store`, without the console's operations (a wrapper in a benchmark), refuses `what`.
+fn cannot<S: OutboxStore + ?Sized>(store: &S, what: &str) -> StoreError {
+    StoreError::Invalid(format!(
+        "this {} store cannot {what}",
+        store.backend().name()
+    ))
 }
 
 /// The outbox table in one database.
@@ -332,12 +285,9 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// up to its fair share, all on the database's clock.
     async fn rebalance(&self, params: &RebalanceParams<'_>) -> Result<Ownership, StoreError>;
 
-    /// Owned partitions' due rows, read in one statement without writing them (pending by write
-    /// order — with per-room order, of rooms with nothing retryable or delivering —, retryable
-    /// rows whose retry is due, expired leases of the leased design), each partition up to its
-    /// share of the limit, as one batch whose marks are fenced on each row's partition's owner
-    /// and epoch. Rows whose envelope does not decode go to `failed` (reported in
-    /// [`ClaimBatch::rejected`]).
+    /// Owned partitions' due rows, read in one statement without writing them (the module docs,
+    /// "Partitions"), as one batch whose marks are fenced on each row's partition's owner and
+    /// epoch.
     async fn read_partitions(&self, read: &PartitionRead) -> Result<ClaimBatch, StoreError>;
 
     /// The partitions of tenant `app_code` that hold live rows (pending, retryable,
@@ -390,12 +340,11 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// deleted by another host (or requeued meanwhile) is simply not counted.
     async fn purge(&self, params: &PurgeParams) -> Result<u64, StoreError>;
 
-    /// One page of a tenant's rows newest first, matching `query` ([`EventQuery`]: every read is
-    /// a bounded range of an index the claims have; the filters no index holds are applied on top
-    /// of a window). The default refuses, on a wrapper store that does not forward it.
+    /// One page of a tenant's rows newest first, matching `query` (read as `browse.rs` tells).
+    /// The default refuses, on a wrapper store that does not forward it.
     async fn search_events(&self, query: &EventQuery) -> Result<EventPage, StoreError> {
         let _ = query;
-        Err(self.cannot("search events"))
+        Err(cannot(self, "search events"))
     }
 
     /// One row with its envelope, by primary key; `None` when there is none.
@@ -405,7 +354,7 @@ pub trait OutboxStore: Send + Sync + 'static {
         event_id: &str,
     ) -> Result<Option<EventDetail>, StoreError> {
         let _ = (app_code, event_id);
-        Err(self.cannot("read one event"))
+        Err(cannot(self, "read one event"))
     }
 
     /// The newest `params.window` `failed` rows of a tenant grouped by `last_error`, the largest
@@ -415,14 +364,14 @@ pub trait OutboxStore: Send + Sync + 'static {
         params: &ErrorGroupsParams,
     ) -> Result<Vec<ErrorGroup>, StoreError> {
         let _ = params;
-        Err(self.cannot("group failed rows"))
+        Err(cannot(self, "group failed rows"))
     }
 
     /// Deletes the oldest `params.limit` `failed` rows matching the filter, by primary key in one
     /// short transaction (a dry run: counts every match); returns how many went (would go).
     async fn delete_failed(&self, params: &DeleteFailedParams) -> Result<u64, StoreError> {
         let _ = params;
-        Err(self.cannot("delete failed rows"))
+        Err(cannot(self, "delete failed rows"))
     }
 
     /// Closes the connection pool.

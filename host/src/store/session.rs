@@ -26,11 +26,14 @@ pub(crate) trait Session: Send {
 /// How a database binds an [`Arg::TextList`]: as one array parameter where it has arrays
 /// (PostgreSQL); implemented in each backend's folder.
 pub(crate) trait BindTextList: Database {
-    /// `query` with `values` bound as the next parameter.
+    /// `query` with `values` bound as the next parameter. Default: never called, no statement
+    /// carries a list where the dialect does not bind lists as arrays.
     fn bind_text_list(
-        query: sqlx::query::Query<'static, Self, <Self as Database>::Arguments>,
-        values: Vec<String>,
-    ) -> sqlx::query::Query<'static, Self, <Self as Database>::Arguments>;
+        _query: sqlx::query::Query<'static, Self, <Self as Database>::Arguments>,
+        _values: Vec<String>,
+    ) -> sqlx::query::Query<'static, Self, <Self as Database>::Arguments> {
+        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
+    }
 }
 
 /// The sqlx query for `statement`, its arguments bound in order.

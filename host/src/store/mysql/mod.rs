@@ -1,24 +1,19 @@
 //! The MySQL / MariaDB backend: [`MySqlStore`] and the producer [`save`].
 //!
-//! outboxd supports MariaDB ≥ 10.6 and MySQL ≥ 8.0; [`MySqlStore::connect`] checks the server
-//! version and refuses older ones, and TiDB. A row's partition is the indexed virtual column
-//! `outbox_partition` (`partitions.rs`). MySQL has no
-//! `UPDATE … RETURNING`: a mark is its fenced UPDATE in autocommit, and when it matched fewer
-//! rows than marks, the rows it changed are listed by what it wrote (`mark.rs`). The store's own connections
-//! run at `READ COMMITTED` (`SESSION_SETUP` explains why); `save` runs at the caller's level.
+//! A row's partition is the indexed virtual column `outbox_partition` (`partitions.rs`). The
+//! store's own connections run at `READ COMMITTED` (`SESSION_SETUP`); `save` runs at the
+//! caller's level.
 
 use sqlx::MySql;
 use sqlx::mysql::MySqlPool;
 
-mod browse;
 mod dialect;
-mod mark;
 mod partitions;
 mod save;
 mod status;
 
-use super::driver::Driver;
 use super::exec;
+use super::exec_mark::MarkOps;
 use super::impl_store::impl_store;
 use super::session::{BindTextList, impl_session};
 use super::statement::rows::Statements;
@@ -91,10 +86,7 @@ fn check_server_version(version: &str) -> Result<(), StoreError> {
     let mut parts = number
         .split(|c: char| !c.is_ascii_digit())
         .map(|part| part.parse::<u32>().ok());
-    let parsed = match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => Some((major, minor)),
-        _ => None,
-    };
+    let parsed = parts.next().flatten().zip(parts.next().flatten());
     let (name, minimum) = if mariadb {
         ("MariaDB", (10, 6))
     } else {
@@ -122,31 +114,14 @@ const SESSION_SETUP: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMIT
 
 impl_session!(sqlx::MySqlConnection, MySql);
 
-/// No array parameter: the dialect writes `IN (?, …)`, so no statement carries an
-/// [`crate::store::statement::Arg::TextList`].
-impl BindTextList for MySql {
-    fn bind_text_list(
-        _query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
-        _values: Vec<String>,
-    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
-        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
-    }
-}
+/// No array parameter: the dialect writes `IN (?, …)`.
+impl BindTextList for MySql {}
 
-impl Driver for MySqlStore {
-    type Db = MySql;
-    const BEGIN_WRITE: Option<&'static str> = None;
+/// The mark as written once: the fenced UPDATE in autocommit, then, when it matched fewer rows
+/// than marks, the rows it changed (MySQL has no `UPDATE … RETURNING`).
+impl MarkOps for MySqlStore {}
 
-    fn pool(&self) -> &MySqlPool {
-        &self.pool
-    }
-
-    fn statements(&self) -> &Statements {
-        &self.statements
-    }
-}
-
-impl_store!(MySqlStore, Backend::MySql);
+impl_store!(MySqlStore, MySql);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
 /// (or roll back) together with the business change. Ids already present are ignored

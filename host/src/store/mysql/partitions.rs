@@ -10,35 +10,6 @@ use crate::record::Status;
 use crate::store::TableName;
 use crate::store::statement::{Arg, Bound, PartitionSql, SqlBuilder};
 
-/// For each partition row of the tenant, `LIMIT 1` probes of `idx_<table>_part` at (tenant,
-/// partition, status) for each live status: a few index entries per partition, never the backlog
-/// or the `delivered` history the index also holds. (Neither a `GROUP BY` loose scan nor an
-/// `EXISTS` is planned that way: both read every entry of the tenant.)
-pub(super) fn write_live_partitions(b: &mut SqlBuilder, table: &TableName, app_code: &str) {
-    b.push("SELECT CAST(p.partition_id AS SIGNED) FROM ")
-        .push(&table.partitions_table())
-        .push(" p WHERE p.app_code = ")
-        .bind(app_code)
-        .push(" AND COALESCE(");
-    for (i, status) in [Status::Pending, Status::Retryable, Status::Delivering]
-        .into_iter()
-        .enumerate()
-    {
-        if i > 0 {
-            b.push(", ");
-        }
-        b.push("(SELECT 1 FROM ")
-            .push(table.as_str())
-            .push(&format!(" c FORCE INDEX (idx_{}_part)", table.as_str()))
-            .push(" WHERE c.app_code = ")
-            .bind(app_code)
-            .push(" AND c.outbox_partition = p.partition_id AND c.status = ")
-            .status(status)
-            .push(" LIMIT 1)");
-    }
-    b.push(") IS NOT NULL ORDER BY p.partition_id");
-}
-
 /// A script running `ddl` only when `information_schema.<view>` lists `name` in its `column`
 /// for table `t` of the current database (as migration 0004 checks before each step).
 fn if_in_catalog(t: &str, (view, column, name): (&str, &str, &str), ddl: &str) -> String {
@@ -55,6 +26,10 @@ impl PartitionSql for MySqlDialect {
         Some("CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
     }
 
+    /// For each partition row of the tenant, `LIMIT 1` probes of `idx_<table>_part` at (tenant,
+    /// partition, status) for each live status: a few index entries per partition, never the
+    /// backlog or the `delivered` history the index also holds. (Neither a `GROUP BY` loose scan
+    /// nor an `EXISTS` is planned that way: both read every entry of the tenant.)
     fn write_live_partitions(
         &self,
         b: &mut SqlBuilder,
@@ -62,7 +37,28 @@ impl PartitionSql for MySqlDialect {
         app_code: &str,
         _partitions: u32,
     ) -> bool {
-        write_live_partitions(b, table, app_code);
+        b.push("SELECT CAST(p.partition_id AS SIGNED) FROM ")
+            .push(&table.partitions_table())
+            .push(" p WHERE p.app_code = ")
+            .bind(app_code)
+            .push(" AND COALESCE(");
+        for (i, status) in [Status::Pending, Status::Retryable, Status::Delivering]
+            .into_iter()
+            .enumerate()
+        {
+            if i > 0 {
+                b.push(", ");
+            }
+            b.push("(SELECT 1 FROM ")
+                .push(table.as_str())
+                .push(&format!(" c FORCE INDEX (idx_{}_part)", table.as_str()))
+                .push(" WHERE c.app_code = ")
+                .bind(app_code)
+                .push(" AND c.outbox_partition = p.partition_id AND c.status = ")
+                .status(status)
+                .push(" LIMIT 1)");
+        }
+        b.push(") IS NOT NULL ORDER BY p.partition_id");
         true
     }
 

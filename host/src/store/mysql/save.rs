@@ -1,16 +1,10 @@
-//! MySQL / MariaDB's producer insert: `INSERT … ON DUPLICATE KEY UPDATE event_id = event_id`
-//! counts an ignored duplicate as 1 on connections with `CLIENT_FOUND_ROWS` (sqlx's, and many
-//! drivers') and as 0 without it, so the rows inserted are counted apart: the ids of the chunk
-//! already present, read just before the INSERT, are subtracted from its affected rows. Both
-//! statements see the same committed rows unless another transaction commits one of the same
-//! ids in between (then the count is off by those, never the rows).
-//!
-//! One record (a producer's one event per transaction, the common case) goes as a plain INSERT
-//! instead, one statement: inserted, 1; refused as a duplicate key, 0, the row already there
-//! (InnoDB rolls back the failed statement, not the transaction). Several records keep the
-//! count and the ignoring INSERT: a plain INSERT refused for one duplicate would insert none of
-//! them, and the retry after it would upgrade the duplicate's shared lock to an exclusive one,
-//! which deadlocks two producers saving the same ids.
+//! MySQL / MariaDB's producer insert. `INSERT … ON DUPLICATE KEY UPDATE` counts an ignored
+//! duplicate as 1 with `CLIENT_FOUND_ROWS` (sqlx's, and many drivers') and as 0 without, so the
+//! ids already present, read just before the INSERT, are subtracted from its affected rows. One
+//! record (the common case) goes as a plain INSERT, a duplicate key counted 0 (InnoDB rolls back
+//! the failed statement, not the transaction); several keep the count: a plain INSERT refused for
+//! one duplicate would insert none of them, and the retry after it would upgrade the duplicate's
+//! shared lock to an exclusive one, deadlocking two producers saving the same ids.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +12,7 @@ use super::MySqlStore;
 use crate::record::Record;
 use crate::store::driver::db;
 use crate::store::exec::{SAVE_OP, SaveOps};
-use crate::store::row::Int;
+use crate::store::row::{Int, count};
 use crate::store::session::Session;
 use crate::store::statement::insert::{insert_records, insert_records_strict};
 use crate::store::statement::{Bound, SqlBuilder};
@@ -71,13 +65,8 @@ async fn existing<S: Session>(
     let mut existing = 0;
     for (app_code, ids) in by_app {
         for ids in ids.chunks(COUNT_EXISTING_MAX_IDS) {
-            let rows = session
-                .rows::<Int>(count_existing(table, app_code, ids))
-                .await
-                .map_err(db(SAVE_OP))?;
-            existing += rows
-                .first()
-                .map_or(0, |Int(n)| u64::try_from(*n).unwrap_or(0));
+            let query = count_existing(table, app_code, ids);
+            existing += count(&session.rows::<Int>(query).await.map_err(db(SAVE_OP))?);
         }
     }
     Ok(existing)
@@ -94,14 +83,8 @@ pub(crate) fn count_existing(table: &TableName, app_code: &str, event_ids: &[&st
         .push(table.as_str())
         .push(" WHERE app_code = ")
         .bind(app_code)
-        .push(" AND event_id IN (");
-    for (i, event_id) in event_ids.iter().enumerate() {
-        if i > 0 {
-            b.push(", ");
-        }
-        b.bind(*event_id);
-    }
-    b.push(")");
+        .push(" AND event_id IN ")
+        .bind_list(event_ids.iter().copied());
     b.finish()
 }
 

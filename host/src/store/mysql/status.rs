@@ -25,15 +25,11 @@ pub(super) fn write_status_condition(b: &mut SqlBuilder, status: Status, partiti
         Status::Failed => b.push(" AND outbox_failed = 1"),
         Status::Delivered => b.push(" AND outbox_failed = 0"),
         Status::Pending | Status::Retryable | Status::Delivering => {
-            let (start, end) = (partitions.start, partitions.end.max(partitions.start + 1));
-            b.push(" AND outbox_partition IN (");
-            for partition in start..end {
-                if partition > start {
-                    b.push(", ");
-                }
-                b.push(&partition.to_string());
-            }
-            b.push(")")
+            let end = partitions.end.max(partitions.start + 1);
+            let numbers: Vec<String> = (partitions.start..end).map(|p| p.to_string()).collect();
+            b.push(" AND outbox_partition IN (")
+                .push(&numbers.join(", "))
+                .push(")")
         }
     };
     b.push(" AND status = ").status(status);

@@ -3,9 +3,9 @@
 use std::ops::Range;
 
 use crate::record::Status;
-use crate::store::migration::Migration;
+use crate::store::migration::{Migration, migration};
 use crate::store::statement::{
-    Bound, HISTORY_INDEX, RequiredIndex, SqlBuilder, SqlDialect, StatusWindows,
+    Bound, HISTORY_INDEX, PartitionSql, RequiredIndex, SqlBuilder, SqlDialect, StatusWindows,
 };
 use crate::store::{Backend, CommitFeed, TableName};
 
@@ -18,68 +18,19 @@ pub(crate) struct PostgresDialect;
 
 /// The embedded migrations (`migrations/postgres/`).
 const MIGRATIONS: &[Migration] = &[
-    Migration::new(
-        1,
-        "0001_room_outbox",
-        include_str!("../../../../migrations/postgres/0001_room_outbox.sql"),
-    ),
-    Migration::new(
-        2,
-        "0002_commit_notify",
-        include_str!("../../../../migrations/postgres/0002_commit_notify.sql"),
-    ),
-    Migration::new(
-        3,
-        "0003_requeue_notify",
-        include_str!("../../../../migrations/postgres/0003_requeue_notify.sql"),
-    ),
-    Migration::new(
-        4,
-        "0004_room_index_on_demand",
-        include_str!("../../../../migrations/postgres/0004_room_index_on_demand.sql"),
-    ),
-    Migration::new(
-        5,
-        "0005_notify_while_hosts_wait",
-        include_str!("../../../../migrations/postgres/0005_notify_while_hosts_wait.sql"),
-    ),
-    Migration::new(
-        6,
-        "0006_live_retry_lease_indexes",
-        include_str!("../../../../migrations/postgres/0006_live_retry_lease_indexes.sql"),
-    )
-    .outside_transaction(),
-    Migration::new(
-        7,
-        "0007_partitions",
-        include_str!("../../../../migrations/postgres/0007_partitions.sql"),
-    )
-    .outside_transaction(),
-    Migration::new(
-        8,
-        "0008_retire_claim_indexes",
-        include_str!("../../../../migrations/postgres/0008_retire_claim_indexes.sql"),
-    )
-    .outside_transaction(),
-    Migration::new(
-        9,
-        "0009_crash_guard",
-        include_str!("../../../../migrations/postgres/0009_crash_guard.sql"),
-    )
-    .outside_transaction(),
-    Migration::new(
-        10,
-        "0010_history_index",
-        include_str!("../../../../migrations/postgres/0010_history_index.sql"),
-    )
-    .outside_transaction(),
+    migration!("postgres", 1, "0001_room_outbox"),
+    migration!("postgres", 2, "0002_commit_notify"),
+    migration!("postgres", 3, "0003_requeue_notify"),
+    migration!("postgres", 4, "0004_room_index_on_demand"),
+    migration!("postgres", 5, "0005_notify_while_hosts_wait"),
+    migration!("postgres", 6, "0006_live_retry_lease_indexes").outside_transaction(),
+    migration!("postgres", 7, "0007_partitions").outside_transaction(),
+    migration!("postgres", 8, "0008_retire_claim_indexes").outside_transaction(),
+    migration!("postgres", 9, "0009_crash_guard").outside_transaction(),
+    migration!("postgres", 10, "0010_history_index").outside_transaction(),
 ];
 
 impl SqlDialect for PostgresDialect {
-    fn backend(&self) -> Backend {
-        Backend::Postgres
-    }
-
     /// `LISTEN` on the channel of migration 0002's and 0003's triggers (`crate::wake::postgres`).
     fn commit_feed(&self) -> CommitFeed {
         CommitFeed::Listen
@@ -97,8 +48,7 @@ impl SqlDialect for PostgresDialect {
     fn write_status_condition(&self, b: &mut SqlBuilder, status: Status, _partitions: Range<u32>) {
         b.push(" AND status = ").status(status);
         if status.is_live() {
-            let predicate = b.partition_index_predicate();
-            b.push(predicate);
+            b.push(self.partition_index_predicate());
         }
     }
 

@@ -1,15 +1,10 @@
 //! The PostgreSQL backend: [`PostgresStore`] and the producer [`save`].
 //!
 //! A row's partition is `hashtextextended(room_id, 0)`'s low bits, held by an expression index
-//! of the live rows (`partitions.rs`); a mark is its fenced UPDATE in autocommit, the fence
-//! holding the partition's row `FOR KEY SHARE` (`mark.rs`). Migration 0002 adds the trigger that notifies
-//! `outboxd_<table>` on every INSERT statement, migration 0003 one that notifies when an UPDATE
-//! puts a row back to `pending` (`outboxd requeue`); [`crate::wake::postgres`] listens. The URL is passed to sqlx
-//! unchanged, so `?options=-c search_path=…` selects the schema holding the outbox table. Every
-//! pooled session opens with `enable_seqscan = off` (`SESSION_SETUP`): a statement may run on
-//! the generic plan PostgreSQL caches for it, and that plan reads through an index even when it
-//! was made while the table was empty. A large mark is planned for its own execution
-//! (`mark.rs`).
+//! of the live rows (`partitions.rs`). Migrations 0002 and 0003 add the triggers that notify
+//! `outboxd_<table>` of new and requeued rows; [`crate::wake::postgres`] listens. The URL is
+//! passed to sqlx unchanged, so `?options=-c search_path=…` selects the schema holding the outbox
+//! table. Every pooled session runs `SESSION_SETUP`.
 
 use sqlx::Postgres;
 use sqlx::postgres::PgPool;
@@ -18,7 +13,6 @@ mod dialect;
 mod mark;
 mod partitions;
 
-use super::driver::Driver;
 use super::exec;
 use super::impl_store::impl_store;
 use super::session::{BindTextList, impl_session};
@@ -92,25 +86,12 @@ impl BindTextList for sqlx::Postgres {
     }
 }
 
-impl Driver for PostgresStore {
-    type Db = Postgres;
-    const BEGIN_WRITE: Option<&'static str> = None;
-
-    fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    fn statements(&self) -> &Statements {
-        &self.statements
-    }
-}
-
 /// The producer insert as written once: its affected rows are the rows inserted.
 impl exec::SaveOps for PostgresStore {
     const BACKEND: Backend = Backend::Postgres;
 }
 
-impl_store!(PostgresStore, Backend::Postgres);
+impl_store!(PostgresStore, Postgres);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
 /// (or roll back) together with the business change. Ids already present are ignored

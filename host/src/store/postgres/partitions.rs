@@ -8,38 +8,6 @@ use super::dialect::PostgresDialect;
 use crate::store::TableName;
 use crate::store::statement::{Arg, Bound, PartitionSql, SqlBuilder};
 
-/// A recursive skip scan of `idx_<table>_part` (live rows only): each step reads the first index
-/// entry above the last partition found (`ORDER BY <partition> LIMIT 1` on the index prefix), so
-/// the query reads one index entry per partition with live rows, whatever the backlog. (A
-/// `min()` first step was planned as an aggregate over every live row.)
-pub(super) fn write_live_partitions(
-    b: &mut SqlBuilder,
-    table: &TableName,
-    app_code: &str,
-    partition: &str,
-) {
-    let first_above = |b: &mut SqlBuilder, above: &str| {
-        b.push("SELECT ")
-            .push(partition)
-            .push(" FROM ")
-            .push(table.as_str())
-            .push(" WHERE app_code = ")
-            .bind(app_code)
-            .push(" AND status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL AND ")
-            .push(partition)
-            .push(" > ")
-            .push(above)
-            .push(" ORDER BY ")
-            .push(partition)
-            .push(" LIMIT 1");
-    };
-    b.push("WITH RECURSIVE parts(p) AS ((");
-    first_above(b, "-1");
-    b.push(") UNION ALL SELECT (");
-    first_above(b, "parts.p");
-    b.push(") FROM parts WHERE parts.p IS NOT NULL) SELECT p FROM parts WHERE p IS NOT NULL");
-}
-
 /// The partition of a row with `partitions` per tenant, written exactly as the partition index
 /// has it (the planner matches an expression index by its text): the low bits of `room_id`'s
 /// hash.
@@ -67,6 +35,10 @@ impl PartitionSql for PostgresDialect {
         Some("(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
     }
 
+    /// A recursive skip scan of `idx_<table>_part` (live rows only): each step reads the first
+    /// index entry above the last partition found (`ORDER BY <partition> LIMIT 1` on the index
+    /// prefix), so the query reads one index entry per partition with live rows, whatever the
+    /// backlog. (A `min()` first step was planned as an aggregate over every live row.)
     fn write_live_partitions(
         &self,
         b: &mut SqlBuilder,
@@ -74,7 +46,27 @@ impl PartitionSql for PostgresDialect {
         app_code: &str,
         partitions: u32,
     ) -> bool {
-        write_live_partitions(b, table, app_code, &partition_of_row(partitions));
+        let partition = &partition_of_row(partitions);
+        let first_above = |b: &mut SqlBuilder, above: &str| {
+            b.push("SELECT ")
+                .push(partition)
+                .push(" FROM ")
+                .push(table.as_str())
+                .push(" WHERE app_code = ")
+                .bind(app_code)
+                .push(" AND status IN ('pending', 'retryable', 'delivering') AND updated_at_ms IS NOT NULL AND ")
+                .push(partition)
+                .push(" > ")
+                .push(above)
+                .push(" ORDER BY ")
+                .push(partition)
+                .push(" LIMIT 1");
+        };
+        b.push("WITH RECURSIVE parts(p) AS ((");
+        first_above(b, "-1");
+        b.push(") UNION ALL SELECT (");
+        first_above(b, "parts.p");
+        b.push(") FROM parts WHERE parts.p IS NOT NULL) SELECT p FROM parts WHERE p IS NOT NULL");
         true
     }
 

@@ -1,11 +1,7 @@
-//! The outbox table's schema: the embedded migrations, the columns and indexes outboxd needs on
-//! every table (the dialect's required indexes), and reading a table's indexes; `migrate` itself (apply
-//! what is missing, then check and complete an adopted table) is in `migrate.rs`; the table's
-//! partition count (read off the catalog, changed by `migrate --partitions`) in
-//! `partition_count.rs`.
-//!
-//! What differs per database (the migration files, the bookkeeping DDL, catalog queries, the
-//! migration lock) comes from the backend's `SqlDialect`.
+//! The outbox table's schema: the embedded migrations, the indexes outboxd needs on every table
+//! (the dialect's required indexes) and reading a table's indexes; `migrate` itself is in
+//! `migrate.rs`, the table's partition count in `partition_count.rs`. What differs per database
+//! comes from the backend's `SqlDialect`.
 
 mod migrate;
 mod partition_count;
@@ -67,17 +63,6 @@ pub fn required_indexes(backend: Backend, table: &TableName) -> Vec<(String, Vec
         .required_indexes()
         .iter()
         .map(|index| (index.name(table), index.columns.to_vec()))
-        .collect()
-}
-
-/// The key columns of each index outboxd needs on every table of `backend`
-/// ([`required_indexes`]).
-pub fn required_index_columns(backend: Backend) -> Vec<Vec<&'static str>> {
-    backend
-        .dialect()
-        .required_indexes()
-        .iter()
-        .map(|index| index.columns.to_vec())
         .collect()
 }
 
@@ -229,10 +214,7 @@ pub(super) async fn take_migration_lock<S: Session>(
     let mut logged = false;
     loop {
         let taken = session
-            .rows::<Int>(Bound {
-                sql: lock.into(),
-                args: Vec::new(),
-            })
+            .rows::<Int>(Bound::text(lock))
             .await
             .map_err(db("migrate"))?;
         if matches!(taken.as_slice(), [Int(1)]) {

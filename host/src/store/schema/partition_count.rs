@@ -131,7 +131,7 @@ pub(crate) async fn repartition<D: Driver>(
         )));
     }
     let running = conn
-        .rows::<Name>(sql::running_hosts(backend, table, record::now_ms()))
+        .rows::<Name>(sql::running_hosts(statements, record::now_ms()))
         .await
         .map_err(db(OP))?;
     if !running.is_empty() {
@@ -158,7 +158,7 @@ pub(crate) async fn repartition<D: Driver>(
         for statement in ddl {
             conn.script(statement).await.map_err(db(OP))?;
         }
-        for statement in sql::restart_partitions(backend, table, partitions) {
+        for statement in sql::restart_partitions(statements, partitions) {
             conn.run(statement).await.map_err(db(OP))?;
         }
         Ok::<_, StoreError>(())

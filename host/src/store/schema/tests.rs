@@ -63,9 +63,12 @@ fn mariadb_keeps_failed_rows_apart_instead_of_a_status_index() {
         )]
     );
     for backend in [Backend::Sqlite, Backend::Postgres] {
+        let [(_, columns)] = &required_indexes(backend, &table())[..] else {
+            panic!("{backend:?}: one required index");
+        };
         assert_eq!(
-            required_index_columns(backend),
-            [["app_code", "status", "created_at_ms", "event_id"]]
+            columns,
+            &["app_code", "status", "created_at_ms", "event_id"]
         );
     }
 }
@@ -175,7 +178,6 @@ fn migrations_render_the_table_name() {
     let custom = TableName::new("orders_outbox").unwrap();
     for backend in DIALECTS {
         let all = migrations(backend);
-        assert_eq!(all.first().map(|m| m.version), Some(1));
         let first = all[0].sql(&custom);
         assert!(first.contains("CREATE TABLE IF NOT EXISTS orders_outbox"));
         for migration in all {

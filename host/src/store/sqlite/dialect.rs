@@ -1,11 +1,10 @@
 //! SQLite's SQL: what its statements differ in, and its embedded migrations.
 
-use crate::store::migration::Migration;
-use crate::store::statement::mark::{MarkAt, mark_rows};
+use crate::store::migration::{Migration, migration};
 use crate::store::statement::{Bound, PartitionSql, SqlBuilder, SqlDialect};
-use crate::store::{Backend, CommitFeed, Lease, Mark, TableName};
+use crate::store::{Backend, CommitFeed, TableName};
 
-/// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a claim runs in `BEGIN IMMEDIATE`, which
+/// SQLite's SQL (≥ 3.35): `?` placeholders; no row locks (a write runs in `BEGIN IMMEDIATE`, which
 /// serializes it with every other writer); `UPDATE … RETURNING`; the catalog read through the
 /// `pragma_table_info` / `pragma_index_list` table-valued functions.
 #[derive(Debug)]
@@ -13,61 +12,25 @@ pub(crate) struct SqliteDialect;
 
 /// The embedded migrations (`migrations/sqlite/`).
 const MIGRATIONS: &[Migration] = &[
-    Migration::new(
-        1,
-        "0001_room_outbox",
-        include_str!("../../../../migrations/sqlite/0001_room_outbox.sql"),
-    ),
-    Migration::new(
-        2,
-        "0002_partial_indexes",
-        include_str!("../../../../migrations/sqlite/0002_partial_indexes.sql"),
-    ),
-    Migration::new(
-        3,
-        "0003_room_index_on_demand",
-        include_str!("../../../../migrations/sqlite/0003_room_index_on_demand.sql"),
-    ),
-    Migration::new(
-        4,
-        "0004_partitions",
-        include_str!("../../../../migrations/sqlite/0004_partitions.sql"),
-    ),
-    Migration::new(
-        5,
-        "0005_retire_claim_indexes",
-        include_str!("../../../../migrations/sqlite/0005_retire_claim_indexes.sql"),
-    ),
-    Migration::new(
-        6,
-        "0006_crash_guard",
-        include_str!("../../../../migrations/sqlite/0006_crash_guard.sql"),
-    ),
+    migration!("sqlite", 1, "0001_room_outbox"),
+    migration!("sqlite", 2, "0002_partial_indexes"),
+    migration!("sqlite", 3, "0003_room_index_on_demand"),
+    migration!("sqlite", 4, "0004_partitions"),
+    migration!("sqlite", 5, "0005_retire_claim_indexes"),
+    migration!("sqlite", 6, "0006_crash_guard"),
 ];
 
 /// One partition, the host's clock: every default.
 impl PartitionSql for SqliteDialect {}
 
 impl SqlDialect for SqliteDialect {
-    /// The fenced UPDATE with `RETURNING event_id`, which a mark runs once a row was stale
-    /// (`exec_mark.rs`'s default `MarkOps::mark_once`).
-    fn mark_statements(
-        &self,
-        table: &TableName,
-        lease: &Lease,
-        marks: &[Mark],
-        at: MarkAt,
-    ) -> Vec<(&'static str, Bound)> {
-        vec![("mark", mark_rows(Backend::Sqlite, table, lease, marks, at))]
-    }
-
-    fn backend(&self) -> Backend {
-        Backend::Sqlite
-    }
-
     /// `PRAGMA data_version`, watched on a connection of its own (`crate::wake::sqlite`).
     fn commit_feed(&self) -> CommitFeed {
         CommitFeed::DataVersion
+    }
+
+    fn begin_write(&self) -> Option<&'static str> {
+        Some("BEGIN IMMEDIATE")
     }
 
     /// No: one writer at a time holds the file's write lock; a second `BEGIN IMMEDIATE` waits in

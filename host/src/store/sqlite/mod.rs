@@ -2,10 +2,9 @@
 //!
 //! The database file is opened in WAL mode with a 30 s busy timeout, so several processes and
 //! pools can share it, and `synchronous = NORMAL` unless the URL says otherwise
-//! (`?synchronous=full`, see [`synchronous_from_url`]); every write runs in `BEGIN IMMEDIATE`, which takes the write lock up front
-//! (a claim is therefore serialized with other writers instead of using row locks). An in-memory
-//! URL (`sqlite::memory:`) gets a single, never-recycled connection: the database lives as long
-//! as the store.
+//! ([`synchronous_from_url`]); every write runs in `BEGIN IMMEDIATE`, serialized with other
+//! writers. An in-memory URL (`sqlite::memory:`) gets a single, never-recycled connection: the
+//! database lives as long as the store.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -15,13 +14,15 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSy
 
 mod dialect;
 
-use super::driver::Driver;
+use super::driver::{begin_write, db};
 use super::exec;
-use super::exec_mark::MarkOps;
+use super::exec_mark::{MarkOps, event_ids};
 use super::impl_store::impl_store;
-use super::session::{BindTextList, impl_session};
+use super::row::EventId;
+use super::session::{BindTextList, Session, impl_session};
+use super::statement::mark::{MarkAt, mark_rows, mark_rows_counted};
 use super::statement::rows::Statements;
-use super::{Backend, ConnectOptions, StoreError, TableName};
+use super::{Backend, ConnectOptions, Lease, Mark, StoreError, TableName};
 
 use crate::record::Record;
 pub(crate) use dialect::SqliteDialect;
@@ -49,12 +50,11 @@ pub(crate) fn connect_options(url: &str) -> Result<SqliteConnectOptions, StoreEr
 /// In WAL mode `NORMAL` syncs the WAL at checkpoints instead of at every commit (SQLite's own
 /// advice for WAL): a commit survives a crash of outboxd or any other process; after a power
 /// loss or an OS crash the last commits may be rolled back, whole. For the delivery path that
-/// costs at most a redelivery (a claim rolled back leaves the row claimable, a mark rolled back
-/// leaves it leased until the lease expires). Rows enqueued through this store (`outboxd
-/// enqueue`, [`super::OutboxStore::enqueue`]) could be lost with them: use `synchronous=full`
-/// when that matters. Producers writing the file through their own connections keep their own
-/// setting. Measured: a commit cost 2.6 ms with `FULL`, 0.04 ms with `NORMAL` on the
-/// development machine (docs/PERFORMANCE.md).
+/// costs at most a redelivery (a mark rolled back leaves the row due). Rows enqueued through this
+/// store (`outboxd enqueue`, [`super::OutboxStore::enqueue`]) could be lost with them: use
+/// `synchronous=full` when that matters. Producers writing the file through their own
+/// connections keep their own setting. Measured: a commit cost 2.6 ms with `FULL`, 0.04 ms with
+/// `NORMAL` on the development machine (docs/PERFORMANCE.md).
 pub fn synchronous_from_url(url: &str) -> Result<(String, SqliteSynchronous), StoreError> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_string(), SqliteSynchronous::Normal));
@@ -126,39 +126,44 @@ impl SqliteStore {
 
 impl_session!(sqlx::SqliteConnection, Sqlite);
 
-/// No array parameter: the dialect writes `IN (?, …)`, so no statement carries an
-/// [`crate::store::statement::Arg::TextList`].
-impl BindTextList for Sqlite {
-    fn bind_text_list(
-        _query: sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments>,
-        _values: Vec<String>,
-    ) -> sqlx::query::Query<'static, Self, <Self as sqlx::Database>::Arguments> {
-        unreachable!("only a dialect that binds lists as arrays writes Arg::TextList")
+/// No array parameter: the dialect writes `IN (?, …)`.
+impl BindTextList for Sqlite {}
+
+/// The mark in a write transaction: the fenced UPDATE without an id list first, committed when
+/// its count says every row matched (SQLite counts every row an UPDATE writes; every mark
+/// changes `status`), else rolled back and run again with `RETURNING event_id`. The count saves
+/// handing 500 ids back row by row through the driver's channel (the git history of
+/// docs/PERFORMANCE.md, "SQLite: a backlog of one timestamp").
+impl MarkOps for SqliteStore {
+    async fn mark_once(
+        &self,
+        lease: &Lease,
+        marks: &[Mark],
+        at: MarkAt,
+    ) -> Result<Vec<EventId>, StoreError> {
+        const OP: &str = "mark";
+        let mut tx = begin_write(self, OP).await?;
+        let counted = mark_rows_counted(&self.statements, lease, marks, at);
+        if tx.run(counted).await.map_err(db(OP))? == marks.len() as u64 {
+            tx.commit().await.map_err(db(OP))?;
+            return Ok(event_ids(marks));
+        }
+        tx.rollback().await.map_err(db(OP))?;
+        // Some row was stale (rare): the statement that lists the fenced rows it changes.
+        let mut tx = begin_write(self, OP).await?;
+        let update = mark_rows(&self.statements, lease, marks, at);
+        let ids = tx.rows::<EventId>(update).await.map_err(db(OP))?;
+        tx.commit().await.map_err(db(OP))?;
+        Ok(ids)
     }
 }
-
-impl Driver for SqliteStore {
-    type Db = Sqlite;
-    const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
-
-    fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
-
-    fn statements(&self) -> &Statements {
-        &self.statements
-    }
-}
-
-/// The mark as written once: the fenced UPDATE counted first, `RETURNING` when a row was stale.
-impl MarkOps for SqliteStore {}
 
 /// The producer insert as written once: its affected rows are the rows inserted.
 impl exec::SaveOps for SqliteStore {
     const BACKEND: Backend = Backend::Sqlite;
 }
 
-impl_store!(SqliteStore, Backend::Sqlite);
+impl_store!(SqliteStore, Sqlite);
 
 /// Saves `records` as `pending` rows of `table` inside the caller's transaction, so they commit
 /// (or roll back) together with the business change. Ids already present are ignored; returns

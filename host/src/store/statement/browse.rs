@@ -5,6 +5,7 @@
 
 use std::ops::Range;
 
+use super::rows::Statements;
 use super::{Bound, SqlBuilder, StatusWindows};
 use crate::record::Status;
 use crate::store::{Backend, DEFAULT_PARTITIONS, EventCursor, MAX_PARTITIONS, TableName};
@@ -37,30 +38,25 @@ pub(crate) struct WindowRange<'a> {
 /// Otherwise one statement, or where the dialect splits the lookup by partition
 /// ([`super::SqlDialect::status_partition_chunks`]) the newest `limit` of each chunk joined by
 /// `UNION ALL`, then the newest `limit` of those.
-pub(crate) fn select_window(
-    backend: Backend,
-    table: &TableName,
-    range: &WindowRange<'_>,
-    limit: u32,
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    let limit = i64::from(limit.max(1));
+pub(crate) fn select_window(statements: &Statements, range: &WindowRange<'_>, limit: u32) -> Bound {
+    let (mut b, table) = (SqlBuilder::new(statements.backend()), statements.table());
+    let (dialect, limit) = (b.dialect(), i64::from(limit.max(1)));
     let by_partition = match (range.status, range.partitions) {
-        (Some(status), Some(count)) => b
+        (Some(status), Some(count)) => dialect
             .partition_of_row(count)
-            .map(|partition| (backend.dialect().status_windows(status), count, partition)),
+            .map(|partition| (dialect.status_windows(status), count, partition)),
         _ => None,
     };
     match by_partition {
         Some((StatusWindows::LateralPerPartition, count, partition)) => {
-            select_window_lateral(&mut b, backend, table, range, (count, &partition), limit);
+            select_window_lateral(&mut b, table, range, (count, &partition), limit);
         }
         Some((StatusWindows::UnionPerPartition, count, partition)) => {
             b.union_of_chunks(
                 (0..count.max(1)).map(|p| p..p + 1).collect(),
                 |b, chunk| {
                     let one = format!("{partition} = {}", chunk.start);
-                    write_window(b, backend, table, range, chunk, Some(&one), limit);
+                    write_window(b, table, range, chunk, Some(&one), limit);
                 },
                 |b| newest_first(b, limit),
             );
@@ -68,12 +64,12 @@ pub(crate) fn select_window(
         Some((StatusWindows::OverTheStatus, ..)) | None => {
             let partitions = range.partitions.unwrap_or(MAX_PARTITIONS);
             let chunks = match range.status {
-                Some(status) => b.status_partition_chunks(status, partitions),
+                Some(status) => dialect.status_partition_chunks(status, partitions),
                 None => std::iter::once(0..partitions).collect(),
             };
             b.union_of_chunks(
                 chunks,
-                |b, chunk| write_window(b, backend, table, range, chunk, None, limit),
+                |b, chunk| write_window(b, table, range, chunk, None, limit),
                 |b| newest_first(b, limit),
             );
         }
@@ -88,7 +84,6 @@ pub(crate) fn select_window(
 /// however long the backlog, where one statement over the status sorts all its live rows.
 fn select_window_lateral(
     b: &mut SqlBuilder,
-    backend: Backend,
     table: &TableName,
     range: &WindowRange<'_>,
     (count, partition): (u32, &str),
@@ -100,7 +95,7 @@ fn select_window_lateral(
         .push(&(count.max(1) - 1).to_string())
         .push(") AS parts(p) CROSS JOIN LATERAL (");
     let one = format!("{partition} = parts.p");
-    write_window(b, backend, table, range, 0..count, Some(&one), limit);
+    write_window(b, table, range, 0..count, Some(&one), limit);
     b.push(") w");
     newest_first(b, limit);
 }
@@ -111,7 +106,6 @@ fn select_window_lateral(
 /// the status, the index's predicate).
 fn write_window(
     b: &mut SqlBuilder,
-    backend: Backend,
     table: &TableName,
     range: &WindowRange<'_>,
     partitions: Range<u32>,
@@ -123,12 +117,12 @@ fn write_window(
         .push(" FROM ")
         .push(table.as_str());
     if one_partition.is_some() {
-        b.push(&backend.dialect().partition_index_hint(table));
+        b.push(&b.dialect().partition_index_hint(table));
     }
     b.push(" WHERE app_code = ").bind(range.app_code);
     match (one_partition, range.status) {
         (Some(partition), Some(status)) => {
-            let predicate = b.partition_index_predicate();
+            let predicate = b.dialect().partition_index_predicate();
             b.push(" AND ")
                 .push(partition)
                 .push(" AND status = ")
@@ -147,7 +141,7 @@ fn write_window(
         b.push(" AND created_at_ms < ").bind(until);
     }
     if let Some(before) = range.before {
-        backend.dialect().write_before_bound(b, before);
+        b.dialect().write_before_bound(b, before);
     }
     newest_first(b, limit);
 }
@@ -170,17 +164,12 @@ pub(crate) fn write_row_comparison_before(b: &mut SqlBuilder, before: &EventCurs
 }
 
 /// One row with its envelope, by primary key.
-pub(crate) fn select_event(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    event_id: &str,
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn select_event(statements: &Statements, app_code: &str, event_id: &str) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("SELECT ")
         .push(SUMMARY_COLUMNS)
         .push(", envelope FROM ")
-        .push(table.as_str())
+        .push(statements.table().as_str())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND event_id = ")
@@ -189,17 +178,12 @@ pub(crate) fn select_event(
 }
 
 /// The newest `window` `failed` rows of a tenant (a range of the index of finished or failed
-/// rows, read backwards),
-/// grouped by `last_error`: the error, the count, the first and last `updated_at_ms`.
-pub(crate) fn select_error_groups(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    window: u32,
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+/// rows, read backwards), grouped by `last_error`: the error, the count, the first and last
+/// `updated_at_ms`.
+pub(crate) fn select_error_groups(statements: &Statements, app_code: &str, window: u32) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("SELECT last_error, COUNT(*), MIN(updated_at_ms), MAX(updated_at_ms) FROM (SELECT last_error, updated_at_ms FROM ")
-        .push(table.as_str())
+        .push(statements.table().as_str())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .status_condition(Status::Failed, 0..MAX_PARTITIONS)
@@ -212,14 +196,13 @@ pub(crate) fn select_error_groups(
 /// Deletes the tenant's `event_ids` by primary key, while still `failed` (a row requeued by
 /// someone else in between is left alone).
 pub(crate) fn delete_failed_keys(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     app_code: &str,
     event_ids: &[String],
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("DELETE FROM ")
-        .push(table.as_str())
+        .push(statements.table().as_str())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND event_id IN ")
@@ -237,6 +220,7 @@ pub fn explain_statements(
     table: &TableName,
     app_code: &str,
 ) -> Vec<(&'static str, Bound)> {
+    let statements = Statements::new(backend, table);
     let cursor = EventCursor {
         created_at_ms: i64::MAX / 2,
         event_id: "evt_~".into(),
@@ -248,71 +232,42 @@ pub fn explain_statements(
         partitions: Some(DEFAULT_PARTITIONS),
         ..WindowRange::default()
     };
-    vec![
+    let below = |at| WindowRange {
+        before: Some(&cursor),
+        ..status(at)
+    };
+    let time_range = WindowRange {
+        since_ms: Some(0),
+        until_ms: Some(i64::MAX / 2),
+        ..status(Status::Delivered)
+    };
+    let windows = [
         (
             "window of one status (newest first)",
-            select_window(backend, table, &status(Status::Delivered), 50),
+            status(Status::Delivered),
         ),
         (
             "window below a position (next page)",
-            select_window(
-                backend,
-                table,
-                &WindowRange {
-                    before: Some(&cursor),
-                    ..status(Status::Delivered)
-                },
-                50,
-            ),
+            below(Status::Delivered),
         ),
-        (
-            "window in a time range",
-            select_window(
-                backend,
-                table,
-                &WindowRange {
-                    since_ms: Some(0),
-                    until_ms: Some(i64::MAX / 2),
-                    ..status(Status::Delivered)
-                },
-                50,
-            ),
-        ),
-        (
-            "window of failed rows",
-            select_window(backend, table, &status(Status::Failed), 50),
-        ),
-        (
-            "window of pending rows",
-            select_window(backend, table, &status(Status::Pending), 50),
-        ),
+        ("window in a time range", time_range),
+        ("window of failed rows", status(Status::Failed)),
+        ("window of pending rows", status(Status::Pending)),
         (
             "window of pending rows below a position",
-            select_window(
-                backend,
-                table,
-                &WindowRange {
-                    before: Some(&cursor),
-                    ..status(Status::Pending)
-                },
-                50,
-            ),
+            below(Status::Pending),
         ),
-        (
-            "window of retryable rows",
-            select_window(backend, table, &status(Status::Retryable), 50),
-        ),
-        (
-            "window of delivering rows",
-            select_window(backend, table, &status(Status::Delivering), 50),
-        ),
-        (
-            "one event by id",
-            select_event(backend, table, app_code, "evt_x"),
-        ),
-        (
-            "failed rows grouped by error",
-            select_error_groups(backend, table, app_code, 10_000),
-        ),
-    ]
+        ("window of retryable rows", status(Status::Retryable)),
+        ("window of delivering rows", status(Status::Delivering)),
+    ];
+    let by_id = select_event(&statements, app_code, "evt_x");
+    let groups = select_error_groups(&statements, app_code, 10_000);
+    windows
+        .iter()
+        .map(|(name, range)| (*name, select_window(&statements, range, 50)))
+        .chain([
+            ("one event by id", by_id),
+            ("failed rows grouped by error", groups),
+        ])
+        .collect()
 }

@@ -1,9 +1,10 @@
 //! Statements over `failed` rows: list them, count them (a dry-run requeue), requeue them; every
 //! filter given is ANDed.
 
+use super::rows::Statements;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, FailedFilter, MAX_PARTITIONS, TableName};
+use crate::store::{FailedFilter, MAX_PARTITIONS, TableName};
 
 /// ` WHERE app_code = ? AND status = 'failed' AND …` for every filter given (the status as the
 /// dialect finds it by index); ` WHERE status = 'failed' …` for every tenant.
@@ -41,17 +42,16 @@ fn failed_where(b: &mut SqlBuilder, filter: &FailedFilter) {
 
 /// `SELECT columns` of the oldest `limit` `failed` rows matching `filter`.
 fn oldest_failed(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     columns: &str,
     filter: &FailedFilter,
     limit: u32,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("SELECT ")
         .push(columns)
         .push(" FROM ")
-        .push(table.as_str());
+        .push(statements.table().as_str());
     failed_where(&mut b, filter);
     b.push(" ORDER BY created_at_ms, event_id LIMIT ")
         .bind(i64::from(limit.max(1)));
@@ -59,15 +59,9 @@ fn oldest_failed(
 }
 
 /// `failed` rows matching `filter`, oldest first.
-pub(crate) fn select_failed(
-    backend: Backend,
-    table: &TableName,
-    filter: &FailedFilter,
-    limit: u32,
-) -> Bound {
+pub(crate) fn select_failed(statements: &Statements, filter: &FailedFilter, limit: u32) -> Bound {
     oldest_failed(
-        backend,
-        table,
+        statements,
         "app_code, event_id, event_type, room_id, retry_count, last_error, created_at_ms, updated_at_ms",
         filter,
         limit,
@@ -75,9 +69,10 @@ pub(crate) fn select_failed(
 }
 
 /// How many `failed` rows match `filter` (a dry-run requeue).
-pub(crate) fn count_failed(backend: Backend, table: &TableName, filter: &FailedFilter) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("SELECT COUNT(*) FROM ").push(table.as_str());
+pub(crate) fn count_failed(statements: &Statements, filter: &FailedFilter) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
+    b.push("SELECT COUNT(*) FROM ")
+        .push(statements.table().as_str());
     failed_where(&mut b, filter);
     b.finish()
 }
@@ -93,14 +88,9 @@ fn requeue_set(b: &mut SqlBuilder, table: &TableName, now_ms: i64) {
 }
 
 /// Moves every `failed` row matching `filter` back to `pending` in one statement.
-pub(crate) fn requeue_failed(
-    backend: Backend,
-    table: &TableName,
-    filter: &FailedFilter,
-    now_ms: i64,
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    requeue_set(&mut b, table, now_ms);
+pub(crate) fn requeue_failed(statements: &Statements, filter: &FailedFilter, now_ms: i64) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
+    requeue_set(&mut b, statements.table(), now_ms);
     failed_where(&mut b, filter);
     b.finish()
 }
@@ -109,25 +99,23 @@ pub(crate) fn requeue_failed(
 /// chunk of a bounded requeue. With a tenant in the filter this is a range of the status index
 /// (MariaDB: of the failed-apart index), read in order.
 pub(crate) fn select_requeue_chunk(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     filter: &FailedFilter,
     limit: u32,
 ) -> Bound {
-    oldest_failed(backend, table, "app_code, event_id", filter, limit)
+    oldest_failed(statements, "app_code, event_id", filter, limit)
 }
 
 /// Moves the tenant's `event_ids` back to `pending` by primary key, while still `failed` (a row
 /// requeued or purged by someone else in between is left alone).
 pub(crate) fn requeue_keys(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     app_code: &str,
     event_ids: &[String],
     now_ms: i64,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    requeue_set(&mut b, table, now_ms);
+    let mut b = SqlBuilder::new(statements.backend());
+    requeue_set(&mut b, statements.table(), now_ms);
     b.push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND event_id IN ")

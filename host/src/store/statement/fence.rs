@@ -52,6 +52,5 @@ pub(crate) fn owned_partition(
 ) {
     owned_partition_open(b, table, app_code, owner);
     at_epoch(b, fence);
-    let lock = b.fence_lock();
-    b.push(lock).push(")");
+    b.push(b.dialect().fence_lock()).push(")");
 }

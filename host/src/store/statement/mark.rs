@@ -1,12 +1,12 @@
-//! The mark: one UPDATE per batch setting each row's new state, fenced on the claim's lease, and
+//! The mark: one UPDATE per batch setting each row's new state, fenced on the batch's lease, and
 //! the rows a mark in autocommit changed, listed when it matched fewer rows than marks
 //! ([`marked_rows`]: MySQL, PostgreSQL).
 
 use super::fence::{at_epoch, live_rows, owned_partition_open};
-use super::rows::retry_count_after_reclaim;
+use super::rows::{Statements, retry_count_after_reclaim, update_by_key};
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
-use crate::store::{Backend, Disposition, Lease, Mark, TableName};
+use crate::store::{Disposition, Lease, Mark, TableName};
 
 /// The column values one [`Disposition`] writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,7 +16,7 @@ pub(crate) struct MarkColumns<'a> {
     /// Whether `retry_count` goes up by one (a failed attempt).
     pub(crate) failed_attempt: bool,
     /// New `next_retry_at_ms`: the retry time of a `retryable` row, 0 for every other status
-    /// (the rule in `statement/claim/mod.rs`).
+    /// (the rule in `statement/rows.rs`).
     pub(crate) next_retry_at_ms: i64,
     /// New `last_error` (cut when bound: [`SqlBuilder::bind_last_error`]); `None` clears it.
     pub(crate) last_error: Option<&'a str>,
@@ -74,7 +74,8 @@ pub(crate) fn lease_fence<'a>(
     lease: &Lease,
     event_ids: impl IntoIterator<Item = &'a str>,
 ) {
-    let (lock, partition_of_row) = (b.fence_lock(), b.partition_of_row(lease.partition_count));
+    let dialect = b.dialect();
+    let partition_of_row = dialect.partition_of_row(lease.partition_count);
     let partitions = &lease.partitions;
     // One partition: within the batch's span of the partition index, a seek whatever the
     // statistics. Several: by primary key alone, one probe per id
@@ -82,14 +83,13 @@ pub(crate) fn lease_fence<'a>(
     // planned on never-analyzed PostgreSQL tables as a scan of the tenant's whole partition index.
     if let [one] = partitions.as_slice() {
         b.push(" WHERE app_code = ").bind(lease.app_code.as_str());
-        let predicate = b.partition_index_predicate();
         if let Some(expression) = partition_of_row.as_deref() {
             b.push(" AND ")
                 .push(expression)
                 .push(" = ")
                 .bind(i64::from(one.fence.partition));
         }
-        b.push(predicate)
+        b.push(dialect.partition_index_predicate())
             .push(" AND created_at_ms >= ")
             .bind(one.first_created_ms)
             .push(" AND created_at_ms <= ")
@@ -123,7 +123,7 @@ pub(crate) fn lease_fence<'a>(
             b.push(" AND 1 = 0");
         }
     }
-    b.push(lock).push(")");
+    b.push(dialect.fence_lock()).push(")");
 }
 
 /// ` status = …`: one literal when every row gets the same status (a batch that was delivered:
@@ -209,38 +209,27 @@ pub(crate) fn mark_columns(marks: &[Mark]) -> Vec<(&str, MarkColumns<'_>)> {
         .collect()
 }
 
-/// `UPDATE <table>` reached by primary key (MariaDB's `FORCE INDEX (PRIMARY)`), as every mark is.
-pub(crate) fn update_by_key(backend: Backend, table: &TableName) -> SqlBuilder {
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access());
-    b
-}
-
 /// The one fenced UPDATE applying `marks` (at most [`super::MAX_ROWS_PER_STATEMENT`], distinct ids),
 /// with `RETURNING event_id`: SQLite's mark once a row was stale (MySQL and PostgreSQL list the
 /// rows a mark changed after it instead: [`marked_rows`]).
 pub(crate) fn mark_rows(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     at: MarkAt,
 ) -> Bound {
-    mark_update(backend, table, lease, marks, at, true)
+    mark_update(statements, lease, marks, at, true)
 }
 
 /// [`mark_rows`] without `RETURNING`: the first try of a mark in a transaction, whose affected-row
 /// count tells whether every mark matched its row (then no id list is needed).
 pub(crate) fn mark_rows_counted(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     at: MarkAt,
 ) -> Bound {
-    mark_update(backend, table, lease, marks, at, false)
+    mark_update(statements, lease, marks, at, false)
 }
 
 /// When a mark writes (`updated_at_ms`), and whether it runs again after its earlier run's reply
@@ -268,18 +257,16 @@ impl MarkAt {
 
 /// The fenced UPDATE of [`mark_rows`], listing the ids it changed when `returning`.
 fn mark_update(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     at: MarkAt,
     returning: bool,
 ) -> Bound {
     let columns = mark_columns(marks);
-    let mut b = update_by_key(backend, table);
+    let mut b = update_by_key(statements);
     // The attempt first (MySQL evaluates SET left to right): a row still `delivering` is an
     // earlier version's expired lease, whose attempt the read counted but did not write.
-    b.push(" SET ");
     retry_count_after_reclaim(&mut b);
     if columns.iter().any(|(_, c)| c.failed_attempt) {
         b.push(" + CASE event_id");
@@ -296,7 +283,7 @@ fn mark_update(
     worker_column(&mut b, &columns, &lease.worker_id);
     lease_fence(
         &mut b,
-        table,
+        statements.table(),
         lease,
         marks.iter().map(|m| m.event_id.as_str()),
     );
@@ -316,49 +303,24 @@ fn mark_update(
 /// partition another host took over and marked in the very same millisecond would be counted
 /// here too: both delivered it, and only this host's count of applied marks is off.)
 pub(crate) fn marked_rows(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     lease: &Lease,
     marks: &[Mark],
     now_ms: i64,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
+    let by_key = b.dialect().primary_key_access();
     b.push("SELECT event_id FROM ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
+        .push(statements.table().as_str())
+        .push(by_key)
         .push(" WHERE ");
+    // One primary-key probe per id whatever the statistics (PostgreSQL read a tenant never
+    // analyzed whole by `app_code`, the ids a filter).
     let ids = marks.iter().map(|m| m.event_id.as_str());
-    if backend.dialect().binds_lists_as_arrays() {
-        // One primary-key probe per id whatever the statistics (a tenant never analyzed was
-        // read whole by `app_code` with the ids as a filter).
-        b.bind_keys_joined(lease.app_code.as_str(), ids);
-    } else {
-        b.push("app_code = ")
-            .bind(lease.app_code.as_str())
-            .push(" AND event_id")
-            .bind_in(ids);
-    }
-    b.push(" AND status <> ")
+    b.bind_keys_joined(lease.app_code.as_str(), ids)
+        .push(" AND status <> ")
         .status(Status::Pending)
         .push(" AND lock_until_ms IS NULL AND updated_at_ms = ")
         .bind(now_ms);
     b.finish()
-}
-
-/// The statements of a mark in autocommit (MySQL, PostgreSQL), named for `EXPLAIN`: the fenced
-/// UPDATE without an id list, then, when it matched fewer rows than marks, the rows it changed.
-pub(crate) fn autocommit_mark_statements(
-    backend: Backend,
-    table: &TableName,
-    lease: &Lease,
-    marks: &[Mark],
-    at: MarkAt,
-) -> Vec<(&'static str, Bound)> {
-    vec![
-        ("mark", mark_rows_counted(backend, table, lease, marks, at)),
-        (
-            "marked",
-            marked_rows(backend, table, lease, marks, at.now_ms),
-        ),
-    ]
 }

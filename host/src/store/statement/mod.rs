@@ -1,16 +1,8 @@
 //! Statement building shared by every backend: a `SqlBuilder` writes the text and its bound
 //! `Arg`s together, asking the backend's `SqlDialect` for what differs (placeholders, row
-//! locks, upserts, …).
-//!
-//! Every statement text is built from static fragments and the validated [`TableName`] only;
-//! every value is a bound parameter. The statements themselves are grouped by operation:
-//! `partitions` (ownership and the partition read), `rows` (the fixed statements, the reject
-//! UPDATE, counts), `insert` (the producer insert), `mark` (the fenced mark; `fence` its pieces,
-//! shared with the reject), `failed` (list,
-//! count and requeue `failed` rows) and [`purge`] (retention's batched deletes), [`browse`] (the
-//! console's reads and dead-letter deletes). Schema statements live in [`super::schema`].
-//! Statements of fixed shape are built once per store ([`rows::Statements`]); those carrying an
-//! IN list or a VALUES list are built per call.
+//! locks, upserts, …); then the statements, one file per operation. Every text is built from
+//! static fragments and the validated [`TableName`] only; every value is a bound parameter.
+//! Statements of fixed shape are built once per store ([`rows::Statements`]).
 
 pub mod browse;
 pub(crate) mod failed;
@@ -26,12 +18,11 @@ pub(crate) use indexes::{FAILED_APART_INDEX, HISTORY_INDEX, RequiredIndex, STATU
 pub(crate) use partitions::PartitionSql;
 pub mod purge;
 
-use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
 use super::migration::Migration;
-use super::{Backend, EventCursor, Lease, Mark, TableName};
+use super::{Backend, EventCursor, TableName};
 use crate::record::Status;
 
 /// The length an `IN` list of `n` members is padded to ([`SqlBuilder::bind_set`]): the next
@@ -67,18 +58,20 @@ pub(crate) enum StatusWindows {
     UnionPerPartition,
 }
 
-/// What one database's SQL differs in. The provided methods are the standard SQL that at least
-/// two backends share; each backend folder (`sqlite/`, `mysql/`, `postgres/`, in `dialect.rs`) implements the
-/// trait next to its store, overriding only what its database does differently — so what
-/// PostgreSQL does differently is read in `postgres/`. The shared builders ask this trait
-/// instead of matching on the backend.
+/// What one database's SQL differs in: the provided methods are the SQL at least two backends
+/// share, and each backend's `dialect.rs` overrides what its database does differently. The
+/// shared builders ask it instead of matching on the backend.
 pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
-    /// The database this dialect is.
-    fn backend(&self) -> Backend;
-
     /// Writes placeholder number `n` (1-based) of a statement: `?`.
     fn placeholder(&self, sql: &mut String, _n: usize) {
         sql.push('?');
+    }
+
+    /// The statement beginning a write transaction where `BEGIN` is not enough (SQLite's `BEGIN
+    /// IMMEDIATE`: the write lock taken up front, waiting on the busy timeout instead of failing
+    /// to upgrade).
+    fn begin_write(&self) -> Option<&'static str> {
+        None
     }
 
     /// Whether two write transactions on the table proceed side by side (row locks), so a read
@@ -103,17 +96,14 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     }
 
     /// Whether a key list is bound as one array parameter (`column = ANY($n)`, one `text[]`)
-    /// instead of `column IN (?, ?, …)`, one placeholder per value. PostgreSQL: with a cached
-    /// (generic) plan, an `IN` list of 500 placeholders is rebuilt as an array for every row the
-    /// statement reads; one array parameter is not.
+    /// instead of `column IN (?, ?, …)`, one placeholder per value (PostgreSQL's tells why).
     fn binds_lists_as_arrays(&self) -> bool {
         false
     }
 
     /// Writes the console's condition "strictly older than `before` in `(created_at_ms,
     /// event_id)` order", in the form the database seeks on an index key ending in those columns.
-    /// Default: one row comparison (PostgreSQL, SQLite); MariaDB writes two ranges
-    /// (`store/mysql/browse.rs`).
+    /// Default: one row comparison (PostgreSQL, SQLite); MariaDB writes two ranges.
     fn write_before_bound(&self, b: &mut SqlBuilder, before: &EventCursor) {
         browse::write_row_comparison_before(b, before);
     }
@@ -153,19 +143,6 @@ pub(crate) trait SqlDialect: PartitionSql + Send + Sync + 'static {
     /// `0..partitions`.
     fn status_partition_chunks(&self, _status: Status, partitions: u32) -> Vec<Range<u32>> {
         std::iter::once(0..partitions.max(1)).collect()
-    }
-
-    /// The statements a mark of `marks` runs when some row is stale, named: for `EXPLAIN` in the
-    /// plan tests ([`crate::store::internals::mark_statements`]). Default (MySQL, PostgreSQL):
-    /// the fenced UPDATE in autocommit (`mark`), then the rows it changed (`marked`).
-    fn mark_statements(
-        &self,
-        table: &TableName,
-        lease: &Lease,
-        marks: &[Mark],
-        at: mark::MarkAt,
-    ) -> Vec<(&'static str, Bound)> {
-        mark::autocommit_mark_statements(self.backend(), table, lease, marks, at)
     }
 
     /// A query of one BIGINT: the database's clock, UTC milliseconds since the epoch. `None`
@@ -264,12 +241,21 @@ pub struct Bound {
     pub args: Vec<Arg>,
 }
 
+impl Bound {
+    /// A statement without arguments.
+    pub(crate) fn text(sql: impl Into<Arc<str>>) -> Bound {
+        Bound {
+            sql: sql.into(),
+            args: Vec::new(),
+        }
+    }
+}
+
 /// Writes a statement and its arguments together, so placeholders and values cannot drift apart.
 pub(crate) struct SqlBuilder {
     dialect: &'static dyn SqlDialect,
     sql: String,
     args: Vec<Arg>,
-    placeholders: usize,
 }
 
 impl SqlBuilder {
@@ -279,7 +265,6 @@ impl SqlBuilder {
             dialect: backend.dialect(),
             sql: String::with_capacity(256),
             args: Vec::new(),
-            placeholders: 0,
         }
     }
 
@@ -297,23 +282,16 @@ impl SqlBuilder {
         self
     }
 
-    /// A placeholder whose value is supplied at execution time (fixed statements).
-    pub(crate) fn placeholder(&mut self) -> &mut SqlBuilder {
-        self.placeholders += 1;
-        self.dialect.placeholder(&mut self.sql, self.placeholders);
-        self
-    }
-
     /// A placeholder and its value.
     pub(crate) fn bind(&mut self, value: impl Into<Arg>) -> &mut SqlBuilder {
-        self.placeholder();
         self.args.push(value.into());
+        self.dialect.placeholder(&mut self.sql, self.args.len());
         self
     }
 
     /// A placeholder and the value written to `last_error`: `text` cut to
     /// [`LAST_ERROR_MAX_BYTES`](crate::record::LAST_ERROR_MAX_BYTES) at a character boundary. The
-    /// one place a `last_error` is cut (marks and claim rejects both bind it here).
+    /// one place a `last_error` is cut (marks and read rejects both bind it here).
     pub(crate) fn bind_last_error(&mut self, text: &str) -> &mut SqlBuilder {
         self.bind(crate::record::truncate_error(text))
     }
@@ -337,8 +315,8 @@ impl SqlBuilder {
     /// `(?, ?, …)` binding `values` as the members of a set (an `IN` list), padded to one of a
     /// few lengths by repeating the last value ([`padded_set_len`]): a database prepares each
     /// statement text once per connection (MySQL's `COM_STMT_PREPARE`, a round trip of its own;
-    /// SQLite's compile), so claims and marks of every batch size share a dozen texts instead of
-    /// one per size. A repeated member changes no `IN`.
+    /// SQLite's compile), so marks and rejections of every batch size share a dozen texts instead
+    /// of one per size. A repeated member changes no `IN`.
     pub(crate) fn bind_set<'a>(
         &mut self,
         values: impl IntoIterator<Item = &'a str>,
@@ -360,7 +338,12 @@ impl SqlBuilder {
         &mut self,
         values: impl IntoIterator<Item = &'a str>,
     ) -> &mut SqlBuilder {
-        self.bind_in_array(values, (" = ANY(", ")"))
+        if self.dialect.binds_lists_as_arrays() {
+            let list: Vec<String> = values.into_iter().map(str::to_string).collect();
+            self.push(" = ANY(").bind(Arg::TextList(list)).push(")")
+        } else {
+            self.push(" IN ").bind_set(values)
+        }
     }
 
     /// The rows of `app_code` with these `event_ids`, as one primary-key probe per id: where the
@@ -395,36 +378,16 @@ impl SqlBuilder {
         values: impl IntoIterator<Item = &'a str>,
     ) -> &mut SqlBuilder {
         if self.dialect.binds_lists_as_arrays() {
-            self.bind_in_array(values, (" <> ALL(", ")"))
-        } else {
-            self.sql.push_str(" NOT");
-            self.bind_in_array(values, ("", ""))
-        }
-    }
-
-    /// `values` bound as one array between the two texts where the dialect binds lists as
-    /// arrays, else ` IN (?, ?, …)`.
-    fn bind_in_array<'a>(
-        &mut self,
-        values: impl IntoIterator<Item = &'a str>,
-        (before, after): (&str, &str),
-    ) -> &mut SqlBuilder {
-        if self.dialect.binds_lists_as_arrays() {
             let list: Vec<String> = values.into_iter().map(str::to_string).collect();
-            self.sql.push_str(before);
-            self.bind(Arg::TextList(list));
-            self.sql.push_str(after);
-            self
+            self.push(" <> ALL(").bind(Arg::TextList(list)).push(")")
         } else {
-            self.sql.push_str(" IN ");
-            self.bind_set(values)
+            self.push(" NOT IN ").bind_set(values)
         }
     }
 
-    /// The dialect's lock on the partition row a partition mark reads
-    /// ([`SqlDialect::fence_lock`]).
-    pub(crate) fn fence_lock(&self) -> &'static str {
-        self.dialect.fence_lock()
+    /// What the statement's database differs in.
+    pub(crate) fn dialect(&self) -> &'static dyn SqlDialect {
+        self.dialect
     }
 
     /// ` AND status = '<status>'` of a lookup by status, as the dialect writes it
@@ -437,16 +400,6 @@ impl SqlBuilder {
         let dialect = self.dialect;
         dialect.write_status_condition(self, status, partitions);
         self
-    }
-
-    /// The partition ranges a lookup of `status` is split into
-    /// ([`SqlDialect::status_partition_chunks`]).
-    pub(crate) fn status_partition_chunks(
-        &self,
-        status: Status,
-        partitions: u32,
-    ) -> Vec<Range<u32>> {
-        self.dialect.status_partition_chunks(status, partitions)
     }
 
     /// One statement per range of `chunks`, written by `part`: the statement alone where there is
@@ -471,26 +424,8 @@ impl SqlBuilder {
         self
     }
 
-    /// The dialect's partition index predicate ([`SqlDialect::partition_index_predicate`]).
-    pub(crate) fn partition_index_predicate(&self) -> &'static str {
-        self.dialect.partition_index_predicate()
-    }
-
-    /// The dialect's partition of a row with `partitions` per tenant
-    /// ([`SqlDialect::partition_of_row`]).
-    pub(crate) fn partition_of_row(&self, partitions: u32) -> Option<Cow<'static, str>> {
-        self.dialect.partition_of_row(partitions)
-    }
-
-    /// The text of a fixed statement (no values bound yet).
-    pub(crate) fn text(self) -> Arc<str> {
-        debug_assert!(self.args.is_empty());
-        self.sql.into()
-    }
-
     /// The statement with its arguments.
     pub(crate) fn finish(self) -> Bound {
-        debug_assert_eq!(self.args.len(), self.placeholders);
         Bound {
             sql: self.sql.into(),
             args: self.args,

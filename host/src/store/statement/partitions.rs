@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use super::rows::READ_COLUMNS;
+use super::rows::{READ_COLUMNS, Statements};
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, Careful, PartitionFence, PartitionRead, TableName};
@@ -116,14 +116,14 @@ const FROM_RETRY: u8 = 1;
 const FROM_EXPIRED_LEASE: u8 = 2;
 
 /// `now + lease_ms`: the end of a lease taken or renewed now, on the database's clock.
-fn lease_end(b: &mut SqlBuilder, backend: Backend, lease_ms: i64, now_ms: i64) {
-    now(b, backend, now_ms);
+fn lease_end(b: &mut SqlBuilder, lease_ms: i64, now_ms: i64) {
+    now(b, now_ms);
     b.push(" + ").bind(lease_ms);
 }
 
 /// `now`: the database's clock where it has one, else the host's `now_ms`, bound.
-pub(super) fn now(b: &mut SqlBuilder, backend: Backend, now_ms: i64) {
-    match backend.dialect().now_ms_expression() {
+pub(super) fn now(b: &mut SqlBuilder, now_ms: i64) {
+    match b.dialect().now_ms_expression() {
         Some(expression) => b.push(expression),
         None => b.bind(now_ms),
     };
@@ -144,12 +144,12 @@ pub(crate) struct HostLease<'a> {
 }
 
 /// Extends this host's life: `alive_until_ms = now + lease_ms` (0 rows: not there yet).
-pub(crate) fn renew_host(backend: Backend, table: &TableName, host: &HostLease<'_>) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn renew_host(statements: &Statements, host: &HostLease<'_>) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("UPDATE ")
-        .push(&table.hosts_table())
+        .push(&statements.table().hosts_table())
         .push(" SET alive_until_ms = ");
-    lease_end(&mut b, backend, host.lease_ms, host.now_ms);
+    lease_end(&mut b, host.lease_ms, host.now_ms);
     b.push(" WHERE app_code = ")
         .bind(host.app_code)
         .push(" AND host_id = ")
@@ -158,36 +158,35 @@ pub(crate) fn renew_host(backend: Backend, table: &TableName, host: &HostLease<'
 }
 
 /// Announces this host: its row, alive until `now + lease_ms`.
-pub(crate) fn insert_host(backend: Backend, table: &TableName, host: &HostLease<'_>) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn insert_host(statements: &Statements, host: &HostLease<'_>) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("INSERT INTO ")
-        .push(&table.hosts_table())
+        .push(&statements.table().hosts_table())
         .push(" (app_code, host_id, alive_until_ms) VALUES (")
         .bind(host.app_code)
         .push(", ")
         .bind(host.host_id)
         .push(", ");
-    lease_end(&mut b, backend, host.lease_ms, host.now_ms);
+    lease_end(&mut b, host.lease_ms, host.now_ms);
     b.push(")");
     b.finish()
 }
 
 /// Forgets hosts gone for `forget_after_ms`, and this one when it leaves (`host_id`).
 pub(crate) fn delete_hosts(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     app_code: &str,
     leaving: Option<&str>,
     forget_after_ms: i64,
     now_ms: i64,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("DELETE FROM ")
-        .push(&table.hosts_table())
+        .push(&statements.table().hosts_table())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND (alive_until_ms < ");
-    now(&mut b, backend, now_ms);
+    now(&mut b, now_ms);
     b.push(" - ").bind(forget_after_ms);
     if let Some(host_id) = leaving {
         b.push(" OR host_id = ").bind(host_id);
@@ -197,33 +196,23 @@ pub(crate) fn delete_hosts(
 }
 
 /// The live hosts of a tenant, by id.
-pub(crate) fn live_hosts(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    now_ms: i64,
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn live_hosts(statements: &Statements, app_code: &str, now_ms: i64) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("SELECT host_id FROM ")
-        .push(&table.hosts_table())
+        .push(&statements.table().hosts_table())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND alive_until_ms > ");
-    now(&mut b, backend, now_ms);
+    now(&mut b, now_ms);
     b.push(" ORDER BY host_id");
     b.finish()
 }
 
 /// Creates a tenant's partition rows `0..count`, free, keeping those that exist.
-pub(crate) fn seed_partitions(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    count: u32,
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn seed_partitions(statements: &Statements, app_code: &str, count: u32) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("INSERT INTO ")
-        .push(&table.partitions_table())
+        .push(&statements.table().partitions_table())
         .push(" (app_code, partition_id, owner, epoch, lease_until_ms) VALUES ");
     for partition in 0..count {
         if partition > 0 {
@@ -235,17 +224,17 @@ pub(crate) fn seed_partitions(
             .bind(i64::from(partition))
             .push(", NULL, 0, 0)");
     }
-    b.push(backend.dialect().ignore_duplicate_partition());
+    b.push(b.dialect().ignore_duplicate_partition());
     b.finish()
 }
 
 /// Renews every partition the host owns: `lease_until_ms = now + lease_ms`.
-pub(crate) fn renew_partitions(backend: Backend, table: &TableName, host: &HostLease<'_>) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn renew_partitions(statements: &Statements, host: &HostLease<'_>) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("UPDATE ")
-        .push(&table.partitions_table())
+        .push(&statements.table().partitions_table())
         .push(" SET lease_until_ms = ");
-    lease_end(&mut b, backend, host.lease_ms, host.now_ms);
+    lease_end(&mut b, host.lease_ms, host.now_ms);
     b.push(" WHERE app_code = ")
         .bind(host.app_code)
         .push(" AND owner = ")
@@ -256,15 +245,14 @@ pub(crate) fn renew_partitions(backend: Backend, table: &TableName, host: &HostL
 /// Gives up `partitions` of `host_id` (all of them when `None`): no owner, lease over. The epoch
 /// stays; the next owner bumps it.
 pub(crate) fn release_partitions(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     app_code: &str,
     host_id: &str,
     partitions: Option<&[u32]>,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("UPDATE ")
-        .push(&table.partitions_table())
+        .push(&statements.table().partitions_table())
         .push(" SET owner = NULL, lease_until_ms = 0 WHERE app_code = ")
         .bind(app_code)
         .push(" AND owner = ")
@@ -279,17 +267,12 @@ pub(crate) fn release_partitions(
 /// Every partition of a tenant: `partition_id, owner, epoch, lease_until_ms, now` (the clock the
 /// leases count on, in the same row), then its crash guard: `careful_size, careful_left,
 /// suspect_event_id`.
-pub(crate) fn partition_leases(
-    backend: Backend,
-    table: &TableName,
-    app_code: &str,
-    now_ms: i64,
-) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn partition_leases(statements: &Statements, app_code: &str, now_ms: i64) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("SELECT partition_id, owner, epoch, lease_until_ms, ");
-    now(&mut b, backend, now_ms);
+    now(&mut b, now_ms);
     b.push(", careful_size, careful_left, suspect_event_id FROM ")
-        .push(&table.partitions_table())
+        .push(&statements.table().partitions_table())
         .push(" WHERE app_code = ")
         .bind(app_code)
         .push(" ORDER BY partition_id");
@@ -303,8 +286,7 @@ pub(crate) fn partition_leases(
 /// fence lock ([`PartitionSql::takeover_lock`]), and they, once it has committed, find the new
 /// epoch and change nothing.
 pub(crate) fn take_partition(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     host: &HostLease<'_>,
     (partition, epoch): (u32, i64),
     careful: &Careful,
@@ -315,15 +297,15 @@ pub(crate) fn take_partition(
         lease_ms,
         now_ms,
     } = *host;
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("UPDATE ")
-        .push(&table.partitions_table())
+        .push(&statements.table().partitions_table())
         .push(" SET ");
     careful_columns(&mut b, careful);
     b.push(", owner = ")
         .bind(host_id)
         .push(", epoch = epoch + 1, lease_until_ms = ");
-    lease_end(&mut b, backend, lease_ms, now_ms);
+    lease_end(&mut b, lease_ms, now_ms);
     b.push(" WHERE app_code = ")
         .bind(app_code)
         .push(" AND partition_id = ")
@@ -331,9 +313,12 @@ pub(crate) fn take_partition(
         .push(" AND epoch = ")
         .bind(epoch)
         .push(" AND (owner IS NULL OR lease_until_ms < ");
-    now(&mut b, backend, now_ms);
+    now(&mut b, now_ms);
     b.push(")");
-    if let Some(lock) = backend.dialect().takeover_lock(&table.partitions_table()) {
+    if let Some(lock) = b
+        .dialect()
+        .takeover_lock(&statements.table().partitions_table())
+    {
         b.push(&lock);
     }
     b.finish()
@@ -342,15 +327,14 @@ pub(crate) fn take_partition(
 /// Writes the crash guard's state of partition `fence.partition` owned by `host_id`, fenced: only
 /// while it still owns it at `fence.epoch` (one row changed).
 pub(crate) fn set_careful(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     (app_code, host_id): (&str, &str),
     fence: &PartitionFence,
     careful: &Careful,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("UPDATE ")
-        .push(&table.partitions_table())
+        .push(&statements.table().partitions_table())
         .push(" SET ");
     careful_columns(&mut b, careful);
     b.push(" WHERE app_code = ")
@@ -381,19 +365,20 @@ fn careful_columns(b: &mut SqlBuilder, careful: &Careful) {
 /// claiming): one such row's `event_id`, from an index range of the status (`partitions`: the
 /// table's count).
 pub(crate) fn live_leases(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     app_code: &str,
     partitions: u32,
     now_ms: i64,
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    let chunks = b.status_partition_chunks(Status::Delivering, partitions);
+    let mut b = SqlBuilder::new(statements.backend());
+    let chunks = b
+        .dialect()
+        .status_partition_chunks(Status::Delivering, partitions);
     b.union_of_chunks(
         chunks,
         |b, chunk| {
             b.push("SELECT event_id FROM ")
-                .push(table.as_str())
+                .push(statements.table().as_str())
                 .push(" WHERE app_code = ")
                 .bind(app_code)
                 .status_condition(Status::Delivering, chunk)

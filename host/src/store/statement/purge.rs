@@ -1,21 +1,11 @@
-//! Retention's statements: old `delivered` / `failed` rows deleted in bounded batches, by
-//! primary key (run by `exec::purge`).
-//!
-//! One batch is two statements, each in its own (autocommit) transaction, so no lock is held
-//! between them:
-//! 1. `SELECT event_id … WHERE app_code = ? AND status = ? AND created_at_ms < ? AND
-//!    updated_at_ms < ? ORDER BY created_at_ms, event_id LIMIT n`: a range of the status index
-//!    `idx_<table>_pending (app_code, status, created_at_ms, event_id)` (PostgreSQL: of
-//!    `idx_<table>_history`, the same columns over finished rows only; MariaDB: of
-//!    `idx_<table>_failed (app_code, outbox_failed, created_at_ms, event_id)`, the few live rows
-//!    in its range skipped) (a row is never
-//!    changed before it is created, so "changed before T" implies "created before T", and the
-//!    index bounds the walk; the `updated_at_ms` test only skips the few old rows changed lately,
-//!    e.g. requeued and failed again);
-//! 2. `DELETE … WHERE app_code = ? AND event_id IN (…) AND status = ? AND updated_at_ms < ?`: by
-//!    primary key, re-checking status and age, so a row requeued (or deleted by another host)
-//!    in between is left alone.
+//! Retention's statements (run by `exec::purge`): old `delivered` / `failed` rows deleted in
+//! bounded batches of two statements, each in autocommit, so no lock is held between them: the
+//! ids of the oldest purgeable rows, a range of the dialect's index of finished rows (a row is
+//! never changed before it is created, so "changed before T" implies "created before T", and the
+//! index bounds the walk); then a DELETE by primary key checking status and age again, so a row
+//! requeued (or deleted by another host) in between is left alone.
 
+use super::rows::Statements;
 use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, MAX_PARTITIONS, PurgeParams, PurgeStatus, TableName};
@@ -39,9 +29,10 @@ fn purgeable_where(b: &mut SqlBuilder, params: &PurgeParams) {
 }
 
 /// The ids of the oldest `limit` purgeable rows.
-pub(crate) fn select_purgeable(backend: Backend, table: &TableName, params: &PurgeParams) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("SELECT event_id FROM ").push(table.as_str());
+pub(crate) fn select_purgeable(statements: &Statements, params: &PurgeParams) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
+    b.push("SELECT event_id FROM ")
+        .push(statements.table().as_str());
     purgeable_where(&mut b, params);
     b.push(" ORDER BY created_at_ms, event_id LIMIT ")
         .bind(i64::from(params.limit.max(1)));
@@ -49,23 +40,23 @@ pub(crate) fn select_purgeable(backend: Backend, table: &TableName, params: &Pur
 }
 
 /// How many rows are purgeable (a dry run).
-pub(crate) fn count_purgeable(backend: Backend, table: &TableName, params: &PurgeParams) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("SELECT COUNT(*) FROM ").push(table.as_str());
+pub(crate) fn count_purgeable(statements: &Statements, params: &PurgeParams) -> Bound {
+    let mut b = SqlBuilder::new(statements.backend());
+    b.push("SELECT COUNT(*) FROM ")
+        .push(statements.table().as_str());
     purgeable_where(&mut b, params);
     b.finish()
 }
 
 /// Deletes `event_ids` of the tenant by primary key, while still purgeable.
 pub(crate) fn delete_purgeable(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     params: &PurgeParams,
     event_ids: &[String],
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+    let mut b = SqlBuilder::new(statements.backend());
     b.push("DELETE FROM ")
-        .push(table.as_str())
+        .push(statements.table().as_str())
         .push(" WHERE app_code = ")
         .bind(params.app_code.as_str())
         .push(" AND event_id IN ")
@@ -93,12 +84,13 @@ pub fn statement_texts(
         limit: 1,
         dry_run: false,
     };
-    let ids = vec![String::new(); ids.max(1)];
+    let (statements, ids) = (
+        Statements::new(backend, table),
+        vec![String::new(); ids.max(1)],
+    );
     (
-        select_purgeable(backend, table, &params).sql.to_string(),
-        delete_purgeable(backend, table, &params, &ids)
-            .sql
-            .to_string(),
+        select_purgeable(&statements, &params).sql.to_string(),
+        delete_purgeable(&statements, &params, &ids).sql.to_string(),
     )
 }
 
@@ -119,7 +111,7 @@ mod tests {
     #[test]
     fn purge_statements_walk_the_status_index_and_delete_by_primary_key() {
         let table = TableName::default();
-        let select = select_purgeable(Backend::Postgres, &table, &params());
+        let select = select_purgeable(&Statements::new(Backend::Postgres, &table), &params());
         assert_eq!(
             &*select.sql,
             "SELECT event_id FROM room_outbox WHERE app_code = $1 AND status = 'delivered' \
@@ -127,8 +119,7 @@ mod tests {
         );
         assert_eq!(select.args.len(), 4);
         let delete = delete_purgeable(
-            Backend::MySql,
-            &table,
+            &Statements::new(Backend::MySql, &table),
             &PurgeParams {
                 status: PurgeStatus::Failed,
                 ..params()

@@ -3,32 +3,29 @@
 //! running, and the partition rows started over for the new count.
 
 use super::partitions::now;
+use super::rows::Statements;
 use super::{Bound, SqlBuilder};
-use crate::store::{Backend, TableName};
 
 /// The hosts of every tenant that are alive or own a partition under a live lease, on the
 /// database's clock: `host_id`, one row each.
-pub(crate) fn running_hosts(backend: Backend, table: &TableName, now_ms: i64) -> Bound {
-    let mut b = SqlBuilder::new(backend);
+pub(crate) fn running_hosts(statements: &Statements, now_ms: i64) -> Bound {
+    let (mut b, table) = (SqlBuilder::new(statements.backend()), statements.table());
     b.push("SELECT host_id FROM ")
         .push(&table.hosts_table())
         .push(" WHERE alive_until_ms > ");
-    now(&mut b, backend, now_ms);
+    now(&mut b, now_ms);
     b.push(" UNION SELECT owner FROM ")
         .push(&table.partitions_table())
         .push(" WHERE owner IS NOT NULL AND lease_until_ms > ");
-    now(&mut b, backend, now_ms);
+    now(&mut b, now_ms);
     b.finish()
 }
 
 /// The partition rows of every tenant started over for `partitions` per tenant: the numbers at
 /// or above it deleted (the hosts create the missing ones), every row free, out of the crash
 /// guard's care, at a new epoch (a mark read under the old count is refused).
-pub(crate) fn restart_partitions(
-    backend: Backend,
-    table: &TableName,
-    partitions: u32,
-) -> [Bound; 2] {
+pub(crate) fn restart_partitions(statements: &Statements, partitions: u32) -> [Bound; 2] {
+    let (backend, table) = (statements.backend(), statements.table());
     let mut delete = SqlBuilder::new(backend);
     delete
         .push("DELETE FROM ")

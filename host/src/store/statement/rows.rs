@@ -1,6 +1,5 @@
-//! [`Statements`], the fixed statements of one store (built once at connect from its backend and
-//! table), the columns a read returns, the UPDATE failing the rows a read rejected, and the
-//! status counts.
+//! [`Statements`], what one store's statements are built for; the columns a read returns, the
+//! UPDATE failing the rows a read rejected, and the status counts.
 //!
 //! Every statement that changes a row's status keeps one rule, so that MySQL's / MariaDB's
 //! indexes that do not hold the status are rewritten only when a row enters or leaves their
@@ -12,39 +11,31 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::fence::{live_rows, owned_partition};
-use super::{Arg, Bound, SqlBuilder};
+use super::{Bound, SqlBuilder};
 
 use crate::record::Status;
 use crate::store::{Backend, DEFAULT_PARTITIONS, PartitionFence, RejectedRow, TableName};
 
-/// The fixed statements of one store, built once at connect from the backend and table name.
+/// What one store's statements are built for: its backend, its table and the table's partition
+/// count. Every builder but the producer insert and the partition read takes it.
 #[derive(Debug, Clone)]
 pub struct Statements {
     backend: Backend,
     table: TableName,
-    /// `[all tenants, one tenant]`, and how many times the one-tenant form binds the app code.
-    counts: [Arc<str>; 2],
-    counts_binds: usize,
     /// The table's partitions per tenant as the catalog had them when last read (`migrate`, a
     /// heartbeat); 0 until then. Shared by the store's clones.
     partitions: Arc<AtomicU32>,
 }
 
 impl Statements {
-    /// Builds the statements for `table` in `backend`.
+    /// The statements of `table` in `backend`.
     pub fn new(backend: Backend, table: &TableName) -> Statements {
         Statements {
             backend,
             table: table.clone(),
-            counts: [false, true].map(|by_app| counts_text(backend, table, by_app)),
-            counts_binds: backend.dialect().counts_groups().len().max(1),
-            partitions: Arc::new(AtomicU32::new(
-                if backend.dialect().partition_count_query(table).is_none() {
-                    1
-                } else {
-                    0
-                },
-            )),
+            partitions: Arc::new(AtomicU32::new(u32::from(
+                backend.dialect().partition_count_query(table).is_none(),
+            ))),
         }
     }
 
@@ -77,19 +68,53 @@ impl Statements {
         &self.table
     }
 
-    /// `status, COUNT(*), MIN(created_at_ms)` per status, for every tenant or one.
+    /// `status, COUNT(*), MIN(created_at_ms)` per status, for every tenant or one: one `GROUP BY
+    /// status` over the table, or where the dialect splits it ([`super::SqlDialect::counts_groups`])
+    /// one per group of statuses, joined by `UNION ALL`.
     pub(crate) fn counts_query(&self, app_code: Option<&str>) -> Bound {
-        match app_code {
-            None => Bound {
-                sql: self.counts[0].clone(),
-                args: Vec::new(),
-            },
-            Some(app_code) => Bound {
-                sql: self.counts[1].clone(),
-                args: vec![Arg::from(app_code); self.counts_binds],
-            },
+        let mut b = SqlBuilder::new(self.backend);
+        let groups = b.dialect().counts_groups();
+        let whole: &[&[Status]] = &[&[]];
+        for (i, group) in (if groups.is_empty() { whole } else { groups })
+            .iter()
+            .enumerate()
+        {
+            if i > 0 {
+                b.push(" UNION ALL ");
+            }
+            b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
+                .push(self.table.as_str());
+            let mut and = " WHERE ";
+            if let Some(app_code) = app_code {
+                b.push(and).push("app_code = ").bind(app_code);
+                and = " AND ";
+            }
+            if let Some((first, rest)) = group.split_first() {
+                b.push(and).push("status IN (").status(*first);
+                for status in rest {
+                    b.push(", ").status(*status);
+                }
+                b.push(")");
+                if first.is_live() {
+                    b.push(b.dialect().partition_index_predicate());
+                }
+            }
+            b.push(" GROUP BY status");
         }
+        b.finish()
     }
+}
+
+/// `UPDATE <table> SET ` reached by primary key (MariaDB's `FORCE INDEX (PRIMARY)`), as every mark
+/// and rejection is.
+pub(crate) fn update_by_key(statements: &Statements) -> SqlBuilder {
+    let mut b = SqlBuilder::new(statements.backend());
+    let by_key = b.dialect().primary_key_access();
+    b.push("UPDATE ")
+        .push(statements.table().as_str())
+        .push(by_key)
+        .push(" SET ");
+    b
 }
 
 /// Expression that adds the attempt of an expired lease (a row an earlier version's host left
@@ -106,59 +131,18 @@ pub(crate) fn retry_count_after_reclaim(b: &mut SqlBuilder) {
 pub(crate) const READ_COLUMNS: &str =
     "c.event_id, c.event_type, c.room_id, c.envelope, c.created_at_ms, c.retry_count";
 
-/// The counts statement: one `GROUP BY status` over the table, or where the dialect splits it
-/// ([`super::SqlDialect::counts_groups`]) one per group of statuses, joined by `UNION ALL`.
-fn counts_text(backend: Backend, table: &TableName, by_app: bool) -> Arc<str> {
-    let mut b = SqlBuilder::new(backend);
-    let groups = backend.dialect().counts_groups();
-    let whole: &[&[Status]] = &[&[]];
-    for (i, group) in (if groups.is_empty() { whole } else { groups })
-        .iter()
-        .enumerate()
-    {
-        if i > 0 {
-            b.push(" UNION ALL ");
-        }
-        b.push("SELECT status, COUNT(*), MIN(created_at_ms) FROM ")
-            .push(table.as_str());
-        let mut and = " WHERE ";
-        if by_app {
-            b.push(and).push("app_code = ").placeholder();
-            and = " AND ";
-        }
-        if let Some((first, rest)) = group.split_first() {
-            b.push(and).push("status IN (").status(*first);
-            for status in rest {
-                b.push(", ").status(*status);
-            }
-            b.push(")");
-            if first.is_live() {
-                let predicate = b.partition_index_predicate();
-                b.push(predicate);
-            }
-        }
-        b.push(" GROUP BY status");
-    }
-    b.text()
-}
-
 /// Moves rows a read of one partition rejected to `failed` with their reason (one UPDATE by
 /// primary key; at most [`super::MAX_ROWS_PER_STATEMENT`] rows), fenced as a mark is: only while
 /// `host_id` still owns the partition at the fence's epoch (else it changes nothing: the new
 /// owner rejects them), and only rows still live.
 pub(crate) fn reject_rows(
-    backend: Backend,
-    table: &TableName,
+    statements: &Statements,
     app_code: &str,
     fence: (&str, &PartitionFence),
     now_ms: i64,
     rejected: &[RejectedRow],
 ) -> Bound {
-    let mut b = SqlBuilder::new(backend);
-    b.push("UPDATE ")
-        .push(table.as_str())
-        .push(backend.dialect().primary_key_access())
-        .push(" SET ");
+    let mut b = update_by_key(statements);
     retry_count_after_reclaim(&mut b);
     b.push(", status = ")
         .status(Status::Failed)
@@ -177,6 +161,6 @@ pub(crate) fn reject_rows(
         .bind_set(rejected.iter().map(|r| r.event_id.as_str()));
     let (host_id, fence) = fence;
     live_rows(&mut b);
-    owned_partition(&mut b, table, app_code, host_id, fence);
+    owned_partition(&mut b, statements.table(), app_code, host_id, fence);
     b.finish()
 }
