@@ -297,18 +297,15 @@ pub(crate) async fn live_partitions<D: Driver>(
     ))
 }
 
-/// Reads owned partitions' due rows without writing them, in one statement (see
-/// [`sql::read_partitions`]): the first `limit` of them all by write order, each row judged as a
-/// claim judges its rows. A row whose envelope does not decode goes to
-/// `failed` at once (the only write; the rest of the batch flows). The batch's [`Lease`] fences
-/// its marks on each partition's owner and epoch, within the span of the rows read from it.
+/// Reads owned partitions' due rows in one statement ([`sql::read_partitions`]), the first
+/// `limit` by write order, each row judged; one that does not decode goes to `failed` (the only
+/// write). The batch's [`Lease`] fences its marks on each partition's owner and epoch.
 pub(crate) async fn read_partitions<D: Driver>(
     driver: &D,
     read: &PartitionRead,
 ) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "read partitions";
     let statements = driver.statements();
-    let (backend, table) = (statements.backend(), statements.table());
     let mut batch = ClaimBatch {
         lease: Lease {
             app_code: read.app_code.clone(),
@@ -325,12 +322,7 @@ pub(crate) async fn read_partitions<D: Driver>(
     }
     let mut conn = driver.pool().acquire().await.map_err(db(OP))?;
     let mut rows = conn
-        .rows::<ReadRow>(sql::read_partitions(
-            backend,
-            table,
-            statements.partitions(),
-            read,
-        ))
+        .rows::<ReadRow>(sql::read_partitions(statements, read))
         .await
         .map_err(db(OP))?;
     // The first `limit` rows of all the partitions' branches by write order: each partition's

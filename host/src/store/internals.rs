@@ -32,7 +32,9 @@ pub fn partition_read_statement(
     partitions: u32,
     read: &PartitionRead,
 ) -> Bound {
-    super::statement::partitions::read_partitions(backend, table, partitions, read)
+    let statements = Statements::new(backend, table);
+    statements.set_partitions(partitions);
+    super::statement::partitions::read_partitions(&statements, read)
 }
 
 /// The statements a fenced mark of `marks` runs when some row is stale, named for `EXPLAIN`:
@@ -45,14 +47,14 @@ pub fn mark_statements(
     at: MarkAt,
 ) -> Vec<(&'static str, Bound)> {
     let statements = Statements::new(backend, table);
-    // SQLite marks in a write transaction, `RETURNING` the rows; the others in autocommit.
-    match backend {
-        Backend::Sqlite => vec![("mark", mark_rows(&statements, lease, marks, at))],
-        Backend::MySql | Backend::Postgres => vec![
-            ("mark", mark_rows_counted(&statements, lease, marks, at)),
-            ("marked", marked_rows(&statements, lease, marks, at.now_ms)),
-        ],
+    // One writer (SQLite) marks in a write transaction, `RETURNING` the rows; others autocommit.
+    if !backend.concurrent_writers() {
+        return vec![("mark", mark_rows(&statements, lease, marks, at))];
     }
+    vec![
+        ("mark", mark_rows_counted(&statements, lease, marks, at)),
+        ("marked", marked_rows(&statements, lease, marks, at.now_ms)),
+    ]
 }
 
 /// How outboxd opens a SQLite database URL (created if missing, WAL, busy timeout, the URL's

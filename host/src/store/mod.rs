@@ -7,19 +7,15 @@
 //! behaviour that depends on time is tested without sleeping.
 //!
 //! # Partitions
-//! Every row belongs to one partition of its tenant, derived by the database from `room_id`;
-//! hosts lease partitions ([`OutboxStore::rebalance`]; `partitions.rs` tells how) and read owned
-//! partitions' due rows without writing them ([`OutboxStore::read_partitions`]: one partition,
-//! or several in one statement, each up to its share of `limit`), each partition's merged by
-//! `(created_at_ms, event_id)`:
-//! 1. `pending` rows (with per-room order, of rooms with nothing retryable or delivering);
-//! 2. `retryable` rows whose `next_retry_at_ms` is due;
-//! 3. `delivering` rows whose lease expired (an earlier version's host). Such a row is read as an
-//!    attempt: `retry_count + 1`, and one at `max_attempts` goes to `failed` instead.
-//!
-//! Rows whose envelope is empty, does not decode, or disagrees with the row on an identity field
-//! (app_code, event_id, event_type, room_id) go to `failed` with the reason and are reported in
-//! [`ClaimBatch::rejected`]; the rest of the batch flows.
+//! Every row belongs to one partition of its tenant, derived by the database from `room_id`.
+//! Hosts lease partitions ([`OutboxStore::rebalance`]; `partitions.rs` tells how) and read owned
+//! partitions' due rows without writing them ([`OutboxStore::read_partitions`]), merged by
+//! `(created_at_ms, event_id)`: `pending` rows (with per-room order, of rooms with nothing
+//! retryable or delivering), `retryable` rows whose retry is due, and `delivering` rows whose
+//! lease expired (an earlier version's host), read as an attempt (`retry_count + 1`; at
+//! `max_attempts`, `failed`). A row whose envelope is empty, does not decode, or disagrees with
+//! its row (app_code, event_id, event_type, room_id) goes to `failed`
+//! ([`ClaimBatch::rejected`]); the rest of the batch flows.
 //!
 //! # Mark
 //! One statement per call, fenced on each row's partition: a row changes only while the reading

@@ -1,6 +1,6 @@
 //! The statements of partition ownership: a host's heartbeat, the partitions' leases (taken,
 //! renewed, released, all on the database's clock), and owned partitions' due rows read without
-//! writing them, several partitions in one statement. The mark's fence on a partition is in `mark.rs` ([`super::mark::lease_fence`]).
+//! writing them. The mark's fence on a partition is in `mark.rs` ([`super::mark::lease_fence`]).
 
 use std::borrow::Cow;
 
@@ -9,14 +9,12 @@ use super::{Bound, SqlBuilder};
 use crate::record::Status;
 use crate::store::{Backend, Careful, PartitionFence, PartitionRead, TableName};
 
-/// What one database's partition statements differ in, beside [`super::SqlDialect`] (its
-/// supertrait: every dialect is one): the clock the leases count on, the partition of a row, the
-/// fence's lock, the index hint and predicate. The defaults are SQLite's (one partition, the
-/// host's clock); `postgres/partitions.rs` and `mysql/partitions.rs` implement the rest.
+/// What one database's partition statements differ in, beside [`super::SqlDialect`]. The
+/// defaults are SQLite's (one partition, the host's clock); `postgres/partitions.rs` and
+/// `mysql/partitions.rs` implement the rest.
 pub(crate) trait PartitionSql {
-    /// An expression of one BIGINT: the database's clock, UTC milliseconds (what
-    /// [`super::SqlDialect::clock_ms`] selects), written into the statements of partition ownership so
-    /// that leases count on the database's clock. `None`: the host's clock, bound (SQLite).
+    /// The database's clock in UTC milliseconds, one BIGINT ([`super::SqlDialect::clock_ms`]),
+    /// so that leases count on it. `None`: the host's clock, bound (SQLite).
     fn now_ms_expression(&self) -> Option<&'static str> {
         None
     }
@@ -87,12 +85,9 @@ pub(crate) trait PartitionSql {
     }
 
     /// Whether a partition read joins its branches as `(SELECT … ORDER BY … LIMIT ?) UNION ALL
-    /// (…)`, each cut at the read's limit (several partitions: one row past it), the rows put in
-    /// order by the caller alone. The default wraps each branch in a derived table
-    /// (`SELECT * FROM (…) b0`), and a read of several partitions in one ordered and cut by the
-    /// statement. MariaDB writes each derived table ordered and cut this way to a temporary table
-    /// first, on disk since the envelope is a BLOB (an Aria table made and dropped three times a
-    /// read); parenthesized branches it streams.
+    /// (…)`, each cut at the read's limit (several partitions: one row past it), the caller
+    /// ordering the rows; else each is a derived table (`SELECT * FROM (…) b0`). MariaDB
+    /// writes such a table to disk first (the envelope is a BLOB); these it streams.
     fn parenthesized_read_branches(&self) -> bool {
         false
     }
@@ -549,28 +544,21 @@ fn write_branch(
     }
 }
 
-/// The due rows of the partitions of `read.fences`, without writing them: pending (with per-room
-/// order, of rooms with no retryable or delivering event), retryable with their retry due, and
-/// `delivering` rows whose lease expired (a host of the leased design that died), with
-/// `READ_COLUMNS`, the status and the partition. One partition: each branch up to `limit` rows
-/// by write order, a seek in its part of the partition index. Several (partitions that held a
-/// few rows at their last read, so reading all their live rows costs little): the branches read
-/// them through an `IN` list, and the first `limit + 1` of them all by write order are returned (one row past the limit tells the
-/// caller the read was cut; with [`PartitionSql::parenthesized_read_branches`], each branch's
-/// first `limit + 1`). One statement of three branches whatever the partitions: its
-/// planning costs as little as a single partition's (a branch per partition cost PostgreSQL
-/// ~10 ms to plan for 16). The caller merges the branches by write order. `partitions`: the
-/// table's partitions per tenant.
-pub(crate) fn read_partitions(
-    backend: Backend,
-    table: &TableName,
-    partitions: u32,
-    read: &PartitionRead,
-) -> Bound {
+/// The due rows of the partitions of `read.fences` but `read.in_flight`, without writing them
+/// (the three branches of the module docs of [`crate::store`], "Partitions"), with
+/// `READ_COLUMNS`, the status and the partition. One partition: each branch up to `limit` rows by
+/// write order, a seek in its part of the partition index. Several (partitions that kept up, so
+/// reading all their live rows costs little): through an `IN` list, the first `limit + 1` of them
+/// all by write order (one row past the limit tells the caller the read was cut; with
+/// [`PartitionSql::parenthesized_read_branches`], each branch's). Three branches whatever the
+/// partitions, so planning costs what a single partition's does (a branch per partition cost
+/// PostgreSQL ~10 ms to plan for 16). The caller merges the branches by write order.
+pub(crate) fn read_partitions(statements: &Statements, read: &PartitionRead) -> Bound {
+    let (backend, table) = (statements.backend(), statements.table());
     let from = ReadSource {
         backend,
         table,
-        partition: backend.dialect().partition_of_row(partitions),
+        partition: backend.dialect().partition_of_row(statements.partitions()),
     };
     let mut b = SqlBuilder::new(backend);
     let parenthesized = backend.dialect().parenthesized_read_branches();
