@@ -105,10 +105,12 @@ impl<'a> Deliveries<'a> {
     }
 
     /// Sleeps until `wake_at`, a wake-up or shutdown, settling the deliveries that finish
-    /// meanwhile; wakes early when one of them ends a draining run.
+    /// meanwhile; wakes early when one of them ends a draining run, or with `until_delivered`
+    /// when one finishes.
     pub(super) async fn sleep_until(
         &mut self,
         wake_at: tokio::time::Instant,
+        until_delivered: bool,
         shutdown: &CancellationToken,
     ) {
         let sleep = tokio::time::sleep_until(wake_at);
@@ -120,7 +122,7 @@ impl<'a> Deliveries<'a> {
                 _ = &mut sleep => break,
                 Some(done) = self.in_flight.next() => {
                     self.settle(done);
-                    if self.stopped() {
+                    if self.stopped() || until_delivered {
                         break;
                     }
                 }

@@ -176,7 +176,8 @@ impl<'a> Slot<'a> {
     /// partitions with due rows unread, busy with batches it may not read beside
     /// ([`super::partitions::PartitionBook::waits_for_marks`]): they are free once the batches
     /// are marked, not when a commit or the idle probe comes. So the loop finishes its
-    /// deliveries and reads again at once (true), instead of sleeping meanwhile.
+    /// deliveries and reads again at once (true), instead of sleeping meanwhile. Otherwise it
+    /// waits for work, a finished delivery included ([`Slot::wait_for_work`]).
     async fn turns_freed(&mut self, round: &Round) -> bool {
         if round.failed || self.deliveries.is_empty() {
             return false;
@@ -202,7 +203,8 @@ impl<'a> Slot<'a> {
     }
 
     /// Waits, after a round that left nothing waiting (or failed), until there may be work: a
-    /// commit or a wake-up, the idle probe, the poll interval, or shutdown.
+    /// commit or a wake-up, the idle probe, the poll interval, a delivery finishing (unless the
+    /// round failed), or shutdown.
     ///
     /// With a commit feed a commit wakes the loop, so it may sleep the poll interval (the safety
     /// net; on PostgreSQL once its gate is armed, or it probes while the table is busy:
@@ -238,6 +240,12 @@ impl<'a> Slot<'a> {
             .worker
             .wake
             .record_wait(&self.deliveries.lane.worker_id, probe);
-        self.deliveries.sleep_until(wake_at, shutdown).await;
+        // A delivery that finishes after a round that found nothing ends the wait too: its marks
+        // may have freed partitions or made retries due, and a loop without a commit feed would
+        // otherwise wait for its probe.
+        let until_delivered = !round.failed;
+        self.deliveries
+            .sleep_until(wake_at, until_delivered, shutdown)
+            .await;
     }
 }
