@@ -190,6 +190,62 @@ async fn three_hosts_drain_10k_exactly_once(backend: Backend) {
     assert_eq!((c.delivered, c.pending, c.delivering), (10_000, 0, 0));
 }
 
+/// Two hosts of two loops each, small batches, a row every millisecond into four rooms:
+/// partitions are read again beside their batches in flight over and over, and every row is
+/// still published once (no failure, so exactly once) and delivered.
+async fn a_stream_into_busy_partitions_is_published_once_by_two_hosts_of_two_loops(
+    backend: Backend,
+) {
+    const ROWS: usize = 1_500;
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let recorder = Recorder::new(|_| None);
+    let shutdown = CancellationToken::new();
+    let mut runs = Vec::new();
+    for host in 0..2 {
+        let options = WorkerOptions {
+            batch_size: 8,
+            concurrency: 2,
+            ..options(&format!("host-{host}"))
+        };
+        let worker = Worker::new(db.store_default().await, recorder.clone(), options);
+        let shutdown = shutdown.clone();
+        runs.push(tokio::spawn(async move {
+            worker.run(RunMode::Forever, shutdown).await
+        }));
+    }
+    let store = db.store_default().await;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    for i in 0..ROWS {
+        tick.tick().await;
+        let row = record(
+            "app",
+            &format!("s{i:05}"),
+            &format!("room-{}", i % 4),
+            now_ms(),
+        );
+        store.enqueue(&[row]).await.expect("enqueue");
+    }
+    wait_until("every row delivered", Duration::from_secs(60), || async {
+        let c = counts(&*store).await;
+        if c.delivered == ROWS as u64 {
+            Ok(())
+        } else {
+            Err(c)
+        }
+    })
+    .await;
+    shutdown.cancel();
+    for run in runs {
+        run.await.unwrap().unwrap();
+    }
+    let attempts = recorder.attempts.lock().unwrap().clone();
+    let twice: Vec<_> = attempts.iter().filter(|(_, a)| a.len() > 1).collect();
+    assert!(twice.is_empty(), "published more than once: {twice:?}");
+    assert_eq!(attempts.len(), ROWS, "rows published");
+}
+
 /// What a host that died mid-batch did: one heartbeat of `host` taking every partition of `app`
 /// for `lease_ms`, then a read of up to `limit` rows from each (nothing written): the batches
 /// that handed out rows. It never marks them.
@@ -1278,4 +1334,5 @@ support::per_backend!(
     due_rows_are_claimed_while_new_rows_keep_coming,
     a_busy_partition_never_starves_another,
     a_row_written_beside_a_small_batch_in_flight_is_read_before_that_batch_is_marked,
+    a_stream_into_busy_partitions_is_published_once_by_two_hosts_of_two_loops,
 );
