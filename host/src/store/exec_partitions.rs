@@ -298,7 +298,7 @@ pub(crate) async fn live_partitions<D: Driver>(
 }
 
 /// Reads owned partitions' due rows in one statement ([`sql::read_partitions`]), the first
-/// `limit` by write order, each row judged; one that does not decode goes to `failed` (the only
+/// `limit` by write order but those `in_flight`, each row judged; one that does not decode goes to `failed` (the only
 /// write). The batch's [`Lease`] fences its marks on each partition's owner and epoch.
 pub(crate) async fn read_partitions<D: Driver>(
     driver: &D,
@@ -325,8 +325,10 @@ pub(crate) async fn read_partitions<D: Driver>(
         .rows::<ReadRow>(sql::read_partitions(statements, read))
         .await
         .map_err(db(OP))?;
-    // The first `limit` rows of all the partitions' branches by write order: each partition's
-    // rows a prefix of its due rows. More than `limit`: the read was cut.
+    // The rows in flight left out (the statement read as many more); then the first `limit` of
+    // all the partitions' branches by write order: each partition's rows a prefix of its due
+    // rows. More than `limit`: the read was cut.
+    rows.retain(|r| !read.in_flight.contains(&r.candidate.event_id));
     rows.sort_by(|a, b| {
         (a.candidate.created_at_ms, &a.candidate.event_id)
             .cmp(&(b.candidate.created_at_ms, &b.candidate.event_id))

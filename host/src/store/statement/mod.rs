@@ -371,20 +371,6 @@ impl SqlBuilder {
         }
     }
 
-    /// ` <> ALL(?)` binding `values` as one array where the dialect binds lists as arrays, else
-    /// ` NOT IN (?, ?, …)`: none of `values`.
-    pub(crate) fn bind_not_in<'a>(
-        &mut self,
-        values: impl IntoIterator<Item = &'a str>,
-    ) -> &mut SqlBuilder {
-        if self.dialect.binds_lists_as_arrays() {
-            let list: Vec<String> = values.into_iter().map(str::to_string).collect();
-            self.push(" <> ALL(").bind(Arg::TextList(list)).push(")")
-        } else {
-            self.push(" NOT IN ").bind_set(values)
-        }
-    }
-
     /// What the statement's database differs in.
     pub(crate) fn dialect(&self) -> &'static dyn SqlDialect {
         self.dialect

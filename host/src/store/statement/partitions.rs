@@ -460,12 +460,10 @@ fn rooms_with(
     b.push(")");
 }
 
-/// ` AND c.event_id NOT IN (…)`: the read's rows in flight left out (none: nothing).
-fn not_in_flight(b: &mut SqlBuilder, read: &PartitionRead) {
-    if !read.in_flight.is_empty() {
-        b.push(" AND c.event_id")
-            .bind_not_in(read.in_flight.iter().map(String::as_str));
-    }
+/// The most rows a branch returns: the read's limit, and as many more as the read leaves out
+/// (`in_flight`, dropped by the caller: an exclusion in the statement can change its plan).
+fn limit_of(read: &PartitionRead) -> i64 {
+    i64::from(read.limit) + read.in_flight.len() as i64
 }
 
 /// One branch of the read: up to `limit` rows of the read's partition by write order (several
@@ -494,7 +492,6 @@ fn write_branch(
     match branch {
         FROM_PENDING => {
             b.push(" AND c.status = ").status(Status::Pending);
-            not_in_flight(b, read);
             if read.per_room {
                 // A room with an event still retryable or delivering hands out none of its
                 // pending ones: its order is kept, and only it waits.
@@ -510,7 +507,6 @@ fn write_branch(
                 .status(Status::Retryable)
                 .push(" AND c.next_retry_at_ms <= ")
                 .bind(read.now_ms);
-            not_in_flight(b, read);
             if read.per_room {
                 // A due retry waits while its room has a retry not due yet (an event put back
                 // behind an earlier one may be due first) or one delivering.
@@ -523,16 +519,15 @@ fn write_branch(
                 .status(Status::Delivering)
                 .push(" AND c.lock_until_ms <= ")
                 .bind(read.now_ms);
-            not_in_flight(b, read);
         }
     }
     if read.fences.len() == 1 {
         b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
-            .bind(i64::from(read.limit));
+            .bind(limit_of(read));
     } else if parenthesized {
         // The branch's first `limit + 1` rows hold its part of the read's first `limit + 1`.
         b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
-            .bind(i64::from(read.limit) + 1);
+            .bind(limit_of(read) + 1);
     }
     // Several partitions otherwise: every live row of theirs, ordered and cut by the statement
     // around the branches. An order here would let PostgreSQL walk the tenant's status index in
@@ -544,7 +539,7 @@ fn write_branch(
     }
 }
 
-/// The due rows of the partitions of `read.fences` but `read.in_flight`, without writing them
+/// The due rows of the partitions of `read.fences`, without writing them
 /// (the three branches of the module docs of [`crate::store`], "Partitions"), with
 /// `READ_COLUMNS`, the status and the partition. One partition: each branch up to `limit` rows by
 /// write order, a seek in its part of the partition index. Several (partitions that kept up, so
@@ -577,7 +572,7 @@ pub(crate) fn read_partitions(statements: &Statements, read: &PartitionRead) -> 
     }
     if several {
         b.push(") u ORDER BY u.created_at_ms, u.event_id LIMIT ")
-            .bind(i64::from(read.limit) + 1);
+            .bind(limit_of(read) + 1);
     }
     b.finish()
 }
