@@ -59,12 +59,14 @@ struct Tenant {
     dry: Option<(BTreeSet<u32>, Instant)>,
 }
 
-/// A batch being published or marked: the loop delivering it, the partitions it was read from
-/// and its rows.
+/// A batch being published or marked: the loop delivering it, the partitions it was read from,
+/// how many rows it holds, and their ids while they are few enough to read beside
+/// ([`SHARED_AT_MOST_ROWS`]; else none).
 #[derive(Debug)]
 struct InFlight {
     reader: String,
     partitions: BTreeSet<u32>,
+    count: usize,
     rows: Vec<String>,
 }
 
@@ -89,7 +91,7 @@ impl Tenant {
                     return None;
                 }
                 turns.push(*turn);
-                rows += batch.rows.len();
+                rows += batch.count;
             }
         }
         let alone = self.backlogged.contains(&p) || self.careful.contains_key(&p);
@@ -163,7 +165,10 @@ impl PartitionTurn {
 
     /// The turn's read handed out `rows`: they are in flight until the turn is dropped, and
     /// another turn may read the partitions beside them ([`PartitionBook::new`]).
-    pub(super) fn delivering(&self, rows: impl IntoIterator<Item = String>) {
+    pub(super) fn delivering(
+        &self,
+        rows: impl IntoIterator<Item = String, IntoIter: ExactSizeIterator>,
+    ) {
         let mut tenants = self.book.lock();
         let Some(tenant) = tenants.get_mut(&self.app_code) else {
             return;
@@ -173,12 +178,20 @@ impl PartitionTurn {
         }
         let partitions: BTreeSet<u32> = self.fences.iter().map(|f| f.partition).collect();
         tenant.reading.retain(|p| !partitions.contains(p));
-        let rows = rows.into_iter().collect();
+        // A batch too large to read beside keeps its count only: no ids copied on a drain.
+        let rows = rows.into_iter();
+        let count = rows.len();
+        let rows = if count <= SHARED_AT_MOST_ROWS {
+            rows.collect()
+        } else {
+            Vec::new()
+        };
         tenant.delivering.insert(
             self.id,
             InFlight {
                 reader: self.reader.clone(),
                 partitions,
+                count,
                 rows,
             },
         );
