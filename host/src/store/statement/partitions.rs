@@ -85,9 +85,13 @@ pub(crate) trait PartitionSql {
     }
 
     /// Whether a partition read joins its branches as `(SELECT … ORDER BY … LIMIT ?) UNION ALL
-    /// (…)`, each cut at the read's limit (several partitions: one row past it), the caller
-    /// ordering the rows; else each is a derived table (`SELECT * FROM (…) b0`). MariaDB
-    /// writes such a table to disk first (the envelope is a BLOB); these it streams.
+    /// (…)`, the caller ordering the rows; else each is a derived table (`SELECT * FROM (…) b0`).
+    /// MariaDB writes such a table to disk first (the envelope is a BLOB); these it streams.
+    /// A read of several partitions then sorts only the rows' keys, unordered branches in a
+    /// temporary table (no BLOB: in memory), and joins the first rows by primary key: an
+    /// `ORDER BY … LIMIT` in a branch over several ranges of the index on MariaDB 10.11's
+    /// virtual partition column now and then ended the scan early while a row of one range
+    /// changed, and the later partitions' rows were missing.
     fn parenthesized_read_branches(&self) -> bool {
         false
     }
@@ -467,8 +471,8 @@ fn limit_of(read: &PartitionRead) -> i64 {
 }
 
 /// One branch of the read: up to `limit` rows of the read's partition by write order (several
-/// partitions: all their rows of the branch, or in `parenthesized` form the first `limit + 1`),
-/// with their status and partition.
+/// partitions: all their rows of the branch, in `parenthesized` form their keys only), with
+/// their status and partition.
 fn write_branch(
     b: &mut SqlBuilder,
     from: &ReadSource<'_>,
@@ -476,17 +480,23 @@ fn write_branch(
     branch: u8,
     parenthesized: bool,
 ) {
+    // Several partitions in parenthesized form: the rows' keys only (the read joins the rest).
+    let keys_only = parenthesized && read.fences.len() > 1;
     b.push(if parenthesized {
         "(SELECT "
     } else {
         "SELECT * FROM (SELECT "
     })
-    .push(READ_COLUMNS)
+    .push(if keys_only {
+        "c.event_id, c.created_at_ms"
+    } else {
+        READ_COLUMNS
+    })
     .push(", c.status, CAST(")
     .push(from.partition.as_deref().unwrap_or("0"))
     .push(" AS ")
     .push(from.backend.dialect().bigint_type())
-    .push(")");
+    .push(") AS row_partition");
     from_table(b, from, "c");
     in_partitions(b, from, read, "c.");
     match branch {
@@ -524,14 +534,11 @@ fn write_branch(
     if read.fences.len() == 1 {
         b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
             .bind(limit_of(read));
-    } else if parenthesized {
-        // The branch's first `limit + 1` rows hold its part of the read's first `limit + 1`.
-        b.push(" ORDER BY c.created_at_ms, c.event_id LIMIT ")
-            .bind(limit_of(read) + 1);
     }
-    // Several partitions otherwise: every live row of theirs, ordered and cut by the statement
-    // around the branches. An order here would let PostgreSQL walk the tenant's status index in
-    // write order instead, filtering out the other partitions' backlogs.
+    // Several partitions: every live row of theirs, ordered and cut by the statement around the
+    // branches. An order here would let PostgreSQL walk the tenant's status index in write order
+    // instead, filtering out the other partitions' backlogs (and see
+    // `PartitionSql::parenthesized_read_branches` for MariaDB).
     if parenthesized {
         b.push(")");
     } else {
@@ -545,7 +552,7 @@ fn write_branch(
 /// write order, a seek in its part of the partition index. Several (partitions that kept up, so
 /// reading all their live rows costs little): through an `IN` list, the first `limit + 1` of them
 /// all by write order (one row past the limit tells the caller the read was cut; with
-/// [`PartitionSql::parenthesized_read_branches`], each branch's). Three branches whatever the
+/// [`PartitionSql::parenthesized_read_branches`], their keys, the rows joined). Three branches whatever the
 /// partitions, so planning costs what a single partition's does (a branch per partition cost
 /// PostgreSQL ~10 ms to plan for 16). The caller merges the branches by write order.
 pub(crate) fn read_partitions(statements: &Statements, read: &PartitionRead) -> Bound {
@@ -557,7 +564,12 @@ pub(crate) fn read_partitions(statements: &Statements, read: &PartitionRead) -> 
     };
     let mut b = SqlBuilder::new(backend);
     let parenthesized = backend.dialect().parenthesized_read_branches();
-    let several = read.fences.len() > 1 && !parenthesized;
+    let several = read.fences.len() > 1;
+    if several && parenthesized {
+        b.push("SELECT ")
+            .push(READ_COLUMNS)
+            .push(", k.status, k.row_partition FROM (");
+    }
     if several {
         b.push("SELECT * FROM (");
     }
@@ -573,6 +585,15 @@ pub(crate) fn read_partitions(statements: &Statements, read: &PartitionRead) -> 
     if several {
         b.push(") u ORDER BY u.created_at_ms, u.event_id LIMIT ")
             .bind(limit_of(read) + 1);
+    }
+    if several && parenthesized {
+        // The first rows' keys, sorted in a temporary table without their envelopes; then
+        // each row by primary key.
+        b.push(") k JOIN ")
+            .push(table.as_str())
+            .push(" c ON c.app_code = ")
+            .bind(read.app_code.as_str())
+            .push(" AND c.event_id = k.event_id");
     }
     b.finish()
 }
