@@ -552,9 +552,10 @@ fn write_branch(
 /// write order, a seek in its part of the partition index. Several (partitions that kept up, so
 /// reading all their live rows costs little): through an `IN` list, the first `limit + 1` of them
 /// all by write order (one row past the limit tells the caller the read was cut; with
-/// [`PartitionSql::parenthesized_read_branches`], their keys, the rows joined). Three branches whatever the
-/// partitions, so planning costs what a single partition's does (a branch per partition cost
-/// PostgreSQL ~10 ms to plan for 16). The caller merges the branches by write order.
+/// [`PartitionSql::parenthesized_read_branches`], their keys, the rows joined). Three branches
+/// whatever the partitions, so planning costs what a single partition's does (a branch per
+/// partition cost PostgreSQL ~10 ms to plan for 16). The caller merges the branches by write
+/// order.
 pub(crate) fn read_partitions(statements: &Statements, read: &PartitionRead) -> Bound {
     let (backend, table) = (statements.backend(), statements.table());
     let from = ReadSource {
